@@ -1,0 +1,10 @@
+"""The one exception type a user sees.
+
+Anything raised as ``AccumulusError`` is a user-facing problem (bad input, a missing store,
+an invalid accumulation group). The CLI prints its message on one line and exits non-zero;
+the service answers 4xx with it. Anything else is a bug and keeps its traceback.
+"""
+
+
+class AccumulusError(Exception):
+    """A problem with the user's input or data, explained in one line."""

@@ -1,0 +1,95 @@
+"""Chunk boundaries per dimension, for regular and rectilinear (ZEP 3) chunk grids.
+
+A dimension of size N cut into chunks is described by its edges
+``b[0] = 0 < b[1] < ... < b[n] = N``: chunk ``i`` holds indices ``[b[i], b[i+1])``. A regular
+grid with a partial last chunk is the special case ``b[i] = min(i * c, N)``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+import zarr
+from zarr.core.chunk_grids import ChunkGrid
+
+
+@dataclass(frozen=True)
+class ChunkBounds:
+    """The chunk edges along one dimension."""
+
+    edges: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.edges or self.edges[0] != 0:
+            raise ValueError(f"chunk edges must start at 0, got {self.edges}")
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise ValueError(f"chunk edges must increase strictly, got {self.edges}")
+
+    @classmethod
+    def regular(cls, size: int, chunk: int) -> ChunkBounds:
+        if chunk <= 0:
+            raise ValueError(f"chunk size must be positive, got {chunk}")
+        return cls((*range(0, size, chunk), size) if size else (0,))
+
+    @classmethod
+    def from_sizes(cls, sizes: Sequence[int]) -> ChunkBounds:
+        if any(s <= 0 for s in sizes):
+            raise ValueError(f"chunk sizes must be positive, got {list(sizes)}")
+        return cls((0, *accumulate(sizes)))
+
+    @property
+    def size(self) -> int:
+        return self.edges[-1]
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.edges) - 1
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in zip(self.edges, self.edges[1:], strict=False))
+
+    @property
+    def is_regular(self) -> bool:
+        """True when every chunk but the last has one size and the last is not larger."""
+        sizes = self.sizes
+        return len(sizes) <= 1 or (len(set(sizes[:-1])) == 1 and sizes[-1] <= sizes[0])
+
+    def chunk_of(self, index: int) -> tuple[int, int]:
+        """(chunk number, offset inside the chunk) of a raw index."""
+        if not 0 <= index < self.size:
+            raise IndexError(f"index {index} outside [0, {self.size})")
+        chunk = bisect.bisect_right(self.edges, index) - 1
+        return chunk, index - self.edges[chunk]
+
+    def chunks_overlapping(self, start: int, stop: int) -> range:
+        """The chunks that hold any index in [start, stop)."""
+        if stop <= start:
+            return range(0)
+        first = bisect.bisect_right(self.edges, start) - 1
+        last = bisect.bisect_left(self.edges, stop) - 1
+        return range(first, last + 1)
+
+    def strided_edges(self, stride: int) -> tuple[int, ...]:
+        """Edges every ``stride`` chunks, after the first: ``b[(k+1)*stride]`` for
+        ``0 <= k < n // stride``. These are where ZEP 5 accumulation entries end."""
+        if stride <= 0:
+            raise ValueError(f"stride must be positive, got {stride}")
+        return tuple(self.edges[(k + 1) * stride] for k in range(self.n_chunks // stride))
+
+
+def array_bounds(array: zarr.Array) -> tuple[ChunkBounds, ...]:
+    """Chunk bounds of every dimension of a zarr array (regular or rectilinear)."""
+    grid = ChunkGrid.from_metadata(array.metadata)
+    return tuple(ChunkBounds.from_sizes(sizes) for sizes in grid.chunk_sizes)
+
+
+def locate(
+    bounds: Sequence[ChunkBounds], index: Sequence[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(chunk coordinates, offset inside that chunk) of an N-dimensional raw index."""
+    pairs = [b.chunk_of(i) for b, i in zip(bounds, index, strict=True)]
+    return tuple(c for c, _ in pairs), tuple(o for _, o in pairs)

@@ -1,0 +1,281 @@
+"""Open a Zarr store from a path or URL, and count what a store is asked for.
+
+Every byte of Zarr I/O goes through zarr-python; this module only turns what a user types
+(a directory, ``file://``, a ``.zip`` file, ``memory://name``, ``s3://bucket/prefix``) into a
+zarr ``Store``, and offers ``CountingStore``, a thin wrapper that counts requests and bytes
+(and can add a per-request latency to imitate object storage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import FsspecStore, LocalStore, MemoryStore, WrapperStore, ZipStore
+
+from accumulus.errors import AccumulusError
+
+Mode = Literal["r", "r+", "w"]
+
+# memory:// stores live for the life of the process, shared by name, so that
+# `memory://demo` means the same store to every call (as fsspec's memory filesystem does).
+_MEMORY_STORES: dict[str, dict[str, Buffer]] = {}
+_MEMORY_LOCK = threading.Lock()
+
+
+class StoreNotFoundError(AccumulusError):
+    """The store a user named does not exist."""
+
+
+def open_store(
+    url: str | os.PathLike[str] | Store,
+    mode: Mode = "r",
+    *,
+    storage_options: dict[str, Any] | None = None,
+) -> Store:
+    """Return a zarr Store for ``url``.
+
+    ``mode``: "r" read-only (the store must exist), "r+" read-write (must exist),
+    "w" read-write, created if missing. ``storage_options`` go to fsspec for ``s3://``;
+    the endpoint comes from ``endpoint_url`` there or ``AWS_ENDPOINT_URL``.
+    """
+    if isinstance(url, Store):
+        return url
+    text = os.fspath(url)
+    read_only = mode == "r"
+    must_exist = mode in ("r", "r+")
+    if text.startswith("memory://"):
+        return _open_memory(text, must_exist, read_only)
+    if text.startswith("s3://"):
+        return _open_s3(text, read_only, storage_options)
+    if "://" in text and not text.startswith("file://"):
+        scheme = text.split("://", 1)[0]
+        raise AccumulusError(
+            f"unsupported store URL scheme {scheme!r} in {text!r}: "
+            "use a path, file://, a .zip file, memory://name or s3://bucket/prefix"
+        )
+    path = Path(text.removeprefix("file://")).expanduser()
+    if path.suffix == ".zip":
+        return _open_zip(path, mode)
+    if must_exist and not path.is_dir():
+        raise StoreNotFoundError(f"store not found: {text} (no such directory)")
+    if not must_exist:
+        path.mkdir(parents=True, exist_ok=True)
+    return LocalStore(path, read_only=read_only)
+
+
+def _open_memory(url: str, must_exist: bool, read_only: bool) -> MemoryStore:
+    name = url.removeprefix("memory://")
+    with _MEMORY_LOCK:
+        if name not in _MEMORY_STORES:
+            if must_exist:
+                raise StoreNotFoundError(f"store not found: {url} (no memory store of that name)")
+            _MEMORY_STORES[name] = {}
+        return MemoryStore(_MEMORY_STORES[name], read_only=read_only)
+
+
+def _open_zip(path: Path, mode: Mode) -> ZipStore:
+    if mode != "w" and not path.is_file():
+        raise StoreNotFoundError(f"store not found: {path} (no such zip file)")
+    if mode == "r+":
+        # Zip archives cannot replace an entry in place: metadata and partial chunks would be
+        # written twice. Archives are for distribution; build in a directory, then zip it.
+        raise AccumulusError(
+            f"{path}: zip stores are read-only here; work on a directory store and zip it after"
+        )
+    return ZipStore(path, mode="r" if mode == "r" else "w", read_only=mode == "r")
+
+
+def _open_s3(url: str, read_only: bool, storage_options: dict[str, Any] | None) -> FsspecStore:
+    options = dict(storage_options or {})
+    endpoint = options.pop("endpoint_url", None) or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options.setdefault("client_kwargs", {})["endpoint_url"] = endpoint
+    try:
+        return FsspecStore.from_url(url, storage_options=options, read_only=read_only)
+    except Exception as exc:  # fsspec raises many kinds; the user needs the URL and the reason
+        raise AccumulusError(f"cannot open {url}: {exc}") from exc
+
+
+def store_label(store: Store) -> str:
+    """A short human-readable name for a store, for messages."""
+    inner = store
+    while isinstance(inner, WrapperStore):
+        inner = inner._store
+    if isinstance(inner, LocalStore):
+        return str(inner.root)
+    if isinstance(inner, ZipStore):
+        return str(inner.path)
+    if isinstance(inner, FsspecStore):
+        protocol = inner.fs.protocol
+        return f"{protocol[0] if isinstance(protocol, tuple) else protocol}://{inner.path}"
+    return str(inner)
+
+
+# --------------------------------------------------------------------------------------------
+# Counting
+
+
+@dataclass
+class RequestCounts:
+    """What a store was asked for: requests and bytes, per key."""
+
+    reads: dict[str, int] = field(default_factory=dict)  # key -> bytes returned (last read)
+    read_requests: int = 0
+    read_bytes: int = 0
+    writes: dict[str, int] = field(default_factory=dict)  # key -> bytes written (last write)
+    write_requests: int = 0
+    write_bytes: int = 0
+    deletes: list[str] = field(default_factory=list)
+    list_requests: int = 0
+
+    def keys_read(self, prefix: str = "") -> list[str]:
+        return [k for k in self.reads if k.startswith(prefix)]
+
+    def keys_written(self, prefix: str = "") -> list[str]:
+        return [k for k in self.writes if k.startswith(prefix)]
+
+
+_METADATA_NAMES = frozenset({".zarray", ".zgroup", ".zattrs", ".zmetadata", "zarr.json"})
+
+
+def is_metadata_key(key: str) -> bool:
+    """True for Zarr v2/v3 metadata documents, False for chunk keys."""
+    return key.rsplit("/", 1)[-1] in _METADATA_NAMES
+
+
+class CountingStore(WrapperStore[Store]):
+    """A store wrapper that counts requests and bytes, optionally adds latency per request,
+    and optionally caches whole-key reads (so one query never fetches a chunk twice).
+
+    Synchronous I/O is switched off so that every request passes through the async methods
+    here, where it is counted and delayed.
+    """
+
+    def __init__(self, store: Store, *, latency: float = 0.0, cache: bool = False) -> None:
+        super().__init__(store)
+        self.latency = latency
+        self.counts = RequestCounts()
+        self._cache: dict[str, Buffer] | None = {} if cache else None
+        self._lock = threading.Lock()
+
+    def _with_store(self, store: Store) -> CountingStore:
+        return type(self)(store, latency=self.latency, cache=self._cache is not None)
+
+    @property
+    def _supports_sync_io(self) -> bool:
+        return False
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counts = RequestCounts()
+            if self._cache is not None:
+                self._cache.clear()
+
+    async def _delay(self) -> None:
+        if self.latency > 0:
+            await asyncio.sleep(self.latency)
+
+    def _count_read(self, key: str, value: Buffer | None) -> None:
+        nbytes = len(value) if value is not None else 0
+        with self._lock:
+            self.counts.read_requests += 1
+            self.counts.read_bytes += nbytes
+            self.counts.reads[key] = nbytes
+
+    def _count_write(self, key: str, value: Buffer) -> None:
+        with self._lock:
+            self.counts.write_requests += 1
+            self.counts.write_bytes += len(value)
+            self.counts.writes[key] = len(value)
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        if self._cache is not None and byte_range is None and key in self._cache:
+            return self._cache[key]
+        await self._delay()
+        value = await self._store.get(key, prototype, byte_range)
+        self._count_read(key, value)
+        if self._cache is not None and byte_range is None and value is not None:
+            self._cache[key] = value
+        return value
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        key_ranges = list(key_ranges)
+        return list(
+            await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges))
+        )
+
+    async def get_ranges(
+        self,
+        key: str,
+        byte_ranges: Sequence[ByteRequest | None],
+        *,
+        prototype: BufferPrototype,
+        max_concurrency: int | None = None,
+        max_gap_bytes: int | None = None,
+        max_coalesced_bytes: int | None = None,
+    ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
+        values = await asyncio.gather(*(self.get(key, prototype, r) for r in byte_ranges))
+        yield list(enumerate(values))
+
+    async def _get_many(
+        self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
+    ) -> AsyncGenerator[tuple[str, Buffer | None], None]:
+        for key, prototype, byte_range in requests:
+            yield key, await self.get(key, prototype, byte_range)
+
+    async def exists(self, key: str) -> bool:
+        await self._delay()
+        with self._lock:
+            self.counts.read_requests += 1
+        return await self._store.exists(key)
+
+    async def set(self, key: str, value: Buffer) -> None:
+        await self._delay()
+        await self._store.set(key, value)
+        self._count_write(key, value)
+        if self._cache is not None:
+            self._cache.pop(key, None)
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        await self._delay()
+        await self._store.set_if_not_exists(key, value)
+        self._count_write(key, value)
+
+    async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
+        await asyncio.gather(*(self.set(k, v) for k, v in values))
+
+    async def delete(self, key: str) -> None:
+        await self._delay()
+        await self._store.delete(key)
+        with self._lock:
+            self.counts.deletes.append(key)
+        if self._cache is not None:
+            self._cache.pop(key, None)
+
+    def _counted_listing(self, listing: AsyncIterator[str]) -> AsyncIterator[str]:
+        with self._lock:
+            self.counts.list_requests += 1
+        return listing
+
+    def list(self) -> AsyncIterator[str]:
+        return self._counted_listing(self._store.list())
+
+    def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        return self._counted_listing(self._store.list_prefix(prefix))
+
+    def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        return self._counted_listing(self._store.list_dir(prefix))
