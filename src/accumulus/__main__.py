@@ -1,0 +1,3 @@
+from accumulus.cli import main
+
+main()
