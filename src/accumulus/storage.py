@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import FsspecStore, LocalStore, MemoryStore, WrapperStore, ZipStore
@@ -24,6 +25,10 @@ from zarr.storage import FsspecStore, LocalStore, MemoryStore, WrapperStore, Zip
 from accumulus.errors import AccumulusError
 
 Mode = Literal["r", "r+", "w"]
+
+# ZEP 3 variable chunking: zarr-python reads and writes rectilinear chunk grids only when this
+# experimental setting is on. accumulus turns it on so its users need not.
+zarr.config.set({"array.rectilinear_chunks": True})
 
 # memory:// stores live for the life of the process, shared by name, so that
 # `memory://demo` means the same store to every call (as fsspec's memory filesystem does).
