@@ -214,9 +214,7 @@ class CountingStore(WrapperStore[Store]):
         key_ranges: Iterable[tuple[str, ByteRequest | None]],
     ) -> list[Buffer | None]:
         key_ranges = list(key_ranges)
-        return list(
-            await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges))
-        )
+        return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
 
     async def get_ranges(
         self,
