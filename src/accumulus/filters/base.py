@@ -45,7 +45,7 @@ class HDF5Side(ABC):
         import h5py
 
         if not h5py.h5z.filter_avail(self.hdf5_id):
-            return f"HDF5 filter {self.hdf5_id} ({self.name}) is not registered with HDF5 here"
+            return f"HDF5 filter {self.hdf5_id} is not registered with HDF5 here"
         return None
 
 
@@ -88,10 +88,12 @@ class CodecSide(ABC):
         """None when numcodecs can build this codec here, else the reason why not."""
         import numcodecs
 
+        if self.codec_id not in numcodecs.registry.codec_registry | numcodecs.registry.entries:
+            return f"numcodecs has no {self.codec_id!r} codec: {self.codec_hint}"
         try:
             numcodecs.get_codec(self.to_codec(self.example_params))
-        except Exception as exc:  # numcodecs raises ValueError/ImportError/TypeError
-            return f"no {self.codec_id!r} codec in numcodecs here ({exc}); {self.codec_hint}"
+        except Exception as exc:  # an installed codec that fails to load (missing library)
+            return f"numcodecs' {self.codec_id!r} codec fails to load ({exc}): {self.codec_hint}"
         return None
 
     # Helpers for subclasses ------------------------------------------------------------

@@ -47,6 +47,8 @@ def dataset_pipeline(dataset: Any) -> list[HDF5Filter]:
     for index in range(plist.get_nfilters()):
         hdf5_id, _flags, params, name = plist.get_filter(index)
         label = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+        # Plugin names carry a URL after a semicolon ("bitshuffle; see https://...").
+        label = label.split(";", 1)[0].strip()
         stages.append(HDF5Filter(int(hdf5_id), tuple(int(p) for p in params), label))
     return stages
 
@@ -113,7 +115,9 @@ def numcodecs_codec(config: Mapping[str, Any]) -> Codec:
         raise FilterError(
             f"codec {config['id']!r}: invalid parameters in {dict(config)}: {exc}"
         ) from None
-    except Exception as exc:
+    except Exception as exc:  # an unknown id (ValueError) or a codec whose library is missing
+        if config["id"] not in numcodecs.registry.codec_registry | numcodecs.registry.entries:
+            raise FilterError(f"no numcodecs codec named {config['id']!r} is installed") from None
         raise FilterError(f"codec {config['id']!r} cannot be used here: {exc}") from exc
 
 

@@ -19,10 +19,7 @@ from accumulus.filters.base import CodecConfig, CodecSide, FilterError, HDF5Side
 from accumulus.filters.builtin import builtin_codec_sides, builtin_hdf5_sides
 
 ENTRY_POINT_GROUP = "accumulus.filters"
-_NO_CODEC_HINT = (
-    "a package providing its codec side through the accumulus.filters entry-point group "
-    "would make it usable"
-)
+_NO_CODEC_HINT = "a plugin could add one"
 
 
 @dataclass(frozen=True)
@@ -99,7 +96,8 @@ class FilterRegistry:
             side = self.hdf5_sides[hdf5_id]
             raise FilterError(
                 f"HDF5 filter {hdf5_id} ({side.name}, from {side.provider}) has no Zarr codec "
-                f"mapping; {_NO_CODEC_HINT}"
+                f"mapping; a package providing its codec side through the accumulus.filters "
+                "entry-point group would make it usable"
             )
         raise FilterError(
             f"unknown HDF5 filter id {hdf5_id}: no installed package provides it; its HDF5 "
@@ -135,11 +133,11 @@ class FilterRegistry:
         hdf5_side = self.hdf5_sides.get(hdf5_id)
         codec_side = self.codec_sides.get(hdf5_id)
         if hdf5_side is None:
-            hdf5_problem = f"no HDF5 side: no installed package provides HDF5 filter {hdf5_id}"
+            hdf5_problem = f"no installed package provides HDF5 filter {hdf5_id}"
         else:
             hdf5_problem = hdf5_side.availability()
         if codec_side is None:
-            codec_problem = f"no codec side: {_NO_CODEC_HINT}"
+            codec_problem = f"no codec mapping: {_NO_CODEC_HINT}"
         else:
             codec_problem = codec_side.availability()
         return FilterPair(

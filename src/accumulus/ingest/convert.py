@@ -18,6 +18,7 @@ units, calendar, scale_factor...) copied as they are, values left encoded.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import shutil
@@ -211,6 +212,7 @@ def _plan_array(
             chain = default
         else:
             chain = pipeline_to_codecs(pipeline)
+            _check_codec_sides(pipeline, path)
         chain = for_dtype(chain, dtype) if dtype.kind != "O" else chain
         _check_codecs(chain, plan.zarr_format, dtype)
     except FilterError as exc:
@@ -227,6 +229,19 @@ def _plan_array(
         source_filters=pipeline,
         codecs=chain,
     )
+
+
+def _check_codec_sides(pipeline: Sequence[HDF5Filter], path: str) -> None:
+    registry = default_registry()
+    for stage in pipeline:
+        side = registry.codec_side(stage.hdf5_id)
+        problem = side.availability()
+        if problem:
+            raise FilterError(
+                f"HDF5 filter {stage.hdf5_id} ({stage.name}) maps to codec {side.codec_id!r}, "
+                f"which is not usable here ({problem}); choose another with "
+                f"--codec {path}='<json>'"
+            )
 
 
 def _zarr_dtype(dataset: h5py.Dataset, where: str) -> np.dtype:
@@ -407,3 +422,31 @@ def _region_text(region: tuple[slice, ...]) -> str:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def parse_codec_options(
+    options: Sequence[str],
+) -> tuple[dict[str, CodecSpec], CodecSpec | None]:
+    """``--codec VAR='<json>'`` and ``--codec '<json>'`` (the default for all variables) as
+    (per-variable codecs, default). JSON is one codec object or a list of them."""
+    per_variable: dict[str, CodecSpec] = {}
+    default: CodecSpec | None = None
+    for option in options:
+        text = option.strip()
+        name, _, body = ("", "", text) if text[:1] in "{[" else text.partition("=")
+        label = f"--codec {name}" if name else "--codec"
+        if not body.strip():
+            raise AccumulusError(f"{label}: expected VAR='<json>' or '<json>', got {option!r}")
+        try:
+            spec = json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise AccumulusError(f"{label}: invalid JSON {body!r}: {exc}") from None
+        if not isinstance(spec, dict | list):
+            raise AccumulusError(f"{label}: expected a JSON object or list, got {body!r}")
+        if name:
+            per_variable[name.strip().strip("/")] = spec
+        elif default is not None:
+            raise AccumulusError("--codec: more than one default codec given")
+        else:
+            default = spec
+    return per_variable, default
