@@ -17,6 +17,7 @@ from typing import Any
 import numcodecs
 import numpy as np
 from numcodecs.abc import Codec
+from numcodecs.compat import ensure_bytes
 
 from accumulus.filters.base import CodecConfig, FilterError
 from accumulus.filters.registry import FilterRegistry, default_registry
@@ -202,7 +203,7 @@ def encode_chunk(data: np.ndarray, configs: Sequence[Mapping[str, Any]]) -> byte
     buffer: Any = np.ascontiguousarray(data)
     for config in configs:
         buffer = numcodecs_codec(config).encode(buffer)
-    return bytes(np.asarray(buffer).view(np.uint8).ravel())
+    return ensure_bytes(buffer)
 
 
 def decode_chunk(
@@ -217,4 +218,4 @@ def decode_chunk(
             raise
         except Exception as exc:  # codecs raise many kinds on corrupt input
             raise FilterError(f"codec {config['id']!r} cannot decode the chunk: {exc}") from exc
-    return np.frombuffer(bytes(np.asarray(buffer).view(np.uint8).ravel()), dtype).reshape(shape)
+    return np.frombuffer(ensure_bytes(buffer), dtype).reshape(shape)
