@@ -45,6 +45,7 @@ def builtin_hdf5_sides() -> list[HDF5Side]:
     except ImportError:  # hdf5plugin is a dependency; without it its filters are just absent
         return sides
     for name, hdf5_id in sorted(hdf5plugin.FILTERS.items(), key=lambda item: item[1]):
+        name = {"bshuf": "bitshuffle"}.get(name, name)  # the filter's own name
         sides.append(LibraryFilter(hdf5_id, name, "hdf5plugin", "hdf5plugin"))
     return sides
 

@@ -41,16 +41,18 @@ class V3Codecs:
     compressors: tuple[Any, ...] = field(default_factory=tuple)
 
 
-def dataset_pipeline(dataset: Any) -> list[HDF5Filter]:
-    """The filter pipeline of an h5py dataset, in encoding order, with stored parameters."""
+def dataset_pipeline(dataset: Any, registry: FilterRegistry | None = None) -> list[HDF5Filter]:
+    """The filter pipeline of an h5py dataset, in encoding order, with stored parameters.
+    Stages are named as the registry names them, else as HDF5 does."""
+    registry = registry or default_registry()
     plist = dataset.id.get_create_plist()
     stages = []
     for index in range(plist.get_nfilters()):
-        hdf5_id, _flags, params, name = plist.get_filter(index)
-        label = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
-        # Plugin names carry a URL after a semicolon ("bitshuffle; see https://...").
-        label = label.split(";", 1)[0].strip()
-        stages.append(HDF5Filter(int(hdf5_id), tuple(int(p) for p in params), label))
+        hdf5_id, _flags, params, hdf5_name = plist.get_filter(index)
+        name = registry.filter_name(int(hdf5_id))
+        if name == "unknown":
+            name = hdf5_name.decode("utf-8", "replace").split(";", 1)[0].strip()
+        stages.append(HDF5Filter(int(hdf5_id), tuple(int(p) for p in params), name))
     return stages
 
 

@@ -208,6 +208,8 @@ def _plan_array(
     try:
         if path in overrides:
             chain = overrides[path]
+        elif dtype.kind == "O":
+            chain = []  # variable-length strings: HDF5 filters never apply, nor a default
         elif default is not None:
             chain = default
         else:
