@@ -80,9 +80,13 @@ def test_v2_metadata_follows_xarray_conventions_and_keeps_filters(granule, tmp_p
     attrs = json.loads((dest / "precip" / ".zattrs").read_text())
     assert attrs == {
         "_ARRAY_DIMENSIONS": ["time", "lat", "lon"],
+        "_FillValue": -9999.0,  # for netcdf-c, which reads it from here
         "units": "mm/day",
         "long_name": "precipitation",
     }
+    station = json.loads((dest / "station_name" / ".zattrs").read_text())
+    assert _zarray(dest, "station_name")["dtype"] == "|S9"  # fixed width, as netcdf-c reads
+    assert station["_Encoding"] == "utf-8"
     root = json.loads((dest / ".zattrs").read_text())
     assert root == {"title": "test granule", "history": [1.5, 2.5], "version": 3}
     assert (dest / ".zmetadata").is_file()

@@ -83,6 +83,7 @@ class ArrayPlan:
     fill_value: Any
     source_filters: list[HDF5Filter]
     codecs: list[CodecConfig]  # encoding order, resolved for the dtype
+    text: bool = False  # variable-length strings in the source
 
 
 @dataclass
@@ -196,6 +197,7 @@ def _plan_array(
     path = dataset.name.strip("/")
     where = f"{plan.source}: variable {path!r}"
     dtype = _zarr_dtype(dataset, where)
+    text = dtype.kind == "O"
     pipeline = dataset_pipeline(dataset)
     for stage in pipeline:  # h5py must decode every stage to read the source at all
         if not h5py.h5z.filter_avail(stage.hdf5_id):
@@ -208,18 +210,23 @@ def _plan_array(
     try:
         if path in overrides:
             chain = overrides[path]
-        elif dtype.kind == "O":
+        elif text:
             chain = []  # variable-length strings: HDF5 filters never apply, nor a default
         elif default is not None:
             chain = default
         else:
             chain = pipeline_to_codecs(pipeline)
             _check_codec_sides(pipeline, path)
-        chain = for_dtype(chain, dtype) if dtype.kind != "O" else chain
-        _check_codecs(chain, plan.zarr_format, dtype)
+        chain = chain if text else for_dtype(chain, dtype)
+        _check_codecs(chain, plan.zarr_format, text)
     except FilterError as exc:
         raise AccumulusError(f"{where}: {exc}") from None
     attributes = _attributes(dataset, plan.source)
+    if text and plan.zarr_format == 2:
+        # netcdf-c reads Zarr v2 strings only as fixed-width bytes ("|S<n>"), not as
+        # numcodecs' vlen-utf8 objects; _Encoding tells xarray to decode them to str.
+        dtype = np.dtype(f"S{_utf8_width(dataset)}")
+        attributes["_Encoding"] = "utf-8"
     return ArrayPlan(
         path=path,
         shape=dataset.shape,
@@ -227,9 +234,10 @@ def _plan_array(
         chunks=dataset.chunks,
         dimensions=_dimension_names(dataset, phony),
         attributes=attributes,
-        fill_value=_fill_value(dataset, dtype),
+        fill_value=None if text else _fill_value(dataset, dtype),
         source_filters=pipeline,
         codecs=chain,
+        text=text,
     )
 
 
@@ -259,8 +267,8 @@ def _zarr_dtype(dataset: h5py.Dataset, where: str) -> np.dtype:
     )
 
 
-def _check_codecs(chain: list[CodecConfig], zarr_format: int, dtype: np.dtype) -> None:
-    if dtype.kind == "O" and chain:
+def _check_codecs(chain: list[CodecConfig], zarr_format: int, text: bool) -> None:
+    if text and chain:
         raise FilterError("variable-length strings take no HDF5 filters; remove its --codec")
     if zarr_format == 3:
         v3_codecs(chain)
@@ -291,7 +299,7 @@ def _dimension_names(dataset: h5py.Dataset, phony: dict[int, str]) -> tuple[str,
 
 
 def _fill_value(dataset: h5py.Dataset, dtype: np.dtype) -> Any:
-    if "_FillValue" not in dataset.attrs or dtype.kind == "O":
+    if "_FillValue" not in dataset.attrs:
         return None
     value = np.asarray(dataset.attrs["_FillValue"]).reshape(-1)[0]
     return value.item() if isinstance(value, np.generic) else value
@@ -355,7 +363,11 @@ def _create_array(root: zarr.Group, plan: ArrayPlan, zarr_format: int) -> zarr.A
     if zarr_format == 2:
         attributes["_ARRAY_DIMENSIONS"] = list(plan.dimensions)
         options["fill_value"] = plan.fill_value
-        if plan.dtype.kind != "O":
+        if plan.fill_value is not None:
+            # netcdf-c takes _FillValue from the attributes only (as it writes it itself);
+            # xarray reads the same value from fill_value.
+            attributes["_FillValue"] = plan.fill_value
+        if not plan.text:
             filters, compressor = split_v2(plan.codecs)
             options["filters"] = [numcodecs_codec(c) for c in filters] if filters else None
             options["compressors"] = numcodecs_codec(compressor) if compressor else None
@@ -367,7 +379,7 @@ def _create_array(root: zarr.Group, plan: ArrayPlan, zarr_format: int) -> zarr.A
 
             options["fill_value"] = plan.fill_value
             attributes["_FillValue"] = FillValueCoder.encode(plan.fill_value, plan.dtype)
-        if plan.dtype.kind != "O":
+        if not plan.text:
             codecs = v3_codecs(plan.codecs)
             options.update(
                 filters=codecs.filters, serializer=codecs.serializer, compressors=codecs.compressors
@@ -375,7 +387,7 @@ def _create_array(root: zarr.Group, plan: ArrayPlan, zarr_format: int) -> zarr.A
     return root.create_array(
         plan.path,
         shape=plan.shape,
-        dtype=str if plan.dtype.kind == "O" else plan.dtype,
+        dtype=str if plan.dtype.kind == "O" else plan.dtype,  # v3 text: zarr's string type
         chunks=plan.chunks or "auto",
         attributes=attributes,
         **options,
@@ -394,8 +406,8 @@ def _copy_data(dataset: h5py.Dataset, array: zarr.Array, plan: ArrayPlan, source
                 f"{source}: variable {plan.path!r}: cannot read the chunk(s) at "
                 f"{_region_text(region)} through filters {chain}: {exc}"
             ) from None
-        if plan.dtype.kind == "O":
-            block = np.vectorize(_text, otypes=[object])(block)
+        if plan.text:
+            block = _text_block(block, plan.dtype)
         array[region] = block
 
 
@@ -422,8 +434,22 @@ def _region_text(region: tuple[slice, ...]) -> str:
     return "[" + ", ".join(f"{s.start}:{s.stop}" for s in region) + "]"
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+def _text_block(block: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Strings as the destination stores them: str objects, or UTF-8 bytes of fixed width."""
+    texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in block.flat]
+    if dtype.kind == "S":
+        return np.array([t.encode("utf-8") for t in texts], dtype=dtype).reshape(block.shape)
+    return np.array(texts, dtype=object).reshape(block.shape)
+
+
+def _utf8_width(dataset: h5py.Dataset) -> int:
+    """The longest string of a variable-length string dataset, in UTF-8 bytes (at least 1)."""
+    width = 1
+    for region in _blocks(dataset.shape, dataset.chunks or dataset.shape, 64):
+        for value in np.asarray(dataset[region]).flat:
+            text = value if isinstance(value, bytes) else str(value).encode("utf-8")
+            width = max(width, len(text))
+    return width
 
 
 def parse_codec_options(
