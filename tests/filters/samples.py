@@ -8,6 +8,11 @@ import hdf5plugin
 import netCDF4
 import numpy as np
 
+from accumulus.filters.builtin import load_hdf5plugin
+
+# h5py must use hdf5plugin's filters, not the netCDF4 copies netCDF4's import may expose.
+load_hdf5plugin()
+
 CHUNKS = (12, 5)
 SHAPE = (24, 10)
 

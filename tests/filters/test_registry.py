@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import h5py
 import hdf5plugin
 import numcodecs
@@ -184,3 +187,26 @@ def test_pairing_table_here():
 
 def test_registry_is_discovered_once():
     assert default_registry() is default_registry()
+
+
+def test_hdf5plugin_filters_win_over_netcdf4_plugin_copies(tmp_path):
+    """Importing netCDF4 first exposes its own filter plugins to h5py's HDF5 (through
+    HDF5_PLUGIN_PATH); its blosc fails there. load_hdf5plugin puts hdf5plugin's back."""
+    script = f"""
+import netCDF4, h5py, hdf5plugin, numpy as np
+def blosc_works():
+    with h5py.File({str(tmp_path / "b.h5")!r}, "w") as f:
+        try:
+            f.create_dataset("v", data=np.arange(64.0), chunks=(32,), **hdf5plugin.Blosc())
+            return True
+        except ValueError:
+            return False
+before = blosc_works()
+from accumulus.filters.builtin import load_hdf5plugin
+load_hdf5plugin()
+print(before, blosc_works())
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["False", "True"]

@@ -7,6 +7,7 @@ where netcdf-c writes something else, as netcdf-c writes it (see each class).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import struct
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,17 @@ from typing import Any
 import numpy as np
 
 from accumulus.filters.base import CodecConfig, CodecSide, FilterError, HDF5Side
+
+
+@functools.cache
+def load_hdf5plugin() -> None:
+    """Register hdf5plugin's filters with h5py's HDF5, replacing any HDF5 found first on
+    HDF5_PLUGIN_PATH. Importing netCDF4 points that variable at netCDF4's own filter plugins,
+    built against netCDF4's private copy of HDF5; through h5py some of them fail (blosc's
+    set_local callback does), and hdf5plugin's import alone does not replace them."""
+    import hdf5plugin
+
+    hdf5plugin.register(force=True)
 
 
 class LibraryFilter(HDF5Side):
@@ -27,7 +39,10 @@ class LibraryFilter(HDF5Side):
         self.module = module
 
     def load(self) -> None:
-        importlib.import_module(self.module)
+        if self.module == "hdf5plugin":
+            load_hdf5plugin()
+        else:
+            importlib.import_module(self.module)
 
 
 def builtin_hdf5_sides() -> list[HDF5Side]:

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import h5py
-import hdf5plugin  # noqa: F401  (registers its HDF5 filters with h5py's HDF5)
 import numpy as np
 import zarr
 from zarr.storage import LocalStore
@@ -48,6 +47,7 @@ from accumulus.filters import (
     split_v2,
     v3_codecs,
 )
+from accumulus.filters.builtin import load_hdf5plugin
 
 CodecSpec = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
@@ -145,6 +145,7 @@ def plan_conversion(
     """Inspect ``src`` and resolve every variable's codecs; raise before anything is written."""
     if zarr_format not in (2, 3):
         raise AccumulusError(f"--zarr-format must be 2 or 3, got {zarr_format}")
+    load_hdf5plugin()  # so h5py decodes every hdf5plugin filter
     source = os.fspath(src)
     if not Path(source).is_file():
         raise AccumulusError(f"{source}: no such file")
