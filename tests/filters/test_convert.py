@@ -162,7 +162,7 @@ def test_parse_codec_options():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"codecs": {"precip": {"level": 5}}}, r"has no string 'id'"),
+        ({"codecs": {"precip": {"level": 5}}}, r"--codec precip: codec JSON .* no string 'id'"),
         ({"codecs": {"precip": {"id": "zstd", "lvl": 5}}}, r"codec 'zstd': invalid parameters"),
         ({"codecs": {"precip": {"id": "nosuch"}}}, r"no numcodecs codec named 'nosuch'"),
         ({"codecs": {"rain": {"id": "zstd"}}}, r"--codec names no variable \['rain'\]"),

@@ -168,7 +168,10 @@ def _as_chain(spec: CodecSpec | None, label: str) -> list[CodecConfig]:
     for config in chain:
         if not isinstance(config, Mapping):
             raise AccumulusError(f"--codec {label}: expected a JSON object or list, got {config!r}")
-        numcodecs_codec(config)  # unknown id or keys: numcodecs' verdict, in one line
+        try:
+            numcodecs_codec(config)  # unknown id or keys: numcodecs' verdict, in one line
+        except FilterError as exc:
+            raise AccumulusError(f"--codec {label}: {exc}") from None
     return [dict(config) for config in chain]
 
 
