@@ -1,0 +1,18 @@
+"""accumulus: Zarr datacubes with ZEP 5 chunk-level accumulation.
+
+Fast averages over any ranges of any dimensions, from a handful of chunks instead of a
+full scan. See the README for the command line and the service.
+"""
+
+from accumulus.api import accumulate, average, inspect, open_cube, query, verify
+from accumulus.errors import AccumulusError
+
+__all__ = [
+    "AccumulusError",
+    "accumulate",
+    "average",
+    "inspect",
+    "open_cube",
+    "query",
+    "verify",
+]

@@ -34,6 +34,273 @@ def main() -> None:
         sys.exit(2)
 
 
+# --- ZEP 5 core: accumulate, average, inspect, verify (issue 2) ---
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    """Parse repeated `key=value` options."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise AccumulusError(f"{what} must look like dim=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _progress_bar(description: str):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    bar = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    )
+    task = bar.add_task(description, total=None)
+
+    def report(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return bar, report
+
+
+@app.command()
+def accumulate(
+    store: str = typer.Argument(..., help="Cube path or URL (dir, file://, memory://, s3://)."),
+    variable: str = typer.Argument(..., help="Data variable to accumulate."),
+    dims: list[str] = typer.Option(
+        None,
+        "--dims",
+        help="A combination to accumulate, e.g. time or latitude,longitude (repeatable). "
+        "Default: every dimension alone plus latitude,longitude.",
+    ),
+    stride: list[str] = typer.Option(
+        None, "--stride", help="Accumulate every k chunks along a dimension: time=2 (repeatable)."
+    ),
+    weights: str = typer.Option(
+        None, "--weights", help="area (cos latitude), none, or the name of a weights array."
+    ),
+    scheduler: str = typer.Option(
+        None, "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
+    ),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
+    endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+) -> None:
+    """Build the ZEP 5 accumulation group of a variable (chunk by chunk, with Dask)."""
+    from accumulus import api
+
+    strides = {
+        k: _positive_int(v, f"--stride {k}") for k, v in _pairs(stride or [], "--stride").items()
+    }
+    bar, report = _progress_bar(f"accumulating {variable}")
+    with bar:
+        result = api.accumulate(
+            store,
+            variable,
+            dims or None,
+            weights=weights,
+            strides=strides,
+            scheduler=scheduler,
+            rebuild=rebuild,
+            progress=report,
+            storage_options=_storage_options(endpoint_url),
+        )
+    if result.action == "up to date":
+        console.print(f"{variable}: accumulations already up to date; nothing written")
+        return
+    combos = ", ".join(
+        "+".join(a.dims)
+        + (f" (stride {','.join(map(str, a.strides))})" if set(a.strides) != {1} else "")
+        for a in result.group.accumulations
+    )
+    console.print(
+        f"{variable}: {result.action} {len(result.arrays)} accumulation arrays for {combos} "
+        f"with weights {result.group.weights} in {result.seconds:.1f} s"
+    )
+
+
+def _positive_int(text: str, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise AccumulusError(f"{what} must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise AccumulusError(f"{what} must be a positive integer, got {value}")
+    return value
+
+
+def _storage_options(endpoint_url: str | None) -> dict | None:
+    return {"endpoint_url": endpoint_url} if endpoint_url else None
+
+
+def _ranges(items: list[str]) -> dict[str, tuple[str | None, str | None]]:
+    ranges = {}
+    for dim, text in _pairs(items, "--range").items():
+        start, sep, end = text.partition("/")
+        if not sep:
+            raise AccumulusError(
+                f"--range {dim}={text}: write start/end, e.g. time=2001-01-01/2001-12-31 "
+                "(leave a side empty for an open end)"
+            )
+        ranges[dim] = (start or None, end or None)
+    return ranges
+
+
+@app.command()
+def average(
+    store: str = typer.Argument(..., help="Cube path or URL."),
+    variable: str = typer.Argument(..., help="Data variable."),
+    over: str = typer.Option(..., "--over", help="Dimensions averaged away: latitude,longitude."),
+    range_: list[str] = typer.Option(
+        None, "--range", help="dim=start/end, inclusive labels (repeatable)."
+    ),
+    stat: str = typer.Option("mean", "--stat", help="mean, sum or count (= sum of weights)."),
+    weights: str = typer.Option(
+        None, "--weights", help="area, none or a weights array (default: the accumulations')."
+    ),
+    no_accumulation: bool = typer.Option(
+        False, "--no-accumulation", help="Force a full scan of the raw data, for comparison."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the result as CSV."),
+    png: str = typer.Option(None, "--png", help="Write a plot (line or map) to this PNG file."),
+    endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+) -> None:
+    """Average (or sum, or count) a variable over dimensions and label ranges."""
+    import json
+    from pathlib import Path
+
+    from accumulus import api, output
+
+    result = api.query(
+        store,
+        variable,
+        over,
+        _ranges(range_ or []),
+        stat=stat,
+        weights=weights,
+        use_accumulation=not no_accumulation,
+        storage_options=_storage_options(endpoint_url),
+    )
+    if png:
+        Path(png).write_bytes(output.result_png(result))
+    if as_json:
+        print(json.dumps(output.result_json(result)))
+    elif as_csv:
+        print(output.result_csv(result), end="")
+    else:
+        _print_result(result, png)
+
+
+def _print_result(result, png: str | None) -> None:
+    data = result.data
+    stats = result.stats
+    console.print(data.to_series().to_string() if data.ndim == 1 else data.to_string())
+    console.print(
+        f"[dim]{stats.accumulation_chunks_read} accumulation chunks, {stats.raw_chunks_read} raw "
+        f"chunks, {stats.bytes_read} bytes read in {stats.seconds * 1000:.1f} ms"
+        + (f"; {result.note}" if result.note else "")
+        + (f"; plot written to {png}" if png else "")
+        + "[/]"
+    )
+
+
+@app.command()
+def inspect(
+    store: str = typer.Argument(..., help="Cube path or URL."),
+    as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
+    endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+) -> None:
+    """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
+    import json
+
+    from rich.table import Table
+
+    from accumulus import api
+
+    info = api.inspect(store, storage_options=_storage_options(endpoint_url))
+    if as_json:
+        print(json.dumps(info, default=str))
+        return
+    console.print(
+        f"[bold]{info['store']}[/]  Zarr v{info['zarr_format']}, "
+        f"{'consolidated' if info['consolidated'] else 'not consolidated'} metadata; dimensions "
+        + ", ".join(f"{d}={n}" for d, n in info["dimensions"].items())
+    )
+    table = Table("array", "dims", "shape", "chunks", "dtype", "codecs", "stored")
+    for a in info["arrays"]:
+        table.add_row(
+            a["path"],
+            ",".join(a["dims"]),
+            "x".join(map(str, a["shape"])),
+            _grid_text(a["chunk_grid"]),
+            a["dtype"],
+            " ".join(c.get("id") or c.get("name", "?") for c in a["codecs"]),
+            _size(a["bytes_stored"]),
+        )
+    console.print(table)
+    for g in info["accumulation_groups"]:
+        status = "complete" if g["complete"] else "[red]incomplete (ignored by queries)[/]"
+        cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())
+        console.print(
+            f"[bold]{g['path']}[/] ({g['producer']}), weights {g['weights']}, {status}; "
+            f"covers {cover}"
+        )
+        for acc in g["accumulations"]:
+            unique = {v["path"]: v for v in acc["arrays"].values()}.values()
+            arrays = ", ".join(
+                f"{a['path'].rsplit('/', 1)[-1]} {'x'.join(map(str, a['shape']))} "
+                f"({_size(a['bytes_stored'])})"
+                for a in unique
+            )
+            console.print(f"  {'+'.join(acc['dims'])} stride {acc['strides']}: {arrays}")
+
+
+def _grid_text(grid: dict) -> str:
+    if grid["type"] == "regular":
+        return "x".join(map(str, grid["chunks"]))
+    return "x".join(
+        str(s[0]) if len(set(s)) == 1 else f"var({len(s)})" for s in grid["chunk_sizes"]
+    )
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+@app.command()
+def verify(
+    store: str = typer.Argument(..., help="Cube path or URL."),
+    variable: str = typer.Argument(None, help="Variable (default: every accumulated one)."),
+    endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+) -> None:
+    """Recompute accumulations from the raw data; exit 1 on any mismatch."""
+    from accumulus import api
+
+    reports = api.verify(store, variable, storage_options=_storage_options(endpoint_url))
+    failed = False
+    for report in reports:
+        if report.ok:
+            console.print(
+                f"{report.variable}: OK ({len(report.checked)} accumulation arrays match)"
+            )
+        else:
+            failed = True
+            for problem in report.problems:
+                err_console.print(f"[red]{report.variable}: {problem}[/]", soft_wrap=True)
+    if not reports:
+        console.print("no accumulation groups to verify")
+    if failed:
+        raise typer.Exit(1)
+
+
 # --- filters and convert (issue 4) ---
 
 
@@ -86,7 +353,7 @@ def convert(
     src: str = typer.Argument(..., help="NetCDF4/HDF5 file."),
     dest: str = typer.Argument(..., help="Zarr directory to create (must not exist)."),
     zarr_format: int = typer.Option(2, "--zarr-format", help="2 (default) or 3."),
-    codec: list[str] = typer.Option(  # noqa: B008 (typer's way of declaring a list option)
+    codec: list[str] = typer.Option(
         [],
         "--codec",
         help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",

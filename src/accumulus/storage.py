@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,21 +154,24 @@ def is_metadata_key(key: str) -> bool:
 
 class CountingStore(WrapperStore[Store]):
     """A store wrapper that counts requests and bytes, optionally adds latency per request,
-    and optionally caches whole-key reads (so one query never fetches a chunk twice).
+    and optionally keeps up to ``cache_bytes`` of whole-key reads (least recently used go
+    first), so that one query does not fetch a chunk twice.
 
     Synchronous I/O is switched off so that every request passes through the async methods
     here, where it is counted and delayed.
     """
 
-    def __init__(self, store: Store, *, latency: float = 0.0, cache: bool = False) -> None:
+    def __init__(self, store: Store, *, latency: float = 0.0, cache_bytes: int = 0) -> None:
         super().__init__(store)
         self.latency = latency
         self.counts = RequestCounts()
-        self._cache: dict[str, Buffer] | None = {} if cache else None
+        self.cache_bytes = cache_bytes
+        self._cache: OrderedDict[str, Buffer] = OrderedDict()
+        self._cached = 0
         self._lock = threading.Lock()
 
     def _with_store(self, store: Store) -> CountingStore:
-        return type(self)(store, latency=self.latency, cache=self._cache is not None)
+        return type(self)(store, latency=self.latency, cache_bytes=self.cache_bytes)
 
     @property
     def _supports_sync_io(self) -> bool:
@@ -176,8 +180,33 @@ class CountingStore(WrapperStore[Store]):
     def reset(self) -> None:
         with self._lock:
             self.counts = RequestCounts()
-            if self._cache is not None:
-                self._cache.clear()
+            self._cache.clear()
+            self._cached = 0
+
+    def _cache_get(self, key: str) -> Buffer | None:
+        with self._lock:
+            value = self._cache.get(key)
+            if value is not None:
+                self._cache.move_to_end(key)
+            return value
+
+    def _cache_put(self, key: str, value: Buffer) -> None:
+        if len(value) > self.cache_bytes:
+            return
+        with self._lock:
+            if key in self._cache:
+                return
+            self._cache[key] = value
+            self._cached += len(value)
+            while self._cached > self.cache_bytes:
+                _, old = self._cache.popitem(last=False)
+                self._cached -= len(old)
+
+    def _cache_drop(self, key: str) -> None:
+        with self._lock:
+            old = self._cache.pop(key, None)
+            if old is not None:
+                self._cached -= len(old)
 
     async def _delay(self) -> None:
         if self.latency > 0:
@@ -199,13 +228,15 @@ class CountingStore(WrapperStore[Store]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        if self._cache is not None and byte_range is None and key in self._cache:
-            return self._cache[key]
+        if byte_range is None and self.cache_bytes:
+            cached = self._cache_get(key)
+            if cached is not None:
+                return cached
         await self._delay()
         value = await self._store.get(key, prototype, byte_range)
         self._count_read(key, value)
-        if self._cache is not None and byte_range is None and value is not None:
-            self._cache[key] = value
+        if byte_range is None and self.cache_bytes and value is not None:
+            self._cache_put(key, value)
         return value
 
     async def get_partial_values(
@@ -245,8 +276,7 @@ class CountingStore(WrapperStore[Store]):
         await self._delay()
         await self._store.set(key, value)
         self._count_write(key, value)
-        if self._cache is not None:
-            self._cache.pop(key, None)
+        self._cache_drop(key)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         await self._delay()
@@ -261,8 +291,7 @@ class CountingStore(WrapperStore[Store]):
         await self._store.delete(key)
         with self._lock:
             self.counts.deletes.append(key)
-        if self._cache is not None:
-            self._cache.pop(key, None)
+        self._cache_drop(key)
 
     def _counted_listing(self, listing: AsyncIterator[str]) -> AsyncIterator[str]:
         with self._lock:

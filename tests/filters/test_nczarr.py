@@ -125,3 +125,31 @@ def test_our_stores_open_in_netcdf_c(our_store, mode):
                 assert mine.filters() == variable.filters() or variable.dtype is str, name
                 _same_attributes(mine, variable)
                 np.testing.assert_array_equal(mine[...], variable[...], err_msg=name)
+
+
+def _write_nczarr_cube(path, options) -> np.ndarray:
+    """A small time/lat/lon cube written by netcdf-c in NCZarr format."""
+    data = (np.arange(8 * 4 * 6) % 13).reshape(8, 4, 6).astype("f4")
+    with netCDF4.Dataset(f"file://{path}#mode=nczarr,file", "w") as ds:
+        for name, size in (("time", 8), ("lat", 4), ("lon", 6)):
+            ds.createDimension(name, size)
+        ds.createVariable("time", "f8", ("time",))[:] = np.arange(8)
+        ds["time"].units = "days since 2000-01-01"
+        ds.createVariable("lat", "f4", ("lat",))[:] = [-45, -15, 15, 45]
+        ds.createVariable("lon", "f4", ("lon",))[:] = np.arange(6) * 60
+        var = ds.createVariable("v", "f4", ("time", "lat", "lon"), chunksizes=(4, 4, 6), **options)
+        var[:] = data
+    return data
+
+
+@pytest.mark.parametrize("setting", ["deflate_shuffle", "zstd", "bzip2", "blosc"])
+def test_netcdf_c_stores_accumulate_and_average(setting, tmp_path):
+    from accumulus import api
+
+    data = _write_nczarr_cube(tmp_path / "cube.zarr", NETCDF_COMPRESSION[setting])
+    store = NCZarrCompatStore(LocalStore(tmp_path / "cube.zarr"))
+    api.accumulate(store, "v", dims=["time"], weights="none")
+    mean = api.average(
+        store, "v", over="time", ranges={"time": ("2000-01-03", "2000-01-06")}, weights="none"
+    )
+    np.testing.assert_allclose(mean.values, data[2:6].mean(axis=0), rtol=1e-6)

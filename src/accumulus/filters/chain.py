@@ -84,9 +84,7 @@ def for_dtype(
     registry = registry or default_registry()
     resolved = []
     for config in configs:
-        side = next(
-            (s for s in registry.codec_sides.values() if s.codec_id == config.get("id")), None
-        )
+        side = registry.find_codec_side(config.get("id"))
         resolved.append(side.for_dtype(dict(config), np.dtype(dtype)) if side else dict(config))
     return resolved
 

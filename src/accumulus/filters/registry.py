@@ -105,6 +105,10 @@ class FilterRegistry:
             "codec side from a package registering an accumulus.filters entry point"
         )
 
+    def find_codec_side(self, codec_id: str) -> CodecSide | None:
+        """The codec side whose codec id is ``codec_id``, if any."""
+        return next((s for s in self.codec_sides.values() if s.codec_id == codec_id), None)
+
     def codec_side_for(self, config: Mapping[str, Any]) -> CodecSide:
         """The codec side for a codec JSON dictionary, checked to have a string ``id``."""
         if not isinstance(config, Mapping):
@@ -112,9 +116,9 @@ class FilterRegistry:
         codec_id = config.get("id")
         if not isinstance(codec_id, str):
             raise FilterError(f"codec JSON {dict(config)} has no string 'id'")
-        for side in self.codec_sides.values():
-            if side.codec_id == codec_id:
-                return side
+        side = self.find_codec_side(codec_id)
+        if side is not None:
+            return side
         known = sorted(side.codec_id for side in self.codec_sides.values())
         raise FilterError(f"codec {codec_id!r} has no HDF5 filter mapping; known: {known}")
 

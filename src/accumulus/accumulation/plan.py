@@ -1,0 +1,189 @@
+"""The query plan: which accumulation entries and which raw boxes answer a query.
+
+A query sums a variable over the index box ``ranges`` (half-open, per dimension), reducing
+the dimensions ``over`` and keeping the others at full resolution. Along an accumulated
+dimension, accumulation entry ``k`` holds the sum over ``[0, positions[k])``, so the sum over
+``[p, q)`` for two positions ``p < q`` is ``entry(q) - entry(p)`` (``entry(0) = 0``); over
+several accumulated dimensions the same holds by inclusion-exclusion over the corners.
+
+``plan_query`` cuts the box, one dimension at a time, into the part between the innermost
+positions (answered from an accumulation) and the thin slabs left at either end, and plans
+each slab the same way with whatever accumulation still spans it; what no accumulation spans
+is read raw. A chunk-aligned box therefore reads no raw data, and an unaligned one reads raw
+data only in its partial boundary chunks. Parts outside the extent the accumulations cover
+are read raw, so a plan never returns sums the accumulations do not hold.
+
+Everything here is pure: a plan is data you can print and test.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from math import prod
+
+Box = dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class AccumulationLayout:
+    """Where one accumulation's entries end, per accumulated dimension, and what it covers."""
+
+    dims: tuple[str, ...]
+    positions: Mapping[str, tuple[int, ...]]  # entry k sums raw indices [0, positions[dim][k])
+    coverage: Mapping[str, int]  # raw extent the sums cover, per variable dimension
+
+
+@dataclass(frozen=True)
+class Read:
+    """One term of a plan: ``sign`` x the sums of a box from one source.
+
+    ``source`` is the accumulated dimensions of the accumulation read, or ``()`` for raw data.
+    ``entries`` gives the entry index along each accumulated dimension; ``box`` the raw index
+    range along every other dimension.
+    """
+
+    source: tuple[str, ...]
+    sign: int
+    entries: Mapping[str, int]
+    box: Mapping[str, tuple[int, int]]
+
+    @property
+    def is_raw(self) -> bool:
+        return not self.source
+
+    def describe(self) -> str:
+        parts = [f"{d}@{k}" for d, k in self.entries.items()]
+        parts += [f"{d}[{a}:{b}]" for d, (a, b) in self.box.items()]
+        what = "raw" if self.is_raw else "acc(" + ",".join(self.source) + ")"
+        return f"{'+' if self.sign > 0 else '-'} {what} " + " ".join(parts)
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    dims: tuple[str, ...]
+    over: tuple[str, ...]
+    ranges: Mapping[str, tuple[int, int]]
+    reads: tuple[Read, ...] = field(default_factory=tuple)
+
+    @property
+    def raw_reads(self) -> list[Read]:
+        return [r for r in self.reads if r.is_raw]
+
+    @property
+    def accumulation_reads(self) -> list[Read]:
+        return [r for r in self.reads if not r.is_raw]
+
+    def raw_elements(self) -> int:
+        return sum(prod(b - a for a, b in r.box.values()) for r in self.raw_reads)
+
+    def describe(self) -> str:
+        return "\n".join(r.describe() for r in self.reads) or "(empty)"
+
+
+def plan_query(
+    dims: Sequence[str],
+    ranges: Mapping[str, tuple[int, int]],
+    over: Iterable[str],
+    layouts: Sequence[AccumulationLayout] = (),
+) -> QueryPlan:
+    """Plan the sums over ``ranges`` reduced along ``over`` from ``layouts`` and raw reads.
+
+    Only accumulations whose dimensions are all in ``over`` can help: the others would sum
+    away a dimension the answer keeps.
+    """
+    over_set = set(over)
+    box: Box = {d: tuple(ranges[d]) for d in dims}
+    reads: list[Read] = []
+    if any(b <= a for a, b in box.values()):
+        return QueryPlan(tuple(dims), tuple(d for d in dims if d in over_set), dict(box), ())
+    usable = [lay for lay in layouts if set(lay.dims) <= over_set]
+    inside = _split_off_uncovered(box, usable, reads)
+    if inside is not None:
+        _plan_box(inside, usable, reads)
+    return QueryPlan(tuple(dims), tuple(d for d in dims if d in over_set), dict(box), tuple(reads))
+
+
+def _split_off_uncovered(box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]):
+    """Plan raw reads for the parts of ``box`` beyond the accumulations' coverage and return
+    the covered rest (None when nothing is covered)."""
+    if not layouts:
+        return box
+    coverage = {d: min(lay.coverage.get(d, 0) for lay in layouts) for d in box}
+    rest = dict(box)
+    for dim, (lo, hi) in box.items():
+        limit = coverage[dim]
+        if hi <= limit:
+            continue
+        if lo >= limit:
+            reads.append(Read((), 1, {}, rest))
+            return None
+        reads.append(Read((), 1, {}, {**rest, dim: (limit, hi)}))
+        rest[dim] = (lo, limit)
+    return rest
+
+
+def _inner_span(positions: Sequence[int], lo: int, hi: int) -> tuple[int, int] | None:
+    """The widest [p, q) inside [lo, hi) with p, q in {0} ∪ positions, or None."""
+    points = (0, *positions)
+    i = bisect.bisect_left(points, lo)
+    j = bisect.bisect_right(points, hi) - 1
+    if i >= len(points) or j < 0 or points[j] <= points[i]:
+        return None
+    return points[i], points[j]
+
+
+def _plan_box(box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]) -> None:
+    best: tuple[tuple[int, int], AccumulationLayout, dict[str, tuple[int, int]]] | None = None
+    for layout in layouts:
+        spans = {}
+        for dim in layout.dims:
+            span = _inner_span(layout.positions[dim], *box[dim])
+            if span is None:
+                break
+            spans[dim] = span
+        else:
+            # Prefer accumulations that reduce more dimensions at once, then the widest span.
+            score = (len(layout.dims), prod(q - p for p, q in spans.values()))
+            if best is None or score > best[0]:
+                best = (score, layout, spans)
+    if best is None:
+        reads.append(Read((), 1, {}, dict(box)))
+        return
+    _, layout, spans = best
+    _add_corners(box, layout, spans, reads)
+    # The slabs left at either end of each accumulated dimension, taken in turn so the
+    # pieces do not overlap.
+    rest = dict(box)
+    for dim in layout.dims:
+        lo, hi = box[dim]
+        p, q = spans[dim]
+        if lo < p:
+            _plan_box({**rest, dim: (lo, p)}, layouts, reads)
+        if q < hi:
+            _plan_box({**rest, dim: (q, hi)}, layouts, reads)
+        rest[dim] = (p, q)
+
+
+def _add_corners(
+    box: Box,
+    layout: AccumulationLayout,
+    spans: Mapping[str, tuple[int, int]],
+    reads: list[Read],
+) -> None:
+    """Inclusion-exclusion: sum over ∏[p, q) = Σ over corners of ± entry(corner)."""
+    choices = []
+    for dim in layout.dims:
+        p, q = spans[dim]
+        index = {pos: k for k, pos in enumerate(layout.positions[dim])}
+        ends = [(index[q], 1)]
+        if p > 0:
+            ends.append((index[p], -1))
+        choices.append(ends)
+    others = {d: r for d, r in box.items() if d not in layout.dims}
+    for corner in itertools.product(*choices):
+        sign = prod(s for _, s in corner)
+        entries = {d: k for d, (k, _) in zip(layout.dims, corner, strict=True)}
+        reads.append(Read(layout.dims, sign, entries, others))

@@ -1,0 +1,328 @@
+"""ZEP 5 layout: names, the ``_ACCUMULATION_GROUP`` tree, array attributes, JSON schemas.
+
+A variable ``V`` with dimensions ``D`` gets a group ``V_accumulation_group`` beside it. Its
+attribute ``_ACCUMULATION_GROUP`` is the recursive tree of ZEP 5: keys are dimension names in
+``D``'s order, every ordered combination is present, a combination that is not accumulated is
+``{}``, and a leaf names its arrays under ``_DATA_WEIGHTED``, ``_DATA_UNWEIGHTED`` and
+``_WEIGHTS``. Each array carries ``_ARRAY_DIMENSIONS`` and ``_ACCUMULATION_STRIDE``.
+
+What ZEP 5 has no key for lives in one extra group attribute, ``accumulus`` (the schema allows
+extra top-level attributes): the weights used, the raw extent covered, whether the build
+finished, and the arrays of valid-value counts that unweighted means need when the weights
+are not all one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from itertools import combinations
+from typing import Any
+
+import jsonschema
+
+from accumulus.errors import AccumulusError
+
+GROUP_SUFFIX = "_accumulation_group"
+TREE_KEY = "_ACCUMULATION_GROUP"
+EXTENSION_KEY = "accumulus"
+FORMAT_VERSION = 1
+
+# The sums an accumulation can hold. ZEP 5 names three; "count" (valid values) is ours.
+WSUM = "wsum"  # Σ w·x   _DATA_WEIGHTED
+WCOUNT = "wcount"  # Σ w     _WEIGHTS
+SUM = "sum"  # Σ x     _DATA_UNWEIGHTED
+COUNT = "count"  # Σ 1     (with weights "none" this is _WEIGHTS)
+ZEP5_KEYS = {WSUM: "_DATA_WEIGHTED", WCOUNT: "_WEIGHTS", SUM: "_DATA_UNWEIGHTED"}
+_TERM_OF_KEY = {v: k for k, v in ZEP5_KEYS.items()}
+
+_ARRAY_PREFIX = {WSUM: "acc", WCOUNT: "acc_wt", SUM: "acc_uw", COUNT: "acc_n"}
+
+
+def group_name(variable: str) -> str:
+    return f"{variable}{GROUP_SUFFIX}"
+
+
+def array_name(term: str, dims: Sequence[str]) -> str:
+    """Accumulation array names in the style of the ZEP 5 example: acc_lat_lon, acc_wt_time."""
+    return f"{_ARRAY_PREFIX[term]}_{'_'.join(dims)}"
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """One accumulated combination of dimensions and the arrays holding its prefix sums."""
+
+    dims: tuple[str, ...]  # accumulated dimensions, in the variable's order
+    strides: tuple[int, ...]  # one per accumulated dimension, >= 1
+    arrays: Mapping[str, str]  # term (WSUM, WCOUNT, SUM, COUNT) -> array name in the group
+    array_dims: tuple[str, ...]  # _ARRAY_DIMENSIONS of those arrays: a permutation of D
+
+    def stride(self, dim: str) -> int:
+        return self.strides[self.dims.index(dim)]
+
+    @property
+    def key(self) -> str:
+        return ",".join(self.dims)
+
+
+@dataclass(frozen=True)
+class AccumulationGroup:
+    """What a variable's accumulation group holds, read from (or about to be written to) a store."""
+
+    variable: str
+    variable_dims: tuple[str, ...]
+    accumulations: tuple[Accumulation, ...]
+    weights: str  # "area", "none", "array:<name>", or "unknown" for groups of other producers
+    coverage: Mapping[str, int]  # raw extent covered, per variable dimension
+    complete: bool = True
+    producer: str = "accumulus"
+
+    @property
+    def path(self) -> str:
+        return group_name(self.variable)
+
+    def find(self, dims: Iterable[str]) -> Accumulation | None:
+        wanted = set(dims)
+        return next((a for a in self.accumulations if set(a.dims) == wanted), None)
+
+    def config(self) -> dict[str, Any]:
+        """What a user chose when building: compared to refuse silent reconfiguration."""
+        return {
+            "weights": self.weights,
+            "accumulations": sorted([list(a.dims), list(a.strides)] for a in self.accumulations),
+        }
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """A user's choice of combinations, strides and weights for one variable."""
+
+    combinations: tuple[tuple[str, ...], ...]
+    strides: Mapping[str, int] = field(default_factory=dict)
+    weights: str = "none"
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def make_group(
+    variable: str,
+    variable_dims: Sequence[str],
+    request: BuildRequest,
+    coverage: Mapping[str, int],
+) -> AccumulationGroup:
+    """The group a build request describes (array names, strides, term set)."""
+    dims = tuple(variable_dims)
+    unit_weights = request.weights == "none"
+    accumulations = []
+    for combo in request.combinations:
+        ordered = tuple(d for d in dims if d in combo)
+        if unit_weights:
+            # w = 1: Σw·x is Σx and Σw is the count, so two arrays serve all four sums.
+            data, count = array_name(WSUM, ordered), array_name(COUNT, ordered)
+            arrays = {WSUM: data, SUM: data, WCOUNT: count, COUNT: count}
+        else:
+            arrays = {t: array_name(t, ordered) for t in (WSUM, WCOUNT, SUM, COUNT)}
+        strides = tuple(int(request.strides.get(d, 1)) for d in ordered)
+        accumulations.append(Accumulation(ordered, strides, arrays, dims))
+    return AccumulationGroup(
+        variable=variable,
+        variable_dims=dims,
+        accumulations=tuple(accumulations),
+        weights=request.weights,
+        coverage=dict(coverage),
+        complete=False,
+    )
+
+
+def accumulation_tree(variable_dims: Sequence[str], accumulations: Sequence[Accumulation]) -> dict:
+    """The ZEP 5 ``_ACCUMULATION_GROUP`` tree: every ordered combination, ``{}`` where unused."""
+    by_dims = {a.dims: a for a in accumulations}
+
+    def node(prefix: tuple[str, ...], rest: Sequence[str]) -> dict:
+        out: dict[str, Any] = {}
+        acc = by_dims.get(prefix)
+        if acc is not None:
+            out.update({ZEP5_KEYS[t]: acc.arrays[t] for t in ZEP5_KEYS if t in acc.arrays})
+        for i, dim in enumerate(rest):
+            out[dim] = node((*prefix, dim), rest[i + 1 :])
+        return out
+
+    return node((), tuple(variable_dims))
+
+
+def group_attributes(group: AccumulationGroup) -> dict[str, Any]:
+    counts = {a.key: a.arrays[COUNT] for a in group.accumulations if COUNT in a.arrays}
+    return {
+        TREE_KEY: accumulation_tree(group.variable_dims, group.accumulations),
+        EXTENSION_KEY: {
+            "version": FORMAT_VERSION,
+            "variable": group.variable,
+            "weights": group.weights,
+            "coverage": dict(group.coverage),
+            "complete": group.complete,
+            "counts": counts,
+        },
+    }
+
+
+def array_attributes(acc: Accumulation) -> dict[str, Any]:
+    return {
+        "_ARRAY_DIMENSIONS": list(acc.array_dims),
+        "_ACCUMULATION_STRIDE": [acc.stride(d) if d in acc.dims else 0 for d in acc.array_dims],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and validating
+
+
+@cache
+def _schema(name: str) -> dict:
+    text = resources.files("accumulus.accumulation").joinpath("schemas", name).read_text()
+    return json.loads(text)
+
+
+def validate_group_attributes(attrs: Mapping[str, Any], where: str) -> None:
+    _validate(attrs, _schema("group.schema.json"), where)
+
+
+def validate_array_attributes(attrs: Mapping[str, Any], where: str) -> None:
+    _validate(attrs, _schema("array.schema.json"), where)
+    dims, strides = attrs["_ARRAY_DIMENSIONS"], attrs["_ACCUMULATION_STRIDE"]
+    if len(dims) != len(strides):
+        raise AccumulusError(
+            f"{where}: _ACCUMULATION_STRIDE has {len(strides)} entries but _ARRAY_DIMENSIONS "
+            f"has {len(dims)}; they must have the same length"
+        )
+    if any(s < 0 for s in strides):
+        raise AccumulusError(f"{where}: _ACCUMULATION_STRIDE must be >= 0, got {strides}")
+
+
+def _validate(instance: Mapping[str, Any], schema: dict, where: str) -> None:
+    try:
+        jsonschema.validate(dict(instance), schema)
+    except jsonschema.ValidationError as exc:
+        at = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
+        raise AccumulusError(
+            f"{where}: attributes do not follow the ZEP 5 schema at {at}: {exc.message}"
+        ) from None
+
+
+def tree_leaves(tree: Mapping[str, Any]) -> dict[tuple[str, ...], dict[str, str]]:
+    """Every accumulated combination in a ``_ACCUMULATION_GROUP`` tree: dims -> {term: array}."""
+    leaves: dict[tuple[str, ...], dict[str, str]] = {}
+
+    def walk(node: Mapping[str, Any], path: tuple[str, ...]) -> None:
+        terms = {_TERM_OF_KEY[k]: v for k, v in node.items() if k in _TERM_OF_KEY}
+        if terms:
+            leaves[path] = terms
+        for key, child in node.items():
+            if key not in _TERM_OF_KEY:
+                walk(child, (*path, key))
+
+    walk(tree, ())
+    return leaves
+
+
+def parse_group(
+    variable: str,
+    variable_dims: Sequence[str],
+    attrs: Mapping[str, Any],
+    array_attrs: Callable[[str], Mapping[str, Any] | None],
+) -> AccumulationGroup:
+    """Read a variable's accumulation group from its attributes.
+
+    ``array_attrs(name)`` returns the attributes of the group's array ``name`` (None when the
+    array is missing). Groups written by other producers (the ZEP 5 reference generator) lack
+    our ``accumulus`` attribute: their coverage is then derived by the caller from the array
+    shapes, and their weights are "unknown".
+    """
+    where = group_name(variable)
+    validate_group_attributes(attrs, where)
+    dims = tuple(variable_dims)
+    accumulations = []
+    for path, terms in tree_leaves(attrs[TREE_KEY]).items():
+        unknown = [d for d in path if d not in dims]
+        if unknown:
+            raise AccumulusError(
+                f"{where}: the accumulation tree names dimension(s) {unknown} that variable "
+                f"{variable!r} does not have (its dimensions are {list(dims)})"
+            )
+        ordered = tuple(d for d in dims if d in path)
+        arrays = dict(terms)
+        extension = attrs.get(EXTENSION_KEY, {})
+        count_name = extension.get("counts", {}).get(",".join(ordered))
+        if count_name:
+            arrays[COUNT] = count_name
+        elif extension.get("weights") == "none" and WCOUNT in arrays:
+            arrays[COUNT] = arrays[WCOUNT]
+        array_dims, strides = None, None
+        for name in set(arrays.values()):
+            a_attrs = array_attrs(name)
+            if a_attrs is None:
+                raise AccumulusError(
+                    f"{where}: array {name!r} named in the accumulation tree for {list(ordered)} "
+                    "is missing"
+                )
+            validate_array_attributes(a_attrs, f"{where}/{name}")
+            a_dims = tuple(a_attrs["_ARRAY_DIMENSIONS"])
+            if sorted(a_dims) != sorted(dims):
+                raise AccumulusError(
+                    f"{where}/{name}: _ARRAY_DIMENSIONS {list(a_dims)} is not a permutation of "
+                    f"the dimensions of {variable!r} {list(dims)}"
+                )
+            stride_of = dict(zip(a_dims, a_attrs["_ACCUMULATION_STRIDE"], strict=True))
+            these = tuple(stride_of[d] for d in ordered)
+            if any(s <= 0 for s in these) or any(
+                stride_of[d] != 0 for d in dims if d not in ordered
+            ):
+                raise AccumulusError(
+                    f"{where}/{name}: _ACCUMULATION_STRIDE {a_attrs['_ACCUMULATION_STRIDE']} "
+                    f"must be > 0 exactly on the accumulated dimensions {list(ordered)}"
+                )
+            if array_dims is None:
+                array_dims, strides = a_dims, these
+            elif (a_dims, these) != (array_dims, strides):
+                raise AccumulusError(
+                    f"{where}/{name}: dimensions or strides differ from the other arrays of "
+                    f"the {list(ordered)} accumulation"
+                )
+        assert array_dims is not None and strides is not None
+        accumulations.append(Accumulation(ordered, strides, arrays, array_dims))
+    extension = attrs.get(EXTENSION_KEY)
+    if extension is None:
+        return AccumulationGroup(
+            variable=variable,
+            variable_dims=dims,
+            accumulations=tuple(accumulations),
+            weights="unknown",
+            coverage={},
+            complete=True,
+            producer="foreign",
+        )
+    return AccumulationGroup(
+        variable=variable,
+        variable_dims=dims,
+        accumulations=tuple(accumulations),
+        weights=str(extension.get("weights", "unknown")),
+        coverage={d: int(n) for d, n in extension.get("coverage", {}).items()},
+        complete=bool(extension.get("complete", False)),
+    )
+
+
+def default_combinations(dims: Sequence[str], lat: str | None, lon: str | None) -> list[tuple]:
+    """Every dimension alone, plus latitude+longitude together when both exist."""
+    combos: list[tuple[str, ...]] = [(d,) for d in dims]
+    if lat and lon:
+        combos.append(tuple(d for d in dims if d in (lat, lon)))
+    return combos
+
+
+def all_combinations(dims: Sequence[str]) -> list[tuple[str, ...]]:
+    """Every non-empty ordered combination of dims (used by tests and `--dims all`)."""
+    return [c for r in range(1, len(dims) + 1) for c in combinations(dims, r)]

@@ -1,0 +1,90 @@
+"""``accumulus inspect``: what a cube holds, as a JSON-able dictionary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import zarr
+
+from accumulus.accumulation import spec
+from accumulus.cube import Cube
+from accumulus.grid import array_bounds
+
+
+def _codecs(array: zarr.Array) -> list[dict[str, Any]]:
+    metadata = array.metadata
+    if metadata.zarr_format == 2:
+        chain = [*(metadata.filters or ()), *([metadata.compressor] if metadata.compressor else [])]
+        return [c.get_config() for c in chain]
+    return [c.to_dict() for c in metadata.codecs]
+
+
+def _chunk_grid(array: zarr.Array) -> dict[str, Any]:
+    bounds = array_bounds(array)
+    if all(b.is_regular for b in bounds):
+        return {"type": "regular", "chunks": [max(b.sizes, default=0) for b in bounds]}
+    return {"type": "rectilinear", "chunk_sizes": [list(b.sizes) for b in bounds]}
+
+
+def describe_array(array: zarr.Array, dims: list[str]) -> dict[str, Any]:
+    return {
+        "path": array.path,
+        "dims": dims,
+        "shape": list(array.shape),
+        "dtype": str(array.dtype),
+        "chunk_grid": _chunk_grid(array),
+        "codecs": _codecs(array),
+        "bytes": int(array.nbytes),
+        "bytes_stored": int(array.nbytes_stored()),
+    }
+
+
+def _dims(array: zarr.Array) -> list[str]:
+    names = getattr(array.metadata, "dimension_names", None)
+    return list(names) if names else list(array.attrs.get("_ARRAY_DIMENSIONS", []))
+
+
+def describe_cube(cube: Cube) -> dict[str, Any]:
+    arrays = [
+        describe_array(a, _dims(a)) for _, a in sorted(cube.root.arrays(), key=lambda x: x[0])
+    ]
+    groups = []
+    for name in cube.data_variables:
+        group = cube.accumulation_group(name)
+        if group is None:
+            continue
+        var = cube.variable(name)
+        accumulations = []
+        for acc in group.accumulations:
+            accumulations.append(
+                {
+                    "dims": list(acc.dims),
+                    "strides": list(acc.strides),
+                    "arrays": {
+                        t: describe_array(cube.accumulation_array(name, n), list(acc.array_dims))
+                        for t, n in sorted(acc.arrays.items())
+                    },
+                }
+            )
+        groups.append(
+            {
+                "variable": name,
+                "path": spec.group_name(name),
+                "producer": group.producer,
+                "weights": group.weights,
+                "complete": group.complete,
+                "coverage": {
+                    d: {"covered": int(group.coverage.get(d, 0)), "size": n}
+                    for d, n in zip(var.dims, var.shape, strict=True)
+                },
+                "accumulations": accumulations,
+            }
+        )
+    return {
+        "store": cube.label,
+        "zarr_format": cube.zarr_format,
+        "consolidated": cube.consolidated,
+        "dimensions": {str(d): int(n) for d, n in cube.raw.sizes.items()},
+        "arrays": arrays,
+        "accumulation_groups": groups,
+    }
