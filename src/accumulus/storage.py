@@ -23,6 +23,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import FsspecStore, LocalStore, MemoryStore, WrapperStore, ZipStore
 
 from accumulus.errors import AccumulusError
+from accumulus.filters.nczarr import NCZarrCompatStore
 
 Mode = Literal["r", "r+", "w"]
 
@@ -51,10 +52,14 @@ def open_store(
     ``mode``: "r" read-only (the store must exist), "r+" read-write (must exist),
     "w" read-write, created if missing. ``storage_options`` go to fsspec for ``s3://``;
     the endpoint comes from ``endpoint_url`` there or ``AWS_ENDPOINT_URL``.
+    Stores written by netcdf-c are read right (see ``filters.nczarr``).
     """
     if isinstance(url, Store):
         return url
-    text = os.fspath(url)
+    return NCZarrCompatStore(_open(os.fspath(url), mode, storage_options))
+
+
+def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Store:
     read_only = mode == "r"
     must_exist = mode in ("r", "r+")
     if text.startswith("memory://"):

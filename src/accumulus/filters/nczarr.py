@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import WrapperStore
 
 
@@ -49,11 +49,6 @@ def normalize_consolidated(document: dict[str, Any]) -> dict[str, Any]:
 class NCZarrCompatStore(WrapperStore[Store]):
     """A read-through wrapper that serves normalized v2 array metadata."""
 
-    @property
-    def _supports_sync_io(self) -> bool:
-        # Route every read through ``get`` below so no metadata bypasses the fix.
-        return False
-
     def _with_store(self, store: Store) -> NCZarrCompatStore:
         return type(self)(store)
 
@@ -61,12 +56,28 @@ class NCZarrCompatStore(WrapperStore[Store]):
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         value = await self._store.get(key, prototype, byte_range)
-        name = key.rsplit("/", 1)[-1]
-        if value is None or byte_range is not None or name not in (".zarray", ".zmetadata"):
-            return value
-        document = json.loads(value.to_bytes())
-        normalize = normalize_zarray if name == ".zarray" else normalize_consolidated
-        fixed = normalize(document)
-        if fixed == document:
-            return value
-        return prototype.buffer.from_bytes(json.dumps(fixed).encode())
+        return _normalized(key, value, prototype, byte_range)
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        value = super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        return _normalized(key, value, prototype or default_buffer_prototype(), byte_range)
+
+
+def _normalized(
+    key: str, value: Buffer | None, prototype: BufferPrototype, byte_range: ByteRequest | None
+) -> Buffer | None:
+    name = key.rsplit("/", 1)[-1]
+    if value is None or byte_range is not None or name not in (".zarray", ".zmetadata"):
+        return value
+    document = json.loads(value.to_bytes())
+    normalize = normalize_zarray if name == ".zarray" else normalize_consolidated
+    fixed = normalize(document)
+    if fixed == document:
+        return value
+    return prototype.buffer.from_bytes(json.dumps(fixed).encode())
