@@ -162,6 +162,16 @@ def is_metadata_key(key: str) -> bool:
     return key.rsplit("/", 1)[-1] in _METADATA_NAMES
 
 
+@dataclass
+class _CountingState:
+    """Totals and cache, shared by a CountingStore and the views zarr derives from it."""
+
+    counts: RequestCounts = field(default_factory=RequestCounts)
+    cache: OrderedDict[str, Buffer] = field(default_factory=OrderedDict)
+    cached: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 class CountingStore(WrapperStore[Store]):
     """A store wrapper that counts requests and bytes, optionally adds latency per request,
     and optionally keeps up to ``cache_bytes`` of whole-key reads (least recently used go
@@ -174,14 +184,27 @@ class CountingStore(WrapperStore[Store]):
     def __init__(self, store: Store, *, latency: float = 0.0, cache_bytes: int = 0) -> None:
         super().__init__(store)
         self.latency = latency
-        self.counts = RequestCounts()
         self.cache_bytes = cache_bytes
-        self._cache: OrderedDict[str, Buffer] = OrderedDict()
-        self._cached = 0
-        self._lock = threading.Lock()
+        self._state = _CountingState()
 
     def _with_store(self, store: Store) -> CountingStore:
-        return type(self)(store, latency=self.latency, cache_bytes=self.cache_bytes)
+        # zarr makes read-only (or other) views of a store through this; they must count
+        # into the same totals, or requests made through a view would go unseen.
+        view = type(self)(store, latency=self.latency, cache_bytes=self.cache_bytes)
+        view._state = self._state
+        return view
+
+    @property
+    def counts(self) -> RequestCounts:
+        return self._state.counts
+
+    @property
+    def _cache(self) -> OrderedDict[str, Buffer]:
+        return self._state.cache
+
+    @property
+    def _lock(self) -> threading.Lock:
+        return self._state.lock
 
     @property
     def _supports_sync_io(self) -> bool:
@@ -189,9 +212,9 @@ class CountingStore(WrapperStore[Store]):
 
     def reset(self) -> None:
         with self._lock:
-            self.counts = RequestCounts()
+            self._state.counts = RequestCounts()
             self._cache.clear()
-            self._cached = 0
+            self._state.cached = 0
 
     def _cache_get(self, key: str) -> Buffer | None:
         with self._lock:
@@ -207,16 +230,16 @@ class CountingStore(WrapperStore[Store]):
             if key in self._cache:
                 return
             self._cache[key] = value
-            self._cached += len(value)
-            while self._cached > self.cache_bytes:
+            self._state.cached += len(value)
+            while self._state.cached > self.cache_bytes:
                 _, old = self._cache.popitem(last=False)
-                self._cached -= len(old)
+                self._state.cached -= len(old)
 
     def _cache_drop(self, key: str) -> None:
         with self._lock:
             old = self._cache.pop(key, None)
             if old is not None:
-                self._cached -= len(old)
+                self._state.cached -= len(old)
 
     async def _delay(self) -> None:
         if self.latency > 0:
