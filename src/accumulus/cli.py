@@ -48,23 +48,36 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _progress_bar(description: str):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+class _ProgressBar:
+    """A rich progress bar on stderr, shown only once work starts (so an early error stays
+    one line). Call it as ``report(done, total)``; use it as a context manager."""
 
-    bar = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=False,
-    )
-    task = bar.add_task(description, total=None)
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self._bar = None
+        self._task = None
 
-    def report(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    return bar, report
+            self._bar = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.description, total=total)
+        self._bar.update(self._task, completed=done, total=total)
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 @app.command()
@@ -95,8 +108,7 @@ def accumulate(
     strides = {
         k: _positive_int(v, f"--stride {k}") for k, v in _pairs(stride or [], "--stride").items()
     }
-    bar, report = _progress_bar(f"accumulating {variable}")
-    with bar:
+    with _ProgressBar(f"accumulating {variable}") as report:
         result = api.accumulate(
             store,
             variable,

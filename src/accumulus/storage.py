@@ -20,7 +20,7 @@ from typing import Any, Literal
 import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import FsspecStore, LocalStore, MemoryStore, WrapperStore, ZipStore
+from zarr.storage import FsspecStore, LocalStore, WrapperStore, ZipStore
 
 from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
@@ -30,11 +30,6 @@ Mode = Literal["r", "r+", "w"]
 # ZEP 3 variable chunking: zarr-python reads and writes rectilinear chunk grids only when this
 # experimental setting is on. accumulus turns it on so its users need not.
 zarr.config.set({"array.rectilinear_chunks": True})
-
-# memory:// stores live for the life of the process, shared by name, so that
-# `memory://demo` means the same store to every call (as fsspec's memory filesystem does).
-_MEMORY_STORES: dict[str, dict[str, Buffer]] = {}
-_MEMORY_LOCK = threading.Lock()
 
 
 class StoreNotFoundError(AccumulusError):
@@ -82,14 +77,14 @@ def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Stor
     return LocalStore(path, read_only=read_only)
 
 
-def _open_memory(url: str, must_exist: bool, read_only: bool) -> MemoryStore:
-    name = url.removeprefix("memory://")
-    with _MEMORY_LOCK:
-        if name not in _MEMORY_STORES:
-            if must_exist:
-                raise StoreNotFoundError(f"store not found: {url} (no memory store of that name)")
-            _MEMORY_STORES[name] = {}
-        return MemoryStore(_MEMORY_STORES[name], read_only=read_only)
+def _open_memory(url: str, must_exist: bool, read_only: bool) -> FsspecStore:
+    """fsspec's in-process memory filesystem, the one ``xarray.to_zarr("memory://...")``
+    writes to, so both see the same store."""
+    import fsspec
+
+    if must_exist and not fsspec.filesystem("memory").exists(url.removeprefix("memory://")):
+        raise StoreNotFoundError(f"store not found: {url} (no memory store of that name)")
+    return FsspecStore.from_url(url, read_only=read_only)
 
 
 def _open_zip(path: Path, mode: Mode) -> ZipStore:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import zarr
-from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 import accumulus
 from accumulus.storage import CountingStore, is_metadata_key, open_store
+from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 CHUNKS = {"time": 8, "lat": 5, "lon": 6}
 

@@ -64,6 +64,7 @@ def build_accumulations(
     started = time.perf_counter()
     var = cube.variable(variable)
     check_request(var, request)
+    compute.check_scheduler(scheduler)
     coverage = final_coverage(cube, var)
     wanted = spec.make_group(variable, var.dims, request, coverage)
     existing = cube.accumulation_group(variable)
@@ -92,6 +93,9 @@ def build_accumulations(
     root = _writable_root(cube)
     group = _create_group(root, wanted)
     targets = _create_arrays(group, var, wanted)
+    if cube.consolidated:
+        # Readers see the group at once, marked incomplete, and ignore it until it is done.
+        zarr.consolidate_metadata(cube.store)
     sources = _accumulation_sources(var, wanted, weights_of(cube, var, wanted))
     # Dask chunks match the target chunks, so no two tasks write the same chunk.
     writes = [

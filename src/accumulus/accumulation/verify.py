@@ -158,7 +158,10 @@ def _checks(
             dims=acc.array_dims,
         ).isel({d: slice(0, window[d]) for d in acc.array_dims})
         want = expected.sel(term=term, drop=True)
-        tolerance = RTOL * expected.sel(term=f"abs_{term}", drop=True) + 1e-300
+        # Sums stored in float32 (as the ZEP 5 reference generator does) carry its rounding.
+        dtype = arrays[name].dtype
+        rtol = max(RTOL, 16 * np.finfo(dtype).eps) if dtype.kind == "f" else RTOL
+        tolerance = rtol * expected.sel(term=f"abs_{term}", drop=True) + 1e-300
         bad = ~(abs(stored - want) <= tolerance)
         checks.append(_Check(name, acc, stored, want, bad))
     return checks
