@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 from distributed import LocalCluster
 
 import accumulus
+from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 
 @pytest.fixture
