@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -334,3 +335,12 @@ class CountingStore(WrapperStore[Store]):
 
     def list_dir(self, prefix: str) -> AsyncIterator[str]:
         return self._counted_listing(self._store.list_dir(prefix))
+
+
+def consolidate(store: Store) -> None:
+    """Refresh consolidated metadata (last step of every write). Zarr v3 warns that
+    consolidated metadata is not in its specification yet; we rely on it knowingly, as
+    xarray does, so the warning is not repeated to our users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        zarr.consolidate_metadata(store)
