@@ -69,4 +69,3 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "accumulus", *args], capture_output=True, text=True, check=False
     )
-

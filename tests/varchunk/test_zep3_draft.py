@@ -109,11 +109,15 @@ def test_accumulate_and_average_on_a_draft_store(seed_store):
     accumulus.accumulate(str(seed_store), "x", [("a",), ("b",)], weights="none")
     # a = 15..29 are exactly chunk 3 of axis 0: prefix sums only.
     result = accumulus.query(str(seed_store), "x", "a", {"a": (15, 29)})
-    np.testing.assert_allclose(result.data.values, VALUES[15:30].astype("f8").mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(
+        result.data.values, VALUES[15:30].astype("f8").mean(axis=0), rtol=1e-12
+    )
     assert result.stats.raw_chunks_read == 0
     # a = 17..40 cuts chunks 3 and 4 of axis 0: raw reads there, one per b chunk.
     result = accumulus.query(str(seed_store), "x", "a", {"a": (17, 40)})
-    np.testing.assert_allclose(result.data.values, VALUES[17:41].astype("f8").mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(
+        result.data.values, VALUES[17:41].astype("f8").mean(axis=0), rtol=1e-12
+    )
     assert result.stats.raw_chunks_read == 2 * 10
     assert all(r.ok for r in accumulus.verify(str(seed_store), "x"))
 
