@@ -48,23 +48,36 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _progress_bar(description: str):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+class _ProgressBar:
+    """A rich progress bar on stderr, shown only once work starts (so an early error stays
+    one line). Call it as ``report(done, total)``; use it as a context manager."""
 
-    bar = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=False,
-    )
-    task = bar.add_task(description, total=None)
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self._bar = None
+        self._task = None
 
-    def report(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    return bar, report
+            self._bar = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.description, total=total)
+        self._bar.update(self._task, completed=done, total=total)
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 @app.command()
@@ -95,8 +108,7 @@ def accumulate(
     strides = {
         k: _positive_int(v, f"--stride {k}") for k, v in _pairs(stride or [], "--stride").items()
     }
-    bar, report = _progress_bar(f"accumulating {variable}")
-    with bar:
+    with _ProgressBar(f"accumulating {variable}") as report:
         result = api.accumulate(
             store,
             variable,
@@ -398,26 +410,16 @@ def rechunk(
     from accumulus.chunking import parse_chunk_rules
     from accumulus.rechunk import rechunk as rechunk_cube
 
-    bar, report = _progress_bar("rechunking")
-
-    def start_then_report(done: int, total: int) -> None:
-        # The bar appears when copying starts: a rejected --chunks prints only its error.
-        if not bar.live.is_started:
-            bar.start()
-        report(done, total)
-
-    try:
+    with _ProgressBar("rechunking") as report:
         result = rechunk_cube(
             src,
             dest,
             chunks,
             zarr_format,
             scheduler=scheduler,
-            progress=start_then_report,
+            progress=report,
             storage_options=_storage_options(endpoint_url),
         )
-    finally:
-        bar.stop()
     named = set(parse_chunk_rules(chunks))
     for path, sizes in result.chunks.items():
         if named & set(sizes):

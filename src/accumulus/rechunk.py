@@ -46,7 +46,7 @@ from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.filters import join_v2, join_v3, numcodecs_codec, split_v2, v3_codecs
 from accumulus.grid import ChunkBounds, array_bounds, regular_chunk_size
-from accumulus.storage import open_store, store_label
+from accumulus.storage import consolidate, open_store, store_label
 from accumulus.zep3 import Zep3DraftKeys
 
 
@@ -132,16 +132,14 @@ def rechunk(
     with _destination(dest, source_label, storage_options) as dest_store:
         _write(root, plan, dest_store, fmt, consolidated, scheduler, progress)
         for config in configs:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
-                accumulate(
-                    dest_store,
-                    config.variable,
-                    config.dims,
-                    weights=config.weights,
-                    strides=config.strides,
-                    scheduler=scheduler,
-                )
+            accumulate(
+                dest_store,
+                config.variable,
+                config.dims,
+                weights=config.weights,
+                strides=config.strides,
+                scheduler=scheduler,
+            )
     return RechunkResult(
         source=source_label,
         dest=str(dest),
@@ -324,7 +322,7 @@ def _destination(dest: str, source: str, storage_options: dict | None) -> Iterat
         try:
             yield store
         except BaseException:
-            sync(store.clear())
+            sync(_delete_all(store))
             raise
         return
     path = Path(text.removeprefix("file://")).expanduser()
@@ -350,6 +348,12 @@ async def _has_keys(store: Store) -> bool:
     async for _ in store.list():
         return True
     return False
+
+
+async def _delete_all(store: Store) -> None:
+    # Key by key: fsspec's memory filesystem does not honour Store.clear() fully.
+    for key in [key async for key in store.list()]:
+        await store.delete(key)
 
 
 def _write(
@@ -382,10 +386,7 @@ def _write(
             writes.append(da.store(blocks, target, lock=False, compute=False))
     compute.run(writes, scheduler=scheduler, progress=progress)
     if consolidated:
-        with warnings.catch_warnings():
-            # zarr warns that v3 consolidated metadata is not in the spec; xarray reads it.
-            warnings.simplefilter("ignore", category=UserWarning)
-            zarr.consolidate_metadata(store)
+        consolidate(store)
 
 
 @dataclass(frozen=True)

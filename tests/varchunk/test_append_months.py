@@ -6,26 +6,20 @@ rewritten, the month being filled stays provisional, and answers match xarray th
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from zarr.storage import LocalStore
 
 import accumulus
 from accumulus.chunking import append_chunk_sizes, store_metadata, with_chunk_sizes
 from accumulus.cube import Cube
+from accumulus.storage import consolidate
 
 from .conftest import VAR, daily_dataset, period_counts
 
 ENCODING = {VAR: {"_FillValue": -9999.0}}
-
-
-def _consolidate(path) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=UserWarning)  # v3 consolidated metadata
-        zarr.consolidate_metadata(path)
 
 
 def _append(path, raw: dict[str, np.ndarray], sizes, done: int, added: int, times) -> tuple:
@@ -42,7 +36,7 @@ def _append(path, raw: dict[str, np.ndarray], sizes, done: int, added: int, time
         grown[name] = new
     for new in grown.values():
         store_metadata(new)
-    _consolidate(path)
+    consolidate(LocalStore(path))
     return plan
 
 
@@ -67,7 +61,7 @@ def test_daily_granules_appended_by_month(tmp_path, calendar):
         regridded = with_chunk_sizes(array, 0, first, sizes)
         regridded[:] = array[:]  # chunk 0 changes size: read under the old grid, write again
         store_metadata(regridded)
-    _consolidate(path)
+    consolidate(LocalStore(path))
     accumulus.accumulate(str(path), VAR, [("time",), ("lat", "lon")], weights="area")
     coverage = Cube.open(str(path)).accumulation_group(VAR).coverage["time"]
 

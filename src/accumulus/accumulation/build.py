@@ -28,6 +28,7 @@ from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial
+from accumulus.storage import consolidate
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
 # a time series reads few objects, small enough that reading one entry reads little else.
@@ -64,6 +65,7 @@ def build_accumulations(
     started = time.perf_counter()
     var = cube.variable(variable)
     check_request(var, request)
+    compute.check_scheduler(scheduler)
     coverage = final_coverage(cube, var)
     wanted = spec.make_group(variable, var.dims, request, coverage)
     existing = cube.accumulation_group(variable)
@@ -92,6 +94,9 @@ def build_accumulations(
     root = _writable_root(cube)
     group = _create_group(root, wanted)
     targets = _create_arrays(group, var, wanted)
+    if cube.consolidated:
+        # Readers see the group at once, marked incomplete, and ignore it until it is done.
+        consolidate(cube.store)
     sources = _accumulation_sources(var, wanted, weights_of(cube, var, wanted))
     # Dask chunks match the target chunks, so no two tasks write the same chunk.
     writes = [
@@ -140,7 +145,7 @@ def _publish(cube: Cube, group: spec.AccumulationGroup) -> None:
     node = zarr.open_group(cube.store, mode="r+", path=group.path, use_consolidated=False)
     node.attrs.put(spec.group_attributes(group))
     if cube.consolidated:
-        zarr.consolidate_metadata(cube.store)
+        consolidate(cube.store)
 
 
 def _update(
