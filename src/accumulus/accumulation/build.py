@@ -32,7 +32,8 @@ from accumulus.storage import consolidate
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
 # a time series reads few objects, small enough that reading one entry reads little else.
-CHUNK_BUDGET = 4 * 2**20
+CHUNK_BUDGET = 2**20
+MIN_CHUNK = 64 * 2**10
 
 
 @dataclass(frozen=True)
@@ -276,32 +277,35 @@ def accumulation_chunks(
     itemsize: int = 8,
     budget: int = CHUNK_BUDGET,
 ) -> tuple[int, ...]:
-    """Chunk shape of an accumulation array of about ``budget`` bytes.
+    """Chunk shape of an accumulation array, about ``budget`` bytes.
 
-    Accumulated axes start with all their entries and are halved while the chunk is too big;
-    the other axes start at the raw chunk size and are doubled while it is too small (up to
-    their extent).
+    A query reads one or two entries along an accumulated axis, and ranges along the others.
+    So accumulated axes start at one entry per chunk and the others at the raw chunk size;
+    the others grow (doubling, up to their extent) while the chunk is under the budget, and
+    shrink while it is over; accumulated axes grow only while a chunk is under ``MIN_CHUNK``.
     """
-    chunks = [
-        max(1, n) if acc else max(1, c)
-        for n, acc, c in zip(shape, accumulated, raw_chunks, strict=True)
-    ]
+    chunks = [1 if acc else max(1, c) for acc, c in zip(accumulated, raw_chunks, strict=True)]
+    others = [i for i, acc in enumerate(accumulated) if not acc]
 
     def nbytes() -> int:
         return prod(chunks) * itemsize
 
-    while nbytes() > budget:
-        axes = [i for i, acc in enumerate(accumulated) if acc and chunks[i] > 1]
-        if not axes:
-            break
-        widest = max(axes, key=lambda i: chunks[i])
+    while nbytes() > budget and any(chunks[i] > 1 for i in others):
+        widest = max(others, key=lambda i: chunks[i])
         chunks[widest] = (chunks[widest] + 1) // 2
-    while nbytes() * 2 <= budget:
-        axes = [i for i, acc in enumerate(accumulated) if not acc and chunks[i] < shape[i]]
-        if not axes:
-            break
-        most_chunks = max(axes, key=lambda i: shape[i] / chunks[i])
-        chunks[most_chunks] = min(chunks[most_chunks] * 2, shape[most_chunks])
+    # Grow the full-resolution axes up to the budget; the accumulated ones only to avoid
+    # tiny objects, as every entry beyond the one or two a query needs is read for nothing.
+    for grow_accumulated, target in ((False, budget), (True, MIN_CHUNK)):
+        while nbytes() * 2 <= target:
+            axes = [
+                i
+                for i, acc in enumerate(accumulated)
+                if acc == grow_accumulated and chunks[i] < shape[i]
+            ]
+            if not axes:
+                break
+            most_chunks = max(axes, key=lambda i: shape[i] / chunks[i])
+            chunks[most_chunks] = min(chunks[most_chunks] * 2, shape[most_chunks])
     return tuple(chunks)
 
 
