@@ -151,3 +151,11 @@ def last_chunk_is_partial(array: zarr.Array, axis: int) -> bool:
     dimension = ChunkGrid.from_metadata(array.metadata).dimensions[axis]
     n = dimension.nchunks
     return n > 0 and dimension.chunk_size(n - 1) > dimension.data_size(n - 1)
+
+
+def declared_chunk_sizes(array: zarr.Array, axis: int) -> tuple[int, ...]:
+    """The sizes of the chunks along ``axis`` as the grid declares them: ``array_bounds``'
+    sizes, except that a partial last chunk keeps its declared size (what an append along
+    ``axis`` starts from, see ``chunking.append_chunk_sizes``)."""
+    dimension = ChunkGrid.from_metadata(array.metadata).dimensions[axis]
+    return tuple(dimension.chunk_size(i) for i in range(dimension.nchunks))

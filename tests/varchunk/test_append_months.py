@@ -13,8 +13,14 @@ import zarr
 from zarr.storage import LocalStore
 
 import accumulus
-from accumulus.chunking import append_chunk_sizes, store_metadata, with_chunk_sizes
+from accumulus.chunking import (
+    AppendChunks,
+    append_chunk_sizes,
+    store_metadata,
+    with_chunk_sizes,
+)
 from accumulus.cube import Cube
+from accumulus.grid import declared_chunk_sizes
 from accumulus.storage import consolidate
 
 from .conftest import VAR, daily_dataset, period_counts
@@ -22,8 +28,9 @@ from .conftest import VAR, daily_dataset, period_counts
 ENCODING = {VAR: {"_FillValue": -9999.0}}
 
 
-def _append(path, raw: dict[str, np.ndarray], sizes, done: int, added: int, times) -> tuple:
+def _append(path, raw: dict[str, np.ndarray], done: int, added: int, times) -> AppendChunks:
     """Append ``added`` time steps after ``done`` to every array with a time dimension."""
+    sizes = declared_chunk_sizes(zarr.open_array(path / VAR, mode="r"), 0)
     plan = append_chunk_sizes(sizes, times[:done], times[done : done + added], "month")
     grown = {}
     for name in raw:
@@ -67,9 +74,10 @@ def test_daily_granules_appended_by_month(tmp_path, calendar):
 
     done = first
     for added in granules[1:]:
-        plan = _append(path, raw, sizes, done, added, times)
+        plan = _append(path, raw, done, added, times)
         assert plan.rewrite is None  # a steady daily cadence never rewrites a stored chunk
-        sizes, done = plan.sizes, done + added
+        done += added
+        assert declared_chunk_sizes(zarr.open_array(path / VAR, mode="r"), 0) == plan.sizes
         update = accumulus.accumulate(str(path), VAR, [("time",), ("lat", "lon")])
 
         expected = ds.isel(time=slice(0, done))
@@ -77,7 +85,7 @@ def test_daily_granules_appended_by_month(tmp_path, calendar):
         cube = Cube.open(str(path))
         bounds = cube.variable(VAR).bounds[0]
         assert list(bounds.sizes) == period_counts(times[:done], "MS")  # one chunk a month
-        open_month = sum(sizes) > done
+        open_month = sum(plan.sizes) > done
         covered_before, coverage = coverage, cube.accumulation_group(VAR).coverage["time"]
         assert coverage == (bounds.edges[-2] if open_month else done)
         # Only months that became final are added to the accumulations.

@@ -11,6 +11,7 @@ from accumulus.grid import (
     ChunkBounds,
     array_bounds,
     bounds_from_chunk_shape,
+    declared_chunk_sizes,
     last_chunk_is_partial,
     locate,
 )
@@ -64,6 +65,7 @@ def test_last_chunk_is_partial(tmp_path):
     group = zarr.open_group(tmp_path / "g.zarr", mode="w", zarr_format=3)
     regular = group.create_array("r", shape=(95,), chunks=(10,), dtype="f4")
     assert last_chunk_is_partial(regular, 0)
+    assert declared_chunk_sizes(regular, 0) == (10,) * 10
     regular.resize((100,))
     assert not last_chunk_is_partial(regular, 0)
 
@@ -71,6 +73,7 @@ def test_last_chunk_is_partial(tmp_path):
     months = group.create_array("m", shape=(59,), chunks=[[31, 28]], dtype="f4")
     months.resize((41,))  # zarr keeps declared chunk sizes that reach past the extent
     assert array_bounds(months)[0] == ChunkBounds((0, 31, 41))
+    assert declared_chunk_sizes(months, 0) == (31, 28)
     assert last_chunk_is_partial(months, 0)
     months.resize((59,))
     assert not last_chunk_is_partial(months, 0)
