@@ -408,3 +408,59 @@ def convert(
         codecs = ", ".join(c["id"] for c in array.codecs) or "none"
         console.print(f"{array.path} {list(array.shape)} {array.dtype}: {codecs}", highlight=False)
     console.print(f"wrote {dest} (Zarr v{zarr_format}, {len(plan.arrays)} arrays)")
+
+
+# --- variable chunking (issue 5) ---
+
+
+@app.command()
+def rechunk(
+    src: str = typer.Argument(..., help="Cube path or URL to read."),
+    dest: str = typer.Argument(..., help="Store to write (must not exist): dir, memory://, s3://."),
+    chunks: list[str] = typer.Option(
+        ...,
+        "--chunks",
+        help="dim=rule: time=month, time=year, lat=90 or time=31,28,31,... (repeatable; "
+        "several in one: time=month,lat=90). Dimensions not named keep their chunks.",
+    ),
+    zarr_format: int = typer.Option(
+        None, "--zarr-format", help="2 or 3. Default: the source's, or 3 when chunks vary."
+    ),
+    scheduler: str = typer.Option(
+        None, "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
+    ),
+    endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+) -> None:
+    """Copy a cube with other chunks (e.g. one chunk per month), rebuilding accumulations."""
+    from accumulus.chunking import parse_chunk_rules
+    from accumulus.rechunk import rechunk as rechunk_cube
+
+    with _ProgressBar("rechunking") as report:
+        result = rechunk_cube(
+            src,
+            dest,
+            chunks,
+            zarr_format,
+            scheduler=scheduler,
+            progress=report,
+            storage_options=_storage_options(endpoint_url),
+        )
+    named = set(parse_chunk_rules(chunks))
+    for path, sizes in result.chunks.items():
+        if named & set(sizes):
+            text = ", ".join(f"{dim} {_chunk_sizes_text(s)}" for dim, s in sizes.items())
+            console.print(f"{path}: {text}", highlight=False)
+    rebuilt = f"; accumulations rebuilt for {', '.join(result.accumulated)}"
+    console.print(
+        f"wrote {result.dest} (Zarr v{result.zarr_format}, {len(result.chunks)} arrays"
+        f"{rebuilt if result.accumulated else ''}) in {result.seconds:.1f} s",
+        highlight=False,
+    )
+
+
+def _chunk_sizes_text(sizes: tuple[int, ...]) -> str:
+    count = f"{len(sizes)} chunk{'s' if len(sizes) != 1 else ''}"
+    if len(set(sizes[:-1])) <= 1 and (not sizes or sizes[-1] <= sizes[0]):
+        return f"{sizes[0] if sizes else 0} ({count})"
+    shown = ",".join(map(str, sizes[:12])) + (",…" if len(sizes) > 12 else "")
+    return f"{shown} ({count})"

@@ -25,6 +25,7 @@ from zarr.storage import FsspecStore, LocalStore, WrapperStore, ZipStore
 
 from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
+from accumulus.zep3 import Zep3DraftStore
 
 Mode = Literal["r", "r+", "w"]
 
@@ -48,11 +49,12 @@ def open_store(
     ``mode``: "r" read-only (the store must exist), "r+" read-write (must exist),
     "w" read-write, created if missing. ``storage_options`` go to fsspec for ``s3://``;
     the endpoint comes from ``endpoint_url`` there or ``AWS_ENDPOINT_URL``.
-    Stores written by netcdf-c are read right (see ``filters.nczarr``).
+    Stores written by netcdf-c (see ``filters.nczarr``) and ZEP 3 draft chunk grids (see
+    ``zep3``) are read right.
     """
     if isinstance(url, Store):
         return url
-    return NCZarrCompatStore(_open(os.fspath(url), mode, storage_options))
+    return Zep3DraftStore(NCZarrCompatStore(_open(os.fspath(url), mode, storage_options)))
 
 
 def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Store:

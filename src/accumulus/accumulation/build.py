@@ -25,7 +25,7 @@ from accumulus.accumulation import spec, stream
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
-from accumulus.grid import regular_chunk_size
+from accumulus.grid import last_chunk_is_partial
 from accumulus.storage import consolidate
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
@@ -112,8 +112,7 @@ def final_coverage(cube: Cube, var: VariableInfo) -> dict[str, int]:
     if dim in coverage:
         axis = var.axis(dim)
         bounds = var.bounds[axis]
-        nominal = regular_chunk_size(var.array, axis)
-        partial = nominal is not None and bounds.n_chunks and bounds.sizes[-1] < nominal
+        partial = last_chunk_is_partial(var.array, axis)  # regular or rectilinear grids
         if partial or (bounds.n_chunks and settings.get("open_last_chunk")):
             coverage[dim] = bounds.edges[-2]
     return coverage
