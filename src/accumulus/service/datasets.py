@@ -50,9 +50,14 @@ class Dataset:
         metadata = read_snapshot(self._store)
         with self._lock:
             current = self._current
-            # A snapshot installed from a later read is at least as new as this one.
             if current is not None and (
-                current.token == metadata.token or current.generation > read
+                current.token == metadata.token
+                # A snapshot installed from a later read is at least as new as this one.
+                or current.generation > read
+                # Writers (xarray's append, accumulate) rewrite the root document without
+                # consolidated metadata while they work and consolidate when done; until
+                # then the last consolidated snapshot is the dataset.
+                or (current.cube.consolidated and metadata.complete)
             ):
                 return current
             cube = Cube(SnapshotStore(self._store, metadata), label=self.name)
