@@ -22,6 +22,7 @@ const page = {
   dims: null,     // {time, lat, lon}: the variable's dimension names by kind
   frame: null,    // the map's extent and pixel size
   map: null,      // the last map answer (JSON) and its units
+  runs: 0,        // runs started; only the latest one draws
 };
 
 // ------------------------------------------------------------------------------------------
@@ -97,12 +98,14 @@ async function api(url) {
   return { body, response, ms: performance.now() - started };
 }
 
-function averageUrl(over, format = "json") {
+function averageUrl(over, format = "json", { box = true } = {}) {
   const d = page.dims;
   const params = new URLSearchParams({ over: over.join(",") });
   params.set(d.time, `${$("start").value}/${$("end").value}`);
-  params.set(d.lat, `${$("south").value}/${$("north").value}`);
-  params.set(d.lon, `${$("west").value}/${$("east").value}`);
+  if (box) {
+    params.set(d.lat, `${$("south").value}/${$("north").value}`);
+    params.set(d.lon, `${$("west").value}/${$("east").value}`);
+  }
   if ($("weights").value) params.set("weights", $("weights").value);
   if (format !== "json") params.set("format", format);
   const path = [page.dataset.name, page.variable.name].map(encodeURIComponent).join("/");
@@ -113,22 +116,36 @@ async function run() {
   if (page.dims === null || !$("query").reportValidity()) return;
   const d = page.dims;
   const mapOver = [d.time], seriesOver = [d.lat, d.lon];
+  const thisRun = ++page.runs;
   say("Averaging…");
   $("run").disabled = true;
+  document.body.dataset.state = "running";
   try {
-    const [map, series] = await Promise.all([api(averageUrl(mapOver)), api(averageUrl(seriesOver))]);
+    const [map, series, whole] = await Promise.all([
+      api(averageUrl(mapOver)),
+      api(averageUrl(seriesOver)),
+      // The whole grid, in grey behind the box, shows where to drag; it is left out when
+      // the service finds it too large.
+      api(averageUrl(mapOver, "json", { box: false })).catch(() => null),
+    ]);
+    if (thisRun !== page.runs) return; // a later run has started: its answers will be drawn
     clearResults();
-    drawMap(map.body);
+    drawMap(map.body, whole && whole.body);
     showCost($("map-cost"), map, mapOver);
     drawSeries(series.body);
     showCost($("series-cost"), series, seriesOver);
     say("");
+    document.body.dataset.state = "drawn";
   } catch (error) {
+    if (thisRun !== page.runs) return;
     clearResults();
     say(error.message, true, error.parameter);
+    document.body.dataset.state = "failed";
   } finally {
-    $("run").disabled = false;
-    drawBox();
+    if (thisRun === page.runs) {
+      $("run").disabled = false;
+      drawBox();
+    }
   }
 }
 
@@ -262,33 +279,53 @@ function listenForDrags() {
   overlay.addEventListener("mousemove", (event) => readMap(pointer(event)));
 }
 
-function drawMap(answer) {
-  const d = page.dims;
-  const lats = answer.coords[d.lat], lons = answer.coords[d.lon];
-  const latFirst = answer.dims[0] === d.lat;
-  const value = (i, j) => (latFirst ? answer.values[i][j] : answer.values[j][i]);
+function drawMap(answer, whole) {
+  const cells = cellsOf(answer);
   const finite = answer.values.flat().filter((v) => v !== null);
   const scale = colourScale(...extent(finite));
   const context = $("map-canvas").getContext("2d");
   context.clearRect(0, 0, page.frame.width, page.frame.height);
+  if (whole) {
+    const [lo, hi] = extent(whole.values.flat().filter((v) => v !== null));
+    paintCells(context, cellsOf(whole), (v) => {
+      const grey = Math.round(235 - 85 * ((v - lo) / (hi - lo || 1)));
+      return [grey, grey, grey + 6];
+    });
+  }
+  paintCells(context, cells, scale.colour);
+  page.map = { answer, ...cells, scale };
+  drawColourBar(scale, answer.units);
+  const mean = finite.reduce((a, b) => a + b, 0) / (finite.length || 1);
+  $("map-title").textContent = `${answer.stat} of ${answer.variable} over ${$("start").value} – ${$("end").value}`;
+  $("map-numbers").textContent = `${cells.lats.length} × ${cells.lons.length} cells; ` +
+    `min ${formatValue(scale.min)}, mean of cells ${formatValue(mean)}, ` +
+    `max ${formatValue(scale.max)}${answer.units ? ` ${answer.units}` : ""}` +
+    (whole ? "; in grey, the whole grid over the same period" : "");
+}
+
+// A 2-D answer's latitudes, longitudes and value(i, j) at latitude i, longitude j.
+function cellsOf(answer) {
+  const d = page.dims;
+  const latFirst = answer.dims[0] === d.lat;
+  return {
+    lats: answer.coords[d.lat],
+    lons: answer.coords[d.lon],
+    value: (i, j) => (latFirst ? answer.values[i][j] : answer.values[j][i]),
+  };
+}
+
+function paintCells(context, { lats, lons, value }, colour) {
   const { halfLat, halfLon } = page.frame;
   lats.forEach((lat, i) => lons.forEach((lon, j) => {
     const v = value(i, j);
     if (v === null) return;
-    const [r, g, b] = scale.colour(v);
+    const [r, g, b] = colour(v);
     context.fillStyle = `rgb(${r},${g},${b})`;
     // Whole pixels, a little wider than the cell, so neighbours leave no seams.
     const x0 = Math.floor(mapX(lon - halfLon)), x1 = Math.ceil(mapX(lon + halfLon));
     const y0 = Math.floor(mapY(lat + halfLat)), y1 = Math.ceil(mapY(lat - halfLat));
     context.fillRect(x0, y0, x1 - x0, y1 - y0);
   }));
-  page.map = { answer, lats, lons, value, scale };
-  drawColourBar(scale, answer.units);
-  const mean = finite.reduce((a, b) => a + b, 0) / (finite.length || 1);
-  $("map-title").textContent = `${answer.stat} of ${answer.variable} over ${$("start").value} – ${$("end").value}`;
-  $("map-numbers").textContent = `${lats.length} × ${lons.length} cells; ` +
-    `min ${formatValue(scale.min)}, mean of cells ${formatValue(mean)}, ` +
-    `max ${formatValue(scale.max)}${answer.units ? ` ${answer.units}` : ""}`;
 }
 
 function readMap({ lat, lon }) {
