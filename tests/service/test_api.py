@@ -126,6 +126,16 @@ def test_stat_and_weights_are_passed_on(client, cube_data):
     assert counts["weights"] == "none" and counts["stat"] == "count"
 
 
+def test_ranges_take_partial_dates_and_open_ends(client):
+    january = client.get("/api/datasets/surface/tas/average?over=lat,lon&time=2001-01/2001-01")
+    assert len(january.json()["coords"]["time"]) == 31
+    since = client.get("/api/datasets/surface/tas/average?over=lat,lon&time=2001-02-01/")
+    assert since.json()["coords"]["time"][0] == "2001-02-01T00:00:00"
+    assert len(since.json()["values"]) == 9
+    north = client.get("/api/datasets/surface/tas/average?over=time&lat=+1.5e1/&lon=/-90")
+    assert north.json()["coords"]["lat"][0] > 15 and max(north.json()["coords"]["lon"]) < -90
+
+
 def test_csv_has_the_json_numbers(client):
     body = client.get(MAP).json()
     response = client.get(MAP + "&format=csv")
@@ -162,7 +172,8 @@ BAD_REQUESTS = [
     ("surface/tas/average?over=time&time=2001-13-01/2001-12-31", 422, "time", "not a date"),
     ("surface/tas/average?over=time&time=2001-02-01/2001-01-01", 422, "time", "reversed"),
     ("surface/tas/average?over=time&time=2001-01-01", 422, "time", "start/end"),
-    ("surface/tas/average?over=time&lat=north/south", 422, "lat", "not a number"),
+    ("surface/tas/average?over=time&lat=north/south", 422, "lat", "start/end"),
+    ("surface/tas/average?over=time&time=2001-01-01/10", 422, "time", "start/end"),
     ("surface/tas/average?over=time&lat=50/-50", 422, "lat", "reversed"),
     ("surface/tas/average?over=time&lon=200/300", 422, "lon", "selects nothing"),
     ("surface/tas/average?over=time&latitude=0/10", 422, "latitude", "unknown parameter"),

@@ -23,7 +23,13 @@ from accumulus.service.answers import MEDIA_TYPES, compute_answer
 from accumulus.service.cache import AnswerCache
 from accumulus.service.datasets import Catalog, Dataset
 from accumulus.service.describe import describe_snapshot
-from accumulus.service.parameters import FORMATS, OPTIONS, ParameterError, check_average_request
+from accumulus.service.parameters import (
+    FORMATS,
+    OPTIONS,
+    ParameterError,
+    check_average_request,
+    range_pattern,
+)
 
 DEFAULT_MAX_CELLS = 2_000_000
 DEFAULT_CACHE_BYTES = 256 * 2**20
@@ -47,7 +53,12 @@ def create_app(
     ``max_cells`` values are refused; up to ``cache_bytes`` of answers are kept."""
     catalog = Catalog(stores, storage_options)
     first = [dataset.snapshot() for dataset in catalog]
-    dimensions = sorted({str(d) for s in first for d in s.cube.raw.dims} - set(OPTIONS))
+    range_patterns = {
+        str(d): range_pattern(s.cube.index(str(d)))
+        for s in reversed(first)  # the first dataset's coordinate wins a shared name
+        for d in s.cube.raw.dims
+        if d not in OPTIONS
+    }
     variables = sorted({v for s in first for v in s.cube.data_variables})
     cache = AnswerCache(cache_bytes)
 
@@ -110,9 +121,9 @@ def create_app(
             "description": f"Range of {dim} (when the variable has this dimension): start/end, "
             "inclusive coordinate labels (ISO 8601 for times); leave a side empty for an "
             "open end.",
-            "schema": {"type": "string", "pattern": "^[^/]*/[^/]*$"},
+            "schema": {"type": "string", "pattern": pattern},
         }
-        for dim in dimensions
+        for dim, pattern in sorted(range_patterns.items())
     ]
 
     @app.get(

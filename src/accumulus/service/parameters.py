@@ -8,10 +8,14 @@ so a wrong or oversized request costs only metadata. The query itself is then th
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from math import prod
+
+import pandas as pd
+import xarray as xr
 
 from accumulus.accumulation.query import STATS, index_range
 from accumulus.accumulation.weights import resolve_weights
@@ -21,6 +25,24 @@ from accumulus.errors import AccumulusError
 FORMATS = ("json", "csv", "png")
 # Query parameters that are not dimension ranges.
 OPTIONS = ("over", "stat", "weights", "format", "accumulation")
+
+# What a range bound looks like, by coordinate type (the OpenAPI document gives the same
+# patterns). Dates may be partial, as pandas reads labels: time=2001/2001 is the year 2001.
+_NUMBER = r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?"
+_DATE = r"\d{4}(-\d{2}(-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?)?)?"
+_LABEL = r"[^/]*"
+
+
+def range_pattern(index: pd.Index) -> str:
+    """The pattern of ``start/end`` for a dimension with coordinate ``index`` (either side
+    may be empty: an open end)."""
+    if isinstance(index, pd.DatetimeIndex | xr.CFTimeIndex):
+        bound = _DATE
+    elif pd.api.types.is_numeric_dtype(index.dtype):
+        bound = _NUMBER
+    else:
+        bound = _LABEL
+    return rf"^\s*({bound})?\s*/\s*({bound})?\s*$"
 
 
 class ParameterError(AccumulusError):
@@ -87,7 +109,7 @@ def check_average_request(
         raise ParameterError(
             "format", f"unknown format {output_format!r}: use one of {', '.join(FORMATS)}"
         )
-    ranges = _ranges(var, list(query))
+    ranges = _ranges(cube, var, list(query))
     extent = {d: (0, n) for d, n in zip(var.dims, var.shape, strict=True)}
     for dim, (start, end) in ranges.items():
         try:
@@ -140,7 +162,7 @@ def _over(var: VariableInfo, over: str) -> tuple[str, ...]:
 
 
 def _ranges(
-    var: VariableInfo, query: list[tuple[str, str]]
+    cube: Cube, var: VariableInfo, query: list[tuple[str, str]]
 ) -> dict[str, tuple[str | None, str | None]]:
     repeated = [name for name, n in Counter(name for name, _ in query).items() if n > 1]
     if repeated:
@@ -155,12 +177,13 @@ def _ranges(
                 f"unknown parameter {name!r}: ranges are named by the dimensions of "
                 f"{var.name!r} {list(var.dims)}; the other parameters are {', '.join(OPTIONS)}",
             )
-        start, slash, end = text.partition("/")
-        if not slash:
+        if not re.fullmatch(range_pattern(cube.index(name)), text):
             raise ParameterError(
                 name,
-                f"range {name}={text!r}: write start/end with inclusive labels, e.g. "
-                "time=2001-01-01/2001-12-31 (leave a side empty for an open end)",
+                f"range {name}={text!r}: write start/end with inclusive coordinate labels, "
+                "e.g. time=2001-01-01/2001-12-31 or lat=-10/10.5 (leave a side empty for an "
+                "open end)",
             )
+        start, _, end = text.partition("/")
         ranges[name] = (start.strip() or None, end.strip() or None)
     return ranges
