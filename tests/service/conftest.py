@@ -5,16 +5,12 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 import xarray as xr
-from cubes import dataset, write_cube
 from fastapi.testclient import TestClient
+from service_cubes import CHUNKS, dataset, write_cube
 
 from accumulus.service import create_app
-
-# Chunks that do not divide the grid: queries mix accumulation entries and partial chunks.
-CHUNKS = (8, 5, 6)
 
 
 @pytest.fixture(autouse=True)
@@ -39,9 +35,3 @@ def cube(tmp_path_factory: pytest.TempPathFactory, cube_data: xr.Dataset) -> Pat
 @pytest.fixture(scope="session")
 def client(cube: Path) -> TestClient:
     return TestClient(create_app([str(cube)], max_cells=10_000))
-
-
-def area_mean(ds: xr.Dataset, over: list[str], **ranges: slice) -> xr.DataArray:
-    """What an average must equal: xarray's cos(latitude)-weighted mean of the raw data."""
-    data = ds.tas.astype("f8").sel(ranges)
-    return data.weighted(np.cos(np.deg2rad(data.lat))).mean(over)

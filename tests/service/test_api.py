@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import area_mean
 from fastapi.testclient import TestClient
+from service_cubes import area_mean
 
 from accumulus import api
 from accumulus.output import result_json
@@ -219,6 +219,13 @@ def test_health(client):
     body = client.get("/api/health").json()
     assert body["status"] == "ok"
     assert set(body["datasets"]) == {"surface"}
+
+
+@pytest.mark.parametrize(
+    "path", ["/static/..%2F__init__.py", "/static/%2e%2e/app.py", "/static//etc/passwd"]
+)
+def test_static_files_stay_in_their_directory(client, path):
+    assert client.get(path).status_code == 404
 
 
 def test_page_and_its_assets_are_served(client):

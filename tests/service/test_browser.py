@@ -9,7 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cubes import dataset, write_cube
+from playwright.sync_api import sync_playwright
+from service_cubes import dataset, write_cube
 
 from accumulus.service import create_app
 from accumulus.service.server import running
@@ -43,9 +44,8 @@ def service(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture
 def page(service: str, tmp_path: Path):
-    playwright_api = pytest.importorskip("playwright.sync_api")
     assert Path(CHROMIUM).exists(), "install Debian's chromium (apt-get install chromium)"
-    with playwright_api.sync_playwright() as playwright:
+    with sync_playwright() as playwright:
         browser = playwright.chromium.launch_persistent_context(
             str(tmp_path / "profile"),
             executable_path=CHROMIUM,

@@ -11,8 +11,7 @@ import httpx
 import numpy as np
 import pandas as pd
 import xarray as xr
-from conftest import CHUNKS, area_mean
-from cubes import append_days, dataset, write_cube
+from service_cubes import CHUNKS, append_days, area_mean, dataset, write_cube
 
 from accumulus import api
 from accumulus.service import create_app

@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import CHUNKS, area_mean
-from cubes import append_days, dataset, write_cube
 from fastapi.testclient import TestClient
+from service_cubes import CHUNKS, append_days, area_mean, dataset, write_cube
 
 from accumulus import api
 from accumulus.cube import Cube
