@@ -101,6 +101,17 @@ def test_a_writer_at_work_leaves_the_last_consolidated_snapshot_in_place(fresh_c
     assert growing.snapshot().cube.raw.attrs["history"] == "being appended to"
 
 
+def test_a_removed_store_is_reported_not_served_from_memory(fresh_cube: Path):
+    client = TestClient(create_app([str(fresh_cube)]))
+    assert client.get("/api/health").json()["status"] == "ok"
+    shutil.rmtree(fresh_cube)
+    health = client.get("/api/health").json()
+    assert health["status"] == "degraded"
+    assert "no Zarr metadata any more" in health["datasets"]["growing"]
+    answer = client.get("/api/datasets/growing/tas/average?over=lat,lon")
+    assert answer.status_code == 422 and "no Zarr metadata" in answer.json()["error"]
+
+
 def test_answers_come_from_raw_data_when_accumulations_cannot_be_read(fresh_cube: Path):
     client = TestClient(create_app([str(fresh_cube)]))
     url = "/api/datasets/growing/tas/average?over=lat,lon&lat=-80/80&lon=-150/150"

@@ -48,6 +48,12 @@ class Dataset:
             self._reads += 1
             read = self._reads
         metadata = read_snapshot(self._store)
+        if not metadata.documents:
+            # Not a writer at work (they keep the root document): the store is gone.
+            raise AccumulusError(
+                f"dataset {self.name!r}: its store has no Zarr metadata any more "
+                "(removed or replaced?)"
+            )
         with self._lock:
             current = self._current
             if current is not None and (
