@@ -36,9 +36,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory):
-    path = tmp_path_factory.mktemp("browser") / "surface.zarr"
-    write_cube(path, dataset("2001-01-01", 365, 90, 180), (30, 30, 45))
-    with running(create_app([str(path)])) as base:
+    folder = tmp_path_factory.mktemp("browser")
+    surface = write_cube(folder / "surface.zarr", dataset("2001-01-01", 365, 90, 180), (30, 30, 45))
+    coarse = write_cube(
+        folder / "coarse.zarr", dataset("1990-01-01", 20, 6, 8), (5, 3, 4), zarr_format=2
+    )
+    with running(create_app([str(surface), str(coarse)])) as base:
         yield base
 
 
@@ -175,3 +178,19 @@ def test_a_bad_period_is_shown_next_to_its_inputs(page):
     assert "reversed" in tab.inner_text("#message")
     assert tab.get_attribute("#start", "aria-invalid") == "true"
     assert tab.get_attribute("#end", "aria-invalid") == "true"
+
+
+def test_choosing_another_dataset_draws_it_whole(page, service):
+    tab = page
+    tab.select_option("#dataset", "coarse")
+    tab.wait_for_function("document.querySelectorAll('#series circle.point').length === 20")
+    tab.wait_for_selector("body[data-state=drawn]")
+    assert tab.input_value("#start") == "1990-01-01" and tab.input_value("#end") == "1990-01-20"
+    series = answer_behind(tab, service, "series")
+    assert "/api/datasets/coarse/tas/average?" in tab.get_attribute(
+        "#series-cost a.json-link", "href"
+    )
+    values = tab.eval_on_selector_all(
+        "#series circle.point", "cs => cs.map(c => Number(c.dataset.value))"
+    )
+    assert values == series["values"]

@@ -21,7 +21,7 @@ const page = {
   variable: null, // the chosen variable of it
   dims: null,     // {time, lat, lon}: the variable's dimension names by kind
   frame: null,    // the map's extent and pixel size
-  map: null,      // the last map answer (JSON) and its units
+  map: null,      // the map drawn: its answer, cells and colour scale
   runs: 0,        // runs started; only the latest one draws
 };
 
@@ -72,11 +72,11 @@ function chooseVariable() {
   run();
 }
 
-// {time, lat, lon} dimension names of a variable, or null when it lacks one of them.
+// {time, lat, lon} dimension names of a variable, or null unless those are its dimensions.
 function dimsByKind(variable) {
   const kinds = {};
   for (const dim of variable.dims) kinds[page.dataset.dimensions[dim].kind] = dim;
-  if (!kinds.time || !kinds.latitude || !kinds.longitude) return null;
+  if (variable.dims.length !== 3 || !kinds.time || !kinds.latitude || !kinds.longitude) return null;
   return { time: kinds.time, lat: kinds.latitude, lon: kinds.longitude };
 }
 
@@ -112,7 +112,7 @@ function averageUrl(over, format = "json", { box = true } = {}) {
   return `/api/datasets/${path}/average?${params}`;
 }
 
-async function run() {
+async function run(attempt = 1) {
   if (page.dims === null || !$("query").reportValidity()) return;
   const d = page.dims;
   const mapOver = [d.time], seriesOver = [d.lat, d.lon];
@@ -129,6 +129,12 @@ async function run() {
       api(averageUrl(mapOver, "json", { box: false })).catch(() => null),
     ]);
     if (thisRun !== page.runs) return; // a later run has started: its answers will be drawn
+    const snapshots = new Set([map, series].map((a) => a.response.headers.get("X-Accumulus-Snapshot")));
+    if (snapshots.size > 1 && attempt < 3) {
+      // An append landed between the two answers: ask again, so both show the same data.
+      run(attempt + 1);
+      return;
+    }
     clearResults();
     drawMap(map.body, whole && whole.body);
     showCost($("map-cost"), map, mapOver);
