@@ -48,23 +48,38 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _progress_bar(description: str):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+class _ProgressBar:
+    """A rich progress bar on stderr, shown only once work starts (so an early error stays
+    one line). Call it as ``report(done, total)``; use it as a context manager."""
 
-    bar = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=False,
-    )
-    task = bar.add_task(description, total=None)
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self._bar = None
+        self._task = None
 
-    def report(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    return bar, report
+            self._bar = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.description, total=total)
+        self._bar.update(self._task, completed=done, total=total)
+        if total and done >= total:
+            self._bar.stop()  # finished: what is printed next goes below the bar
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 @app.command()
@@ -95,8 +110,7 @@ def accumulate(
     strides = {
         k: _positive_int(v, f"--stride {k}") for k, v in _pairs(stride or [], "--stride").items()
     }
-    bar, report = _progress_bar(f"accumulating {variable}")
-    with bar:
+    with _ProgressBar(f"accumulating {variable}") as report:
         result = api.accumulate(
             store,
             variable,
@@ -299,6 +313,101 @@ def verify(
         console.print("no accumulation groups to verify")
     if failed:
         raise typer.Exit(1)
+
+
+@app.command()
+def demo(
+    directory: str = typer.Option("demo-output", "--dir", help="Where the cube and plots go."),
+    days: int = typer.Option(1461, "--days", help="Length of the daily series."),
+    resolution: float = typer.Option(1.0, "--resolution", help="Grid spacing in degrees."),
+    fresh: bool = typer.Option(False, "--fresh", help="Regenerate the cube even if present."),
+) -> None:
+    """Build a synthetic daily precipitation cube, accumulate it, and answer an area-averaged
+    time series and a time-averaged map with accumulations and by full scan."""
+    from accumulus.demo import DemoConfig, run_demo
+
+    if days < 1 or not 0 < resolution <= 30:
+        raise AccumulusError("--days must be >= 1 and --resolution in (0, 30] degrees")
+    config = DemoConfig(days=days, resolution=resolution)
+    with _ProgressBar("accumulating precip") as report:
+        comparisons = run_demo(directory, config, console.print, report, fresh)
+    worst = max(c.max_abs_difference for c in comparisons)
+    console.print(
+        f"\n[bold]both answers agree to {worst:.1e} mm/day[/]; speed-ups "
+        + ", ".join(f"x{c.speedup:.0f}" for c in comparisons)
+    )
+
+
+# --- filters and convert (issue 4) ---
+
+
+@app.command()
+def filters(
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
+) -> None:
+    """The HDF5 filter ↔ Zarr codec pairing table: which filters are usable here, and why not."""
+    import json
+
+    from accumulus.filters import default_registry
+
+    registry = default_registry()
+    rows = registry.pairs()
+    if as_json:
+        document = {"filters": [row.to_dict() for row in rows], "problems": registry.problems}
+        console.print_json(json.dumps(document))
+        return
+    line = "{:>6}  {:<12} {:<11} {:<11} {:<15} {:<10} {}"
+    console.print(
+        line.format("id", "filter", "codec", "HDF5 side", "codec side", "same bytes", "usable"),
+        style="bold",
+        highlight=False,
+    )
+    for row in rows:
+        same_bytes = {True: "yes", False: "no", None: "-"}[row.same_bytes]
+        hdf5_side = _side_text(row.hdf5_provider, row.hdf5_problem)
+        codec_side = _side_text(row.codec_provider, row.codec_problem)
+        usable = "yes" if row.usable else "no"
+        text = line.format(
+            row.hdf5_id, row.name, row.codec_id or "-", hdf5_side, codec_side, same_bytes, usable
+        )
+        console.print(text, highlight=False)
+    console.print()
+    for row in rows:
+        if not row.usable:
+            console.print(f"{row.hdf5_id} {row.name}: {row.reason}", highlight=False)
+    for problem in registry.problems:
+        err_console.print(f"[yellow]plugin not loaded:[/] {problem}", highlight=False)
+
+
+def _side_text(provider: str | None, problem: str | None) -> str:
+    if provider is None:
+        return "missing"
+    return provider if problem is None else f"{provider} (no)"  # the reason is printed below
+
+
+@app.command()
+def convert(
+    src: str = typer.Argument(..., help="NetCDF4/HDF5 file."),
+    dest: str = typer.Argument(..., help="Zarr directory to create (must not exist)."),
+    zarr_format: int = typer.Option(2, "--zarr-format", help="2 (default) or 3."),
+    codec: list[str] = typer.Option(
+        [],
+        "--codec",
+        help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
+    ),
+) -> None:
+    """Convert a NetCDF4/HDF5 file to Zarr, keeping each variable's compression."""
+    from accumulus.ingest.convert import convert as convert_file
+    from accumulus.ingest.convert import parse_codec_options
+
+    per_variable, default = parse_codec_options(codec)
+    plan = convert_file(
+        src, dest, zarr_format=zarr_format, codecs=per_variable, default_codec=default
+    )
+    for array in plan.arrays:
+        codecs = ", ".join(c["id"] for c in array.codecs) or "none"
+        console.print(f"{array.path} {list(array.shape)} {array.dtype}: {codecs}", highlight=False)
+    console.print(f"wrote {dest} (Zarr v{zarr_format}, {len(plan.arrays)} arrays)")
 
 
 # --- service (issue 6) ---

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import dask.array as da
 import numpy as np
 import pandas as pd
 import xarray as xr
@@ -68,6 +69,37 @@ class VariableInfo:
     @property
     def decoder(self) -> Decoder:
         return Decoder(self.name, self.dims, self.decoding_attrs)
+
+    def dask_array(self) -> da.Array:
+        """The decoded values (float64, NaN where missing) as a Dask array with one block per
+        stored chunk, rectilinear grids included."""
+        stored = da.from_array(
+            _Reader(self.array), chunks=tuple(b.sizes for b in self.bounds), lock=False
+        )
+        return stored.map_blocks(self.decoder, dtype="f8")
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """A zarr array as Dask sees it. Dask asks arrays for ``.chunks``, which zarr does not
+    define for rectilinear grids; the block sizes are given to Dask explicitly instead."""
+
+    array: zarr.Array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.array.ndim
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return self.array[key]
 
 
 class Cube:

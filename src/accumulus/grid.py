@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 import zarr
-from zarr.core.chunk_grids import ChunkGrid
+from zarr.core.chunk_grids import ChunkGrid, FixedDimension
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,11 @@ def locate(
     """(chunk coordinates, offset inside that chunk) of an N-dimensional raw index."""
     pairs = [b.chunk_of(i) for b, i in zip(bounds, index, strict=True)]
     return tuple(c for c, _ in pairs), tuple(o for _, o in pairs)
+
+
+def regular_chunk_size(array: zarr.Array, axis: int) -> int | None:
+    """The nominal chunk size along ``axis`` when the grid is regular there, else None.
+
+    Unlike the bounds, this tells a partial last chunk (5 of 40) from a full small one."""
+    dimension = ChunkGrid.from_metadata(array.metadata).dimensions[axis]
+    return dimension.size if isinstance(dimension, FixedDimension) else None

@@ -11,24 +11,26 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import FsspecStore, LocalStore, MemoryStore, WrapperStore, ZipStore
+from zarr.storage import FsspecStore, LocalStore, WrapperStore, ZipStore
 
 from accumulus.errors import AccumulusError
+from accumulus.filters.nczarr import NCZarrCompatStore
 
 Mode = Literal["r", "r+", "w"]
 
-# memory:// stores live for the life of the process, shared by name, so that
-# `memory://demo` means the same store to every call (as fsspec's memory filesystem does).
-_MEMORY_STORES: dict[str, dict[str, Buffer]] = {}
-_MEMORY_LOCK = threading.Lock()
+# ZEP 3 variable chunking: zarr-python reads and writes rectilinear chunk grids only when this
+# experimental setting is on. accumulus turns it on so its users need not.
+zarr.config.set({"array.rectilinear_chunks": True})
 
 
 class StoreNotFoundError(AccumulusError):
@@ -46,10 +48,14 @@ def open_store(
     ``mode``: "r" read-only (the store must exist), "r+" read-write (must exist),
     "w" read-write, created if missing. ``storage_options`` go to fsspec for ``s3://``;
     the endpoint comes from ``endpoint_url`` there or ``AWS_ENDPOINT_URL``.
+    Stores written by netcdf-c are read right (see ``filters.nczarr``).
     """
     if isinstance(url, Store):
         return url
-    text = os.fspath(url)
+    return NCZarrCompatStore(_open(os.fspath(url), mode, storage_options))
+
+
+def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Store:
     read_only = mode == "r"
     must_exist = mode in ("r", "r+")
     if text.startswith("memory://"):
@@ -72,14 +78,14 @@ def open_store(
     return LocalStore(path, read_only=read_only)
 
 
-def _open_memory(url: str, must_exist: bool, read_only: bool) -> MemoryStore:
-    name = url.removeprefix("memory://")
-    with _MEMORY_LOCK:
-        if name not in _MEMORY_STORES:
-            if must_exist:
-                raise StoreNotFoundError(f"store not found: {url} (no memory store of that name)")
-            _MEMORY_STORES[name] = {}
-        return MemoryStore(_MEMORY_STORES[name], read_only=read_only)
+def _open_memory(url: str, must_exist: bool, read_only: bool) -> FsspecStore:
+    """fsspec's in-process memory filesystem, the one ``xarray.to_zarr("memory://...")``
+    writes to, so both see the same store."""
+    import fsspec
+
+    if must_exist and not fsspec.filesystem("memory").exists(url.removeprefix("memory://")):
+        raise StoreNotFoundError(f"store not found: {url} (no memory store of that name)")
+    return FsspecStore.from_url(url, read_only=read_only)
 
 
 def _open_zip(path: Path, mode: Mode) -> ZipStore:
@@ -152,6 +158,16 @@ def is_metadata_key(key: str) -> bool:
     return key.rsplit("/", 1)[-1] in _METADATA_NAMES
 
 
+@dataclass
+class _CountingState:
+    """Totals and cache, shared by a CountingStore and the views zarr derives from it."""
+
+    counts: RequestCounts = field(default_factory=RequestCounts)
+    cache: OrderedDict[str, Buffer] = field(default_factory=OrderedDict)
+    cached: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 class CountingStore(WrapperStore[Store]):
     """A store wrapper that counts requests and bytes, optionally adds latency per request,
     and optionally keeps up to ``cache_bytes`` of whole-key reads (least recently used go
@@ -164,14 +180,27 @@ class CountingStore(WrapperStore[Store]):
     def __init__(self, store: Store, *, latency: float = 0.0, cache_bytes: int = 0) -> None:
         super().__init__(store)
         self.latency = latency
-        self.counts = RequestCounts()
         self.cache_bytes = cache_bytes
-        self._cache: OrderedDict[str, Buffer] = OrderedDict()
-        self._cached = 0
-        self._lock = threading.Lock()
+        self._state = _CountingState()
 
     def _with_store(self, store: Store) -> CountingStore:
-        return type(self)(store, latency=self.latency, cache_bytes=self.cache_bytes)
+        # zarr makes read-only (or other) views of a store through this; they must count
+        # into the same totals, or requests made through a view would go unseen.
+        view = type(self)(store, latency=self.latency, cache_bytes=self.cache_bytes)
+        view._state = self._state
+        return view
+
+    @property
+    def counts(self) -> RequestCounts:
+        return self._state.counts
+
+    @property
+    def _cache(self) -> OrderedDict[str, Buffer]:
+        return self._state.cache
+
+    @property
+    def _lock(self) -> threading.Lock:
+        return self._state.lock
 
     @property
     def _supports_sync_io(self) -> bool:
@@ -179,9 +208,9 @@ class CountingStore(WrapperStore[Store]):
 
     def reset(self) -> None:
         with self._lock:
-            self.counts = RequestCounts()
+            self._state.counts = RequestCounts()
             self._cache.clear()
-            self._cached = 0
+            self._state.cached = 0
 
     def _cache_get(self, key: str) -> Buffer | None:
         with self._lock:
@@ -197,16 +226,16 @@ class CountingStore(WrapperStore[Store]):
             if key in self._cache:
                 return
             self._cache[key] = value
-            self._cached += len(value)
-            while self._cached > self.cache_bytes:
+            self._state.cached += len(value)
+            while self._state.cached > self.cache_bytes:
                 _, old = self._cache.popitem(last=False)
-                self._cached -= len(old)
+                self._state.cached -= len(old)
 
     def _cache_drop(self, key: str) -> None:
         with self._lock:
             old = self._cache.pop(key, None)
             if old is not None:
-                self._cached -= len(old)
+                self._state.cached -= len(old)
 
     async def _delay(self) -> None:
         if self.latency > 0:
@@ -306,3 +335,12 @@ class CountingStore(WrapperStore[Store]):
 
     def list_dir(self, prefix: str) -> AsyncIterator[str]:
         return self._counted_listing(self._store.list_dir(prefix))
+
+
+def consolidate(store: Store) -> None:
+    """Refresh consolidated metadata (last step of every write). Zarr v3 warns that
+    consolidated metadata is not in its specification yet; we rely on it knowingly, as
+    xarray does, so the warning is not repeated to our users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        zarr.consolidate_metadata(store)

@@ -93,15 +93,17 @@ def run_query(cube: Cube, query: Query, *, latency: float = 0.0) -> QueryResult:
             )
         ranges[dim] = index_range(cube.index(dim), dim, start, stop)
 
-    group = cube.accumulation_group(var.name) if query.use_accumulation else None
+    group = cube.accumulation_group(var.name)
     weights = query.weights
     if weights is None:
+        # The weights the accumulations were built with, so both ways agree by default.
         weights = group.weights if group is not None and group.weights != "unknown" else None
     weights = resolve_weights(cube.decoded, var.name, weights)
     terms = _terms(query.stat, weights)
-    layouts, note = _usable_layouts(cube, var, group, weights, terms)
-    if not query.use_accumulation:
-        note = "accumulation not used (full scan requested)"
+    if query.use_accumulation:
+        layouts, note = _usable_layouts(cube, var, group, weights, terms)
+    else:
+        layouts, note = [], "accumulation not used (full scan requested)"
 
     plan = plan_query(var.dims, ranges, over, layouts)
     counting = CountingStore(cube.store, latency=latency, cache_bytes=256 * 2**20)
@@ -360,10 +362,14 @@ def _accumulation_sums(
 
 
 def _finish(stat: str, terms: Sequence[str], sums: np.ndarray) -> np.ndarray:
+    """The answer from the sums, with xarray's conventions: a mean over no valid value is
+    NaN, a sum over none is 0, and a sum of weights (weighted count) of 0 is NaN."""
     if stat == "mean":
         numerator, denominator = sums
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(denominator != 0, numerator / denominator, np.nan)
+    if terms[0] == spec.WCOUNT:
+        return np.where(sums[0] != 0, sums[0], np.nan)
     return sums[0]
 
 

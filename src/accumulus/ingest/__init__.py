@@ -1,0 +1,1 @@
+"""Reading granules into Zarr: conversion of NetCDF4/HDF5 files (``convert``)."""

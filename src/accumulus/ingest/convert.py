@@ -1,0 +1,484 @@
+"""NetCDF4/HDF5 → Zarr v2 (default) or v3, keeping groups, dimensions, attributes, fill
+values, chunk shapes and each variable's filter chain (mapped to codecs).
+
+The source is read with h5py, whose HDF5 has every hdf5plugin filter registered (netCDF4's
+own HDF5 copy does not), so any file whose filters decode here converts. Every byte of Zarr
+goes through zarr-python. Conversion runs in two phases: ``plan_conversion`` inspects the
+whole file and resolves every variable's codecs, failing before anything is written; then
+``convert`` writes into a temporary directory beside the destination, chunk-aligned block by
+block (bounded memory), consolidates metadata and renames the directory into place. On any
+failure the temporary directory is removed, so a destination either appears whole or not.
+
+Conventions are xarray's, so ``xarray.open_zarr`` reads the result like the source file:
+dimension names in ``_ARRAY_DIMENSIONS`` (v2) or ``dimension_names`` (v3); ``_FillValue``
+as the v2 ``fill_value`` or, in v3, as the attribute xarray writes; CF attributes (time
+units, calendar, scale_factor...) copied as they are, values left encoded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import zarr
+from zarr.storage import LocalStore
+
+from accumulus.errors import AccumulusError
+from accumulus.filters import (
+    CodecConfig,
+    FilterError,
+    HDF5Filter,
+    dataset_pipeline,
+    default_registry,
+    for_dtype,
+    numcodecs_codec,
+    pipeline_to_codecs,
+    split_v2,
+    v3_codecs,
+)
+from accumulus.filters.builtin import load_hdf5plugin
+
+CodecSpec = Mapping[str, Any] | Sequence[Mapping[str, Any]]
+
+# HDF5 attributes that carry netCDF-4 or dimension-scale bookkeeping, not user metadata.
+_INTERNAL_ATTRIBUTES = frozenset(
+    {
+        "CLASS",
+        "NAME",
+        "REFERENCE_LIST",
+        "DIMENSION_LIST",
+        "_Netcdf4Dimid",
+        "_Netcdf4Coordinates",
+        "_nc3_strict",
+        "_NCProperties",
+        "_FillValue",
+    }
+)
+_PURE_DIMENSION = b"This is a netCDF dimension but not a netCDF variable"
+# Source bytes read per write call: whole chunks, as many along the first axis as fit.
+_BLOCK_BYTES = 64 * 2**20
+
+
+@dataclass
+class ArrayPlan:
+    """One variable: where it goes and how it is encoded."""
+
+    path: str  # relative to the root, "group/var"
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunks: tuple[int, ...] | None  # None: contiguous in HDF5, let zarr choose
+    dimensions: tuple[str, ...]
+    attributes: dict[str, Any]
+    fill_value: Any
+    source_filters: list[HDF5Filter]
+    codecs: list[CodecConfig]  # encoding order, resolved for the dtype
+    text: bool = False  # variable-length strings in the source
+
+
+@dataclass
+class GroupPlan:
+    path: str  # "" for the root
+    attributes: dict[str, Any]
+
+
+@dataclass
+class ConversionPlan:
+    source: str
+    zarr_format: int
+    groups: list[GroupPlan] = field(default_factory=list)
+    arrays: list[ArrayPlan] = field(default_factory=list)
+
+
+def convert(
+    src: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    *,
+    zarr_format: int = 2,
+    codecs: Mapping[str, CodecSpec] | None = None,
+    default_codec: CodecSpec | None = None,
+) -> ConversionPlan:
+    """Convert a NetCDF4/HDF5 file to a Zarr directory store at ``dest`` (must not exist).
+
+    ``codecs`` maps a variable ("precip" or "group/precip") to codec JSON (one codec or a
+    chain in encoding order) replacing its mapped filters; ``default_codec`` replaces the
+    filters of every other variable. Returns the plan that was carried out.
+    """
+    destination = Path(os.fspath(dest).removeprefix("file://")).expanduser()
+    if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
+        raise AccumulusError(f"{destination}: destination exists; remove it or choose another")
+    plan = plan_conversion(src, zarr_format=zarr_format, codecs=codecs, default_codec=default_codec)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+    try:
+        with h5py.File(plan.source, "r") as source:
+            _write(plan, source, staging)
+        if destination.exists():
+            destination.rmdir()  # empty, checked above
+        staging.rename(destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return plan
+
+
+# Planning ------------------------------------------------------------------------------------
+
+
+def plan_conversion(
+    src: str | os.PathLike[str],
+    *,
+    zarr_format: int = 2,
+    codecs: Mapping[str, CodecSpec] | None = None,
+    default_codec: CodecSpec | None = None,
+) -> ConversionPlan:
+    """Inspect ``src`` and resolve every variable's codecs; raise before anything is written."""
+    if zarr_format not in (2, 3):
+        raise AccumulusError(f"--zarr-format must be 2 or 3, got {zarr_format}")
+    load_hdf5plugin()  # so h5py decodes every hdf5plugin filter
+    source = os.fspath(src)
+    if not Path(source).is_file():
+        raise AccumulusError(f"{source}: no such file")
+    if not h5py.is_hdf5(source):
+        raise AccumulusError(f"{source}: not a NetCDF4/HDF5 file (no HDF5 signature)")
+    overrides = {name.strip("/"): _as_chain(spec, name) for name, spec in (codecs or {}).items()}
+    default = _as_chain(default_codec, "default") if default_codec is not None else None
+    plan = ConversionPlan(source, zarr_format)
+    with h5py.File(source, "r") as file:
+        _plan_group(file, plan, overrides, default)
+    unknown = sorted(set(overrides) - {array.path for array in plan.arrays})
+    if unknown:
+        known = [array.path for array in plan.arrays]
+        raise AccumulusError(f"{source}: --codec names no variable {unknown}; variables: {known}")
+    return plan
+
+
+def _as_chain(spec: CodecSpec | None, label: str) -> list[CodecConfig]:
+    chain = [spec] if isinstance(spec, Mapping) else list(spec or [])
+    for config in chain:
+        if not isinstance(config, Mapping):
+            raise AccumulusError(f"--codec {label}: expected a JSON object or list, got {config!r}")
+        try:
+            numcodecs_codec(config)  # unknown id or keys: numcodecs' verdict, in one line
+        except FilterError as exc:
+            raise AccumulusError(f"--codec {label}: {exc}") from None
+    return [dict(config) for config in chain]
+
+
+def _plan_group(
+    group: h5py.Group,
+    plan: ConversionPlan,
+    overrides: Mapping[str, list[CodecConfig]],
+    default: list[CodecConfig] | None,
+) -> None:
+    path = group.name.strip("/")
+    plan.groups.append(GroupPlan(path, _attributes(group, plan.source)))
+    phony: dict[int, str] = {}  # dimension size -> phony name, shared within the group
+    for item in group.values():
+        if isinstance(item, h5py.Group):
+            _plan_group(item, plan, overrides, default)
+        elif isinstance(item, h5py.Dataset) and not _is_pure_dimension(item):
+            plan.arrays.append(_plan_array(item, plan, phony, overrides, default))
+
+
+def _plan_array(
+    dataset: h5py.Dataset,
+    plan: ConversionPlan,
+    phony: dict[int, str],
+    overrides: Mapping[str, list[CodecConfig]],
+    default: list[CodecConfig] | None,
+) -> ArrayPlan:
+    path = dataset.name.strip("/")
+    where = f"{plan.source}: variable {path!r}"
+    dtype = _zarr_dtype(dataset, where)
+    text = dtype.kind == "O"
+    pipeline = dataset_pipeline(dataset)
+    for stage in pipeline:  # h5py must decode every stage to read the source at all
+        if not h5py.h5z.filter_avail(stage.hdf5_id):
+            provider = default_registry().hdf5_sides.get(stage.hdf5_id)
+            hint = f" ({provider.provider} provides it)" if provider else ""
+            raise AccumulusError(
+                f"{where}: HDF5 filter {stage.hdf5_id} ({stage.name}) is not available to read "
+                f"the data here{hint}"
+            )
+    try:
+        if path in overrides:
+            chain = overrides[path]
+        elif text:
+            chain = []  # variable-length strings: HDF5 filters never apply, nor a default
+        elif default is not None:
+            chain = default
+        else:
+            chain = pipeline_to_codecs(pipeline)
+            _check_codec_sides(pipeline, path)
+        chain = chain if text else for_dtype(chain, dtype)
+        _check_codecs(chain, plan.zarr_format, text)
+    except FilterError as exc:
+        raise AccumulusError(f"{where}: {exc}") from None
+    attributes = _attributes(dataset, plan.source)
+    if text and plan.zarr_format == 2:
+        # netcdf-c reads Zarr v2 strings only as fixed-width bytes ("|S<n>"), not as
+        # numcodecs' vlen-utf8 objects; _Encoding tells xarray to decode them to str.
+        dtype = np.dtype(f"S{_utf8_width(dataset)}")
+        attributes["_Encoding"] = "utf-8"
+    return ArrayPlan(
+        path=path,
+        shape=dataset.shape,
+        dtype=dtype,
+        chunks=dataset.chunks,
+        dimensions=_dimension_names(dataset, phony),
+        attributes=attributes,
+        fill_value=None if text else _fill_value(dataset, dtype),
+        source_filters=pipeline,
+        codecs=chain,
+        text=text,
+    )
+
+
+def _check_codec_sides(pipeline: Sequence[HDF5Filter], path: str) -> None:
+    registry = default_registry()
+    for stage in pipeline:
+        side = registry.codec_side(stage.hdf5_id)
+        problem = side.availability()
+        if problem:
+            raise FilterError(
+                f"HDF5 filter {stage.hdf5_id} ({stage.name}) maps to codec {side.codec_id!r}, "
+                f"which is not usable here ({problem}); choose another with "
+                f"--codec {path}='<json>'"
+            )
+
+
+def _zarr_dtype(dataset: h5py.Dataset, where: str) -> np.dtype:
+    dtype = dataset.dtype
+    string_info = h5py.check_string_dtype(dtype)
+    if string_info is not None and string_info.length is None:
+        return np.dtype(object)  # variable-length strings: zarr's string dtype
+    if dtype.kind in "biufS" and dtype.fields is None:
+        return dtype
+    raise AccumulusError(
+        f"{where}: HDF5 type {dtype} (compound, enum, reference or variable-length) "
+        "is not supported; only numbers, booleans and strings convert"
+    )
+
+
+def _check_codecs(chain: list[CodecConfig], zarr_format: int, text: bool) -> None:
+    if text and chain:
+        raise FilterError("variable-length strings take no HDF5 filters; remove its --codec")
+    if zarr_format == 3:
+        v3_codecs(chain)
+    else:
+        for config in chain:
+            numcodecs_codec(config)
+
+
+def _is_pure_dimension(dataset: h5py.Dataset) -> bool:
+    """netCDF-4 stores a dimension without a coordinate variable as an empty scale."""
+    name = dataset.attrs.get("NAME", b"")
+    return isinstance(name, bytes) and name.startswith(_PURE_DIMENSION)
+
+
+def _dimension_names(dataset: h5py.Dataset, phony: dict[int, str]) -> tuple[str, ...]:
+    names = []
+    is_scale = dataset.attrs.get("CLASS", b"") == b"DIMENSION_SCALE"
+    for axis, size in enumerate(dataset.shape):
+        if axis == 0 and is_scale:
+            names.append(dataset.name.rsplit("/", 1)[-1])
+            continue
+        scales = list(dataset.dims[axis].values()) if not is_scale else []
+        if scales:
+            names.append(scales[0].name.rsplit("/", 1)[-1])
+        else:  # no dimension scale: netcdf-c's convention, one phony name per size
+            names.append(phony.setdefault(size, f"phony_dim_{len(phony)}"))
+    return tuple(names)
+
+
+def _fill_value(dataset: h5py.Dataset, dtype: np.dtype) -> Any:
+    if "_FillValue" not in dataset.attrs:
+        return None
+    value = np.asarray(dataset.attrs["_FillValue"]).reshape(-1)[0]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _attributes(node: h5py.HLObject, source: str) -> dict[str, Any]:
+    attributes = {}
+    for name in node.attrs:
+        if name in _INTERNAL_ATTRIBUTES:
+            continue
+        try:
+            value = node.attrs[name]
+        except OSError as exc:  # an attribute HDF5 cannot read (unknown type)
+            raise AccumulusError(f"{source}: {node.name}: attribute {name!r}: {exc}") from None
+        converted = _json_value(value)
+        if converted is not _UNSUPPORTED:
+            attributes[name] = converted
+    return attributes
+
+
+_UNSUPPORTED = object()
+
+
+def _json_value(value: Any) -> Any:
+    """An HDF5 attribute as netCDF4 presents it: text as str, length-1 arrays as scalars."""
+    if isinstance(value, bytes | np.bytes_):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "O" and value.size and not isinstance(value.flat[0], str | bytes):
+            return _UNSUPPORTED  # object references (dimension lists and the like)
+        items = [_json_value(v) for v in value.reshape(-1)]
+        return items[0] if len(items) == 1 else items
+    if isinstance(value, np.generic):
+        return value.item()
+    return _UNSUPPORTED
+
+
+# Writing -------------------------------------------------------------------------------------
+
+
+def _write(plan: ConversionPlan, source: h5py.File, staging: Path) -> None:
+    store = LocalStore(staging)
+    root = zarr.open_group(store=store, mode="w", zarr_format=plan.zarr_format)
+    for group in plan.groups:
+        node = root if not group.path else root.require_group(group.path)
+        node.attrs.update(group.attributes)
+    for array_plan in plan.arrays:
+        array = _create_array(root, array_plan, plan.zarr_format)
+        _copy_data(source[array_plan.path], array, array_plan, plan.source)
+    with warnings.catch_warnings():
+        # zarr warns that v3 consolidated metadata is not in the spec; xarray reads it.
+        warnings.simplefilter("ignore", category=UserWarning)
+        zarr.consolidate_metadata(store)
+
+
+def _create_array(root: zarr.Group, plan: ArrayPlan, zarr_format: int) -> zarr.Array:
+    attributes = dict(plan.attributes)
+    options: dict[str, Any] = {}
+    if zarr_format == 2:
+        attributes["_ARRAY_DIMENSIONS"] = list(plan.dimensions)
+        options["fill_value"] = plan.fill_value
+        if plan.fill_value is not None:
+            # netcdf-c takes _FillValue from the attributes only (as it writes it itself);
+            # xarray reads the same value from fill_value.
+            attributes["_FillValue"] = plan.fill_value
+        if not plan.text:
+            filters, compressor = split_v2(plan.codecs)
+            options["filters"] = [numcodecs_codec(c) for c in filters] if filters else None
+            options["compressors"] = numcodecs_codec(compressor) if compressor else None
+    else:
+        options["dimension_names"] = list(plan.dimensions)
+        if plan.fill_value is not None:
+            # xarray's own encoding of _FillValue for v3 (base64 for floats), so it masks.
+            from xarray.backends.zarr import FillValueCoder
+
+            options["fill_value"] = plan.fill_value
+            attributes["_FillValue"] = FillValueCoder.encode(plan.fill_value, plan.dtype)
+        if not plan.text:
+            codecs = v3_codecs(plan.codecs)
+            options.update(
+                filters=codecs.filters, serializer=codecs.serializer, compressors=codecs.compressors
+            )
+    return root.create_array(
+        plan.path,
+        shape=plan.shape,
+        dtype=str if plan.dtype.kind == "O" else plan.dtype,  # v3 text: zarr's string type
+        chunks=plan.chunks or "auto",
+        attributes=attributes,
+        **options,
+    )
+
+
+def _copy_data(dataset: h5py.Dataset, array: zarr.Array, plan: ArrayPlan, source: str) -> None:
+    if array.size == 0:
+        return
+    chain = " → ".join(f"{s.name or '?'} ({s.hdf5_id})" for s in plan.source_filters) or "none"
+    for region in _blocks(array.shape, array.chunks, array.dtype.itemsize):
+        try:
+            block = dataset[region]
+        except OSError as exc:  # HDF5 reports a failed filter as an OSError
+            raise AccumulusError(
+                f"{source}: variable {plan.path!r}: cannot read the chunk(s) at "
+                f"{_region_text(region)} through filters {chain}: {exc}"
+            ) from None
+        if plan.text:
+            block = _text_block(block, plan.dtype)
+        array[region] = block
+
+
+def _blocks(
+    shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int
+) -> Iterator[tuple[slice, ...]]:
+    """Chunk-aligned regions covering ``shape``: single chunks, widened along the first axis
+    while a region stays under the byte budget (fewer, larger h5py reads and zarr writes)."""
+    if not shape:
+        yield ()
+        return
+    chunk_bytes = math.prod(chunks) * max(itemsize, 1)
+    widen = max(1, _BLOCK_BYTES // max(chunk_bytes, 1))
+    steps = (chunks[0] * widen, *chunks[1:])
+    starts = [range(0, size, step) for size, step in zip(shape, steps, strict=True)]
+    for corner in itertools.product(*starts):
+        yield tuple(
+            slice(start, min(start + step, size))
+            for start, step, size in zip(corner, steps, shape, strict=True)
+        )
+
+
+def _region_text(region: tuple[slice, ...]) -> str:
+    return "[" + ", ".join(f"{s.start}:{s.stop}" for s in region) + "]"
+
+
+def _text_block(block: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Strings as the destination stores them: str objects, or UTF-8 bytes of fixed width."""
+    texts = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in block.flat]
+    if dtype.kind == "S":
+        return np.array([t.encode("utf-8") for t in texts], dtype=dtype).reshape(block.shape)
+    return np.array(texts, dtype=object).reshape(block.shape)
+
+
+def _utf8_width(dataset: h5py.Dataset) -> int:
+    """The longest string of a variable-length string dataset, in UTF-8 bytes (at least 1)."""
+    width = 1
+    for region in _blocks(dataset.shape, dataset.chunks or dataset.shape, 64):
+        for value in np.asarray(dataset[region]).flat:
+            text = value if isinstance(value, bytes) else str(value).encode("utf-8")
+            width = max(width, len(text))
+    return width
+
+
+def parse_codec_options(
+    options: Sequence[str],
+) -> tuple[dict[str, CodecSpec], CodecSpec | None]:
+    """``--codec VAR='<json>'`` and ``--codec '<json>'`` (the default for all variables) as
+    (per-variable codecs, default). JSON is one codec object or a list of them."""
+    per_variable: dict[str, CodecSpec] = {}
+    default: CodecSpec | None = None
+    for option in options:
+        text = option.strip()
+        name, _, body = ("", "", text) if text[:1] in "{[" else text.partition("=")
+        label = f"--codec {name}" if name else "--codec"
+        if not body.strip():
+            raise AccumulusError(f"{label}: expected VAR='<json>' or '<json>', got {option!r}")
+        try:
+            spec = json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise AccumulusError(f"{label}: invalid JSON {body!r}: {exc}") from None
+        if not isinstance(spec, dict | list):
+            raise AccumulusError(f"{label}: expected a JSON object or list, got {body!r}")
+        if name:
+            per_variable[name.strip().strip("/")] = spec
+        elif default is not None:
+            raise AccumulusError("--codec: more than one default codec given")
+        else:
+            default = spec
+    return per_variable, default
