@@ -464,3 +464,35 @@ def _chunk_sizes_text(sizes: tuple[int, ...]) -> str:
         return f"{sizes[0] if sizes else 0} ({count})"
     shown = ",".join(map(str, sizes[:12])) + (",…" if len(sizes) > 12 else "")
     return f"{shown} ({count})"
+
+
+# --- service (issue 6) ---
+
+
+@app.command()
+def serve(
+    stores: list[str] = typer.Argument(
+        ..., help="Cubes to serve (paths or URLs); each is a dataset named by its base name."
+    ),
+    port: int = typer.Option(8000, "--port", help="TCP port."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind (loopback unless you say otherwise)."
+    ),
+    max_cells: int = typer.Option(
+        None, "--max-cells", min=1, help="Refuse answers with more values (default 2000000)."
+    ),
+    cache_mb: int = typer.Option(256, "--cache-mb", min=0, help="Memory for cached answers."),
+    endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+) -> None:
+    """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
+    from accumulus.service import serve as run_service
+
+    limits = {"max_cells": max_cells} if max_cells else {}
+    run_service(
+        stores,
+        host=host,
+        port=port,
+        cache_bytes=cache_mb * 2**20,
+        storage_options=_storage_options(endpoint_url),
+        **limits,
+    )
