@@ -142,6 +142,7 @@ class RequestCounts:
     writes: dict[str, int] = field(default_factory=dict)  # key -> bytes written (last write)
     write_requests: int = 0
     write_bytes: int = 0
+    conditional_writes: int = 0  # set_if_not_exists: writes only when the key is absent
     deletes: list[str] = field(default_factory=list)
     list_requests: int = 0
 
@@ -168,6 +169,7 @@ class _CountingState:
     cache: OrderedDict[str, Buffer] = field(default_factory=OrderedDict)
     cached: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    inflight: dict[str, asyncio.Future] = field(default_factory=dict)
 
 
 class CountingStore(WrapperStore[Store]):
@@ -259,15 +261,38 @@ class CountingStore(WrapperStore[Store]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        if byte_range is None and self.cache_bytes:
-            cached = self._cache_get(key)
-            if cached is not None:
-                return cached
+        if byte_range is not None or not self.cache_bytes:
+            return await self._fetch(key, prototype, byte_range)
+        cached = self._cache_get(key)
+        if cached is not None:
+            return cached
+        # Concurrent reads of one key (threads of one query) share a single request, so the
+        # counts do not depend on timing. zarr runs all store I/O on one event loop.
+        loop = asyncio.get_running_loop()
+        pending = self._state.inflight.get(key)
+        if pending is not None and pending.get_loop() is loop:
+            return await asyncio.shield(pending)
+        future = loop.create_future()
+        self._state.inflight[key] = future
+        try:
+            value = await self._fetch(key, prototype, None)
+            if value is not None:
+                self._cache_put(key, value)
+            future.set_result(value)
+            return value
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: nobody may be waiting
+            raise
+        finally:
+            self._state.inflight.pop(key, None)
+
+    async def _fetch(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
+    ) -> Buffer | None:
         await self._delay()
         value = await self._store.get(key, prototype, byte_range)
         self._count_read(key, value)
-        if byte_range is None and self.cache_bytes and value is not None:
-            self._cache_put(key, value)
         return value
 
     async def get_partial_values(
@@ -310,9 +335,11 @@ class CountingStore(WrapperStore[Store]):
         self._cache_drop(key)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        # Counted apart: whether it wrote anything depends on whether the key existed.
         await self._delay()
         await self._store.set_if_not_exists(key, value)
-        self._count_write(key, value)
+        with self._lock:
+            self.counts.conditional_writes += 1
 
     async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
         await asyncio.gather(*(self.set(k, v) for k, v in values))

@@ -4,21 +4,16 @@ exactly as ``accumulus average --json/--csv/--png`` renders it."""
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, replace
 
 from accumulus import api
 from accumulus.accumulation.query import QueryResult
-from accumulus.errors import AccumulusError
+from accumulus.errors import AccumulationReadError
 from accumulus.output import result_csv, result_json, result_png
 from accumulus.service.datasets import Snapshot
 from accumulus.service.parameters import AverageRequest
 
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "png": "image/png"}
-
-# result_png draws with matplotlib's pyplot, whose current-figure state is shared by all
-# threads: one drawing at a time.
-_PYPLOT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -32,7 +27,7 @@ class Answer:
 def compute_answer(snapshot: Snapshot, request: AverageRequest) -> Answer:
     try:
         result = _query(snapshot, request, request.use_accumulation)
-    except AccumulusError as exc:
+    except AccumulationReadError as exc:
         if not request.use_accumulation:
             raise
         # The request's parameters were checked, so what failed is reading the accumulations
@@ -49,8 +44,7 @@ def compute_answer(snapshot: Snapshot, request: AverageRequest) -> Answer:
     elif request.format == "csv":
         body = result_csv(result).encode()
     else:
-        with _PYPLOT_LOCK:
-            body = result_png(result)
+        body = result_png(result)
     return Answer(body, MEDIA_TYPES[request.format])
 
 

@@ -9,27 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import xarray as xr
 
 from accumulus.accumulation.weights import find_latitude, find_longitude
 from accumulus.cube import Cube
+from accumulus.output import label
 from accumulus.service.datasets import Snapshot
-
-
-def coordinate_label(value: Any) -> Any:
-    """A coordinate value as JSON: ISO 8601 for times, a plain number otherwise (as the
-    ``coords`` of an average result)."""
-    if isinstance(value, np.datetime64 | pd.Timestamp):
-        return pd.Timestamp(value).isoformat()
-    if hasattr(value, "isoformat"):  # cftime dates
-        return value.isoformat()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    return value
 
 
 def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:
@@ -63,8 +49,8 @@ def _dimension(cube: Cube, dim: str) -> dict[str, Any]:
     return {
         "size": len(index),
         "kind": kind,
-        "first": coordinate_label(index[0]) if len(index) else None,
-        "last": coordinate_label(index[-1]) if len(index) else None,
+        "first": label(index[0]) if len(index) else None,
+        "last": label(index[-1]) if len(index) else None,
         "ascending": bool(index.is_monotonic_increasing),
         "units": units,
     }
@@ -96,7 +82,7 @@ def _accumulation(cube: Cube, name: str) -> dict[str, Any] | None:
         coverage[dim] = {
             "covered": covered,
             "size": size,
-            "through": None if through is None else coordinate_label(through),
+            "through": None if through is None else label(through),
         }
     return {
         "weights": group.weights,
