@@ -17,13 +17,11 @@ DEFAULT_DIR = Path("benchmark-data")
 
 
 def cube(directory: Path, config: DemoConfig) -> Path:
-    """The benchmark cube for ``config``, written once and reused (a marker file holds the
-    configuration it was written with)."""
-    path = (
-        directory
-        / f"cube-{config.days}d-{config.resolution}deg-{'x'.join(map(str, config.chunks))}.zarr"
-    )
-    marker = path / "benchmark-config.json"
+    """The benchmark cube for ``config``, written once and reused (a marker file beside it
+    holds the configuration it was written with)."""
+    chunks = "x".join(map(str, config.chunks))
+    path = directory / f"cube-{config.days}d-{config.resolution}deg-{chunks}.zarr"
+    marker = path.with_suffix(".config.json")  # beside the store: zarr warns of strangers
     wanted = json.dumps(config.__dict__, default=list)
     if not (marker.exists() and marker.read_text() == wanted):
         print(f"writing {config.nbytes / 2**30:.2f} GiB benchmark cube {path} ...", file=sys.stderr)

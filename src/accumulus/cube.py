@@ -74,14 +74,14 @@ class VariableInfo:
         """The decoded values (float64, NaN where missing) as a Dask array; by default one
         block per stored chunk (rectilinear grids included), or the given ``blocks``."""
         chunks = blocks or tuple(b.sizes for b in self.bounds)
-        stored = da.from_array(_Reader(self.array), chunks=chunks, lock=False)
+        stored = da.from_array(StoredValues(self.array), chunks=chunks, lock=False)
         return stored.map_blocks(self.decoder, dtype="f8")
 
 
 @dataclass(frozen=True)
-class _Reader:
-    """A zarr array as Dask sees it. Dask asks arrays for ``.chunks``, which zarr does not
-    define for rectilinear grids; the block sizes are given to Dask explicitly instead."""
+class StoredValues:
+    """A zarr array's stored values as Dask reads them. Dask asks arrays for ``.chunks``,
+    which zarr does not define for rectilinear grids; block sizes are given to Dask instead."""
 
     array: zarr.Array
 

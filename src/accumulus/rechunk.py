@@ -42,7 +42,7 @@ from accumulus import compute
 from accumulus.accumulation import spec
 from accumulus.api import accumulate
 from accumulus.chunking import ChunkRule, chunk_sizes, parse_chunk_rules, rule_text
-from accumulus.cube import Cube
+from accumulus.cube import Cube, StoredValues
 from accumulus.errors import AccumulusError
 from accumulus.filters import join_v2, join_v3, numcodecs_codec, split_v2, v3_codecs
 from accumulus.grid import ChunkBounds, array_bounds, regular_chunk_size
@@ -380,36 +380,13 @@ def _write(
             target[...] = item.source[...]
         elif item.source.size:
             blocks = da.from_array(
-                _StoredValues(item.source), chunks=tuple(b.sizes for b in item.bounds), lock=False
+                StoredValues(item.source), chunks=tuple(b.sizes for b in item.bounds), lock=False
             )
             # One task per destination chunk: no two tasks write the same chunk.
             writes.append(da.store(blocks, target, lock=False, compute=False))
     compute.run(writes, scheduler=scheduler, progress=progress)
     if consolidated:
         consolidate(store)
-
-
-@dataclass(frozen=True)
-class _StoredValues:
-    """A zarr array's stored values as Dask reads them. Dask asks arrays for ``.chunks``,
-    which zarr does not define for rectilinear grids; blocks are given to Dask instead."""
-
-    array: zarr.Array
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.array.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.array.dtype
-
-    @property
-    def ndim(self) -> int:
-        return self.array.ndim
-
-    def __getitem__(self, key: Any) -> np.ndarray:
-        return self.array[key]
 
 
 def _create_like(store: Store, item: ArrayCopy, fmt: int) -> zarr.Array:

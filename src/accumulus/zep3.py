@@ -17,18 +17,15 @@ top) is read the same way.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.chunk_key_encodings import ChunkKeyEncoding, SeparatorLiteral, parse_separator
 from zarr.registry import register_chunk_key_encoding
-from zarr.storage import WrapperStore
 
 from accumulus.errors import AccumulusError
 from accumulus.grid import bounds_from_chunk_shape
+from accumulus.rewriting import MetadataRewritingStore
 
 DRAFT_GRID_NAMES = ("rectangular", "regular")
 
@@ -105,36 +102,10 @@ def normalize_document(document: dict[str, Any], where: str) -> dict[str, Any]:
     return {**document, "consolidated_metadata": {**consolidated, "metadata": metadata}}
 
 
-class Zep3DraftStore(WrapperStore[Store]):
+class Zep3DraftStore(MetadataRewritingStore):
     """A read-through wrapper that serves ZEP 3 draft chunk grids as rectilinear grids."""
 
-    def _with_store(self, store: Store) -> Zep3DraftStore:
-        return type(self)(store)
+    documents = frozenset({"zarr.json"})
 
-    async def get(
-        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        value = await self._store.get(key, prototype, byte_range)
-        return _normalized(key, value, prototype, byte_range)
-
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
-    ) -> Buffer | None:
-        value = super().get_sync(key, prototype=prototype, byte_range=byte_range)
-        return _normalized(key, value, prototype or default_buffer_prototype(), byte_range)
-
-
-def _normalized(
-    key: str, value: Buffer | None, prototype: BufferPrototype, byte_range: ByteRequest | None
-) -> Buffer | None:
-    if value is None or byte_range is not None or key.rsplit("/", 1)[-1] != "zarr.json":
-        return value
-    document = json.loads(value.to_bytes())
-    fixed = normalize_document(document, key)
-    if fixed == document:
-        return value
-    return prototype.buffer.from_bytes(json.dumps(fixed).encode())
+    def rewrite(self, key: str, document: dict[str, Any]) -> dict[str, Any]:
+        return normalize_document(document, key)

@@ -30,7 +30,7 @@ from accumulus.storage import consolidate
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
 # a time series reads few objects, small enough that reading one entry reads little else.
-CHUNK_BUDGET = 2**20
+CHUNK_BUDGET = 256 * 2**10
 MIN_CHUNK = 64 * 2**10
 
 
@@ -253,21 +253,31 @@ def accumulation_chunks(
 
 
 def target_chunks(var: VariableInfo, acc: spec.Accumulation) -> tuple[int, ...]:
-    """Chunk shape of an accumulation array (array_dims order). Along the dimension the
-    build walks in slabs, full-resolution chunks stay within one slab, so each slab writes
-    whole chunks."""
+    """Chunk shape of an accumulation array (array_dims order).
+
+    Along the dimension the build walks in slabs (``batch``, usually time), full-resolution
+    chunks grow up to one slab, so each slab writes whole chunks and a long series is read
+    in few requests. When that dimension is kept at full resolution, the others keep the raw
+    chunk size: such arrays answer thin strips at a box's edges, and wider chunks would be
+    read for nothing. Otherwise (e.g. the time accumulation, read for maps) they grow too.
+    """
     raw_chunk = {d: max(b.sizes, default=1) for d, b in zip(var.dims, var.bounds, strict=True)}
     shape = accumulation_shape(var, acc)
     batch = stream.batch_dimension(var)
     slab = stream.chunks_per_slab(var, batch) * raw_chunk[batch]
+    limits = []
+    for dim, size in zip(acc.array_dims, shape, strict=True):
+        if dim == batch and dim not in acc.dims:
+            limits.append(slab)
+        elif dim not in acc.dims and batch not in acc.dims:
+            limits.append(raw_chunk[dim])
+        else:
+            limits.append(size)
     return accumulation_chunks(
         shape,
         [d in acc.dims for d in acc.array_dims],
         [raw_chunk[d] for d in acc.array_dims],
-        [
-            slab if d == batch and d not in acc.dims else n
-            for d, n in zip(acc.array_dims, shape, strict=True)
-        ],
+        limits,
     )
 
 

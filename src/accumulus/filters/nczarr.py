@@ -8,13 +8,11 @@ scrambled values. ``NCZarrCompatStore`` presents every ``.zarray`` (and the cons
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
-from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
-from zarr.storage import WrapperStore
+
+from accumulus.rewriting import MetadataRewritingStore
 
 
 def normalize_zarray(document: dict[str, Any]) -> dict[str, Any]:
@@ -46,38 +44,12 @@ def normalize_consolidated(document: dict[str, Any]) -> dict[str, Any]:
     return {**document, "metadata": metadata}
 
 
-class NCZarrCompatStore(WrapperStore[Store]):
+class NCZarrCompatStore(MetadataRewritingStore):
     """A read-through wrapper that serves normalized v2 array metadata."""
 
-    def _with_store(self, store: Store) -> NCZarrCompatStore:
-        return type(self)(store)
+    documents = frozenset({".zarray", ".zmetadata"})
 
-    async def get(
-        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        value = await self._store.get(key, prototype, byte_range)
-        return _normalized(key, value, prototype, byte_range)
-
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
-    ) -> Buffer | None:
-        value = super().get_sync(key, prototype=prototype, byte_range=byte_range)
-        return _normalized(key, value, prototype or default_buffer_prototype(), byte_range)
-
-
-def _normalized(
-    key: str, value: Buffer | None, prototype: BufferPrototype, byte_range: ByteRequest | None
-) -> Buffer | None:
-    name = key.rsplit("/", 1)[-1]
-    if value is None or byte_range is not None or name not in (".zarray", ".zmetadata"):
-        return value
-    document = json.loads(value.to_bytes())
-    normalize = normalize_zarray if name == ".zarray" else normalize_consolidated
-    fixed = normalize(document)
-    if fixed == document:
-        return value
-    return prototype.buffer.from_bytes(json.dumps(fixed).encode())
+    def rewrite(self, key: str, document: dict[str, Any]) -> dict[str, Any]:
+        if key.rsplit("/", 1)[-1] == ".zarray":
+            return normalize_zarray(document)
+        return normalize_consolidated(document)

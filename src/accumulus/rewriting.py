@@ -1,0 +1,59 @@
+"""A read-through store wrapper that rewrites metadata documents as they are read.
+
+Used to read stores whose metadata other tools wrote in a form zarr-python reads wrongly
+(netcdf-c's shuffle, ``filters.nczarr``) or not at all (the ZEP 3 draft grid, ``zep3``).
+The bytes in the store are never changed; chunk reads pass through untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.storage import WrapperStore
+
+
+class MetadataRewritingStore(WrapperStore[Store]):
+    """Serves the metadata documents named in ``documents`` through ``rewrite``."""
+
+    documents: ClassVar[frozenset[str]] = frozenset()
+
+    def rewrite(self, key: str, document: dict[str, Any]) -> dict[str, Any]:
+        """The document as zarr should see it (``document`` itself when nothing changes)."""
+        raise NotImplementedError
+
+    def _with_store(self, store: Store) -> MetadataRewritingStore:
+        return type(self)(store)
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        value = await self._store.get(key, prototype, byte_range)
+        return self._rewritten(key, value, prototype, byte_range)
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        value = super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        return self._rewritten(key, value, prototype or default_buffer_prototype(), byte_range)
+
+    def _rewritten(
+        self,
+        key: str,
+        value: Buffer | None,
+        prototype: BufferPrototype,
+        byte_range: ByteRequest | None,
+    ) -> Buffer | None:
+        if value is None or byte_range is not None or key.rsplit("/", 1)[-1] not in self.documents:
+            return value
+        document = json.loads(value.to_bytes())
+        fixed = self.rewrite(key, document)
+        if fixed == document:
+            return value
+        return prototype.buffer.from_bytes(json.dumps(fixed).encode())
