@@ -181,7 +181,11 @@ class CountingStore(WrapperStore[Store]):
         self._lock = threading.Lock()
 
     def _with_store(self, store: Store) -> CountingStore:
-        return type(self)(store, latency=self.latency, cache_bytes=self.cache_bytes)
+        # zarr opens read-only views of a store (``with_read_only``): they count into the same
+        # tally, or the reads of everything opened with mode="r" would go uncounted.
+        clone = type(self)(store, latency=self.latency, cache_bytes=self.cache_bytes)
+        clone.counts, clone._lock = self.counts, self._lock
+        return clone
 
     @property
     def _supports_sync_io(self) -> bool:
@@ -189,7 +193,7 @@ class CountingStore(WrapperStore[Store]):
 
     def reset(self) -> None:
         with self._lock:
-            self.counts = RequestCounts()
+            self.counts.__dict__.update(RequestCounts().__dict__)  # in place: views share it
             self._cache.clear()
             self._cached = 0
 
