@@ -128,17 +128,42 @@ def snapshot(path: Path) -> dict[str, str]:
     }
 
 
-def cli(*args: str, env: dict | None = None, check: bool = False) -> subprocess.CompletedProcess:
-    """Run ``python -m accumulus`` with this checkout's sources first on the path."""
-    environment = {**os.environ, **(env or {})}
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a subprocess that runs this checkout's accumulus."""
+    environment = {**os.environ, **extra}
     environment["PYTHONPATH"] = os.pathsep.join(
         [str(REPO / "src"), environment.get("PYTHONPATH", "")]
     )
+    return environment
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m accumulus`` with this checkout's sources first on the path."""
     return subprocess.run(
         [sys.executable, "-m", "accumulus", *args],
         capture_output=True,
         text=True,
-        env=environment,
-        check=check,
+        env=cli_env(**(env or {})),
         timeout=300,
     )
+
+
+def check_visible(store, t: Truth, boundaries: set[int]) -> int:
+    """What a reader sees now (one consolidated snapshot) is the first ``n`` steps of the
+    truth, ``n`` a granule boundary: same times, same values, and averages (accumulations
+    used where final) equal to xarray's on those steps. Returns ``n``."""
+    import accumulus
+    from cubes import xarray_reference
+
+    cube = accumulus.open_cube(str(store))
+    n = cube.variable(VAR).shape[0]
+    assert n in boundaries, f"{n} steps visible: not the end of a granule"
+    expected = t.decoded(n)
+    seen = cube.decoded
+    np.testing.assert_array_equal(seen["time"].values, expected["time"].values)
+    np.testing.assert_allclose(seen[VAR].values, expected[VAR].values, rtol=1e-12)
+    for over in (("lat", "lon"), ("time",)):
+        got = accumulus.average(cube, VAR, over)
+        want = xarray_reference(expected[VAR], over, "area", "mean")
+        np.testing.assert_allclose(got.values, want.values, rtol=1e-9, equal_nan=True)
+    return n

@@ -47,6 +47,7 @@ from accumulus.ingest.conform import Template, check_fits, conform, template_of,
 from accumulus.ingest.granules import CodecChain, Granule, GranuleLike, open_granule
 from accumulus.ingest.journal import (
     CREATING,
+    JOURNAL_KEY,
     READY,
     GranuleRecord,
     Journal,
@@ -54,7 +55,7 @@ from accumulus.ingest.journal import (
     write_journal,
 )
 from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, complete_chunks_end
-from accumulus.ingest.lock import LOCK_KEY, StoreLock
+from accumulus.ingest.lock import StoreLock
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.storage import open_store, store_label
 
@@ -206,9 +207,7 @@ class _Run:
                 )
             return None, ""
         if journal.state == CREATING:
-            for key in keys.list_keys(self.store):
-                if key != LOCK_KEY:
-                    keys.delete(self.store, key)
+            self._wipe()
             return None, "an interrupted creation was removed; the cube is created again"
         if journal.dim != self.dim:
             raise AccumulusError(
@@ -233,6 +232,17 @@ class _Run:
         if self.lock.recovered is not None:
             notes.insert(0, f"took over the stale lock of {self.lock.recovered.describe()}")
         return journal, "; ".join(notes)
+
+    def _wipe(self) -> None:
+        """Delete what an interrupted creation wrote (everything but our lock), directories
+        included, so that no empty array directory is left for zarr to stumble on."""
+        stored = [k for k in keys.list_keys(self.store) if not k.startswith(keys.PREFIX)]
+        for top in sorted({k.split("/", 1)[0] for k in stored}):
+            if top in stored:
+                keys.delete(self.store, top)
+            else:
+                sync(self.store.delete_dir(top))
+        keys.delete(self.store, JOURNAL_KEY)
 
     def _published_extent(self) -> int | None:
         """The extent readers see: the append coordinate's shape in consolidated metadata."""
