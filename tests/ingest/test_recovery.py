@@ -52,7 +52,7 @@ CRASHES = {
     "after the journal, before accumulations": (
         append_module._Run,
         "_update_accumulations",
-        2,  # the first call is the recovery check at the start
+        1,
         6,  # committed, not yet published: the re-run publishes it
         "was finished",
     ),

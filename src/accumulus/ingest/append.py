@@ -155,6 +155,7 @@ class _Run:
         self.updated: set[str] = set()
         self.commits = 0
         self.first: GranuleLike | None = None  # the granule a new cube takes its encodings from
+        self.root: zarr.Group | None = None  # the cube as of the last commit
         self.total = 0  # progress steps: each granule is checked, then written
 
     def execute(
@@ -167,6 +168,7 @@ class _Run:
         journal, recovered = self._recover()
         template = None
         if journal is not None:
+            self.root = self._consolidated_root()
             template = self._store_template()
             self._check_chunks_unchanged(template)
         planned, template = self._check_all(items, journal, template, storage_options)
@@ -174,6 +176,7 @@ class _Run:
         choice = None
         if planned and journal is None:
             journal, choice = self._create(template, zarr_format, storage_options)
+            self.root = self._fresh_root()
         appended: list[str] = []
         if planned:
             assert journal is not None and template is not None
@@ -215,20 +218,26 @@ class _Run:
                 f"(use --dim {journal.dim})"
             )
         notes = []
-        root = self._fresh_root()
-        for name, array in self._arrays_along_dim(root).items():
+        snapshot = self._consolidated_root()
+        root = snapshot or self._fresh_root()
+        for name in self._names_along_dim(root):
+            # The array's own metadata, which a dead run may have resized.
+            array = zarr.open_array(
+                self.store, path=name, mode="r+", zarr_format=root.metadata.zarr_format
+            )
             axis = _dims(array).index(self.dim)
             if array.shape[axis] != journal.extent:
+                # Grown by a run that died before its commit point; never published.
                 notes.append(f"{name} cut back from {array.shape[axis]} to {journal.extent}")
                 shape = list(array.shape)
                 shape[axis] = journal.extent
                 array.resize(tuple(shape))
-        published = self._published_extent()
-        self._update_accumulations()
-        if notes or published != journal.extent or self.updated:
+        published = snapshot[self.dim].shape[0] if snapshot is not None else None
+        if published != journal.extent:
+            # A commit got past its journal write but not to consolidation: finish it.
+            self._update_accumulations()
             self._consolidate()
-            if published != journal.extent:
-                notes.append(f"the commit of {self.dim} up to {journal.extent} was finished")
+            notes.append(f"the commit of {self.dim} up to {journal.extent} was finished")
         if self.lock.recovered is not None:
             notes.insert(0, f"took over the stale lock of {self.lock.recovered.describe()}")
         return journal, "; ".join(notes)
@@ -244,21 +253,19 @@ class _Run:
                 sync(self.store.delete_dir(top))
         keys.delete(self.store, JOURNAL_KEY)
 
-    def _published_extent(self) -> int | None:
-        """The extent readers see: the append coordinate's shape in consolidated metadata."""
+    def _consolidated_root(self) -> zarr.Group | None:
+        """The root as readers see it (consolidated metadata), or None before the first
+        commit. After recovery it is current, and the run reads metadata from it: no
+        per-array requests."""
         with keys.quiet_consolidation():
-            root = zarr.open_group(self.store, mode="r")
-        if root.metadata.consolidated_metadata is None:
-            return None
-        node = root.metadata.consolidated_metadata.metadata.get(self.dim)
-        return None if node is None else node.shape[0]
+            root = zarr.open_group(self.store, mode="r+")
+        return root if root.metadata.consolidated_metadata is not None else None
 
     # Checking ------------------------------------------------------------------------------
 
     def _store_template(self) -> Template:
-        """The cube's template, from the arrays' own (not consolidated) metadata."""
         dataset = xr.open_dataset(
-            self.store, engine="zarr", decode_cf=False, consolidated=False, chunks=None
+            self.store, engine="zarr", decode_cf=False, consolidated=True, chunks=None
         )
         try:
             return template_of(dataset, self.dim, self.label)
@@ -268,9 +275,9 @@ class _Run:
     def _check_chunks_unchanged(self, template: Template) -> None:
         if not self.chunks:
             return
-        root = self._fresh_root()
+        assert self.root is not None
         for name in template.data:
-            array = root[name]
+            array = self.root[name]
             assert isinstance(array, zarr.Array)
             stored = dict(zip(_dims(array), array.chunks, strict=True))
             differ = {d: n for d, n in self.chunks.items() if stored.get(d, n) != n}
@@ -356,7 +363,8 @@ class _Run:
     def _stored_coordinate(self, journal: Journal | None) -> np.ndarray:
         if journal is None or journal.extent == 0:
             return np.asarray([])
-        array = self._fresh_root()[self.dim]
+        assert self.root is not None
+        array = self.root[self.dim]
         assert isinstance(array, zarr.Array)
         return np.asarray(array[: journal.extent])
 
@@ -415,9 +423,10 @@ class _Run:
         storage_options: dict | None,
         appended: list[str],
     ) -> Journal:
-        root = self._fresh_root()
-        writer = ChunkWriter(root, template.appended, self.dim, journal.extent)
-        data_array = root[(template.data or [self.dim])[0]]
+        assert self.root is not None
+        arrays = {name: self.root[name] for name in template.appended}
+        writer = ChunkWriter(arrays, self.dim, journal.extent)
+        data_array = arrays[(template.data or [self.dim])[0]]
         assert isinstance(data_array, zarr.Array)
         chunk = data_array.chunks[_dims(data_array).index(self.dim)]
         records: list[GranuleRecord] = []
@@ -434,11 +443,11 @@ class _Run:
                 if complete_chunks_end(writer.size, chunk) > complete_chunks_end(
                     journal.extent, chunk
                 ):
-                    journal = self._commit(writer, journal, records)
+                    journal = self._commit(writer, arrays, journal, records)
                     records = []
                 self.progress(self.total - len(planned) + done, self.total)
             if records:
-                journal = self._commit(writer, journal, records)
+                journal = self._commit(writer, arrays, journal, records)
         finally:
             writer.close()
         return journal
@@ -459,19 +468,24 @@ class _Run:
         return {n: v[(slice(None),) * axis[n] + (plan.keep,)] for n, v in values.items()}
 
     def _commit(
-        self, writer: ChunkWriter, journal: Journal, records: list[GranuleRecord]
+        self,
+        writer: ChunkWriter,
+        arrays: Mapping[str, zarr.Array],
+        journal: Journal,
+        records: list[GranuleRecord],
     ) -> Journal:
         writer.write_partial()
         writer.wait()
         self.lock.check()
-        root = self._fresh_root()
-        for array in self._arrays_along_dim(root).values():
+        for array in arrays.values():
             shape = list(array.shape)
             shape[_dims(array).index(self.dim)] = writer.size
             array.resize(tuple(shape))
         journal = journal.committed(records, writer.size)
         write_journal(self.store, journal)  # the commit point
-        self._update_accumulations()
+        assert self.root is not None
+        if any(name.endswith(spec.GROUP_SUFFIX) for name in self.root.group_keys()):
+            self._update_accumulations()
         self._consolidate()
         self.commits += 1
         return journal
@@ -507,8 +521,8 @@ class _Run:
         metadata while an append is under way)."""
         return zarr.open_group(self.store, mode="r+", use_consolidated=False)
 
-    def _arrays_along_dim(self, root: zarr.Group) -> dict[str, zarr.Array]:
-        return {name: array for name, array in root.arrays() if self.dim in _dims(array)}
+    def _names_along_dim(self, root: zarr.Group) -> list[str]:
+        return [name for name, array in root.arrays() if self.dim in _dims(array)]
 
 
 def _check_increasing(name: str, coordinate: np.ndarray, template: Template) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -56,14 +56,12 @@ class _Tail:
 
 
 class ChunkWriter:
-    """Appends values to ``names`` (arrays of ``root`` along ``dim``) from index ``start``."""
+    """Appends values to ``arrays`` along ``dim`` from index ``start``."""
 
-    def __init__(self, root: zarr.Group, names: Sequence[str], dim: str, start: int) -> None:
+    def __init__(self, arrays: Mapping[str, zarr.Array], dim: str, start: int) -> None:
         self.size = start
         self._tails: dict[str, _Tail] = {}
-        for name in names:
-            array = root[name]
-            assert isinstance(array, zarr.Array)
+        for name, array in arrays.items():
             axis = list(_dimension_names(array)).index(dim)
             self._tails[name] = _Tail(array, axis, array.chunks[axis], start)
         self._pool = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="accumulus-write")
