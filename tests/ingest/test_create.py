@@ -137,3 +137,17 @@ def test_given_chunks_are_kept_and_checked():
         choose_chunks(arrays, "time", {"level": 3})
     with pytest.raises(accumulus.AccumulusError, match="positive integer"):
         choose_chunks(arrays, "time", {"time": 0})
+
+
+def test_netcdf3_granules(tmp_path):
+    """netCDF-3 files (no HDF5, never compressed) are granules too."""
+    t = truth(6)
+    netcdf4 = write_granules(tmp_path / "in", t, 3)
+    classic = []
+    for path in netcdf4:
+        with xr.open_dataset(path) as ds:
+            classic.append(tmp_path / f"{path.stem}.nc3")
+            ds.to_netcdf(classic[-1], format="NETCDF3_64BIT")
+    store = tmp_path / "cube.zarr"
+    accumulus.append(str(store), classic, chunks={"time": 4})
+    assert_matches_truth(store, t)

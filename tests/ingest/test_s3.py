@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import uuid
 
@@ -28,6 +29,7 @@ CREDENTIALS = {
 def endpoint():
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -393,10 +393,15 @@ class _Run:
             encoding = {}
             for name, var in empty.variables.items():
                 fill = var.attrs.pop("_FillValue", None)
+                chain = chains.get(str(name))
+                if not chain and name in template.coordinates and self.dim in var.dims:
+                    # Uncompressed in the granule, but its ~1 MiB chunks in the cube are
+                    # rewritten at each commit, mostly fill: zarr's default compression.
+                    chain = None
                 encoding[name] = {
                     "chunks": choice.chunks[str(name)],
                     "_FillValue": fill,
-                    **_codec_encoding(chains.get(str(name)), zarr_format),
+                    **_codec_encoding(chain, zarr_format),
                 }
             empty.attrs["accumulus"] = {"append_dim": self.dim}
             write_journal(self.store, Journal(self.dim, CREATING))

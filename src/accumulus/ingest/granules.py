@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import xarray as xr
 import zarr
@@ -162,6 +163,8 @@ def _open_dataset(dataset: xr.Dataset) -> Granule:
 def _netcdf_chains(path: Path, name: str, zarr_format: int) -> dict[str, CodecChain | None]:
     from accumulus.ingest.convert import plan_conversion
 
+    if not h5py.is_hdf5(path):
+        return {}  # netCDF-3: never compressed; the cube gets zarr's default compression
     try:
         plan = plan_conversion(path, zarr_format=zarr_format)
     except AccumulusError as exc:
