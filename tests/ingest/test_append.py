@@ -114,6 +114,16 @@ def test_rerun_after_success_changes_nothing(tmp_path):
     assert snapshot(store) == before
 
 
+def test_a_granule_given_twice_is_appended_once(tmp_path):
+    t = truth(6)
+    a, b = write_granules(tmp_path / "in", t, 3)
+    store = tmp_path / "cube.zarr"
+    result = accumulus.append(str(store), [a, b, a], chunks={"time": 4})
+    assert result.appended == (str(a), str(b))
+    assert result.skipped == ((str(a), f"the same as {a}"),)
+    assert_matches_truth(store, t)
+
+
 def test_overlaps_are_refused_or_skipped(tmp_path):
     t = truth(16)
     store = tmp_path / "cube.zarr"

@@ -306,6 +306,10 @@ class _Run:
                 if known is not None:
                     self.skipped.append((granule.name, f"already ingested as {known.name}"))
                     continue
+                twin = next((p for p in planned if p.checksum == granule.checksum), None)
+                if twin is not None:
+                    self.skipped.append((granule.name, f"the same as {twin.name}"))
+                    continue
                 if template is None:
                     template = template_of(granule.dataset, self.dim, f"granule {granule.name}")
                     self.first = item
