@@ -201,12 +201,14 @@ class _Run:
     def _recover(self) -> tuple[Journal | None, str]:
         journal = read_journal(self.store, self.label)
         if journal is None:
-            foreign = [k for k in keys.list_keys(self.store) if not k.startswith(keys.PREFIX)]
+            ours = keys.PREFIX.rstrip("/")
+            foreign = [name for name in keys.top_level(self.store) if name != ours]
             if foreign:
                 raise AccumulusError(
-                    f"{self.label} is not a cube created by accumulus append (it has no append "
-                    f"journal, and holds {len(foreign)} other objects, e.g. {foreign[0]!r}); "
-                    "append to a new store, or to one the first append created"
+                    f"{self.label} is not a cube created by accumulus append (no append "
+                    f"journal, but it holds {', '.join(foreign[:3])}"
+                    f"{', ...' if len(foreign) > 3 else ''}); append to a new store, or to one "
+                    "the first append created"
                 )
             return None, ""
         if journal.state == CREATING:

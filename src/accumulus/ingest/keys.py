@@ -64,6 +64,15 @@ def list_keys(store: Store) -> list[str]:
     return sorted(sync(collect()))
 
 
+def top_level(store: Store) -> list[str]:
+    """The names directly under the store's root (one listing request)."""
+
+    async def collect() -> list[str]:
+        return [name async for name in store.list_dir("")]
+
+    return sorted(sync(collect()))
+
+
 def _innermost(store: Store) -> Store:
     while isinstance(store, WrapperStore):
         store = store._store
