@@ -38,6 +38,9 @@ format: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_average.py
 	$(BIN)/python benchmarks/bench_accumulate.py
+	$(BIN)/python benchmarks/bench_service.py
+	$(BIN)/python benchmarks/bench_monthly_chunks.py
+	$(BIN)/python benchmarks/bench_append.py
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .hypothesis

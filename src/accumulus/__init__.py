@@ -6,6 +6,7 @@ full scan. See the README for the command line and the service.
 
 from accumulus.api import accumulate, append, average, inspect, open_cube, query, verify
 from accumulus.errors import AccumulusError
+from accumulus.rechunk import rechunk
 
 __all__ = [
     "AccumulusError",
@@ -15,5 +16,6 @@ __all__ = [
     "inspect",
     "open_cube",
     "query",
+    "rechunk",
     "verify",
 ]

@@ -48,23 +48,38 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _progress_bar(description: str):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+class _ProgressBar:
+    """A rich progress bar on stderr, shown only once work starts (so an early error stays
+    one line). Call it as ``report(done, total)``; use it as a context manager."""
 
-    bar = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=False,
-    )
-    task = bar.add_task(description, total=None)
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self._bar = None
+        self._task = None
 
-    def report(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    return bar, report
+            self._bar = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.description, total=total)
+        self._bar.update(self._task, completed=done, total=total)
+        if total and done >= total:
+            self._bar.stop()  # finished: what is printed next goes below the bar
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 @app.command()
@@ -95,8 +110,7 @@ def accumulate(
     strides = {
         k: _positive_int(v, f"--stride {k}") for k, v in _pairs(stride or [], "--stride").items()
     }
-    bar, report = _progress_bar(f"accumulating {variable}")
-    with bar:
+    with _ProgressBar(f"accumulating {variable}") as report:
         result = api.accumulate(
             store,
             variable,
@@ -301,6 +315,29 @@ def verify(
         raise typer.Exit(1)
 
 
+@app.command()
+def demo(
+    directory: str = typer.Option("demo-output", "--dir", help="Where the cube and plots go."),
+    days: int = typer.Option(1461, "--days", help="Length of the daily series."),
+    resolution: float = typer.Option(1.0, "--resolution", help="Grid spacing in degrees."),
+    fresh: bool = typer.Option(False, "--fresh", help="Regenerate the cube even if present."),
+) -> None:
+    """Build a synthetic daily precipitation cube, accumulate it, and answer an area-averaged
+    time series and a time-averaged map with accumulations and by full scan."""
+    from accumulus.demo import DemoConfig, run_demo
+
+    if days < 1 or not 0 < resolution <= 30:
+        raise AccumulusError("--days must be >= 1 and --resolution in (0, 30] degrees")
+    config = DemoConfig(days=days, resolution=resolution)
+    with _ProgressBar("accumulating precip") as report:
+        comparisons = run_demo(directory, config, console.print, report, fresh)
+    worst = max(c.max_abs_difference for c in comparisons)
+    console.print(
+        f"\n[bold]both answers agree to {worst:.1e} mm/day[/]; speed-ups "
+        + ", ".join(f"x{c.speedup:.0f}" for c in comparisons)
+    )
+
+
 # --- filters and convert (issue 4) ---
 
 
@@ -399,8 +436,7 @@ def append(
 
     items = [item for text in chunks or [] for item in text.split(",") if item.strip()]
     sizes = {d: _positive_int(n, f"--chunks {d}") for d, n in _pairs(items, "--chunks").items()}
-    bar, report = _progress_bar("checking and appending granules")
-    with bar:
+    with _ProgressBar("checking and appending granules") as report:
         result = api.append(
             store,
             granules,
@@ -430,4 +466,92 @@ def append(
         f"appended {len(result.appended)} granule(s): {dim} {before} → {after} steps in "
         f"{result.commits} commit(s), {result.seconds:.1f} s{updated}",
         highlight=False,
+    )
+
+
+# --- variable chunking (issue 5) ---
+
+
+@app.command()
+def rechunk(
+    src: str = typer.Argument(..., help="Cube path or URL to read."),
+    dest: str = typer.Argument(..., help="Store to write (must not exist): dir, memory://, s3://."),
+    chunks: list[str] = typer.Option(
+        ...,
+        "--chunks",
+        help="dim=rule: time=month, time=year, lat=90 or time=31,28,31,... (repeatable; "
+        "several in one: time=month,lat=90). Dimensions not named keep their chunks.",
+    ),
+    zarr_format: int = typer.Option(
+        None, "--zarr-format", help="2 or 3. Default: the source's, or 3 when chunks vary."
+    ),
+    scheduler: str = typer.Option(
+        None, "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
+    ),
+    endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+) -> None:
+    """Copy a cube with other chunks (e.g. one chunk per month), rebuilding accumulations."""
+    from accumulus.chunking import parse_chunk_rules
+    from accumulus.rechunk import rechunk as rechunk_cube
+
+    with _ProgressBar("rechunking") as report:
+        result = rechunk_cube(
+            src,
+            dest,
+            chunks,
+            zarr_format,
+            scheduler=scheduler,
+            progress=report,
+            storage_options=_storage_options(endpoint_url),
+        )
+    named = set(parse_chunk_rules(chunks))
+    for path, sizes in result.chunks.items():
+        if named & set(sizes):
+            text = ", ".join(f"{dim} {_chunk_sizes_text(s)}" for dim, s in sizes.items())
+            console.print(f"{path}: {text}", highlight=False)
+    rebuilt = f"; accumulations rebuilt for {', '.join(result.accumulated)}"
+    console.print(
+        f"wrote {result.dest} (Zarr v{result.zarr_format}, {len(result.chunks)} arrays"
+        f"{rebuilt if result.accumulated else ''}) in {result.seconds:.1f} s",
+        highlight=False,
+    )
+
+
+def _chunk_sizes_text(sizes: tuple[int, ...]) -> str:
+    count = f"{len(sizes)} chunk{'s' if len(sizes) != 1 else ''}"
+    if len(set(sizes[:-1])) <= 1 and (not sizes or sizes[-1] <= sizes[0]):
+        return f"{sizes[0] if sizes else 0} ({count})"
+    shown = ",".join(map(str, sizes[:12])) + (",…" if len(sizes) > 12 else "")
+    return f"{shown} ({count})"
+
+
+# --- service (issue 6) ---
+
+
+@app.command()
+def serve(
+    stores: list[str] = typer.Argument(
+        ..., help="Cubes to serve (paths or URLs); each is a dataset named by its base name."
+    ),
+    port: int = typer.Option(8000, "--port", help="TCP port."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind (loopback unless you say otherwise)."
+    ),
+    max_cells: int = typer.Option(
+        None, "--max-cells", min=1, help="Refuse answers with more values (default 2000000)."
+    ),
+    cache_mb: int = typer.Option(256, "--cache-mb", min=0, help="Memory for cached answers."),
+    endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+) -> None:
+    """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
+    from accumulus.service import serve as run_service
+
+    limits = {"max_cells": max_cells} if max_cells else {}
+    run_service(
+        stores,
+        host=host,
+        port=port,
+        cache_bytes=cache_mb * 2**20,
+        storage_options=_storage_options(endpoint_url),
+        **limits,
     )

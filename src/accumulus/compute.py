@@ -46,13 +46,25 @@ def _client(address: str) -> Iterator[Any]:
     from distributed import Client
 
     try:
-        client = Client(address, timeout="10s", set_as_default=False)
+        client = Client(address, timeout="3s")
     except OSError as exc:
         raise AccumulusError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     try:
         yield client
     finally:
         client.close()
+
+
+def check_scheduler(scheduler: str | None) -> None:
+    """Refuse an unknown scheduler before any work (or any write) starts."""
+    if scheduler and not is_distributed(scheduler) and scheduler not in LOCAL_SCHEDULERS:
+        raise AccumulusError(
+            f"unknown scheduler {scheduler!r}: use threads, processes, synchronous "
+            "or the address of a distributed scheduler (tcp://host:port)"
+        )
+    if is_distributed(scheduler):
+        with _client(scheduler):
+            pass
 
 
 def run(
@@ -71,11 +83,7 @@ def run(
                 if progress:
                     progress(done, len(futures))
             return client.gather(futures)
-    if scheduler not in LOCAL_SCHEDULERS:
-        raise AccumulusError(
-            f"unknown scheduler {scheduler!r}: use threads, processes, synchronous "
-            "or the address of a distributed scheduler (tcp://host:port)"
-        )
+    check_scheduler(scheduler)
     reporting = _TaskProgress(progress) if progress else nullcontext()
     with dask.config.set(scheduler=scheduler), reporting:
         return list(dask.compute(*collections))

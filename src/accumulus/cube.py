@@ -70,12 +70,11 @@ class VariableInfo:
     def decoder(self) -> Decoder:
         return Decoder(self.name, self.dims, self.decoding_attrs)
 
-    def dask_array(self) -> da.Array:
-        """The decoded values (float64, NaN where missing) as a Dask array with one block per
-        stored chunk, rectilinear grids included."""
-        stored = da.from_array(
-            _Reader(self.array), chunks=tuple(b.sizes for b in self.bounds), lock=False
-        )
+    def dask_array(self, blocks: tuple[tuple[int, ...], ...] | None = None) -> da.Array:
+        """The decoded values (float64, NaN where missing) as a Dask array; by default one
+        block per stored chunk (rectilinear grids included), or the given ``blocks``."""
+        chunks = blocks or tuple(b.sizes for b in self.bounds)
+        stored = da.from_array(_Reader(self.array), chunks=chunks, lock=False)
         return stored.map_blocks(self.decoder, dtype="f8")
 
 

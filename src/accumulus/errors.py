@@ -8,3 +8,8 @@ the service answers 4xx with it. Anything else is a bug and keeps its traceback.
 
 class AccumulusError(Exception):
     """A problem with the user's input or data, explained in one line."""
+
+
+class AccumulationReadError(AccumulusError):
+    """An accumulation array could not be read (a missing or corrupt chunk): the raw data
+    can still answer, more slowly."""

@@ -3,6 +3,11 @@
 A dimension of size N cut into chunks is described by its edges
 ``b[0] = 0 < b[1] < ... < b[n] = N``: chunk ``i`` holds indices ``[b[i], b[i+1])``. A regular
 grid with a partial last chunk is the special case ``b[i] = min(i * c, N)``.
+
+ZEP 3 writes a grid as one entry per dimension, an integer (regular) or a list of chunk
+sizes adding up to the dimension's length: ``[[5, 5, 5, 15, 15, 20, 35], 10]`` on a 100 x 100
+array has edges ``[0, 5, 10, 15, 30, 45, 65, 100]`` and ``[0, 10, ..., 100]``, and index
+(17, 17) is in chunk (3, 1) at (2, 2) (``locate``).
 """
 
 from __future__ import annotations
@@ -81,6 +86,39 @@ class ChunkBounds:
         return tuple(self.edges[(k + 1) * stride] for k in range(self.n_chunks // stride))
 
 
+ChunkShape = Sequence[int | Sequence[int]]
+
+
+def bounds_from_chunk_shape(
+    chunk_shape: ChunkShape, shape: Sequence[int]
+) -> tuple[ChunkBounds, ...]:
+    """Chunk bounds of an array of ``shape`` from a ZEP 3 ``chunk_shape``: per dimension an
+    integer (regular chunks) or a list of positive sizes that add up to the dimension's length.
+    Raises ValueError naming the dimension (by position) that is wrong."""
+    if len(chunk_shape) != len(shape):
+        raise ValueError(
+            f"chunk_shape has {len(chunk_shape)} entries for an array of {len(shape)} dimensions"
+        )
+    bounds = []
+    for axis, (chunks, size) in enumerate(zip(chunk_shape, shape, strict=True)):
+        if isinstance(chunks, int):
+            if chunks <= 0:
+                raise ValueError(f"dimension {axis}: chunk size must be positive, got {chunks}")
+            bounds.append(ChunkBounds.regular(size, chunks))
+            continue
+        sizes = list(chunks)
+        if any(not isinstance(c, int) or c <= 0 for c in sizes):
+            raise ValueError(
+                f"dimension {axis}: chunk sizes must be positive integers, got {sizes}"
+            )
+        if sum(sizes) != size:
+            raise ValueError(
+                f"dimension {axis}: chunk sizes add up to {sum(sizes)}, but its length is {size}"
+            )
+        bounds.append(ChunkBounds.from_sizes(sizes))
+    return tuple(bounds)
+
+
 def array_bounds(array: zarr.Array) -> tuple[ChunkBounds, ...]:
     """Chunk bounds of every dimension of a zarr array (regular or rectilinear)."""
     grid = ChunkGrid.from_metadata(array.metadata)
@@ -101,3 +139,23 @@ def regular_chunk_size(array: zarr.Array, axis: int) -> int | None:
     Unlike the bounds, this tells a partial last chunk (5 of 40) from a full small one."""
     dimension = ChunkGrid.from_metadata(array.metadata).dimensions[axis]
     return dimension.size if isinstance(dimension, FixedDimension) else None
+
+
+def last_chunk_is_partial(array: zarr.Array, axis: int) -> bool:
+    """True when the last chunk along ``axis`` is declared larger than the data it holds.
+
+    Regular grids have such a chunk when the length is not a multiple of the chunk size;
+    rectilinear grids when the last chunk size reaches past the array's length (zarr allows
+    it, and an append that fills a calendar month declares the whole month this way). The
+    next append along ``axis`` then writes into that chunk."""
+    dimension = ChunkGrid.from_metadata(array.metadata).dimensions[axis]
+    n = dimension.nchunks
+    return n > 0 and dimension.chunk_size(n - 1) > dimension.data_size(n - 1)
+
+
+def declared_chunk_sizes(array: zarr.Array, axis: int) -> tuple[int, ...]:
+    """The sizes of the chunks along ``axis`` as the grid declares them: ``array_bounds``'
+    sizes, except that a partial last chunk keeps its declared size (what an append along
+    ``axis`` starts from, see ``chunking.append_chunk_sizes``)."""
+    dimension = ChunkGrid.from_metadata(array.metadata).dimensions[axis]
+    return tuple(dimension.chunk_size(i) for i in range(dimension.nchunks))

@@ -14,7 +14,7 @@ from accumulus.accumulation.query import QueryResult
 from accumulus.errors import AccumulusError
 
 
-def _label(value: Any) -> Any:
+def label(value: Any) -> Any:
     """A coordinate value as JSON: ISO strings for times, plain numbers otherwise."""
     if isinstance(value, np.datetime64 | pd.Timestamp):
         return pd.Timestamp(value).isoformat()
@@ -43,7 +43,7 @@ def result_json(result: QueryResult) -> dict[str, Any]:
         "weights": result.weights,
         "over": list(data.attrs.get("over", "").split(",")) if data.attrs.get("over") else [],
         "dims": list(data.dims),
-        "coords": {str(d): [_label(v) for v in data[d].values] for d in data.dims},
+        "coords": {str(d): [label(v) for v in data[d].values] for d in data.dims},
         "values": _values(np.asarray(data.values)),
         "units": data.attrs.get("units"),
         "plan": result.stats.to_dict(),
@@ -54,7 +54,7 @@ def result_json(result: QueryResult) -> dict[str, Any]:
 def result_csv(result: QueryResult) -> str:
     data = result.data
     if data.ndim == 0:
-        return f"{data.name}\n{_label(data.values[()])}\n"
+        return f"{data.name}\n{label(data.values[()])}\n"
     frame = data.to_dataframe(name=str(data.name))
     keep = [str(d) for d in data.dims] + [str(data.name)]
     frame = frame.reset_index()[keep]
@@ -62,11 +62,11 @@ def result_csv(result: QueryResult) -> str:
 
 
 def result_png(result: QueryResult) -> bytes:
-    """A line plot for a series, a map with a colour bar for a 2-D result."""
-    import matplotlib
+    """A line plot for a series, a map with a colour bar for a 2-D result.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on its own ``Figure`` (no pyplot state), so threads can draw at the same time."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     data: xr.DataArray = result.data
     if data.ndim not in (1, 2):
@@ -74,16 +74,24 @@ def result_png(result: QueryResult) -> bytes:
             f"a {data.ndim}-dimensional result cannot be drawn: average over more dimensions "
             "(one or two must remain), or use --json/--csv"
         )
-    fig, ax = plt.subplots(figsize=(9, 4.5) if data.ndim == 1 else (9, 5), dpi=100)
+    fig = Figure(figsize=(9, 4.5) if data.ndim == 1 else (9, 5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     label = f"{result.query.stat} of {data.name}"
     if data.attrs.get("units"):
         label += f" ({data.attrs['units']})"
     if data.ndim == 1:
-        data.plot.line(ax=ax, marker="." if data.size < 200 else None)
+        (dim,) = data.dims
+        ax.plot(data[dim].values, data.values, marker="." if data.size < 200 else None)
+        ax.set_xlabel(str(dim))
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     else:
-        data.plot.pcolormesh(ax=ax, cbar_kwargs={"label": label}, cmap="viridis")
+        y, x = data.dims
+        mesh = ax.pcolormesh(data[x].values, data[y].values, data.values, cmap="viridis")
+        fig.colorbar(mesh, ax=ax, label=label)
+        ax.set_xlabel(str(x))
+        ax.set_ylabel(str(y))
     stats = result.stats
     ax.set_title(
         f"{label} over {', '.join(result.query.over)} — "
@@ -94,5 +102,4 @@ def result_png(result: QueryResult) -> bytes:
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    plt.close(fig)
     return buffer.getvalue()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,21 +21,17 @@ from typing import Any, Literal
 import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import FsspecStore, LocalStore, MemoryStore, WrapperStore, ZipStore
+from zarr.storage import FsspecStore, LocalStore, WrapperStore, ZipStore
 
 from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
+from accumulus.zep3 import Zep3DraftStore
 
 Mode = Literal["r", "r+", "w"]
 
 # ZEP 3 variable chunking: zarr-python reads and writes rectilinear chunk grids only when this
 # experimental setting is on. accumulus turns it on so its users need not.
 zarr.config.set({"array.rectilinear_chunks": True})
-
-# memory:// stores live for the life of the process, shared by name, so that
-# `memory://demo` means the same store to every call (as fsspec's memory filesystem does).
-_MEMORY_STORES: dict[str, dict[str, Buffer]] = {}
-_MEMORY_LOCK = threading.Lock()
 
 
 class StoreNotFoundError(AccumulusError):
@@ -52,11 +49,12 @@ def open_store(
     ``mode``: "r" read-only (the store must exist), "r+" read-write (must exist),
     "w" read-write, created if missing. ``storage_options`` go to fsspec for ``s3://``;
     the endpoint comes from ``endpoint_url`` there or ``AWS_ENDPOINT_URL``.
-    Stores written by netcdf-c are read right (see ``filters.nczarr``).
+    Stores written by netcdf-c (see ``filters.nczarr``) and ZEP 3 draft chunk grids (see
+    ``zep3``) are read right.
     """
     if isinstance(url, Store):
         return url
-    return NCZarrCompatStore(_open(os.fspath(url), mode, storage_options))
+    return Zep3DraftStore(NCZarrCompatStore(_open(os.fspath(url), mode, storage_options)))
 
 
 def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Store:
@@ -82,14 +80,14 @@ def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Stor
     return LocalStore(path, read_only=read_only)
 
 
-def _open_memory(url: str, must_exist: bool, read_only: bool) -> MemoryStore:
-    name = url.removeprefix("memory://")
-    with _MEMORY_LOCK:
-        if name not in _MEMORY_STORES:
-            if must_exist:
-                raise StoreNotFoundError(f"store not found: {url} (no memory store of that name)")
-            _MEMORY_STORES[name] = {}
-        return MemoryStore(_MEMORY_STORES[name], read_only=read_only)
+def _open_memory(url: str, must_exist: bool, read_only: bool) -> FsspecStore:
+    """fsspec's in-process memory filesystem, the one ``xarray.to_zarr("memory://...")``
+    writes to, so both see the same store."""
+    import fsspec
+
+    if must_exist and not fsspec.filesystem("memory").exists(url.removeprefix("memory://")):
+        raise StoreNotFoundError(f"store not found: {url} (no memory store of that name)")
+    return FsspecStore.from_url(url, read_only=read_only)
 
 
 def _open_zip(path: Path, mode: Mode) -> ZipStore:
@@ -144,6 +142,7 @@ class RequestCounts:
     writes: dict[str, int] = field(default_factory=dict)  # key -> bytes written (last write)
     write_requests: int = 0
     write_bytes: int = 0
+    conditional_writes: int = 0  # set_if_not_exists: writes only when the key is absent
     deletes: list[str] = field(default_factory=list)
     list_requests: int = 0
 
@@ -162,6 +161,17 @@ def is_metadata_key(key: str) -> bool:
     return key.rsplit("/", 1)[-1] in _METADATA_NAMES
 
 
+@dataclass
+class _CountingState:
+    """Totals and cache, shared by a CountingStore and the views zarr derives from it."""
+
+    counts: RequestCounts = field(default_factory=RequestCounts)
+    cache: OrderedDict[str, Buffer] = field(default_factory=OrderedDict)
+    cached: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    inflight: dict[str, asyncio.Future] = field(default_factory=dict)
+
+
 class CountingStore(WrapperStore[Store]):
     """A store wrapper that counts requests and bytes, optionally adds latency per request,
     and optionally keeps up to ``cache_bytes`` of whole-key reads (least recently used go
@@ -174,18 +184,27 @@ class CountingStore(WrapperStore[Store]):
     def __init__(self, store: Store, *, latency: float = 0.0, cache_bytes: int = 0) -> None:
         super().__init__(store)
         self.latency = latency
-        self.counts = RequestCounts()
         self.cache_bytes = cache_bytes
-        self._cache: OrderedDict[str, Buffer] = OrderedDict()
-        self._cached = 0
-        self._lock = threading.Lock()
+        self._state = _CountingState()
 
     def _with_store(self, store: Store) -> CountingStore:
-        # zarr opens read-only views of a store (``with_read_only``): they count into the same
-        # tally, or the reads of everything opened with mode="r" would go uncounted.
-        clone = type(self)(store, latency=self.latency, cache_bytes=self.cache_bytes)
-        clone.counts, clone._lock = self.counts, self._lock
-        return clone
+        # zarr makes read-only (or other) views of a store through this; they must count
+        # into the same totals, or requests made through a view would go unseen.
+        view = type(self)(store, latency=self.latency, cache_bytes=self.cache_bytes)
+        view._state = self._state
+        return view
+
+    @property
+    def counts(self) -> RequestCounts:
+        return self._state.counts
+
+    @property
+    def _cache(self) -> OrderedDict[str, Buffer]:
+        return self._state.cache
+
+    @property
+    def _lock(self) -> threading.Lock:
+        return self._state.lock
 
     @property
     def _supports_sync_io(self) -> bool:
@@ -193,9 +212,9 @@ class CountingStore(WrapperStore[Store]):
 
     def reset(self) -> None:
         with self._lock:
-            self.counts.__dict__.update(RequestCounts().__dict__)  # in place: views share it
+            self._state.counts = RequestCounts()
             self._cache.clear()
-            self._cached = 0
+            self._state.cached = 0
 
     def _cache_get(self, key: str) -> Buffer | None:
         with self._lock:
@@ -211,16 +230,16 @@ class CountingStore(WrapperStore[Store]):
             if key in self._cache:
                 return
             self._cache[key] = value
-            self._cached += len(value)
-            while self._cached > self.cache_bytes:
+            self._state.cached += len(value)
+            while self._state.cached > self.cache_bytes:
                 _, old = self._cache.popitem(last=False)
-                self._cached -= len(old)
+                self._state.cached -= len(old)
 
     def _cache_drop(self, key: str) -> None:
         with self._lock:
             old = self._cache.pop(key, None)
             if old is not None:
-                self._cached -= len(old)
+                self._state.cached -= len(old)
 
     async def _delay(self) -> None:
         if self.latency > 0:
@@ -242,15 +261,38 @@ class CountingStore(WrapperStore[Store]):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        if byte_range is None and self.cache_bytes:
-            cached = self._cache_get(key)
-            if cached is not None:
-                return cached
+        if byte_range is not None or not self.cache_bytes:
+            return await self._fetch(key, prototype, byte_range)
+        cached = self._cache_get(key)
+        if cached is not None:
+            return cached
+        # Concurrent reads of one key (threads of one query) share a single request, so the
+        # counts do not depend on timing. zarr runs all store I/O on one event loop.
+        loop = asyncio.get_running_loop()
+        pending = self._state.inflight.get(key)
+        if pending is not None and pending.get_loop() is loop:
+            return await asyncio.shield(pending)
+        future = loop.create_future()
+        self._state.inflight[key] = future
+        try:
+            value = await self._fetch(key, prototype, None)
+            if value is not None:
+                self._cache_put(key, value)
+            future.set_result(value)
+            return value
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: nobody may be waiting
+            raise
+        finally:
+            self._state.inflight.pop(key, None)
+
+    async def _fetch(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
+    ) -> Buffer | None:
         await self._delay()
         value = await self._store.get(key, prototype, byte_range)
         self._count_read(key, value)
-        if byte_range is None and self.cache_bytes and value is not None:
-            self._cache_put(key, value)
         return value
 
     async def get_partial_values(
@@ -293,9 +335,11 @@ class CountingStore(WrapperStore[Store]):
         self._cache_drop(key)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        # Counted apart: whether it wrote anything depends on whether the key existed.
         await self._delay()
         await self._store.set_if_not_exists(key, value)
-        self._count_write(key, value)
+        with self._lock:
+            self.counts.conditional_writes += 1
 
     async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
         await asyncio.gather(*(self.set(k, v) for k, v in values))
@@ -320,3 +364,12 @@ class CountingStore(WrapperStore[Store]):
 
     def list_dir(self, prefix: str) -> AsyncIterator[str]:
         return self._counted_listing(self._store.list_dir(prefix))
+
+
+def consolidate(store: Store) -> None:
+    """Refresh consolidated metadata (last step of every write). Zarr v3 warns that
+    consolidated metadata is not in its specification yet; we rely on it knowingly, as
+    xarray does, so the warning is not repeated to our users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        zarr.consolidate_metadata(store)

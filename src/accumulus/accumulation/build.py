@@ -17,21 +17,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import prod
 
-import dask.array as da
 import numpy as np
 import zarr
 
 from accumulus import compute
-from accumulus.accumulation import spec
-from accumulus.accumulation.sums import chunk_sums
+from accumulus.accumulation import spec, stream
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
-from accumulus.grid import regular_chunk_size
+from accumulus.grid import last_chunk_is_partial
+from accumulus.storage import consolidate
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
 # a time series reads few objects, small enough that reading one entry reads little else.
-CHUNK_BUDGET = 4 * 2**20
+CHUNK_BUDGET = 2**20
+MIN_CHUNK = 64 * 2**10
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,6 @@ class BuildResult:
     group: spec.AccumulationGroup
     arrays: tuple[str, ...]
     seconds: float
-
-
-def terms_for(weights: str) -> tuple[str, ...]:
-    """The sums a build stores: with unit weights, Σw·x is Σx and Σw is the count."""
-    if weights == "none":
-        return (spec.SUM, spec.COUNT)
-    return (spec.WSUM, spec.WCOUNT, spec.SUM, spec.COUNT)
 
 
 def build_accumulations(
@@ -64,6 +57,7 @@ def build_accumulations(
     started = time.perf_counter()
     var = cube.variable(variable)
     check_request(var, request)
+    compute.check_scheduler(scheduler)
     coverage = final_coverage(cube, var)
     wanted = spec.make_group(variable, var.dims, request, coverage)
     existing = cube.accumulation_group(variable)
@@ -75,7 +69,7 @@ def build_accumulations(
                 return BuildResult(variable, "up to date", existing, (), 0.0)
             grown = _grown_dimension(existing.coverage, coverage)
             if grown is not None:
-                arrays = _update(cube, var, existing, coverage, grown, scheduler, progress)
+                arrays = _update(cube, var, existing, grown, scheduler, progress)
                 done = replace(existing, coverage=coverage)
                 _publish(cube, done)
                 return BuildResult(variable, "updated", done, arrays, time.perf_counter() - started)
@@ -92,13 +86,10 @@ def build_accumulations(
     root = _writable_root(cube)
     group = _create_group(root, wanted)
     targets = _create_arrays(group, var, wanted)
-    sources = _accumulation_sources(var, wanted, weights_of(cube, var, wanted))
-    # Dask chunks match the target chunks, so no two tasks write the same chunk.
-    writes = [
-        da.store(sources[n].rechunk(t.chunks), t, lock=False, compute=False)
-        for n, t in targets.items()
-    ]
-    compute.run(writes, scheduler=scheduler, progress=progress)
+    if cube.consolidated:
+        # Readers see the group at once, marked incomplete, and ignore it until it is done.
+        consolidate(cube.store)
+    stream.fill(root, var, wanted, weights_of(cube, var, wanted), 0, None, scheduler, progress)
     done = replace(wanted, complete=True)
     _publish(cube, done)
     return BuildResult(
@@ -121,8 +112,7 @@ def final_coverage(cube: Cube, var: VariableInfo) -> dict[str, int]:
     if dim in coverage:
         axis = var.axis(dim)
         bounds = var.bounds[axis]
-        nominal = regular_chunk_size(var.array, axis)
-        partial = nominal is not None and bounds.n_chunks and bounds.sizes[-1] < nominal
+        partial = last_chunk_is_partial(var.array, axis)  # regular or rectilinear grids
         if partial or (bounds.n_chunks and settings.get("open_last_chunk")):
             coverage[dim] = bounds.edges[-2]
     return coverage
@@ -141,75 +131,30 @@ def _publish(cube: Cube, group: spec.AccumulationGroup) -> None:
     node = zarr.open_group(cube.store, mode="r+", path=group.path, use_consolidated=False)
     node.attrs.put(spec.group_attributes(group))
     if cube.consolidated:
-        zarr.consolidate_metadata(cube.store)
+        consolidate(cube.store)
 
 
 def _update(
     cube: Cube,
     var: VariableInfo,
     group: spec.AccumulationGroup,
-    coverage: Mapping[str, int],
     dim: str,
     scheduler: str | None,
     progress: compute.Progress | None,
 ) -> tuple[str, ...]:
-    """Extend every accumulation array past the old coverage along ``dim``.
-
-    Where ``dim`` is not accumulated, entries are independent per index of ``dim``: compute
-    them for the new indices only. Where it is, the first entries to redo start at the last
-    final one, ``k0``; the new entries are that entry plus the prefix sums of the chunks after
-    it. Either way only raw chunks past the old coverage are read.
-    """
+    """Extend every accumulation array past the old coverage along ``dim``: resize the arrays
+    to the grown data, then compute only what depends on raw data past the old coverage."""
     root = _writable_root(cube)
-    axis = var.axis(dim)
-    old_end = group.coverage[dim]
-    weights = weights_of(cube, var, group)
-    writes = []
     names = []
     for acc in group.accumulations:
-        shape = accumulation_shape(var, acc)
-        if dim in acc.dims:
-            positions = var.bounds[axis].strided_edges(acc.stride(dim))
-            k0 = sum(p <= old_end for p in positions)
-            start, first_entry = (positions[k0 - 1] if k0 else 0), k0
-        else:
-            start, first_entry = old_end, old_end
-        region = {dim: start}
-        sub = spec.AccumulationGroup(**{**group.__dict__, "accumulations": (acc,)})
-        sources = _accumulation_sources(var, sub, weights, region)
-        for name, source in sources.items():
+        for name in sorted(set(acc.arrays.values())):
             target = root[f"{group.path}/{name}"]
             assert isinstance(target, zarr.Array)
-            t_axis = acc.array_dims.index(dim)
-            if dim in acc.dims and first_entry > 0:
-                base_index = [slice(None)] * target.ndim
-                base_index[t_axis] = slice(first_entry - 1, first_entry)
-                source = source + target[tuple(base_index)]
-            target.resize(shape)
-            window = [slice(None)] * target.ndim
-            window[t_axis] = slice(first_entry, first_entry + source.shape[t_axis])
-            aligned = source.rechunk(_aligned_chunks(target, t_axis, first_entry, source.shape))
-            writes.append(
-                da.store(aligned, target, regions=tuple(window), lock=False, compute=False)
-            )
+            target.resize(accumulation_shape(var, acc))
             names.append(name)
-    compute.run(writes, scheduler=scheduler, progress=progress)
+    weights = weights_of(cube, var, group)
+    stream.fill(root, var, group, weights, group.coverage[dim], dim, scheduler, progress)
     return tuple(sorted(names))
-
-
-def _aligned_chunks(
-    target: zarr.Array, axis: int, offset: int, shape: Sequence[int]
-) -> tuple[tuple[int, ...], ...]:
-    """Dask chunks for writing ``shape`` into ``target`` at ``offset`` along ``axis`` so that
-    every target chunk is written by one task (no two tasks read-modify-write one chunk)."""
-    chunks = []
-    for a, (n, c) in enumerate(zip(shape, target.chunks, strict=True)):
-        first = (c - offset % c) % c if a == axis else 0
-        sizes = [min(first, n)] if first else []
-        rest = n - sum(sizes)
-        sizes += [c] * (rest // c) + ([rest % c] if rest % c else [])
-        chunks.append(tuple(s for s in sizes if s) or (0,))
-    return tuple(chunks)
 
 
 def check_request(var: VariableInfo, request: spec.BuildRequest) -> None:
@@ -269,57 +214,60 @@ def accumulation_chunks(
     shape: Sequence[int],
     accumulated: Sequence[bool],
     raw_chunks: Sequence[int],
+    limits: Sequence[int] | None = None,
     itemsize: int = 8,
     budget: int = CHUNK_BUDGET,
 ) -> tuple[int, ...]:
-    """Chunk shape of an accumulation array of about ``budget`` bytes.
+    """Chunk shape of an accumulation array, about ``budget`` bytes.
 
-    Accumulated axes start with all their entries and are halved while the chunk is too big;
-    the other axes start at the raw chunk size and are doubled while it is too small (up to
-    their extent).
+    A query reads one or two entries along an accumulated axis, and ranges along the others.
+    So accumulated axes start at one entry per chunk and the others at the raw chunk size;
+    the others grow (doubling, up to their extent) while the chunk is under the budget, and
+    shrink while it is over; accumulated axes grow only while a chunk is under ``MIN_CHUNK``.
+    No axis grows past its ``limits`` entry (default: its extent).
     """
-    chunks = [
-        max(1, n) if acc else max(1, c)
-        for n, acc, c in zip(shape, accumulated, raw_chunks, strict=True)
-    ]
+    limits = [min(n, m) for n, m in zip(shape, limits or shape, strict=True)]
+    chunks = [1 if acc else max(1, c) for acc, c in zip(accumulated, raw_chunks, strict=True)]
+    others = [i for i, acc in enumerate(accumulated) if not acc]
 
     def nbytes() -> int:
         return prod(chunks) * itemsize
 
-    while nbytes() > budget:
-        axes = [i for i, acc in enumerate(accumulated) if acc and chunks[i] > 1]
-        if not axes:
-            break
-        widest = max(axes, key=lambda i: chunks[i])
+    while nbytes() > budget and any(chunks[i] > 1 for i in others):
+        widest = max(others, key=lambda i: chunks[i])
         chunks[widest] = (chunks[widest] + 1) // 2
-    while nbytes() * 2 <= budget:
-        axes = [i for i, acc in enumerate(accumulated) if not acc and chunks[i] < shape[i]]
-        if not axes:
-            break
-        most_chunks = max(axes, key=lambda i: shape[i] / chunks[i])
-        chunks[most_chunks] = min(chunks[most_chunks] * 2, shape[most_chunks])
+    # Grow the full-resolution axes up to the budget; the accumulated ones only to avoid
+    # tiny objects, as every entry beyond the one or two a query needs is read for nothing.
+    for grow_accumulated, target in ((False, budget), (True, MIN_CHUNK)):
+        while nbytes() * 2 <= target:
+            axes = [
+                i
+                for i, acc in enumerate(accumulated)
+                if acc == grow_accumulated and chunks[i] < limits[i]
+            ]
+            if not axes:
+                break
+            most_chunks = max(axes, key=lambda i: shape[i] / chunks[i])
+            chunks[most_chunks] = min(chunks[most_chunks] * 2, limits[most_chunks])
     return tuple(chunks)
 
 
-def _chunk_sums_block(
-    x: np.ndarray, w: np.ndarray | float, terms: Sequence[str], reductions: Sequence
-) -> np.ndarray:
-    out = np.empty((1,) * x.ndim, dtype=object)
-    out.flat[0] = chunk_sums(x, w, terms, reductions)
-    return out
-
-
-def _pick(block: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    return block.flat[0][axes]
-
-
 def target_chunks(var: VariableInfo, acc: spec.Accumulation) -> tuple[int, ...]:
-    """Chunk shape of an accumulation array (array_dims order)."""
+    """Chunk shape of an accumulation array (array_dims order). Along the dimension the
+    build walks in slabs, full-resolution chunks stay within one slab, so each slab writes
+    whole chunks."""
     raw_chunk = {d: max(b.sizes, default=1) for d, b in zip(var.dims, var.bounds, strict=True)}
+    shape = accumulation_shape(var, acc)
+    batch = stream.batch_dimension(var)
+    slab = stream.chunks_per_slab(var, batch) * raw_chunk[batch]
     return accumulation_chunks(
-        accumulation_shape(var, acc),
+        shape,
         [d in acc.dims for d in acc.array_dims],
         [raw_chunk[d] for d in acc.array_dims],
+        [
+            slab if d == batch and d not in acc.dims else n
+            for d, n in zip(acc.array_dims, shape, strict=True)
+        ],
     )
 
 
@@ -353,76 +301,3 @@ def weights_of(cube: Cube, var: VariableInfo, group: spec.AccumulationGroup):
     are an array of the variable's full shape)."""
     full = {d: slice(0, n) for d, n in zip(var.dims, var.shape, strict=True)}
     return weight_values(cube.decoded, group.weights, var.dims, full)
-
-
-def _accumulation_sources(
-    var: VariableInfo,
-    group: spec.AccumulationGroup,
-    weights: np.ndarray | float,
-    region: Mapping[str, int] | None = None,
-) -> dict[str, da.Array]:
-    """For every accumulation array of ``group``, the Dask array of its entries, computed
-    from the raw data starting at ``region[dim]`` (a chunk edge) along a dimension: entries
-    as if that edge were index 0."""
-    x = var.dask_array()
-    terms = terms_for(group.weights)
-    for dim, start in (region or {}).items():
-        index = [slice(None)] * x.ndim
-        index[var.axis(dim)] = slice(start, None)
-        x = x[tuple(index)]
-        if isinstance(weights, np.ndarray) and weights.shape[var.axis(dim)] > 1:
-            weights = weights[tuple(index)]
-    reductions = [tuple(var.axis(d) for d in acc.dims) for acc in group.accumulations]
-    if isinstance(weights, np.ndarray):
-        weights = da.from_array(
-            weights,
-            chunks=tuple(
-                c if n > 1 else (1,) for c, n in zip(x.chunks, weights.shape, strict=True)
-            ),
-        )
-    # One task per raw chunk computes all its reductions at once. Its result (a dict) sits in
-    # a 1x..x1 object block, so what follows stays blockwise and cheap to schedule.
-    per_chunk = da.map_blocks(
-        _chunk_sums_block,
-        x,
-        weights,
-        terms=terms,
-        reductions=reductions,
-        dtype=object,
-        chunks=tuple((1,) * n for n in x.numblocks),
-    )
-    sources: dict[str, da.Array] = {}
-    for acc, axes in zip(group.accumulations, reductions, strict=True):
-        sums = per_chunk.map_blocks(
-            _pick,
-            axes=axes,
-            new_axis=0,
-            chunks=(
-                (len(terms),),
-                *((1,) * len(c) if a in axes else c for a, c in enumerate(x.chunks)),
-            ),
-            dtype="f8",
-        )
-        # Prefix-sum over blocks of whole output chunks (entry chunk x stride chunks), so the
-        # scan has few steps and each block becomes exactly one chunk of the target array.
-        target = dict(zip(acc.array_dims, target_chunks(var, acc), strict=True))
-        blocks = [len(terms)]
-        for a, dim in enumerate(var.dims):
-            blocks.append(target[dim] * acc.stride(dim) if a in axes else target[dim])
-        sums = sums.rechunk(tuple(blocks))
-        for axis in axes:
-            sums = da.cumsum(sums, axis=axis + 1)
-            step = [slice(None)] * sums.ndim
-            stride = acc.stride(var.dims[axis])
-            step[axis + 1] = slice(stride - 1, None, stride)
-            sums = sums[tuple(step)]
-        order = [var.axis(d) for d in acc.array_dims]
-        for t, term in enumerate(terms):
-            name = acc.arrays[term]
-            if name in sources:
-                continue
-            entries = sums[t].transpose(order)
-            if name == acc.arrays[spec.COUNT]:
-                entries = da.round(entries).astype("int64")
-            sources[name] = entries
-    return sources

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numcodecs
 import numpy as np
 from numcodecs.abc import Codec
 from zarr.core.metadata import ArrayMetadata, ArrayV2Metadata
@@ -104,3 +105,8 @@ def with_chunk_shape(metadata: ArrayMetadata) -> ArrayMetadata:
         for f in metadata.filters
     )
     return replace(metadata, filters=filters)
+
+
+# Known to numcodecs (and so to zarr) as soon as accumulus is imported; the entry point in
+# pyproject.toml makes it known to any numcodecs user in an environment with accumulus.
+numcodecs.register_codec(AccumulationDeltaFilter)

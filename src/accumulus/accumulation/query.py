@@ -26,7 +26,7 @@ from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, Read, pla
 from accumulus.accumulation.sums import reduce_terms
 from accumulus.accumulation.weights import resolve_weights, weight_values
 from accumulus.cube import Cube, VariableInfo
-from accumulus.errors import AccumulusError
+from accumulus.errors import AccumulationReadError, AccumulusError
 from accumulus.storage import CountingStore, is_metadata_key
 
 STATS = ("mean", "sum", "count")
@@ -342,11 +342,11 @@ def _accumulation_sums(
         try:
             slab = np.asarray(array[index], dtype="f8")
         except Exception as exc:
-            raise AccumulusError(
+            raise AccumulationReadError(
                 f"{cube.label}: cannot read accumulation array {group.path}/{name}: {exc}"
             ) from None
         if np.isnan(slab).any() or (term == spec.COUNT and (slab < 0).any()):
-            raise AccumulusError(
+            raise AccumulationReadError(
                 f"{cube.label}: accumulation array {group.path}/{name} has a missing chunk "
                 f"at {_entry_text(read)}; run `accumulus verify` or rebuild"
             )

@@ -61,15 +61,22 @@ def chunk_sums(
     w: np.ndarray | float,
     terms: Sequence[str],
     reductions: Sequence[tuple[int, ...]],
+    edges: Sequence[Sequence[int]] | None = None,
 ) -> dict[tuple[int, ...], np.ndarray]:
-    """The requested sums of one raw chunk reduced over each set of axes in ``reductions``.
+    """The requested sums of a block, per raw chunk along each set of axes in ``reductions``.
 
-    Returns ``{axes: array of shape (len(terms), *x.shape with 1 on axes)}``. Reductions share
-    work: a sum over (lat, lon) is taken from the sum over lat when that one is wanted too.
+    ``edges[a]`` lists where raw chunks start inside the block along axis ``a`` (``[0]``
+    when the block is one chunk there, the default). Returns ``{axes: array of shape
+    (len(terms), *x.shape with the chunk count on axes)}``. Reductions share work: a sum
+    over (lat, lon) is taken from the sum over lat when that one is wanted too.
     """
+    edges = edges if edges is not None else [[0]] * x.ndim
     cache: dict[tuple[int, ...], np.ndarray] = {(): block_terms(x, w, terms)}
     for axes in sorted({tuple(sorted(r)) for r in reductions}, key=len):
         base = max((c for c in cache if set(c) <= set(axes)), key=len)
-        rest = tuple(a + 1 for a in axes if a not in base)
-        cache[axes] = cache[base].sum(axis=rest, keepdims=True)
+        out = cache[base]
+        for a in axes:
+            if a not in base:
+                out = np.add.reduceat(out, edges[a], axis=a + 1)
+        cache[axes] = out
     return {tuple(r): cache[tuple(sorted(r))] for r in reductions}

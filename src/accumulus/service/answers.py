@@ -1,0 +1,60 @@
+"""Answering a checked average request: the library's query, rendered as JSON, CSV or PNG
+exactly as ``accumulus average --json/--csv/--png`` renders it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+from accumulus import api
+from accumulus.accumulation.query import QueryResult
+from accumulus.errors import AccumulationReadError
+from accumulus.output import result_csv, result_json, result_png
+from accumulus.service.datasets import Snapshot
+from accumulus.service.parameters import AverageRequest
+
+MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "png": "image/png"}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A rendered response body."""
+
+    body: bytes
+    media_type: str
+
+
+def compute_answer(snapshot: Snapshot, request: AverageRequest) -> Answer:
+    try:
+        result = _query(snapshot, request, request.use_accumulation)
+    except AccumulationReadError as exc:
+        if not request.use_accumulation:
+            raise
+        # The request's parameters were checked, so what failed is reading the accumulations
+        # this snapshot points to: a writer may be replacing them (re-running `accumulate`
+        # after an append rewrites the group before it publishes new metadata). The raw data
+        # within the snapshot's extent is never rewritten, so it still gives this snapshot's
+        # answer: slower, and said so.
+        result = _query(snapshot, request, use_accumulation=False)
+        result = replace(
+            result, note=f"accumulations could not be read ({exc}); answered from the raw data"
+        )
+    if request.format == "json":
+        body = json.dumps(result_json(result), allow_nan=False).encode()
+    elif request.format == "csv":
+        body = result_csv(result).encode()
+    else:
+        body = result_png(result)
+    return Answer(body, MEDIA_TYPES[request.format])
+
+
+def _query(snapshot: Snapshot, request: AverageRequest, use_accumulation: bool) -> QueryResult:
+    return api.query(
+        snapshot.cube,
+        request.variable,
+        request.over,
+        request.ranges,
+        stat=request.stat,
+        weights=request.weights,
+        use_accumulation=use_accumulation,
+    )

@@ -1,0 +1,61 @@
+"""Answers already given, kept per (dataset, snapshot token, request).
+
+A key holds the snapshot token, so an append (which rewrites the metadata, hence the token)
+makes every older answer unreachable; those are dropped as soon as a dataset's newer snapshot
+is seen rather than waiting to be pushed out by size, and an answer computed on a snapshot
+older than one already seen is not kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from accumulus.service.answers import Answer
+from accumulus.service.datasets import Snapshot
+
+
+class AnswerCache:
+    """Least recently used answers, up to ``max_bytes`` of bodies in all (0 turns it off)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._answers: OrderedDict[tuple, Answer] = OrderedDict()
+        self._bytes = 0
+        self._newest: dict[str, int] = {}  # dataset -> newest snapshot generation seen
+        self._lock = threading.Lock()
+
+    def get(self, snapshot: Snapshot, request_key: tuple) -> Answer | None:
+        key = (snapshot.dataset, snapshot.token, request_key)
+        with self._lock:
+            self._see(snapshot)
+            answer = self._answers.get(key)
+            if answer is not None:
+                self._answers.move_to_end(key)
+            return answer
+
+    def put(self, snapshot: Snapshot, request_key: tuple, answer: Answer) -> None:
+        if len(answer.body) > self.max_bytes:
+            return
+        key = (snapshot.dataset, snapshot.token, request_key)
+        with self._lock:
+            self._see(snapshot)
+            if snapshot.generation < self._newest[snapshot.dataset] or key in self._answers:
+                return  # computed on a snapshot already superseded, or already here
+            self._answers[key] = answer
+            self._bytes += len(answer.body)
+            while self._bytes > self.max_bytes:
+                _, old = self._answers.popitem(last=False)
+                self._bytes -= len(old.body)
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def _see(self, snapshot: Snapshot) -> None:
+        dataset = snapshot.dataset
+        if snapshot.generation <= self._newest.get(dataset, -1):
+            return
+        self._newest[dataset] = snapshot.generation
+        stale = [k for k in self._answers if k[0] == dataset and k[1] != snapshot.token]
+        for key in stale:
+            self._bytes -= len(self._answers.pop(key).body)

@@ -1,0 +1,95 @@
+"""What ``GET /api/datasets`` says about a dataset: dimensions with their coordinate ranges,
+variables with units, and which accumulations exist and how far they cover.
+
+Built from the snapshot's ``Cube`` alone (no chunk listing, unlike ``accumulus inspect``,
+which also sizes every array), so it is cheap enough to answer on every request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import xarray as xr
+
+from accumulus.accumulation.weights import find_latitude, find_longitude
+from accumulus.cube import Cube
+from accumulus.output import label
+from accumulus.service.datasets import Snapshot
+
+
+def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:
+    cube = snapshot.cube
+    return {
+        "name": snapshot.dataset,
+        "snapshot": snapshot.token,
+        "zarr_format": cube.zarr_format,
+        "consolidated": cube.consolidated,
+        "dimensions": {str(d): _dimension(cube, str(d)) for d in cube.raw.dims},
+        "variables": [_variable(cube, name) for name in cube.data_variables],
+    }
+
+
+def dimension_kind(cube: Cube, dim: str) -> str | None:
+    """What the web page draws a dimension as: "time", "latitude", "longitude" or None."""
+    if isinstance(cube.index(dim), pd.DatetimeIndex | xr.CFTimeIndex):
+        return "time"
+    if find_latitude(cube.raw, [dim]):
+        return "latitude"
+    if find_longitude(cube.raw, [dim]):
+        return "longitude"
+    return None
+
+
+def _dimension(cube: Cube, dim: str) -> dict[str, Any]:
+    index = cube.index(dim)
+    kind = dimension_kind(cube, dim)
+    coord = cube.raw.variables.get(dim)
+    units = coord.attrs.get("units") if coord is not None and kind != "time" else None
+    return {
+        "size": len(index),
+        "kind": kind,
+        "first": label(index[0]) if len(index) else None,
+        "last": label(index[-1]) if len(index) else None,
+        "ascending": bool(index.is_monotonic_increasing),
+        "units": units,
+    }
+
+
+def _variable(cube: Cube, name: str) -> dict[str, Any]:
+    var = cube.variable(name)
+    attrs = cube.raw[name].attrs
+    return {
+        "name": name,
+        "dims": list(var.dims),
+        "shape": list(var.shape),
+        "dtype": str(cube.raw[name].dtype),
+        "units": attrs.get("units"),
+        "long_name": attrs.get("long_name"),
+        "accumulation": _accumulation(cube, name),
+    }
+
+
+def _accumulation(cube: Cube, name: str) -> dict[str, Any] | None:
+    group = cube.accumulation_group(name)
+    if group is None:
+        return None
+    var = cube.variable(name)
+    coverage = {}
+    for dim, size in zip(var.dims, var.shape, strict=True):
+        covered = int(group.coverage.get(dim, 0))
+        through = cube.index(dim)[min(covered, size) - 1] if covered and size else None
+        coverage[dim] = {
+            "covered": covered,
+            "size": size,
+            "through": None if through is None else label(through),
+        }
+    return {
+        "weights": group.weights,
+        "complete": group.complete,
+        "producer": group.producer,
+        "combinations": [
+            {"dims": list(a.dims), "strides": list(a.strides)} for a in group.accumulations
+        ],
+        "coverage": coverage,
+    }

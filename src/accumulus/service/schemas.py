@@ -1,0 +1,96 @@
+"""The shapes of the service's JSON responses, for its OpenAPI document (and for checking
+that ``/api/datasets`` says what the document says)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+Label = str | float | int | None  # a coordinate value: ISO 8601 for times, else a number
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="What is wrong, in one line.")
+    parameter: str | None = Field(
+        description="The request parameter at fault (a dimension name for a range), if any."
+    )
+
+
+class Dimension(BaseModel):
+    size: int
+    kind: str | None = Field(description='"time", "latitude", "longitude" or null.')
+    first: Label
+    last: Label
+    ascending: bool
+    units: str | None
+
+
+class Coverage(BaseModel):
+    covered: int = Field(description="Leading raw indices the accumulations cover.")
+    size: int
+    through: Label = Field(description="Coordinate of the last covered index.")
+
+
+class Combination(BaseModel):
+    dims: list[str]
+    strides: list[int]
+
+
+class Accumulation(BaseModel):
+    weights: str
+    complete: bool = Field(description="False while a build is unfinished (then unused).")
+    producer: str
+    combinations: list[Combination]
+    coverage: dict[str, Coverage]
+
+
+class Variable(BaseModel):
+    name: str
+    dims: list[str]
+    shape: list[int]
+    dtype: str
+    units: str | None
+    long_name: str | None
+    accumulation: Accumulation | None
+
+
+class Dataset(BaseModel):
+    name: str
+    snapshot: str = Field(description="Token of the metadata snapshot described.")
+    zarr_format: int
+    consolidated: bool
+    dimensions: dict[str, Dimension]
+    variables: list[Variable]
+
+
+class DatasetList(BaseModel):
+    datasets: list[Dataset]
+
+
+class Plan(BaseModel):
+    accumulation_chunks_read: int
+    raw_chunks_read: int
+    bytes_read: int
+    requests: int
+    seconds: float
+
+
+class AverageResult(BaseModel):
+    """The JSON of ``accumulus average --json``."""
+
+    variable: str
+    stat: str
+    weights: str
+    over: list[str]
+    dims: list[str] = Field(description="Dimensions of the answer (those not averaged over).")
+    coords: dict[str, list[Label]]
+    values: Any = Field(description="Nested lists, one level per dimension; null = missing.")
+    units: str | None
+    plan: Plan = Field(description="What answering cost: chunks and bytes read, seconds.")
+    note: str = Field(description="Why accumulations were not (fully) used, when they were not.")
+
+
+class Health(BaseModel):
+    status: str = Field(description='"ok", or "degraded" when a store cannot be read.')
+    datasets: dict[str, str] = Field(description="Snapshot token (or error) per dataset.")

@@ -1,0 +1,55 @@
+"""Running the service with uvicorn: in the foreground (``accumulus serve``) or on a thread
+of the calling process (tests, benchmarks, notebooks)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from accumulus.service.app import DEFAULT_CACHE_BYTES, DEFAULT_MAX_CELLS, create_app
+
+
+def serve(
+    stores: Sequence[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_cells: int = DEFAULT_MAX_CELLS,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+    storage_options: dict[str, Any] | None = None,
+) -> None:
+    """Serve ``stores`` on ``host:port`` until interrupted (loopback only unless ``host``
+    says otherwise)."""
+    app = create_app(
+        stores, max_cells=max_cells, cache_bytes=cache_bytes, storage_options=storage_options
+    )
+    uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+@contextmanager
+def running(app: FastAPI, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve ``app`` on a free port of ``host`` from a background thread; yields its base URL
+    (``http://127.0.0.1:PORT``) and stops the server on exit."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((host, 0))
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the service stopped while starting")
+            time.sleep(0.01)
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        listener.close()

@@ -1,0 +1,145 @@
+"""One metadata snapshot of a served store, and the token that names it.
+
+Every response must come from one snapshot: shapes, coordinates, data and accumulations that
+agree with each other while a writer appends. Writers put chunks first and the consolidated
+metadata document last, so that document *is* the snapshot. The service reads it once per
+request (one or a few small reads), hashes it into a token, and opens the ``Cube`` on a store
+wrapper that answers metadata reads from exactly the bytes that were hashed: the token and the
+cube cannot disagree even when a writer replaces the document between two reads.
+
+A store without consolidated metadata has no single document; its snapshot is then every
+metadata document of the store, found by listing it (slower on stores with many chunks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.core.sync import collect_aiterator, sync
+from zarr.storage import WrapperStore
+
+from accumulus.storage import is_metadata_key
+
+# The documents at the root of a store that hold consolidated metadata (v3 in zarr.json,
+# v2 in .zmetadata) and, for v2, the root group's own metadata.
+ROOT_DOCUMENTS = ("zarr.json", ".zmetadata", ".zgroup", ".zattrs")
+
+
+@dataclass(frozen=True)
+class MetadataSnapshot:
+    """Metadata documents of a store as read at one moment.
+
+    ``complete``: every metadata document of the store is in ``documents`` (a store without
+    consolidated metadata); otherwise only the root documents are, and they hold the rest.
+    """
+
+    documents: Mapping[str, bytes]
+    complete: bool
+
+    @cached_property
+    def token(self) -> str:
+        """Changes whenever any of the documents changes (e.g. an append rewrote them)."""
+        digest = hashlib.sha256()
+        for key in sorted(self.documents):
+            content = self.documents[key]
+            digest.update(f"{key}\0{len(content)}\0".encode())
+            digest.update(content)
+        return digest.hexdigest()[:16]
+
+    def pinned(self, key: str) -> bool:
+        """Whether reads of ``key`` are answered from this snapshot."""
+        return is_metadata_key(key) and (self.complete or key in self.documents)
+
+
+def read_snapshot(store: Store) -> MetadataSnapshot:
+    """Read the metadata snapshot of ``store`` now."""
+    root = _read_documents(store, ROOT_DOCUMENTS)
+    if _is_consolidated(root):
+        return MetadataSnapshot(root, complete=False)
+    keys = [k for k in collect_aiterator(store.list()) if is_metadata_key(k)]
+    return MetadataSnapshot(_read_documents(store, keys), complete=True)
+
+
+def _read_documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[str, bytes]:
+    async def read_all() -> list[Buffer | None]:
+        prototype = default_buffer_prototype()
+        return await asyncio.gather(*(store.get(key, prototype) for key in keys))
+
+    values = sync(read_all())
+    return {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
+
+
+def _is_consolidated(root: Mapping[str, bytes]) -> bool:
+    if ".zmetadata" in root:
+        return True
+    if "zarr.json" in root:
+        try:
+            return json.loads(root["zarr.json"]).get("consolidated_metadata") is not None
+        except ValueError:
+            return False  # not JSON: the Cube will say what is wrong with the store
+    return False
+
+
+class SnapshotStore(WrapperStore[Store]):
+    """Reads chunks from the wrapped store and metadata documents from a snapshot.
+
+    A document absent from a complete snapshot does not exist for its readers, and listings
+    show only what the snapshot holds, so a cube opened on it never sees a later writer's
+    arrays or shapes.
+    """
+
+    def __init__(self, store: Store, snapshot: MetadataSnapshot) -> None:
+        super().__init__(store)
+        self.snapshot = snapshot
+
+    def _with_store(self, store: Store) -> SnapshotStore:
+        return type(self)(store, self.snapshot)
+
+    def _document(self, key: str, prototype: BufferPrototype) -> Buffer | None:
+        content = self.snapshot.documents.get(key)
+        return None if content is None else prototype.buffer.from_bytes(content)
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        # Zarr reads metadata documents whole; a ranged read is a chunk read.
+        if byte_range is None and self.snapshot.pinned(key):
+            return self._document(key, prototype)
+        return await self._store.get(key, prototype, byte_range)
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        if byte_range is None and self.snapshot.pinned(key):
+            return self._document(key, prototype or default_buffer_prototype())
+        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+
+    async def exists(self, key: str) -> bool:
+        if self.snapshot.pinned(key):
+            return key in self.snapshot.documents
+        return await self._store.exists(key)
+
+    def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        if not self.snapshot.complete:
+            return self._store.list_dir(prefix)
+        return _names_under(self.snapshot.documents, prefix)
+
+
+async def _names_under(documents: Mapping[str, bytes], prefix: str) -> AsyncIterator[str]:
+    """The immediate children of ``prefix`` among the snapshot's documents."""
+    prefix = prefix.rstrip("/")
+    start = f"{prefix}/" if prefix else ""
+    names = {k.removeprefix(start).split("/")[0] for k in documents if k.startswith(start)}
+    for name in sorted(names):
+        yield name

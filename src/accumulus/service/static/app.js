@@ -1,0 +1,539 @@
+// The accumulus web page: choose a dataset, a variable, a latitude/longitude box and a period;
+// draw the time-averaged map and the area-averaged time series the API answers, with their
+// numbers and what each answer cost. Plain JavaScript, SVG and canvas: nothing is fetched but
+// the service's own API, so the page works offline.
+
+const $ = (id) => document.getElementById(id);
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+// Matplotlib's viridis, sampled at ten points (the PNG answers use the same colour map).
+const VIRIDIS = [
+  [68, 1, 84], [72, 40, 120], [62, 73, 137], [49, 104, 142], [38, 130, 142],
+  [31, 158, 137], [53, 183, 121], [110, 206, 88], [181, 222, 43], [253, 231, 37],
+];
+const MAP_MARGIN = { top: 8, right: 8, bottom: 28, left: 44 };
+const SERIES_SIZE = { width: 620, height: 300 };
+const SERIES_MARGIN = { top: 12, right: 36, bottom: 30, left: 64 };
+
+const page = {
+  datasets: [],   // GET /api/datasets
+  dataset: null,  // the chosen one
+  variable: null, // the chosen variable of it
+  dims: null,     // {time, lat, lon}: the variable's dimension names by kind
+  frame: null,    // the map's extent and pixel size
+  map: null,      // the map drawn: its answer, cells and colour scale
+  runs: 0,        // runs started; only the latest one draws
+};
+
+// ------------------------------------------------------------------------------------------
+// Starting up and choosing
+
+async function start() {
+  const { body } = await api("/api/datasets");
+  page.datasets = body.datasets;
+  fillSelect($("dataset"), page.datasets.map((d) => d.name));
+  $("dataset").addEventListener("change", chooseDataset);
+  $("variable").addEventListener("change", chooseVariable);
+  $("query").addEventListener("submit", (event) => {
+    event.preventDefault();
+    run();
+  });
+  listenForDrags();
+  chooseDataset();
+}
+
+function chooseDataset() {
+  page.dataset = page.datasets.find((d) => d.name === $("dataset").value);
+  const drawable = page.dataset.variables.filter((v) => dimsByKind(v) !== null);
+  fillSelect($("variable"), page.dataset.variables.map((v) => v.name));
+  if (drawable.length) $("variable").value = drawable[0].name;
+  chooseVariable();
+}
+
+function chooseVariable() {
+  page.variable = page.dataset.variables.find((v) => v.name === $("variable").value);
+  page.dims = dimsByKind(page.variable);
+  clearResults();
+  if (page.dims === null) {
+    say(`The page draws variables with time, latitude and longitude dimensions; ` +
+      `${page.variable.name} has ${page.variable.dims.join(", ")}. The API answers any.`, true);
+    return;
+  }
+  const dims = page.dataset.dimensions;
+  const lat = dims[page.dims.lat], lon = dims[page.dims.lon], time = dims[page.dims.time];
+  $("south").value = Math.min(lat.first, lat.last);
+  $("north").value = Math.max(lat.first, lat.last);
+  $("west").value = Math.min(lon.first, lon.last);
+  $("east").value = Math.max(lon.first, lon.last);
+  $("start").value = String(time.first).slice(0, 10);
+  $("end").value = String(time.last).slice(0, 10);
+  page.frame = mapFrame(lat, lon);
+  drawMapFrame();
+  run();
+}
+
+// {time, lat, lon} dimension names of a variable, or null unless those are its dimensions.
+function dimsByKind(variable) {
+  const kinds = {};
+  for (const dim of variable.dims) kinds[page.dataset.dimensions[dim].kind] = dim;
+  if (variable.dims.length !== 3 || !kinds.time || !kinds.latitude || !kinds.longitude) return null;
+  return { time: kinds.time, lat: kinds.latitude, lon: kinds.longitude };
+}
+
+// ------------------------------------------------------------------------------------------
+// Asking the API
+
+class ApiError extends Error {
+  constructor(body, status) {
+    super(body.error || `HTTP ${status}`);
+    this.parameter = body.parameter;
+  }
+}
+
+async function api(url) {
+  const started = performance.now();
+  const response = await fetch(url);
+  const body = await response.json();
+  if (!response.ok) throw new ApiError(body, response.status);
+  return { body, response, ms: performance.now() - started };
+}
+
+function averageUrl(over, format = "json", { box = true } = {}) {
+  const d = page.dims;
+  const params = new URLSearchParams({ over: over.join(",") });
+  params.set(d.time, `${$("start").value}/${$("end").value}`);
+  if (box) {
+    params.set(d.lat, `${$("south").value}/${$("north").value}`);
+    params.set(d.lon, `${$("west").value}/${$("east").value}`);
+  }
+  if ($("weights").value) params.set("weights", $("weights").value);
+  if (format !== "json") params.set("format", format);
+  const path = [page.dataset.name, page.variable.name].map(encodeURIComponent).join("/");
+  return `/api/datasets/${path}/average?${params}`;
+}
+
+async function run(attempt = 1) {
+  if (page.dims === null || !$("query").reportValidity()) return;
+  const d = page.dims;
+  const mapOver = [d.time], seriesOver = [d.lat, d.lon];
+  const thisRun = ++page.runs;
+  say("Averaging…");
+  $("run").disabled = true;
+  document.body.dataset.state = "running";
+  try {
+    const [map, series, whole] = await Promise.all([
+      api(averageUrl(mapOver)),
+      api(averageUrl(seriesOver)),
+      // The whole grid, in grey behind the box, shows where to drag; it is left out when
+      // the service finds it too large.
+      api(averageUrl(mapOver, "json", { box: false })).catch(() => null),
+    ]);
+    if (thisRun !== page.runs) return; // a later run has started: its answers will be drawn
+    const snapshots = new Set([map, series].map((a) => a.response.headers.get("X-Accumulus-Snapshot")));
+    if (snapshots.size > 1 && attempt < 3) {
+      // An append landed between the two answers: ask again, so both show the same data.
+      run(attempt + 1);
+      return;
+    }
+    clearResults();
+    drawMap(map.body, whole && whole.body);
+    showCost($("map-cost"), map, mapOver);
+    drawSeries(series.body);
+    showCost($("series-cost"), series, seriesOver);
+    say("");
+    document.body.dataset.state = "drawn";
+  } catch (error) {
+    if (thisRun !== page.runs) return;
+    clearResults();
+    say(error.message, true, error.parameter);
+    document.body.dataset.state = "failed";
+  } finally {
+    if (thisRun === page.runs) {
+      $("run").disabled = false;
+      drawBox();
+    }
+  }
+}
+
+function showCost(element, answer, over) {
+  const plan = answer.body.plan;
+  const cached = answer.response.headers.get("X-Accumulus-Cache") === "hit";
+  element.replaceChildren(
+    `Cost: ${plan.accumulation_chunks_read} accumulation + ${plan.raw_chunks_read} raw chunks, ` +
+    `${formatBytes(plan.bytes_read)}, ${(plan.seconds * 1000).toFixed(1)} ms on the server` +
+    (cached ? ` (answered from cache in ${answer.ms.toFixed(0)} ms)` : "") +
+    (answer.body.note ? `; ${answer.body.note}` : "") + ". ",
+    ...["json", "csv", "png"].flatMap((format, i) => {
+      const link = document.createElement("a");
+      link.href = averageUrl(over, format);
+      link.textContent = format.toUpperCase();
+      link.className = `${format}-link`;
+      return i ? [" · ", link] : [link];
+    }),
+  );
+}
+
+// Which inputs to mark when the API names a parameter.
+function inputsOf(parameter) {
+  const d = page.dims || {};
+  const byParameter = {
+    [d.time]: ["start", "end"], [d.lat]: ["south", "north"], [d.lon]: ["west", "east"],
+    dataset: ["dataset"], variable: ["variable"], weights: ["weights"],
+    over: ["south", "north", "west", "east"],
+  };
+  return byParameter[parameter] || [];
+}
+
+function say(text, isError = false, parameter = null) {
+  $("message").textContent = text;
+  $("message").classList.toggle("error", isError);
+  for (const input of document.querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+  for (const id of inputsOf(parameter)) $(id).setAttribute("aria-invalid", "true");
+}
+
+// ------------------------------------------------------------------------------------------
+// The map: the variable's whole grid as a frame, the answer's cells inside it, a box to drag
+
+function mapFrame(lat, lon) {
+  // Cell centres are coordinates; the frame reaches half a cell beyond the outer ones.
+  const half = (dim) => (dim.size > 1 ? Math.abs(dim.last - dim.first) / (dim.size - 1) / 2 : 0.5);
+  const frame = {
+    south: Math.min(lat.first, lat.last) - half(lat), north: Math.max(lat.first, lat.last) + half(lat),
+    west: Math.min(lon.first, lon.last) - half(lon), east: Math.max(lon.first, lon.last) + half(lon),
+    halfLat: half(lat), halfLon: half(lon),
+  };
+  const panel = $("map-panel").clientWidth || 600;
+  frame.width = Math.max(240, Math.min(panel - MAP_MARGIN.left - MAP_MARGIN.right, 900));
+  const aspect = (frame.north - frame.south) / (frame.east - frame.west);
+  frame.height = Math.round(Math.max(160, Math.min(frame.width * aspect, 520)));
+  return frame;
+}
+
+const mapX = (lon) => ((lon - page.frame.west) / (page.frame.east - page.frame.west)) * page.frame.width;
+const mapY = (lat) => ((page.frame.north - lat) / (page.frame.north - page.frame.south)) * page.frame.height;
+const mapLon = (x) => page.frame.west + (x / page.frame.width) * (page.frame.east - page.frame.west);
+const mapLat = (y) => page.frame.north - (y / page.frame.height) * (page.frame.north - page.frame.south);
+
+function drawMapFrame() {
+  const { width, height } = page.frame;
+  const canvas = $("map-canvas");
+  canvas.width = width;
+  canvas.height = height;
+  canvas.style.left = `${MAP_MARGIN.left}px`;
+  canvas.style.top = `${MAP_MARGIN.top}px`;
+  const svg = $("map-overlay");
+  svg.setAttribute("width", width + MAP_MARGIN.left + MAP_MARGIN.right);
+  svg.setAttribute("height", height + MAP_MARGIN.top + MAP_MARGIN.bottom);
+  svg.replaceChildren();
+  const inner = svgElement("g", { id: "map-inner", transform: `translate(${MAP_MARGIN.left},${MAP_MARGIN.top})` });
+  inner.append(svgElement("rect", { class: "frame-border", width, height }));
+  for (const lon of niceTicks(page.frame.west, page.frame.east, 6)) {
+    inner.append(svgElement("line", { class: "grid", x1: mapX(lon), x2: mapX(lon), y1: 0, y2: height }));
+    inner.append(svgText(formatNumber(lon), { x: mapX(lon), y: height + 16, "text-anchor": "middle" }));
+  }
+  for (const lat of niceTicks(page.frame.south, page.frame.north, 5)) {
+    inner.append(svgElement("line", { class: "grid", x1: 0, x2: width, y1: mapY(lat), y2: mapY(lat) }));
+    inner.append(svgText(formatNumber(lat), { x: -6, y: mapY(lat) + 4, "text-anchor": "end" }));
+  }
+  inner.append(svgElement("rect", { id: "box", class: "box" }));
+  svg.append(inner);
+  $("map").style.width = `${width + MAP_MARGIN.left + MAP_MARGIN.right}px`;
+  $("map").style.height = `${height + MAP_MARGIN.top + MAP_MARGIN.bottom}px`;
+  drawBox();
+}
+
+function drawBox(south = +$("south").value, north = +$("north").value,
+  west = +$("west").value, east = +$("east").value) {
+  const box = $("box");
+  if (!box) return;
+  const x0 = mapX(Math.min(west, east)), x1 = mapX(Math.max(west, east));
+  const y0 = mapY(Math.max(south, north)), y1 = mapY(Math.min(south, north));
+  setAttributes(box, { x: x0, y: y0, width: Math.max(0, x1 - x0), height: Math.max(0, y1 - y0) });
+}
+
+// Drag on the map to draw a box; releasing the mouse fills the inputs and averages.
+function listenForDrags() {
+  const overlay = $("map-overlay");
+  let from = null;
+  const pointer = (event) => {
+    const r = overlay.getBoundingClientRect();
+    const x = Math.max(0, Math.min(page.frame.width, event.clientX - r.left - MAP_MARGIN.left));
+    const y = Math.max(0, Math.min(page.frame.height, event.clientY - r.top - MAP_MARGIN.top));
+    return { lon: mapLon(x), lat: mapLat(y) };
+  };
+  const corners = (a, b) => ({
+    south: Math.min(a.lat, b.lat), north: Math.max(a.lat, b.lat),
+    west: Math.min(a.lon, b.lon), east: Math.max(a.lon, b.lon),
+  });
+  overlay.addEventListener("mousedown", (event) => {
+    if (page.frame === null || page.dims === null) return;
+    from = pointer(event);
+    event.preventDefault();
+  });
+  window.addEventListener("mousemove", (event) => {
+    if (from === null) return;
+    const c = corners(from, pointer(event));
+    drawBox(c.south, c.north, c.west, c.east);
+  });
+  window.addEventListener("mouseup", (event) => {
+    if (from === null) return;
+    const c = corners(from, pointer(event));
+    from = null;
+    for (const side of ["south", "north", "west", "east"]) $(side).value = round(c[side], 2);
+    run();
+  });
+  overlay.addEventListener("mousemove", (event) => readMap(pointer(event)));
+}
+
+function drawMap(answer, whole) {
+  const cells = cellsOf(answer);
+  const finite = answer.values.flat().filter((v) => v !== null);
+  const scale = colourScale(...extent(finite));
+  const context = $("map-canvas").getContext("2d");
+  context.clearRect(0, 0, page.frame.width, page.frame.height);
+  if (whole) {
+    const [lo, hi] = extent(whole.values.flat().filter((v) => v !== null));
+    paintCells(context, cellsOf(whole), (v) => {
+      const grey = Math.round(235 - 85 * ((v - lo) / (hi - lo || 1)));
+      return [grey, grey, grey + 6];
+    });
+  }
+  paintCells(context, cells, scale.colour);
+  page.map = { answer, ...cells, scale };
+  drawColourBar(scale, answer.units);
+  const mean = finite.reduce((a, b) => a + b, 0) / (finite.length || 1);
+  $("map-title").textContent = `${answer.stat} of ${answer.variable} over ${$("start").value} – ${$("end").value}`;
+  $("map-numbers").textContent = `${cells.lats.length} × ${cells.lons.length} cells; ` +
+    `min ${formatValue(scale.min)}, mean of cells ${formatValue(mean)}, ` +
+    `max ${formatValue(scale.max)}${answer.units ? ` ${answer.units}` : ""}` +
+    (whole ? "; in grey, the whole grid over the same period" : "");
+}
+
+// A 2-D answer's latitudes, longitudes and value(i, j) at latitude i, longitude j.
+function cellsOf(answer) {
+  const d = page.dims;
+  const latFirst = answer.dims[0] === d.lat;
+  return {
+    lats: answer.coords[d.lat],
+    lons: answer.coords[d.lon],
+    value: (i, j) => (latFirst ? answer.values[i][j] : answer.values[j][i]),
+  };
+}
+
+function paintCells(context, { lats, lons, value }, colour) {
+  const { halfLat, halfLon } = page.frame;
+  lats.forEach((lat, i) => lons.forEach((lon, j) => {
+    const v = value(i, j);
+    if (v === null) return;
+    const [r, g, b] = colour(v);
+    context.fillStyle = `rgb(${r},${g},${b})`;
+    // Whole pixels, a little wider than the cell, so neighbours leave no seams.
+    const x0 = Math.floor(mapX(lon - halfLon)), x1 = Math.ceil(mapX(lon + halfLon));
+    const y0 = Math.floor(mapY(lat + halfLat)), y1 = Math.ceil(mapY(lat - halfLat));
+    context.fillRect(x0, y0, x1 - x0, y1 - y0);
+  }));
+}
+
+function readMap({ lat, lon }) {
+  if (page.map === null) return;
+  const { lats, lons, value, answer } = page.map;
+  const i = nearest(lats, lat), j = nearest(lons, lon);
+  const inside = i !== null && j !== null &&
+    Math.abs(lats[i] - lat) <= page.frame.halfLat && Math.abs(lons[j] - lon) <= page.frame.halfLon;
+  $("map-readout").textContent = inside
+    ? `${page.dims.lat} ${lats[i]}, ${page.dims.lon} ${lons[j]}: ` +
+      `${formatValue(value(i, j))}${answer.units ? ` ${answer.units}` : ""}`
+    : "outside the box";
+}
+
+function colourScale(min, max) {
+  const span = max - min || 1;
+  return {
+    min, max,
+    colour(v) {
+      const t = Math.max(0, Math.min(1, (v - min) / span)) * (VIRIDIS.length - 1);
+      const k = Math.min(Math.floor(t), VIRIDIS.length - 2), f = t - k;
+      return VIRIDIS[k].map((c, n) => Math.round(c + f * (VIRIDIS[k + 1][n] - c)));
+    },
+  };
+}
+
+function drawColourBar(scale, units) {
+  const width = page.frame.width, svg = $("colorbar");
+  svg.setAttribute("width", width + MAP_MARGIN.left + MAP_MARGIN.right);
+  svg.setAttribute("height", 40);
+  const gradient = svgElement("linearGradient", { id: "viridis" });
+  VIRIDIS.forEach((c, k) => gradient.append(svgElement("stop", {
+    offset: k / (VIRIDIS.length - 1), "stop-color": `rgb(${c.join(",")})`,
+  })));
+  const bar = svgElement("g", { transform: `translate(${MAP_MARGIN.left},2)` });
+  bar.append(svgElement("rect", { width, height: 12, fill: "url(#viridis)" }));
+  for (const v of niceTicks(scale.min, scale.max, 5)) {
+    const x = ((v - scale.min) / (scale.max - scale.min || 1)) * width;
+    bar.append(svgElement("line", { class: "tick", x1: x, x2: x, y1: 12, y2: 16 }));
+    bar.append(svgText(formatNumber(v), { x, y: 28, "text-anchor": "middle" }));
+  }
+  if (units) bar.append(svgText(units, { x: width, y: 38, "text-anchor": "end", class: "units" }));
+  svg.replaceChildren(svgElement("defs", {}, [gradient]), bar);
+}
+
+// ------------------------------------------------------------------------------------------
+// The time series
+
+function drawSeries(answer) {
+  const times = answer.coords[page.dims.time].map(parseTime);
+  const values = answer.values;
+  const { width, height } = SERIES_SIZE, m = SERIES_MARGIN;
+  const w = width - m.left - m.right, h = height - m.top - m.bottom;
+  let [lo, hi] = extent(values.filter((v) => v !== null));
+  if (lo === hi) { lo -= 1; hi += 1; }
+  const t0 = times[0], t1 = times[times.length - 1];
+  const x = (t) => (t1 > t0 ? ((t - t0) / (t1 - t0)) * w : w / 2);
+  const y = (v) => h - ((v - lo) / (hi - lo)) * h;
+
+  const svg = $("series");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  const plot = svgElement("g", { transform: `translate(${m.left},${m.top})` });
+  for (const v of niceTicks(lo, hi, 5)) {
+    plot.append(svgElement("line", { class: "grid", x1: 0, x2: w, y1: y(v), y2: y(v) }));
+    plot.append(svgText(formatNumber(v), { x: -6, y: y(v) + 4, "text-anchor": "end" }));
+  }
+  for (const t of timeTicks(t0, t1, 5)) {
+    plot.append(svgElement("line", { class: "tick", x1: x(t), x2: x(t), y1: h, y2: h + 4 }));
+    plot.append(svgText(new Date(t).toISOString().slice(0, 10), { x: x(t), y: h + 18, "text-anchor": "middle" }));
+  }
+  plot.append(svgElement("rect", { class: "frame-border", width: w, height: h }));
+  // The line breaks where a value is missing.
+  let path = "";
+  values.forEach((v, k) => {
+    if (v === null) return;
+    path += `${k && values[k - 1] !== null ? "L" : "M"}${x(times[k]).toFixed(2)},${y(v).toFixed(2)}`;
+  });
+  plot.append(svgElement("path", { class: "line", d: path }));
+  const label = answer.coords[page.dims.time];
+  values.forEach((v, k) => {
+    if (v === null) return;
+    const point = svgElement("circle", {
+      class: "point", cx: x(times[k]), cy: y(v), r: values.length > 200 ? 1.5 : 3,
+      "data-time": label[k], "data-value": v,
+    });
+    point.append(svgElement("title", {}, [`${label[k]}: ${formatValue(v)}`]));
+    plot.append(point);
+  });
+  svg.replaceChildren(plot);
+  svg.onmousemove = (event) => {
+    const r = svg.getBoundingClientRect();
+    const t = t0 + ((event.clientX - r.left - m.left) / w) * (t1 - t0);
+    const k = nearest(times, t);
+    if (k !== null) {
+      $("series-readout").textContent =
+        `${label[k]}: ${formatValue(values[k])}${answer.units ? ` ${answer.units}` : ""}`;
+    }
+  };
+  $("series-title").textContent = `${answer.stat} of ${answer.variable} over ` +
+    `${$("south").value}…${$("north").value} ${page.dims.lat}, ${$("west").value}…${$("east").value} ${page.dims.lon}`;
+  $("series-table").tBodies[0].replaceChildren(...values.map((v, k) => {
+    const row = document.createElement("tr");
+    for (const text of [label[k], formatValue(v)]) {
+      const cell = document.createElement("td");
+      cell.textContent = text;
+      row.append(cell);
+    }
+    return row;
+  }));
+}
+
+function clearResults() {
+  page.map = null;
+  if (page.frame) $("map-canvas").getContext("2d").clearRect(0, 0, page.frame.width, page.frame.height);
+  for (const id of ["series", "colorbar"]) $(id).replaceChildren();
+  for (const id of ["map-numbers", "map-cost", "series-cost", "map-title", "series-title"]) $(id).textContent = "";
+  $("series-table").tBodies[0].replaceChildren();
+}
+
+// ------------------------------------------------------------------------------------------
+// Small helpers
+
+function svgElement(name, attributes = {}, children = []) {
+  const element = document.createElementNS(SVG_NS, name);
+  setAttributes(element, attributes);
+  element.append(...children);
+  return element;
+}
+
+function svgText(text, attributes) {
+  return svgElement("text", attributes, [text]);
+}
+
+function setAttributes(element, attributes) {
+  for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
+}
+
+function fillSelect(select, names) {
+  select.replaceChildren(...names.map((name) => new Option(name, name)));
+}
+
+// ISO labels without a zone are UTC (the API writes times that way).
+function parseTime(label) {
+  return Date.parse(/[zZ]|[+-]\d\d:\d\d$/.test(label) ? label : `${label}Z`);
+}
+
+// [min, max] of an array (without spreading it into arguments: answers can be large).
+function extent(values) {
+  return values.reduce(([lo, hi], v) => [Math.min(lo, v), Math.max(hi, v)], [Infinity, -Infinity]);
+}
+
+// Index of the value of a monotonic array nearest to x (null when empty).
+function nearest(array, x) {
+  let best = null;
+  array.forEach((v, k) => {
+    if (best === null || Math.abs(v - x) < Math.abs(array[best] - x)) best = k;
+  });
+  return best;
+}
+
+// Round numbers 1, 2 or 5 × 10^k apart covering [lo, hi], about `count` of them.
+function niceTicks(lo, hi, count) {
+  if (!(hi > lo)) return [lo];
+  const raw = (hi - lo) / count, power = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((f) => f * power).find((s) => s >= raw);
+  const ticks = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) ticks.push(round(v, 10));
+  return ticks;
+}
+
+function timeTicks(t0, t1, count) {
+  if (!(t1 > t0)) return [t0];
+  const day = 86400000, days = (t1 - t0) / day / count;
+  const step = [1, 2, 7, 14, 30, 61, 91, 182, 365, 730, 1826, 3652].find((s) => s >= days) || 3652;
+  const ticks = [];
+  for (let t = Math.ceil(t0 / day) * day; t <= t1; t += step * day) ticks.push(t);
+  return ticks;
+}
+
+const round = (v, digits) => Number(v.toFixed(digits));
+const formatNumber = (v) => String(round(v, 6));
+const formatValue = (v) => (v === null ? "missing" : Number(v.toPrecision(6)).toString());
+
+function formatBytes(n) {
+  for (const unit of ["B", "kB", "MB"]) {
+    if (n < 1000) return `${n.toFixed(unit === "B" ? 0 : 1)} ${unit}`;
+    n /= 1000;
+  }
+  return `${n.toFixed(1)} GB`;
+}
+
+// For tests and the curious: where a cell centre is drawn, in page pixels, and its colour.
+window.accumulusPage = {
+  pixelOf(lat, lon) {
+    const r = $("map-canvas").getBoundingClientRect();
+    return { x: r.left + mapX(lon), y: r.top + mapY(lat) };
+  },
+  colourOf(value) {
+    return page.map.scale.colour(value);
+  },
+};
+
+start().catch((error) => say(`Cannot load the datasets: ${error.message}`, true));

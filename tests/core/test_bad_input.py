@@ -1,0 +1,165 @@
+"""Bad stores and broken accumulation groups: clear errors, nothing written, and an
+interrupted build that queries ignore until it is rerun."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import accumulus
+from accumulus import AccumulusError
+from accumulus.accumulation import build
+from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
+
+SIZES = {"time": 30, "lat": 8, "lon": 10}
+CHUNKS = {"time": 10, "lat": 4, "lon": 5}
+
+
+@pytest.fixture
+def cube(tmp_path):
+    path = tmp_path / "cube.zarr"
+    ds = synthetic_dataset(SIZES, seed=9)
+    write_cube(ds, path, CHUNKS)
+    return path, ds
+
+
+def test_non_monotonic_coordinate_is_refused(tmp_path):
+    ds = synthetic_dataset({"time": 6, "lon": 5}, seed=1)
+    ds = ds.assign_coords(lon=[0.0, 10.0, 5.0, 20.0, 30.0])
+    write_cube(ds, tmp_path / "c.zarr", {"time": 3, "lon": 5})
+    with pytest.raises(AccumulusError, match="'lon' is not monotonic"):
+        accumulus.average(str(tmp_path / "c.zarr"), VAR, ["time"], {"lon": (0, 10)})
+
+
+def test_not_a_cube(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AccumulusError, match="not a Zarr datacube"):
+        accumulus.average(str(tmp_path / "empty"), VAR, ["time"])
+    with pytest.raises(AccumulusError, match="store not found"):
+        accumulus.inspect(str(tmp_path / "absent.zarr"))
+    with pytest.raises(AccumulusError, match="unsupported store URL scheme"):
+        accumulus.inspect("ftp://example.org/x.zarr")
+
+
+def _edit_group_attrs(path, edit):
+    attrs_file = path / f"{VAR}_accumulation_group" / ".zattrs"
+    attrs = json.loads(attrs_file.read_text())
+    edit(attrs)
+    attrs_file.write_text(json.dumps(attrs))
+    zarr.consolidate_metadata(path)
+
+
+def test_attributes_that_do_not_validate(cube):
+    path, _ = cube
+    accumulus.accumulate(str(path), VAR)
+
+    def corrupt(attrs):
+        attrs["_ACCUMULATION_GROUP"]["time"]["_WEIGHTS"] = 42
+
+    _edit_group_attrs(path, corrupt)
+    with pytest.raises(AccumulusError, match=r"ZEP 5 schema at _ACCUMULATION_GROUP/time/_WEIGHTS"):
+        accumulus.average(str(path), VAR, ["time"])
+    [report] = accumulus.verify(str(path), VAR)
+    assert not report.ok and "schema" in report.problems[0]
+
+
+def test_stride_attribute_of_wrong_length(cube):
+    path, _ = cube
+    accumulus.accumulate(str(path), VAR, [("time",)])
+    array_attrs = path / f"{VAR}_accumulation_group" / "acc_time" / ".zattrs"
+    attrs = json.loads(array_attrs.read_text())
+    attrs["_ACCUMULATION_STRIDE"] = [1, 0]
+    array_attrs.write_text(json.dumps(attrs))
+    zarr.consolidate_metadata(path)
+    with pytest.raises(AccumulusError, match="same length"):
+        accumulus.average(str(path), VAR, ["time"])
+
+
+def test_missing_accumulation_chunk(cube):
+    path, _ = cube
+    accumulus.accumulate(str(path), VAR, [("time",)])
+    chunk = next((path / f"{VAR}_accumulation_group" / "acc_time").glob("0.*"))
+    chunk.unlink()
+    with pytest.raises(AccumulusError, match="acc_time has a missing chunk"):
+        accumulus.average(str(path), VAR, ["time"])
+    [report] = accumulus.verify(str(path), VAR)
+    assert any("acc_time" in p and "differ" in p for p in report.problems)
+
+
+def test_corrupt_accumulation_chunk(cube):
+    path, _ = cube
+    accumulus.accumulate(str(path), VAR, [("time",)])
+    chunk = next((path / f"{VAR}_accumulation_group" / "acc_wt_time").glob("0.*"))
+    chunk.write_bytes(b"this is not a compressed chunk")
+    with pytest.raises(AccumulusError, match=r"cannot read accumulation array .*acc_wt_time"):
+        accumulus.average(str(path), VAR, ["time"])
+    [report] = accumulus.verify(str(path), VAR)
+    assert not report.ok
+
+
+def test_interrupted_build_is_ignored_then_completed(cube, monkeypatch):
+    path, ds = cube
+    raw_before = {p: p.read_bytes() for p in (path / VAR).iterdir()}
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build.compute, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        accumulus.accumulate(str(path), VAR)
+    monkeypatch.undo()
+
+    assert {p: p.read_bytes() for p in (path / VAR).iterdir()} == raw_before
+    result = accumulus.query(str(path), VAR, ["lat", "lon"])
+    assert "incomplete" in result.note and result.stats.accumulation_chunks_read == 0
+    expected = xarray_reference(ds[VAR], ["lat", "lon"], "area", "mean")
+    np.testing.assert_allclose(result.data, expected, rtol=1e-9)
+    [report] = accumulus.verify(str(path), VAR)
+    assert "incomplete" in report.problems[0]
+
+    assert accumulus.accumulate(str(path), VAR).action == "rebuilt"
+    result = accumulus.query(str(path), VAR, ["lat", "lon"])
+    assert result.stats.raw_chunks_read == 0
+    np.testing.assert_allclose(result.data, expected, rtol=1e-9)
+
+
+def test_read_only_zip_store_answers_but_refuses_writes(cube, tmp_path):
+    path, ds = cube
+    accumulus.accumulate(str(path), VAR)
+    archive = shutil.make_archive(str(tmp_path / "cube"), "zip", path)
+    got = accumulus.average(archive, VAR, ["time"])
+    expected = xarray_reference(ds[VAR], ["time"], "area", "mean")
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
+    with pytest.raises(AccumulusError, match="zip stores are read-only"):
+        accumulus.accumulate(archive, VAR, rebuild=True)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("consolidated", [True, False])
+def test_xarray_written_stores_as_they_are(tmp_path, zarr_format, consolidated):
+    ds = synthetic_dataset(SIZES, seed=4)
+    ds[VAR].encoding = {"chunks": tuple(CHUNKS[d] for d in ds[VAR].dims)}
+    url = f"file://{tmp_path}/c.zarr"
+    ds.to_zarr(tmp_path / "c.zarr", zarr_format=zarr_format, consolidated=consolidated)
+    accumulus.accumulate(url, VAR)
+    got = accumulus.average(url, VAR, ["lat", "lon"], {"time": ("2001-01-03", "2001-01-22")})
+    expected = xarray_reference(
+        ds[VAR].sel(time=slice("2001-01-03", "2001-01-22")), ["lat", "lon"], "area", "mean"
+    )
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
+    # xarray still opens the store, accumulation group and all.
+    xr.testing.assert_allclose(xr.open_zarr(tmp_path / "c.zarr")[VAR].load(), ds[VAR])
+
+
+def test_memory_store(cube):
+    _, ds = cube
+    ds[VAR].encoding = {"chunks": (10, 4, 5)}
+    ds.to_zarr("memory://bad-input-test", zarr_format=2, consolidated=True)
+    accumulus.accumulate("memory://bad-input-test", VAR)
+    got = accumulus.average("memory://bad-input-test", VAR, ["time"])
+    np.testing.assert_allclose(got, xarray_reference(ds[VAR], ["time"], "area", "mean"))

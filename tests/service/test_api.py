@@ -1,0 +1,253 @@
+"""The HTTP API against the library and against xarray, on a small accumulated cube."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from service_cubes import area_mean
+
+from accumulus import api
+from accumulus.output import result_json
+from accumulus.service import create_app
+
+# A box and period that cover whole chunks (read from accumulations) and parts of others.
+BOX = "time=2001-01-03/2001-02-01&lat=-80/80&lon=-150/150"
+SERIES = f"/api/datasets/surface/tas/average?over=lat,lon&{BOX}"
+MAP = f"/api/datasets/surface/tas/average?over=time&{BOX}"
+
+
+def values(body: dict) -> np.ndarray:
+    return np.array(body["values"], dtype="f8")  # None -> nan
+
+
+def test_datasets_describe_dimensions_variables_and_coverage(client, cube_data):
+    response = client.get("/api/datasets")
+    assert response.status_code == 200
+    (surface,) = response.json()["datasets"]
+    assert surface["name"] == "surface"
+    assert surface["consolidated"] is True
+    dims = surface["dimensions"]
+    assert dims["time"] == {
+        "size": 40,
+        "kind": "time",
+        "first": "2001-01-01T00:00:00",
+        "last": "2001-02-09T00:00:00",
+        "ascending": True,
+        "units": None,
+    }
+    assert dims["lat"]["kind"] == "latitude" and dims["lat"]["units"] == "degrees_north"
+    assert dims["lat"]["first"] == float(cube_data.lat[0])
+    assert dims["lon"]["kind"] == "longitude" and dims["lon"]["last"] == float(cube_data.lon[-1])
+    (tas,) = surface["variables"]
+    assert tas["dims"] == ["time", "lat", "lon"] and tas["shape"] == [40, 12, 16]
+    assert tas["units"] == "K" and tas["long_name"] == "air temperature"
+    acc = tas["accumulation"]
+    assert acc["complete"] is True and acc["weights"] == "area"
+    assert {tuple(c["dims"]) for c in acc["combinations"]} == {
+        ("time",),
+        ("lat",),
+        ("lon",),
+        ("lat", "lon"),
+    }
+    assert acc["coverage"]["time"] == {"covered": 40, "size": 40, "through": "2001-02-09T00:00:00"}
+    assert client.get("/api/datasets/surface").json() == surface
+
+
+def test_series_is_the_cli_json_and_equals_xarray(client, cube, cube_data):
+    response = client.get(SERIES)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+
+    expected = api.query(
+        str(cube),
+        "tas",
+        "lat,lon",
+        {"time": ("2001-01-03", "2001-02-01"), "lat": ("-80", "80"), "lon": ("-150", "150")},
+    )
+    cli = result_json(expected)
+    # Seconds, and (with the core's parallel reads, see the report) bytes and requests,
+    # vary from run to run; which chunks are read does not.
+    for measured in ("seconds", "bytes_read", "requests"):
+        assert body["plan"].pop(measured) > 0
+        cli["plan"].pop(measured)
+    assert body == cli
+
+    truth = area_mean(
+        cube_data,
+        ["lat", "lon"],
+        time=slice("2001-01-03", "2001-02-01"),
+        lat=slice(-80, 80),
+        lon=slice(-150, 150),
+    )
+    assert body["dims"] == ["time"]
+    assert body["coords"]["time"][0] == "2001-01-03T00:00:00"
+    assert len(body["coords"]["time"]) == 30
+    np.testing.assert_allclose(values(body), truth.values, rtol=1e-10)
+    # The accumulations did the work: whole chunks came from them, raw reads only at edges.
+    assert body["plan"]["accumulation_chunks_read"] > 0
+
+
+def test_map_equals_xarray(client, cube_data):
+    body = client.get(MAP).json()
+    truth = area_mean(
+        cube_data,
+        ["time"],
+        time=slice("2001-01-03", "2001-02-01"),
+        lat=slice(-80, 80),
+        lon=slice(-150, 150),
+    )
+    assert body["dims"] == ["lat", "lon"]
+    assert body["coords"]["lat"] == truth.lat.values.tolist()
+    assert body["coords"]["lon"] == truth.lon.values.tolist()
+    np.testing.assert_allclose(values(body), truth.values, rtol=1e-10)
+
+
+def test_full_scan_gives_the_same_numbers_without_accumulations(client):
+    with_acc = client.get(SERIES).json()
+    scan = client.get(SERIES + "&accumulation=false").json()
+    assert scan["plan"]["accumulation_chunks_read"] == 0
+    assert scan["plan"]["raw_chunks_read"] > with_acc["plan"]["raw_chunks_read"]
+    assert scan["note"] == "accumulation not used (full scan requested)"
+    np.testing.assert_allclose(values(scan), values(with_acc), rtol=1e-10)
+
+
+def test_stat_and_weights_are_passed_on(client, cube_data):
+    url = "/api/datasets/surface/tas/average?over=lat,lon&time=2001-01-01/2001-01-05"
+    counts = client.get(url + "&stat=count&weights=none").json()
+    # Valid values per day: 12 x 16 cells, minus the missing one every 7th day.
+    expected = cube_data.tas.sel(time=slice("2001-01-01", "2001-01-05")).count(("lat", "lon"))
+    assert counts["values"] == expected.values.astype(float).tolist()
+    assert counts["weights"] == "none" and counts["stat"] == "count"
+
+
+def test_ranges_take_partial_dates_and_open_ends(client):
+    january = client.get("/api/datasets/surface/tas/average?over=lat,lon&time=2001-01/2001-01")
+    assert len(january.json()["coords"]["time"]) == 31
+    since = client.get("/api/datasets/surface/tas/average?over=lat,lon&time=2001-02-01/")
+    assert since.json()["coords"]["time"][0] == "2001-02-01T00:00:00"
+    assert len(since.json()["values"]) == 9
+    north = client.get("/api/datasets/surface/tas/average?over=time&lat=+1.5e1/&lon=/-90")
+    assert north.json()["coords"]["lat"][0] > 15 and max(north.json()["coords"]["lon"]) < -90
+
+
+def test_csv_has_the_json_numbers(client):
+    body = client.get(MAP).json()
+    response = client.get(MAP + "&format=csv")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    assert len(rows) == len(body["coords"]["lat"]) * len(body["coords"]["lon"])
+    table = {(float(r["lat"]), float(r["lon"])): r["tas"] for r in rows}
+    for i, lat in enumerate(body["coords"]["lat"]):
+        for j, lon in enumerate(body["coords"]["lon"]):
+            assert float(table[(lat, lon)]) == pytest.approx(body["values"][i][j], rel=1e-12)
+
+
+@pytest.mark.parametrize("url", [SERIES, MAP])
+def test_png_draws_series_and_maps(client, url):
+    response = client.get(url + "&format=png")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "image/png"
+    assert response.content.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+BAD_REQUESTS = [
+    # (url after /api/datasets/, status, parameter named, words in the message)
+    ("nowhere/tas/average?over=time", 404, "dataset", "no dataset 'nowhere'"),
+    # Names are looked up, never turned into paths: neither a path nor the store's file name
+    # reaches a store.
+    ("..%2F..%2Fetc/tas/average?over=time", 404, None, "Not Found"),
+    ("surface.zarr/tas/average?over=time", 404, "dataset", "no dataset 'surface.zarr'"),
+    ("../tas/average?over=time", 404, None, "Not Found"),
+    ("surface/precip/average?over=time", 404, "variable", "no variable 'precip'"),
+    ("surface/tas/average", 422, "over", "required"),
+    ("surface/tas/average?over=", 422, "over", "at least one dimension"),
+    ("surface/tas/average?over=height", 422, "over", "['height']"),
+    ("surface/tas/average?over=time&time=2001-13-01/2001-12-31", 422, "time", "not a date"),
+    ("surface/tas/average?over=time&time=2001-02-01/2001-01-01", 422, "time", "reversed"),
+    ("surface/tas/average?over=time&time=2001-01-01", 422, "time", "start/end"),
+    ("surface/tas/average?over=time&lat=north/south", 422, "lat", "start/end"),
+    ("surface/tas/average?over=time&time=2001-01-01/10", 422, "time", "start/end"),
+    ("surface/tas/average?over=time&lat=50/-50", 422, "lat", "reversed"),
+    ("surface/tas/average?over=time&lon=200/300", 422, "lon", "selects nothing"),
+    ("surface/tas/average?over=time&latitude=0/10", 422, "latitude", "unknown parameter"),
+    ("surface/tas/average?over=time&lat=0/10&lat=20/30", 422, "lat", "more than once"),
+    ("surface/tas/average?over=time&stat=median", 422, "stat", "unknown stat"),
+    ("surface/tas/average?over=time&format=xlsx", 422, "format", "unknown format"),
+    ("surface/tas/average?over=time&weights=ocean", 422, "weights", "no array 'ocean'"),
+    ("surface/tas/average?over=time&accumulation=perhaps", 422, "accumulation", "boolean"),
+    ("surface/tas/average?over=time,lat,lon&format=png", 422, "format", "0 dimensions"),
+]
+
+
+@pytest.mark.parametrize(("path", "status", "parameter", "words"), BAD_REQUESTS)
+def test_bad_input_is_a_4xx_naming_the_parameter(client, path, status, parameter, words):
+    response = client.get(f"/api/datasets/{path}")
+    assert response.headers["content-type"] == "application/json"
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["parameter"] == parameter
+    assert words in body["error"]
+
+
+def test_answers_larger_than_the_cell_limit_are_refused(cube):
+    small = TestClient(create_app([str(cube)], max_cells=100))
+    response = small.get("/api/datasets/surface/tas/average?over=time")
+    assert response.status_code == 422
+    body = response.json()
+    assert body["parameter"] == "over"
+    assert "192 values (12 lat x 16 lon)" in body["error"] and "limit of 100" in body["error"]
+    # A box of 10 x 8 cells fits.
+    box = small.get("/api/datasets/surface/tas/average?over=time&lat=-60/90&lon=-180/0")
+    assert box.status_code == 200
+    assert np.array(box.json()["values"]).shape == (10, 8)
+
+
+def test_unknown_routes_are_json_404s(client):
+    response = client.get("/api/nothing")
+    assert response.status_code == 404
+    assert response.json() == {"error": "Not Found", "parameter": None}
+
+
+def test_health(client):
+    body = client.get("/api/health").json()
+    assert body["status"] == "ok"
+    assert set(body["datasets"]) == {"surface"}
+
+
+@pytest.mark.parametrize(
+    "path", ["/static/..%2F__init__.py", "/static/%2e%2e/app.py", "/static//etc/passwd"]
+)
+def test_static_files_stay_in_their_directory(client, path):
+    assert client.get(path).status_code == 404
+
+
+def test_page_and_its_assets_are_served(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "<script" in page.text
+    for asset in ("/static/app.js", "/static/style.css"):
+        assert client.get(asset).status_code == 200
+    # Nothing is fetched from elsewhere: the page works offline.
+    for text in (page.text, client.get("/static/app.js").text):
+        assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+        assert "https://" not in text
+
+
+def test_openapi_documents_the_ranges_and_errors(client):
+    document = client.get("/openapi.json").json()
+    operation = document["paths"]["/api/datasets/{dataset}/{variable}/average"]["get"]
+    parameters = {p["name"]: p for p in operation["parameters"]}
+    assert {"dataset", "variable", "over", "stat", "weights", "format", "accumulation"} <= set(
+        parameters
+    )
+    assert {"time", "lat", "lon"} <= set(parameters)
+    assert parameters["dataset"]["schema"]["enum"] == ["surface"]
+    assert parameters["stat"]["schema"]["enum"] == ["mean", "sum", "count"]
+    assert set(operation["responses"]) == {"200", "404", "422"}
+    assert json.dumps(document)  # a valid JSON document

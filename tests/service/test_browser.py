@@ -1,0 +1,196 @@
+"""The web page in Debian's chromium, driven by Playwright: pick a period, drag a box on the
+map, and check that what is drawn is what the API answers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import sync_playwright
+from service_cubes import dataset, write_cube
+
+from accumulus.service import create_app
+from accumulus.service.server import running
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Without the background-networking switches chromium's own connections hang on a closed
+# network; a fresh profile keeps runs independent.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Set to a path (e.g. docs/service.png) to keep the screenshot for the README.
+SCREENSHOT = os.environ.get("ACCUMULUS_SCREENSHOT")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("browser")
+    surface = write_cube(folder / "surface.zarr", dataset("2001-01-01", 365, 90, 180), (30, 30, 45))
+    coarse = write_cube(
+        folder / "coarse.zarr", dataset("1990-01-01", 20, 6, 8), (5, 3, 4), zarr_format=2
+    )
+    with running(create_app([str(surface), str(coarse)])) as base:
+        yield base
+
+
+@pytest.fixture
+def page(service: str, tmp_path: Path):
+    assert Path(CHROMIUM).exists(), "install Debian's chromium (apt-get install chromium)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"),
+            executable_path=CHROMIUM,
+            args=CHROMIUM_FLAGS,
+            headless=True,
+            viewport={"width": 1400, "height": 900},
+        )
+        try:
+            tab = browser.new_page()
+            errors: list[str] = []
+            tab.on("pageerror", lambda error: errors.append(str(error)))
+            tab.goto(service + "/")
+            tab.wait_for_selector("body[data-state=drawn]")  # the whole grid, on arrival
+            yield tab
+            assert errors == []
+        finally:
+            browser.close()
+
+
+def drag_box(tab, north: float, west: float, south: float, east: float) -> None:
+    start = tab.evaluate(f"accumulusPage.pixelOf({north}, {west})")
+    end = tab.evaluate(f"accumulusPage.pixelOf({south}, {east})")
+    tab.mouse.move(start["x"], start["y"])
+    tab.mouse.down()
+    tab.mouse.move((start["x"] + end["x"]) / 2, (start["y"] + end["y"]) / 2)
+    tab.mouse.move(end["x"], end["y"])
+    tab.mouse.up()
+
+
+def answer_behind(tab, service: str, panel: str) -> dict:
+    """The API's JSON for what a panel shows: its JSON link, fetched by the test."""
+    href = tab.get_attribute(f"#{panel}-cost a.json-link", "href")
+    response = httpx.get(service + href)
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_a_box_and_a_period_draw_the_api_answers(page, service):
+    tab = page
+    tab.fill("#start", "2001-03-01")
+    tab.fill("#end", "2001-08-31")
+    # A box wider than a chunk (60° x 90°), so whole chunks come from accumulations.
+    drag_box(tab, north=66, west=-100, south=-36, east=24)
+    tab.wait_for_selector("body[data-state=drawn]")
+
+    # The drag set the box (to two decimals) and the page asked for that box and period.
+    box = {side: float(tab.input_value(f"#{side}")) for side in ("south", "north", "west", "east")}
+    assert box == pytest.approx({"south": -36, "north": 66, "west": -100, "east": 24}, abs=0.6)
+    series = answer_behind(tab, service, "series")
+    expected_query = (
+        f"lat={box['south']:g}/{box['north']:g}",
+        f"lon={box['west']:g}/{box['east']:g}",
+        "time=2001-03-01/2001-08-31",
+    )
+    href = tab.get_attribute("#series-cost a.json-link", "href")
+    assert all(part.replace("/", "%2F") in href for part in expected_query)
+    assert series["dims"] == ["time"] and len(series["values"]) == 184  # March to August
+
+    # The time series: one point per day, at the API's time and value, placed on one line
+    # of the value axis, and the same numbers in the table.
+    points = tab.eval_on_selector_all(
+        "#series circle.point",
+        "cs => cs.map(c => [c.dataset.time, Number(c.dataset.value), c.cy.baseVal.value])",
+    )
+    assert [p[0] for p in points] == series["coords"]["time"]
+    assert [p[1] for p in points] == series["values"]
+    (_, v0, y0), (_, v1, y1) = min(points, key=lambda p: p[1]), max(points, key=lambda p: p[1])
+    for _, value, y in points:
+        assert y == pytest.approx(y0 + (value - v0) * (y1 - y0) / (v1 - v0), abs=0.01)
+    rows = tab.eval_on_selector_all(
+        "#series-table tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    assert [r[0] for r in rows] == series["coords"]["time"]
+    assert [float(r[1]) for r in rows] == pytest.approx(series["values"], rel=1e-5)
+
+    # The map: every cell of the API's answer is painted in its value's colour, and hovering
+    # reads the API's number back.
+    answer = answer_behind(tab, service, "map")
+    assert answer["dims"] == ["lat", "lon"]
+    lats, lons = answer["coords"]["lat"], answer["coords"]["lon"]
+    cells = [
+        (lat, lon, answer["values"][i][j])
+        for i, lat in enumerate(lats)
+        for j, lon in enumerate(lons)
+    ]
+    painted = tab.evaluate(
+        """cells => {
+            const canvas = document.getElementById("map-canvas");
+            const context = canvas.getContext("2d"), r = canvas.getBoundingClientRect();
+            return cells.map(([lat, lon, v]) => {
+                const p = accumulusPage.pixelOf(lat, lon);
+                const rgb = context.getImageData(p.x - r.left, p.y - r.top, 1, 1).data;
+                return [[rgb[0], rgb[1], rgb[2]], accumulusPage.colourOf(v)];
+            });
+        }""",
+        cells,
+    )
+    assert len(painted) == len(cells) == 51 * 62  # 2° cells in 36 S..66 N, 100 W..24 E
+    for got, expected in painted:
+        assert got == expected
+    for lat, lon, value in cells[:: max(1, len(cells) // 15)]:
+        where = tab.evaluate(f"accumulusPage.pixelOf({lat}, {lon})")
+        tab.mouse.move(where["x"], where["y"])
+        readout = tab.inner_text("#map-readout")
+        assert readout.startswith(f"lat {lat:g}, lon {lon:g}: ")
+        assert float(readout.split(": ")[1].split()[0]) == pytest.approx(value, rel=1e-5)
+
+    # What each answer cost is shown; the accumulations answered for whole chunks.
+    plan = series["plan"]
+    assert plan["accumulation_chunks_read"] > 0
+    assert f"{plan['accumulation_chunks_read']} accumulation + {plan['raw_chunks_read']} raw" in (
+        tab.inner_text("#series-cost")
+    )
+    tab.evaluate("document.activeElement.blur()")
+    shot = tab.screenshot(full_page=True)
+    assert shot.startswith(b"\x89PNG")
+    if SCREENSHOT:
+        Path(SCREENSHOT).write_bytes(shot)
+
+
+def test_a_bad_period_is_shown_next_to_its_inputs(page):
+    tab = page
+    tab.fill("#start", "2001-09-01")
+    tab.fill("#end", "2001-02-01")
+    tab.click("#run")
+    tab.wait_for_selector("body[data-state=failed]")
+    assert "reversed" in tab.inner_text("#message")
+    assert tab.get_attribute("#start", "aria-invalid") == "true"
+    assert tab.get_attribute("#end", "aria-invalid") == "true"
+
+
+def test_choosing_another_dataset_draws_it_whole(page, service):
+    tab = page
+    tab.select_option("#dataset", "coarse")
+    tab.wait_for_function("document.querySelectorAll('#series circle.point').length === 20")
+    tab.wait_for_selector("body[data-state=drawn]")
+    assert tab.input_value("#start") == "1990-01-01" and tab.input_value("#end") == "1990-01-20"
+    series = answer_behind(tab, service, "series")
+    assert "/api/datasets/coarse/tas/average?" in tab.get_attribute(
+        "#series-cost a.json-link", "href"
+    )
+    values = tab.eval_on_selector_all(
+        "#series circle.point", "cs => cs.map(c => Number(c.dataset.value))"
+    )
+    assert values == series["values"]
