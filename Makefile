@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_accumulate.py
 	$(BIN)/python benchmarks/bench_service.py
 	$(BIN)/python benchmarks/bench_monthly_chunks.py
+	$(BIN)/python benchmarks/bench_append.py
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .hypothesis

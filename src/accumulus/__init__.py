@@ -4,13 +4,14 @@ Fast averages over any ranges of any dimensions, from a handful of chunks instea
 full scan. See the README for the command line and the service.
 """
 
-from accumulus.api import accumulate, average, inspect, open_cube, query, verify
+from accumulus.api import accumulate, append, average, inspect, open_cube, query, verify
 from accumulus.errors import AccumulusError
 from accumulus.rechunk import rechunk
 
 __all__ = [
     "AccumulusError",
     "accumulate",
+    "append",
     "average",
     "inspect",
     "open_cube",

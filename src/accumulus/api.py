@@ -20,6 +20,8 @@ from accumulus.accumulation.weights import find_latitude, find_longitude, resolv
 from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
+from accumulus.ingest.append import AppendResult as AppendResult  # re-exported
+from accumulus.ingest.append import append as append  # re-exported
 from accumulus.inspection import describe_cube
 
 StoreLike = str | Store | Cube

@@ -410,6 +410,65 @@ def convert(
     console.print(f"wrote {dest} (Zarr v{zarr_format}, {len(plan.arrays)} arrays)")
 
 
+# --- append (issue 3) ---
+
+
+@app.command()
+def append(
+    store: str = typer.Argument(..., help="Cube path or URL (dir, file://, s3://)."),
+    granules: list[str] = typer.Argument(
+        ..., help="NetCDF4/HDF5 files or Zarr stores, in any order."
+    ),
+    dim: str = typer.Option("time", "--dim", help="The dimension to append along."),
+    chunks: list[str] = typer.Option(
+        None,
+        "--chunks",
+        help="When the cube is created: dim=size,... e.g. time=40 (default: ~100 MiB chunks).",
+    ),
+    skip_existing: bool = typer.Option(
+        False, "--skip-existing", help="Skip steps already in the cube instead of refusing."
+    ),
+    zarr_format: int = typer.Option(2, "--zarr-format", help="When the cube is created: 2 or 3."),
+    endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+) -> None:
+    """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
+    from accumulus import api
+
+    items = [item for text in chunks or [] for item in text.split(",") if item.strip()]
+    sizes = {d: _positive_int(n, f"--chunks {d}") for d, n in _pairs(items, "--chunks").items()}
+    with _ProgressBar("checking and appending granules") as report:
+        result = api.append(
+            store,
+            granules,
+            dim=dim,
+            chunks=sizes or None,
+            skip_existing=skip_existing,
+            storage_options=_storage_options(endpoint_url),
+            zarr_format=zarr_format,
+            progress=report,
+        )
+    if result.recovered:
+        console.print(f"[yellow]recovered:[/] {result.recovered}", highlight=False)
+    if result.chunking is not None:
+        console.print(f"created {result.store}: {result.chunking.reason}", highlight=False)
+    for name, why in result.skipped:
+        console.print(f"[dim]skipped {name}: {why}[/]", highlight=False)
+    before, after = result.extent
+    if not result.appended:
+        console.print(f"nothing to append; {dim} has {after} steps", highlight=False)
+        return
+    updated = (
+        f"; accumulations updated for {', '.join(result.accumulations)}"
+        if result.accumulations
+        else ""
+    )
+    console.print(
+        f"appended {len(result.appended)} granule(s): {dim} {before} → {after} steps in "
+        f"{result.commits} commit(s), {result.seconds:.1f} s{updated}",
+        highlight=False,
+    )
+
+
 # --- variable chunking (issue 5) ---
 
 

@@ -105,13 +105,17 @@ class Cube:
     """A read snapshot of a Zarr datacube (xarray conventions: ``_ARRAY_DIMENSIONS`` in v2,
     ``dimension_names`` in v3)."""
 
-    def __init__(self, store: Store, label: str | None = None) -> None:
+    def __init__(
+        self, store: Store, label: str | None = None, *, use_consolidated: bool | None = None
+    ) -> None:
         self.store = store
         self.label = label or store_label(store)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
             try:
-                self.root = zarr.open_group(store, mode="r")
+                # use_consolidated=False: the arrays' own metadata, newer than the
+                # consolidated snapshot while an append is between the two.
+                self.root = zarr.open_group(store, mode="r", use_consolidated=use_consolidated)
             except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError) as exc:
                 raise AccumulusError(f"{self.label} is not a Zarr datacube: {exc}") from None
             try:

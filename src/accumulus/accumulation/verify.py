@@ -145,6 +145,9 @@ def _checks(
                 f"{group.path}/{acc.key}: extent {shape[dim]} along {dim!r} is less than "
                 f"the {window[dim]} covered"
             )
+    if 0 in window.values():  # no final entry yet (fewer chunks than the stride): no check
+        checked.extend(n for n in sorted(arrays) if n not in checked)
+        return []
     others = {d: slice(0, window[d]) for d in var.dims if d not in acc.dims}
     expected = _expected(summands.isel(others), var, acc, window)
     checks = []

@@ -1,0 +1,313 @@
+"""Does a granule fit the cube, and its values in the cube's encoding.
+
+The cube's ``Template`` is what every granule must look like: the same variables with the
+same dimensions, dtypes and scale/offset; the same sizes and coordinate values along every
+dimension but the append dimension (``static`` variables, written once); time values that
+convert exactly to the cube's units and calendar. Every check names the granule and says
+what was expected. Values are copied as stored when the encodings agree; times are converted
+to the cube's units, and a different fill value is mapped to the cube's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from xarray.coding.times import decode_cf_datetime, encode_cf_datetime
+
+from accumulus.errors import AccumulusError
+from accumulus.ingest.granules import Granule
+
+# Attributes that change what stored numbers mean: they must agree between granule and cube.
+_MEANING_ATTRS = ("scale_factor", "add_offset", "_Unsigned", "units")
+_TIME_UNITS = re.compile(r"^\s*\w+\s+since\s+", re.IGNORECASE)
+_SAME_CALENDARS = {"gregorian": "standard", None: "standard", "": "standard"}
+
+
+@dataclass(frozen=True)
+class TimeEncoding:
+    units: str
+    calendar: str
+
+
+@dataclass(frozen=True)
+class VariableTemplate:
+    name: str
+    dims: tuple[str, ...]
+    sizes: Mapping[str, int]  # every dimension but the append dimension
+    dtype: np.dtype
+    attrs: Mapping[str, Any]  # as stored (decoding attributes included)
+    time: TimeEncoding | None  # set when the values are times
+
+    @property
+    def fill_values(self) -> list[Any]:
+        return _fills(self.attrs, self.dtype)
+
+
+@dataclass(frozen=True)
+class Template:
+    """What granules appended along ``dim`` must look like."""
+
+    dim: str
+    variables: Mapping[str, VariableTemplate]
+    static: Mapping[str, np.ndarray]  # values of the variables without ``dim``
+
+    @property
+    def appended(self) -> list[str]:
+        """The variables that grow along ``dim``, the coordinate of ``dim`` last."""
+        names = [n for n, v in self.variables.items() if self.dim in v.dims and n != self.dim]
+        return [*names, self.dim]
+
+    @property
+    def coordinates(self) -> set[str]:
+        """Coordinate variables: of a dimension, or named by another variable's ``bounds``
+        or ``coordinates`` attribute (time bounds are small arrays, not data)."""
+        names = {n for n, v in self.variables.items() if v.dims == (n,)}
+        for var in self.variables.values():
+            bounds = var.attrs.get("bounds")
+            if isinstance(bounds, str):
+                names.add(bounds)
+            names.update(str(var.attrs.get("coordinates", "")).split())
+        return names & set(self.variables)
+
+    @property
+    def data(self) -> list[str]:
+        """The data variables that grow along ``dim``."""
+        return [n for n in self.appended if n not in self.coordinates]
+
+
+def template_of(dataset: xr.Dataset, dim: str, where: str) -> Template:
+    """The template of a CF-encoded dataset (a cube's, or a first granule's)."""
+    if dim not in dataset.dims:
+        raise AccumulusError(
+            f"{where}: no dimension {dim!r} to append along; its dimensions are "
+            f"{sorted(map(str, dataset.dims))}"
+        )
+    if dim not in dataset.variables or dataset.variables[dim].dims != (dim,):
+        raise AccumulusError(
+            f"{where}: dimension {dim!r} has no coordinate variable; appending needs one to "
+            "order granules and refuse overlaps"
+        )
+    variables = {}
+    static = {}
+    for name, var in dataset.variables.items():
+        name = str(name)
+        variables[name] = VariableTemplate(
+            name=name,
+            dims=tuple(map(str, var.dims)),
+            sizes={str(d): n for d, n in var.sizes.items() if d != dim},
+            dtype=var.dtype,
+            attrs=dict(var.attrs),
+            time=_time_encoding(dataset, name),
+        )
+        if dim not in var.dims:
+            static[name] = np.asarray(var.values)
+    return Template(dim, variables, static)
+
+
+def _time_encoding(dataset: xr.Dataset, name: str) -> TimeEncoding | None:
+    """Times are numbers with units "<unit> since <date>"; CF bounds variables take the
+    units and calendar of the variable whose ``bounds`` they are."""
+    attrs = dataset.variables[name].attrs
+    units = attrs.get("units")
+    if units is None:
+        parent = next(
+            (v for v in dataset.variables.values() if v.attrs.get("bounds") == name), None
+        )
+        if parent is None:
+            return None
+        attrs = parent.attrs
+        units = attrs.get("units")
+    if not isinstance(units, str) or not _TIME_UNITS.match(units):
+        return None
+    calendar = attrs.get("calendar")
+    return TimeEncoding(units, _SAME_CALENDARS.get(calendar, calendar))
+
+
+def check_fits(granule: Granule, template: Template) -> None:
+    """Raise ``AccumulusError`` (naming the granule) unless it fits the cube."""
+    where = f"granule {granule.name}"
+    dim = template.dim
+    theirs = template_of(granule.dataset, dim, where)
+    missing = sorted(set(template.variables) - set(theirs.variables))
+    extra = sorted(set(theirs.variables) - set(template.variables))
+    if missing:
+        raise AccumulusError(
+            f"{where}: variable(s) {missing} missing; the cube has {sorted(template.variables)}"
+        )
+    if extra:
+        raise AccumulusError(
+            f"{where}: variable(s) {extra} that the cube does not have "
+            f"(the cube has {sorted(template.variables)})"
+        )
+    for name, ours in template.variables.items():
+        _check_variable(where, ours, theirs.variables[name])
+    for name, values in template.static.items():
+        _check_static(where, name, values, np.asarray(granule.dataset[name].values))
+
+
+def _check_variable(where: str, ours: VariableTemplate, theirs: VariableTemplate) -> None:
+    name = ours.name
+    if theirs.dims != ours.dims:
+        raise AccumulusError(
+            f"{where}: variable {name!r} has dimensions {list(theirs.dims)}; the cube's has "
+            f"{list(ours.dims)}"
+        )
+    for dim, size in ours.sizes.items():
+        if theirs.sizes[dim] != size:
+            raise AccumulusError(
+                f"{where}: another grid: dimension {dim!r} of {name!r} has {theirs.sizes[dim]} "
+                f"values, the cube's {size}"
+            )
+    if theirs.dtype != ours.dtype and ours.time is None:  # times are converted
+        raise AccumulusError(
+            f"{where}: variable {name!r} is stored as {theirs.dtype}, the cube's as {ours.dtype}"
+        )
+    if (ours.time is None) != (theirs.time is None):
+        raise AccumulusError(
+            f"{where}: variable {name!r} has units {theirs.attrs.get('units')!r}, the cube's "
+            f"{ours.attrs.get('units')!r}"
+        )
+    for key in _MEANING_ATTRS:
+        if key == "units" and ours.time is not None:
+            continue  # times are converted
+        a, b = theirs.attrs.get(key), ours.attrs.get(key)
+        if not _same(a, b):
+            raise AccumulusError(
+                f"{where}: variable {name!r} has {key}={a!r}, the cube's is {b!r}; values "
+                "would change meaning"
+            )
+    differ = set(map(_key, theirs.fill_values)) != set(map(_key, ours.fill_values))
+    if differ and not ours.fill_values and ours.time is None:
+        raise AccumulusError(
+            f"{where}: variable {name!r} marks missing values with "
+            f"{theirs.fill_values}, and the cube's has no fill value to map them to"
+        )
+
+
+def _check_static(where: str, name: str, ours: np.ndarray, theirs: np.ndarray) -> None:
+    if ours.shape == theirs.shape and _array_equal(ours, theirs):
+        return
+    if ours.shape != theirs.shape:
+        detail = f"shape {theirs.shape}, the cube's {ours.shape}"
+    else:
+        index = np.argwhere(~_equal_elements(ours, theirs))[0]
+        at = tuple(int(i) for i in index)
+        detail = f"first difference at index {at}: {theirs[at]!r}, the cube's {ours[at]!r}"
+    raise AccumulusError(f"{where}: another grid: {name!r} differs from the cube's ({detail})")
+
+
+def _array_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(_equal_elements(a, b).all())
+
+
+def _equal_elements(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    equal = np.asarray(a == b)
+    if a.dtype.kind == "f" and b.dtype.kind == "f":
+        equal = equal | (np.isnan(a) & np.isnan(b))
+    return equal
+
+
+def conform(granule: Granule, template: Template) -> dict[str, np.ndarray]:
+    """The granule's values of every variable along the append dimension, read whole and
+    encoded as the cube stores them (call ``check_fits`` first)."""
+    out = {}
+    for name in template.appended:
+        ours = template.variables[name]
+        var = granule.dataset.variables[name]
+        try:
+            values = np.asarray(var.values)
+        except Exception as exc:  # a corrupt or truncated chunk: netCDF4/HDF5/zarr errors
+            raise AccumulusError(
+                f"granule {granule.name}: cannot read variable {name!r} (corrupt or truncated "
+                f"data?): {exc}"
+            ) from None
+        if ours.time is not None:
+            theirs = _time_encoding(granule.dataset, name)
+            assert theirs is not None
+            values = convert_times(values, theirs, ours.time, ours.dtype, granule.name, name)
+        else:
+            values = _map_fill(values, _fills(var.attrs, var.dtype), ours.fill_values)
+        out[name] = values
+    return out
+
+
+def convert_times(
+    values: np.ndarray,
+    source: TimeEncoding,
+    target: TimeEncoding,
+    dtype: np.dtype,
+    granule: str,
+    name: str,
+) -> np.ndarray:
+    """Times in ``source`` units as numbers in ``target`` units, exactly, or an error."""
+    if source == target and values.dtype == dtype:
+        return values
+    where = f"granule {granule}: {name!r}"
+    try:
+        dates = decode_cf_datetime(values, source.units, source.calendar)
+        numbers, _, _ = encode_cf_datetime(dates, target.units, target.calendar, np.dtype("f8"))
+    except Exception as exc:  # cftime and pandas raise several kinds
+        raise AccumulusError(
+            f"{where}: cannot convert times from {source.units!r} ({source.calendar}) to the "
+            f"cube's {target.units!r} ({target.calendar}): {exc}"
+        ) from None
+    numbers = np.asarray(numbers)
+    stored = (np.round(numbers) if dtype.kind in "iu" else numbers).astype(dtype)
+    back = decode_cf_datetime(stored, target.units, target.calendar)
+    if not np.array_equal(np.asarray(back), np.asarray(dates)):
+        bad = int(np.argmax(np.asarray(back) != np.asarray(dates)))
+        raise AccumulusError(
+            f"{where}: time {dates[bad]} cannot be stored exactly as {dtype} in the cube's "
+            f"units {target.units!r}"
+        )
+    return stored
+
+
+def time_labels(values: np.ndarray, template: Template) -> list[str]:
+    """Coordinate values of the append dimension as text (dates when they are times)."""
+    encoding = template.variables[template.dim].time
+    if encoding is None:
+        return [str(v) for v in values.tolist()]
+    dates = np.asarray(decode_cf_datetime(values, encoding.units, encoding.calendar))
+    if dates.dtype.kind == "M":
+        return [str(d) for d in np.datetime_as_string(dates, unit="s")]
+    return [d.isoformat() for d in dates]  # cftime dates of non-standard calendars
+
+
+def _fills(attrs: Mapping[str, Any], dtype: np.dtype) -> list[Any]:
+    fills = []
+    for key in ("_FillValue", "missing_value"):
+        value = attrs.get(key)
+        if value is not None:
+            fills.extend(np.atleast_1d(np.asarray(value)).tolist())
+    if not fills and dtype.kind == "f":
+        fills = [float("nan")]  # floats without a fill value mark missing values with NaN
+    return fills
+
+
+def _map_fill(values: np.ndarray, theirs: list[Any], ours: list[Any]) -> np.ndarray:
+    if set(map(_key, theirs)) == set(map(_key, ours)) or not theirs:
+        return values
+    target = ours[0] if ours else float("nan")
+    mask = np.zeros(values.shape, dtype=bool)
+    for fill in theirs:
+        mask |= np.isnan(values) if _key(fill) == "nan" else values == fill
+    return np.where(mask, np.asarray(target, dtype=values.dtype), values)
+
+
+def _key(value: Any) -> str:
+    number = float(value)
+    return "nan" if np.isnan(number) else repr(number)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, str) or isinstance(b, str):
+        return str(a) == str(b)
+    return np.array_equal(np.asarray(a, dtype="f8"), np.asarray(b, dtype="f8"), equal_nan=True)

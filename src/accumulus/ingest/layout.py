@@ -1,0 +1,153 @@
+"""How a cube created by ``append`` is chunked.
+
+On creation, chunk shapes come from the user (``--chunks time=40``) or from the rule of thumb
+of the seed on continuously extended Zarr datasets: object stores charge about 100 ms per
+request, so a chunk should hold more than 10 MiB; several chunks should fit in memory at once,
+so not much more than 100 MiB. Data variables therefore get as many steps of the append
+dimension as fit in 100 MiB, whole along the other dimensions (split only when one step alone
+is larger). Coordinates along the append dimension (time itself, time bounds) are small 1-D
+arrays: they get chunks of about 1 MiB, not the data's 40 steps.
+
+``complete_chunks_end`` decides where chunk edges fall for new data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from math import prod
+
+from accumulus.errors import AccumulusError
+
+TARGET_CHUNK_BYTES = 100 * 2**20
+MIN_CHUNK_BYTES = 10 * 2**20
+COORDINATE_CHUNK_BYTES = 2**20
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """What the chunk choice needs to know about one array."""
+
+    dims: tuple[str, ...]
+    shape: tuple[int, ...]  # of one granule; the append dimension's size is irrelevant
+    itemsize: int
+    is_coordinate: bool  # a coordinate (or bounds) variable rather than data
+
+
+@dataclass(frozen=True)
+class ChunkChoice:
+    chunks: dict[str, tuple[int, ...]]  # array name -> chunk shape, in its dimensions' order
+    reason: str  # what was chosen and why, for the user
+
+
+def choose_chunks(
+    arrays: Mapping[str, ArraySpec], dim: str, given: Mapping[str, int] | None = None
+) -> ChunkChoice:
+    """Chunk shapes for every array of a new cube appended along ``dim``."""
+    given = dict(given or {})
+    known = {d for spec in arrays.values() for d in spec.dims}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise AccumulusError(
+            f"--chunks names dimension(s) {unknown} that the granule does not have; "
+            f"its dimensions are {sorted(known)}"
+        )
+    for d, size in given.items():
+        if int(size) < 1:
+            raise AccumulusError(f"--chunks {d}={size}: a chunk size must be a positive integer")
+    data = {n: s for n, s in arrays.items() if dim in s.dims and not s.is_coordinate}
+    chunks: dict[str, tuple[int, ...]] = {}
+    step_chunks = {n: _step_chunks(s, dim, given) for n, s in data.items()}
+    step_bytes = {n: _chunk_bytes(data[n], step_chunks[n], dim, 1) for n in data}
+    largest = max(step_bytes, key=step_bytes.__getitem__, default=None)
+    if dim in given:
+        steps = int(given[dim])
+    elif largest is not None:
+        steps = max(1, TARGET_CHUNK_BYTES // step_bytes[largest])
+    else:
+        steps = 1
+    for name, spec in arrays.items():
+        sizes = dict(zip(spec.dims, spec.shape, strict=True))
+        if name in data:
+            chunks[name] = _with(spec.dims, step_chunks[name], dim, steps)
+        elif dim in spec.dims:
+            one_step = prod(n for d, n in sizes.items() if d != dim) * spec.itemsize
+            along = max(1, COORDINATE_CHUNK_BYTES // max(1, one_step))
+            chunks[name] = _with(spec.dims, spec.shape, dim, along)
+        else:
+            chunks[name] = tuple(max(1, n) for n in spec.shape)
+    reason = _reason(data, chunks, step_bytes, largest, dim, steps, given)
+    return ChunkChoice(chunks, reason)
+
+
+def _step_chunks(spec: ArraySpec, dim: str, given: Mapping[str, int]) -> list[int]:
+    """Chunk sizes of one step of ``dim``: given sizes, else whole dimensions; dimensions not
+    given are halved (largest first) while one step is bigger than the target."""
+    sizes = zip(spec.dims, spec.shape, strict=True)
+    chunks = [1 if d == dim else max(1, int(given.get(d, n))) for d, n in sizes]
+    free = [i for i, d in enumerate(spec.dims) if d != dim and d not in given]
+    while prod(chunks) * spec.itemsize > TARGET_CHUNK_BYTES:
+        splittable = [i for i in free if chunks[i] > 1]
+        if not splittable:
+            break
+        widest = max(splittable, key=chunks.__getitem__)
+        chunks[widest] = (chunks[widest] + 1) // 2
+    return chunks
+
+
+def _with(dims: Sequence[str], chunks: Sequence[int], dim: str, steps: int) -> tuple[int, ...]:
+    """``chunks`` with ``steps`` along ``dim``."""
+    return tuple(steps if d == dim else max(1, c) for d, c in zip(dims, chunks, strict=True))
+
+
+def _chunk_bytes(spec: ArraySpec, chunks: Sequence[int], dim: str, steps: int) -> int:
+    return prod(_with(spec.dims, chunks, dim, steps)) * spec.itemsize
+
+
+def _reason(
+    data: Mapping[str, ArraySpec],
+    chunks: Mapping[str, tuple[int, ...]],
+    step_bytes: Mapping[str, int],
+    largest: str | None,
+    dim: str,
+    steps: int,
+    given: Mapping[str, int],
+) -> str:
+    if largest is None:
+        return f"no data variable along {dim!r}; coordinates get chunks of about 1 MiB"
+    spec = data[largest]
+    shape = dict(zip(spec.dims, chunks[largest], strict=True))
+    text = ", ".join(f"{d}={n}" for d, n in shape.items())
+    size = _mib(step_bytes[largest] * steps)
+    if dim in given:
+        why = f"{dim}={steps} as given; {largest} chunks are {size}"
+    else:
+        why = (
+            f"one {dim} step of {largest} is {_mib(step_bytes[largest])}, so {steps} steps "
+            f"make chunks of {size}: the 10–100 MiB that object storage wants (above 10 MiB "
+            "the ~100 ms per request is amortized; up to 100 MiB several chunks fit in memory)"
+        )
+    total = step_bytes[largest] * steps
+    if total < MIN_CHUNK_BYTES:
+        why += "; below 10 MiB, reads from object storage will pay many requests"
+    elif total > TARGET_CHUNK_BYTES:
+        why += "; above 100 MiB, few chunks fit in memory at once"
+    return f"chunks {text} ({why}); coordinates along {dim} in chunks of about 1 MiB"
+
+
+def _mib(n: float) -> str:
+    if n < 1024:
+        return f"{n:.0f} B"
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 / 10 else f"{n / 1024:.1f} KiB"
+
+
+def complete_chunks_end(size: int, chunk: int) -> int:
+    """Where the complete chunks along the append dimension end once it holds ``size`` steps.
+
+    New data is written in whole chunks up to here; what follows is the partial last chunk,
+    rewritten by the next append (and provisional for accumulations, ``final_coverage``).
+    With regular chunks, edges fall every ``chunk`` steps. This is the one place that decides
+    where chunk edges fall for new data: variable chunking (a chunk per granule, a new chunk
+    each month) plugs in here.
+    """
+    return size // chunk * chunk

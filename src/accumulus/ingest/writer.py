@@ -1,0 +1,133 @@
+"""Writing new values along the append dimension: whole chunks, concurrently, out of sight.
+
+Each array keeps, in memory, the values from its first not-yet-complete chunk on. As soon as
+chunks are complete (``layout.complete_chunks_end``) they are written in one zarr call, in a
+thread pool, while the next granule is read; zarr writes the chunks of one call concurrently
+too. Writes go through a view of the array whose shape reaches the new values: the stored
+metadata keeps the committed shape, so a reader never sees these chunks before the commit
+resizes the arrays. The first write of a run starts inside the old partial last chunk: zarr
+reads that chunk and writes it back whole, its old values unchanged (the rewrite is one
+atomic object replacement on a local directory and on S3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import zarr
+from zarr.core.array import AsyncArray
+
+from accumulus.ingest.layout import complete_chunks_end
+
+WRITE_THREADS = 4
+# Bytes of values waiting in the pool before the reader waits for writes to catch up.
+PENDING_BYTES = 256 * 2**20
+
+
+@dataclass
+class _Tail:
+    """An array's values not yet written as whole chunks, from index ``start`` on."""
+
+    array: zarr.Array
+    axis: int
+    chunk: int  # chunk size along the append dimension
+    start: int
+    parts: list[np.ndarray] = field(default_factory=list)
+
+    def values(self) -> np.ndarray:
+        if len(self.parts) > 1:
+            self.parts = [np.concatenate(self.parts, axis=self.axis)]
+        return self.parts[0]
+
+    def take(self, end: int) -> np.ndarray:
+        """Remove and return the values before index ``end``."""
+        values = self.values()
+        cut = end - self.start
+        before = (slice(None),) * self.axis
+        head, rest = values[(*before, slice(None, cut))], values[(*before, slice(cut, None))]
+        self.parts = [rest] if rest.shape[self.axis] else []
+        self.start = end
+        return head
+
+
+class ChunkWriter:
+    """Appends values to ``arrays`` along ``dim`` from index ``start``."""
+
+    def __init__(self, arrays: Mapping[str, zarr.Array], dim: str, start: int) -> None:
+        self.size = start
+        self._tails: dict[str, _Tail] = {}
+        for name, array in arrays.items():
+            axis = list(_dimension_names(array)).index(dim)
+            self._tails[name] = _Tail(array, axis, array.chunks[axis], start)
+        self._pool = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="accumulus-write")
+        self._pending: deque[tuple[Future, int]] = deque()
+        self._pending_bytes = 0
+
+    def add(self, values: Mapping[str, np.ndarray]) -> None:
+        """Append one granule's values (every array, equal lengths along the dimension)."""
+        lengths = {v.shape[self._tails[n].axis] for n, v in values.items()}
+        assert len(lengths) == 1 and set(values) == set(self._tails), "one granule, all arrays"
+        self.size += lengths.pop()
+        for name, tail in self._tails.items():
+            tail.parts.append(values[name])
+            end = complete_chunks_end(self.size, tail.chunk)
+            if end > tail.start:
+                start = tail.start
+                self._submit(tail, start, tail.take(end))
+
+    def write_partial(self) -> None:
+        """Write every array's partial last chunk (values stay buffered: the next complete
+        write of that chunk needs no read)."""
+        for tail in self._tails.values():
+            if tail.parts:
+                self._submit(tail, tail.start, tail.values())
+
+    def wait(self) -> None:
+        """Wait for every write; raise the first error."""
+        while self._pending:
+            self._finish_oldest()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _submit(self, tail: _Tail, start: int, block: np.ndarray) -> None:
+        future = self._pool.submit(_write, tail.array, tail.axis, start, block)
+        self._pending.append((future, block.nbytes))
+        self._pending_bytes += block.nbytes
+        while self._pending_bytes > PENDING_BYTES and len(self._pending) > 1:
+            self._finish_oldest()
+
+    def _finish_oldest(self) -> None:
+        future, nbytes = self._pending.popleft()
+        self._pending_bytes -= nbytes
+        future.result()
+
+
+def _write(array: zarr.Array, axis: int, start: int, block: np.ndarray) -> None:
+    stop = start + block.shape[axis]
+    view = _view(array, axis, stop)
+    index = [slice(None)] * array.ndim
+    index[axis] = slice(start, stop)
+    view[tuple(index)] = block
+
+
+def _view(array: zarr.Array, axis: int, length: int) -> zarr.Array:
+    """``array`` as if it were ``length`` long along ``axis``, without writing metadata.
+    Chunks are written even when they hold only fill values, so that every new chunk
+    exists (and write counts say exactly what an append wrote)."""
+    shape = list(array.shape)
+    shape[axis] = length
+    metadata = array.metadata.update_shape(tuple(shape))
+    config = dataclasses.replace(array.async_array.config, write_empty_chunks=True)
+    return zarr.Array(AsyncArray(metadata, array.async_array.store_path, config=config))
+
+
+def _dimension_names(array: zarr.Array) -> tuple[str, ...]:
+    if array.metadata.zarr_format == 2:
+        return tuple(array.attrs["_ARRAY_DIMENSIONS"])
+    return tuple(array.metadata.dimension_names or ())

@@ -1,0 +1,128 @@
+"""Object storage: ``s3://bucket/prefix`` through a local S3 endpoint (moto in server mode on
+127.0.0.1, spoken to over HTTP), the same code path a user has with AWS: the endpoint from
+``--endpoint-url`` or ``AWS_ENDPOINT_URL``, credentials from the environment."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import uuid
+
+import boto3
+import pytest
+
+import accumulus
+from accumulus.ingest import keys
+from accumulus.ingest.lock import StoreBusyError, StoreLock
+from accumulus.storage import CountingStore, is_metadata_key, open_store
+
+from .helpers import VAR, check_visible, cli, truth, write_granule, write_granules
+
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def bucket(endpoint, monkeypatch):
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    name = f"cubes-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)
+    return name
+
+
+def objects(endpoint: str, bucket: str) -> set[str]:
+    listing = boto3.client("s3", endpoint_url=endpoint).list_objects_v2(Bucket=bucket)
+    return {item["Key"] for item in listing.get("Contents", [])}
+
+
+def test_create_append_and_read_through_the_cli(endpoint, bucket, tmp_path):
+    t = truth(9)
+    granules = write_granules(tmp_path / "in", t, 3)
+    url = f"s3://{bucket}/trmm.zarr"
+    first = cli("append", url, str(granules[0]), "--chunks", "time=4", "--endpoint-url", endpoint)
+    assert first.returncode == 0, first.stderr
+    assert "created s3://" in first.stdout
+    options = {"endpoint_url": endpoint}
+    accumulus.accumulate(url, VAR, ["time", "lat,lon"], storage_options=options)
+
+    # Every day, from cron: the endpoint from the environment this time.
+    daily = cli("append", url, *map(str, granules), env={"AWS_ENDPOINT_URL": endpoint})
+
+    assert daily.returncode == 0, daily.stderr
+    assert "appended 2 granule(s)" in daily.stdout and "skipped" in daily.stdout
+    cube = accumulus.open_cube(url, storage_options=options)
+    assert cube.variable(VAR).shape[0] == 9
+    reports = accumulus.verify(url, storage_options=options)
+    assert reports and all(r.ok for r in reports)
+    stored = objects(endpoint, bucket)
+    assert "trmm.zarr/.accumulus/journal.json" in stored
+    assert "trmm.zarr/.accumulus/lock.json" not in stored  # released
+
+
+def test_values_and_write_counts_on_s3(endpoint, bucket, tmp_path):
+    t = truth(13)
+    url = f"s3://{bucket}/cube.zarr"
+    options = {"endpoint_url": endpoint}
+    accumulus.append(
+        url, write_granule(tmp_path / "a.nc", t, 0, 10), chunks={"time": 4}, storage_options=options
+    )
+    counting = CountingStore(open_store(url, "r+", storage_options=options))
+
+    accumulus.append(counting, write_granule(tmp_path / "b.nc", t, 10, 13))
+
+    chunks = {k for k in counting.counts.writes if not is_metadata_key(k) and "/" in k}
+    assert {k for k in chunks if k.startswith(f"{VAR}/")} == {f"{VAR}/2.0.0", f"{VAR}/3.0.0"}
+
+
+def test_the_lock_is_a_conditional_write_on_s3(endpoint, bucket):
+    store = open_store(
+        f"s3://{bucket}/locked.zarr", "w", storage_options={"endpoint_url": endpoint}
+    )
+    assert keys.create_exclusive(store, "probe", b"first")
+    assert not keys.create_exclusive(store, "probe", b"second")  # If-None-Match: *
+    assert keys.read(store, "probe") == b"first"
+    with (
+        StoreLock(store, "locked.zarr"),
+        pytest.raises(StoreBusyError, match="being appended to"),
+    ):
+        StoreLock(store, "locked.zarr").acquire()
+    assert keys.list_keys(store) == ["probe"]  # the lock is gone once released
+
+
+def test_missing_bucket(endpoint, bucket, tmp_path):
+    t = truth(3)
+    run = cli(
+        "append",
+        f"s3://no-such-{bucket}/cube.zarr",
+        str(write_granule(tmp_path / "a.nc", t, 0, 3)),
+        "--endpoint-url",
+        endpoint,
+    )
+    assert run.returncode == 2
+    assert "bucket 'no-such-" in run.stderr and "not found" in run.stderr
+
+
+def test_values_read_back_from_s3(endpoint, bucket, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    t = truth(9)
+    url = f"s3://{bucket}/cube.zarr"
+    accumulus.append(url, write_granules(tmp_path / "in", t, 3), chunks={"time": 4})
+    assert check_visible(url, t, {9}) == 9
