@@ -14,8 +14,8 @@ import time
 import pytest
 
 import accumulus
-from accumulus.ingest import keys
-from accumulus.ingest.lock import LOCK_KEY, LockRecord, StoreBusyError, StoreLock
+from accumulus import keys
+from accumulus.locking import LOCK_KEY, LockRecord, StoreBusyError, StoreLock
 from accumulus.storage import open_store
 
 from .helpers import VAR, cli, cli_env, snapshot, truth, write_granule, write_granules
@@ -179,3 +179,40 @@ def test_cli_reports_a_busy_store(cube, tmp_path):
     plant_lock(store, host="elsewhere.example")
     run = cli("append", str(store), str(write_granule(tmp_path / "b.nc", t, 3, 6)))
     assert run.returncode == 2 and "store is being appended to" in run.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# accumulate is a writer too
+
+
+def test_accumulate_is_refused_while_an_append_holds_the_lock(cube, tmp_path):
+    store, t = cube
+    with StoreLock(open_store(store, "r+"), str(store)):
+        before = snapshot(store)
+        with pytest.raises(StoreBusyError, match=r"store is being appended to by pid \d+ on "):
+            accumulus.accumulate(str(store), VAR, ["time", "lat,lon"])
+        assert snapshot(store) == before
+        run = cli("accumulate", str(store), VAR)
+        assert run.returncode == 2 and "store is being appended to by pid" in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1
+        assert snapshot(store) == before
+
+    assert accumulus.accumulate(str(store), VAR, ["time", "lat,lon"]).action == "built"
+    assert keys.read(open_store(store), LOCK_KEY) is None  # released
+    # The append that follows updates the group under its own lock (no busy error).
+    result = accumulus.append(str(store), write_granule(tmp_path / "b.nc", t, 3, 9))
+    assert result.accumulations == (VAR,)
+    coverage = accumulus.open_cube(str(store)).accumulation_group(VAR).coverage
+    assert coverage["time"] == 8  # two complete chunks of 4 of the 9 steps
+    assert all(report.ok for report in accumulus.verify(str(store), VAR))
+
+
+def test_append_is_refused_while_accumulate_holds_the_lock(cube, tmp_path):
+    store, t = cube
+    granule = write_granule(tmp_path / "b.nc", t, 3, 6)
+    with StoreLock(open_store(store, "r+"), str(store), task="accumulate"):
+        before = snapshot(store)
+        with pytest.raises(StoreBusyError, match=r"its accumulations are being built by pid \d+"):
+            accumulus.append(str(store), granule)
+        assert snapshot(store) == before
+    assert accumulus.append(str(store), granule).extent == (3, 6)

@@ -12,8 +12,8 @@ import boto3
 import pytest
 
 import accumulus
-from accumulus.ingest import keys
-from accumulus.ingest.lock import StoreBusyError, StoreLock
+from accumulus import keys
+from accumulus.locking import StoreBusyError, StoreLock
 from accumulus.storage import CountingStore, is_metadata_key, open_store
 
 from .helpers import VAR, check_visible, cli, truth, write_granule, write_granules

@@ -26,6 +26,7 @@ from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial
+from accumulus.locking import StoreLock
 from accumulus.storage import consolidate
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
@@ -51,9 +52,29 @@ def build_accumulations(
     rebuild: bool = False,
     scheduler: str | None = None,
     progress: compute.Progress | None = None,
+    held_lock: StoreLock | None = None,
 ) -> BuildResult:
     """Build ``variable``'s accumulation group in ``cube``'s store, bring it up to date after
-    the data grew along one dimension (only the new part is computed), or confirm it is."""
+    the data grew along one dimension (only the new part is computed), or confirm it is.
+
+    Writes happen under the store's writers' lock, so no append runs meanwhile:
+    ``held_lock`` is that lock when the caller (an append) already holds it; otherwise it is
+    taken here, and a busy store is a ``StoreBusyError``. A read-only store is never written.
+    """
+    if held_lock is not None or cube.store.read_only:
+        return _build(cube, variable, request, rebuild, scheduler, progress)
+    with StoreLock(cube.store, cube.label, task="accumulate"):
+        return _build(cube, variable, request, rebuild, scheduler, progress)
+
+
+def _build(
+    cube: Cube,
+    variable: str,
+    request: spec.BuildRequest,
+    rebuild: bool,
+    scheduler: str | None,
+    progress: compute.Progress | None,
+) -> BuildResult:
     started = time.perf_counter()
     var = cube.variable(variable)
     check_request(var, request)

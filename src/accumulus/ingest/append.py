@@ -1,7 +1,7 @@
 """Create a cube from granules and append to it: resumable, safe for readers, accumulations
 kept current.
 
-One append, under the store's lock (``lock.py``):
+One append, under the store's lock (``accumulus.locking``):
 
 1. *Recover.* The journal (``journal.py``) says how far the cube is committed. Arrays grown
    past that by an interrupted run are cut back (their data was never visible: consolidated
@@ -36,13 +36,13 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore
 
+from accumulus import keys
 from accumulus.accumulation import spec
 from accumulus.accumulation.build import build_accumulations
 from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
-from accumulus.ingest import keys
 from accumulus.ingest.conform import Template, check_fits, conform, template_of, time_labels
 from accumulus.ingest.granules import CodecChain, Granule, GranuleLike, open_granule
 from accumulus.ingest.journal import (
@@ -55,8 +55,8 @@ from accumulus.ingest.journal import (
     write_journal,
 )
 from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, complete_chunks_end
-from accumulus.ingest.lock import StoreLock
 from accumulus.ingest.writer import ChunkWriter
+from accumulus.locking import StoreLock
 from accumulus.storage import open_store, store_label
 
 
@@ -518,7 +518,8 @@ class _Run:
                 },
                 weights=group.weights,
             )
-            if build_accumulations(cube, name, request).action != "up to date":
+            update = build_accumulations(cube, name, request, held_lock=self.lock)
+            if update.action != "up to date":
                 self.updated.add(name)
 
     def _consolidate(self) -> None:

@@ -28,9 +28,9 @@ import xarray as xr
 import zarr
 from zarr.abc.store import Store
 
+from accumulus import keys
 from accumulus.errors import AccumulusError
 from accumulus.filters import FilterError, join_v2, join_v3
-from accumulus.ingest import keys
 from accumulus.storage import open_store, store_label
 
 GranuleLike = str | os.PathLike[str] | xr.Dataset | Store

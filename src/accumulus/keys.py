@@ -1,6 +1,7 @@
 """Small objects that are not Zarr nodes, kept in a cube's store beside its arrays.
 
-The append journal and the append lock live under ``.accumulus/`` in the store. Zarr and
+The append journal (``ingest/journal.py``) and the writers' lock (``locking.py``) live under
+``.accumulus/`` in the store. Zarr and
 xarray ignore that prefix (it holds no ``.zarray``/``zarr.json``), and consolidated metadata
 never lists it, so readers never load it. Every helper here is one store request.
 """

@@ -1,8 +1,11 @@
-"""One appender per store: a lock object in the store, with stale-lock recovery.
+"""One writer per store: a lock object in the store, with stale-lock recovery.
 
-The lock is ``.accumulus/lock.json``, created only if absent (``keys.create_exclusive``:
-atomic on a local directory and, through ``If-None-Match``, on S3). It names its holder
-(host, process, start time) and carries a heartbeat the holder rewrites every few seconds.
+``accumulus append`` holds it for a whole append (accumulation updates included), and
+``accumulus accumulate`` while it writes an accumulation group, so the two never interleave
+their writes. The lock is ``.accumulus/lock.json``, created only if absent
+(``keys.create_exclusive``: atomic on a local directory and, through ``If-None-Match``, on
+S3). It names its holder (host, process, start time, task) and carries a heartbeat the holder
+rewrites every few seconds.
 
 A lock is stale when its holder is gone: on the same host, when that process no longer runs
 (so a run killed with ``kill -9`` is recovered at once); from another host, when its heartbeat
@@ -32,16 +35,23 @@ from types import TracebackType
 import psutil
 from zarr.abc.store import Store
 
+from accumulus import keys
 from accumulus.errors import AccumulusError
-from accumulus.ingest import keys
 
 LOCK_KEY = keys.PREFIX + "lock.json"
 HEARTBEAT_SECONDS = 10.0
 STALE_SECONDS = 120.0
 
 
+# What the holder of the lock is doing, as another writer is told it.
+BUSY_BECAUSE = {
+    "append": "store is being appended to",
+    "accumulate": "store is busy: its accumulations are being built",
+}
+
+
 class StoreBusyError(AccumulusError):
-    """Another process is appending to the store."""
+    """Another process is writing to the store (appending, or building accumulations)."""
 
 
 @dataclass(frozen=True)
@@ -53,9 +63,10 @@ class LockRecord:
     started: float
     heartbeat: float
     command: str
+    task: str = "append"  # a key of BUSY_BECAUSE
 
     @classmethod
-    def mine(cls) -> LockRecord:
+    def mine(cls, task: str) -> LockRecord:
         now = time.time()
         return cls(
             token=uuid.uuid4().hex,
@@ -65,6 +76,7 @@ class LockRecord:
             started=now,
             heartbeat=now,
             command=" ".join(sys.argv)[:200],
+            task=task,
         )
 
     @classmethod
@@ -95,13 +107,15 @@ def _process_runs(pid: int, started: float) -> bool:
 
 
 class StoreLock:
-    """Hold the append lock of ``store`` for a ``with`` block."""
+    """Hold the writers' lock of ``store`` for a ``with`` block, for ``task`` ("append" or
+    "accumulate": what another writer is told)."""
 
     def __init__(
         self,
         store: Store,
         where: str,
         *,
+        task: str = "append",
         heartbeat: float = HEARTBEAT_SECONDS,
         stale_after: float = STALE_SECONDS,
     ) -> None:
@@ -109,7 +123,7 @@ class StoreLock:
         self.where = where
         self.heartbeat = heartbeat
         self.stale_after = stale_after
-        self.record = LockRecord.mine()
+        self.record = LockRecord.mine(task)
         self.recovered: LockRecord | None = None  # the stale lock taken over, if any
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -146,8 +160,7 @@ class StoreLock:
                 raise self._busy(holder)
             self._take_over(data, holder)
         raise StoreBusyError(
-            f"{self.where}: store is being appended to (its lock keeps changing hands); "
-            "try again later"
+            f"{self.where}: store is busy (its lock keeps changing hands); try again later"
         )
 
     def _take_over(self, stale: bytes, holder: LockRecord | None) -> None:
@@ -164,8 +177,9 @@ class StoreLock:
 
     def _busy(self, holder: LockRecord | None, why: str = "") -> StoreBusyError:
         who = holder.describe() if holder else "an unknown process"
+        doing = BUSY_BECAUSE.get(holder.task, "store is busy") if holder else "store is busy"
         return StoreBusyError(
-            f"{self.where}: store is being appended to by {who}"
+            f"{self.where}: {doing} by {who}"
             + (f" ({why})" if why else "")
             + f"; try again when it has finished, or remove {LOCK_KEY} if that process is gone "
             f"(a lock from another host is taken over after {self.stale_after:.0f} s without "
