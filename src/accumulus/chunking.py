@@ -229,7 +229,12 @@ class AppendChunks:
 
 
 def append_chunk_sizes(
-    sizes: Sequence[int], existing: Sequence[Any], appended: Sequence[Any], rule: ChunkRule
+    sizes: Sequence[int],
+    existing: Sequence[Any],
+    appended: Sequence[Any],
+    rule: ChunkRule,
+    *,
+    published: bool = False,
 ) -> AppendChunks:
     """Chunk sizes along a dimension after appending ``appended`` to ``existing``.
 
@@ -243,6 +248,13 @@ def append_chunk_sizes(
       period (when all its values are), and each new period starts a new chunk; the last
       chunk is declared as long as its period will be at the frequency the data shows;
     - ``per-granule`` and lists: the last chunk is closed at its data, then new chunks.
+
+    ``published``: the existing chunks are in a store that readers use, and a reader decodes
+    each chunk at the size its grid declares, so none may change size (``rewrite`` is always
+    None). The appended values fill the last chunk up to its declared size, whatever their
+    period, and the rule cuts what follows into new chunks: a period that goes on after its
+    chunk was closed continues in a new chunk, and one that ends early (missing values at its
+    end) leaves the rest of its chunk to the values that follow.
     """
     sizes = tuple(int(s) for s in sizes)
     length, added = len(existing), len(appended)
@@ -254,6 +266,12 @@ def append_chunk_sizes(
     if not added:
         return AppendChunks(sizes)
     held = length - last_start  # values in the last chunk (0 when nothing exists)
+    if published and sizes and held < sizes[-1]:
+        fill = min(sizes[-1] - held, added)
+        if fill == added:
+            return AppendChunks(sizes)
+        filled = joined(np.asarray(existing), np.asarray(appended)[:fill])
+        return append_chunk_sizes(sizes, filled, np.asarray(appended)[fill:], rule, published=True)
 
     if isinstance(rule, int):
         room = sizes[-1] - held if sizes else 0
@@ -265,16 +283,16 @@ def append_chunk_sizes(
         keys = period_keys(new_values, rule)
         last_values = before[last_start:length]
         continues = False
-        if held:
+        if held and not published:
             continues = bool((period_keys(last_values, rule) == keys[0]).all())
         if continues:
-            kept, values = sizes[:-1], _joined(last_values, new_values)
+            kept, values = sizes[:-1], joined(last_values, new_values)
         else:
             kept, values = _closed(sizes, held), new_values
         runs = list(calendar_chunk_sizes(values, rule))
         # The frequency shows in the appended values, or with the last existing ones when
         # fewer than three are appended (a gap before the append does not hide it).
-        recent = new_values if len(new_values) >= 3 else _joined(before[-3:], new_values)
+        recent = new_values if len(new_values) >= 3 else joined(before[-3:], new_values)
         runs[-1] = _expected_period_length(values[len(values) - runs[-1] :], recent, rule)
         return _with_rewrite(sizes, (*kept, *runs))
 
@@ -290,7 +308,7 @@ def append_chunk_sizes(
     raise AccumulusError(f"unknown chunk rule {rule!r}: use an integer, a list, {NAMED_RULES}")
 
 
-def _joined(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+def joined(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """Two runs of coordinate values as one (an empty run has no dtype to agree with)."""
     return np.concatenate([first, second]) if len(first) else second
 

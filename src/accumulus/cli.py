@@ -425,10 +425,18 @@ def append(
         "--chunks",
         help="When the cube is created: dim=size,... e.g. time=40 (default: ~100 MiB chunks).",
     ),
+    chunking: str = typer.Option(
+        None,
+        "--chunking",
+        help="When the cube is created, along --dim: month or year (a chunk per calendar "
+        "period), per-granule (each granule a chunk), or a size. Variable chunks need Zarr v3.",
+    ),
     skip_existing: bool = typer.Option(
         False, "--skip-existing", help="Skip steps already in the cube instead of refusing."
     ),
-    zarr_format: int = typer.Option(2, "--zarr-format", help="When the cube is created: 2 or 3."),
+    zarr_format: int = typer.Option(
+        None, "--zarr-format", help="When the cube is created: 2 (default) or 3 (with --chunking)."
+    ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
 ) -> None:
     """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
@@ -442,6 +450,7 @@ def append(
             granules,
             dim=dim,
             chunks=sizes or None,
+            chunking=chunking,
             skip_existing=skip_existing,
             storage_options=_storage_options(endpoint_url),
             zarr_format=zarr_format,

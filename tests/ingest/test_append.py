@@ -180,7 +180,9 @@ def test_chunks_cannot_change_an_existing_cube(tmp_path):
     store = tmp_path / "cube.zarr"
     accumulus.append(str(store), write_granule(tmp_path / "a.nc", t, 0, 4), chunks={"time": 4})
     b = write_granule(tmp_path / "b.nc", t, 4, 8)
-    with pytest.raises(accumulus.AccumulusError, match="chunked time=4; --chunks applies"):
+    with pytest.raises(
+        accumulus.AccumulusError, match="chunked time=4; --chunks and --chunking apply"
+    ):
         accumulus.append(str(store), b, chunks={"time": 8})
     accumulus.append(str(store), b, chunks={"time": 4})  # the same chunks: fine
     assert_matches_truth(store, t)

@@ -1,6 +1,7 @@
-"""kill -9 at random moments of ``accumulus append`` (24 trials): each time the store opens,
-readers see a prefix of the data whose averages (accumulations included) equal xarray's, and
-re-running the same command completes the work, every granule once, ``verify`` passing."""
+"""kill -9 at random moments of ``accumulus append`` (24 trials, and 6 more under the month
+rule): each time the store opens, readers see a prefix of the data whose averages
+(accumulations included) equal xarray's, and re-running the same command completes the work,
+every granule once, ``verify`` passing."""
 
 from __future__ import annotations
 
@@ -13,11 +14,18 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
+import xarray as xr
+import zarr
 
 import accumulus
+from accumulus.grid import declared_chunk_sizes
+from cubes import xarray_reference
+from varchunk.conftest import daily_times, period_counts
 
 from .helpers import VAR, check_visible, cli, cli_env, truth, write_granules
+from .test_variable_chunks import daily
 
 TRIALS = 24
 PER_GRANULE = 3
@@ -77,3 +85,79 @@ def test_kill_minus_9_at_random_moments(tmp_path):
 
     # The trials are meaningful only if many kills hit a run between its first and last commit.
     assert killed_mid_append >= TRIALS // 4, f"only {killed_mid_append} kills landed mid-append"
+
+
+MONTH_TRIALS = 6
+DAYS_PER_GRANULE = 4
+
+
+@pytest.mark.slow
+def test_kill_minus_9_during_month_appends(tmp_path):
+    """Daily granules appended under ``--chunking month`` (a noleap calendar): after each
+    kill the visible cube is whole granules, accumulations agreeing, and a re-run ends with
+    the chunks an uninterrupted run makes, one per month, no stored chunk having changed."""
+    ds = daily("noleap", "2003-12-21", 100)  # through March 30, 2004
+    times = ds["time"].values
+    starts = range(0, len(times), DAYS_PER_GRANULE)
+    granules = []
+    for start in starts:
+        path = tmp_path / "in" / f"day{start:03d}.nc"
+        path.parent.mkdir(exist_ok=True)
+        ds.isel(time=slice(start, start + DAYS_PER_GRANULE)).to_netcdf(path)
+        granules.append(str(path))
+    base = tmp_path / "base.zarr"
+    accumulus.append(str(base), granules[0], chunking="month")
+    accumulus.accumulate(str(base), VAR, ["time", "lat,lon"])
+    boundaries = {min(s + DAYS_PER_GRANULE, len(times)) for s in starts}
+    months = tuple(
+        period_counts(daily_times("noleap", "2003-12-21", 101), "MS")
+    )  # (11, 31, 28, 31)
+
+    def command(store) -> list[str]:
+        return [sys.executable, "-m", "accumulus", "append", str(store), *granules]
+
+    def check(store) -> int:
+        cube = accumulus.open_cube(str(store))
+        n = cube.variable(VAR).shape[0]
+        assert n in boundaries, f"{n} days visible: not the end of a granule"
+        expected = ds[VAR].isel(time=slice(0, n))
+        xr.testing.assert_identical(xr.open_zarr(store)[VAR].load(), expected)
+        got = accumulus.average(cube, VAR, "time")
+        want = xarray_reference(expected, ["time"], "area", "mean")
+        np.testing.assert_allclose(got.values, want.values, rtol=1e-9)
+        declared = declared_chunk_sizes(zarr.open_array(store / VAR, mode="r"), 0)
+        assert declared == months[: len(declared)]  # whole months, none ever resized
+        return n
+
+    startup = timed_run([sys.executable, "-m", "accumulus", "--help"])
+    calibration = tmp_path / "calibration.zarr"
+    shutil.copytree(base, calibration)
+    whole = timed_run(command(calibration))
+
+    rng = random.Random(5)
+    killed_mid_append = 0
+    for trial in range(MONTH_TRIALS):
+        store = tmp_path / f"trial{trial}.zarr"
+        shutil.copytree(base, store)
+        process = subprocess.Popen(
+            command(store), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        time.sleep(rng.uniform(0.8 * startup, whole))
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+
+        visible = check(store)
+        assert all(r.ok for r in accumulus.verify(str(store), VAR)), trial
+        killed_mid_append += DAYS_PER_GRANULE < visible < len(times)
+
+        rerun = cli("append", str(store), *granules)
+        assert rerun.returncode == 0, f"trial {trial}: {rerun.stderr}"
+        assert check(store) == len(times)
+        assert declared_chunk_sizes(zarr.open_array(store / VAR, mode="r"), 0) == months
+        journal = json.loads((store / ".accumulus" / "journal.json").read_text())
+        assert [g["start"] for g in journal["granules"]] == list(starts)
+        assert all(r.ok for r in accumulus.verify(str(store), VAR)), trial
+        shutil.rmtree(store)
+
+    assert killed_mid_append >= 2, f"only {killed_mid_append} kills landed mid-append"

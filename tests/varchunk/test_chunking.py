@@ -226,3 +226,82 @@ def test_nothing_appended_changes_nothing():
 def test_sizes_that_do_not_fit_the_existing_length(sizes, length):
     with pytest.raises(ValueError, match="existing length"):
         append_chunk_sizes(sizes, np.arange(length), np.arange(3), 5)
+
+
+# --------------------------------------------------------------------------------------------
+# Appends to published chunks: no existing chunk changes size
+
+
+def _published_history(times, rule, granule_lengths):
+    """Declared sizes after each granule, appended with ``published=True``."""
+    sizes: tuple[int, ...] = ()
+    done = 0
+    history = []
+    for n in granule_lengths:
+        result = append_chunk_sizes(
+            sizes, times[:done], times[done : done + n], rule, published=True
+        )
+        assert result.rewrite is None
+        assert result.sizes[: len(sizes)] == sizes  # every declared chunk keeps its size
+        assert sum(result.sizes[:-1]) < done + n <= sum(result.sizes)
+        history.append(result.sizes)
+        sizes, done = result.sizes, done + n
+    return history
+
+
+@pytest.mark.parametrize("calendar", ["standard", "noleap", "360_day"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_published_months_are_those_of_a_steady_cadence(calendar, seed):
+    """Without gaps, and once three values show the frequency, the published rule gives one
+    chunk per month, as the unpublished one does."""
+    times = daily_times(calendar, "2003-12-20", 140)
+    rng = np.random.default_rng(seed)
+    lengths = [3]
+    while sum(lengths) < len(times):
+        lengths.append(int(min(rng.integers(1, 25), len(times) - sum(lengths))))
+    published = _published_history(times, "month", lengths)
+    unpublished = [result.sizes for _, result, _ in _append_in_granules(times, "month", lengths)]
+    assert published == unpublished
+    final = ChunkBounds.from_sizes(published[-1])
+    data_sizes = [min(b, len(times)) - a for a, b in itertools.pairwise(final.edges)]
+    assert data_sizes == period_counts(times, "MS")
+
+
+def test_published_month_goes_on_in_a_new_chunk_after_too_few_values():
+    """Daily granules of one day: one and two values show no frequency, so their chunks are
+    closed at their data and the month goes on in a new chunk (not a rewritten one); from the
+    third value on, months are declared whole. Month boundaries stay chunk boundaries."""
+    times = daily_times("standard", "2004-01-30", 40)
+    history = _published_history(times, "month", [1] * 40)
+    assert history[0] == (1,)  # January 30
+    assert history[1] == (1, 1)  # January 31, in a chunk of its own
+    assert history[2] == (1, 1, 29)  # February 2004, from its 1st day: 29 days
+    assert history[-1] == (1, 1, 29, 31)  # March declared whole, 8 days held
+
+
+def test_published_month_cut_short_by_a_gap_lends_its_room_to_the_next():
+    times = daily_times("standard", "2003-01-01", 90)
+    first = append_chunk_sizes((), times[:0], times[:40], "month", published=True)
+    assert first == AppendChunks((31, 28))  # February declared whole, 9 days held
+    # February 10-28 never come: March 1-11 fill February's declared chunk (19 days of room)
+    # instead of shrinking it, and the chunks after realign with the months.
+    kept = times[list(range(40)) + list(range(59, 90))]
+    after_gap = append_chunk_sizes(first.sizes, kept[:40], kept[40:51], "month", published=True)
+    assert after_gap == AppendChunks((31, 28))
+    later = append_chunk_sizes(after_gap.sizes, kept[:51], kept[51:], "month", published=True)
+    assert later == AppendChunks((31, 28, 12))  # March 20-31 (kept ends on March 31)
+
+
+def test_published_per_granule_and_integer_rules():
+    assert _published_history(np.arange(60), "per-granule", [7, 1, 19, 3, 30])[-1] == (
+        7,
+        1,
+        19,
+        3,
+        30,
+    )
+    days = daily_times("standard", "2003-01-01", 40)
+    # A month still open takes the next granule's values instead of being closed early.
+    opened = append_chunk_sizes((31,), days[:10], days[10:40], "per-granule", published=True)
+    assert opened == AppendChunks((31, 9))
+    assert _published_history(np.arange(100), 12, [5, 20, 1, 30, 44])[-1] == (12,) * 9

@@ -12,11 +12,14 @@ One append, under the store's lock (``accumulus.locking``):
 3. *Create* the cube from the first granule when the store is new: its encodings, chunks
    chosen by ``layout.py``, static coordinates written once, the dimension still empty.
 4. *Write.* Granules are read again one at a time and their values written in whole chunks
-   past the committed extent, where no reader looks (``writer.py``).
+   past the committed extent, where no reader looks (``writer.py``). Chunk edges along the
+   dimension are regular, or declared granule by granule by a variable rule (a chunk per
+   month, per year or per granule: ``layout.VariableGrid``, a rectilinear grid of Zarr v3).
 5. *Commit*, at the end and whenever a chunk of data has filled since the last commit:
-   partial last chunks, arrays resized, journal (the commit point), accumulation groups
-   updated incrementally, consolidated metadata last. Readers open the consolidated
-   snapshot, so they see the cube before or after a commit, never in between.
+   partial last chunks, arrays resized (with their new chunk grid), journal (the commit
+   point), accumulation groups updated incrementally, consolidated metadata last. Readers
+   open the consolidated snapshot, so they see the cube before or after a commit, never in
+   between.
 """
 
 from __future__ import annotations
@@ -39,11 +42,20 @@ from zarr.storage import FsspecStore
 from accumulus import keys
 from accumulus.accumulation import spec
 from accumulus.accumulation.build import build_accumulations
+from accumulus.chunking import CALENDAR_RULES, NAMED_RULES, ChunkRule
 from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
-from accumulus.ingest.conform import Template, check_fits, conform, template_of, time_labels
+from accumulus.grid import declared_chunk_sizes, regular_chunk_size
+from accumulus.ingest.conform import (
+    Template,
+    check_fits,
+    conform,
+    decoded_times,
+    template_of,
+    time_labels,
+)
 from accumulus.ingest.granules import CodecChain, Granule, GranuleLike, open_granule
 from accumulus.ingest.journal import (
     CREATING,
@@ -54,7 +66,14 @@ from accumulus.ingest.journal import (
     read_journal,
     write_journal,
 )
-from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, complete_chunks_end
+from accumulus.ingest.layout import (
+    AppendGrid,
+    ArraySpec,
+    ChunkChoice,
+    RegularGrid,
+    VariableGrid,
+    choose_chunks,
+)
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.locking import StoreLock
 from accumulus.storage import open_store, store_label
@@ -97,32 +116,76 @@ def append(
     skip_existing: bool = False,
     storage_options: dict | None = None,
     *,
-    zarr_format: int = 2,
+    chunking: ChunkRule | None = None,
+    zarr_format: int | None = None,
     progress: Progress | None = None,
 ) -> AppendResult:
     """Append ``granules`` (NetCDF4/HDF5 files, Zarr stores or ``xarray.Dataset`` objects)
     to the cube at ``store`` along ``dim``, creating it from the first granule if needed.
 
-    ``chunks`` ({dim: size}) applies on creation; by default chunks of about 100 MiB.
-    Granules already ingested are skipped; times already in the cube are an error, or
-    skipped with ``skip_existing``. Safe to re-run after an interruption, and to run while
-    others read. ``progress(done, total)`` is called as granules are checked and written.
+    On creation: ``chunks`` ({dim: size}), by default chunks of about 100 MiB; ``chunking``
+    along ``dim``: a size (regular chunks, like ``chunks={dim: size}``), or ``"month"``,
+    ``"year"`` (a chunk per calendar period of the time coordinate) or ``"per-granule"``
+    (each granule its own chunk), which need Zarr v3 (a rectilinear chunk grid);
+    ``zarr_format`` 2 or 3, by default 2, or 3 with those rules. On an existing cube they
+    must agree with how it is chunked. Granules already ingested are skipped; times already
+    in the cube are an error, or skipped with ``skip_existing``. Safe to re-run after an
+    interruption, and to run while others read. ``progress(done, total)`` is called as
+    granules are checked and written.
     """
     started = time.perf_counter()
     items = _as_list(granules)
     if not items:
         raise AccumulusError("no granules given to append")
-    if zarr_format not in (2, 3):
-        raise AccumulusError(f"zarr_format must be 2 or 3, got {zarr_format}")
+    chunks = dict(chunks or {})
+    rule = _chunking_rule(chunking, chunks, dim)
+    if isinstance(rule, int):
+        chunks[dim] = rule
+    zarr_format = _zarr_format(zarr_format, rule)
     label = store_label(store) if isinstance(store, Store) else os.fspath(store)
     target, new_directory = _open_target(store, label, storage_options)
     try:
         with StoreLock(target, label) as lock:
-            run = _Run(target, label, dim, lock, dict(chunks or {}), skip_existing, progress)
+            run = _Run(target, label, dim, lock, chunks, rule, skip_existing, progress)
             return run.execute(items, storage_options, zarr_format, started)
     finally:
         if new_directory is not None:
             _remove_if_empty(new_directory)
+
+
+def _chunking_rule(
+    chunking: ChunkRule | None, chunks: Mapping[str, int], dim: str
+) -> ChunkRule | None:
+    """The chunking asked for along ``dim``: a named rule, a chunk size, or None."""
+    if chunking is None:
+        return chunks.get(dim)
+    rule = chunking.strip().lower() if isinstance(chunking, str) else chunking
+    if isinstance(rule, str) and rule.isdigit():
+        rule = int(rule)
+    if rule not in NAMED_RULES and not (type(rule) is int and rule > 0):
+        raise AccumulusError(
+            f"--chunking {chunking}: expected {', '.join(NAMED_RULES)} or a chunk size"
+        )
+    if dim in chunks and chunks[dim] != rule:
+        raise AccumulusError(
+            f"--chunks {dim}={chunks[dim]} and --chunking {rule} disagree; give one of them"
+        )
+    return rule
+
+
+def _zarr_format(asked: int | None, rule: ChunkRule | None) -> int:
+    """The format of a new cube: as asked, else 2, or 3 for variable chunks."""
+    variable = isinstance(rule, str)
+    if asked is None:
+        return 3 if variable else 2
+    if asked not in (2, 3):
+        raise AccumulusError(f"zarr_format must be 2 or 3, got {asked}")
+    if asked == 2 and variable:
+        raise AccumulusError(
+            f"--chunking {rule} needs Zarr v3: Zarr v2 cannot store chunks of different sizes; "
+            "use --zarr-format 3 (the default with --chunking)"
+        )
+    return asked
 
 
 def _as_list(granules: GranuleLike | Iterable[GranuleLike]) -> list[GranuleLike]:
@@ -141,6 +204,7 @@ class _Run:
         dim: str,
         lock: StoreLock,
         chunks: dict[str, int],
+        rule: ChunkRule | None,
         skip_existing: bool,
         progress: Progress | None,
     ) -> None:
@@ -148,7 +212,9 @@ class _Run:
         self.label = label
         self.dim = dim
         self.lock = lock
-        self.chunks = chunks
+        self.chunks = chunks  # as asked for (--chunks, and a --chunking size)
+        self.rule = rule  # as asked for along ``dim``: a size, a variable rule, or None
+        self.variable_rule: str | None = None  # the cube's variable rule along ``dim``, if any
         self.skip_existing = skip_existing
         self.progress = progress or (lambda done, total: None)
         self.skipped: list[tuple[str, str]] = []
@@ -169,12 +235,18 @@ class _Run:
         template = None
         if journal is not None:
             self.root = self._consolidated_root()
+            settings = self.root.attrs.get("accumulus", {})
+            self.variable_rule = settings.get("chunking") if isinstance(settings, dict) else None
             template = self._store_template()
-            self._check_chunks_unchanged(template)
+            self._check_chunking_unchanged(template)
+        elif isinstance(self.rule, str):
+            self.variable_rule = self.rule
         planned, template = self._check_all(items, journal, template, storage_options)
         before = journal.extent if journal else 0
         choice = None
         if planned and journal is None:
+            assert template is not None
+            self._check_rule_fits(template)
             journal, choice = self._create(template, zarr_format, storage_options)
             self.root = self._fresh_root()
         appended: list[str] = []
@@ -274,21 +346,45 @@ class _Run:
         finally:
             dataset.close()
 
-    def _check_chunks_unchanged(self, template: Template) -> None:
-        if not self.chunks:
+    def _check_chunking_unchanged(self, template: Template) -> None:
+        """``--chunks`` and ``--chunking`` apply when a cube is created: on an existing cube
+        they must say how it is chunked already."""
+        asked: dict[str, int | str] = dict(self.chunks)
+        if self.rule is not None:
+            asked[self.dim] = self.rule
+        if not asked:
             return
         assert self.root is not None
+        if isinstance(self.rule, str) and self.root.metadata.zarr_format == 2:
+            raise AccumulusError(
+                f"{self.label} is Zarr v2, which cannot store chunks of different sizes; "
+                f"--chunking {self.rule} needs a cube created with Zarr v3 (--zarr-format 3, "
+                "the default with --chunking)"
+            )
         for name in template.data:
             array = self.root[name]
             assert isinstance(array, zarr.Array)
-            stored = dict(zip(_dims(array), array.chunks, strict=True))
-            differ = {d: n for d, n in self.chunks.items() if stored.get(d, n) != n}
+            stored: dict[str, int | str | None] = {
+                d: regular_chunk_size(array, axis) for axis, d in enumerate(_dims(array))
+            }
+            if self.variable_rule is not None:
+                stored[self.dim] = self.variable_rule
+            differ = {d: n for d, n in asked.items() if stored.get(d, n) != n}
             if differ:
                 text = ",".join(f"{d}={stored[d]}" for d in differ)
                 raise AccumulusError(
-                    f"{self.label}: {name} is chunked {text}; --chunks applies when a cube is "
-                    "created and cannot change an existing one"
+                    f"{self.label}: {name} is chunked {text}; --chunks and --chunking apply "
+                    "when a cube is created and cannot change an existing one"
                 )
+
+    def _check_rule_fits(self, template: Template) -> None:
+        """A calendar rule reads dates: the dimension must have a CF time coordinate."""
+        if self.variable_rule in CALENDAR_RULES and template.variables[self.dim].time is None:
+            units = template.variables[self.dim].attrs.get("units")
+            raise AccumulusError(
+                f"--chunking {self.variable_rule} needs a CF time coordinate along "
+                f"{self.dim!r} (units like 'days since 2000-01-01'); its units are {units!r}"
+            )
 
     def _check_all(
         self,
@@ -393,7 +489,7 @@ class _Run:
                 )
                 for name, var in granule.dataset.variables.items()
             }
-            choice = choose_chunks(specs, self.dim, self.chunks)
+            choice = choose_chunks(specs, self.dim, self.chunks, self.variable_rule)
             chains = granule.compression(zarr_format)
             empty = granule.dataset.isel({self.dim: slice(0, 0)}).drop_encoding()
             encoding = {}
@@ -409,7 +505,10 @@ class _Run:
                     "_FillValue": fill,
                     **_codec_encoding(chain, zarr_format),
                 }
-            empty.attrs["accumulus"] = {"append_dim": self.dim}
+            settings = {"append_dim": self.dim}
+            if self.variable_rule is not None:
+                settings["chunking"] = self.variable_rule
+            empty.attrs["accumulus"] = settings
             write_journal(self.store, Journal(self.dim, CREATING))
             empty.to_zarr(
                 self.store,
@@ -436,14 +535,18 @@ class _Run:
     ) -> Journal:
         assert self.root is not None
         arrays = {name: self.root[name] for name in template.appended}
-        writer = ChunkWriter(arrays, self.dim, journal.extent)
-        data_array = arrays[(template.data or [self.dim])[0]]
-        assert isinstance(data_array, zarr.Array)
-        chunk = data_array.chunks[_dims(data_array).index(self.dim)]
+        grid = self._data_grid(arrays, template, journal)
+        grids = {
+            name: grid if name in template.data else RegularGrid(_chunk_along(array, self.dim))
+            for name, array in arrays.items()
+        }
+        writer = ChunkWriter(arrays, self.dim, journal.extent, grids)
         records: list[GranuleRecord] = []
         try:
             for done, plan in enumerate(planned, start=1):
                 values = self._read_again(plan, template, storage_options)
+                if isinstance(grid, VariableGrid):
+                    grid.extend(self._grid_coordinate(values[self.dim], template))
                 start = writer.size
                 writer.add(values)
                 labels = time_labels(values[self.dim][[0, -1]], template)
@@ -451,17 +554,30 @@ class _Run:
                     GranuleRecord(plan.name, plan.size, plan.checksum, start, writer.size, *labels)
                 )
                 appended.append(plan.name)
-                if complete_chunks_end(writer.size, chunk) > complete_chunks_end(
-                    journal.extent, chunk
-                ):
-                    journal = self._commit(writer, arrays, journal, records)
+                if grid.complete_end(writer.size) > grid.complete_end(journal.extent):
+                    journal = self._commit(writer, journal, records)
                     records = []
                 self.progress(self.total - len(planned) + done, self.total)
             if records:
-                journal = self._commit(writer, arrays, journal, records)
+                journal = self._commit(writer, journal, records)
         finally:
             writer.close()
         return journal
+
+    def _data_grid(
+        self, arrays: Mapping[str, zarr.Array], template: Template, journal: Journal
+    ) -> AppendGrid:
+        """Where the data variables' chunks fall along the append dimension (all alike)."""
+        first = arrays[(template.data or [self.dim])[0]]
+        if self.variable_rule is None or not template.data:
+            return RegularGrid(_chunk_along(first, self.dim))
+        coordinate = self._grid_coordinate(self._stored_coordinate(journal), template)
+        sizes = declared_chunk_sizes(first, _dims(first).index(self.dim))
+        return VariableGrid(self.variable_rule, sizes, coordinate)
+
+    def _grid_coordinate(self, values: np.ndarray, template: Template) -> np.ndarray:
+        """Coordinate values as the variable rule reads them: dates for a calendar rule."""
+        return decoded_times(values, template) if self.variable_rule in CALENDAR_RULES else values
 
     def _read_again(
         self, plan: _Planned, template: Template, storage_options: dict | None
@@ -479,19 +595,12 @@ class _Run:
         return {n: v[(slice(None),) * axis[n] + (plan.keep,)] for n, v in values.items()}
 
     def _commit(
-        self,
-        writer: ChunkWriter,
-        arrays: Mapping[str, zarr.Array],
-        journal: Journal,
-        records: list[GranuleRecord],
+        self, writer: ChunkWriter, journal: Journal, records: list[GranuleRecord]
     ) -> Journal:
         writer.write_partial()
         writer.wait()
         self.lock.check()
-        for array in arrays.values():
-            shape = list(array.shape)
-            shape[_dims(array).index(self.dim)] = writer.size
-            array.resize(tuple(shape))
+        writer.resize()
         journal = journal.committed(records, writer.size)
         write_journal(self.store, journal)  # the commit point
         assert self.root is not None
@@ -546,6 +655,11 @@ def _check_increasing(name: str, coordinate: np.ndarray, template: Template) -> 
             f"granule {name}: {template.dim} is not strictly increasing ({pair[0]} is followed "
             f"by {pair[1]})"
         )
+
+
+def _chunk_along(array: zarr.Array, dim: str) -> int:
+    """The chunk size of a regular grid along ``dim``."""
+    return array.chunks[_dims(array).index(dim)]
 
 
 def _dims(array: zarr.Array) -> list[str]:

@@ -268,12 +268,22 @@ def convert_times(
     return stored
 
 
-def time_labels(values: np.ndarray, template: Template) -> list[str]:
-    """Coordinate values of the append dimension as text (dates when they are times)."""
+def decoded_times(values: np.ndarray, template: Template) -> np.ndarray:
+    """Times of the append dimension, stored in the cube's units, as dates: datetime64, or
+    cftime objects in the calendars numpy does not have (as xarray decodes them)."""
     encoding = template.variables[template.dim].time
     if encoding is None:
+        raise ValueError(f"{template.dim!r} holds no times")
+    if not len(values):  # xarray finds no calendar range in nothing
+        return np.asarray([], dtype=object)
+    return np.asarray(decode_cf_datetime(values, encoding.units, encoding.calendar))
+
+
+def time_labels(values: np.ndarray, template: Template) -> list[str]:
+    """Coordinate values of the append dimension as text (dates when they are times)."""
+    if template.variables[template.dim].time is None:
         return [str(v) for v in values.tolist()]
-    dates = np.asarray(decode_cf_datetime(values, encoding.units, encoding.calendar))
+    dates = decoded_times(values, template)
     if dates.dtype.kind == "M":
         return [str(d) for d in np.datetime_as_string(dates, unit="s")]
     return [d.isoformat() for d in dates]  # cftime dates of non-standard calendars

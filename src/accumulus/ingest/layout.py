@@ -8,20 +8,45 @@ dimension as fit in 100 MiB, whole along the other dimensions (split only when o
 is larger). Coordinates along the append dimension (time itself, time bounds) are small 1-D
 arrays: they get chunks of about 1 MiB, not the data's 40 steps.
 
-``complete_chunks_end`` decides where chunk edges fall for new data.
+With ``--chunking month|year|per-granule`` the data variables get variable chunks along the
+append dimension instead (ZEP 3: a rectilinear chunk grid, Zarr v3), declared as values
+arrive. ``RegularGrid`` and ``VariableGrid`` are where chunk edges fall for new data, and how
+an array looks when it reaches a given length: the writer and the commit ask them.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from math import prod
 
+import numpy as np
+import zarr
+from zarr.core.array import AsyncArray
+
+from accumulus.chunking import (
+    MONTH,
+    PER_GRANULE,
+    YEAR,
+    append_chunk_sizes,
+    joined,
+    store_metadata,
+    with_chunk_sizes,
+)
 from accumulus.errors import AccumulusError
 
 TARGET_CHUNK_BYTES = 100 * 2**20
 MIN_CHUNK_BYTES = 10 * 2**20
 COORDINATE_CHUNK_BYTES = 2**20
+
+# The variable chunk rules of appends, as the chunk choice explains them.
+RULE_TEXT = {
+    MONTH: "one chunk per calendar month",
+    YEAR: "one chunk per calendar year",
+    PER_GRANULE: "one chunk per granule",
+}
 
 
 @dataclass(frozen=True)
@@ -41,9 +66,16 @@ class ChunkChoice:
 
 
 def choose_chunks(
-    arrays: Mapping[str, ArraySpec], dim: str, given: Mapping[str, int] | None = None
+    arrays: Mapping[str, ArraySpec],
+    dim: str,
+    given: Mapping[str, int] | None = None,
+    rule: str | None = None,
 ) -> ChunkChoice:
-    """Chunk shapes for every array of a new cube appended along ``dim``."""
+    """Chunk shapes for every array of a new cube appended along ``dim``.
+
+    With a variable ``rule`` (a key of ``RULE_TEXT``) the data variables' chunks along
+    ``dim`` are declared as values arrive (``VariableGrid``); the arrays are created, still
+    empty, with one step there."""
     given = dict(given or {})
     known = {d for spec in arrays.values() for d in spec.dims}
     unknown = sorted(set(given) - known)
@@ -60,7 +92,9 @@ def choose_chunks(
     step_chunks = {n: _step_chunks(s, dim, given) for n, s in data.items()}
     step_bytes = {n: _chunk_bytes(data[n], step_chunks[n], dim, 1) for n in data}
     largest = max(step_bytes, key=step_bytes.__getitem__, default=None)
-    if dim in given:
+    if rule is not None:
+        steps = 1
+    elif dim in given:
         steps = int(given[dim])
     elif largest is not None:
         steps = max(1, TARGET_CHUNK_BYTES // step_bytes[largest])
@@ -76,7 +110,7 @@ def choose_chunks(
             chunks[name] = _with(spec.dims, spec.shape, dim, along)
         else:
             chunks[name] = tuple(max(1, n) for n in spec.shape)
-    reason = _reason(data, chunks, step_bytes, largest, dim, steps, given)
+    reason = _reason(data, chunks, step_bytes, largest, dim, steps, given, rule)
     return ChunkChoice(chunks, reason)
 
 
@@ -112,13 +146,22 @@ def _reason(
     dim: str,
     steps: int,
     given: Mapping[str, int],
+    rule: str | None,
 ) -> str:
     if largest is None:
         return f"no data variable along {dim!r}; coordinates get chunks of about 1 MiB"
     spec = data[largest]
-    shape = dict(zip(spec.dims, chunks[largest], strict=True))
+    shape: dict[str, int | str] = dict(zip(spec.dims, chunks[largest], strict=True))
+    if rule is not None:
+        shape[dim] = rule
     text = ", ".join(f"{d}={n}" for d, n in shape.items())
     size = _mib(step_bytes[largest] * steps)
+    if rule is not None:
+        return (
+            f"chunks {text} ({RULE_TEXT[rule]} of {dim}, in a rectilinear chunk grid of Zarr "
+            f"v3; one {dim} step of {largest} is {size}); coordinates along {dim} in chunks "
+            "of about 1 MiB"
+        )
     if dim in given:
         why = f"{dim}={steps} as given; {largest} chunks are {size}"
     else:
@@ -141,13 +184,76 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 / 10 else f"{n / 1024:.1f} KiB"
 
 
-def complete_chunks_end(size: int, chunk: int) -> int:
-    """Where the complete chunks along the append dimension end once it holds ``size`` steps.
+# --------------------------------------------------------------------------------------------
+# Where chunk edges fall for new data
 
-    New data is written in whole chunks up to here; what follows is the partial last chunk,
-    rewritten by the next append (and provisional for accumulations, ``final_coverage``).
-    With regular chunks, edges fall every ``chunk`` steps. This is the one place that decides
-    where chunk edges fall for new data: variable chunking (a chunk per granule, a new chunk
-    each month) plugs in here.
+
+@dataclass(frozen=True)
+class RegularGrid:
+    """Chunks of ``chunk`` steps along the append dimension (a regular grid, Zarr v2 or v3)."""
+
+    chunk: int
+
+    def complete_end(self, size: int) -> int:
+        """Where the complete chunks end once the dimension holds ``size`` steps.
+
+        New data is written in whole chunks up to here; what follows is the partial last
+        chunk, rewritten by the next append (and provisional for accumulations,
+        ``final_coverage``)."""
+        return size // self.chunk * self.chunk
+
+    def view(self, array: zarr.Array, axis: int, length: int) -> zarr.Array:
+        """``array`` as if it were ``length`` long along ``axis``; its metadata is not stored."""
+        metadata = array.metadata.update_shape(_with_length(array.shape, axis, length))
+        return zarr.Array(AsyncArray(metadata, array.store_path, config=array.async_array.config))
+
+    def resize(self, array: zarr.Array, axis: int, length: int) -> None:
+        """Store ``array``'s metadata grown to ``length`` along ``axis``."""
+        array.resize(_with_length(array.shape, axis, length))
+
+
+class VariableGrid:
+    """Variable chunks along the append dimension, cut by ``rule`` (month, year, per-granule)
+    as granules arrive: a rectilinear chunk grid (ZEP 3, Zarr v3).
+
+    ``sizes`` are the declared chunk sizes so far; the last one may reach past the data (a
+    month declared whole while it fills). A chunk once declared keeps its size
+    (``append_chunk_sizes(..., published=True)``): readers decode a chunk at the size their
+    metadata declares, and the chunks of one run are those of any other run on the same
+    granules, wherever a run was interrupted. ``coordinate`` holds the dimension's values so
+    far, CF-decoded when the rule reads dates.
     """
-    return size // chunk * chunk
+
+    def __init__(self, rule: str, sizes: Sequence[int], coordinate: np.ndarray) -> None:
+        self.rule = rule
+        self.sizes = tuple(sizes)
+        self.coordinate = coordinate
+
+    def extend(self, values: np.ndarray) -> None:
+        """Declare the chunks of one more granule's coordinate ``values``."""
+        plan = append_chunk_sizes(self.sizes, self.coordinate, values, self.rule, published=True)
+        self.sizes = plan.sizes
+        self.coordinate = joined(self.coordinate, values)
+
+    def complete_end(self, size: int) -> int:
+        """Where the complete chunks end once the dimension holds ``size`` steps: the last
+        declared edge at or before ``size``."""
+        edges = list(accumulate(self.sizes, initial=0))
+        return edges[bisect.bisect_right(edges, size) - 1]
+
+    def view(self, array: zarr.Array, axis: int, length: int) -> zarr.Array:
+        """``array`` as if it were ``length`` long along ``axis``, with the declared chunks
+        there; its metadata is not stored."""
+        return with_chunk_sizes(array, axis, length, self.sizes)
+
+    def resize(self, array: zarr.Array, axis: int, length: int) -> None:
+        """Store ``array``'s metadata grown to ``length`` along ``axis``, with the declared
+        chunks there."""
+        store_metadata(self.view(array, axis, length))
+
+
+AppendGrid = RegularGrid | VariableGrid
+
+
+def _with_length(shape: Sequence[int], axis: int, length: int) -> tuple[int, ...]:
+    return tuple(length if a == axis else n for a, n in enumerate(shape))

@@ -1,18 +1,20 @@
 """Writing new values along the append dimension: whole chunks, concurrently, out of sight.
 
 Each array keeps, in memory, the values from its first not-yet-complete chunk on. As soon as
-chunks are complete (``layout.complete_chunks_end``) they are written in one zarr call, in a
-thread pool, while the next granule is read; zarr writes the chunks of one call concurrently
-too. Writes go through a view of the array whose shape reaches the new values: the stored
-metadata keeps the committed shape, so a reader never sees these chunks before the commit
-resizes the arrays. The first write of a run starts inside the old partial last chunk: zarr
-reads that chunk and writes it back whole, its old values unchanged (the rewrite is one
-atomic object replacement on a local directory and on S3).
+chunks are complete (the array's ``layout`` grid says where chunk edges fall) they are
+written in one zarr call, in a thread pool, while the next granule is read; zarr writes the
+chunks of one call concurrently too. Writes go through a view of the array whose shape (and,
+for variable chunks, whose grid) reaches the new values: the stored metadata keeps the
+committed shape, so a reader never sees these chunks before the commit resizes the arrays.
+The first write of a run starts inside the old partial last chunk: zarr reads that chunk and
+writes it back whole, its old values unchanged (the rewrite is one atomic object replacement
+on a local directory and on S3). Every other write covers whole chunks as far as the view
+reaches, so zarr never reads a new chunk back: whatever a killed run left there, even under
+another grid, is simply replaced.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,9 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import zarr
-from zarr.core.array import AsyncArray
 
-from accumulus.ingest.layout import complete_chunks_end
+from accumulus.ingest.layout import AppendGrid
 
 WRITE_THREADS = 4
 # Bytes of values waiting in the pool before the reader waits for writes to catch up.
@@ -35,7 +36,7 @@ class _Tail:
 
     array: zarr.Array
     axis: int
-    chunk: int  # chunk size along the append dimension
+    grid: AppendGrid  # where its chunks fall along the append dimension
     start: int
     parts: list[np.ndarray] = field(default_factory=list)
 
@@ -56,14 +57,24 @@ class _Tail:
 
 
 class ChunkWriter:
-    """Appends values to ``arrays`` along ``dim`` from index ``start``."""
+    """Appends values to ``arrays`` along ``dim`` from index ``start``, in chunks that fall
+    where ``grids`` (per array) say."""
 
-    def __init__(self, arrays: Mapping[str, zarr.Array], dim: str, start: int) -> None:
+    def __init__(
+        self,
+        arrays: Mapping[str, zarr.Array],
+        dim: str,
+        start: int,
+        grids: Mapping[str, AppendGrid],
+    ) -> None:
         self.size = start
         self._tails: dict[str, _Tail] = {}
         for name, array in arrays.items():
             axis = list(_dimension_names(array)).index(dim)
-            self._tails[name] = _Tail(array, axis, array.chunks[axis], start)
+            # Chunks are written even when they hold only fill values, so that every new
+            # chunk exists (and write counts say exactly what an append wrote).
+            writable = array.with_config({"write_empty_chunks": True})
+            self._tails[name] = _Tail(writable, axis, grids[name], start)
         self._pool = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="accumulus-write")
         self._pending: deque[tuple[Future, int]] = deque()
         self._pending_bytes = 0
@@ -75,7 +86,7 @@ class ChunkWriter:
         self.size += lengths.pop()
         for name, tail in self._tails.items():
             tail.parts.append(values[name])
-            end = complete_chunks_end(self.size, tail.chunk)
+            end = tail.grid.complete_end(self.size)
             if end > tail.start:
                 start = tail.start
                 self._submit(tail, start, tail.take(end))
@@ -87,6 +98,11 @@ class ChunkWriter:
             if tail.parts:
                 self._submit(tail, tail.start, tail.values())
 
+    def resize(self) -> None:
+        """Store every array's metadata grown to the values written (a step of the commit)."""
+        for tail in self._tails.values():
+            tail.grid.resize(tail.array, tail.axis, self.size)
+
     def wait(self) -> None:
         """Wait for every write; raise the first error."""
         while self._pending:
@@ -96,7 +112,9 @@ class ChunkWriter:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _submit(self, tail: _Tail, start: int, block: np.ndarray) -> None:
-        future = self._pool.submit(_write, tail.array, tail.axis, start, block)
+        # The view is taken now: a variable grid declares more chunks as granules arrive.
+        view = tail.grid.view(tail.array, tail.axis, start + block.shape[tail.axis])
+        future = self._pool.submit(_write, view, tail.axis, start, block)
         self._pending.append((future, block.nbytes))
         self._pending_bytes += block.nbytes
         while self._pending_bytes > PENDING_BYTES and len(self._pending) > 1:
@@ -108,23 +126,10 @@ class ChunkWriter:
         future.result()
 
 
-def _write(array: zarr.Array, axis: int, start: int, block: np.ndarray) -> None:
-    stop = start + block.shape[axis]
-    view = _view(array, axis, stop)
-    index = [slice(None)] * array.ndim
-    index[axis] = slice(start, stop)
+def _write(view: zarr.Array, axis: int, start: int, block: np.ndarray) -> None:
+    index = [slice(None)] * view.ndim
+    index[axis] = slice(start, start + block.shape[axis])
     view[tuple(index)] = block
-
-
-def _view(array: zarr.Array, axis: int, length: int) -> zarr.Array:
-    """``array`` as if it were ``length`` long along ``axis``, without writing metadata.
-    Chunks are written even when they hold only fill values, so that every new chunk
-    exists (and write counts say exactly what an append wrote)."""
-    shape = list(array.shape)
-    shape[axis] = length
-    metadata = array.metadata.update_shape(tuple(shape))
-    config = dataclasses.replace(array.async_array.config, write_empty_chunks=True)
-    return zarr.Array(AsyncArray(metadata, array.async_array.store_path, config=config))
 
 
 def _dimension_names(array: zarr.Array) -> tuple[str, ...]:
