@@ -1,4 +1,4 @@
-"""kill -9 at random moments of ``accumulus append`` (24 trials, and 6 more under the month
+"""kill -9 at random moments of ``accumulus append`` (24 trials, and 8 more under the month
 rule): each time the store opens, readers see a prefix of the data whose averages
 (accumulations included) equal xarray's, and re-running the same command completes the work,
 every granule once, ``verify`` passing."""
@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,6 +40,34 @@ def timed_run(args: list[str]) -> float:
     return time.perf_counter() - started
 
 
+def killed_appends(base: Path, granules: list[str], trials: int, seed: int) -> Iterator[Path]:
+    """Copies of the store ``base``, one per trial, each left by ``accumulus append`` of
+    ``granules`` killed -9 at a random moment (deleted once the caller has checked it)."""
+
+    def command(store) -> list[str]:
+        return [sys.executable, "-m", "accumulus", "append", str(store), *granules]
+
+    # How long a run takes, and how much of it is starting Python: kills land in between.
+    startup = timed_run([sys.executable, "-m", "accumulus", "--help"])
+    calibration = base.with_name("calibration.zarr")
+    shutil.copytree(base, calibration)
+    whole = timed_run(command(calibration))
+
+    rng = random.Random(seed)
+    for trial in range(trials):
+        store = base.with_name(f"trial{trial}.zarr")
+        shutil.copytree(base, store)
+        process = subprocess.Popen(
+            command(store), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        time.sleep(rng.uniform(0.8 * startup, whole))
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        yield store
+        shutil.rmtree(store)
+
+
 @pytest.mark.slow
 def test_kill_minus_9_at_random_moments(tmp_path):
     t = truth(STEPS, nlat=12, nlon=16)
@@ -48,28 +78,8 @@ def test_kill_minus_9_at_random_moments(tmp_path):
     boundaries = set(range(PER_GRANULE, STEPS + 1, PER_GRANULE))
     expected_ranges = [[s, s + PER_GRANULE] for s in range(0, STEPS, PER_GRANULE)]
 
-    def command(store) -> list[str]:
-        return [sys.executable, "-m", "accumulus", "append", str(store), *granules]
-
-    # How long a run takes, and how much of it is starting Python: kills land in between.
-    startup = timed_run([sys.executable, "-m", "accumulus", "--help"])
-    calibration = tmp_path / "calibration.zarr"
-    shutil.copytree(base, calibration)
-    whole = timed_run(command(calibration))
-
-    rng = random.Random(3)
     killed_mid_append = 0
-    for trial in range(TRIALS):
-        store = tmp_path / f"trial{trial}.zarr"
-        shutil.copytree(base, store)
-        process = subprocess.Popen(
-            command(store), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        time.sleep(rng.uniform(0.8 * startup, whole))
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-
+    for trial, store in enumerate(killed_appends(base, granules, TRIALS, seed=3)):
         visible = check_visible(store, t, boundaries)  # opens; a prefix; averages agree
         committed = json.loads((store / ".accumulus" / "journal.json").read_text())["extent"]
         killed_mid_append += PER_GRANULE < committed < STEPS or visible < committed
@@ -81,14 +91,13 @@ def test_kill_minus_9_at_random_moments(tmp_path):
         assert [[g["start"], g["stop"]] for g in journal["granules"]] == expected_ranges
         reports = accumulus.verify(str(store), VAR)
         assert reports and all(r.ok for r in reports), (trial, [r.problems for r in reports])
-        shutil.rmtree(store)
 
     # The trials are meaningful only if many kills hit a run between its first and last commit.
     assert killed_mid_append >= TRIALS // 4, f"only {killed_mid_append} kills landed mid-append"
 
 
-MONTH_TRIALS = 6
-DAYS_PER_GRANULE = 4
+MONTH_TRIALS = 8
+DAYS_PER_GRANULE = 3
 
 
 @pytest.mark.slow
@@ -96,7 +105,7 @@ def test_kill_minus_9_during_month_appends(tmp_path):
     """Daily granules appended under ``--chunking month`` (a noleap calendar): after each
     kill the visible cube is whole granules, accumulations agreeing, and a re-run ends with
     the chunks an uninterrupted run makes, one per month, no stored chunk having changed."""
-    ds = daily("noleap", "2003-12-21", 100)  # through March 30, 2004
+    ds = daily("noleap", "2003-12-21", 180)  # through June 15, 2004: 7 months, 60 granules
     times = ds["time"].values
     starts = range(0, len(times), DAYS_PER_GRANULE)
     granules = []
@@ -109,12 +118,8 @@ def test_kill_minus_9_during_month_appends(tmp_path):
     accumulus.append(str(base), granules[0], chunking="month")
     accumulus.accumulate(str(base), VAR, ["time", "lat,lon"])
     boundaries = {min(s + DAYS_PER_GRANULE, len(times)) for s in starts}
-    months = tuple(
-        period_counts(daily_times("noleap", "2003-12-21", 101), "MS")
-    )  # (11, 31, 28, 31)
-
-    def command(store) -> list[str]:
-        return [sys.executable, "-m", "accumulus", "append", str(store), *granules]
+    # Months as declared whole: December from the 21st, then January to June.
+    months = tuple(period_counts(daily_times("noleap", "2003-12-21", 192), "MS"))
 
     def check(store) -> int:
         cube = accumulus.open_cube(str(store))
@@ -129,24 +134,8 @@ def test_kill_minus_9_during_month_appends(tmp_path):
         assert declared == months[: len(declared)]  # whole months, none ever resized
         return n
 
-    startup = timed_run([sys.executable, "-m", "accumulus", "--help"])
-    calibration = tmp_path / "calibration.zarr"
-    shutil.copytree(base, calibration)
-    whole = timed_run(command(calibration))
-
-    rng = random.Random(5)
     killed_mid_append = 0
-    for trial in range(MONTH_TRIALS):
-        store = tmp_path / f"trial{trial}.zarr"
-        shutil.copytree(base, store)
-        process = subprocess.Popen(
-            command(store), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        time.sleep(rng.uniform(0.8 * startup, whole))
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-
+    for trial, store in enumerate(killed_appends(base, granules, MONTH_TRIALS, seed=5)):
         visible = check(store)
         assert all(r.ok for r in accumulus.verify(str(store), VAR)), trial
         killed_mid_append += DAYS_PER_GRANULE < visible < len(times)
@@ -158,6 +147,5 @@ def test_kill_minus_9_during_month_appends(tmp_path):
         journal = json.loads((store / ".accumulus" / "journal.json").read_text())
         assert [g["start"] for g in journal["granules"]] == list(starts)
         assert all(r.ok for r in accumulus.verify(str(store), VAR)), trial
-        shutil.rmtree(store)
 
     assert killed_mid_append >= 2, f"only {killed_mid_append} kills landed mid-append"

@@ -9,6 +9,7 @@ import socket
 import uuid
 
 import boto3
+import numpy as np
 import pytest
 
 import accumulus
@@ -17,6 +18,7 @@ from accumulus.locking import StoreBusyError, StoreLock
 from accumulus.storage import CountingStore, is_metadata_key, open_store
 
 from .helpers import VAR, check_visible, cli, truth, write_granule, write_granules
+from .test_variable_chunks import daily
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -90,6 +92,23 @@ def test_values_and_write_counts_on_s3(endpoint, bucket, tmp_path):
 
     chunks = {k for k in counting.counts.writes if not is_metadata_key(k) and "/" in k}
     assert {k for k in chunks if k.startswith(f"{VAR}/")} == {f"{VAR}/2.0.0", f"{VAR}/3.0.0"}
+
+
+def test_month_chunks_on_s3(endpoint, bucket):
+    ds = daily("360_day", "2003-01-20", 45)
+    url = f"s3://{bucket}/monthly.zarr"
+    options = {"endpoint_url": endpoint}
+    accumulus.append(url, ds.isel(time=slice(0, 15)), chunking="month", storage_options=options)
+    accumulus.accumulate(url, VAR, ["time"], storage_options=options)
+
+    accumulus.append(url, ds.isel(time=slice(15, 45)), storage_options=options)
+
+    cube = accumulus.open_cube(url, storage_options=options)
+    assert cube.variable(VAR).bounds[0].sizes == (11, 30, 4)  # 30-day months, from the 20th
+    np.testing.assert_array_equal(cube.decoded[VAR].values, ds[VAR].values.astype("f8"))
+    assert cube.accumulation_group(VAR).coverage["time"] == 41  # the open month: provisional
+    reports = accumulus.verify(url, storage_options=options)
+    assert reports and all(r.ok for r in reports)
 
 
 def test_the_lock_is_a_conditional_write_on_s3(endpoint, bucket):
