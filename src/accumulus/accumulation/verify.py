@@ -62,7 +62,8 @@ def verify_variable(cube: Cube, variable: str) -> VerifyReport:
     weights = weight_values(
         cube.decoded, group.weights, var.dims, {d: slice(None) for d in var.dims}
     )
-    summands = _summands(xr.DataArray(var.dask_array(), dims=var.dims), weights)
+    raw = xr.DataArray(var.dask_array(var.grouped_blocks()), dims=var.dims)
+    summands = _summands(raw, weights)
     checks: list[_Check] = []
     for acc in group.accumulations:
         try:
