@@ -212,7 +212,12 @@ def average(
 def _print_result(result, png: str | None) -> None:
     data = result.data
     stats = result.stats
-    console.print(data.to_series().to_string() if data.ndim == 1 else data.to_string())
+    if data.ndim == 0:
+        console.print(f"{data.name} = {data.item()}")
+    elif data.ndim == 1:
+        console.print(data.to_series().to_string(max_rows=40))
+    else:
+        console.print(str(data.to_pandas()))  # pandas shortens a large table itself
     console.print(
         f"[dim]{stats.accumulation_chunks_read} accumulation chunks, {stats.raw_chunks_read} raw "
         f"chunks, {stats.bytes_read} bytes read in {stats.seconds * 1000:.1f} ms"

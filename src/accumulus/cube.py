@@ -11,9 +11,10 @@ metadata, through ``Cube.bind``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from math import prod
 from typing import Any
 
 import dask.array as da
@@ -31,6 +32,9 @@ from accumulus.accumulation.delta_filter import with_chunk_shape
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
 from accumulus.storage import Mode, open_store, store_label
+
+# Values per Dask task when reading many stored chunks (16 MiB as float64).
+BLOCK_VALUES = 2**21
 
 # CF attributes xarray's decoding reads; the rest of a variable's attributes are not needed
 # to turn stored values into physical ones.
@@ -69,6 +73,31 @@ class VariableInfo:
     @property
     def decoder(self) -> Decoder:
         return Decoder(self.name, self.dims, self.decoding_attrs)
+
+    def grouped_blocks(
+        self, values: int = BLOCK_VALUES, keep: str | None = None
+    ) -> tuple[tuple[int, ...], ...]:
+        """Dask block sizes grouping whole stored chunks (last dimensions first) into blocks of
+        about ``values`` values, so that one task reads several chunks in one zarr call.
+        Along ``keep``, blocks stay single chunks."""
+        sizes = [b.sizes or (0,) for b in self.bounds]
+        groups = [1] * len(sizes)
+
+        def block_values(g: Sequence[int]) -> int:
+            return prod(max(s) * n for s, n in zip(sizes, g, strict=True))
+
+        for axis in reversed(range(len(sizes))):
+            if keep is not None and axis == self.axis(keep):
+                continue
+            while groups[axis] < len(sizes[axis]):
+                wider = [*groups[:axis], groups[axis] + 1, *groups[axis + 1 :]]
+                if block_values(wider) > values:
+                    break
+                groups[axis] += 1
+        return tuple(
+            tuple(sum(s[i : i + g]) for i in range(0, len(s), g))
+            for s, g in zip(sizes, groups, strict=True)
+        )
 
     def dask_array(self, blocks: tuple[tuple[int, ...], ...] | None = None) -> da.Array:
         """The decoded values (float64, NaN where missing) as a Dask array; by default one

@@ -146,12 +146,6 @@ class RequestCounts:
     deletes: list[str] = field(default_factory=list)
     list_requests: int = 0
 
-    def keys_read(self, prefix: str = "") -> list[str]:
-        return [k for k in self.reads if k.startswith(prefix)]
-
-    def keys_written(self, prefix: str = "") -> list[str]:
-        return [k for k in self.writes if k.startswith(prefix)]
-
 
 _METADATA_NAMES = frozenset({".zarray", ".zgroup", ".zattrs", ".zmetadata", "zarr.json"})
 

@@ -139,3 +139,20 @@ def test_weighted_and_unweighted_from_one_build(tmp_path, zarr_format):
             expected = xarray_reference(ds[VAR], ["lat", "lon"], weights, stat)
             np.testing.assert_allclose(got.values, expected.values, rtol=1e-9)
             assert got.attrs["raw_chunks_read"] == 0
+
+
+def test_weights_from_an_array_of_the_dataset(tmp_path):
+    """--weights NAME: any array broadcastable to the variable, e.g. cell areas on (lat, lon)."""
+    ds = synthetic_dataset({"time": 14, "lat": 9, "lon": 8}, seed=8)
+    rng = np.random.default_rng(1)
+    ds["cell_area"] = (("lat", "lon"), rng.uniform(0.5, 2.0, (9, 8)))
+    write_cube(ds, tmp_path / "c.zarr", {"time": 5, "lat": 4, "lon": 3})
+    built = accumulus.accumulate(str(tmp_path / "c.zarr"), VAR, weights="cell_area")
+    assert built.group.weights == "array:cell_area"
+    box = {"lat": (float(ds.lat[1]), float(ds.lat[7])), "time": ("2001-01-02", "2001-01-12")}
+    selected = ds[VAR].sel(lat=slice(*box["lat"]), time=slice(*box["time"])).astype("f8")
+    for stat, reduce in (("mean", "mean"), ("sum", "sum"), ("count", "sum_of_weights")):
+        got = accumulus.average(str(tmp_path / "c.zarr"), VAR, ["lat", "lon"], box, stat=stat)
+        expected = getattr(selected.weighted(ds["cell_area"]), reduce)(["lat", "lon"])
+        np.testing.assert_allclose(got.values, expected.values, rtol=1e-9)
+        assert got.attrs["weights"] == "array:cell_area"

@@ -76,9 +76,6 @@ class QueryPlan:
     def accumulation_reads(self) -> list[Read]:
         return [r for r in self.reads if not r.is_raw]
 
-    def raw_elements(self) -> int:
-        return sum(prod(b - a for a, b in r.box.values()) for r in self.raw_reads)
-
     def describe(self) -> str:
         return "\n".join(r.describe() for r in self.reads) or "(empty)"
 

@@ -118,8 +118,7 @@ def run_query(cube: Cube, query: Query, *, latency: float = 0.0) -> QueryResult:
         data.attrs["units"] = units
     stats = _stats(counting, var.name, time.perf_counter() - started)
     data.attrs.update(
-        {"stat": query.stat, "weights": weights, "over": ",".join(over)}
-        | {k: v for k, v in stats.to_dict().items()}
+        {"stat": query.stat, "weights": weights, "over": ",".join(over)} | stats.to_dict()
     )
     return QueryResult(query, data, plan, stats, weights, note)
 

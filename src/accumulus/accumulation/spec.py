@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from itertools import combinations
 from typing import Any
 
 import jsonschema
@@ -321,8 +320,3 @@ def default_combinations(dims: Sequence[str], lat: str | None, lon: str | None) 
     if lat and lon:
         combos.append(tuple(d for d in dims if d in (lat, lon)))
     return combos
-
-
-def all_combinations(dims: Sequence[str]) -> list[tuple[str, ...]]:
-    """Every non-empty ordered combination of dims (used by tests and `--dims all`)."""
-    return [c for r in range(1, len(dims) + 1) for c in combinations(dims, r)]

@@ -2,7 +2,7 @@
 
 The raw array is walked along its "batch" dimension (the one with the most chunks) in slabs
 of whole chunks of about ``SLAB_BYTES``. Within a slab, each Dask task reads a block of
-several raw chunks (about ``BLOCK_VALUES`` values), sums it per raw chunk for every
+several raw chunks (``VariableInfo.grouped_blocks``), sums it per raw chunk for every
 accumulated combination at once (``sums.chunk_sums``), and the per-chunk sums are
 prefix-summed, thinned to every ``stride``-th chunk, and written. Entries along the batch
 dimension continue from the last entry written by the previous slab. So peak memory is set
@@ -27,7 +27,6 @@ from accumulus.cube import VariableInfo
 from accumulus.grid import ChunkBounds
 
 SLAB_BYTES = 128 * 2**20  # stored bytes of raw data per slab
-BLOCK_VALUES = 2**21  # raw values per Dask task
 
 
 def terms_for(weights: str) -> tuple[str, ...]:
@@ -94,7 +93,8 @@ def fill(
         for acc in group.accumulations
         for name in set(acc.arrays.values())
     }
-    x = var.dask_array(_blocks(var, BLOCK_VALUES, dim))
+    # Along ``dim``, blocks stay single chunks: a slab (or an update) reads nothing outside.
+    x = var.dask_array(var.grouped_blocks(keep=dim))
     for done, (slab_start, slab_stop) in enumerate(slabs):
         work = [_work(var, acc, dim, slab_start, slab_stop) for acc in group.accumulations]
         work = [w for w in work if w.raw_stop > w.raw_start]
@@ -130,30 +130,6 @@ def _work(
     raw_start = positions[k0 - 1] if k0 else 0
     raw_stop = positions[k1 - 1] if k1 > k0 else raw_start
     return _Work(acc, raw_start, raw_stop, k0)
-
-
-def _blocks(var: VariableInfo, values: int, dim: str) -> tuple[tuple[int, ...], ...]:
-    """Dask block sizes: whole raw chunks grouped (last dimensions first) into blocks of
-    about ``values`` values, so each task reads several chunks in one zarr call. Along
-    ``dim``, the one walked in slabs, blocks stay single chunks, so that a slab (or an
-    update) reads no chunk outside its range."""
-    sizes = [b.sizes or (0,) for b in var.bounds]
-    groups = [1] * len(sizes)
-    fixed = var.axis(dim)
-
-    def block_values(g: Sequence[int]) -> int:
-        return prod(max(s) * n for s, n in zip(sizes, g, strict=True))
-
-    for axis in reversed(range(len(sizes))):
-        while axis != fixed and groups[axis] < len(sizes[axis]):
-            wider = [*groups[:axis], groups[axis] + 1, *groups[axis + 1 :]]
-            if block_values(wider) > values:
-                break
-            groups[axis] += 1
-    return tuple(
-        tuple(sum(s[i : i + g]) for i in range(0, len(s), g))
-        for s, g in zip(sizes, groups, strict=True)
-    )
 
 
 def _entries(
