@@ -440,7 +440,9 @@ def append(
         False, "--skip-existing", help="Skip steps already in the cube instead of refusing."
     ),
     zarr_format: int = typer.Option(
-        None, "--zarr-format", help="When the cube is created: 2 (default) or 3 (with --chunking)."
+        None,
+        "--zarr-format",
+        help="When the cube is created: 2 or 3 (default 2; 3 with variable --chunking).",
     ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
 ) -> None:
