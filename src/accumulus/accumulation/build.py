@@ -132,10 +132,10 @@ def final_coverage(cube: Cube, var: VariableInfo) -> dict[str, int]:
     dim = settings.get("append_dim") if isinstance(settings, dict) else None
     if dim in coverage:
         axis = var.axis(dim)
-        bounds = var.bounds[axis]
-        partial = last_chunk_is_partial(var.array, axis)  # regular or rectilinear grids
-        if partial or (bounds.n_chunks and settings.get("open_last_chunk")):
-            coverage[dim] = bounds.edges[-2]
+        # A last chunk declared larger than the data it holds (regular or rectilinear) is
+        # the one the next append fills.
+        if last_chunk_is_partial(var.array, axis):
+            coverage[dim] = var.bounds[axis].edges[-2]
     return coverage
 
 
