@@ -9,8 +9,6 @@ never lists it, so readers never load it. Every helper here is one store request
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
@@ -85,10 +83,3 @@ def _protocols(store: FsspecStore) -> tuple[str, ...]:
     return tuple(protocol) if isinstance(protocol, tuple | list) else (protocol,)
 
 
-@contextmanager
-def quiet_consolidation() -> Iterator[None]:
-    """Zarr warns that consolidated metadata is not part of the v3 specification; xarray
-    and accumulus read it all the same."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
-        yield

@@ -13,7 +13,8 @@ import os
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -360,10 +361,16 @@ class CountingStore(WrapperStore[Store]):
         return self._counted_listing(self._store.list_dir(prefix))
 
 
-def consolidate(store: Store) -> None:
-    """Refresh consolidated metadata (last step of every write). Zarr v3 warns that
-    consolidated metadata is not in its specification yet; we rely on it knowingly, as
-    xarray does, so the warning is not repeated to our users."""
+@contextmanager
+def quiet_consolidation() -> Iterator[None]:
+    """Zarr warns that consolidated metadata is not part of the v3 specification yet; we
+    rely on it knowingly, as xarray does, so the warning is not repeated to our users."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        yield
+
+
+def consolidate(store: Store) -> None:
+    """Refresh consolidated metadata (the last step of every write)."""
+    with quiet_consolidation():
         zarr.consolidate_metadata(store)

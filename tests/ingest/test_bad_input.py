@@ -4,7 +4,6 @@ byte for byte (every file and its checksum compared before and after), or not cr
 from __future__ import annotations
 
 import pytest
-import xarray as xr
 
 import accumulus
 
@@ -103,16 +102,6 @@ def test_wrong_dimension(cube, tmp_path):
     with pytest.raises(accumulus.AccumulusError, match="is appended along 'time', not 'lat'"):
         accumulus.append(str(store), write_granule(tmp_path / "b.nc", t, 8, 12), dim="lat")
     assert snapshot(store) == before
-
-
-def test_store_that_is_not_a_cube(tmp_path):
-    t = truth(8)
-    other = tmp_path / "other.zarr"
-    xr.Dataset({"x": ("y", [1.0, 2.0])}).to_zarr(other, zarr_format=2)
-    before = snapshot(other)
-    with pytest.raises(accumulus.AccumulusError, match="is not a cube created by accumulus"):
-        accumulus.append(str(other), write_granule(tmp_path / "a.nc", t, 0, 4))
-    assert snapshot(other) == before
 
 
 def test_store_whose_directory_does_not_exist(tmp_path):

@@ -47,6 +47,7 @@ from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
+from accumulus.filters.nczarr import record_dimension_size
 from accumulus.grid import declared_chunk_sizes, regular_chunk_size
 from accumulus.ingest.conform import (
     Template,
@@ -76,7 +77,7 @@ from accumulus.ingest.layout import (
 )
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.locking import StoreLock
-from accumulus.storage import open_store, store_label
+from accumulus.storage import consolidate, open_store, quiet_consolidation, store_label
 
 
 @dataclass(frozen=True)
@@ -274,13 +275,11 @@ class _Run:
         journal = read_journal(self.store, self.label)
         if journal is None:
             ours = keys.PREFIX.rstrip("/")
-            foreign = [name for name in keys.top_level(self.store) if name != ours]
-            if foreign:
-                raise AccumulusError(
-                    f"{self.label} is not a cube created by accumulus append (no append "
-                    f"journal, but it holds {', '.join(foreign[:3])}"
-                    f"{', ...' if len(foreign) > 3 else ''}); append to a new store, or to one "
-                    "the first append created"
+            if any(name != ours for name in keys.top_level(self.store)):
+                journal = self._adopt()
+                return journal, (
+                    f"adopted the existing cube: its {journal.extent} steps along {self.dim} "
+                    "are taken as committed"
                 )
             return None, ""
         if journal.state == CREATING:
@@ -306,6 +305,7 @@ class _Run:
                 shape = list(array.shape)
                 shape[axis] = journal.extent
                 array.resize(tuple(shape))
+                record_dimension_size(self.store, self.dim, journal.extent)
         published = snapshot[self.dim].shape[0] if snapshot is not None else None
         if published != journal.extent:
             # A commit got past its journal write but not to consolidation: finish it.
@@ -315,6 +315,53 @@ class _Run:
         if self.lock.recovered is not None:
             notes.insert(0, f"took over the stale lock of {self.lock.recovered.describe()}")
         return journal, "; ".join(notes)
+
+    def _adopt(self) -> Journal:
+        """Take over a cube that append did not create (written by xarray's ``to_zarr``,
+        ``accumulus convert`` or netcdf-c): its whole extent along ``dim`` becomes the first
+        journal entry. Only metadata is written: the append dimension in the root
+        attributes, the journal (the commit point), then consolidated metadata."""
+        root = self._fresh_root()
+        names = self._names_along_dim(root)
+        if not names:
+            raise AccumulusError(
+                f"{self.label}: no array has the dimension {self.dim!r}, so there is nothing to "
+                "append to along it (choose --dim among the cube's dimensions)"
+            )
+        extents = {name: root[name].shape[_dims(root[name]).index(self.dim)] for name in names}
+        if len(set(extents.values())) != 1:
+            raise AccumulusError(
+                f"{self.label}: the arrays along {self.dim!r} have different lengths {extents}; "
+                "cannot append to them as one cube"
+            )
+        extent = next(iter(extents.values()))
+        for name in names:
+            axis = _dims(root[name]).index(self.dim)
+            if regular_chunk_size(root[name], axis) is None and not isinstance(self.rule, str):
+                raise AccumulusError(
+                    f"{self.label}: {name!r} has variable chunks along {self.dim!r}; say "
+                    "which rule new chunks follow with --chunking per-granule|month|year"
+                )
+        settings = root.attrs.get("accumulus")
+        settings = dict(settings) if isinstance(settings, dict) else {}
+        settings["append_dim"] = self.dim
+        if isinstance(self.rule, str):
+            settings["chunking"] = self.variable_rule = self.rule
+        root.attrs["accumulus"] = settings
+        labels = xr.open_zarr(self.store, consolidated=False)[self.dim].values
+        record = GranuleRecord(
+            name="(in the store before its first append)",
+            size=0,
+            checksum="adopted",
+            start=0,
+            stop=extent,
+            first=str(labels[0]) if extent else "",
+            last=str(labels[-1]) if extent else "",
+        )
+        journal = Journal(self.dim, READY, extent, [record] if extent else [])
+        write_journal(self.store, journal)
+        self._consolidate()
+        return journal
 
     def _wipe(self) -> None:
         """Delete what an interrupted creation wrote (everything but our lock), directories
@@ -331,7 +378,7 @@ class _Run:
         """The root as readers see it (consolidated metadata), or None before the first
         commit. After recovery it is current, and the run reads metadata from it: no
         per-array requests."""
-        with keys.quiet_consolidation():
+        with quiet_consolidation():
             root = zarr.open_group(self.store, mode="r+")
         return root if root.metadata.consolidated_metadata is not None else None
 
@@ -601,6 +648,7 @@ class _Run:
         writer.wait()
         self.lock.check()
         writer.resize()
+        record_dimension_size(self.store, self.dim, writer.size)  # for netcdf-c readers
         journal = journal.committed(records, writer.size)
         write_journal(self.store, journal)  # the commit point
         assert self.root is not None
@@ -632,8 +680,7 @@ class _Run:
                 self.updated.add(name)
 
     def _consolidate(self) -> None:
-        with keys.quiet_consolidation():
-            zarr.consolidate_metadata(self.store)
+        consolidate(self.store)
 
     # Store helpers -------------------------------------------------------------------------
 
