@@ -15,17 +15,8 @@ import accumulus
 from accumulus.accumulation import spec
 from cubes import VAR, synthetic_dataset, write_cube
 
-# The example of the ZEP 5 draft, with its array names.
-DRAFT_EXAMPLE = {
-    "latitude": {
-        "_DATA_WEIGHTED": "acc_lat",
-        "_WEIGHTS": "acc_wt_lat",
-        "longitude": {"_DATA_WEIGHTED": "acc_lat_lon", "_WEIGHTS": "acc_wt_lat_lon", "time": {}},
-        "time": {},
-    },
-    "longitude": {"_DATA_WEIGHTED": "acc_lon", "_WEIGHTS": "acc_wt_lon", "time": {}},
-    "time": {"_DATA_WEIGHTED": "acc_time", "_WEIGHTS": "acc_wt_time"},
-}
+# The generator's tree is the example of the ZEP 5 draft, array names and all.
+from .test_reference_generator import TREE as DRAFT_EXAMPLE
 
 
 def shape_of(tree):
