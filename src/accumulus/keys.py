@@ -81,5 +81,3 @@ def _innermost(store: Store) -> Store:
 def _protocols(store: FsspecStore) -> tuple[str, ...]:
     protocol = store.fs.protocol
     return tuple(protocol) if isinstance(protocol, tuple | list) else (protocol,)
-
-
