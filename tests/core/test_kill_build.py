@@ -22,12 +22,14 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def raw_checksums(path: Path) -> dict[str, str]:
-    """Every file but the accumulation group and the consolidated metadata (which lists it)."""
+    """Every file but the accumulation group, the consolidated metadata (which lists it) and
+    the writer's lock (a killed build leaves it; the next writer takes it over)."""
     return {
         str(p.relative_to(path)): hashlib.sha1(p.read_bytes()).hexdigest()
         for p in sorted(path.rglob("*"))
         if p.is_file()
         and not p.relative_to(path).parts[0].endswith("_accumulation_group")
+        and p.relative_to(path).parts[0] != ".accumulus"
         and p.name != ".zmetadata"
     }
 
