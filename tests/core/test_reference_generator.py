@@ -148,12 +148,7 @@ def test_generator_group_answers_queries(generator_store):
     box = {"latitude": (lat[0], lat[11]), "longitude": (lon[0], lon[17])}
     result = accumulus.query(str(path), "variable", ["latitude", "longitude"], box)
     assert result.stats.raw_chunks_read == 0
-    expected = reference(
-        ds,
-        ["latitude", "longitude"],
-        latitude=slice(*box["latitude"]),
-        longitude=slice(*box["longitude"]),
-    )
+    expected = reference(ds, ["latitude", "longitude"], **{d: slice(*r) for d, r in box.items()})
     np.testing.assert_allclose(result.data.values, expected.values, rtol=2e-6)
 
     period = (str(times[0]), str(times[-1]))
@@ -167,10 +162,5 @@ def test_generator_group_answers_queries(generator_store):
     box = {"latitude": (lat[3], lat[23]), "longitude": (lon[4], lon[35])}
     result = accumulus.query(str(path), "variable", ["latitude", "longitude"], box)
     assert result.stats.raw_chunks_read == 2 * 2 * 4
-    expected = reference(
-        ds,
-        ["latitude", "longitude"],
-        latitude=slice(*box["latitude"]),
-        longitude=slice(*box["longitude"]),
-    )
+    expected = reference(ds, ["latitude", "longitude"], **{d: slice(*r) for d, r in box.items()})
     np.testing.assert_allclose(result.data.values, expected.values, rtol=2e-6)
