@@ -5,7 +5,7 @@ PYTHON ?= $(shell pyenv which python 2>/dev/null || command -v python3.12)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test test-slow lint format bench clean
+.PHONY: setup demo test test-slow lint format docs bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ format: setup
 	$(BIN)/ruff check --fix src tests benchmarks
 	$(BIN)/ruff format src tests benchmarks
 
+# The manual (docs/, mkdocs.yml) as HTML in site/; --strict turns a broken link into an error.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: setup
 	$(BIN)/python benchmarks/bench_average.py
 	$(BIN)/python benchmarks/bench_accumulate.py
@@ -43,4 +47,4 @@ bench: setup
 	$(BIN)/python benchmarks/bench_append.py
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache .hypothesis
+	rm -rf $(VENV) demo-output site .pytest_cache .hypothesis
