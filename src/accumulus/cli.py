@@ -392,7 +392,7 @@ def _side_text(provider: str | None, problem: str | None) -> str:
 
 @app.command()
 def convert(
-    src: str = typer.Argument(..., help="NetCDF4/HDF5 file."),
+    src: str = typer.Argument(..., help="NetCDF4/HDF5 or NetCDF-3 file."),
     dest: str = typer.Argument(..., help="Zarr directory to create (must not exist)."),
     zarr_format: int = typer.Option(2, "--zarr-format", help="2 (default) or 3."),
     codec: list[str] = typer.Option(
@@ -401,7 +401,8 @@ def convert(
         help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
     ),
 ) -> None:
-    """Convert a NetCDF4/HDF5 file to Zarr, keeping each variable's compression."""
+    """Convert a NetCDF4/HDF5 or NetCDF-3 file to Zarr, keeping each variable's compression
+    (NetCDF-3 has none: its variables get the default codec)."""
     from accumulus.ingest.convert import convert as convert_file
     from accumulus.ingest.convert import parse_codec_options
 
@@ -412,7 +413,11 @@ def convert(
     for array in plan.arrays:
         codecs = ", ".join(c["id"] for c in array.codecs) or "none"
         console.print(f"{array.path} {list(array.shape)} {array.dtype}: {codecs}", highlight=False)
-    console.print(f"wrote {dest} (Zarr v{zarr_format}, {len(plan.arrays)} arrays)")
+    if plan.note:
+        console.print(plan.note, highlight=False, soft_wrap=True)
+    console.print(
+        f"wrote {dest} from {plan.source_format} (Zarr v{zarr_format}, {len(plan.arrays)} arrays)"
+    )
 
 
 # --- append (issue 3) ---

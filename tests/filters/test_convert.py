@@ -219,7 +219,7 @@ def test_corrupt_chunk_names_variable_and_filters_and_leaves_nothing(tmp_path):
     ("make", "message"),
     [
         (lambda p: None, r"no such file"),
-        (lambda p: p.write_text("not hdf5"), r"not a NetCDF4/HDF5 file"),
+        (lambda p: p.write_text("not hdf5"), r"not a NetCDF file"),
     ],
 )
 def test_bad_source(tmp_path, make, message):

@@ -1,13 +1,17 @@
-"""NetCDF4/HDF5 → Zarr v2 (default) or v3, keeping groups, dimensions, attributes, fill
-values, chunk shapes and each variable's filter chain (mapped to codecs).
+"""NetCDF4/HDF5 or NetCDF-3 → Zarr v2 (default) or v3, keeping groups, dimensions,
+attributes, fill values, chunk shapes and each variable's filter chain (mapped to codecs).
 
-The source is read with h5py, whose HDF5 has every hdf5plugin filter registered (netCDF4's
-own HDF5 copy does not), so any file whose filters decode here converts. Every byte of Zarr
-goes through zarr-python. Conversion runs in two phases: ``plan_conversion`` inspects the
-whole file and resolves every variable's codecs, failing before anything is written; then
-``convert`` writes into a temporary directory beside the destination, chunk-aligned block by
-block (bounded memory), consolidates metadata and renames the directory into place. On any
-failure the temporary directory is removed, so a destination either appears whole or not.
+A NetCDF4/HDF5 source is read with h5py, whose HDF5 has every hdf5plugin filter registered
+(netCDF4's own HDF5 copy does not), so any file whose filters decode here converts. A NetCDF-3
+source (classic, 64-bit offset or 64-bit data, "CDF5") is read with netCDF4 (netcdf-c): it has
+one group, no chunks and no compression to keep, so its variables get ``NETCDF3_CODEC``
+(zarr-python's default compression, as ``append`` gives NetCDF-3 granules) and the plan says
+so. Every byte of Zarr goes through zarr-python. Conversion runs in two phases:
+``plan_conversion`` inspects the whole file and resolves every variable's codecs, failing
+before anything is written; then ``convert`` writes into a temporary directory beside the
+destination, chunk-aligned block by block (bounded memory), consolidates metadata and renames
+the directory into place. On any failure the temporary directory is removed, so a destination
+either appears whole or not.
 
 Conventions are xarray's, so ``xarray.open_zarr`` reads the result like the source file:
 dimension names in ``_ARRAY_DIMENSIONS`` (v2) or ``dimension_names`` (v3); ``_FillValue``
@@ -24,7 +28,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +52,7 @@ from accumulus.filters import (
     v3_codecs,
 )
 from accumulus.filters.builtin import load_hdf5plugin
+from accumulus.ingest.netcdf3 import HeaderError, declared_size
 
 CodecSpec = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
@@ -66,6 +71,15 @@ _INTERNAL_ATTRIBUTES = frozenset(
     }
 )
 _PURE_DIMENSION = b"This is a netCDF dimension but not a netCDF variable"
+# The first four bytes of a NetCDF-3 file: "CDF" and the format version.
+NETCDF3_SIGNATURES = {
+    b"CDF\x01": "NetCDF-3 classic",
+    b"CDF\x02": "NetCDF-3 64-bit offset",
+    b"CDF\x05": "NetCDF-3 64-bit data (CDF5)",
+}
+HDF5_FORMAT = "NetCDF4/HDF5"
+# What NetCDF-3 variables are written with (no compression to keep): zarr-python's default.
+NETCDF3_CODEC: CodecConfig = {"id": "zstd", "level": 0}
 # Source bytes read per write call: whole chunks, as many along the first axis as fit.
 _BLOCK_BYTES = 64 * 2**20
 
@@ -96,8 +110,10 @@ class GroupPlan:
 class ConversionPlan:
     source: str
     zarr_format: int
+    source_format: str = HDF5_FORMAT  # or one of NETCDF3_SIGNATURES' names
     groups: list[GroupPlan] = field(default_factory=list)
     arrays: list[ArrayPlan] = field(default_factory=list)
+    note: str = ""  # what the user should know about the codecs chosen
 
 
 def convert(
@@ -108,7 +124,8 @@ def convert(
     codecs: Mapping[str, CodecSpec] | None = None,
     default_codec: CodecSpec | None = None,
 ) -> ConversionPlan:
-    """Convert a NetCDF4/HDF5 file to a Zarr directory store at ``dest`` (must not exist).
+    """Convert a NetCDF4/HDF5 or NetCDF-3 file to a Zarr directory store at ``dest`` (which
+    must not exist).
 
     ``codecs`` maps a variable ("precip" or "group/precip") to codec JSON (one codec or a
     chain in encoding order) replacing its mapped filters; ``default_codec`` replaces the
@@ -121,7 +138,7 @@ def convert(
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:
-        with h5py.File(plan.source, "r") as source:
+        with _open_source(plan.source, plan.source_format) as source:
             _write(plan, source, staging)
         if destination.exists():
             destination.rmdir()  # empty, checked above
@@ -149,18 +166,74 @@ def plan_conversion(
     source = os.fspath(src)
     if not Path(source).is_file():
         raise AccumulusError(f"{source}: no such file")
-    if not h5py.is_hdf5(source):
-        raise AccumulusError(f"{source}: not a NetCDF4/HDF5 file (no HDF5 signature)")
+    source_format = detect_format(source)
     overrides = {name.strip("/"): _as_chain(spec, name) for name, spec in (codecs or {}).items()}
     default = _as_chain(default_codec, "default") if default_codec is not None else None
-    plan = ConversionPlan(source, zarr_format)
-    with h5py.File(source, "r") as file:
-        _plan_group(file, plan, overrides, default)
+    plan = ConversionPlan(source, zarr_format, source_format)
+    with _open_source(source, source_format) as file:
+        if source_format == HDF5_FORMAT:
+            _plan_group(file, plan, overrides, default)
+        else:
+            _plan_netcdf3(file, plan, overrides, default)
     unknown = sorted(set(overrides) - {array.path for array in plan.arrays})
     if unknown:
         known = [array.path for array in plan.arrays]
         raise AccumulusError(f"{source}: --codec names no variable {unknown}; variables: {known}")
     return plan
+
+
+def detect_format(path: str) -> str:
+    """``HDF5_FORMAT`` or the NetCDF-3 variant, from the file's signature."""
+    if h5py.is_hdf5(path):
+        return HDF5_FORMAT
+    with open(path, "rb") as file:
+        signature = file.read(4)
+    if signature in NETCDF3_SIGNATURES:
+        return NETCDF3_SIGNATURES[signature]
+    raise AccumulusError(
+        f"{path}: not a NetCDF file (neither an HDF5 signature nor NetCDF-3's 'CDF' with "
+        f"version 1, 2 or 5; it starts with {signature!r})"
+    )
+
+
+def _open_source(path: str, source_format: str) -> Any:
+    """The source file, open for reading: ``file[path][region]`` reads values as stored."""
+    if source_format == HDF5_FORMAT:
+        return h5py.File(path, "r")
+    import netCDF4
+
+    _check_complete(path, source_format)
+    try:
+        file = netCDF4.Dataset(path, "r")
+    except OSError as exc:
+        raise AccumulusError(f"{path}: cannot read it as {source_format}: {exc}") from None
+    file.set_auto_maskandscale(False)  # values as stored; CF attributes are copied
+    file.set_auto_chartostring(False)  # character arrays stay arrays of single bytes
+    return file
+
+
+def _check_complete(path: str, source_format: str) -> None:
+    """Refuse a NetCDF-3 file shorter than its header says (netcdf-c would read zeros)."""
+    size = os.path.getsize(path)
+    length = 2**16
+    with open(path, "rb") as file:
+        while True:
+            file.seek(0)
+            header = file.read(length)
+            try:
+                needed = declared_size(header)
+                break
+            except HeaderError as exc:
+                if len(header) < length or length >= size:
+                    raise AccumulusError(
+                        f"{path}: not a readable {source_format} file: {exc}"
+                    ) from None
+                length *= 4
+    if size < needed:
+        raise AccumulusError(
+            f"{path}: truncated {source_format} file: its header declares {needed} bytes, "
+            f"the file has {size}"
+        )
 
 
 def _as_chain(spec: CodecSpec | None, label: str) -> list[CodecConfig]:
@@ -211,20 +284,14 @@ def _plan_array(
                 f"{where}: HDF5 filter {stage.hdf5_id} ({stage.name}) is not available to read "
                 f"the data here{hint}"
             )
-    try:
-        if path in overrides:
-            chain = overrides[path]
-        elif text:
-            chain = []  # variable-length strings: HDF5 filters never apply, nor a default
-        elif default is not None:
-            chain = default
-        else:
-            chain = pipeline_to_codecs(pipeline)
-            _check_codec_sides(pipeline, path)
-        chain = chain if text else for_dtype(chain, dtype)
-        _check_codecs(chain, plan.zarr_format, text)
-    except FilterError as exc:
-        raise AccumulusError(f"{where}: {exc}") from None
+
+    def kept() -> list[CodecConfig]:
+        if text:
+            return []  # variable-length strings: HDF5 filters never apply, nor a default
+        _check_codec_sides(pipeline, path)
+        return pipeline_to_codecs(pipeline)
+
+    chain = _resolve_chain(path, where, dtype, text, kept, overrides, default, plan.zarr_format)
     attributes = _attributes(dataset, plan.source)
     if text and plan.zarr_format == 2:
         # netcdf-c reads Zarr v2 strings only as fixed-width bytes ("|S<n>"), not as
@@ -238,11 +305,86 @@ def _plan_array(
         chunks=dataset.chunks,
         dimensions=_dimension_names(dataset, phony),
         attributes=attributes,
-        fill_value=None if text else _fill_value(dataset, dtype),
+        fill_value=None if text else _fill_value(dataset.attrs, dtype),
         source_filters=pipeline,
         codecs=chain,
         text=text,
     )
+
+
+def _resolve_chain(
+    path: str,
+    where: str,
+    dtype: np.dtype,
+    text: bool,
+    kept: Callable[[], list[CodecConfig]],
+    overrides: Mapping[str, list[CodecConfig]],
+    default: list[CodecConfig] | None,
+    zarr_format: int,
+) -> list[CodecConfig]:
+    """A variable's codecs: its --codec, else the default --codec, else ``kept()`` (what the
+    source's filters map to), resolved for the dtype and checked for the Zarr format."""
+    try:
+        if path in overrides:
+            chain = overrides[path]
+        elif default is not None and not text:
+            chain = default
+        else:
+            chain = kept()
+        chain = chain if text else for_dtype(chain, dtype)
+        _check_codecs(chain, zarr_format, text)
+    except FilterError as exc:
+        raise AccumulusError(f"{where}: {exc}") from None
+    return chain
+
+
+def _plan_netcdf3(
+    file: Any,
+    plan: ConversionPlan,
+    overrides: Mapping[str, list[CodecConfig]],
+    default: list[CodecConfig] | None,
+) -> None:
+    """A NetCDF-3 file: one group, numbers and characters, contiguous and uncompressed."""
+    plan.groups.append(GroupPlan("", _netcdf3_attributes(file)))
+    for variable in file.variables.values():
+        path = variable.name
+        where = f"{plan.source}: variable {path!r}"
+        dtype = np.dtype(variable.dtype)
+        chain = _resolve_chain(
+            path, where, dtype, False, lambda: [NETCDF3_CODEC], overrides, default, plan.zarr_format
+        )
+        attributes = {name: variable.getncattr(name) for name in variable.ncattrs()}
+        plan.arrays.append(
+            ArrayPlan(
+                path=path,
+                shape=tuple(variable.shape),
+                dtype=dtype,
+                chunks=None,  # contiguous: zarr chooses
+                dimensions=tuple(variable.dimensions),
+                attributes=_netcdf3_attributes(variable),
+                fill_value=_fill_value(attributes, dtype),
+                source_filters=[],
+                codecs=chain,
+            )
+        )
+    defaulted = [a.path for a in plan.arrays if a.path not in overrides and default is None]
+    if defaulted:
+        count = f"{len(defaulted)} of {len(plan.arrays)}"
+        if len(defaulted) == len(plan.arrays):
+            count = "all" if len(defaulted) > 1 else "its"
+        plan.note = (
+            f"{plan.source_format} has no compression to keep: {count} arrays written with the "
+            f"default codec {json.dumps(NETCDF3_CODEC)}"
+        )
+
+
+def _netcdf3_attributes(node: Any) -> dict[str, Any]:
+    """A NetCDF-3 group's or variable's attributes (text or numbers, always JSON-able)."""
+    return {
+        name: _json_value(node.getncattr(name))
+        for name in node.ncattrs()
+        if name not in _INTERNAL_ATTRIBUTES
+    }
 
 
 def _check_codec_sides(pipeline: Sequence[HDF5Filter], path: str) -> None:
@@ -302,10 +444,10 @@ def _dimension_names(dataset: h5py.Dataset, phony: dict[int, str]) -> tuple[str,
     return tuple(names)
 
 
-def _fill_value(dataset: h5py.Dataset, dtype: np.dtype) -> Any:
-    if "_FillValue" not in dataset.attrs:
+def _fill_value(attrs: Mapping[str, Any], dtype: np.dtype) -> Any:
+    if "_FillValue" not in attrs:
         return None
-    value = np.asarray(dataset.attrs["_FillValue"]).reshape(-1)[0]
+    value = np.asarray(attrs["_FillValue"]).reshape(-1)[0]
     return value.item() if isinstance(value, np.generic) else value
 
 
@@ -346,7 +488,7 @@ def _json_value(value: Any) -> Any:
 # Writing -------------------------------------------------------------------------------------
 
 
-def _write(plan: ConversionPlan, source: h5py.File, staging: Path) -> None:
+def _write(plan: ConversionPlan, source: Any, staging: Path) -> None:
     store = LocalStore(staging)
     root = zarr.open_group(store=store, mode="w", zarr_format=plan.zarr_format)
     for group in plan.groups:
@@ -398,14 +540,14 @@ def _create_array(root: zarr.Group, plan: ArrayPlan, zarr_format: int) -> zarr.A
     )
 
 
-def _copy_data(dataset: h5py.Dataset, array: zarr.Array, plan: ArrayPlan, source: str) -> None:
+def _copy_data(dataset: Any, array: zarr.Array, plan: ArrayPlan, source: str) -> None:
     if array.size == 0:
         return
     chain = " → ".join(f"{s.name or '?'} ({s.hdf5_id})" for s in plan.source_filters) or "none"
     for region in _blocks(array.shape, array.chunks, array.dtype.itemsize):
         try:
             block = dataset[region]
-        except OSError as exc:  # HDF5 reports a failed filter as an OSError
+        except (OSError, RuntimeError) as exc:  # HDF5: a failed filter; netcdf-c: a short file
             raise AccumulusError(
                 f"{source}: variable {plan.path!r}: cannot read the chunk(s) at "
                 f"{_region_text(region)} through filters {chain}: {exc}"
