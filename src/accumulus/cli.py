@@ -103,6 +103,9 @@ def accumulate(
     ),
     rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+    storage_option: list[str] = typer.Option(
+        None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
+    ),
 ) -> None:
     """Build the ZEP 5 accumulation group of a variable (chunk by chunk, with Dask)."""
     from accumulus import api
@@ -120,7 +123,7 @@ def accumulate(
             scheduler=scheduler,
             rebuild=rebuild,
             progress=report,
-            storage_options=_storage_options(endpoint_url),
+            storage_options=_storage_options(endpoint_url, storage_option),
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
@@ -146,8 +149,13 @@ def _positive_int(text: str, what: str) -> int:
     return value
 
 
-def _storage_options(endpoint_url: str | None) -> dict | None:
-    return {"endpoint_url": endpoint_url} if endpoint_url else None
+def _storage_options(endpoint_url: str | None, items: list[str] | None) -> dict | None:
+    from accumulus.storage import parse_storage_options
+
+    options = parse_storage_options(items or [])
+    if endpoint_url:
+        options["endpoint_url"] = endpoint_url
+    return options or None
 
 
 def _ranges(items: list[str]) -> dict[str, tuple[str | None, str | None]]:
@@ -182,6 +190,9 @@ def average(
     as_csv: bool = typer.Option(False, "--csv", help="Print the result as CSV."),
     png: str = typer.Option(None, "--png", help="Write a plot (line or map) to this PNG file."),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+    storage_option: list[str] = typer.Option(
+        None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
+    ),
 ) -> None:
     """Average (or sum, or count) a variable over dimensions and label ranges."""
     import json
@@ -197,7 +208,7 @@ def average(
         stat=stat,
         weights=weights,
         use_accumulation=not no_accumulation,
-        storage_options=_storage_options(endpoint_url),
+        storage_options=_storage_options(endpoint_url, storage_option),
     )
     if png:
         Path(png).write_bytes(output.result_png(result))
@@ -232,6 +243,9 @@ def inspect(
     store: str = typer.Argument(..., help="Cube path or URL."),
     as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+    storage_option: list[str] = typer.Option(
+        None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
+    ),
 ) -> None:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
     import json
@@ -240,7 +254,7 @@ def inspect(
 
     from accumulus import api
 
-    info = api.inspect(store, storage_options=_storage_options(endpoint_url))
+    info = api.inspect(store, storage_options=_storage_options(endpoint_url, storage_option))
     if as_json:
         print(json.dumps(info, default=str))
         return
@@ -299,11 +313,14 @@ def verify(
     store: str = typer.Argument(..., help="Cube path or URL."),
     variable: str = typer.Argument(None, help="Variable (default: every accumulated one)."),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+    storage_option: list[str] = typer.Option(
+        None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
+    ),
 ) -> None:
     """Recompute accumulations from the raw data; exit 1 on any mismatch."""
     from accumulus import api
 
-    reports = api.verify(store, variable, storage_options=_storage_options(endpoint_url))
+    reports = api.verify(store, variable, storage_options=_storage_options(endpoint_url, storage_option))
     failed = False
     for report in reports:
         if report.ok:
@@ -450,6 +467,9 @@ def append(
         help="When the cube is created: 2 or 3 (default 2; 3 with variable --chunking).",
     ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+    storage_option: list[str] = typer.Option(
+        None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
+    ),
 ) -> None:
     """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
     from accumulus import api
@@ -464,7 +484,7 @@ def append(
             chunks=sizes or None,
             chunking=chunking,
             skip_existing=skip_existing,
-            storage_options=_storage_options(endpoint_url),
+            storage_options=_storage_options(endpoint_url, storage_option),
             zarr_format=zarr_format,
             progress=report,
         )
@@ -510,6 +530,9 @@ def rechunk(
         None, "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
     ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+    storage_option: list[str] = typer.Option(
+        None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
+    ),
 ) -> None:
     """Copy a cube with other chunks (e.g. one chunk per month), rebuilding accumulations."""
     from accumulus.chunking import parse_chunk_rules
@@ -523,7 +546,7 @@ def rechunk(
             zarr_format,
             scheduler=scheduler,
             progress=report,
-            storage_options=_storage_options(endpoint_url),
+            storage_options=_storage_options(endpoint_url, storage_option),
         )
     named = set(parse_chunk_rules(chunks))
     for path, sizes in result.chunks.items():
@@ -563,6 +586,9 @@ def serve(
     ),
     cache_mb: int = typer.Option(256, "--cache-mb", min=0, help="Memory for cached answers."),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
+    storage_option: list[str] = typer.Option(
+        None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
+    ),
 ) -> None:
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
     from accumulus.service import serve as run_service
@@ -573,6 +599,6 @@ def serve(
         host=host,
         port=port,
         cache_bytes=cache_mb * 2**20,
-        storage_options=_storage_options(endpoint_url),
+        storage_options=_storage_options(endpoint_url, storage_option),
         **limits,
     )

@@ -31,7 +31,7 @@ from accumulus.accumulation import spec
 from accumulus.accumulation.delta_filter import with_chunk_shape
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
-from accumulus.storage import Mode, open_store, store_label
+from accumulus.storage import Mode, open_store, remote_errors, store_label
 
 # Values per Dask task when reading many stored chunks (16 MiB as float64).
 BLOCK_VALUES = 2**21
@@ -139,13 +139,17 @@ class Cube:
     ) -> None:
         self.store = store
         self.label = label or store_label(store)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), remote_errors(self.label):
             warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
             try:
                 # use_consolidated=False: the arrays' own metadata, newer than the
                 # consolidated snapshot while an append is between the two.
                 self.root = zarr.open_group(store, mode="r", use_consolidated=use_consolidated)
-            except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError) as exc:
+            except zarr.errors.GroupNotFoundError:
+                raise AccumulusError(
+                    f"{self.label} is not a Zarr datacube: no Zarr group metadata found there"
+                ) from None
+            except (FileNotFoundError, ValueError) as exc:
                 raise AccumulusError(f"{self.label} is not a Zarr datacube: {exc}") from None
             try:
                 self.raw = xr.open_dataset(

@@ -9,6 +9,7 @@ zarr ``Store``, and offers ``CountingStore``, a thin wrapper that counts request
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import warnings
@@ -61,16 +62,13 @@ def open_store(
 def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Store:
     read_only = mode == "r"
     must_exist = mode in ("r", "r+")
-    if text.startswith("memory://"):
+    scheme = url_scheme(text)
+    if scheme == "memory":
         return _open_memory(text, must_exist, read_only)
-    if text.startswith("s3://"):
-        return _open_s3(text, read_only, storage_options)
-    if "://" in text and not text.startswith("file://"):
-        scheme = text.split("://", 1)[0]
-        raise AccumulusError(
-            f"unsupported store URL scheme {scheme!r} in {text!r}: "
-            "use a path, file://, a .zip file, memory://name or s3://bucket/prefix"
-        )
+    if text.endswith(".json"):
+        return _open_reference_file(text, mode, storage_options)
+    if scheme not in ("", "file"):
+        return _open_url(text, scheme, mode, storage_options)
     path = Path(text.removeprefix("file://")).expanduser()
     if path.suffix == ".zip":
         return _open_zip(path, mode)
@@ -79,6 +77,158 @@ def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Stor
     if not must_exist:
         path.mkdir(parents=True, exist_ok=True)
     return LocalStore(path, read_only=read_only)
+
+
+def url_scheme(text: str) -> str:
+    """The scheme of a URL ("s3", "https", …), or "" for a plain path."""
+    scheme, sep, _ = text.partition("://")
+    return scheme.lower() if sep and scheme.replace("+", "").isalnum() else ""
+
+
+def parse_storage_options(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` texts (the CLI's ``--storage-option``) as fsspec storage options.
+
+    Values are read as JSON when they parse (``true``, ``3``, ``{"a": 1}``), else kept as
+    text; a dotted key (``client_kwargs.region_name=us-west-2``) builds a nested option."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
+            raise AccumulusError(f"--storage-option must look like KEY=VALUE, got {item!r}")
+        try:
+            value = json.loads(text.lower() if text.lower() in ("true", "false") else text)
+        except ValueError:
+            value = text
+        *parents, leaf = key.strip().split(".")
+        node = options
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise AccumulusError(f"--storage-option {item!r}: {part!r} is already a value")
+            node = child
+        node[leaf] = value
+    return options
+
+
+# Schemes whose stores are read-only whatever the mode asked for.
+_READ_ONLY_SCHEMES = frozenset({"http", "https"})
+
+
+def _open_url(
+    url: str, scheme: str, mode: Mode, storage_options: dict[str, Any] | None
+) -> FsspecStore:
+    """Any URL fsspec opens (s3://, gs://, az://, https://, …), with ``storage_options``
+    passed through to the filesystem."""
+    if scheme in _READ_ONLY_SCHEMES and mode != "r":
+        raise AccumulusError(
+            f"{url}: {scheme}:// stores are read-only; to accelerate one, write its "
+            "accumulations beside it with `accumulate … --into SIDE.zarr`"
+        )
+    options = file_options(url, storage_options)
+    try:
+        return FsspecStore.from_url(url, storage_options=options, read_only=mode == "r")
+    except ImportError as exc:
+        raise AccumulusError(f"cannot open {url}: {exc}") from None
+    except Exception as exc:  # fsspec raises many kinds; the user needs the URL and the reason
+        raise AccumulusError(f"cannot open {url}: {_reason(exc)}") from None
+
+
+@contextmanager
+def remote_errors(label: str) -> Iterator[None]:
+    """Turn what a store raises while it is read (connection refused, 403, timeouts) into a
+    one-line ``AccumulusError`` naming ``label``. User mistakes pass through unchanged."""
+    try:
+        yield
+    except AccumulusError:
+        raise
+    except PermissionError as exc:
+        raise AccumulusError(f"{label}: access denied ({_reason(exc)})") from None
+    except (OSError, TimeoutError) as exc:
+        raise AccumulusError(f"cannot read {label}: {_reason(exc)}") from None
+    except Exception as exc:
+        if _is_client_error(exc):
+            raise AccumulusError(f"cannot read {label}: {_reason(exc)}") from None
+        raise
+
+
+def _is_client_error(exc: BaseException) -> bool:
+    """aiohttp's errors (HTTP stores), without importing aiohttp for local work."""
+    return any(c.__module__.startswith("aiohttp") for c in type(exc).__mro__)
+
+
+def _open_reference_file(
+    url: str, mode: Mode, storage_options: dict[str, Any] | None
+) -> FsspecStore:
+    """A virtual cube: a kerchunk reference file (JSON), read-only."""
+    if mode != "r":
+        raise AccumulusError(
+            f"{url} is a virtual cube (a reference file): it is extended with "
+            "`append … --virtual`, and accelerated with `accumulate … --into SIDE.zarr`"
+        )
+    import fsspec
+
+    try:
+        with fsspec.open(url, "rb", **file_options(url, storage_options)) as file:
+            document = json.load(file)
+    except FileNotFoundError:
+        raise StoreNotFoundError(f"store not found: {url} (no such reference file)") from None
+    except ValueError as exc:
+        raise AccumulusError(f"{url}: not a reference file (invalid JSON: {exc})") from None
+    except Exception as exc:
+        raise AccumulusError(f"cannot read {url}: {_reason(exc)}") from None
+    return open_reference_store(document, storage_options, label=url)
+
+
+def open_reference_store(
+    document: dict[str, Any], storage_options: dict[str, Any] | None = None, label: str = ""
+) -> FsspecStore:
+    """A read-only zarr store over a kerchunk reference set (version 1, or the bare key ->
+    reference mapping of version 0). Chunks that are byte ranges of other files are read
+    with fsspec, one filesystem per protocol the references use, each given
+    ``storage_options``."""
+    import fsspec
+    from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+    from fsspec.implementations.reference import ReferenceFileSystem
+
+    refs = document.get("refs", document) if isinstance(document, dict) else None
+    if not isinstance(refs, dict):
+        raise AccumulusError(f"{label or 'reference set'}: not a kerchunk reference set")
+    protocols = {
+        url_scheme(value[0])
+        for value in refs.values()
+        if isinstance(value, list) and value and isinstance(value[0], str)
+    } - {"", "file"}
+    # Given filesystems are used as they are: each must be asynchronous, as zarr reads.
+    local = AsyncFileSystemWrapper(fsspec.filesystem("file"), asynchronous=True)
+    filesystems: dict[str | None, Any] = {None: local, "file": local}
+    for protocol in protocols:
+        options = file_options(f"{protocol}://", storage_options)
+        filesystems[protocol] = fsspec.filesystem(protocol, asynchronous=True, **options)
+    try:
+        fs = ReferenceFileSystem(document, fs=filesystems, asynchronous=True)
+    except Exception as exc:
+        raise AccumulusError(f"{label or 'reference set'}: {_reason(exc)}") from None
+    return FsspecStore(fs, read_only=True, path="")
+
+
+def file_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """``storage_options`` as fsspec takes them for one file of ``url``'s protocol."""
+    if not url_scheme(url) or url_scheme(url) == "file":
+        return {}
+    options = dict(storage_options or {})
+    if url_scheme(url) in ("s3", "s3a"):
+        endpoint = options.pop("endpoint_url", None) or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            options.setdefault("client_kwargs", {})["endpoint_url"] = endpoint
+    return options
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying why a remote request failed, without internal class names."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, ValueError) and text.startswith("Protocol not known"):
+        return f"{text} (not a scheme fsspec knows)"
+    return text or type(exc).__name__
 
 
 def _open_memory(url: str, must_exist: bool, read_only: bool) -> FsspecStore:
@@ -101,17 +251,6 @@ def _open_zip(path: Path, mode: Mode) -> ZipStore:
             f"{path}: zip stores are read-only here; work on a directory store and zip it after"
         )
     return ZipStore(path, mode="r" if mode == "r" else "w", read_only=mode == "r")
-
-
-def _open_s3(url: str, read_only: bool, storage_options: dict[str, Any] | None) -> FsspecStore:
-    options = dict(storage_options or {})
-    endpoint = options.pop("endpoint_url", None) or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        options.setdefault("client_kwargs", {})["endpoint_url"] = endpoint
-    try:
-        return FsspecStore.from_url(url, storage_options=options, read_only=read_only)
-    except Exception as exc:  # fsspec raises many kinds; the user needs the URL and the reason
-        raise AccumulusError(f"cannot open {url}: {exc}") from exc
 
 
 def store_label(store: Store) -> str:

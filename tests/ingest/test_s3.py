@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import logging
-import socket
 import uuid
 
 import boto3
@@ -16,6 +14,7 @@ import accumulus
 from accumulus import keys
 from accumulus.locking import StoreBusyError, StoreLock
 from accumulus.storage import CountingStore, is_metadata_key, open_store
+from servers import s3_server
 
 from .helpers import VAR, check_visible, cli, truth, write_granule, write_granules
 from .test_variable_chunks import daily
@@ -29,16 +28,8 @@ CREDENTIALS = {
 
 @pytest.fixture(scope="module")
 def endpoint():
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with s3_server() as url:
+        yield url
 
 
 @pytest.fixture

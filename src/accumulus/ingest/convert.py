@@ -160,21 +160,42 @@ def plan_conversion(
     default_codec: CodecSpec | None = None,
 ) -> ConversionPlan:
     """Inspect ``src`` and resolve every variable's codecs; raise before anything is written."""
-    if zarr_format not in (2, 3):
-        raise AccumulusError(f"--zarr-format must be 2 or 3, got {zarr_format}")
-    load_hdf5plugin()  # so h5py decodes every hdf5plugin filter
     source = os.fspath(src)
     if not Path(source).is_file():
         raise AccumulusError(f"{source}: no such file")
     source_format = detect_format(source)
+    with _open_source(source, source_format) as file:
+        return plan_file(
+            file,
+            source,
+            source_format,
+            zarr_format=zarr_format,
+            codecs=codecs,
+            default_codec=default_codec,
+        )
+
+
+def plan_file(
+    file: Any,
+    source: str,
+    source_format: str = HDF5_FORMAT,
+    *,
+    zarr_format: int = 2,
+    codecs: Mapping[str, CodecSpec] | None = None,
+    default_codec: CodecSpec | None = None,
+) -> ConversionPlan:
+    """``plan_conversion`` of an open file (an ``h5py.File``, local or remote, or a netCDF-3
+    ``netCDF4.Dataset``); ``source`` names it in messages."""
+    if zarr_format not in (2, 3):
+        raise AccumulusError(f"--zarr-format must be 2 or 3, got {zarr_format}")
+    load_hdf5plugin()  # so h5py decodes every hdf5plugin filter
     overrides = {name.strip("/"): _as_chain(spec, name) for name, spec in (codecs or {}).items()}
     default = _as_chain(default_codec, "default") if default_codec is not None else None
     plan = ConversionPlan(source, zarr_format, source_format)
-    with _open_source(source, source_format) as file:
-        if source_format == HDF5_FORMAT:
-            _plan_group(file, plan, overrides, default)
-        else:
-            _plan_netcdf3(file, plan, overrides, default)
+    if source_format == HDF5_FORMAT:
+        _plan_group(file, plan, overrides, default)
+    else:
+        _plan_netcdf3(file, plan, overrides, default)
     unknown = sorted(set(overrides) - {array.path for array in plan.arrays})
     if unknown:
         known = [array.path for array in plan.arrays]
@@ -495,7 +516,7 @@ def _write(plan: ConversionPlan, source: Any, staging: Path) -> None:
         node = root if not group.path else root.require_group(group.path)
         node.attrs.update(group.attributes)
     for array_plan in plan.arrays:
-        array = _create_array(root, array_plan, plan.zarr_format)
+        array = create_zarr_array(root, array_plan, plan.zarr_format)
         _copy_data(source[array_plan.path], array, array_plan, plan.source)
     with warnings.catch_warnings():
         # zarr warns that v3 consolidated metadata is not in the spec; xarray reads it.
@@ -503,7 +524,8 @@ def _write(plan: ConversionPlan, source: Any, staging: Path) -> None:
         zarr.consolidate_metadata(store)
 
 
-def _create_array(root: zarr.Group, plan: ArrayPlan, zarr_format: int) -> zarr.Array:
+def create_zarr_array(root: zarr.Group, plan: ArrayPlan, zarr_format: int) -> zarr.Array:
+    """The Zarr array (metadata only) a plan describes, in xarray's conventions."""
     attributes = dict(plan.attributes)
     options: dict[str, Any] = {}
     if zarr_format == 2:

@@ -1,0 +1,74 @@
+"""Real servers on 127.0.0.1 for remote-store tests: an S3 endpoint (moto in server mode) and a
+static HTTP server with Range support (aiohttp's static files), optionally slowed by a fixed
+latency per request and logging the requests it serves."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+
+@dataclass
+class HttpLog:
+    """What the server was asked: one (method, path, Range header) per request."""
+
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.requests.clear()
+
+
+@contextmanager
+def http_server(root: Path, latency: float = 0.0) -> Iterator[tuple[str, HttpLog]]:
+    """Serve ``root`` read-only over HTTP on a free loopback port; yields (base URL, log)."""
+    log = HttpLog()
+
+    @web.middleware
+    async def slow_and_logged(request: web.Request, handler):
+        log.requests.append((request.method, request.path, request.headers.get("Range")))
+        if latency:
+            await asyncio.sleep(latency)
+        return await handler(request)
+
+    loop = asyncio.new_event_loop()
+    app = web.Application(middlewares=[slow_and_logged])
+    app.router.add_static("/", root, show_index=False, follow_symlinks=False)
+    runner = web.AppRunner(app, access_log=None)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}", log
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@contextmanager
+def s3_server() -> Iterator[str]:
+    """A moto S3 endpoint on a free loopback port; yields its URL."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
