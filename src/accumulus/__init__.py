@@ -6,12 +6,14 @@ full scan. See the README for the command line and the service.
 
 from accumulus.api import accumulate, append, average, inspect, open_cube, query, verify
 from accumulus.errors import AccumulusError
+from accumulus.ingest.virtual import append_virtual
 from accumulus.rechunk import rechunk
 
 __all__ = [
     "AccumulusError",
     "accumulate",
     "append",
+    "append_virtual",
     "average",
     "inspect",
     "open_cube",

@@ -300,7 +300,9 @@ def _grid_text(grid: dict) -> str:
     )
 
 
-def _size(n: int) -> str:
+def _size(n: int | None) -> str:
+    if n is None:
+        return "unknown"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -320,7 +322,9 @@ def verify(
     """Recompute accumulations from the raw data; exit 1 on any mismatch."""
     from accumulus import api
 
-    reports = api.verify(store, variable, storage_options=_storage_options(endpoint_url, storage_option))
+    reports = api.verify(
+        store, variable, storage_options=_storage_options(endpoint_url, storage_option)
+    )
     failed = False
     for report in reports:
         if report.ok:
@@ -470,10 +474,23 @@ def append(
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
     ),
+    virtual: bool = typer.Option(
+        False,
+        "--virtual",
+        help="Write references to the granules' chunks (a .json reference file), no data copied.",
+    ),
 ) -> None:
     """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
     from accumulus import api
 
+    options = _storage_options(endpoint_url, storage_option)
+    if virtual:
+        if chunks or chunking:
+            raise AccumulusError(
+                "--virtual keeps the granules' own chunks; --chunks and --chunking do not apply"
+            )
+        _append_virtual(store, granules, dim, zarr_format, skip_existing, options)
+        return
     items = [item for text in chunks or [] for item in text.split(",") if item.strip()]
     sizes = {d: _positive_int(n, f"--chunks {d}") for d, n in _pairs(items, "--chunks").items()}
     with _ProgressBar("checking and appending granules") as report:
@@ -484,7 +501,7 @@ def append(
             chunks=sizes or None,
             chunking=chunking,
             skip_existing=skip_existing,
-            storage_options=_storage_options(endpoint_url, storage_option),
+            storage_options=options,
             zarr_format=zarr_format,
             progress=report,
         )
@@ -506,6 +523,40 @@ def append(
     console.print(
         f"appended {len(result.appended)} granule(s): {dim} {before} → {after} steps in "
         f"{result.commits} commit(s), {result.seconds:.1f} s{updated}",
+        highlight=False,
+    )
+
+
+def _append_virtual(
+    out: str,
+    granules: list[str],
+    dim: str,
+    zarr_format: int | None,
+    skip_existing: bool,
+    options: dict | None,
+) -> None:
+    from accumulus.ingest.virtual import append_virtual
+
+    result = append_virtual(
+        out,
+        granules,
+        dim,
+        zarr_format=zarr_format,
+        skip_existing=skip_existing,
+        storage_options=options,
+    )
+    for name, why in result.skipped:
+        console.print(f"[dim]skipped {name}: {why}[/]", highlight=False)
+    before, after = result.extent
+    if not result.appended:
+        console.print(f"nothing to append; {dim} has {after} steps", highlight=False)
+        return
+    share = result.bytes_read / result.granule_bytes if result.granule_bytes else 0.0
+    console.print(
+        f"{'created' if result.created else 'extended'} {out} (virtual, Zarr "
+        f"v{result.zarr_format}): {len(result.appended)} granule(s) referenced, {dim} "
+        f"{before} → {after} steps; read {_size(result.bytes_read)} of "
+        f"{_size(result.granule_bytes)} ({share:.1%}) in {result.seconds:.1f} s",
         highlight=False,
     )
 

@@ -35,8 +35,17 @@ def describe_array(array: zarr.Array, dims: list[str]) -> dict[str, Any]:
         "chunk_grid": _chunk_grid(array),
         "codecs": _codecs(array),
         "bytes": int(array.nbytes),
-        "bytes_stored": int(array.nbytes_stored()),
+        "bytes_stored": _bytes_stored(array),
     }
+
+
+def _bytes_stored(array: zarr.Array) -> int | None:
+    """The array's stored bytes, or None where the store cannot list them (HTTP servers
+    without directory listings, reference sets whose chunks live in other files)."""
+    try:
+        return int(array.nbytes_stored())
+    except Exception:  # listing failures come in many kinds (403 from a web server, ...)
+        return None
 
 
 def _dims(array: zarr.Array) -> list[str]:

@@ -171,6 +171,8 @@ def append_virtual(
         template = template or granule.template
         scanned.append(granule)
     before = len(existing.coordinate) if existing else 0
+    # A new cube takes its metadata from the granule its template came from (the first given).
+    definer = scanned[0] if scanned and existing is None else None
     if scanned:
         assert template is not None
         scanned.sort(key=lambda g: _first(g.coordinate))
@@ -178,7 +180,8 @@ def append_virtual(
         skipped.extend(overlaps)
     if scanned:
         assert template is not None
-        _write_atomically(target, compose(existing, scanned, template, fmt), storage_options)
+        refs = compose(existing, definer, scanned, template, fmt)
+        _write_atomically(target, refs, storage_options)
     return VirtualResult(
         store=target,
         dim=dim,
@@ -267,8 +270,15 @@ def _identity(item: str, url: str, storage_options: dict | None) -> tuple[int, s
     try:
         fs, path = fsspec.url_to_fs(url, **file_options(url, storage_options))
         info = fs.info(path)
-    except FileNotFoundError:
-        raise AccumulusError(f"granule {item}: not found (404)") from None
+    except FileNotFoundError as exc:
+        # fsspec's HTTP filesystem reports every failure as "not found"; the cause says which.
+        status = getattr(exc.__cause__, "status", 404 if exc.__cause__ is None else None)
+        if status == 403:
+            raise AccumulusError(f"granule {item}: access denied (403)") from None
+        if status is None:
+            reason = _first_line(exc.__cause__)  # type: ignore[arg-type]
+            raise AccumulusError(f"granule {item}: cannot reach it: {reason}") from None
+        raise AccumulusError(f"granule {item}: not found ({status})") from None
     except PermissionError:
         raise AccumulusError(f"granule {item}: access denied (403)") from None
     except Exception as exc:
@@ -478,17 +488,20 @@ def _check_signatures(
 
 def compose(
     existing: ReferenceSet | None,
+    definer: ScannedGranule | None,
     scanned: Sequence[ScannedGranule],
     template: Template,
     zarr_format: int,
 ) -> dict[str, Any]:
     """The new reference set: metadata and inline arrays written by zarr into memory, the
-    old chunk references kept, the new granules' chunk references added after them."""
+    old chunk references kept, the new granules' chunk references added after them.
+    A new cube (``existing`` None) takes its metadata from ``definer``."""
     dim = template.dim
     signatures = _check_signatures(scanned, existing.signatures if existing else {}, dim)
     store = MemoryStore()
     if existing is None:
-        root = _create(store, scanned, template, zarr_format)
+        assert definer is not None
+        root = _create(store, definer, scanned, template, zarr_format)
         chunks_before: dict[str, int] = {}
     else:
         root = _reopen(store, existing)
@@ -529,11 +542,14 @@ def _dim_chunk_sizes(granule: ScannedGranule, name: str, dim: str) -> list[int]:
 
 
 def _create(
-    store: MemoryStore, scanned: Sequence[ScannedGranule], template: Template, zarr_format: int
+    store: MemoryStore,
+    first: ScannedGranule,
+    scanned: Sequence[ScannedGranule],
+    template: Template,
+    zarr_format: int,
 ) -> zarr.Group:
-    """A new cube's metadata and inline arrays, from the first granule's plan."""
+    """A new cube's metadata and inline arrays, from the plan of granule ``first``."""
     dim = template.dim
-    first = scanned[0]
     root = zarr.open_group(store, mode="w", zarr_format=zarr_format)
     root.attrs.update(next(g.attributes for g in first.plan.groups if g.path == ""))
     along = {name: np.concatenate([g.inline[name] for g in scanned]) for name in first.inline}
