@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 import zarr
-from common import DEFAULT_DIR, median_seconds, report
 
 from accumulus.ingest.virtual import append_virtual
+from common import DEFAULT_DIR, median_seconds, report
 
 NLAT, NLON = 180, 360
 
