@@ -382,7 +382,7 @@ def filters(
         document = {"filters": [row.to_dict() for row in rows], "problems": registry.problems}
         console.print_json(json.dumps(document))
         return
-    line = "{:>6}  {:<12} {:<11} {:<11} {:<15} {:<10} {}"
+    line = "{:>6}  {:<12} {:<16} {:<11} {:<15} {:<10} {}"
     console.print(
         line.format("id", "filter", "codec", "HDF5 side", "codec side", "same bytes", "usable"),
         style="bold",

@@ -191,13 +191,13 @@ def test_unknown_filter_names_variable_filter_and_provider(tmp_path):
     source = tmp_path / "granule.h5"
     with h5py.File(source, "w") as file:
         file.create_dataset("ok", data=sample(), chunks=(12, 5), compression="gzip")
-        file.create_dataset("bits", data=sample(), chunks=(12, 5), **hdf5plugin.Bitshuffle())
+        file.create_dataset("bits", data=sample(), chunks=(12, 5), **hdf5plugin.Blosc2())
     dest = tmp_path / "out" / "cube.zarr"
     with pytest.raises(AccumulusError) as info:
         convert(source, dest)
     message = str(info.value)
-    assert "variable 'bits'" in message and "HDF5 filter 32008 (bitshuffle)" in message
-    assert "no 'bitshuffle' codec" in message and "--codec bits=" in message
+    assert "variable 'bits'" in message and "HDF5 filter 32026 (blosc2" in message
+    assert "from hdf5plugin" in message and "--codec bits=" in message
     assert not dest.exists()
     # The remedy the message names works.
     convert(source, dest, codecs={"bits": {"id": "zstd", "level": 1}})
@@ -264,11 +264,11 @@ def _cli(*args):
 def test_cli_convert_and_its_one_line_error(tmp_path):
     source = tmp_path / "granule.h5"
     with h5py.File(source, "w") as file:
-        file.create_dataset("bits", data=sample(), chunks=(12, 5), **hdf5plugin.Bitshuffle())
+        file.create_dataset("bits", data=sample(), chunks=(12, 5), **hdf5plugin.Blosc2())
     failed = _cli("convert", str(source), str(tmp_path / "a.zarr"))
     assert failed.returncode == 2
     lines = failed.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "32008" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "32026" in lines[0]
     assert not (tmp_path / "a.zarr").exists()
     done = _cli(
         "convert",
@@ -289,4 +289,5 @@ def test_cli_filters_json():
     assert result.returncode == 0, result.stderr
     rows = {row["hdf5_id"]: row for row in json.loads(result.stdout)["filters"]}
     assert rows[32015]["usable"] is True and rows[32015]["codec_id"] == "zstd"
-    assert rows[4]["usable"] is False and rows[4]["reason"]
+    assert rows[4]["usable"] is True and rows[4]["codec_id"] == "szip"
+    assert rows[32026]["usable"] is False and rows[32026]["reason"]

@@ -1,11 +1,11 @@
 """Plugins through the ``accumulus.filters`` entry-point group, with a plugin package built
 here: a dist-info with entry_points.txt on a temporary sys.path entry, no pip install.
 
-The package provides what the seed's scenario describes: a codec-only library that makes an
-HDF5-only filter usable. h5py's LZF (32000) has an HDF5 side but numcodecs has no LZF codec;
-the plugin brings one (a small pure-Python LZF codec, enough to decode h5py's chunks and to
-write chunks h5py decodes), plus an HDF5-only side for an id HDF5 does not know, and an entry
-point that fails to load."""
+The package provides what the seed's scenario describes: a codec-only library paired with
+an HDF5 filter it does not ship. Its codec side for h5py's LZF (32000), a small pure-Python
+LZF codec (enough to decode h5py's chunks and to write chunks h5py decodes), replaces the
+built-in one (imagecodecs'), as a plugin's side does; the package also has an HDF5-only side
+for an id HDF5 does not know, and an entry point that fails to load."""
 
 from __future__ import annotations
 
@@ -126,13 +126,12 @@ def plugin(tmp_path, monkeypatch):
     default_registry.cache_clear()
 
 
-def test_without_the_plugin_lzf_is_not_usable():
+def test_without_the_plugin_lzf_uses_the_built_in_codec_side():
     row = default_registry().pair(32000)
-    assert row.hdf5_problem is None and not row.usable
-    assert "numcodecs has no 'lzf' codec" in row.reason
+    assert row.usable and row.codec_provider == "accumulus" and row.hdf5_provider == "h5py"
 
 
-def test_plugin_completes_the_pair(plugin):
+def test_plugin_side_replaces_the_built_in_one(plugin):
     row = plugin.pair(32000)
     assert row.usable and row.codec_provider == "acc-lzf-plugin" and row.hdf5_provider == "h5py"
     assert hdf5_to_codec(32000, (4, 261, 2400)) == {"id": "lzf"}

@@ -57,23 +57,23 @@ USER_FORMS = [
     ),
     (
         32013,
-        tuple(hdf5plugin.Zfp(rate=8.0).filter_options),
-        {"id": "zfpy", "mode": 2, "rate": 8.0, "tolerance": -1, "precision": -1},
+        tuple(hdf5plugin.Zfp(rate=8.5).filter_options),
+        {"id": "imagecodecs_zfp", "mode": "FIXED_RATE", "level": 8.5},
     ),
     (
         32013,
         tuple(hdf5plugin.Zfp(precision=10).filter_options),
-        {"id": "zfpy", "mode": 3, "rate": -1, "tolerance": -1, "precision": 10},
+        {"id": "imagecodecs_zfp", "mode": "FIXED_PRECISION", "level": 10},
     ),
     (
         32013,
         tuple(hdf5plugin.Zfp(accuracy=0.001).filter_options),
-        {"id": "zfpy", "mode": 4, "rate": -1, "tolerance": 0.001, "precision": -1},
+        {"id": "imagecodecs_zfp", "mode": "FIXED_ACCURACY", "level": 0.001},
     ),
     (
         32013,
         tuple(hdf5plugin.Zfp(reversible=True).filter_options),
-        {"id": "zfpy", "mode": 5, "rate": -1, "tolerance": -1, "precision": -1},
+        {"id": "imagecodecs_zfp", "mode": "REVERSIBLE"},
     ),
     (32015, tuple(hdf5plugin.Zstd(clevel=9).filter_options), {"id": "zstd", "level": 9}),
 ]
@@ -161,7 +161,10 @@ def test_bad_hdf5_input(hdf5_id, params, message):
         ({"id": "blosc", "shuffle": -1}, r"AUTOSHUFFLE"),
         ({"id": "lzma"}, r"codec 'lzma' has no HDF5 filter mapping"),
         ({"id": "zlib", "level": "high"}, r"level must be an integer"),
-        ({"id": "zfpy", "mode": 4}, r"needs a positive"),
+        ({"id": "imagecodecs_zfp", "mode": "FIXED_ACCURACY"}, r"needs a positive"),
+        ({"id": "imagecodecs_zfp", "mode": "REVERSIBLE", "header": False}, r"header false"),
+        ({"id": "szip", "pixels-per-block": 7}, r"pixels-per-block must be even"),
+        ({"id": "bitshuffle", "cname": "lz4", "clevel": 3}, r"clevel applies only to"),
     ],
 )
 def test_bad_codec_json(config, message):
@@ -172,11 +175,12 @@ def test_bad_codec_json(config, message):
 def test_pairing_table_here():
     rows = {row.hdf5_id: row for row in pairing_table()}
     usable = {hdf5_id for hdf5_id, row in rows.items() if row.usable}
-    # numcodecs and hdf5plugin both implement these; the rest lack one side here.
-    assert usable == {1, 2, 3, 307, 32001, 32004, 32015}
-    assert rows[32004].same_bytes is False
-    assert rows[32000].hdf5_provider == "h5py" and "no 'lzf' codec" in rows[32000].reason
-    assert rows[32013].reason == "numcodecs has no 'zfpy' codec: install zfpy (pip install zfpy)"
+    # numcodecs, imagecodecs and hdf5plugin implement these; the rest lack one side here.
+    assert usable == {1, 2, 3, 4, 307, 32000, 32001, 32004, 32008, 32013, 32015}
+    assert rows[32004].same_bytes is False and rows[32013].same_bytes is False
+    assert rows[4].same_bytes and rows[32000].same_bytes and rows[32008].same_bytes
+    assert rows[32000].hdf5_provider == "h5py" and rows[32000].codec_id == "lzf"
+    assert rows[32013].codec_id == "imagecodecs_zfp"
     assert rows[32026].codec_id is None and "no codec mapping" in rows[32026].reason
     assert rows[32015].to_dict()["usable"] is True
     # Every hdf5plugin filter has an HDF5 side, and every HDF5 side here is available.

@@ -5,7 +5,7 @@
 pipeline and Zarr v2/v3 codecs; ``pairing_table()`` says which filters are usable here.
 """
 
-from accumulus.filters.base import CodecConfig, CodecSide, FilterError, HDF5Side
+from accumulus.filters.base import ArrayLayout, CodecConfig, CodecSide, FilterError, HDF5Side
 from accumulus.filters.chain import (
     HDF5Filter,
     V3Codecs,
@@ -13,7 +13,7 @@ from accumulus.filters.chain import (
     dataset_pipeline,
     decode_chunk,
     encode_chunk,
-    for_dtype,
+    for_array,
     join_v2,
     join_v3,
     numcodecs_codec,
@@ -34,6 +34,7 @@ from accumulus.filters.registry import (
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "ArrayLayout",
     "CodecConfig",
     "CodecSide",
     "FilterError",
@@ -48,7 +49,7 @@ __all__ = [
     "decode_chunk",
     "default_registry",
     "encode_chunk",
-    "for_dtype",
+    "for_array",
     "hdf5_to_codec",
     "join_v2",
     "join_v3",

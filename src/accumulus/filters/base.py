@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,16 @@ CodecConfig = dict[str, Any]
 
 class FilterError(AccumulusError):
     """A filter id, parameter vector or codec JSON that cannot be used, explained in one line."""
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    """What a filter's "local" parameters are derived from: the array's item type and, when
+    known, its shape and chunk shape (HDF5's set_local and netcdf-c's modify_parameters)."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...] | None = None
+    chunks: tuple[int, ...] | None = None
 
 
 class HDF5Side(ABC):
@@ -79,9 +90,10 @@ class CodecSide(ABC):
     def to_hdf5(self, config: Mapping[str, Any]) -> tuple[int, ...]:
         """User-form HDF5 parameter vector for a codec JSON dictionary."""
 
-    def for_dtype(self, config: CodecConfig, dtype: np.dtype) -> CodecConfig:
-        """The codec JSON to write for an array of ``dtype``. Parameters that NCZarr leaves
-        to the filter's ``set_local`` (0 = "take it from the variable") are resolved here."""
+    def for_array(self, config: CodecConfig, layout: ArrayLayout) -> CodecConfig:
+        """The codec JSON for an array laid out as ``layout``. Parameters that NCZarr leaves
+        to the filter's ``set_local`` (0 or absent = "take it from the variable") are
+        resolved here; parameters already given are kept."""
         return config
 
     def availability(self) -> str | None:

@@ -11,11 +11,19 @@ import functools
 import importlib
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from accumulus.filters.base import CodecConfig, CodecSide, FilterError, HDF5Side
+from accumulus.filters.base import ArrayLayout, CodecConfig, CodecSide, FilterError, HDF5Side
+from accumulus.filters.codecs import (
+    BITSHUFFLE_COMPRESSORS,
+    SZIP_ALLOW_K13,
+    SZIP_LSB,
+    SZIP_MSB,
+    SZIP_RAW,
+    szip_local_parameters,
+)
 
 
 @functools.cache
@@ -88,7 +96,7 @@ class Deflate(CodecSide):
 class Shuffle(CodecSide):
     """HDF5 byte shuffle (2). Its element size is a "local" parameter HDF5 fills in from the
     datatype; netcdf-c writes ``"elementsize": 0`` for "not given". numcodecs' Shuffle reads
-    0 as "do not shuffle", so stores we write carry the real item size (``for_dtype``), and
+    0 as "do not shuffle", so stores we write carry the real item size (``for_array``), and
     ``accumulus.filters.nczarr`` repairs the 0 when reading netcdf-c's stores."""
 
     hdf5_id = 2
@@ -103,10 +111,8 @@ class Shuffle(CodecSide):
         size = self.check_int("elementsize", values["elementsize"], 0, 2**31)
         return (size,) if size else ()
 
-    def for_dtype(self, config: CodecConfig, dtype: np.dtype) -> CodecConfig:
-        if config.get("elementsize", 0) == 0:
-            return {**config, "elementsize": np.dtype(dtype).itemsize}
-        return config
+    def for_array(self, config: CodecConfig, layout: ArrayLayout) -> CodecConfig:
+        return _with_elementsize(config, layout)
 
     def availability(self) -> str | None:
         # Probe with a real element size: elementsize 0 builds fine but would not shuffle.
@@ -117,6 +123,13 @@ class Shuffle(CodecSide):
         except Exception as exc:
             return f"no 'shuffle' codec in numcodecs here ({exc})"
         return None
+
+
+def _with_elementsize(config: CodecConfig, layout: ArrayLayout) -> CodecConfig:
+    """``elementsize`` 0 or absent means "the variable's item size" (as netcdf-c writes it)."""
+    if config.get("elementsize", 0) == 0:
+        return {**config, "elementsize": np.dtype(layout.dtype).itemsize}
+    return config
 
 
 class Fletcher32(CodecSide):
@@ -135,27 +148,49 @@ class Fletcher32(CodecSide):
 
 
 class Szip(CodecSide):
-    """HDF5 szip (4). The JSON is netcdf-c's (``mask``, ``pixels-per-block``); numcodecs has
-    no szip codec, so this pair is never usable without a plugin supplying one."""
+    """HDF5 szip (4), codec ``accumulus.filters.codecs.Szip`` (libaec through imagecodecs).
+    The JSON is netcdf-c's: ``mask`` (the coding, 4 entropy or 32 nearest neighbour) and
+    ``pixels-per-block``. The bits per pixel and pixels per scanline that HDF5 and netcdf-c
+    derive from the array are resolved by ``for_array`` with netcdf-c's rule, so netcdf-c
+    reads the chunks we write. A file's stored vector carries HDF5's own scanline (from the
+    chunk's last dimension, not the array's); it is not kept, since converted data is
+    re-encoded for netcdf-c's rule."""
 
     hdf5_id = 4
     codec_id = "szip"
-    codec_hint = "no Python package provides one"
-    same_bytes = None
+    codec_hint = "imagecodecs provides it (accumulus registers it)"
     example_params = (32, 32)
+    local_keys = ("bits-per-pixel", "pixels-per-scanline")
 
     def to_codec(self, params: Sequence[int]) -> CodecConfig:
         # User form: (mask, pixels per block); stored form adds bits per pixel and pixels
-        # per scanline, which set_local derives from the datatype and chunk shape.
+        # per scanline, and HDF5 sets the K13, raw and byte-order bits of the mask.
         values = self.check_params(params, [2, 4])
-        return {"id": "szip", "mask": values[0], "pixels-per-block": values[1]}
+        coding = values[0] & ~(SZIP_ALLOW_K13 | SZIP_RAW | SZIP_LSB | SZIP_MSB)
+        return {"id": "szip", "mask": coding, "pixels-per-block": values[1]}
 
     def to_hdf5(self, config: Mapping[str, Any]) -> tuple[int, ...]:
-        values = self.check_config(config, {"mask": 32, "pixels-per-block": 32})
+        defaults = {"mask": 32, "pixels-per-block": 32, **dict.fromkeys(self.local_keys, 0)}
+        values = self.check_config(config, defaults)
         pixels = self.check_int("pixels-per-block", values["pixels-per-block"], 2, 32)
         if pixels % 2:
             raise FilterError(f"codec 'szip': pixels-per-block must be even, got {pixels}")
         return (self.check_int("mask", values["mask"], 0, 2**32 - 1), pixels)
+
+    def for_array(self, config: CodecConfig, layout: ArrayLayout) -> CodecConfig:
+        if all(config.get(key) for key in self.local_keys) or layout.shape is None:
+            return config
+        dtype = np.dtype(layout.dtype)
+        bits, scanline = szip_local_parameters(
+            int(config.get("pixels-per-block", 32)),
+            dtype.itemsize,
+            tuple(layout.shape),
+            tuple(layout.chunks or layout.shape),
+        )
+        resolved = {**config, "bits-per-pixel": bits, "pixels-per-scanline": scanline}
+        if dtype.byteorder == ">" and dtype.itemsize > 1:
+            resolved["mask"] = int(config.get("mask", 32)) | SZIP_MSB
+        return resolved
 
 
 class Bzip2(CodecSide):
@@ -175,12 +210,12 @@ class Bzip2(CodecSide):
 
 
 class LZF(CodecSide):
-    """h5py's LZF (32000). numcodecs has no LZF codec; a plugin may register one."""
+    """h5py's LZF (32000), codec ``accumulus.filters.codecs.LZF`` (liblzf through
+    imagecodecs): a bare LZF stream, as the HDF5 filter writes it."""
 
     hdf5_id = 32000
     codec_id = "lzf"
-    codec_hint = "a plugin could provide one"
-    same_bytes = None
+    codec_hint = "imagecodecs provides it (accumulus registers it)"
 
     def to_codec(self, params: Sequence[int]) -> CodecConfig:
         # Stored form: (filter version, LZF version, chunk bytes), all derived locally.
@@ -279,25 +314,22 @@ class LZ4(CodecSide):
         return (0,)
 
 
-BITSHUFFLE_CNAMES = {"none": 0, "lz4": 2, "zstd": 3}
-
-
 class Bitshuffle(CodecSide):
     """Bitshuffle (32008), user form ``(block size, compressor[, zstd level])``; the stored
-    form prepends (major, minor, element size). Its framing (sizes then compressed blocks) is
-    its own; numcodecs has no codec for it, so the pair needs a plugin."""
+    form prepends (major, minor, element size). Codec ``accumulus.filters.codecs.Bitshuffle``
+    writes the HDF5 filter's framing; its ``elementsize`` (the item size, which the filter
+    takes from the datatype) is resolved by ``for_array``."""
 
     hdf5_id = 32008
     codec_id = "bitshuffle"
-    codec_hint = "a plugin could provide one"
-    same_bytes = None
+    codec_hint = "imagecodecs provides it (accumulus registers it)"
     example_params = (0, 2)
 
     def to_codec(self, params: Sequence[int]) -> CodecConfig:
         values = self.check_params(params, [0, 1, 2, 3, 4, 5, 6])
         user = values[3:] if len(values) >= 4 else values
         blocksize, compression, level = (*user, 0, 0, 0)[:3]
-        names = {code: name for name, code in BITSHUFFLE_CNAMES.items()}
+        names = {code: name for name, code in BITSHUFFLE_COMPRESSORS.items()}
         if compression not in names:
             raise FilterError(
                 f"HDF5 filter 32008 (bitshuffle): unknown compressor {compression}; "
@@ -310,22 +342,27 @@ class Bitshuffle(CodecSide):
         return config
 
     def to_hdf5(self, config: Mapping[str, Any]) -> tuple[int, ...]:
-        values = self.check_config(config, {"blocksize": 0, "cname": "none", "clevel": None})
-        if values["cname"] not in BITSHUFFLE_CNAMES:
+        values = self.check_config(
+            config, {"blocksize": 0, "cname": "none", "clevel": None, "elementsize": 0}
+        )
+        if values["cname"] not in BITSHUFFLE_COMPRESSORS:
             raise FilterError(
                 f"codec 'bitshuffle': unknown cname {values['cname']!r}; "
-                f"expected one of {sorted(BITSHUFFLE_CNAMES)}"
+                f"expected one of {sorted(BITSHUFFLE_COMPRESSORS)}"
             )
         head = (self.check_int("blocksize", values["blocksize"], 0, 2**32 - 1),)
-        head += (BITSHUFFLE_CNAMES[values["cname"]],)
+        head += (BITSHUFFLE_COMPRESSORS[values["cname"]],)
         if values["cname"] == "zstd":
             return (*head, self.check_int("clevel", values["clevel"] or 0, 0, 22))
         if values["clevel"] is not None:
             raise FilterError("codec 'bitshuffle': clevel applies only to cname 'zstd'")
         return head
 
+    def for_array(self, config: CodecConfig, layout: ArrayLayout) -> CodecConfig:
+        return _with_elementsize(config, layout)
 
-# H5Z-ZFP's generic parameter modes, and numcodecs' zfpy modes (zfp's zfp_mode enum).
+
+# H5Z-ZFP's generic parameter modes, and the zfp modes imagecodecs names them by.
 _H5Z_ZFP_RATE, _H5Z_ZFP_PRECISION, _H5Z_ZFP_ACCURACY, _H5Z_ZFP_EXPERT, _H5Z_ZFP_REVERSIBLE = (
     1,
     2,
@@ -333,7 +370,17 @@ _H5Z_ZFP_RATE, _H5Z_ZFP_PRECISION, _H5Z_ZFP_ACCURACY, _H5Z_ZFP_EXPERT, _H5Z_ZFP_
     4,
     5,
 )
-_ZFP_RATE, _ZFP_PRECISION, _ZFP_ACCURACY, _ZFP_REVERSIBLE = 2, 3, 4, 5
+_ZFP_MODE_NAMES = {
+    _H5Z_ZFP_RATE: "FIXED_RATE",
+    _H5Z_ZFP_PRECISION: "FIXED_PRECISION",
+    _H5Z_ZFP_ACCURACY: "FIXED_ACCURACY",
+    _H5Z_ZFP_REVERSIBLE: "REVERSIBLE",
+}
+_ZFP_MODE_ALIASES = {
+    "RATE": "FIXED_RATE",
+    "PRECISION": "FIXED_PRECISION",
+    "ACCURACY": "FIXED_ACCURACY",
+}
 
 
 def _double_to_words(value: float) -> tuple[int, int]:
@@ -345,56 +392,68 @@ def _words_to_double(low: int, high: int) -> float:
 
 
 class Zfp(CodecSide):
-    """ZFP (32013) in H5Z-ZFP's generic form ``(mode, 0, ...)`` ↔ numcodecs ``zfpy``.
+    """ZFP (32013) in H5Z-ZFP's generic form ``(mode, 0, ...)`` ↔ imagecodecs' zfp codec
+    ``{"id": "imagecodecs_zfp", "mode": "FIXED_ACCURACY", "level": 0.001}``.
 
-    H5Z-ZFP's set_local replaces the parameters with a zfp stream header, so a file's stored
-    vector cannot be mapped back; that is an error naming the remedy (give --codec).
-    Expert mode has no zfpy counterpart. numcodecs' zfpy needs the ``zfpy`` package."""
+    H5Z-ZFP keeps zfp's stream header in the filter parameters and writes bare streams;
+    imagecodecs writes the header into every chunk, so chunk bytes differ. For the same
+    reason a file's stored vector (the header) cannot be mapped back; that is an error
+    naming the remedy (give --codec). Expert mode has no codec counterpart here."""
 
     hdf5_id = 32013
-    codec_id = "zfpy"
-    codec_hint = "install zfpy (pip install zfpy)"
-    same_bytes = None
+    codec_id = "imagecodecs_zfp"
+    codec_hint = "imagecodecs provides it (accumulus registers it)"
+    same_bytes = False
     example_params = (_H5Z_ZFP_REVERSIBLE,)
+    # Keys imagecodecs' get_config() writes besides mode and level, with its defaults.
+    _OTHER_KEYS: ClassVar[dict[str, Any]] = {
+        "shape": None,
+        "dtype": None,
+        "strides": None,
+        "execution": None,
+        "numthreads": None,
+        "chunksize": None,
+        "header": True,
+    }
 
     def to_codec(self, params: Sequence[int]) -> CodecConfig:
         values = self.check_params(params, range(1, 7))
-        padded = (*values, 0, 0, 0, 0, 0)
-        mode = padded[0]
-        config: CodecConfig = {"id": "zfpy", "tolerance": -1, "rate": -1, "precision": -1}
-        if mode == _H5Z_ZFP_RATE:
-            config.update(mode=_ZFP_RATE, rate=_words_to_double(padded[2], padded[3]))
+        mode, _, low, high = (*values, 0, 0, 0, 0, 0)[:4]
+        if mode in (_H5Z_ZFP_RATE, _H5Z_ZFP_ACCURACY):
+            level: float | int | None = _words_to_double(low, high)
         elif mode == _H5Z_ZFP_PRECISION:
-            config.update(mode=_ZFP_PRECISION, precision=padded[2])
-        elif mode == _H5Z_ZFP_ACCURACY:
-            config.update(mode=_ZFP_ACCURACY, tolerance=_words_to_double(padded[2], padded[3]))
+            level = low
         elif mode == _H5Z_ZFP_REVERSIBLE:
-            config.update(mode=_ZFP_REVERSIBLE)
+            level = None
         elif mode == _H5Z_ZFP_EXPERT:
-            raise FilterError("HDF5 filter 32013 (zfp): expert mode has no numcodecs zfpy form")
+            raise FilterError("HDF5 filter 32013 (zfp): expert mode has no imagecodecs_zfp form")
         else:
             raise FilterError(
                 f"HDF5 filter 32013 (zfp): parameters {list(values)} are H5Z-ZFP's stored "
                 "zfp header, which cannot be mapped; give the codec with --codec"
             )
+        config: CodecConfig = {"id": self.codec_id, "mode": _ZFP_MODE_NAMES[mode]}
+        if level is not None:
+            config["level"] = level
         return config
 
     def to_hdf5(self, config: Mapping[str, Any]) -> tuple[int, ...]:
-        values = self.check_config(
-            config, {"mode": _ZFP_ACCURACY, "tolerance": -1, "rate": -1, "precision": -1}
-        )
-        mode = values["mode"]
-        if mode == _ZFP_RATE and values["rate"] > 0:
-            return (_H5Z_ZFP_RATE, 0, *_double_to_words(float(values["rate"])), 0, 0)
-        if mode == _ZFP_PRECISION and values["precision"] > 0:
-            return (_H5Z_ZFP_PRECISION, 0, int(values["precision"]), 0, 0, 0)
-        if mode == _ZFP_ACCURACY and values["tolerance"] > 0:
-            return (_H5Z_ZFP_ACCURACY, 0, *_double_to_words(float(values["tolerance"])), 0, 0)
-        if mode == _ZFP_REVERSIBLE:
+        values = self.check_config(config, {"mode": None, "level": None, **self._OTHER_KEYS})
+        if not values["header"]:
+            raise FilterError("codec 'imagecodecs_zfp': header false has no H5Z-ZFP form")
+        mode = _ZFP_MODE_ALIASES.get(values["mode"], values["mode"])
+        level = values["level"]
+        if mode == "REVERSIBLE":
             return (_H5Z_ZFP_REVERSIBLE, 0, 0, 0, 0, 0)
+        if mode == "FIXED_PRECISION" and isinstance(level, int) and level > 0:
+            return (_H5Z_ZFP_PRECISION, 0, level, 0, 0, 0)
+        if mode in ("FIXED_RATE", "FIXED_ACCURACY") and level is not None and level > 0:
+            code = _H5Z_ZFP_RATE if mode == "FIXED_RATE" else _H5Z_ZFP_ACCURACY
+            return (code, 0, *_double_to_words(float(level)), 0, 0)
         raise FilterError(
-            f"codec 'zfpy': mode {mode} needs a positive rate (mode 2), precision (mode 3) or "
-            f"tolerance (mode 4), or mode 5; got {dict(config)}"
+            f"codec 'imagecodecs_zfp': mode {values['mode']!r} needs a positive level (a rate, "
+            "an integer precision or a tolerance), or mode REVERSIBLE; "
+            f"got {dict(config)}"
         )
 
 

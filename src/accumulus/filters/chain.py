@@ -19,7 +19,7 @@ import numpy as np
 from numcodecs.abc import Codec
 from numcodecs.compat import ensure_bytes
 
-from accumulus.filters.base import CodecConfig, FilterError
+from accumulus.filters.base import ArrayLayout, CodecConfig, FilterError
 from accumulus.filters.registry import FilterRegistry, default_registry
 
 
@@ -76,16 +76,26 @@ def codecs_to_pipeline(
     return stages
 
 
-def for_dtype(
-    configs: Sequence[Mapping[str, Any]], dtype: Any, registry: FilterRegistry | None = None
+def for_array(
+    configs: Sequence[Mapping[str, Any]],
+    dtype: Any,
+    shape: Sequence[int] | None = None,
+    chunks: Sequence[int] | None = None,
+    registry: FilterRegistry | None = None,
 ) -> list[CodecConfig]:
-    """Resolve parameters left to the datatype (shuffle's element size 0) for ``dtype``.
-    Codecs without an HDF5 mapping (any numcodecs codec) pass through unchanged."""
+    """Resolve parameters left to the array (shuffle's element size 0, szip's bits per pixel
+    and scanline) for an array of ``dtype``, ``shape`` and ``chunks``. Codecs without an
+    HDF5 mapping (any numcodecs codec) pass through unchanged."""
     registry = registry or default_registry()
+    layout = ArrayLayout(
+        np.dtype(dtype),
+        tuple(shape) if shape is not None else None,
+        tuple(chunks) if chunks is not None else None,
+    )
     resolved = []
     for config in configs:
         side = registry.find_codec_side(config.get("id"))
-        resolved.append(side.for_dtype(dict(config), np.dtype(dtype)) if side else dict(config))
+        resolved.append(side.for_array(dict(config), layout) if side else dict(config))
     return resolved
 
 
@@ -138,7 +148,7 @@ def v3_codecs(configs: Sequence[Mapping[str, Any]]) -> V3Codecs:
         name = f"numcodecs.{config['id']}"
         try:
             codec_class = get_codec_class(name)
-        except KeyError:
+        except (KeyError, ValueError):  # zarr >= 3.4 raises UnknownCodecError, a ValueError
             raise FilterError(
                 f"codec {config['id']!r} has no Zarr v3 codec ({name!r} is not registered "
                 "with zarr); write Zarr v2 instead"

@@ -1,9 +1,10 @@
-"""Reading Zarr v2 stores written by netcdf-c (NCZarr), whose codec JSON differs from
-numcodecs' in one way that changes the data: netcdf-c writes the shuffle filter as
-``{"id": "shuffle", "elementsize": 0}`` ("the variable's type size", which HDF5's set_local
-fills in). numcodecs' Shuffle reads 0 as "do not shuffle", so zarr-python would return
-scrambled values. ``NCZarrCompatStore`` presents every ``.zarray`` (and the consolidated
-``.zmetadata``) with that 0 replaced by the array's item size, leaving the bytes on disk alone.
+"""Reading Zarr v2 stores written by netcdf-c (NCZarr), whose codec JSON leaves some
+parameters to the array, as HDF5's set_local does: the shuffle filter as
+``{"id": "shuffle", "elementsize": 0}`` ("the variable's type size"; numcodecs' Shuffle reads
+0 as "do not shuffle" and would return scrambled values), and szip without the bits per pixel
+and pixels per scanline its codec needs. ``NCZarrCompatStore`` presents every ``.zarray``
+(and the consolidated ``.zmetadata``) with those parameters resolved from the array's dtype,
+shape and chunks (``filters.chain.for_array``), leaving the bytes on disk alone.
 """
 
 from __future__ import annotations
@@ -14,26 +15,32 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
+from accumulus.filters.base import FilterError
+from accumulus.filters.chain import for_array
 from accumulus.rewriting import MetadataRewritingStore
 
 
 def normalize_zarray(document: dict[str, Any]) -> dict[str, Any]:
-    """A v2 ``.zarray`` with netcdf-c's dtype-relative codec parameters made explicit."""
+    """A v2 ``.zarray`` with netcdf-c's array-relative codec parameters made explicit."""
     try:
-        itemsize = np.dtype(document["dtype"]).itemsize
+        dtype = np.dtype(document["dtype"])
+        shape, chunks = tuple(document["shape"]), tuple(document["chunks"])
     except (KeyError, TypeError):  # structured dtypes are lists; nothing to resolve then
         return document
 
-    def resolve(codec: Any) -> Any:
-        unsized = isinstance(codec, dict) and not codec.get("elementsize")
-        if unsized and codec.get("id") == "shuffle":
-            return {**codec, "elementsize": itemsize}
-        return codec
+    def resolve(codecs: list[Any]) -> list[Any]:
+        if not all(isinstance(codec, dict) and "id" in codec for codec in codecs):
+            return codecs
+        try:
+            return for_array(codecs, dtype, shape, chunks)
+        except FilterError:  # parameters that cannot apply: numcodecs will say so on use
+            return codecs
 
     fixed = dict(document)
     if fixed.get("filters"):
-        fixed["filters"] = [resolve(codec) for codec in fixed["filters"]]
-    fixed["compressor"] = resolve(fixed.get("compressor"))
+        fixed["filters"] = resolve(fixed["filters"])
+    if fixed.get("compressor"):
+        fixed["compressor"] = resolve([fixed["compressor"]])[0]
     return fixed
 
 

@@ -40,12 +40,13 @@ from zarr.storage import LocalStore
 
 from accumulus.errors import AccumulusError
 from accumulus.filters import (
+    ArrayLayout,
     CodecConfig,
     FilterError,
     HDF5Filter,
     dataset_pipeline,
     default_registry,
-    for_dtype,
+    for_array,
     numcodecs_codec,
     pipeline_to_codecs,
     split_v2,
@@ -309,10 +310,16 @@ def _plan_array(
     def kept() -> list[CodecConfig]:
         if text:
             return []  # variable-length strings: HDF5 filters never apply, nor a default
-        _check_codec_sides(pipeline, path)
-        return pipeline_to_codecs(pipeline)
+        try:
+            _check_codec_sides(pipeline)
+            return pipeline_to_codecs(pipeline)
+        except FilterError as exc:
+            raise FilterError(f"{exc}; or choose another with --codec {path}='<json>'") from None
 
-    chain = _resolve_chain(path, where, dtype, text, kept, overrides, default, plan.zarr_format)
+    # A contiguous source gets zarr's automatic chunks, whole small arrays; szip's scanline
+    # depends on the chunk only when it holds fewer than 4096 values.
+    layout = ArrayLayout(dtype, dataset.shape, dataset.chunks or dataset.shape)
+    chain = _resolve_chain(path, where, layout, text, kept, overrides, default, plan.zarr_format)
     attributes = _attributes(dataset, plan.source)
     if text and plan.zarr_format == 2:
         # netcdf-c reads Zarr v2 strings only as fixed-width bytes ("|S<n>"), not as
@@ -336,7 +343,7 @@ def _plan_array(
 def _resolve_chain(
     path: str,
     where: str,
-    dtype: np.dtype,
+    layout: ArrayLayout,
     text: bool,
     kept: Callable[[], list[CodecConfig]],
     overrides: Mapping[str, list[CodecConfig]],
@@ -344,7 +351,7 @@ def _resolve_chain(
     zarr_format: int,
 ) -> list[CodecConfig]:
     """A variable's codecs: its --codec, else the default --codec, else ``kept()`` (what the
-    source's filters map to), resolved for the dtype and checked for the Zarr format."""
+    source's filters map to), resolved for the array and checked for the Zarr format."""
     try:
         if path in overrides:
             chain = overrides[path]
@@ -352,7 +359,8 @@ def _resolve_chain(
             chain = default
         else:
             chain = kept()
-        chain = chain if text else for_dtype(chain, dtype)
+        if not text:
+            chain = for_array(chain, layout.dtype, layout.shape, layout.chunks)
         _check_codecs(chain, zarr_format, text)
     except FilterError as exc:
         raise AccumulusError(f"{where}: {exc}") from None
@@ -371,8 +379,16 @@ def _plan_netcdf3(
         path = variable.name
         where = f"{plan.source}: variable {path!r}"
         dtype = np.dtype(variable.dtype)
+        layout = ArrayLayout(dtype, tuple(variable.shape), tuple(variable.shape))
         chain = _resolve_chain(
-            path, where, dtype, False, lambda: [NETCDF3_CODEC], overrides, default, plan.zarr_format
+            path,
+            where,
+            layout,
+            False,
+            lambda: [NETCDF3_CODEC],
+            overrides,
+            default,
+            plan.zarr_format,
         )
         attributes = {name: variable.getncattr(name) for name in variable.ncattrs()}
         plan.arrays.append(
@@ -408,7 +424,7 @@ def _netcdf3_attributes(node: Any) -> dict[str, Any]:
     }
 
 
-def _check_codec_sides(pipeline: Sequence[HDF5Filter], path: str) -> None:
+def _check_codec_sides(pipeline: Sequence[HDF5Filter]) -> None:
     registry = default_registry()
     for stage in pipeline:
         side = registry.codec_side(stage.hdf5_id)
@@ -416,8 +432,7 @@ def _check_codec_sides(pipeline: Sequence[HDF5Filter], path: str) -> None:
         if problem:
             raise FilterError(
                 f"HDF5 filter {stage.hdf5_id} ({stage.name}) maps to codec {side.codec_id!r}, "
-                f"which is not usable here ({problem}); choose another with "
-                f"--codec {path}='<json>'"
+                f"which is not usable here ({problem})"
             )
 
 
