@@ -15,6 +15,15 @@ from accumulus.demo import DemoConfig, write_demo_cube
 
 DEFAULT_DIR = Path("benchmark-data")
 
+# A cube shaped like a real archive: 10 years daily at 1 degree, float32 chunks of
+# 73 x 90 x 90 (2.4 MB) as xarray writes them, 10 % of values missing; about 0.9 GiB.
+REALISTIC = DemoConfig(
+    days=3650, resolution=1.0, chunks=(73, 90, 90), view_limit=90.0, missing=0.10
+)
+# The small-chunk cube of the first release: chunks of 30 x 15 x 30 (54 KB), where Dask's
+# per-task overhead dominates any full scan. Reported as a second, labelled case.
+SMALL_CHUNKS = DemoConfig(days=4018)
+
 
 def cube(directory: Path, config: DemoConfig) -> Path:
     """The benchmark cube for ``config``, written once and reused (a marker file beside it

@@ -29,6 +29,8 @@ class DemoConfig:
     resolution: float = 1.0  # degrees
     chunks: tuple[int, int, int] = (30, 15, 30)  # time, lat, lon: a month x 15° x 30°
     start: str = "2000-01-01"
+    view_limit: float = 50.0  # degrees of latitude: no data poleward (a satellite's view)
+    missing: float = 0.03  # fraction of values missing at random (swaths, bad retrievals)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -57,8 +59,8 @@ def _block(block_info: dict | None = None, *, config: DemoConfig) -> np.ndarray:
     mean = (0.4 + itcz + storms) * land * waves
     shape = (t1 - t0, y1 - y0, x1 - x0)
     values = mean * rng.gamma(0.6, 1 / 0.6, size=shape)
-    values[np.broadcast_to(np.abs(lat) > 50, shape)] = np.nan  # outside the satellite's view
-    values[rng.random(shape) < 0.03] = np.nan  # missing swaths and bad retrievals
+    values[np.broadcast_to(np.abs(lat) > config.view_limit, shape)] = np.nan  # out of view
+    values[rng.random(shape) < config.missing] = np.nan  # missing swaths and bad retrievals
     return values.astype("f4")
 
 

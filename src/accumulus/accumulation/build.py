@@ -1,10 +1,11 @@
 """Building a variable's ZEP 5 accumulation group with Dask, chunk by chunk.
 
 Each raw chunk is read once and reduced, in one task, to its sums over every accumulated
-combination (``sums.chunk_sums``). Per combination, those per-chunk sums are prefix-summed
-along the accumulated axes, thinned to every ``stride``-th chunk, rechunked to the
-accumulation array's chunks and written. Peak memory is a few raw chunks plus the (much
-smaller) reduced chunks, whatever the size of the array.
+combination (``sums.chunk_sums``); which sums are stored is the statistics table's
+(``statistics.stored_sums``). Per combination, those per-chunk sums are prefix-summed
+along the accumulated axes, thinned to every ``stride``-th chunk and written
+(``stream.fill``). Peak memory is a few raw blocks plus one slab's (much smaller) sums,
+whatever the size of the array.
 
 Write order keeps readers safe: the group is created marked incomplete (queries ignore it),
 arrays are filled, then the group is marked complete and consolidated metadata refreshed.
@@ -21,7 +22,7 @@ import numpy as np
 import zarr
 
 from accumulus import compute
-from accumulus.accumulation import spec, stream
+from accumulus.accumulation import spec, statistics, stream
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
@@ -80,7 +81,8 @@ def _build(
     check_request(var, request)
     compute.check_scheduler(scheduler)
     coverage = final_coverage(cube, var)
-    wanted = spec.make_group(variable, var.dims, request, coverage)
+    holders = statistics.stored_arrays(request.weights)
+    wanted = spec.make_group(variable, var.dims, request, coverage, holders)
     existing = cube.accumulation_group(variable)
     action = "built"
     if existing is not None and not rebuild:
@@ -313,7 +315,7 @@ def _create_arrays(
         for name in acc.arrays.values():
             if name in targets:
                 continue
-            count = name == acc.arrays[spec.COUNT]
+            count = any(statistics.SUMS[t].is_count for t, n in acc.arrays.items() if n == name)
             # A fill value no real sum can take: a missing chunk is detected, not read as 0.
             targets[name] = group.create_array(
                 name,

@@ -21,7 +21,7 @@ import pandas as pd
 import xarray as xr
 import zarr
 
-from accumulus.accumulation import spec
+from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, Read, plan_query
 from accumulus.accumulation.sums import reduce_terms
 from accumulus.accumulation.weights import resolve_weights, weight_values
@@ -29,7 +29,7 @@ from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulationReadError, AccumulusError
 from accumulus.storage import CountingStore, is_metadata_key
 
-STATS = ("mean", "sum", "count")
+STATS = tuple(statistics.STATISTICS)
 # Raw reads are cut at chunk boundaries into pieces of at most this many values, and a few
 # pieces are read at once: a full scan streams instead of loading the whole array.
 RAW_PIECE_ELEMENTS = 4 * 2**20
@@ -82,8 +82,10 @@ def run_query(cube: Cube, query: Query, *, latency: float = 0.0) -> QueryResult:
     started = time.perf_counter()
     var = cube.variable(query.variable)
     over = _check_over(var, query.over)
-    if query.stat not in STATS:
-        raise AccumulusError(f"unknown stat {query.stat!r}: use one of {', '.join(STATS)}")
+    if query.stat not in statistics.STATISTICS:
+        known = ", ".join(statistics.STATISTICS)
+        raise AccumulusError(f"unknown stat {query.stat!r}: use one of {known}")
+    stat = statistics.STATISTICS[query.stat]
     ranges = {d: (0, n) for d, n in zip(var.dims, var.shape, strict=True)}
     for dim, (start, stop) in query.ranges.items():
         if dim not in var.dims:
@@ -99,7 +101,7 @@ def run_query(cube: Cube, query: Query, *, latency: float = 0.0) -> QueryResult:
         # The weights the accumulations were built with, so both ways agree by default.
         weights = group.weights if group is not None and group.weights != "unknown" else None
     weights = resolve_weights(cube.decoded, var.name, weights)
-    terms = _terms(query.stat, weights)
+    terms = stat.sums_for(weighted=weights != "none")
     if query.use_accumulation:
         layouts, note = _usable_layouts(cube, var, group, weights, terms)
     else:
@@ -108,13 +110,13 @@ def run_query(cube: Cube, query: Query, *, latency: float = 0.0) -> QueryResult:
     plan = plan_query(var.dims, ranges, over, layouts)
     counting = CountingStore(cube.store, latency=latency, cache_bytes=256 * 2**20)
     sums = _execute(cube, var, group, plan, terms, weights, counting)
-    values = _finish(query.stat, terms, sums)
+    values = stat.finish(list(sums), weights != "none")
 
     kept = [d for d in var.dims if d not in over]
     coords = {d: (d, cube.coordinate(d, *ranges[d])) for d in kept}
     data = xr.DataArray(values, dims=kept, coords=coords, name=var.name)
     units = cube.raw[var.name].attrs.get("units")
-    if units is not None and query.stat != "count":
+    if units is not None and stat.has_units:
         data.attrs["units"] = units
     stats = _stats(counting, var.name, time.perf_counter() - started)
     data.attrs.update(
@@ -190,15 +192,6 @@ def _check_over(var: VariableInfo, over: Sequence[str]) -> tuple[str, ...]:
     if not over:
         raise AccumulusError("name at least one dimension to average over")
     return tuple(d for d in var.dims if d in over)
-
-
-def _terms(stat: str, weights: str) -> tuple[str, ...]:
-    weighted = weights != "none"
-    if stat == "mean":
-        return (spec.WSUM, spec.WCOUNT) if weighted else (spec.SUM, spec.COUNT)
-    if stat == "sum":
-        return (spec.WSUM,) if weighted else (spec.SUM,)
-    return (spec.WCOUNT,) if weighted else (spec.COUNT,)
 
 
 def _usable_layouts(
@@ -344,7 +337,7 @@ def _accumulation_sums(
             raise AccumulationReadError(
                 f"{cube.label}: cannot read accumulation array {group.path}/{name}: {exc}"
             ) from None
-        if np.isnan(slab).any() or (term == spec.COUNT and (slab < 0).any()):
+        if np.isnan(slab).any() or (statistics.SUMS[term].is_count and (slab < 0).any()):
             raise AccumulationReadError(
                 f"{cube.label}: accumulation array {group.path}/{name} has a missing chunk "
                 f"at {_entry_text(read)}; run `accumulus verify` or rebuild"
@@ -358,18 +351,6 @@ def _accumulation_sums(
         )
         parts.append(slab.values)
     return np.stack(parts)
-
-
-def _finish(stat: str, terms: Sequence[str], sums: np.ndarray) -> np.ndarray:
-    """The answer from the sums, with xarray's conventions: a mean over no valid value is
-    NaN, a sum over none is 0, and a sum of weights (weighted count) of 0 is NaN."""
-    if stat == "mean":
-        numerator, denominator = sums
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(denominator != 0, numerator / denominator, np.nan)
-    if terms[0] == spec.WCOUNT:
-        return np.where(sums[0] != 0, sums[0], np.nan)
-    return sums[0]
 
 
 def _stats(store: CountingStore, variable: str, seconds: float) -> QueryStats:

@@ -47,7 +47,7 @@ def group_name(variable: str) -> str:
 
 def array_name(term: str, dims: Sequence[str]) -> str:
     """Accumulation array names in the style of the ZEP 5 example: acc_lat_lon, acc_wt_time."""
-    return f"{_ARRAY_PREFIX[term]}_{'_'.join(dims)}"
+    return f"{_ARRAY_PREFIX.get(term, f'acc_{term}')}_{'_'.join(dims)}"
 
 
 @dataclass(frozen=True)
@@ -113,19 +113,16 @@ def make_group(
     variable_dims: Sequence[str],
     request: BuildRequest,
     coverage: Mapping[str, int],
+    holders: Mapping[str, str],
 ) -> AccumulationGroup:
-    """The group a build request describes (array names, strides, term set)."""
+    """The group a build request describes (array names, strides, sums). ``holders`` maps
+    each sum stored to the sum whose array holds it (``statistics.stored_arrays``: with
+    unit weights Σw·x is Σx and Σw the count, so two arrays serve all four sums)."""
     dims = tuple(variable_dims)
-    unit_weights = request.weights == "none"
     accumulations = []
     for combo in request.combinations:
         ordered = tuple(d for d in dims if d in combo)
-        if unit_weights:
-            # w = 1: Σw·x is Σx and Σw is the count, so two arrays serve all four sums.
-            data, count = array_name(WSUM, ordered), array_name(COUNT, ordered)
-            arrays = {WSUM: data, SUM: data, WCOUNT: count, COUNT: count}
-        else:
-            arrays = {t: array_name(t, ordered) for t in (WSUM, WCOUNT, SUM, COUNT)}
+        arrays = {term: array_name(holder, ordered) for term, holder in holders.items()}
         strides = tuple(int(request.strides.get(d, 1)) for d in ordered)
         accumulations.append(Accumulation(ordered, strides, arrays, dims))
     return AccumulationGroup(
@@ -156,6 +153,12 @@ def accumulation_tree(variable_dims: Sequence[str], accumulations: Sequence[Accu
 
 def group_attributes(group: AccumulationGroup) -> dict[str, Any]:
     counts = {a.key: a.arrays[COUNT] for a in group.accumulations if COUNT in a.arrays}
+    # Sums neither ZEP 5 nor "counts" has a key for (e.g. Σx² for a variance).
+    others = {
+        a.key: {t: n for t, n in a.arrays.items() if t not in ZEP5_KEYS and t != COUNT}
+        for a in group.accumulations
+    }
+    extra = {"sums": others} if any(others.values()) else {}
     return {
         TREE_KEY: accumulation_tree(group.variable_dims, group.accumulations),
         EXTENSION_KEY: {
@@ -165,7 +168,8 @@ def group_attributes(group: AccumulationGroup) -> dict[str, Any]:
             "coverage": dict(group.coverage),
             "complete": group.complete,
             "counts": counts,
-        },
+        }
+        | extra,
     }
 
 
@@ -256,6 +260,7 @@ def parse_group(
         arrays = dict(terms)
         extension = attrs.get(EXTENSION_KEY, {})
         count_name = extension.get("counts", {}).get(",".join(ordered))
+        arrays.update(extension.get("sums", {}).get(",".join(ordered), {}))
         if count_name:
             arrays[COUNT] = count_name
         elif extension.get("weights") == "none" and WCOUNT in arrays:

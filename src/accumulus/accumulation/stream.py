@@ -2,38 +2,35 @@
 
 The raw array is walked along its "batch" dimension (the one with the most chunks) in slabs
 of whole chunks of about ``SLAB_BYTES``. Within a slab, each Dask task reads a block of
-several raw chunks (``VariableInfo.grouped_blocks``), sums it per raw chunk for every
-accumulated combination at once (``sums.chunk_sums``), and the per-chunk sums are
-prefix-summed, thinned to every ``stride``-th chunk, and written. Entries along the batch
-dimension continue from the last entry written by the previous slab. So peak memory is set
-by the slab and block sizes, not by the array, and the same code serves a full build
-(starting at 0) and an update after the data grew (starting at the old coverage).
+several raw chunks (``VariableInfo.grouped_blocks``) and sums it per raw chunk for every
+accumulated combination at once (``sums.chunk_sums``: one compiled pass per axis, no copy
+of the block per sum), so every raw chunk is read and decoded once. The per-chunk sums
+(much smaller than the data) come back to this process, where they are prefix-summed,
+thinned to every ``stride``-th chunk and written, while the next slab is being read.
+Entries along the batch dimension continue from the last entry written by the previous
+slab. So peak memory is set by the slab and block sizes, not by the array, and the same
+code serves a full build (starting at 0) and an update after the data grew (starting at
+the old coverage).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from math import prod
 
+import dask
 import dask.array as da
 import numpy as np
 import zarr
 
 from accumulus import compute
-from accumulus.accumulation import spec
-from accumulus.accumulation.sums import chunk_sums
+from accumulus.accumulation import spec, statistics
+from accumulus.accumulation.sums import chunk_sums, prefix_entries
 from accumulus.cube import VariableInfo
-from accumulus.grid import ChunkBounds
 
 SLAB_BYTES = 128 * 2**20  # stored bytes of raw data per slab
-
-
-def terms_for(weights: str) -> tuple[str, ...]:
-    """The sums a build stores: with unit weights, Σw·x is Σx and Σw is the count."""
-    if weights == "none":
-        return (spec.SUM, spec.COUNT)
-    return (spec.WSUM, spec.WCOUNT, spec.SUM, spec.COUNT)
 
 
 def batch_dimension(var: VariableInfo) -> str:
@@ -93,18 +90,141 @@ def fill(
         for acc in group.accumulations
         for name in set(acc.arrays.values())
     }
+    terms = statistics.stored_sums(group.weights)
     # Along ``dim``, blocks stay single chunks: a slab (or an update) reads nothing outside.
     x = var.dask_array(var.grouped_blocks(keep=dim))
-    for done, (slab_start, slab_stop) in enumerate(slabs):
+
+    def slab_sums(done: int) -> list[tuple[_Work, np.ndarray]]:
+        """Each accumulation's per-chunk sums over slab ``done`` (one pass over its data)."""
+        slab_start, slab_stop = slabs[done]
         work = [_work(var, acc, dim, slab_start, slab_stop) for acc in group.accumulations]
         work = [w for w in work if w.raw_stop > w.raw_start]
-        writes = []
-        for item in work:
-            sources = _entries(x, var, group, item, dim, weights, targets)
-            writes += [_write(source, targets[name], item, dim) for name, source in sources.items()]
-        offset = done * per_slab
+        regions = sorted({(w.raw_start, w.raw_stop) for w in work})
+        in_region = [[w for w in work if (w.raw_start, w.raw_stop) == r] for r in regions]
+        tasks = [
+            _region_tasks(x, var, dim, region, weights, terms, items)
+            for region, items in zip(regions, in_region, strict=True)
+        ]
         slab_chunks = len(bounds.chunks_overlapping(slab_start, slab_stop))
-        compute.run(writes, scheduler, _scaled(progress, offset, slab_chunks, total))
+        computed = iter(
+            compute.run(
+                [t for ts in tasks for t in ts.ravel()],
+                scheduler,
+                _scaled(progress, done * per_slab, slab_chunks, total),
+            )
+        )
+        sums = []
+        for region_tasks, items in zip(tasks, in_region, strict=True):
+            results = np.empty(region_tasks.shape, dtype=object)
+            for index in np.ndindex(region_tasks.shape):
+                results[index] = next(computed)
+            for item in items:
+                sums.append(
+                    (item, _concatenate(results, tuple(var.axis(d) for d in item.acc.dims)))
+                )
+        return sums
+
+    # The next slab is read and summed while this one's entries are written; entries are
+    # written slab after slab, as each continues from the last entry of the one before.
+    with ThreadPoolExecutor(1) as reader:
+        pending = reader.submit(slab_sums, 0) if slabs else None
+        for done in range(len(slabs)):
+            assert pending is not None
+            ready = pending.result()
+            if done + 1 < len(slabs):
+                pending = reader.submit(slab_sums, done + 1)
+            for item, per_chunk in ready:
+                _write_entries(var, item, dim, terms, per_chunk, targets)
+
+
+def _region_tasks(
+    x: da.Array,
+    var: VariableInfo,
+    dim: str,
+    region: tuple[int, int],
+    weights: np.ndarray | float,
+    terms: Sequence[str],
+    work: Sequence[_Work],
+) -> np.ndarray:
+    """Delayed per-block sums of raw ``region`` along ``dim``: an array shaped like the
+    block grid of tasks, each returning ``{reduced axes: per-chunk sums}`` (``chunk_sums``)."""
+    axis = var.axis(dim)
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(*region)
+    x = x[tuple(index)]
+    reductions = sorted({tuple(var.axis(d) for d in w.acc.dims) for w in work})
+    offsets = [region[0] if a == axis else 0 for a in range(x.ndim)]
+    starts = [np.cumsum((o, *c[:-1])).tolist() for o, c in zip(offsets, x.chunks, strict=True)]
+    blocks = x.to_delayed()
+    tasks = np.empty(blocks.shape, dtype=object)
+    for block_index in np.ndindex(blocks.shape):
+        location = [
+            (starts[a][i], starts[a][i] + x.chunks[a][i]) for a, i in enumerate(block_index)
+        ]
+        # Where raw chunks start inside the block, along each axis.
+        edges = [
+            [e - lo for e in var.bounds[a].edges if lo <= e < hi]
+            for a, (lo, hi) in enumerate(location)
+        ]
+        w = weights
+        if isinstance(weights, np.ndarray):
+            w = weights[
+                tuple(slice(lo, hi) if n > 1 else slice(None)
+                      for (lo, hi), n in zip(location, weights.shape, strict=True))
+            ]  # fmt: skip
+        tasks[block_index] = dask.delayed(chunk_sums, pure=True)(
+            blocks[block_index], w, terms, reductions, edges
+        )
+    return tasks
+
+
+def _concatenate(results: np.ndarray, reduced: tuple[int, ...]) -> np.ndarray:
+    """One reduction's per-chunk sums over a region, from its blocks' results."""
+    parts = np.empty(results.shape, dtype=object)
+    for index in np.ndindex(results.shape):
+        parts[index] = results[index][reduced]
+    for axis in reversed(range(parts.ndim)):
+        joined = np.empty(parts.shape[:axis], dtype=object)
+        for index in np.ndindex(joined.shape):
+            joined[index] = np.concatenate(list(parts[index]), axis=axis + 1)
+        parts = joined
+    return parts[()]
+
+
+def _write_entries(
+    var: VariableInfo,
+    work: _Work,
+    dim: str,
+    terms: Sequence[str],
+    per_chunk: np.ndarray,
+    targets: dict[str, zarr.Array],
+) -> None:
+    """Prefix-sum one accumulation's per-chunk sums over a region into its entries, continue
+    them from the entry before ``work.first``, and write them."""
+    acc = work.acc
+    entries = per_chunk
+    for d in acc.dims:
+        entries = prefix_entries(entries, var.axis(d) + 1, acc.stride(d))
+    order = [var.axis(d) for d in acc.array_dims]
+    t_axis = acc.array_dims.index(dim)
+    window = [slice(None)] * len(order)
+    window[t_axis] = slice(work.first, work.first + entries.shape[var.axis(dim) + 1])
+    written: set[str] = set()
+    for t, term in enumerate(terms):
+        name = acc.arrays[term]
+        if name in written:
+            continue
+        written.add(name)
+        target = targets[name]
+        values = entries[t].transpose(order)
+        if dim in acc.dims and work.first > 0:
+            # Continue from the last entry the previous slab (or build) wrote.
+            before = list(window)
+            before[t_axis] = slice(work.first - 1, work.first)
+            values = values + np.asarray(target[tuple(before)], dtype="f8")
+        if statistics.SUMS[term].is_count:
+            values = np.round(values).astype("int64")
+        target[tuple(window)] = values
 
 
 def _scaled(
@@ -130,131 +250,3 @@ def _work(
     raw_start = positions[k0 - 1] if k0 else 0
     raw_stop = positions[k1 - 1] if k1 > k0 else raw_start
     return _Work(acc, raw_start, raw_stop, k0)
-
-
-def _entries(
-    x: da.Array,
-    var: VariableInfo,
-    group: spec.AccumulationGroup,
-    work: _Work,
-    dim: str,
-    weights: np.ndarray | float,
-    targets: dict[str, zarr.Array],
-) -> dict[str, da.Array]:
-    """The Dask arrays of one accumulation's entries for one slab, per array name."""
-    acc = work.acc
-    axis = var.axis(dim)
-    region = [slice(None)] * x.ndim
-    region[axis] = slice(work.raw_start, work.raw_stop)
-    x = x[tuple(region)]
-    w = weights
-    if isinstance(weights, np.ndarray):
-        if weights.shape[axis] > 1:
-            weights = weights[tuple(region)]
-        w = da.from_array(
-            weights,
-            chunks=tuple(
-                c if n > 1 else (1,) for c, n in zip(x.chunks, weights.shape, strict=True)
-            ),
-        )
-    terms = terms_for(group.weights)
-    reduced = tuple(var.axis(d) for d in acc.dims)
-    offsets = [0] * x.ndim
-    offsets[axis] = work.raw_start
-    starts = [np.cumsum((o, *c[:-1])).tolist() for o, c in zip(offsets, x.chunks, strict=True)]
-    # Raw chunks inside each block, along each reduced axis: the block's partial sums.
-    chunk_counts = [
-        tuple(
-            len(var.bounds[a].chunks_overlapping(s, s + n))
-            for s, n in zip(starts[a], x.chunks[a], strict=True)
-        )
-        for a in range(x.ndim)
-    ]
-    sums = da.map_blocks(
-        _block_sums,
-        x,
-        w,
-        offsets=tuple(offsets),
-        bounds=var.bounds,
-        terms=terms,
-        axes=reduced,
-        new_axis=0,
-        chunks=(
-            (len(terms),),
-            *(chunk_counts[a] if a in reduced else c for a, c in enumerate(x.chunks)),
-        ),
-        dtype="f8",
-    )
-    # Prefix sums over blocks of whole output chunks (entry chunk x stride raw chunks), so
-    # the scan has few steps and each block becomes one chunk of the target array.
-    first_target = targets[acc.arrays[terms[0]]]
-    target_chunk = dict(zip(acc.array_dims, first_target.chunks, strict=True))
-    blocks = [len(terms)]
-    for a, d in enumerate(var.dims):
-        blocks.append(target_chunk[d] * acc.stride(d) if a in reduced else target_chunk[d])
-    sums = sums.rechunk(tuple(blocks))
-    for a in reduced:
-        stride = acc.stride(var.dims[a])
-        sums = da.cumsum(sums, axis=a + 1)
-        step = [slice(None)] * sums.ndim
-        step[a + 1] = slice(stride - 1, None, stride)
-        sums = sums[tuple(step)]
-    order = [var.axis(d) for d in acc.array_dims]
-    out: dict[str, da.Array] = {}
-    for t, term in enumerate(terms):
-        name = acc.arrays[term]
-        if name in out:
-            continue
-        entries = sums[t].transpose(order)
-        if dim in acc.dims and work.first > 0:
-            # Continue from the last entry the previous slab (or build) wrote.
-            target = targets[name]
-            before = [slice(None)] * target.ndim
-            before[acc.array_dims.index(dim)] = slice(work.first - 1, work.first)
-            entries = entries + target[tuple(before)].astype("f8")
-        if name == acc.arrays[spec.COUNT]:
-            entries = da.round(entries).astype("int64")
-        out[name] = entries
-    return out
-
-
-def _block_sums(
-    x: np.ndarray,
-    w: np.ndarray | float,
-    *,
-    offsets: Sequence[int],
-    bounds: Sequence[ChunkBounds],
-    terms: Sequence[str],
-    axes: tuple[int, ...],
-    block_info: dict | None = None,
-) -> np.ndarray:
-    """One block's sums per raw chunk along ``axes`` (full resolution along the others)."""
-    location = block_info[0]["array-location"]
-    local_edges = []
-    for a, (lo, hi) in enumerate(location):
-        start = offsets[a] + lo
-        local_edges.append([e - start for e in bounds[a].edges if start <= e < start + hi - lo])
-    return chunk_sums(x, w, terms, [axes], local_edges)[axes]
-
-
-def _write(source: da.Array, target: zarr.Array, work: _Work, dim: str):
-    """A lazy region write of ``source`` into ``target`` from ``work.first`` along ``dim``,
-    chunked so that each target chunk is written by exactly one task."""
-    t_axis = work.acc.array_dims.index(dim)
-    window = [slice(None)] * target.ndim
-    window[t_axis] = slice(work.first, work.first + source.shape[t_axis])
-    aligned = source.rechunk(_aligned_chunks(target, t_axis, work.first, source.shape))
-    return da.store(aligned, target, regions=tuple(window), lock=False, compute=False)
-
-
-def _aligned_chunks(
-    target: zarr.Array, axis: int, offset: int, shape: Sequence[int]
-) -> tuple[tuple[int, ...], ...]:
-    chunks = []
-    for a, (n, c) in enumerate(zip(shape, target.chunks, strict=True)):
-        first = (c - offset % c) % c if a == axis else 0
-        sizes = [min(first, n)] if first else []
-        rest = n - sum(sizes)
-        sizes += [c] * (rest // c) + ([rest % c] if rest % c else [])
-        chunks.append(tuple(s for s in sizes if s) or (0,))
-    return tuple(chunks)

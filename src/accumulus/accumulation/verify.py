@@ -17,7 +17,7 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from accumulus.accumulation import spec
+from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 
@@ -86,7 +86,8 @@ class _Mismatch(Exception):
 
 
 def _summands(x: xr.DataArray, weights: np.ndarray | float) -> xr.DataArray:
-    """Every sum's summands and their absolute values, stacked along a "term" dimension."""
+    """Every sum's summands w^a·x^b (``statistics.SUMS``) and their absolute values,
+    stacked along a "term" dimension."""
     valid = x.notnull()
     values = x.fillna(0.0)
     w: xr.DataArray | float = 1.0
@@ -97,10 +98,8 @@ def _summands(x: xr.DataArray, weights: np.ndarray | float) -> xr.DataArray:
             weights.reshape([weights.shape[i] for i in keep]), dims=[x.dims[i] for i in keep]
         )
     terms = {
-        spec.SUM: values,
-        spec.COUNT: valid.astype("f8"),
-        spec.WSUM: (values * w).where(valid, 0.0),
-        spec.WCOUNT: (valid * w).where(valid, 0.0),
+        s.name: (w**s.weight_power * values**s.value_power).where(valid, 0.0)
+        for s in statistics.SUMS.values()
     }
     terms |= {f"abs_{t}": abs(v) for t, v in terms.items()}
     stacked = xr.concat(list(terms.values()), dim="term", coords="minimal")

@@ -1,0 +1,143 @@
+"""Statistics described once: which sums each needs, how they combine, how it is finished.
+
+In the style of flox's ``Aggregation`` table. Every sum is Σ w^a·x^b over the valid values
+(x a decoded value, w its weight; a missing value adds nothing), so every sum is additive:
+the sums of disjoint blocks combine by addition. That is what lets prefix sums at chunk
+boundaries (ZEP 5) answer any range, and it is the only way sums ever combine here — in a
+block's reduction (``sums.chunk_sums``), in the prefix sums a build stores, and in the
+signed pieces of a query plan.
+
+A statistic names the sums it needs when weighted; unweighted (weights "none", w = 1) it
+uses the same sums with a = 0. ``finish`` turns the combined sums into the answer, with
+xarray's conventions. Adding a statistic is one ``Statistic`` entry (and a ``Sum`` entry
+for each sum no statistic needed before): the build stores every sum of ``SUMS``, verify
+checks each, and the query asks for the ones its statistic names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from accumulus.accumulation.spec import COUNT, SUM, WCOUNT, WSUM
+
+
+@dataclass(frozen=True)
+class Sum:
+    """Σ w^a·x^b over the valid values of a block."""
+
+    name: str  # as the accumulation group names it (spec.WSUM, ...)
+    weight_power: int  # a: 0 or 1
+    value_power: int  # b: 0, 1, 2, ...
+
+    @property
+    def is_count(self) -> bool:
+        """Σ1, an exact integer (stored as int64)."""
+        return self.weight_power == 0 and self.value_power == 0
+
+
+SUMS: dict[str, Sum] = {
+    s.name: s
+    for s in (
+        Sum(WSUM, 1, 1),  # Σ w·x   ZEP 5 _DATA_WEIGHTED
+        Sum(WCOUNT, 1, 0),  # Σ w     ZEP 5 _WEIGHTS
+        Sum(SUM, 0, 1),  # Σ x     ZEP 5 _DATA_UNWEIGHTED
+        Sum(COUNT, 0, 0),  # Σ 1     valid values
+    )
+}
+
+
+def unweighted(name: str) -> str:
+    """The sum that ``name`` becomes when every weight is 1 (Σw·x -> Σx, Σw -> Σ1)."""
+    return _twin(name, weight_power=0)
+
+
+def _twin(name: str, weight_power: int) -> str:
+    """The sum with the same power of x as ``name`` and w to ``weight_power`` (every weighted
+    sum of the table has its unweighted twin; an unweighted one without a weighted twin is
+    its own)."""
+    power = SUMS[name].value_power
+    twins = [
+        s.name for s in SUMS.values() if (s.weight_power, s.value_power) == (weight_power, power)
+    ]
+    if not twins and weight_power == 1:
+        return name
+    return twins[0]
+
+
+def powers(names: Sequence[str]) -> np.ndarray:
+    """(a, b) of each named sum, as the compiled loop takes them: int64 (len(names), 2)."""
+    return np.array(
+        [(SUMS[n].weight_power, SUMS[n].value_power) for n in names], dtype="int64"
+    ).reshape(len(names), 2)
+
+
+Finish = Callable[[Sequence[np.ndarray], bool], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """A statistic: the sums it needs (weighted form) and how its answer is finished from
+    them (``finish(sums, weighted)``, the sums in the order named)."""
+
+    name: str
+    sums: tuple[str, ...]
+    finish: Finish
+    has_units: bool = True  # the answer carries the variable's units (a count does not)
+
+    def sums_for(self, weighted: bool) -> tuple[str, ...]:
+        return self.sums if weighted else tuple(unweighted(s) for s in self.sums)
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, NaN where the denominator is 0 (no valid value)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator != 0, numerator / denominator, np.nan)
+
+
+def _mean(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+    # xarray: the mean over no valid value is NaN.
+    return _ratio(sums[0], sums[1])
+
+
+def _sum(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+    # xarray: a sum over no valid value is 0.
+    return sums[0]
+
+
+def _count(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+    # xarray: ``count()`` of nothing is 0, but ``weighted(w).sum_of_weights()`` of 0 is NaN.
+    return np.where(sums[0] != 0, sums[0], np.nan) if weighted else sums[0]
+
+
+STATISTICS: dict[str, Statistic] = {
+    s.name: s
+    for s in (
+        Statistic("mean", (WSUM, WCOUNT), _mean),
+        Statistic("sum", (WSUM,), _sum),
+        Statistic("count", (WCOUNT,), _count, has_units=False),
+    )
+}
+
+
+def stored_sums(weights: str) -> tuple[str, ...]:
+    """The sums a build computes with ``weights``: all of them; with unit weights only the
+    unweighted ones, as each weighted sum equals its unweighted twin."""
+    if weights == "none":
+        return tuple(dict.fromkeys(unweighted(s) for s in SUMS))
+    return tuple(SUMS)
+
+
+def stored_arrays(weights: str) -> dict[str, str]:
+    """Each sum of an accumulation -> the sum whose array holds it. With unit weights a sum
+    and its unweighted twin share one array, named after the weighted sum (ZEP 5's
+    _DATA_WEIGHTED then holds Σx), except that Σw and Σ1 share the count's."""
+    if weights != "none":
+        return {s: s for s in SUMS}
+    holders = {}
+    for name in SUMS:
+        twin = unweighted(name)
+        holders[name] = twin if SUMS[twin].is_count else _twin(twin, weight_power=1)
+    return holders
