@@ -50,13 +50,13 @@ CRASHES = {
     "while writing chunks": (writer_module, "_write", 1, 6, ""),
     "before the first journal write": (append_module, "write_journal", 1, 6, "cut back"),
     "after the journal, before accumulations": (
-        append_module._Run,
-        "_update_accumulations",
+        append_module,
+        "update_accumulations",
         1,
         6,  # committed, not yet published: the re-run publishes it
         "was finished",
     ),
-    "before consolidating": (append_module._Run, "_consolidate", 1, 6, "was finished"),
+    "before consolidating": (append_module, "consolidate", 1, 6, "was finished"),
     "before the second journal write": (append_module, "write_journal", 2, 9, "cut back"),
 }
 

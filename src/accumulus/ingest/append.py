@@ -1,25 +1,26 @@
 """Create a cube from granules and append to it: resumable, safe for readers, accumulations
 kept current.
 
-One append, under the store's lock (``accumulus.locking``):
+``append`` runs five phases under the store's lock (``accumulus.locking``), each a function
+below that takes the previous phase's result, an immutable value, and returns its own:
 
-1. *Recover.* The journal (``journal.py``) says how far the cube is committed. Arrays grown
-   past that by an interrupted run are cut back (their data was never visible: consolidated
-   metadata is written last), and a commit interrupted after its journal write is finished.
-2. *Check.* Every granule is opened, checked against the cube (``conform.py``) and read whole,
-   before anything is written: bad input changes nothing. Granules already in the journal
-   (same checksum) are skipped; overlaps are refused, or skipped with ``skip_existing``.
-3. *Create* the cube from the first granule when the store is new: its encodings, chunks
-   chosen by ``layout.py``, static coordinates written once, the dimension still empty.
-4. *Write.* Granules are read again one at a time and their values written in whole chunks
-   past the committed extent, where no reader looks (``writer.py``). Chunk edges along the
-   dimension are regular, or declared granule by granule by a variable rule (a chunk per
-   month, per year or per granule: ``layout.VariableGrid``, a rectilinear grid of Zarr v3).
-5. *Commit*, at the end and whenever a chunk of data has filled since the last commit:
-   partial last chunks, arrays resized (with their new chunk grid), journal (the commit
-   point), accumulation groups updated incrementally, consolidated metadata last. Readers
-   open the consolidated snapshot, so they see the cube before or after a commit, never in
-   between.
+1. ``recover`` -> ``Recovered``: the journal (``journal.py``) says how far the cube is
+   committed; what an interrupted run left past it is cut back, a commit interrupted after
+   its journal write is finished, an interrupted creation is wiped.
+2. ``check`` -> ``Checked``: every granule is opened, checked against the cube
+   (``conform.py``) and read whole; granules already in the journal are skipped, overlaps
+   refused (or skipped with ``skip_existing``). Nothing has been written yet.
+3. ``create`` -> ``Committed``: a new cube's arrays from the first granule, empty along the
+   append dimension (chunks chosen by ``layout.py``).
+4. ``write`` -> ``Written``: the granules are read again one at a time and their values
+   written in whole chunks past the committed extent, where no reader looks (``writer.py``),
+   with a ``commit`` whenever a chunk of data has filled and at the end.
+5. ``commit`` -> ``Journal``: partial last chunks, arrays resized, the journal (the commit
+   point), accumulation groups updated incrementally, consolidated metadata last.
+
+The crash-safety rule of each phase is stated where it is enforced. Together: readers open
+the consolidated snapshot, so they see the cube before or after a commit, never in between;
+a run killed at any moment is finished by running it again.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ from accumulus.ingest.conform import (
     template_of,
     time_labels,
 )
-from accumulus.ingest.granules import CodecChain, Granule, GranuleLike, open_granule
+from accumulus.ingest.granules import CodecChain, GranuleLike, open_granule
 from accumulus.ingest.journal import (
     CREATING,
     JOURNAL_KEY,
@@ -97,18 +98,6 @@ class AppendResult:
     seconds: float
 
 
-@dataclass
-class _Planned:
-    """A granule that passed the checks, and which of its steps to append."""
-
-    item: GranuleLike
-    name: str
-    size: int
-    checksum: str
-    coordinate: np.ndarray  # along the append dimension, in the cube's encoding
-    keep: slice = field(default_factory=lambda: slice(None))
-
-
 def append(
     store: str | os.PathLike[str] | Store,
     granules: GranuleLike | Iterable[GranuleLike],
@@ -142,16 +131,632 @@ def append(
     rule = _chunking_rule(chunking, chunks, dim)
     if isinstance(rule, int):
         chunks[dim] = rule
-    zarr_format = _zarr_format(zarr_format, rule)
+    request = Request(
+        chunks=chunks,
+        rule=rule,
+        zarr_format=_zarr_format(zarr_format, rule),
+        skip_existing=skip_existing,
+        storage_options=storage_options,
+        progress=progress or (lambda done, total: None),
+        steps=2 * len(items),
+    )
     label = store_label(store) if isinstance(store, Store) else os.fspath(store)
-    target, new_directory = _open_target(store, label, storage_options)
+    target_store, new_directory = _open_target(store, label, storage_options)
     try:
-        with StoreLock(target, label) as lock:
-            run = _Run(target, label, dim, lock, chunks, rule, skip_existing, progress)
-            return run.execute(items, storage_options, zarr_format, started)
+        with StoreLock(target_store, label) as lock:
+            target = Target(target_store, label, dim, lock)
+            recovered = recover(target, request)
+            checked = check(target, request, recovered, items)
+            choice = written = None
+            if checked.batch is not None:
+                cube = recovered.cube
+                if cube is None:
+                    cube, choice = create(target, request, checked.batch)
+                written = write(target, request, cube, checked.batch)
+            request.progress(request.steps, request.steps)
     finally:
         if new_directory is not None:
             _remove_if_empty(new_directory)
+    before = recovered.cube.journal.extent if recovered.cube else 0
+    return AppendResult(
+        store=label,
+        dim=dim,
+        created=choice is not None,
+        chunking=choice,
+        appended=written.appended if written else (),
+        skipped=checked.skipped,
+        extent=(before, written.journal.extent if written else before),
+        commits=written.commits if written else 0,
+        accumulations=tuple(sorted(recovered.updated | (written.updated if written else set()))),
+        recovered=recovered.note,
+        seconds=time.perf_counter() - started,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# What the phases are given and what they hand on: immutable values
+
+
+@dataclass(frozen=True)
+class Target:
+    """The store an append writes to, and the lock it holds there for the whole run."""
+
+    store: Store
+    label: str  # how messages name the store
+    dim: str  # the append dimension
+    lock: StoreLock
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the caller asked for, checked."""
+
+    chunks: Mapping[str, int]  # as asked for (--chunks, and a --chunking size)
+    rule: ChunkRule | None  # as asked for along ``dim``: a size, a variable rule, or None
+    zarr_format: int  # of a new cube
+    skip_existing: bool
+    storage_options: dict | None
+    progress: Progress  # called with (done, steps)
+    steps: int  # of progress: each granule is checked, then written
+
+    @property
+    def variable_rule(self) -> str | None:
+        """The variable chunk rule asked for (month, year, per-granule), if any."""
+        return self.rule if isinstance(self.rule, str) else None
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The cube as of its last commit."""
+
+    journal: Journal
+    root: zarr.Group  # its metadata as of that commit
+    variable_rule: str | None  # how its data variables are chunked along the dimension
+    template: Template  # what granules appended to it must look like
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """The cube after recovery (None: there is none yet, the first granule creates it)."""
+
+    cube: Committed | None
+    note: str  # what an interrupted run had left, and what was done about it
+    updated: frozenset[str]  # variables whose accumulations a finished commit updated
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A granule that passed the checks, and which of its steps to append."""
+
+    item: GranuleLike
+    name: str
+    size: int
+    checksum: str
+    coordinate: np.ndarray  # along the append dimension, in the cube's encoding
+    keep: slice = slice(None)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The granules to append, checked."""
+
+    planned: tuple[Planned, ...]  # in order along the dimension
+    template: Template  # what they were checked against
+    first: GranuleLike  # the first granule checked: a new cube takes its encodings from it
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Every granule checked: what to append, and what to skip."""
+
+    batch: Batch | None  # None: nothing to append
+    skipped: tuple[tuple[str, str], ...]  # (granule name, why)
+
+
+@dataclass(frozen=True)
+class Written:
+    journal: Journal  # as of the last commit
+    appended: tuple[str, ...]  # granule names
+    commits: int
+    updated: frozenset[str]  # variables whose accumulation groups were updated
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Recover
+
+
+def recover(target: Target, request: Request) -> Recovered:
+    """Bring the store back to its last commit, or finish that commit.
+
+    Crash safety: the journal is the commit point. Arrays grown past its extent were never
+    published (consolidated metadata is written last), so cutting them back loses nothing a
+    reader saw; a journal newer than the consolidated metadata means the commit point was
+    passed, so the commit is finished, never undone. A creation cut short (journal still
+    ``creating``) is wiped and done again."""
+    journal = read_journal(target.store, target.label)
+    updated: frozenset[str] = frozenset()
+    if journal is None:
+        ours = keys.PREFIX.rstrip("/")
+        if not any(name != ours for name in keys.top_level(target.store)):
+            return Recovered(None, "", updated)
+        journal = _adopt(target, request)
+        note = (
+            f"adopted the existing cube: its {journal.extent} steps along {target.dim} "
+            "are taken as committed"
+        )
+    elif journal.state == CREATING:
+        _wipe(target.store)
+        note = "an interrupted creation was removed; the cube is created again"
+        return Recovered(None, note, updated)
+    else:
+        if journal.dim != target.dim:
+            raise AccumulusError(
+                f"{target.label} is appended along {journal.dim!r}, not {target.dim!r} "
+                f"(use --dim {journal.dim})"
+            )
+        note, updated = _back_to_the_journal(target, journal)
+    root = _consolidated_root(target.store) or _fresh_root(target.store)
+    settings = root.attrs.get("accumulus", {})
+    variable_rule = settings.get("chunking") if isinstance(settings, dict) else None
+    cube = Committed(journal, root, variable_rule, _store_template(target))
+    return Recovered(cube, note, updated)
+
+
+def _back_to_the_journal(target: Target, journal: Journal) -> tuple[str, frozenset[str]]:
+    """Cut arrays grown past the journal back to it; finish a commit whose journal was
+    written but whose consolidated metadata was not. Returns what was done, and the
+    variables whose accumulations were brought up to date."""
+    store, dim = target.store, target.dim
+    notes = []
+    snapshot = _consolidated_root(store)
+    root = snapshot or _fresh_root(store)
+    for name in _names_along_dim(root, dim):
+        # The array's own metadata, which a dead run may have resized.
+        array = zarr.open_array(store, path=name, mode="r+", zarr_format=root.metadata.zarr_format)
+        axis = _dims(array).index(dim)
+        if array.shape[axis] != journal.extent:
+            # Grown by a run that died before its commit point; never published.
+            notes.append(f"{name} cut back from {array.shape[axis]} to {journal.extent}")
+            shape = list(array.shape)
+            shape[axis] = journal.extent
+            array.resize(tuple(shape))
+            record_dimension_size(store, dim, journal.extent)
+    published = snapshot[dim].shape[0] if snapshot is not None else None
+    updated: frozenset[str] = frozenset()
+    if published != journal.extent:
+        # A commit got past its journal write but not to consolidation: finish it.
+        updated = update_accumulations(target)
+        consolidate(store)
+        notes.append(f"the commit of {dim} up to {journal.extent} was finished")
+    if target.lock.recovered is not None:
+        notes.insert(0, f"took over the stale lock of {target.lock.recovered.describe()}")
+    return "; ".join(notes), updated
+
+
+def _adopt(target: Target, request: Request) -> Journal:
+    """Take over a cube that append did not create (written by xarray's ``to_zarr``,
+    ``accumulus convert`` or netcdf-c): its whole extent along ``dim`` becomes the first
+    journal entry.
+
+    Crash safety: only metadata is written, the journal (the commit point) after the append
+    dimension in the root attributes and consolidated metadata after the journal; a run
+    killed before the journal write adopts the cube again."""
+    store, label, dim = target.store, target.label, target.dim
+    root = _fresh_root(store)
+    names = _names_along_dim(root, dim)
+    if not names:
+        raise AccumulusError(
+            f"{label}: no array has the dimension {dim!r}, so there is nothing to "
+            "append to along it (choose --dim among the cube's dimensions)"
+        )
+    extents = {name: root[name].shape[_dims(root[name]).index(dim)] for name in names}
+    if len(set(extents.values())) != 1:
+        raise AccumulusError(
+            f"{label}: the arrays along {dim!r} have different lengths {extents}; "
+            "cannot append to them as one cube"
+        )
+    extent = next(iter(extents.values()))
+    for name in names:
+        axis = _dims(root[name]).index(dim)
+        if regular_chunk_size(root[name], axis) is None and request.variable_rule is None:
+            raise AccumulusError(
+                f"{label}: {name!r} has variable chunks along {dim!r}; say "
+                "which rule new chunks follow with --chunking per-granule|month|year"
+            )
+    settings = root.attrs.get("accumulus")
+    settings = dict(settings) if isinstance(settings, dict) else {}
+    settings["append_dim"] = dim
+    if request.variable_rule is not None:
+        settings["chunking"] = request.variable_rule
+    root.attrs["accumulus"] = settings
+    labels = xr.open_zarr(store, consolidated=False)[dim].values
+    record = GranuleRecord(
+        name="(in the store before its first append)",
+        size=0,
+        checksum="adopted",
+        start=0,
+        stop=extent,
+        first=str(labels[0]) if extent else "",
+        last=str(labels[-1]) if extent else "",
+    )
+    journal = Journal(dim, READY, extent, (record,) if extent else ())
+    write_journal(store, journal)
+    consolidate(store)
+    return journal
+
+
+def _wipe(store: Store) -> None:
+    """Delete what an interrupted creation wrote (everything but our lock), directories
+    included, so that no empty array directory is left for zarr to stumble on."""
+    stored = [k for k in keys.list_keys(store) if not k.startswith(keys.PREFIX)]
+    for top in sorted({k.split("/", 1)[0] for k in stored}):
+        if top in stored:
+            keys.delete(store, top)
+        else:
+            sync(store.delete_dir(top))
+    keys.delete(store, JOURNAL_KEY)
+
+
+def _store_template(target: Target) -> Template:
+    dataset = xr.open_dataset(
+        target.store, engine="zarr", decode_cf=False, consolidated=True, chunks=None
+    )
+    try:
+        return template_of(dataset, target.dim, target.label)
+    finally:
+        dataset.close()
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Check
+
+
+def check(
+    target: Target, request: Request, recovered: Recovered, items: Sequence[GranuleLike]
+) -> Checked:
+    """Open, check and read every granule, and decide what each one appends. Without a cube
+    yet, the first granule's template is the one the others must fit.
+
+    Crash safety: nothing is written here, and nothing is written before every granule has
+    passed: a truncated, corrupt or misfitting granule (or a bad option) changes nothing."""
+    cube = recovered.cube
+    template = cube.template if cube else None
+    if cube is not None:
+        _check_chunking_unchanged(target, request, cube)
+    journal = cube.journal if cube else None
+    planned: list[Planned] = []
+    skipped: list[tuple[str, str]] = []
+    first = None
+    for done, item in enumerate(items, start=1):
+        granule = open_granule(item, request.storage_options)
+        try:
+            known = journal.find(granule.checksum) if journal else None
+            if known is not None:
+                skipped.append((granule.name, f"already ingested as {known.name}"))
+                continue
+            twin = next((p for p in planned if p.checksum == granule.checksum), None)
+            if twin is not None:
+                skipped.append((granule.name, f"the same as {twin.name}"))
+                continue
+            if template is None:
+                template = template_of(granule.dataset, target.dim, f"granule {granule.name}")
+            first = item if first is None else first
+            check_fits(granule, template)
+            coordinate = conform(granule, template)[target.dim]
+            _check_increasing(granule.name, coordinate, template)
+            planned.append(Planned(item, granule.name, granule.size, granule.checksum, coordinate))
+        finally:
+            granule.close()
+            request.progress(done, request.steps)
+    planned.sort(key=lambda p: p.coordinate[0])
+    if template is None or first is None or not planned:
+        return Checked(None, tuple(skipped))
+    planned = _trim_overlaps(target, request, cube, template, planned, skipped)
+    if cube is None:
+        _check_rule_fits(request.variable_rule, template)
+    batch = Batch(tuple(planned), template, first) if planned else None
+    return Checked(batch, tuple(skipped))
+
+
+def _check_chunking_unchanged(target: Target, request: Request, cube: Committed) -> None:
+    """``--chunks`` and ``--chunking`` apply when a cube is created: on an existing cube
+    they must say how it is chunked already."""
+    asked: dict[str, int | str] = dict(request.chunks)
+    if request.rule is not None:
+        asked[target.dim] = request.rule
+    if not asked:
+        return
+    if request.variable_rule is not None and cube.root.metadata.zarr_format == 2:
+        raise AccumulusError(
+            f"{target.label} is Zarr v2, which cannot store chunks of different sizes; "
+            f"--chunking {request.rule} needs a cube created with Zarr v3 (--zarr-format 3, "
+            "the default with --chunking)"
+        )
+    for name in cube.template.data:
+        array = _array(cube.root, name)
+        stored: dict[str, int | str | None] = {
+            d: regular_chunk_size(array, axis) for axis, d in enumerate(_dims(array))
+        }
+        if cube.variable_rule is not None:
+            stored[target.dim] = cube.variable_rule
+        differ = {d: n for d, n in asked.items() if stored.get(d, n) != n}
+        if differ:
+            text = ",".join(f"{d}={stored[d]}" for d in differ)
+            raise AccumulusError(
+                f"{target.label}: {name} is chunked {text}; --chunks and --chunking apply "
+                "when a cube is created and cannot change an existing one"
+            )
+
+
+def _check_rule_fits(rule: str | None, template: Template) -> None:
+    """A calendar rule reads dates: the dimension must have a CF time coordinate."""
+    dim = template.dim
+    if rule in CALENDAR_RULES and template.variables[dim].time is None:
+        units = template.variables[dim].attrs.get("units")
+        raise AccumulusError(
+            f"--chunking {rule} needs a CF time coordinate along "
+            f"{dim!r} (units like 'days since 2000-01-01'); its units are {units!r}"
+        )
+
+
+def _trim_overlaps(
+    target: Target,
+    request: Request,
+    cube: Committed | None,
+    template: Template,
+    planned: list[Planned],
+    skipped: list[tuple[str, str]],
+) -> list[Planned]:
+    """Refuse (or, with ``skip_existing``, drop) steps at or before the end of the cube or
+    of the granule before; ``skipped`` gets the granules dropped whole."""
+    dim = target.dim
+    existing = _stored_coordinate(cube, dim)
+    end, end_name = (existing[-1], "the cube") if existing.size else (None, "")
+    kept = []
+    for plan in planned:
+        if end is not None and plan.coordinate[0] <= end:
+            new = plan.coordinate > end
+            old = plan.coordinate[~new]
+            labels = time_labels(old[:1], template)
+            end_label = time_labels(np.asarray([end]), template)[0]
+            if not request.skip_existing:
+                raise AccumulusError(
+                    f"granule {plan.name}: {dim} {labels[0]} is not after the end of "
+                    f"{end_name} ({end_label}): an overlap or a duplicate, or {dim} "
+                    "going backwards; --skip-existing skips steps already in the cube"
+                )
+            present = np.isin(old, existing)
+            if not present.all():
+                missing = time_labels(old[~present][:1], template)[0]
+                raise AccumulusError(
+                    f"granule {plan.name}: {dim} {missing} goes backwards: it is "
+                    f"before the end of {end_name} ({end_label}) but not in the cube"
+                )
+            if not new.any():
+                skipped.append((plan.name, f"every {dim} already in the cube"))
+                continue
+            plan = replace(plan, keep=slice(int(np.argmax(new)), None))
+        kept.append(plan)
+        end, end_name = plan.coordinate[-1], f"granule {plan.name}"
+        existing = np.concatenate([existing, plan.coordinate[plan.keep]])
+    return kept
+
+
+def _stored_coordinate(cube: Committed | None, dim: str) -> np.ndarray:
+    """The committed values of the append dimension's coordinate."""
+    if cube is None or cube.journal.extent == 0:
+        return np.asarray([])
+    return np.asarray(_array(cube.root, dim)[: cube.journal.extent])
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Create
+
+
+def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, ChunkChoice]:
+    """The cube's arrays from the first granule: its encodings, empty along ``dim``.
+    Everything is decided (and may fail) before the first write.
+
+    Crash safety: the journal says ``creating`` before the first array is written and
+    ``ready`` only once all are; ``recover`` wipes a creation cut short, and the next run
+    creates the cube again."""
+    template, dim, store = batch.template, target.dim, target.store
+    zarr_format, variable_rule = request.zarr_format, request.variable_rule
+    granule = open_granule(batch.first, request.storage_options)
+    try:
+        specs = {
+            str(name): ArraySpec(
+                dims=tuple(map(str, var.dims)),
+                shape=tuple(var.shape),
+                itemsize=var.dtype.itemsize,
+                is_coordinate=name in template.coordinates,
+            )
+            for name, var in granule.dataset.variables.items()
+        }
+        choice = choose_chunks(specs, dim, request.chunks, variable_rule)
+        chains = granule.compression(zarr_format)
+        empty = granule.dataset.isel({dim: slice(0, 0)}).drop_encoding()
+        encoding = {}
+        for name, var in empty.variables.items():
+            fill = var.attrs.pop("_FillValue", None)
+            chain = chains.get(str(name))
+            if not chain and name in template.coordinates and dim in var.dims:
+                # Uncompressed in the granule, but its ~1 MiB chunks in the cube are
+                # rewritten at each commit, mostly fill: zarr's default compression.
+                chain = None
+            encoding[name] = {
+                "chunks": choice.chunks[str(name)],
+                "_FillValue": fill,
+                **_codec_encoding(chain, zarr_format),
+            }
+        settings = {"append_dim": dim}
+        if variable_rule is not None:
+            settings["chunking"] = variable_rule
+        empty.attrs["accumulus"] = settings
+        write_journal(store, Journal(dim, CREATING))
+        empty.to_zarr(
+            store,
+            mode="a",
+            zarr_format=zarr_format,
+            encoding=encoding,
+            consolidated=False,
+        )
+    finally:
+        granule.close()
+    journal = Journal(dim, READY, 0, ())
+    write_journal(store, journal)
+    return Committed(journal, _fresh_root(store), variable_rule, template), choice
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Write
+
+
+def write(target: Target, request: Request, cube: Committed, batch: Batch) -> Written:
+    """Write the planned granules' values along the dimension, committing whenever a chunk
+    of data has filled since the last commit, and at the end.
+
+    Crash safety: values are written past the committed extent, through views whose shape
+    is never stored (``writer.py``), so no reader sees them before a commit; a granule that
+    changed since it was checked is refused before its values are written."""
+    template = batch.template
+    arrays = {name: _array(cube.root, name) for name in template.appended}
+    grid = _data_grid(target.dim, cube, arrays, template)
+    grids = {
+        name: grid if name in template.data else RegularGrid(_chunk_along(array, target.dim))
+        for name, array in arrays.items()
+    }
+    journal = cube.journal
+    writer = ChunkWriter(arrays, target.dim, journal.extent, grids)
+    records: list[GranuleRecord] = []
+    appended: list[str] = []
+    commits = 0
+    updated: frozenset[str] = frozenset()
+    try:
+        for done, plan in enumerate(batch.planned, start=1):
+            values = _read_again(plan, template, target.dim, request.storage_options)
+            if isinstance(grid, VariableGrid):
+                grid.extend(_grid_coordinate(values[target.dim], template, cube.variable_rule))
+            start = writer.size
+            writer.add(values)
+            labels = time_labels(values[target.dim][[0, -1]], template)
+            records.append(
+                GranuleRecord(plan.name, plan.size, plan.checksum, start, writer.size, *labels)
+            )
+            appended.append(plan.name)
+            if grid.complete_end(writer.size) > grid.complete_end(journal.extent):
+                journal, names = commit(target, cube.root, writer, journal, records)
+                records, commits, updated = [], commits + 1, updated | names
+            request.progress(request.steps - len(batch.planned) + done, request.steps)
+        if records:
+            journal, names = commit(target, cube.root, writer, journal, records)
+            commits, updated = commits + 1, updated | names
+    finally:
+        writer.close()
+    return Written(journal, tuple(appended), commits, updated)
+
+
+def _data_grid(
+    dim: str, cube: Committed, arrays: Mapping[str, zarr.Array], template: Template
+) -> AppendGrid:
+    """Where the data variables' chunks fall along the append dimension (all alike)."""
+    first = arrays[(template.data or [dim])[0]]
+    if cube.variable_rule is None or not template.data:
+        return RegularGrid(_chunk_along(first, dim))
+    stored = _stored_coordinate(cube, dim)
+    coordinate = _grid_coordinate(stored, template, cube.variable_rule)
+    sizes = declared_chunk_sizes(first, _dims(first).index(dim))
+    return VariableGrid(cube.variable_rule, sizes, coordinate)
+
+
+def _grid_coordinate(values: np.ndarray, template: Template, rule: str | None) -> np.ndarray:
+    """Coordinate values as the variable rule reads them: dates for a calendar rule."""
+    return decoded_times(values, template) if rule in CALENDAR_RULES else values
+
+
+def _read_again(
+    plan: Planned, template: Template, dim: str, storage_options: dict | None
+) -> dict[str, np.ndarray]:
+    """A checked granule's values to append, in the cube's encoding."""
+    granule = open_granule(plan.item, storage_options)
+    try:
+        if granule.checksum != plan.checksum:
+            raise AccumulusError(
+                f"granule {plan.name} changed while it was being appended; run again"
+            )
+        values = conform(granule, template)
+    finally:
+        granule.close()
+    axis = {n: template.variables[n].dims.index(dim) for n in values}
+    return {n: v[(slice(None),) * axis[n] + (plan.keep,)] for n, v in values.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Commit
+
+
+def commit(
+    target: Target,
+    root: zarr.Group,
+    writer: ChunkWriter,
+    journal: Journal,
+    records: Sequence[GranuleRecord],
+) -> tuple[Journal, frozenset[str]]:
+    """Make what ``writer`` wrote visible: returns the new journal, and the variables whose
+    accumulation groups were brought up to date.
+
+    Crash safety, in this order and no other:
+
+    1. every chunk written (the partial last ones too) and waited for;
+    2. the lock still ours (a writer paused past its lease stops here, before anything
+       visible changes);
+    3. the arrays' metadata resized: readers of the consolidated snapshot do not look;
+    4. the journal: the commit point. Dying before it, the next run cuts the arrays back;
+       after it, the next run finishes the steps below;
+    5. accumulation groups, entries past their old coverage, then their recorded coverage;
+    6. consolidated metadata, last: what readers open. They see the cube before or after
+       this commit, never in between."""
+    writer.write_partial()
+    writer.wait()
+    target.lock.check()
+    writer.resize()
+    record_dimension_size(target.store, target.dim, writer.size)  # for netcdf-c readers
+    journal = journal.committed(records, writer.size)
+    write_journal(target.store, journal)  # the commit point
+    updated: frozenset[str] = frozenset()
+    if any(name.endswith(spec.GROUP_SUFFIX) for name in root.group_keys()):
+        updated = update_accumulations(target)
+    consolidate(target.store)
+    return journal, updated
+
+
+def update_accumulations(target: Target) -> frozenset[str]:
+    """Bring every accumulation group made by accumulus up to date with the committed
+    data: incremental, so its cost follows the appended data, not the archive. Returns the
+    variables whose groups changed."""
+    cube = Cube(target.store, target.label, use_consolidated=False)
+    updated = set()
+    for name in cube.data_variables:
+        group = cube.accumulation_group(name)
+        if group is None or group.producer != "accumulus":
+            continue  # groups of other tools: queries derive their coverage from shapes
+        request = spec.BuildRequest(
+            combinations=tuple(acc.dims for acc in group.accumulations),
+            strides={
+                d: s
+                for acc in group.accumulations
+                for d, s in zip(acc.dims, acc.strides, strict=True)
+            },
+            weights=group.weights,
+        )
+        update = build_accumulations(cube, name, request, held_lock=target.lock)
+        if update.action != "up to date":
+            updated.add(name)
+    return frozenset(updated)
+
+
+# --------------------------------------------------------------------------------------------
+# Options and stores
 
 
 def _chunking_rule(
@@ -195,502 +800,30 @@ def _as_list(granules: GranuleLike | Iterable[GranuleLike]) -> list[GranuleLike]
     return list(granules)
 
 
-class _Run:
-    """One append, under the lock."""
+def _consolidated_root(store: Store) -> zarr.Group | None:
+    """The root as readers see it (consolidated metadata), or None before the first
+    commit. After recovery it is current, and the run reads metadata from it: no
+    per-array requests."""
+    with quiet_consolidation():
+        root = zarr.open_group(store, mode="r+")
+    return root if root.metadata.consolidated_metadata is not None else None
 
-    def __init__(
-        self,
-        store: Store,
-        label: str,
-        dim: str,
-        lock: StoreLock,
-        chunks: dict[str, int],
-        rule: ChunkRule | None,
-        skip_existing: bool,
-        progress: Progress | None,
-    ) -> None:
-        self.store = store
-        self.label = label
-        self.dim = dim
-        self.lock = lock
-        self.chunks = chunks  # as asked for (--chunks, and a --chunking size)
-        self.rule = rule  # as asked for along ``dim``: a size, a variable rule, or None
-        self.variable_rule: str | None = None  # the cube's variable rule along ``dim``, if any
-        self.skip_existing = skip_existing
-        self.progress = progress or (lambda done, total: None)
-        self.skipped: list[tuple[str, str]] = []
-        self.updated: set[str] = set()
-        self.commits = 0
-        self.first: GranuleLike | None = None  # the granule a new cube takes its encodings from
-        self.root: zarr.Group | None = None  # the cube as of the last commit
-        self.total = 0  # progress steps: each granule is checked, then written
 
-    def execute(
-        self,
-        items: list[GranuleLike],
-        storage_options: dict | None,
-        zarr_format: int,
-        started: float,
-    ) -> AppendResult:
-        journal, recovered = self._recover()
-        template = None
-        if journal is not None:
-            self.root = self._consolidated_root()
-            settings = self.root.attrs.get("accumulus", {})
-            self.variable_rule = settings.get("chunking") if isinstance(settings, dict) else None
-            template = self._store_template()
-            self._check_chunking_unchanged(template)
-        elif isinstance(self.rule, str):
-            self.variable_rule = self.rule
-        planned, template = self._check_all(items, journal, template, storage_options)
-        before = journal.extent if journal else 0
-        choice = None
-        if planned and journal is None:
-            assert template is not None
-            self._check_rule_fits(template)
-            journal, choice = self._create(template, zarr_format, storage_options)
-            self.root = self._fresh_root()
-        appended: list[str] = []
-        if planned:
-            assert journal is not None and template is not None
-            journal = self._write(planned, journal, template, storage_options, appended)
-        self.progress(self.total, self.total)
-        return AppendResult(
-            store=self.label,
-            dim=self.dim,
-            created=choice is not None,
-            chunking=choice,
-            appended=tuple(appended),
-            skipped=tuple(self.skipped),
-            extent=(before, journal.extent if journal else 0),
-            commits=self.commits,
-            accumulations=tuple(sorted(self.updated)),
-            recovered=recovered,
-            seconds=time.perf_counter() - started,
-        )
+def _fresh_root(store: Store) -> zarr.Group:
+    """The root group as the arrays' own metadata describe it (newer than consolidated
+    metadata while an append is under way)."""
+    return zarr.open_group(store, mode="r+", use_consolidated=False)
 
-    # Recovery --------------------------------------------------------------------------------
 
-    def _recover(self) -> tuple[Journal | None, str]:
-        journal = read_journal(self.store, self.label)
-        if journal is None:
-            ours = keys.PREFIX.rstrip("/")
-            if any(name != ours for name in keys.top_level(self.store)):
-                journal = self._adopt()
-                return journal, (
-                    f"adopted the existing cube: its {journal.extent} steps along {self.dim} "
-                    "are taken as committed"
-                )
-            return None, ""
-        if journal.state == CREATING:
-            self._wipe()
-            return None, "an interrupted creation was removed; the cube is created again"
-        if journal.dim != self.dim:
-            raise AccumulusError(
-                f"{self.label} is appended along {journal.dim!r}, not {self.dim!r} "
-                f"(use --dim {journal.dim})"
-            )
-        notes = []
-        snapshot = self._consolidated_root()
-        root = snapshot or self._fresh_root()
-        for name in self._names_along_dim(root):
-            # The array's own metadata, which a dead run may have resized.
-            array = zarr.open_array(
-                self.store, path=name, mode="r+", zarr_format=root.metadata.zarr_format
-            )
-            axis = _dims(array).index(self.dim)
-            if array.shape[axis] != journal.extent:
-                # Grown by a run that died before its commit point; never published.
-                notes.append(f"{name} cut back from {array.shape[axis]} to {journal.extent}")
-                shape = list(array.shape)
-                shape[axis] = journal.extent
-                array.resize(tuple(shape))
-                record_dimension_size(self.store, self.dim, journal.extent)
-        published = snapshot[self.dim].shape[0] if snapshot is not None else None
-        if published != journal.extent:
-            # A commit got past its journal write but not to consolidation: finish it.
-            self._update_accumulations()
-            self._consolidate()
-            notes.append(f"the commit of {self.dim} up to {journal.extent} was finished")
-        if self.lock.recovered is not None:
-            notes.insert(0, f"took over the stale lock of {self.lock.recovered.describe()}")
-        return journal, "; ".join(notes)
+def _array(root: zarr.Group, name: str) -> zarr.Array:
+    array = root[name]
+    if not isinstance(array, zarr.Array):
+        raise AccumulusError(f"{name} is a group, where the cube needs an array")
+    return array
 
-    def _adopt(self) -> Journal:
-        """Take over a cube that append did not create (written by xarray's ``to_zarr``,
-        ``accumulus convert`` or netcdf-c): its whole extent along ``dim`` becomes the first
-        journal entry. Only metadata is written: the append dimension in the root
-        attributes, the journal (the commit point), then consolidated metadata."""
-        root = self._fresh_root()
-        names = self._names_along_dim(root)
-        if not names:
-            raise AccumulusError(
-                f"{self.label}: no array has the dimension {self.dim!r}, so there is nothing to "
-                "append to along it (choose --dim among the cube's dimensions)"
-            )
-        extents = {name: root[name].shape[_dims(root[name]).index(self.dim)] for name in names}
-        if len(set(extents.values())) != 1:
-            raise AccumulusError(
-                f"{self.label}: the arrays along {self.dim!r} have different lengths {extents}; "
-                "cannot append to them as one cube"
-            )
-        extent = next(iter(extents.values()))
-        for name in names:
-            axis = _dims(root[name]).index(self.dim)
-            if regular_chunk_size(root[name], axis) is None and not isinstance(self.rule, str):
-                raise AccumulusError(
-                    f"{self.label}: {name!r} has variable chunks along {self.dim!r}; say "
-                    "which rule new chunks follow with --chunking per-granule|month|year"
-                )
-        settings = root.attrs.get("accumulus")
-        settings = dict(settings) if isinstance(settings, dict) else {}
-        settings["append_dim"] = self.dim
-        if isinstance(self.rule, str):
-            settings["chunking"] = self.variable_rule = self.rule
-        root.attrs["accumulus"] = settings
-        labels = xr.open_zarr(self.store, consolidated=False)[self.dim].values
-        record = GranuleRecord(
-            name="(in the store before its first append)",
-            size=0,
-            checksum="adopted",
-            start=0,
-            stop=extent,
-            first=str(labels[0]) if extent else "",
-            last=str(labels[-1]) if extent else "",
-        )
-        journal = Journal(self.dim, READY, extent, [record] if extent else [])
-        write_journal(self.store, journal)
-        self._consolidate()
-        return journal
 
-    def _wipe(self) -> None:
-        """Delete what an interrupted creation wrote (everything but our lock), directories
-        included, so that no empty array directory is left for zarr to stumble on."""
-        stored = [k for k in keys.list_keys(self.store) if not k.startswith(keys.PREFIX)]
-        for top in sorted({k.split("/", 1)[0] for k in stored}):
-            if top in stored:
-                keys.delete(self.store, top)
-            else:
-                sync(self.store.delete_dir(top))
-        keys.delete(self.store, JOURNAL_KEY)
-
-    def _consolidated_root(self) -> zarr.Group | None:
-        """The root as readers see it (consolidated metadata), or None before the first
-        commit. After recovery it is current, and the run reads metadata from it: no
-        per-array requests."""
-        with quiet_consolidation():
-            root = zarr.open_group(self.store, mode="r+")
-        return root if root.metadata.consolidated_metadata is not None else None
-
-    # Checking ------------------------------------------------------------------------------
-
-    def _store_template(self) -> Template:
-        dataset = xr.open_dataset(
-            self.store, engine="zarr", decode_cf=False, consolidated=True, chunks=None
-        )
-        try:
-            return template_of(dataset, self.dim, self.label)
-        finally:
-            dataset.close()
-
-    def _check_chunking_unchanged(self, template: Template) -> None:
-        """``--chunks`` and ``--chunking`` apply when a cube is created: on an existing cube
-        they must say how it is chunked already."""
-        asked: dict[str, int | str] = dict(self.chunks)
-        if self.rule is not None:
-            asked[self.dim] = self.rule
-        if not asked:
-            return
-        assert self.root is not None
-        if isinstance(self.rule, str) and self.root.metadata.zarr_format == 2:
-            raise AccumulusError(
-                f"{self.label} is Zarr v2, which cannot store chunks of different sizes; "
-                f"--chunking {self.rule} needs a cube created with Zarr v3 (--zarr-format 3, "
-                "the default with --chunking)"
-            )
-        for name in template.data:
-            array = self.root[name]
-            assert isinstance(array, zarr.Array)
-            stored: dict[str, int | str | None] = {
-                d: regular_chunk_size(array, axis) for axis, d in enumerate(_dims(array))
-            }
-            if self.variable_rule is not None:
-                stored[self.dim] = self.variable_rule
-            differ = {d: n for d, n in asked.items() if stored.get(d, n) != n}
-            if differ:
-                text = ",".join(f"{d}={stored[d]}" for d in differ)
-                raise AccumulusError(
-                    f"{self.label}: {name} is chunked {text}; --chunks and --chunking apply "
-                    "when a cube is created and cannot change an existing one"
-                )
-
-    def _check_rule_fits(self, template: Template) -> None:
-        """A calendar rule reads dates: the dimension must have a CF time coordinate."""
-        if self.variable_rule in CALENDAR_RULES and template.variables[self.dim].time is None:
-            units = template.variables[self.dim].attrs.get("units")
-            raise AccumulusError(
-                f"--chunking {self.variable_rule} needs a CF time coordinate along "
-                f"{self.dim!r} (units like 'days since 2000-01-01'); its units are {units!r}"
-            )
-
-    def _check_all(
-        self,
-        items: Sequence[GranuleLike],
-        journal: Journal | None,
-        template: Template | None,
-        storage_options: dict | None,
-    ) -> tuple[list[_Planned], Template | None]:
-        """Open, check and read every granule; decide what each one appends. Without a
-        cube yet, the first granule's template is the one the others must fit."""
-        planned: list[_Planned] = []
-        self.total = 2 * len(items)
-        for done, item in enumerate(items, start=1):
-            granule = open_granule(item, storage_options)
-            try:
-                known = journal.find(granule.checksum) if journal else None
-                if known is not None:
-                    self.skipped.append((granule.name, f"already ingested as {known.name}"))
-                    continue
-                twin = next((p for p in planned if p.checksum == granule.checksum), None)
-                if twin is not None:
-                    self.skipped.append((granule.name, f"the same as {twin.name}"))
-                    continue
-                if template is None:
-                    template = template_of(granule.dataset, self.dim, f"granule {granule.name}")
-                    self.first = item
-                check_fits(granule, template)
-                coordinate = conform(granule, template)[self.dim]
-                _check_increasing(granule.name, coordinate, template)
-                planned.append(
-                    _Planned(item, granule.name, granule.size, granule.checksum, coordinate)
-                )
-            finally:
-                granule.close()
-                self.progress(done, self.total)
-        planned.sort(key=lambda p: p.coordinate[0])
-        if planned:
-            assert template is not None
-            planned = self._trim_overlaps(planned, journal, template)
-        return planned, template
-
-    def _trim_overlaps(
-        self, planned: list[_Planned], journal: Journal | None, template: Template
-    ) -> list[_Planned]:
-        """Refuse (or, with ``skip_existing``, drop) steps at or before the end of the cube or
-        of the granule before."""
-        existing = self._stored_coordinate(journal)
-        end, end_name = (existing[-1], "the cube") if existing.size else (None, "")
-        kept = []
-        for plan in planned:
-            if end is not None and plan.coordinate[0] <= end:
-                new = plan.coordinate > end
-                old = plan.coordinate[~new]
-                labels = time_labels(old[:1], template)
-                end_label = time_labels(np.asarray([end]), template)[0]
-                if not self.skip_existing:
-                    raise AccumulusError(
-                        f"granule {plan.name}: {self.dim} {labels[0]} is not after the end of "
-                        f"{end_name} ({end_label}): an overlap or a duplicate, or {self.dim} "
-                        "going backwards; --skip-existing skips steps already in the cube"
-                    )
-                present = np.isin(old, existing)
-                if not present.all():
-                    missing = time_labels(old[~present][:1], template)[0]
-                    raise AccumulusError(
-                        f"granule {plan.name}: {self.dim} {missing} goes backwards: it is "
-                        f"before the end of {end_name} ({end_label}) but not in the cube"
-                    )
-                if not new.any():
-                    self.skipped.append((plan.name, f"every {self.dim} already in the cube"))
-                    continue
-                plan.keep = slice(int(np.argmax(new)), None)
-            kept.append(plan)
-            end, end_name = plan.coordinate[-1], f"granule {plan.name}"
-            existing = np.concatenate([existing, plan.coordinate[plan.keep]])
-        return kept
-
-    def _stored_coordinate(self, journal: Journal | None) -> np.ndarray:
-        if journal is None or journal.extent == 0:
-            return np.asarray([])
-        assert self.root is not None
-        array = self.root[self.dim]
-        assert isinstance(array, zarr.Array)
-        return np.asarray(array[: journal.extent])
-
-    # Creating ------------------------------------------------------------------------------
-
-    def _create(
-        self, template: Template, zarr_format: int, storage_options: dict | None
-    ) -> tuple[Journal, ChunkChoice]:
-        """The cube's arrays from the first granule: its encodings, empty along ``dim``.
-        Everything is decided (and may fail) before the first write."""
-        assert self.first is not None
-        granule = open_granule(self.first, storage_options)
-        try:
-            specs = {
-                str(name): ArraySpec(
-                    dims=tuple(map(str, var.dims)),
-                    shape=tuple(var.shape),
-                    itemsize=var.dtype.itemsize,
-                    is_coordinate=name in template.coordinates,
-                )
-                for name, var in granule.dataset.variables.items()
-            }
-            choice = choose_chunks(specs, self.dim, self.chunks, self.variable_rule)
-            chains = granule.compression(zarr_format)
-            empty = granule.dataset.isel({self.dim: slice(0, 0)}).drop_encoding()
-            encoding = {}
-            for name, var in empty.variables.items():
-                fill = var.attrs.pop("_FillValue", None)
-                chain = chains.get(str(name))
-                if not chain and name in template.coordinates and self.dim in var.dims:
-                    # Uncompressed in the granule, but its ~1 MiB chunks in the cube are
-                    # rewritten at each commit, mostly fill: zarr's default compression.
-                    chain = None
-                encoding[name] = {
-                    "chunks": choice.chunks[str(name)],
-                    "_FillValue": fill,
-                    **_codec_encoding(chain, zarr_format),
-                }
-            settings = {"append_dim": self.dim}
-            if self.variable_rule is not None:
-                settings["chunking"] = self.variable_rule
-            empty.attrs["accumulus"] = settings
-            write_journal(self.store, Journal(self.dim, CREATING))
-            empty.to_zarr(
-                self.store,
-                mode="a",
-                zarr_format=zarr_format,
-                encoding=encoding,
-                consolidated=False,
-            )
-        finally:
-            granule.close()
-        journal = Journal(self.dim, READY, 0, [])
-        write_journal(self.store, journal)
-        return journal, choice
-
-    # Writing and committing ------------------------------------------------------------------
-
-    def _write(
-        self,
-        planned: list[_Planned],
-        journal: Journal,
-        template: Template,
-        storage_options: dict | None,
-        appended: list[str],
-    ) -> Journal:
-        assert self.root is not None
-        arrays = {name: self.root[name] for name in template.appended}
-        grid = self._data_grid(arrays, template, journal)
-        grids = {
-            name: grid if name in template.data else RegularGrid(_chunk_along(array, self.dim))
-            for name, array in arrays.items()
-        }
-        writer = ChunkWriter(arrays, self.dim, journal.extent, grids)
-        records: list[GranuleRecord] = []
-        try:
-            for done, plan in enumerate(planned, start=1):
-                values = self._read_again(plan, template, storage_options)
-                if isinstance(grid, VariableGrid):
-                    grid.extend(self._grid_coordinate(values[self.dim], template))
-                start = writer.size
-                writer.add(values)
-                labels = time_labels(values[self.dim][[0, -1]], template)
-                records.append(
-                    GranuleRecord(plan.name, plan.size, plan.checksum, start, writer.size, *labels)
-                )
-                appended.append(plan.name)
-                if grid.complete_end(writer.size) > grid.complete_end(journal.extent):
-                    journal = self._commit(writer, journal, records)
-                    records = []
-                self.progress(self.total - len(planned) + done, self.total)
-            if records:
-                journal = self._commit(writer, journal, records)
-        finally:
-            writer.close()
-        return journal
-
-    def _data_grid(
-        self, arrays: Mapping[str, zarr.Array], template: Template, journal: Journal
-    ) -> AppendGrid:
-        """Where the data variables' chunks fall along the append dimension (all alike)."""
-        first = arrays[(template.data or [self.dim])[0]]
-        if self.variable_rule is None or not template.data:
-            return RegularGrid(_chunk_along(first, self.dim))
-        coordinate = self._grid_coordinate(self._stored_coordinate(journal), template)
-        sizes = declared_chunk_sizes(first, _dims(first).index(self.dim))
-        return VariableGrid(self.variable_rule, sizes, coordinate)
-
-    def _grid_coordinate(self, values: np.ndarray, template: Template) -> np.ndarray:
-        """Coordinate values as the variable rule reads them: dates for a calendar rule."""
-        return decoded_times(values, template) if self.variable_rule in CALENDAR_RULES else values
-
-    def _read_again(
-        self, plan: _Planned, template: Template, storage_options: dict | None
-    ) -> dict[str, np.ndarray]:
-        granule: Granule = open_granule(plan.item, storage_options)
-        try:
-            if granule.checksum != plan.checksum:
-                raise AccumulusError(
-                    f"granule {plan.name} changed while it was being appended; run again"
-                )
-            values = conform(granule, template)
-        finally:
-            granule.close()
-        axis = {n: template.variables[n].dims.index(self.dim) for n in values}
-        return {n: v[(slice(None),) * axis[n] + (plan.keep,)] for n, v in values.items()}
-
-    def _commit(
-        self, writer: ChunkWriter, journal: Journal, records: list[GranuleRecord]
-    ) -> Journal:
-        writer.write_partial()
-        writer.wait()
-        self.lock.check()
-        writer.resize()
-        record_dimension_size(self.store, self.dim, writer.size)  # for netcdf-c readers
-        journal = journal.committed(records, writer.size)
-        write_journal(self.store, journal)  # the commit point
-        assert self.root is not None
-        if any(name.endswith(spec.GROUP_SUFFIX) for name in self.root.group_keys()):
-            self._update_accumulations()
-        self._consolidate()
-        self.commits += 1
-        return journal
-
-    def _update_accumulations(self) -> None:
-        """Bring every accumulation group made by accumulus up to date with the committed
-        data: incremental, so its cost follows the appended data, not the archive."""
-        cube = Cube(self.store, self.label, use_consolidated=False)
-        for name in cube.data_variables:
-            group = cube.accumulation_group(name)
-            if group is None or group.producer != "accumulus":
-                continue  # groups of other tools: queries derive their coverage from shapes
-            request = spec.BuildRequest(
-                combinations=tuple(acc.dims for acc in group.accumulations),
-                strides={
-                    d: s
-                    for acc in group.accumulations
-                    for d, s in zip(acc.dims, acc.strides, strict=True)
-                },
-                weights=group.weights,
-            )
-            update = build_accumulations(cube, name, request, held_lock=self.lock)
-            if update.action != "up to date":
-                self.updated.add(name)
-
-    def _consolidate(self) -> None:
-        consolidate(self.store)
-
-    # Store helpers -------------------------------------------------------------------------
-
-    def _fresh_root(self) -> zarr.Group:
-        """The root group as the arrays' own metadata describe it (newer than consolidated
-        metadata while an append is under way)."""
-        return zarr.open_group(self.store, mode="r+", use_consolidated=False)
-
-    def _names_along_dim(self, root: zarr.Group) -> list[str]:
-        return [name for name, array in root.arrays() if self.dim in _dims(array)]
+def _names_along_dim(root: zarr.Group, dim: str) -> list[str]:
+    return [name for name, array in root.arrays() if dim in _dims(array)]
 
 
 def _check_increasing(name: str, coordinate: np.ndarray, template: Template) -> None:

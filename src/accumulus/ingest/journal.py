@@ -11,6 +11,7 @@ next appender rolls it back.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
@@ -40,18 +41,19 @@ class GranuleRecord:
     ingested: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Journal:
     dim: str
     state: str = CREATING
     extent: int = 0  # committed size along ``dim``
-    granules: list[GranuleRecord] = field(default_factory=list)
+    granules: tuple[GranuleRecord, ...] = ()
 
     def find(self, checksum: str) -> GranuleRecord | None:
         return next((g for g in self.granules if g.checksum == checksum), None)
 
-    def committed(self, records: list[GranuleRecord], extent: int) -> Journal:
-        return Journal(self.dim, READY, extent, [*self.granules, *records])
+    def committed(self, records: Sequence[GranuleRecord], extent: int) -> Journal:
+        """The journal after a commit of ``records``, the cube ``extent`` long."""
+        return Journal(self.dim, READY, extent, (*self.granules, *records))
 
     def to_json(self) -> bytes:
         document = {
@@ -71,7 +73,7 @@ class Journal:
                 dim=document["dim"],
                 state=document["state"],
                 extent=int(document["extent"]),
-                granules=[GranuleRecord(**g) for g in document["granules"]],
+                granules=tuple(GranuleRecord(**g) for g in document["granules"]),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise AccumulusError(
