@@ -9,6 +9,7 @@ time-bounds variable and static latitude/longitude coordinates, like TRMM 3B42RT
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -120,12 +121,24 @@ def write_granules(folder: Path, t: Truth, per_granule: int, **options) -> list[
 
 
 def snapshot(path: Path) -> dict[str, str]:
-    """Every file under ``path`` with its SHA-256: equal snapshots mean an unchanged store."""
+    """Every file under ``path`` with its SHA-256: equal snapshots mean an unchanged store.
+
+    A held lock's heartbeat is left out: its holder rewrites it every 10 s, however long a
+    refused writer took to give up (on a loaded machine, longer than that)."""
     return {
-        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        str(p.relative_to(path)): hashlib.sha256(_without_heartbeat(p)).hexdigest()
         for p in sorted(path.rglob("*"))
         if p.is_file()
     }
+
+
+def _without_heartbeat(file: Path) -> bytes:
+    data = file.read_bytes()
+    if file.name != "lock.json" or file.parent.name != ".accumulus":
+        return data
+    record = json.loads(data)
+    record.pop("heartbeat", None)
+    return json.dumps(record, sort_keys=True).encode()
 
 
 def cli_env(**extra: str) -> dict[str, str]:
