@@ -22,7 +22,6 @@ import os
 import shutil
 import tempfile
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
-from accumulus import compute
+from accumulus import compute, storage
 from accumulus.accumulation import spec
 from accumulus.api import accumulate
 from accumulus.chunking import ChunkRule, chunk_sizes, parse_chunk_rules, rule_text
@@ -46,7 +45,13 @@ from accumulus.cube import Cube, StoredValues
 from accumulus.errors import AccumulusError
 from accumulus.filters import join_v2, join_v3, numcodecs_codec, split_v2, v3_codecs
 from accumulus.grid import ChunkBounds, array_bounds, regular_chunk_size
-from accumulus.storage import consolidate, open_store, store_label
+from accumulus.storage import (
+    consolidate,
+    local_path,
+    open_store,
+    quiet_consolidation,
+    store_label,
+)
 from accumulus.zep3 import Zep3DraftKeys
 
 
@@ -158,8 +163,7 @@ def rechunk(
 
 
 def _open_root(store: Store, label: str) -> zarr.Group:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+    with quiet_consolidation():
         try:
             return zarr.open_group(store, mode="r")
         except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError) as exc:
@@ -223,15 +227,12 @@ def _rule_chunks(root: zarr.Group, group: str, dim: str, size: int, rule: ChunkR
 
 def dimension_names(array: zarr.Array, path: str) -> tuple[str, ...]:
     """An array's dimension names, by xarray's conventions for each format."""
-    if array.metadata.zarr_format == 3:
-        names = array.metadata.dimension_names
-    else:
-        names = array.attrs.get("_ARRAY_DIMENSIONS")
-    if names is None or len(names) != array.ndim or any(n is None for n in names):
+    names = storage.dimension_names(array)
+    if len(names) != array.ndim:
         raise AccumulusError(
             f"{path}: no dimension names (dimension_names in Zarr v3, _ARRAY_DIMENSIONS in v2)"
         )
-    return tuple(str(n) for n in names)
+    return names
 
 
 def decoded_coordinate(root: zarr.Group, group_path: str, dim: str) -> np.ndarray | None:
@@ -315,7 +316,8 @@ def accumulation_configs(store: Store, root: zarr.Group, label: str) -> list[Acc
 def _destination(dest: str, source: str, storage_options: dict | None) -> Iterator[Store]:
     """A store to write the output in, published whole on success, removed on failure."""
     text = os.fspath(dest)
-    if "://" in text and not text.startswith("file://"):
+    path = local_path(text)
+    if path is None:
         store = open_store(text, "w", storage_options=storage_options)
         if sync(_has_keys(store)):
             raise AccumulusError(f"{text}: destination exists; remove it or choose another")
@@ -325,12 +327,11 @@ def _destination(dest: str, source: str, storage_options: dict | None) -> Iterat
             sync(_delete_all(store))
             raise
         return
-    path = Path(text.removeprefix("file://")).expanduser()
     if path.suffix == ".zip":
         raise AccumulusError(f"{path}: write a directory store, then zip it")
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise AccumulusError(f"{path}: destination exists; remove it or choose another")
-    if path.resolve() == Path(source.removeprefix("file://")).expanduser().resolve():
+    if path.resolve() == (local_path(source) or Path(source)).resolve():
         raise AccumulusError(f"{path}: destination is the source; choose another")
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))

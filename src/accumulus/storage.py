@@ -22,8 +22,11 @@ from typing import Any, Literal
 
 import zarr
 from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import FsspecStore, LocalStore, WrapperStore, ZipStore
+from zarr.core.array import AsyncArray
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.core.metadata import ArrayMetadata
+from zarr.core.sync import sync
+from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore, ZipStore
 
 from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
@@ -67,9 +70,9 @@ def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Stor
         return _open_memory(text, must_exist, read_only)
     if text.endswith(".json"):
         return _open_reference_file(text, mode, storage_options)
-    if scheme not in ("", "file"):
+    path = local_path(text)
+    if path is None:
         return _open_url(text, scheme, mode, storage_options)
-    path = Path(text.removeprefix("file://")).expanduser()
     if path.suffix == ".zip":
         return _open_zip(path, mode)
     if must_exist and not path.is_dir():
@@ -77,6 +80,14 @@ def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Stor
     if not must_exist:
         path.mkdir(parents=True, exist_ok=True)
     return LocalStore(path, read_only=read_only)
+
+
+def local_path(url: str | os.PathLike[str]) -> Path | None:
+    """The local path a store URL names (a plain path or ``file://``), None for other URLs."""
+    text = os.fspath(url)
+    if url_scheme(text) not in ("", "file"):
+        return None
+    return Path(text.removeprefix("file://")).expanduser()
 
 
 def url_scheme(text: str) -> str:
@@ -513,3 +524,40 @@ def consolidate(store: Store) -> None:
     """Refresh consolidated metadata (the last step of every write)."""
     with quiet_consolidation():
         zarr.consolidate_metadata(store)
+
+
+# --------------------------------------------------------------------------------------------
+# Zarr arrays
+
+
+def dimension_names(array: zarr.Array) -> tuple[str, ...]:
+    """An array's dimension names: ``dimension_names`` in Zarr v3, the xarray convention
+    ``_ARRAY_DIMENSIONS`` in v2; empty unless every dimension has a name."""
+    if array.metadata.zarr_format == 3:
+        names = array.metadata.dimension_names
+    else:
+        names = array.attrs.get("_ARRAY_DIMENSIONS")
+    if names is None or len(names) != array.ndim or any(n is None for n in names):
+        return ()
+    return tuple(str(n) for n in names)
+
+
+def array_with(
+    array: zarr.Array, *, metadata: ArrayMetadata | None = None, store: Store | None = None
+) -> zarr.Array:
+    """``array`` with other ``metadata`` (e.g. a new chunk grid) or reading from another
+    ``store`` (e.g. a counting wrapper of its own), without any store request."""
+    path = array.store_path if store is None else StorePath(store, array.store_path.path)
+    return zarr.Array(AsyncArray(metadata or array.metadata, path, config=array.async_array.config))
+
+
+def store_metadata(array: zarr.Array) -> None:
+    """Write ``array``'s metadata documents to its store, by zarr's own serialization (the
+    group's consolidated metadata, if any, is the caller's to refresh)."""
+
+    async def write() -> None:
+        documents = array.metadata.to_buffer_dict(default_buffer_prototype())
+        for key, buffer in documents.items():
+            await (array.store_path / key).set(buffer)
+
+    sync(write())

@@ -78,7 +78,14 @@ from accumulus.ingest.layout import (
 )
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.locking import StoreLock
-from accumulus.storage import consolidate, open_store, quiet_consolidation, store_label
+from accumulus.storage import (
+    consolidate,
+    dimension_names,
+    local_path,
+    open_store,
+    quiet_consolidation,
+    store_label,
+)
 
 
 @dataclass(frozen=True)
@@ -313,7 +320,7 @@ def _back_to_the_journal(target: Target, journal: Journal) -> tuple[str, frozens
     for name in _names_along_dim(root, dim):
         # The array's own metadata, which a dead run may have resized.
         array = zarr.open_array(store, path=name, mode="r+", zarr_format=root.metadata.zarr_format)
-        axis = _dims(array).index(dim)
+        axis = dimension_names(array).index(dim)
         if array.shape[axis] != journal.extent:
             # Grown by a run that died before its commit point; never published.
             notes.append(f"{name} cut back from {array.shape[axis]} to {journal.extent}")
@@ -349,7 +356,7 @@ def _adopt(target: Target, request: Request) -> Journal:
             f"{label}: no array has the dimension {dim!r}, so there is nothing to "
             "append to along it (choose --dim among the cube's dimensions)"
         )
-    extents = {name: root[name].shape[_dims(root[name]).index(dim)] for name in names}
+    extents = {name: root[name].shape[dimension_names(root[name]).index(dim)] for name in names}
     if len(set(extents.values())) != 1:
         raise AccumulusError(
             f"{label}: the arrays along {dim!r} have different lengths {extents}; "
@@ -357,7 +364,7 @@ def _adopt(target: Target, request: Request) -> Journal:
         )
     extent = next(iter(extents.values()))
     for name in names:
-        axis = _dims(root[name]).index(dim)
+        axis = dimension_names(root[name]).index(dim)
         if regular_chunk_size(root[name], axis) is None and request.variable_rule is None:
             raise AccumulusError(
                 f"{label}: {name!r} has variable chunks along {dim!r}; say "
@@ -475,7 +482,7 @@ def _check_chunking_unchanged(target: Target, request: Request, cube: Committed)
     for name in cube.template.data:
         array = _array(cube.root, name)
         stored: dict[str, int | str | None] = {
-            d: regular_chunk_size(array, axis) for axis, d in enumerate(_dims(array))
+            d: regular_chunk_size(array, axis) for axis, d in enumerate(dimension_names(array))
         }
         if cube.variable_rule is not None:
             stored[target.dim] = cube.variable_rule
@@ -665,7 +672,7 @@ def _data_grid(
         return RegularGrid(_chunk_along(first, dim))
     stored = _stored_coordinate(cube, dim)
     coordinate = _grid_coordinate(stored, template, cube.variable_rule)
-    sizes = declared_chunk_sizes(first, _dims(first).index(dim))
+    sizes = declared_chunk_sizes(first, dimension_names(first).index(dim))
     return VariableGrid(cube.variable_rule, sizes, coordinate)
 
 
@@ -823,7 +830,7 @@ def _array(root: zarr.Group, name: str) -> zarr.Array:
 
 
 def _names_along_dim(root: zarr.Group, dim: str) -> list[str]:
-    return [name for name, array in root.arrays() if dim in _dims(array)]
+    return [name for name, array in root.arrays() if dim in dimension_names(array)]
 
 
 def _check_increasing(name: str, coordinate: np.ndarray, template: Template) -> None:
@@ -839,13 +846,7 @@ def _check_increasing(name: str, coordinate: np.ndarray, template: Template) -> 
 
 def _chunk_along(array: zarr.Array, dim: str) -> int:
     """The chunk size of a regular grid along ``dim``."""
-    return array.chunks[_dims(array).index(dim)]
-
-
-def _dims(array: zarr.Array) -> list[str]:
-    if array.metadata.zarr_format == 2:
-        return list(array.attrs.get("_ARRAY_DIMENSIONS", []))
-    return list(array.metadata.dimension_names or [])
+    return array.chunks[dimension_names(array).index(dim)]
 
 
 def _codec_encoding(chain: CodecChain | None, zarr_format: int) -> dict[str, Any]:
@@ -880,14 +881,13 @@ def _open_target(
             "append to a directory or s3:// store, and zip a copy"
         )
     new_directory = None
-    if "://" not in text or text.startswith("file://"):
-        path = Path(text.removeprefix("file://")).expanduser()
-        if not path.exists():
-            if not path.parent.is_dir():
-                raise AccumulusError(
-                    f"cannot create the cube {text}: directory {path.parent} does not exist"
-                )
-            new_directory = path
+    path = local_path(text)
+    if path is not None and not path.exists():
+        if not path.parent.is_dir():
+            raise AccumulusError(
+                f"cannot create the cube {text}: directory {path.parent} does not exist"
+            )
+        new_directory = path
     target = open_store(text, "w", storage_options=storage_options)
     inner = target
     while hasattr(inner, "_store"):

@@ -27,7 +27,6 @@ import math
 import os
 import shutil
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +53,7 @@ from accumulus.filters import (
 )
 from accumulus.filters.builtin import load_hdf5plugin
 from accumulus.ingest.netcdf3 import HeaderError, declared_size
+from accumulus.storage import consolidate, local_path
 
 CodecSpec = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
@@ -132,7 +132,7 @@ def convert(
     chain in encoding order) replacing its mapped filters; ``default_codec`` replaces the
     filters of every other variable. Returns the plan that was carried out.
     """
-    destination = Path(os.fspath(dest).removeprefix("file://")).expanduser()
+    destination = local_path(dest) or Path(dest)
     if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
         raise AccumulusError(f"{destination}: destination exists; remove it or choose another")
     plan = plan_conversion(src, zarr_format=zarr_format, codecs=codecs, default_codec=default_codec)
@@ -533,10 +533,7 @@ def _write(plan: ConversionPlan, source: Any, staging: Path) -> None:
     for array_plan in plan.arrays:
         array = create_zarr_array(root, array_plan, plan.zarr_format)
         _copy_data(source[array_plan.path], array, array_plan, plan.source)
-    with warnings.catch_warnings():
-        # zarr warns that v3 consolidated metadata is not in the spec; xarray reads it.
-        warnings.simplefilter("ignore", category=UserWarning)
-        zarr.consolidate_metadata(store)
+    consolidate(store)
 
 
 def create_zarr_array(root: zarr.Group, plan: ArrayPlan, zarr_format: int) -> zarr.Array:

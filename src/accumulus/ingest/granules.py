@@ -31,7 +31,7 @@ from zarr.abc.store import Store
 from accumulus import keys
 from accumulus.errors import AccumulusError
 from accumulus.filters import FilterError, join_v2, join_v3
-from accumulus.storage import open_store, quiet_consolidation, store_label
+from accumulus.storage import local_path, open_store, quiet_consolidation, store_label
 
 GranuleLike = str | os.PathLike[str] | xr.Dataset | Store
 CodecChain = list[dict[str, Any]]
@@ -76,18 +76,14 @@ def open_granule(item: GranuleLike, storage_options: dict | None = None) -> Gran
     """Open one granule; raises ``AccumulusError`` naming it when it cannot be read."""
     if isinstance(item, xr.Dataset):
         return _open_dataset(item)
-    if isinstance(item, Store) or ("://" in os.fspath(item) and not _is_local(item)):
+    path = None if isinstance(item, Store) else local_path(item)
+    if path is None:
         return _open_zarr(item, storage_options)
-    path = Path(os.fspath(item).removeprefix("file://")).expanduser()
     if path.is_dir():
         return _open_zarr(path, storage_options)
     if not path.is_file():
         raise AccumulusError(f"granule {item}: no such file or Zarr store")
     return _open_netcdf(path, os.fspath(item))
-
-
-def _is_local(item: str | os.PathLike[str]) -> bool:
-    return os.fspath(item).startswith("file://")
 
 
 def _open_netcdf(path: Path, name: str) -> Granule:

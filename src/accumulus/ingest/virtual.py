@@ -53,6 +53,7 @@ from accumulus.storage import (
     consolidate,
     file_options,
     is_metadata_key,
+    local_path,
     open_reference_store,
     url_scheme,
 )
@@ -202,9 +203,8 @@ def append_virtual(
 
 def granule_url(item: str) -> str:
     """How a granule is referenced: a URL as given, a local file as an absolute path."""
-    if url_scheme(item) not in ("", "file"):
-        return item
-    return str(Path(item.removeprefix("file://")).expanduser().resolve())
+    path = local_path(item)
+    return item if path is None else str(path.resolve())
 
 
 class _CountingReader(io.RawIOBase):

@@ -24,6 +24,7 @@ import numpy as np
 import zarr
 
 from accumulus.ingest.layout import AppendGrid
+from accumulus.storage import dimension_names
 
 WRITE_THREADS = 4
 # Bytes of values waiting in the pool before the reader waits for writes to catch up.
@@ -70,7 +71,7 @@ class ChunkWriter:
         self.size = start
         self._tails: dict[str, _Tail] = {}
         for name, array in arrays.items():
-            axis = list(_dimension_names(array)).index(dim)
+            axis = dimension_names(array).index(dim)
             # Chunks are written even when they hold only fill values, so that every new
             # chunk exists (and write counts say exactly what an append wrote).
             writable = array.with_config({"write_empty_chunks": True})
@@ -130,9 +131,3 @@ def _write(view: zarr.Array, axis: int, start: int, block: np.ndarray) -> None:
     index = [slice(None)] * view.ndim
     index[axis] = slice(start, start + block.shape[axis])
     view[tuple(index)] = block
-
-
-def _dimension_names(array: zarr.Array) -> tuple[str, ...]:
-    if array.metadata.zarr_format == 2:
-        return tuple(array.attrs["_ARRAY_DIMENSIONS"])
-    return tuple(array.metadata.dimension_names or ())
