@@ -586,7 +586,7 @@ def rechunk(
     ),
 ) -> None:
     """Copy a cube with other chunks (e.g. one chunk per month), rebuilding accumulations."""
-    from accumulus.chunking import parse_chunk_rules
+    from accumulus.grid import parse_chunk_rules
     from accumulus.rechunk import rechunk as rechunk_cube
 
     with _ProgressBar("rechunking") as report:

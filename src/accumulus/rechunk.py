@@ -40,11 +40,19 @@ from zarr.storage import LocalStore
 from accumulus import compute, storage
 from accumulus.accumulation import spec
 from accumulus.api import accumulate
-from accumulus.chunking import ChunkRule, chunk_sizes, parse_chunk_rules, rule_text
 from accumulus.cube import Cube, StoredValues
 from accumulus.errors import AccumulusError
 from accumulus.filters import join_v2, join_v3, numcodecs_codec, split_v2, v3_codecs
-from accumulus.grid import ChunkBounds, array_bounds, regular_chunk_size
+from accumulus.grid import (
+    AxisChunks,
+    ChunkBounds,
+    ChunkRule,
+    array_axis_chunks,
+    axis_bounds,
+    axis_chunks,
+    parse_chunk_rules,
+    rule_text,
+)
 from accumulus.storage import (
     consolidate,
     local_path,
@@ -65,10 +73,6 @@ class RechunkResult:
     seconds: float
 
 
-# Per dimension: a chunk size (a regular grid there) or the sizes of each chunk.
-AxisChunks = int | tuple[int, ...]
-
-
 @dataclass(frozen=True)
 class ArrayCopy:
     """One array to copy: its source and the chunks it gets."""
@@ -81,8 +85,7 @@ class ArrayCopy:
     @property
     def bounds(self) -> tuple[ChunkBounds, ...]:
         return tuple(
-            ChunkBounds.regular(size, c) if isinstance(c, int) else ChunkBounds.from_sizes(c)
-            for size, c in zip(self.source.shape, self.chunks, strict=True)
+            axis_bounds(size, c) for size, c in zip(self.source.shape, self.chunks, strict=True)
         )
 
     @property
@@ -119,7 +122,7 @@ def rechunk(
 ) -> RechunkResult:
     """Copy the datacube ``src`` to ``dest`` (which must not exist) with the chunks
     ``chunks`` gives: ``"time=month"``, ``"time=31,28,31,...,lat=90"`` or a mapping such as
-    ``{"time": "year", "lat": 90}`` (see ``accumulus.chunking``). Dimensions not named keep
+    ``{"time": "year", "lat": 90}`` (see ``accumulus.grid``). Dimensions not named keep
     their chunks. ``zarr_format``: 2 or 3; by default the source's, or 3 when the chunks
     vary. Accumulation groups are rebuilt with the source's configuration."""
     started = time.perf_counter()
@@ -198,7 +201,7 @@ def plan_copies(root: zarr.Group, rules: Mapping[str, ChunkRule]) -> list[ArrayC
         chunks = []
         for axis, (dim, size) in enumerate(zip(dims, array.shape, strict=True)):
             if dim not in rules:
-                chunks.append(_source_chunks(array, axis))
+                chunks.append(array_axis_chunks(array, axis))
                 continue
             scope = (path.rpartition("/")[0], dim, size)
             if scope not in resolved:
@@ -208,21 +211,9 @@ def plan_copies(root: zarr.Group, rules: Mapping[str, ChunkRule]) -> list[ArrayC
     return plan
 
 
-def _source_chunks(array: zarr.Array, axis: int) -> AxisChunks:
-    """An axis's chunks as the source has them (a regular chunk size kept as it is, so an
-    array that grows along it later fills its last chunk as before)."""
-    nominal = regular_chunk_size(array, axis)
-    return nominal if nominal is not None else array_bounds(array)[axis].sizes
-
-
 def _rule_chunks(root: zarr.Group, group: str, dim: str, size: int, rule: ChunkRule) -> AxisChunks:
-    if isinstance(rule, int):
-        return rule
     times = decoded_coordinate(root, group, dim) if isinstance(rule, str) else None
-    sizes = chunk_sizes(rule, size, dim=dim, times=times)
-    # Equal sizes (360_day months, a list like 10,10,10,5) make a regular grid, which every
-    # Zarr format and reader understands.
-    return max(sizes) if ChunkBounds.from_sizes(sizes).is_regular and sizes else sizes
+    return axis_chunks(rule, size, dim=dim, times=times)
 
 
 def dimension_names(array: zarr.Array, path: str) -> tuple[str, ...]:

@@ -551,12 +551,14 @@ def array_with(
     return zarr.Array(AsyncArray(metadata or array.metadata, path, config=array.async_array.config))
 
 
-def store_metadata(array: zarr.Array) -> None:
-    """Write ``array``'s metadata documents to its store, by zarr's own serialization (the
-    group's consolidated metadata, if any, is the caller's to refresh)."""
+def store_metadata(array: zarr.Array, metadata: ArrayMetadata | None = None) -> None:
+    """Write ``metadata`` (by default the array's own) as ``array``'s metadata documents, by
+    zarr's own serialization: e.g. the array grown, with a new chunk grid
+    (``grid.with_chunk_sizes``). The group's consolidated metadata, if any, is the caller's
+    to refresh."""
 
     async def write() -> None:
-        documents = array.metadata.to_buffer_dict(default_buffer_prototype())
+        documents = (metadata or array.metadata).to_buffer_dict(default_buffer_prototype())
         for key, buffer in documents.items():
             await (array.store_path / key).set(buffer)
 

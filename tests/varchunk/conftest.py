@@ -1,6 +1,6 @@
 """Daily datacubes in several calendars, and the references the tests hold accumulus to:
 month and year lengths counted by xarray's ``resample`` (an independent path from the
-``.dt`` accessors ``accumulus.chunking`` uses), answers computed by xarray on the raw data."""
+``.dt`` accessors ``accumulus.grid`` uses), answers computed by xarray on the raw data."""
 
 from __future__ import annotations
 

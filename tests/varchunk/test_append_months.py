@@ -1,6 +1,7 @@
 """The append side of variable chunking, played through with zarr: daily granules appended
 one by one under the ``month`` rule (``append_chunk_sizes`` decides the chunks,
-``with_chunk_sizes``/``store_metadata`` apply them: data first, metadata last), with the
+``with_chunk_sizes`` makes the grid, written through ``array_with`` and published by
+``store_metadata``: data first, metadata last), with the
 accumulations updated after each append. A new month starts a new chunk, no stored chunk is
 rewritten, the month being filled stays provisional, and answers match xarray throughout."""
 
@@ -13,15 +14,9 @@ import zarr
 from zarr.storage import LocalStore
 
 import accumulus
-from accumulus.chunking import (
-    AppendChunks,
-    append_chunk_sizes,
-    store_metadata,
-    with_chunk_sizes,
-)
 from accumulus.cube import Cube
-from accumulus.grid import declared_chunk_sizes
-from accumulus.storage import consolidate
+from accumulus.grid import AppendChunks, append_chunk_sizes, declared_chunk_sizes, with_chunk_sizes
+from accumulus.storage import array_with, consolidate, store_metadata
 
 from .conftest import VAR, daily_dataset, period_counts
 
@@ -35,7 +30,8 @@ def _append(path, raw: dict[str, np.ndarray], done: int, added: int, times) -> A
     grown = {}
     for name in raw:
         array = zarr.open_array(path / name, mode="r+")
-        new = with_chunk_sizes(array, 0, done + added, plan.sizes)
+        grid = with_chunk_sizes(array.metadata, 0, done + added, plan.sizes)
+        new = array_with(array, metadata=grid)
         if plan.rewrite is not None:  # a chunk whose size changes: its values go again
             start = sum(plan.sizes[: plan.rewrite])
             new[start:done] = array[start:done]
@@ -65,7 +61,7 @@ def test_daily_granules_appended_by_month(tmp_path, calendar):
     sizes = append_chunk_sizes((), times[:0], times[:first], "month").sizes
     for name in raw:
         array = zarr.open_array(path / name, mode="r+")
-        regridded = with_chunk_sizes(array, 0, first, sizes)
+        regridded = array_with(array, metadata=with_chunk_sizes(array.metadata, 0, first, sizes))
         regridded[:] = array[:]  # chunk 0 changes size: read under the old grid, write again
         store_metadata(regridded)
     consolidate(LocalStore(path))

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from accumulus.chunking import (
+from accumulus.errors import AccumulusError
+from accumulus.grid import (
     AppendChunks,
+    ChunkBounds,
     append_chunk_sizes,
     calendar_chunk_sizes,
     chunk_sizes,
     parse_chunk_rules,
 )
-from accumulus.errors import AccumulusError
-from accumulus.grid import ChunkBounds
 
 from .conftest import daily_times, period_counts
 

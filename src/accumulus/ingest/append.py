@@ -43,13 +43,21 @@ from zarr.storage import FsspecStore
 from accumulus import keys
 from accumulus.accumulation import spec
 from accumulus.accumulation.build import build_accumulations
-from accumulus.chunking import CALENDAR_RULES, NAMED_RULES, ChunkRule
 from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
 from accumulus.filters.nczarr import record_dimension_size
-from accumulus.grid import declared_chunk_sizes, regular_chunk_size
+from accumulus.grid import (
+    CALENDAR_RULES,
+    NAMED_RULES,
+    AppendGrid,
+    ChunkRule,
+    RegularGrid,
+    VariableGrid,
+    declared_chunk_sizes,
+    regular_chunk_size,
+)
 from accumulus.ingest.conform import (
     Template,
     check_fits,
@@ -68,14 +76,7 @@ from accumulus.ingest.journal import (
     read_journal,
     write_journal,
 )
-from accumulus.ingest.layout import (
-    AppendGrid,
-    ArraySpec,
-    ChunkChoice,
-    RegularGrid,
-    VariableGrid,
-    choose_chunks,
-)
+from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.locking import StoreLock
 from accumulus.storage import (

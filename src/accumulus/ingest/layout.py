@@ -10,32 +10,17 @@ arrays: they get chunks of about 1 MiB, not the data's 40 steps.
 
 With ``--chunking month|year|per-granule`` the data variables get variable chunks along the
 append dimension instead (ZEP 3: a rectilinear chunk grid, Zarr v3), declared as values
-arrive. ``RegularGrid`` and ``VariableGrid`` are where chunk edges fall for new data, and how
-an array looks when it reaches a given length: the writer and the commit ask them.
+arrive: where chunk edges fall for new data is ``grid.RegularGrid`` and ``grid.VariableGrid``.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 from math import prod
 
-import numpy as np
-import zarr
-from zarr.core.array import AsyncArray
-
-from accumulus.chunking import (
-    MONTH,
-    PER_GRANULE,
-    YEAR,
-    append_chunk_sizes,
-    joined,
-    store_metadata,
-    with_chunk_sizes,
-)
 from accumulus.errors import AccumulusError
+from accumulus.grid import MONTH, PER_GRANULE, YEAR
 
 TARGET_CHUNK_BYTES = 100 * 2**20
 MIN_CHUNK_BYTES = 10 * 2**20
@@ -182,78 +167,3 @@ def _mib(n: float) -> str:
     if n < 1024:
         return f"{n:.0f} B"
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 / 10 else f"{n / 1024:.1f} KiB"
-
-
-# --------------------------------------------------------------------------------------------
-# Where chunk edges fall for new data
-
-
-@dataclass(frozen=True)
-class RegularGrid:
-    """Chunks of ``chunk`` steps along the append dimension (a regular grid, Zarr v2 or v3)."""
-
-    chunk: int
-
-    def complete_end(self, size: int) -> int:
-        """Where the complete chunks end once the dimension holds ``size`` steps.
-
-        New data is written in whole chunks up to here; what follows is the partial last
-        chunk, rewritten by the next append (and provisional for accumulations,
-        ``final_coverage``)."""
-        return size // self.chunk * self.chunk
-
-    def view(self, array: zarr.Array, axis: int, length: int) -> zarr.Array:
-        """``array`` as if it were ``length`` long along ``axis``; its metadata is not stored."""
-        metadata = array.metadata.update_shape(_with_length(array.shape, axis, length))
-        return zarr.Array(AsyncArray(metadata, array.store_path, config=array.async_array.config))
-
-    def resize(self, array: zarr.Array, axis: int, length: int) -> None:
-        """Store ``array``'s metadata grown to ``length`` along ``axis``."""
-        array.resize(_with_length(array.shape, axis, length))
-
-
-class VariableGrid:
-    """Variable chunks along the append dimension, cut by ``rule`` (month, year, per-granule)
-    as granules arrive: a rectilinear chunk grid (ZEP 3, Zarr v3).
-
-    ``sizes`` are the declared chunk sizes so far; the last one may reach past the data (a
-    month declared whole while it fills). A chunk once declared keeps its size
-    (``append_chunk_sizes(..., published=True)``): readers decode a chunk at the size their
-    metadata declares, and the chunks of one run are those of any other run on the same
-    granules, wherever a run was interrupted. ``coordinate`` holds the dimension's values so
-    far, CF-decoded when the rule reads dates.
-    """
-
-    def __init__(self, rule: str, sizes: Sequence[int], coordinate: np.ndarray) -> None:
-        self.rule = rule
-        self.sizes = tuple(sizes)
-        self.coordinate = coordinate
-
-    def extend(self, values: np.ndarray) -> None:
-        """Declare the chunks of one more granule's coordinate ``values``."""
-        plan = append_chunk_sizes(self.sizes, self.coordinate, values, self.rule, published=True)
-        self.sizes = plan.sizes
-        self.coordinate = joined(self.coordinate, values)
-
-    def complete_end(self, size: int) -> int:
-        """Where the complete chunks end once the dimension holds ``size`` steps: the last
-        declared edge at or before ``size``."""
-        edges = list(accumulate(self.sizes, initial=0))
-        return edges[bisect.bisect_right(edges, size) - 1]
-
-    def view(self, array: zarr.Array, axis: int, length: int) -> zarr.Array:
-        """``array`` as if it were ``length`` long along ``axis``, with the declared chunks
-        there; its metadata is not stored."""
-        return with_chunk_sizes(array, axis, length, self.sizes)
-
-    def resize(self, array: zarr.Array, axis: int, length: int) -> None:
-        """Store ``array``'s metadata grown to ``length`` along ``axis``, with the declared
-        chunks there."""
-        store_metadata(self.view(array, axis, length))
-
-
-AppendGrid = RegularGrid | VariableGrid
-
-
-def _with_length(shape: Sequence[int], axis: int, length: int) -> tuple[int, ...]:
-    return tuple(length if a == axis else n for a, n in enumerate(shape))

@@ -37,9 +37,8 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import MemoryStore
 
-from accumulus.chunking import store_metadata, with_chunk_sizes
 from accumulus.errors import AccumulusError
-from accumulus.grid import array_bounds
+from accumulus.grid import array_bounds, with_chunk_sizes
 from accumulus.ingest.conform import (
     Template,
     check_fits,
@@ -55,6 +54,7 @@ from accumulus.storage import (
     is_metadata_key,
     local_path,
     open_reference_store,
+    store_metadata,
     url_scheme,
 )
 
@@ -615,8 +615,7 @@ def _extend(
             if isinstance(grid, int) and fmt == 2:
                 array.resize(_replaced(array.shape, axis, sum(sizes)))
             else:
-                grown = with_chunk_sizes(array, axis, sum(sizes), sizes)
-                store_metadata(grown)
+                store_metadata(array, with_chunk_sizes(array.metadata, axis, sum(sizes), sizes))
     for name, values in existing.inline.items():
         new = np.concatenate([values, *(g.inline[name] for g in scanned)])
         array = root[name]

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import zarr
+from zarr.core.metadata import ArrayMetadata
 
-from accumulus.ingest.layout import AppendGrid
-from accumulus.storage import dimension_names
+from accumulus.grid import AppendGrid
+from accumulus.storage import array_with, dimension_names, store_metadata
 
 WRITE_THREADS = 4
 # Bytes of values waiting in the pool before the reader waits for writes to catch up.
@@ -45,6 +46,10 @@ class _Tail:
         if len(self.parts) > 1:
             self.parts = [np.concatenate(self.parts, axis=self.axis)]
         return self.parts[0]
+
+    def metadata_at(self, length: int) -> ArrayMetadata:
+        """The array's metadata once it is ``length`` long along the append dimension."""
+        return self.grid.metadata_at(self.array.metadata, self.axis, length)
 
     def take(self, end: int) -> np.ndarray:
         """Remove and return the values before index ``end``."""
@@ -102,7 +107,7 @@ class ChunkWriter:
     def resize(self) -> None:
         """Store every array's metadata grown to the values written (a step of the commit)."""
         for tail in self._tails.values():
-            tail.grid.resize(tail.array, tail.axis, self.size)
+            store_metadata(tail.array, tail.metadata_at(self.size))
 
     def wait(self) -> None:
         """Wait for every write; raise the first error."""
@@ -114,7 +119,7 @@ class ChunkWriter:
 
     def _submit(self, tail: _Tail, start: int, block: np.ndarray) -> None:
         # The view is taken now: a variable grid declares more chunks as granules arrive.
-        view = tail.grid.view(tail.array, tail.axis, start + block.shape[tail.axis])
+        view = array_with(tail.array, metadata=tail.metadata_at(start + block.shape[tail.axis]))
         future = self._pool.submit(_write, view, tail.axis, start, block)
         self._pending.append((future, block.nbytes))
         self._pending_bytes += block.nbytes
