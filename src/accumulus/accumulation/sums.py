@@ -2,8 +2,9 @@
 
 For values x (NaN where missing) and weights w, an accumulation holds sums Σ w^a·x^b over
 the valid values (``statistics.SUMS``: Σ w·x, Σ w, Σ x and Σ 1). A block's sums per raw
-chunk (``chunk_sums``) are taken in one compiled pass (``kernel.fused_sums``); prefix sums
-of per-chunk sums, taken every ``stride`` chunks, are the ZEP 5 accumulation entries
+chunk (``chunk_sums``) are taken by a compiled loop (``kernel.axis_sums``), every sum in
+one pass along one axis, without a copy of the block per sum; prefix sums of per-chunk
+sums, taken every ``stride`` chunks, are the ZEP 5 accumulation entries
 (``prefix_entries``).
 """
 
