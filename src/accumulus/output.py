@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 
 from accumulus.accumulation.query import QueryResult
-from accumulus.errors import AccumulusError
+from accumulus.captions import captions
+from accumulus.plots import result_png as result_png  # re-exported: the PNG format
 
 
 def label(value: Any) -> Any:
@@ -48,6 +47,16 @@ def result_json(result: QueryResult) -> dict[str, Any]:
         "units": data.attrs.get("units"),
         "plan": result.stats.to_dict(),
         "note": result.note,
+        "selection": {
+            dim: {
+                "kind": extent.kind,
+                "first": label(extent.first),
+                "last": label(extent.last),
+                "steps": extent.steps,
+            }
+            for dim, extent in result.selection.items()
+        },
+        "titles": captions(result).to_dict(),
     }
 
 
@@ -59,47 +68,3 @@ def result_csv(result: QueryResult) -> str:
     keep = [str(d) for d in data.dims] + [str(data.name)]
     frame = frame.reset_index()[keep]
     return frame.to_csv(index=False)
-
-
-def result_png(result: QueryResult) -> bytes:
-    """A line plot for a series, a map with a colour bar for a 2-D result.
-
-    Drawn on its own ``Figure`` (no pyplot state), so threads can draw at the same time."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    data: xr.DataArray = result.data
-    if data.ndim not in (1, 2):
-        raise AccumulusError(
-            f"a {data.ndim}-dimensional result cannot be drawn: average over more dimensions "
-            "(one or two must remain), or use --json/--csv"
-        )
-    fig = Figure(figsize=(9, 4.5) if data.ndim == 1 else (9, 5), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    label = f"{result.query.stat} of {data.name}"
-    if data.attrs.get("units"):
-        label += f" ({data.attrs['units']})"
-    if data.ndim == 1:
-        (dim,) = data.dims
-        ax.plot(data[dim].values, data.values, marker="." if data.size < 200 else None)
-        ax.set_xlabel(str(dim))
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    else:
-        y, x = data.dims
-        mesh = ax.pcolormesh(data[x].values, data[y].values, data.values, cmap="viridis")
-        fig.colorbar(mesh, ax=ax, label=label)
-        ax.set_xlabel(str(x))
-        ax.set_ylabel(str(y))
-    stats = result.stats
-    ax.set_title(
-        f"{label} over {', '.join(result.query.over)} — "
-        f"{stats.accumulation_chunks_read} accumulation + {stats.raw_chunks_read} raw chunks, "
-        f"{stats.seconds * 1000:.0f} ms",
-        fontsize=9,
-    )
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()

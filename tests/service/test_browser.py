@@ -1,5 +1,5 @@
 """The web page in Debian's chromium, driven by Playwright: pick a period, drag a box on the
-map, and check that what is drawn is what the API answers."""
+map, switch to the Hovmöller diagrams, and check that what is drawn is what the API answers."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-# Set to a path (e.g. docs/service.png) to keep the screenshot for the README.
-SCREENSHOT = os.environ.get("ACCUMULUS_SCREENSHOT")
+# Set to a folder (e.g. docs) to keep a screenshot of each mode of the page for the manual.
+SCREENSHOTS = os.environ.get("ACCUMULUS_SCREENSHOTS")
 
 pytestmark = pytest.mark.slow
 
@@ -76,6 +76,23 @@ def drag_box(tab, north: float, west: float, south: float, east: float) -> None:
     tab.mouse.move((start["x"] + end["x"]) / 2, (start["y"] + end["y"]) / 2)
     tab.mouse.move(end["x"], end["y"])
     tab.mouse.up()
+
+
+def painted_cells(tab, canvas: str, cells: list, pixel: str, colour: str) -> list:
+    """For each cell (a, b, value): the colour painted on ``canvas`` at the cell's centre
+    (``accumulusPage[pixel](a, b)``), the colour the page gives the value, and that pixel."""
+    return tab.evaluate(
+        """([canvasId, cells, pixel, colour]) => {
+            const canvas = document.getElementById(canvasId);
+            const context = canvas.getContext("2d"), r = canvas.getBoundingClientRect();
+            return cells.map(([a, b, v]) => {
+                const at = accumulusPage[pixel](a, b);
+                const rgb = context.getImageData(at.x - r.left, at.y - r.top, 1, 1).data;
+                return [[rgb[0], rgb[1], rgb[2]], accumulusPage[colour](v), at];
+            });
+        }""",
+        [canvas, cells, pixel, colour],
+    )
 
 
 def answer_behind(tab, service: str, panel: str) -> dict:
@@ -134,20 +151,9 @@ def test_a_box_and_a_period_draw_the_api_answers(page, service):
         for i, lat in enumerate(lats)
         for j, lon in enumerate(lons)
     ]
-    painted = tab.evaluate(
-        """cells => {
-            const canvas = document.getElementById("map-canvas");
-            const context = canvas.getContext("2d"), r = canvas.getBoundingClientRect();
-            return cells.map(([lat, lon, v]) => {
-                const p = accumulusPage.pixelOf(lat, lon);
-                const rgb = context.getImageData(p.x - r.left, p.y - r.top, 1, 1).data;
-                return [[rgb[0], rgb[1], rgb[2]], accumulusPage.colourOf(v)];
-            });
-        }""",
-        cells,
-    )
+    painted = painted_cells(tab, "map-canvas", cells, "pixelOf", "colourOf")
     assert len(painted) == len(cells) == 51 * 62  # 2° cells in 36 S..66 N, 100 W..24 E
-    for got, expected in painted:
+    for got, expected, _ in painted:
         assert got == expected
     for lat, lon, value in cells[:: max(1, len(cells) // 15)]:
         where = tab.evaluate(f"accumulusPage.pixelOf({lat}, {lon})")
@@ -162,11 +168,68 @@ def test_a_box_and_a_period_draw_the_api_answers(page, service):
     assert f"{plan['accumulation_chunks_read']} accumulation + {plan['raw_chunks_read']} raw" in (
         tab.inner_text("#series-cost")
     )
+    # Titles are the API's words; coastlines (from the service) are drawn over the map.
+    assert tab.inner_text("#map-title") == answer["titles"]["title"]
+    assert tab.inner_text("#map-title") == "Time-averaged map of air temperature (K)"
+    assert tab.inner_text("#series-subtitle") == series["titles"]["subtitle"]
+    assert "35°S–65°N" in series["titles"]["subtitle"]
+    assert tab.evaluate("accumulusPage.coastlines()") > 100
+    assert tab.get_attribute("#coast path.coast", "d").startswith("M")
+    keep_screenshot(tab, "service.png")
+
+
+def keep_screenshot(tab, name: str) -> None:
     tab.evaluate("document.activeElement.blur()")
     shot = tab.screenshot(full_page=True)
     assert shot.startswith(b"\x89PNG")
-    if SCREENSHOT:
-        Path(SCREENSHOT).write_bytes(shot)
+    if SCREENSHOTS:
+        (Path(SCREENSHOTS) / name).write_bytes(shot)
+
+
+@pytest.mark.parametrize("mode", ["hovmoller-latitude", "hovmoller-longitude"])
+def test_hovmoller_diagrams_draw_the_api_answers_the_right_way_up(page, service, mode):
+    tab = page
+    tab.fill("#start", "2001-02-01")
+    tab.fill("#end", "2001-05-31")
+    drag_box(tab, north=40, west=-60, south=-20, east=30)
+    tab.wait_for_selector("body[data-state=drawn]")
+    tab.select_option("#mode", mode)
+    tab.wait_for_selector(f"body[data-state=drawn][data-mode={mode}]")
+    assert tab.is_hidden("#series-panel") and tab.is_visible("#hovmoller-panel")
+    answer = answer_behind(tab, service, "hovmoller")
+    space = "lat" if mode == "hovmoller-latitude" else "lon"
+    assert answer["over"] == (["lon"] if space == "lat" else ["lat"])
+    assert sorted(answer["dims"]) == sorted(["time", space])
+    times, places = answer["coords"]["time"], answer["coords"][space]
+    assert len(times) == 120  # February to May
+
+    def value(t: int, p: int) -> float:
+        return answer["values"][t][p] if answer["dims"][0] == "time" else answer["values"][p][t]
+
+    cells = [(t, p, value(t, p)) for t in range(len(times)) for p in range(len(places))]
+    painted = painted_cells(tab, "hovmoller-canvas", cells, "hovmollerPixelOf", "hovmollerColourOf")
+    for got, expected, _ in painted:
+        assert got == expected
+    where = {(t, p): at for (t, p, _), (_, _, at) in zip(cells, painted, strict=True)}
+    north_or_east = max(range(len(places)), key=lambda p: places[p])
+    south_or_west = min(range(len(places)), key=lambda p: places[p])
+    if space == "lat":  # time across, north up
+        assert where[(0, north_or_east)]["y"] < where[(0, south_or_west)]["y"]
+        assert where[(0, 0)]["x"] < where[(len(times) - 1, 0)]["x"]
+    else:  # east to the right, time running down
+        assert where[(0, north_or_east)]["x"] > where[(0, south_or_west)]["x"]
+        assert where[(0, 0)]["y"] < where[(len(times) - 1, 0)]["y"]
+    assert tab.inner_text("#hovmoller-title") == answer["titles"]["title"]
+    kind = "Longitude" if space == "lat" else "Latitude"
+    assert answer["titles"]["title"] == f"{kind}-averaged Hovmöller diagram of air temperature (K)"
+    # Hovering reads the API's number back.
+    t, p = len(times) // 2, len(places) // 3
+    at = where[(t, p)]
+    tab.mouse.move(at["x"], at["y"])
+    readout = tab.inner_text("#hovmoller-readout")
+    assert readout.startswith(f"{times[t]}, {space} {places[p]:g}: ")
+    assert float(readout.split(": ")[1].split()[0]) == pytest.approx(value(t, p), rel=1e-5)
+    keep_screenshot(tab, f"service-{mode}.png")
 
 
 def test_a_bad_period_is_shown_next_to_its_inputs(page):

@@ -29,6 +29,7 @@ def test_no_request_gets_a_server_error(cube: Path, mode: GenerationMode):
         "/api/datasets",
         "/api/datasets/{dataset}",
         AVERAGE,
+        "/api/coastlines",
     }
     statuses: Counter[tuple[str, int]] = Counter()
     strategies = []

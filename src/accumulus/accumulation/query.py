@@ -23,6 +23,7 @@ import zarr
 
 from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, Read, plan_query
+from accumulus.accumulation.selection import Extent, selection
 from accumulus.accumulation.sums import reduce_terms
 from accumulus.accumulation.weights import resolve_weights, weight_values
 from accumulus.cube import Cube, VariableInfo
@@ -75,6 +76,7 @@ class QueryResult:
     stats: QueryStats
     weights: str
     note: str = ""  # why accumulations were not (fully) used, when they were not
+    selection: Mapping[str, Extent] = field(default_factory=dict)  # what was averaged, by dim
 
 
 def run_query(cube: Cube, query: Query, *, latency: float = 0.0) -> QueryResult:
@@ -118,11 +120,14 @@ def run_query(cube: Cube, query: Query, *, latency: float = 0.0) -> QueryResult:
     units = cube.raw[var.name].attrs.get("units")
     if units is not None and stat.has_units:
         data.attrs["units"] = units
+    if "long_name" in cube.raw[var.name].attrs:
+        data.attrs["long_name"] = cube.raw[var.name].attrs["long_name"]
     stats = _stats(counting, var.name, time.perf_counter() - started)
     data.attrs.update(
         {"stat": query.stat, "weights": weights, "over": ",".join(over)} | stats.to_dict()
     )
-    return QueryResult(query, data, plan, stats, weights, note)
+    extents = selection(cube, var.dims, ranges)
+    return QueryResult(query, data, plan, stats, weights, note, extents)
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from accumulus.service.answers import MEDIA_TYPES, compute_answer
 from accumulus.service.cache import AnswerCache
 from accumulus.service.datasets import Catalog, Dataset
 from accumulus.service.describe import describe_snapshot
+from accumulus.service.geography import router as geography
 from accumulus.service.parameters import (
     FORMATS,
     OPTIONS,
@@ -72,6 +73,7 @@ def create_app(
         redoc_url=None,
     )
     _add_error_handlers(app)
+    app.include_router(geography)
 
     def dataset_of(name: str) -> Dataset:
         dataset = catalog.get(name)

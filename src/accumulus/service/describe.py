@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
-import xarray as xr
-
-from accumulus.accumulation.weights import find_latitude, find_longitude
+from accumulus.accumulation.selection import dimension_kind
 from accumulus.cube import Cube
 from accumulus.output import label
 from accumulus.service.datasets import Snapshot
@@ -28,17 +25,6 @@ def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:
         "dimensions": {str(d): _dimension(cube, str(d)) for d in cube.raw.dims},
         "variables": [_variable(cube, name) for name in cube.data_variables],
     }
-
-
-def dimension_kind(cube: Cube, dim: str) -> str | None:
-    """What the web page draws a dimension as: "time", "latitude", "longitude" or None."""
-    if isinstance(cube.index(dim), pd.DatetimeIndex | xr.CFTimeIndex):
-        return "time"
-    if find_latitude(cube.raw, [dim]):
-        return "latitude"
-    if find_longitude(cube.raw, [dim]):
-        return "longitude"
-    return None
 
 
 def _dimension(cube: Cube, dim: str) -> dict[str, Any]:

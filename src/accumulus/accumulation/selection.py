@@ -1,0 +1,57 @@
+"""What a query selected, in the words a reader of its answer needs: for each dimension its
+kind (time, latitude, longitude), the first and last coordinate labels selected and the
+number of steps. Titles of maps and series are written from it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import xarray as xr
+
+from accumulus.accumulation.weights import find_latitude, find_longitude
+from accumulus.cube import Cube
+
+
+@dataclass(frozen=True)
+class Extent:
+    """The part of one dimension a query selected (cell centres, inclusive)."""
+
+    kind: str | None  # "time", "latitude", "longitude", or None for any other dimension
+    first: Any  # coordinate label of the first step selected
+    last: Any  # ... and of the last
+    steps: int
+    size: int  # steps along the whole dimension
+
+    @property
+    def whole(self) -> bool:
+        return self.steps == self.size
+
+
+def dimension_kind(cube: Cube, dim: str) -> str | None:
+    """ "time", "latitude", "longitude" or None: how maps and series draw a dimension."""
+    if isinstance(cube.index(dim), pd.DatetimeIndex | xr.CFTimeIndex):
+        return "time"
+    if find_latitude(cube.raw, [dim]):
+        return "latitude"
+    if find_longitude(cube.raw, [dim]):
+        return "longitude"
+    return None
+
+
+def selection(
+    cube: Cube, dims: Sequence[str], ranges: Mapping[str, tuple[int, int]]
+) -> dict[str, Extent]:
+    """The extent of each of ``dims`` within the index ``ranges`` (half-open)."""
+    extents = {}
+    for dim in dims:
+        start, stop = ranges[dim]
+        index = cube.index(dim)
+        if stop <= start:
+            continue
+        extents[dim] = Extent(
+            dimension_kind(cube, dim), index[start], index[stop - 1], stop - start, len(index)
+        )
+    return extents

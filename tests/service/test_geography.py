@@ -1,0 +1,27 @@
+"""What the service serves for drawing: coastlines in the box's longitude convention."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def test_coastlines_of_a_box_in_either_longitude_convention(client):
+    africa = client.get(
+        "/api/coastlines", params={"west": -20, "east": 55, "south": -40, "north": 40}
+    )
+    assert africa.status_code == 200
+    points = np.concatenate([np.array(line) for line in africa.json()["lines"]])
+    assert np.hypot(points[:, 0] - 18.5, points[:, 1] + 34.4).min() < 0.5  # Cape of Good Hope
+    pacific = client.get(
+        "/api/coastlines", params={"west": 100, "east": 300, "south": -60, "north": 60}
+    )
+    points = np.concatenate([np.array(line) for line in pacific.json()["lines"]])
+    assert (points[:, 0] > 200).any()  # the Americas, east of 180°E
+
+
+def test_a_box_turned_inside_out_is_refused_naming_its_side(client):
+    response = client.get(
+        "/api/coastlines", params={"west": 50, "east": 10, "south": 0, "north": 10}
+    )
+    assert response.status_code == 422
+    assert response.json()["parameter"] == "east"
