@@ -30,6 +30,8 @@ def test_no_request_gets_a_server_error(cube: Path, mode: GenerationMode):
         "/api/datasets/{dataset}",
         AVERAGE,
         "/api/coastlines",
+        "/api/regions",
+        "/api/regions/{region_set}/{region}",
     }
     statuses: Counter[tuple[str, int]] = Counter()
     strategies = []

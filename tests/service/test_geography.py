@@ -1,4 +1,5 @@
-"""What the service serves for drawing: coastlines in the box's longitude convention."""
+"""What the service serves for drawing: coastlines in the box's longitude convention, and the
+region sets a shape may name, with their outlines."""
 
 from __future__ import annotations
 
@@ -25,3 +26,14 @@ def test_a_box_turned_inside_out_is_refused_naming_its_side(client):
     )
     assert response.status_code == 422
     assert response.json()["parameter"] == "east"
+
+
+def test_region_sets_and_a_regions_outline(client):
+    sets = {s["name"]: s for s in client.get("/api/regions").json()["sets"]}
+    assert set(sets) == {"ar6", "srex", "giorgi", "prudence"}
+    waf = next(r for r in sets["ar6"]["regions"] if r["abbrev"] == "WAF")
+    assert waf["name"] == "Western-Africa" and waf["bounds"][0] == -20
+    outline = client.get("/api/regions/ar6/waf").json()
+    assert outline["name"] == "ar6:WAF" and outline["geometry"]["type"] == "Polygon"
+    missing = client.get("/api/regions/ar6/atlantis")
+    assert missing.status_code == 404 and "no region 'atlantis'" in missing.json()["error"]

@@ -23,6 +23,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
+from typing import Any
 
 Box = dict[str, tuple[int, int]]
 
@@ -67,6 +68,8 @@ class QueryPlan:
     over: tuple[str, ...]
     ranges: Mapping[str, tuple[int, int]]
     reads: tuple[Read, ...] = field(default_factory=tuple)
+    # A shape's cells (``shapes.CellMask``): raw reads sum only these; None for a box.
+    mask: Any = None
 
     @property
     def raw_reads(self) -> list[Read]:
