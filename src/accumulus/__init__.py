@@ -4,13 +4,23 @@ Fast averages over any ranges of any dimensions, from a handful of chunks instea
 full scan. See the README for the command line and the service.
 """
 
-from accumulus.api import accumulate, append, average, inspect, open_cube, query, verify
-from accumulus.errors import AccumulusError
+from accumulus.api import (
+    accumulate,
+    append,
+    average,
+    inspect,
+    open_cube,
+    query,
+    verify,
+    verify_sources,
+)
+from accumulus.errors import AccumulusError, AccumulusWarning
 from accumulus.ingest.virtual import append_virtual
 from accumulus.rechunk import rechunk
 
 __all__ = [
     "AccumulusError",
+    "AccumulusWarning",
     "accumulate",
     "append",
     "append_virtual",
@@ -20,4 +30,5 @@ __all__ = [
     "query",
     "rechunk",
     "verify",
+    "verify_sources",
 ]

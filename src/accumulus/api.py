@@ -6,6 +6,7 @@ Stores are given as a path or URL (directory, ``file://``, ``.zip``, ``memory://
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.ingest.append import AppendResult as AppendResult  # re-exported
 from accumulus.ingest.append import append as append  # re-exported
+from accumulus.ingest.compare import SourceComparison, compare_sources
 from accumulus.inspection import describe_cube
 
 StoreLike = str | Store | Cube
@@ -145,6 +147,19 @@ def verify(
     if variable is None:
         reports = [r for r in reports if r.checked or r.problems]
     return reports
+
+
+def verify_sources(
+    store: str | os.PathLike[str],
+    sources: Sequence[str | os.PathLike[str]],
+    *,
+    dim: str | None = None,
+    storage_options: dict | None = None,
+) -> list[SourceComparison]:
+    """Compare the cube with the files it was made from, as xarray decodes them: every
+    variable, value for value; differences by variable and index range. ``dim``: what the
+    sources were appended along (default: the cube's; none for a converted file)."""
+    return compare_sources(store, sources, dim=dim, storage_options=storage_options)
 
 
 def inspect(store: StoreLike, *, storage_options: dict | None = None) -> dict[str, Any]:

@@ -8,11 +8,12 @@ printed on one line with a non-zero exit status; nothing else is caught.
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 from rich.console import Console
 
-from accumulus.errors import AccumulusError
+from accumulus.errors import AccumulusError, AccumulusWarning
 
 app = typer.Typer(
     name="accumulus",
@@ -27,11 +28,23 @@ err_console = Console(stderr=True)
 
 def main() -> None:
     """Entry point of the console script and of ``python -m accumulus``."""
+    warnings.showwarning = _show_warning
     try:
         app()
     except AccumulusError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
+
+
+_show_other_warning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Our warnings on one line, like our errors; others as Python shows them."""
+    if issubclass(category, AccumulusWarning):
+        err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    else:
+        _show_other_warning(message, category, filename, lineno, file, line)
 
 
 # --- ZEP 5 core: accumulate, average, inspect, verify (issue 2) ---
@@ -313,18 +326,31 @@ def _size(n: int | None) -> str:
 @app.command()
 def verify(
     store: str = typer.Argument(..., help="Cube path or URL."),
-    variable: str = typer.Argument(None, help="Variable (default: every accumulated one)."),
+    names: list[str] = typer.Argument(
+        None, help="Variable (default: every accumulated one); with --sources, the files."
+    ),
+    sources: bool = typer.Option(
+        False,
+        "--sources",
+        help="Compare the cube with the files it was made from, as xarray decodes them.",
+    ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
     ),
 ) -> None:
-    """Recompute accumulations from the raw data; exit 1 on any mismatch."""
+    """Recompute accumulations from the raw data; exit 1 on any mismatch. With --sources
+    FILES…: compare the cube's values with its sources' instead."""
     from accumulus import api
 
-    reports = api.verify(
-        store, variable, storage_options=_storage_options(endpoint_url, storage_option)
-    )
+    options = _storage_options(endpoint_url, storage_option)
+    if sources:
+        _verify_sources(store, names or [], options)
+        return
+    if len(names or []) > 1:
+        raise AccumulusError(f"verify takes one variable, got {names}; to compare files: --sources")
+    variable = names[0] if names else None
+    reports = api.verify(store, variable, storage_options=options)
     failed = False
     for report in reports:
         if report.ok:
@@ -338,6 +364,28 @@ def verify(
     if not reports:
         console.print("no accumulation groups to verify")
     if failed:
+        raise typer.Exit(1)
+
+
+def _verify_sources(store: str, files: list[str], storage_options: dict | None) -> None:
+    from rich.markup import escape
+
+    from accumulus import api
+
+    comparisons = api.verify_sources(store, files, storage_options=storage_options)
+    for comparison in comparisons:
+        if comparison.ok:
+            steps = f", {comparison.steps} steps" if comparison.steps is not None else ""
+            console.print(
+                f"{comparison.source}: OK ({len(comparison.variables)} variables{steps} as "
+                "xarray decodes the file)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        for difference in comparison.differences:
+            text = escape(f"{comparison.source}: {difference.describe()}")
+            err_console.print(f"[red]{text}[/]", soft_wrap=True)
+    if not all(c.ok for c in comparisons):
         raise typer.Exit(1)
 
 

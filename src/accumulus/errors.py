@@ -13,3 +13,8 @@ class AccumulusError(Exception):
 class AccumulationReadError(AccumulusError):
     """An accumulation array could not be read (a missing or corrupt chunk): the raw data
     can still answer, more slowly."""
+
+
+class AccumulusWarning(UserWarning):
+    """Something done to the user's data that they should know about (a fill value that
+    marks nothing, dropped), explained in one line."""

@@ -62,6 +62,7 @@ from accumulus.ingest.conform import (
     Template,
     check_fits,
     conform,
+    cube_dataset,
     decoded_times,
     template_of,
     time_labels,
@@ -576,17 +577,17 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
             str(name): ArraySpec(
                 dims=tuple(map(str, var.dims)),
                 shape=tuple(var.shape),
-                itemsize=var.dtype.itemsize,
+                itemsize=template.variables[str(name)].dtype.itemsize,
                 is_coordinate=name in template.coordinates,
             )
             for name, var in granule.dataset.variables.items()
         }
         choice = choose_chunks(specs, dim, request.chunks, variable_rule)
         chains = granule.compression(zarr_format)
-        empty = granule.dataset.isel({dim: slice(0, 0)}).drop_encoding()
+        empty, fills = cube_dataset(granule.dataset, template)
         encoding = {}
         for name, var in empty.variables.items():
-            fill = var.attrs.pop("_FillValue", None)
+            fill = fills[str(name)]
             chain = chains.get(str(name))
             if not chain and name in template.coordinates and dim in var.dims:
                 # Uncompressed in the granule, but its ~1 MiB chunks in the cube are

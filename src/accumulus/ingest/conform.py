@@ -4,8 +4,11 @@ The cube's ``Template`` is what every granule must look like: the same variables
 same dimensions, dtypes and scale/offset; the same sizes and coordinate values along every
 dimension but the append dimension (``static`` variables, written once); time values that
 convert exactly to the cube's units and calendar. Every check names the granule and says
-what was expected. Values are copied as stored when the encodings agree; times are converted
-to the cube's units, and a different fill value is mapped to the cube's.
+what was expected. A variable is compared, and its values written, in the form the cube
+stores it (``cf.stored_form``: fill values its type cannot hold dropped with a warning,
+float32 packing stored decoded). Values are copied as stored when the encodings agree;
+times are converted to the cube's units, and different fill values are mapped to the
+cube's, never onto a valid value.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import xarray as xr
 from xarray.coding.times import decode_cf_datetime, encode_cf_datetime
 
 from accumulus.errors import AccumulusError
+from accumulus.ingest.cf import StoredForm, stored_form, to_stored, warn_dropped
 from accumulus.ingest.granules import Granule
 
 # Attributes that change what stored numbers mean: they must agree between granule and cube.
@@ -39,13 +43,24 @@ class VariableTemplate:
     name: str
     dims: tuple[str, ...]
     sizes: Mapping[str, int]  # every dimension but the append dimension
-    dtype: np.dtype
-    attrs: Mapping[str, Any]  # as stored (decoding attributes included)
+    form: StoredForm  # how the cube stores it: dtype, attributes, values read as missing
     time: TimeEncoding | None  # set when the values are times
 
     @property
+    def dtype(self) -> np.dtype:
+        return self.form.dtype
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        """As the cube stores them (decoding attributes included)."""
+        return self.form.attrs
+
+    @property
     def fill_values(self) -> list[Any]:
-        return _fills(self.attrs, self.dtype)
+        """The stored values read as missing; NaN for floats without any."""
+        if self.form.masked:
+            return list(self.form.masked)
+        return [float("nan")] if self.dtype.kind == "f" else []
 
 
 @dataclass(frozen=True)
@@ -80,8 +95,9 @@ class Template:
         return [n for n in self.appended if n not in self.coordinates]
 
 
-def template_of(dataset: xr.Dataset, dim: str, where: str) -> Template:
-    """The template of a CF-encoded dataset (a cube's, or a first granule's)."""
+def template_of(dataset: xr.Dataset, dim: str, where: str, warn: bool = False) -> Template:
+    """The template of a CF-encoded dataset (a cube's, or a first granule's). Fill values
+    its variables' types cannot hold are dropped (with a warning naming ``where``)."""
     if dim not in dataset.dims:
         raise AccumulusError(
             f"{where}: no dimension {dim!r} to append along; its dimensions are "
@@ -96,17 +112,38 @@ def template_of(dataset: xr.Dataset, dim: str, where: str) -> Template:
     static = {}
     for name, var in dataset.variables.items():
         name = str(name)
+        form = stored_form(name, var.dtype, var.attrs, where)
+        if warn:
+            warn_dropped(where, name, form)
         variables[name] = VariableTemplate(
             name=name,
             dims=tuple(map(str, var.dims)),
             sizes={str(d): n for d, n in var.sizes.items() if d != dim},
-            dtype=var.dtype,
-            attrs=dict(var.attrs),
+            form=form,
             time=_time_encoding(dataset, name),
         )
         if dim not in var.dims:
-            static[name] = np.asarray(var.values)
+            static[name] = to_stored(name, np.asarray(var.values), var.attrs, form)
     return Template(dim, variables, static)
+
+
+def cube_dataset(dataset: xr.Dataset, template: Template) -> tuple[xr.Dataset, dict[str, Any]]:
+    """The first granule as the cube is created from it: every variable in the cube's form
+    (dtype, attributes, static values), empty along the append dimension; and each
+    variable's fill value, which ``to_zarr`` takes as an encoding."""
+    out: dict[str, dict[str, xr.Variable]] = {"coords": {}, "data": {}}
+    fills = {}
+    for name, var in dataset.variables.items():
+        ours = template.variables[str(name)]
+        if template.dim in var.dims:
+            var = var.isel({template.dim: slice(0, 0)})
+        values = to_stored(str(name), np.asarray(var.values), var.attrs, ours.form)
+        attrs = dict(ours.attrs)
+        fills[str(name)] = attrs.pop("_FillValue", None)
+        kind = "coords" if name in dataset.coords else "data"
+        out[kind][str(name)] = xr.Variable(var.dims, values.astype(ours.dtype), attrs)
+    empty = xr.Dataset(out["data"], coords=out["coords"], attrs=dataset.attrs)
+    return empty, fills
 
 
 def _time_encoding(dataset: xr.Dataset, name: str) -> TimeEncoding | None:
@@ -129,10 +166,11 @@ def _time_encoding(dataset: xr.Dataset, name: str) -> TimeEncoding | None:
 
 
 def check_fits(granule: Granule, template: Template) -> None:
-    """Raise ``AccumulusError`` (naming the granule) unless it fits the cube."""
+    """Raise ``AccumulusError`` (naming the granule) unless it fits the cube. Warns of
+    fill values the granule's types cannot hold (dropped)."""
     where = f"granule {granule.name}"
     dim = template.dim
-    theirs = template_of(granule.dataset, dim, where)
+    theirs = template_of(granule.dataset, dim, where, warn=True)
     missing = sorted(set(template.variables) - set(theirs.variables))
     extra = sorted(set(theirs.variables) - set(template.variables))
     if missing:
@@ -147,7 +185,7 @@ def check_fits(granule: Granule, template: Template) -> None:
     for name, ours in template.variables.items():
         _check_variable(where, ours, theirs.variables[name])
     for name, values in template.static.items():
-        _check_static(where, name, values, np.asarray(granule.dataset[name].values))
+        _check_static(where, name, values, theirs.static[name])
 
 
 def _check_variable(where: str, ours: VariableTemplate, theirs: VariableTemplate) -> None:
@@ -181,11 +219,11 @@ def _check_variable(where: str, ours: VariableTemplate, theirs: VariableTemplate
                 f"{where}: variable {name!r} has {key}={a!r}, the cube's is {b!r}; values "
                 "would change meaning"
             )
-    differ = set(map(_key, theirs.fill_values)) != set(map(_key, ours.fill_values))
-    if differ and not ours.fill_values and ours.time is None:
+    differ = set(theirs.form.masked) != set(ours.form.masked)
+    if differ and _missing_target(ours) is None and ours.time is None:
         raise AccumulusError(
             f"{where}: variable {name!r} marks missing values with "
-            f"{theirs.fill_values}, and the cube's has no fill value to map them to"
+            f"{list(theirs.form.masked)}, and the cube's has no fill value to map them to"
         )
 
 
@@ -216,6 +254,7 @@ def conform(granule: Granule, template: Template) -> dict[str, np.ndarray]:
     """The granule's values of every variable along the append dimension, read whole and
     encoded as the cube stores them (call ``check_fits`` first)."""
     out = {}
+    where = f"granule {granule.name}"
     for name in template.appended:
         ours = template.variables[name]
         var = granule.dataset.variables[name]
@@ -223,15 +262,16 @@ def conform(granule: Granule, template: Template) -> dict[str, np.ndarray]:
             values = np.asarray(var.values)
         except Exception as exc:  # a corrupt or truncated chunk: netCDF4/HDF5/zarr errors
             raise AccumulusError(
-                f"granule {granule.name}: cannot read variable {name!r} (corrupt or truncated "
-                f"data?): {exc}"
+                f"{where}: cannot read variable {name!r} (corrupt or truncated data?): {exc}"
             ) from None
         if ours.time is not None:
             theirs = _time_encoding(granule.dataset, name)
             assert theirs is not None
             values = convert_times(values, theirs, ours.time, ours.dtype, granule.name, name)
         else:
-            values = _map_fill(values, _fills(var.attrs, var.dtype), ours.fill_values)
+            form = stored_form(name, var.dtype, var.attrs, where)
+            values = to_stored(name, values, var.attrs, form)
+            values = _map_fill(where, name, values, form.masked, ours)
         out[name] = values
     return out
 
@@ -289,30 +329,33 @@ def time_labels(values: np.ndarray, template: Template) -> list[str]:
     return [d.isoformat() for d in dates]  # cftime dates of non-standard calendars
 
 
-def _fills(attrs: Mapping[str, Any], dtype: np.dtype) -> list[Any]:
-    fills = []
-    for key in ("_FillValue", "missing_value"):
-        value = attrs.get(key)
-        if value is not None:
-            fills.extend(np.atleast_1d(np.asarray(value)).tolist())
-    if not fills and dtype.kind == "f":
-        fills = [float("nan")]  # floats without a fill value mark missing values with NaN
-    return fills
+def _missing_target(ours: VariableTemplate) -> Any:
+    """The stored value the cube reads as missing: its fill value, or NaN in floats."""
+    if ours.form.masked:
+        return ours.form.masked[0]
+    return float("nan") if ours.dtype.kind == "f" else None
 
 
-def _map_fill(values: np.ndarray, theirs: list[Any], ours: list[Any]) -> np.ndarray:
-    if set(map(_key, theirs)) == set(map(_key, ours)) or not theirs:
+def _map_fill(
+    where: str, name: str, values: np.ndarray, theirs: tuple[Any, ...], ours: VariableTemplate
+) -> np.ndarray:
+    """A granule's values with the values it marks missing (``theirs``) mapped to the
+    cube's; a valid value the cube would read as missing is an error."""
+    if set(theirs) == set(ours.form.masked):
         return values
-    target = ours[0] if ours else float("nan")
-    mask = np.zeros(values.shape, dtype=bool)
-    for fill in theirs:
-        mask |= np.isnan(values) if _key(fill) == "nan" else values == fill
-    return np.where(mask, np.asarray(target, dtype=values.dtype), values)
-
-
-def _key(value: Any) -> str:
-    number = float(value)
-    return "nan" if np.isnan(number) else repr(number)
+    missing = np.isin(values, theirs)
+    clash = np.isin(values, ours.form.masked) & ~missing
+    if clash.any():
+        at = tuple(int(i) for i in np.argwhere(clash)[0])
+        raise AccumulusError(
+            f"{where}: variable {name!r} holds the valid value {values[at].item()!r} (at index "
+            f"{at}), which the cube reads as missing (its fill values are "
+            f"{list(ours.form.masked)}); it cannot be stored exactly"
+        )
+    if not missing.any():
+        return values
+    target = np.asarray(_missing_target(ours), dtype=values.dtype)
+    return np.where(missing, target, values)
 
 
 def _same(a: Any, b: Any) -> bool:

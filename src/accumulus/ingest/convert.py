@@ -16,7 +16,9 @@ either appears whole or not.
 Conventions are xarray's, so ``xarray.open_zarr`` reads the result like the source file:
 dimension names in ``_ARRAY_DIMENSIONS`` (v2) or ``dimension_names`` (v3); ``_FillValue``
 as the v2 ``fill_value`` or, in v3, as the attribute xarray writes; CF attributes (time
-units, calendar, scale_factor...) copied as they are, values left encoded.
+units, calendar, scale_factor...) copied as they are, values left encoded, except where
+Zarr cannot carry their decoding (``cf.stored_form``): fill values the type cannot hold
+are dropped with a warning, and float32-packed values are stored decoded.
 """
 
 from __future__ import annotations
@@ -52,6 +54,14 @@ from accumulus.filters import (
     v3_codecs,
 )
 from accumulus.filters.builtin import load_hdf5plugin
+from accumulus.ingest.cf import (
+    DECODING_ATTRS,
+    LIMIT_ATTRS,
+    StoredForm,
+    decode,
+    stored_form,
+    warn_dropped,
+)
 from accumulus.ingest.netcdf3 import HeaderError, declared_size
 from accumulus.storage import consolidate, local_path
 
@@ -99,6 +109,8 @@ class ArrayPlan:
     source_filters: list[HDF5Filter]
     codecs: list[CodecConfig]  # encoding order, resolved for the dtype
     text: bool = False  # variable-length strings in the source
+    # Set when values are stored decoded (cf.stored_form): the source's decoding attributes.
+    decoding: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -115,6 +127,8 @@ class ConversionPlan:
     groups: list[GroupPlan] = field(default_factory=list)
     arrays: list[ArrayPlan] = field(default_factory=list)
     note: str = ""  # what the user should know about the codecs chosen
+    warn: bool = True  # of fill values dropped
+    unpack: bool = False  # store float32-packed values decoded (cf.stored_form)
 
 
 def convert(
@@ -159,8 +173,10 @@ def plan_conversion(
     zarr_format: int = 2,
     codecs: Mapping[str, CodecSpec] | None = None,
     default_codec: CodecSpec | None = None,
+    warn: bool = True,
 ) -> ConversionPlan:
-    """Inspect ``src`` and resolve every variable's codecs; raise before anything is written."""
+    """Inspect ``src`` and resolve every variable's codecs; raise before anything is written.
+    Warns of fill values dropped (unless ``warn`` is false: the plan is only consulted)."""
     source = os.fspath(src)
     if not Path(source).is_file():
         raise AccumulusError(f"{source}: no such file")
@@ -173,6 +189,8 @@ def plan_conversion(
             zarr_format=zarr_format,
             codecs=codecs,
             default_codec=default_codec,
+            warn=warn,
+            unpack=True,
         )
 
 
@@ -184,15 +202,19 @@ def plan_file(
     zarr_format: int = 2,
     codecs: Mapping[str, CodecSpec] | None = None,
     default_codec: CodecSpec | None = None,
+    warn: bool = True,
+    unpack: bool = False,
 ) -> ConversionPlan:
     """``plan_conversion`` of an open file (an ``h5py.File``, local or remote, or a netCDF-3
-    ``netCDF4.Dataset``); ``source`` names it in messages."""
+    ``netCDF4.Dataset``); ``source`` names it in messages. ``unpack``: store float32-packed
+    values decoded, as ``convert`` does (a virtual cube references the stored bytes, and
+    keeps them packed)."""
     if zarr_format not in (2, 3):
         raise AccumulusError(f"--zarr-format must be 2 or 3, got {zarr_format}")
     load_hdf5plugin()  # so h5py decodes every hdf5plugin filter
     overrides = {name.strip("/"): _as_chain(spec, name) for name, spec in (codecs or {}).items()}
     default = _as_chain(default_codec, "default") if default_codec is not None else None
-    plan = ConversionPlan(source, zarr_format, source_format)
+    plan = ConversionPlan(source, zarr_format, source_format, warn=warn, unpack=unpack)
     if source_format == HDF5_FORMAT:
         _plan_group(file, plan, overrides, default)
     else:
@@ -307,12 +329,17 @@ def _plan_array(
                 f"the data here{hint}"
             )
 
+    form, decoding = (None, None) if text else _stored_form(dataset.attrs, path, dtype, plan)
+    if form is not None:
+        dtype = form.dtype
+
     def kept() -> list[CodecConfig]:
         if text:
             return []  # variable-length strings: HDF5 filters never apply, nor a default
         try:
             _check_codec_sides(pipeline)
-            return pipeline_to_codecs(pipeline)
+            chain = pipeline_to_codecs(pipeline)
+            return chain if decoding is None else _retyped(chain)
         except FilterError as exc:
             raise FilterError(f"{exc}; or choose another with --codec {path}='<json>'") from None
 
@@ -321,6 +348,8 @@ def _plan_array(
     layout = ArrayLayout(dtype, dataset.shape, dataset.chunks or dataset.shape)
     chain = _resolve_chain(path, where, layout, text, kept, overrides, default, plan.zarr_format)
     attributes = _attributes(dataset, plan.source)
+    if form is not None:
+        attributes = _with_form(attributes, form)
     if text and plan.zarr_format == 2:
         # netcdf-c reads Zarr v2 strings only as fixed-width bytes ("|S<n>"), not as
         # numcodecs' vlen-utf8 objects; _Encoding tells xarray to decode them to str.
@@ -333,10 +362,11 @@ def _plan_array(
         chunks=dataset.chunks,
         dimensions=_dimension_names(dataset, phony),
         attributes=attributes,
-        fill_value=None if text else _fill_value(dataset.attrs, dtype),
+        fill_value=_fill_value(form),
         source_filters=pipeline,
         codecs=chain,
         text=text,
+        decoding=decoding,
     )
 
 
@@ -378,7 +408,12 @@ def _plan_netcdf3(
     for variable in file.variables.values():
         path = variable.name
         where = f"{plan.source}: variable {path!r}"
+        native = {name: variable.getncattr(name) for name in variable.ncattrs()}
         dtype = np.dtype(variable.dtype)
+        form, decoding = None, None
+        if dtype.kind in "iuf":
+            form, decoding = _stored_form(native, path, dtype, plan)
+            dtype = form.dtype
         layout = ArrayLayout(dtype, tuple(variable.shape), tuple(variable.shape))
         chain = _resolve_chain(
             path,
@@ -390,7 +425,7 @@ def _plan_netcdf3(
             default,
             plan.zarr_format,
         )
-        attributes = {name: variable.getncattr(name) for name in variable.ncattrs()}
+        attributes = _netcdf3_attributes(variable)
         plan.arrays.append(
             ArrayPlan(
                 path=path,
@@ -398,10 +433,11 @@ def _plan_netcdf3(
                 dtype=dtype,
                 chunks=None,  # contiguous: zarr chooses
                 dimensions=tuple(variable.dimensions),
-                attributes=_netcdf3_attributes(variable),
-                fill_value=_fill_value(attributes, dtype),
+                attributes=attributes if form is None else _with_form(attributes, form),
+                fill_value=_fill_value(form),
                 source_filters=[],
                 codecs=chain,
+                decoding=decoding,
             )
         )
     defaulted = [a.path for a in plan.arrays if a.path not in overrides and default is None]
@@ -480,11 +516,56 @@ def _dimension_names(dataset: h5py.Dataset, phony: dict[int, str]) -> tuple[str,
     return tuple(names)
 
 
-def _fill_value(attrs: Mapping[str, Any], dtype: np.dtype) -> Any:
-    if "_FillValue" not in attrs:
+def _stored_form(
+    attrs: Mapping[str, Any], path: str, dtype: np.dtype, plan: ConversionPlan
+) -> tuple[StoredForm, dict[str, Any] | None]:
+    """How the cube stores a numeric variable (``cf.stored_form``), from its attributes as
+    netCDF4 presents them; and, when its values are stored decoded, the attributes that
+    decode them. Fill values its type cannot hold are dropped with a warning."""
+    native = {}
+    for key in (*DECODING_ATTRS, *LIMIT_ATTRS):
+        if key in attrs:
+            value = attrs[key]
+            if isinstance(value, bytes | np.bytes_):
+                value = value.decode("utf-8", "replace")
+            elif isinstance(value, np.ndarray) and value.size == 1:
+                value = value.reshape(-1)[0]  # HDF5 attributes of netCDF-4: 1-element arrays
+            native[key] = value
+    form = stored_form(path, dtype, native, plan.source, unpack=plan.unpack)
+    if plan.warn:
+        warn_dropped(plan.source, path, form)
+    return form, native if form.unpacked else None
+
+
+def _with_form(attributes: dict[str, Any], form: StoredForm) -> dict[str, Any]:
+    """The attributes with the decoding ones (and limits) as the cube stores them; the fill
+    value goes to the array's metadata."""
+    out = {k: v for k, v in attributes.items() if k not in (*DECODING_ATTRS, *LIMIT_ATTRS)}
+    for key, value in form.attrs.items():
+        if key in (*DECODING_ATTRS, *LIMIT_ATTRS) and key != "_FillValue":
+            out[key] = _json_value(np.asarray(value))
+    return out
+
+
+def _fill_value(form: StoredForm | None) -> Any:
+    """The array's fill value: the form's, as a plain number."""
+    if form is None or form.fill_value is None:
         return None
-    value = np.asarray(attrs["_FillValue"]).reshape(-1)[0]
-    return value.item() if isinstance(value, np.generic) else value
+    return form.fill_value.item()
+
+
+def _retyped(chain: list[CodecConfig]) -> list[CodecConfig]:
+    """A variable's codec chain for its decoded values: element sizes follow the new type;
+    codecs bound to the packed type cannot be kept."""
+    out = []
+    for config in chain:
+        if "dtype" in config or "astype" in config:
+            raise FilterError(
+                f"codec {config.get('id')!r} works on the packed type, but the values are "
+                "stored decoded (float32 packing: Zarr attributes cannot say float32)"
+            )
+        out.append({**config, "elementsize": 0} if "elementsize" in config else dict(config))
+    return out
 
 
 def _attributes(node: h5py.HLObject, source: str) -> dict[str, Any]:
@@ -588,6 +669,8 @@ def _copy_data(dataset: Any, array: zarr.Array, plan: ArrayPlan, source: str) ->
             ) from None
         if plan.text:
             block = _text_block(block, plan.dtype)
+        elif plan.decoding is not None:
+            block = decode(plan.path, block, plan.decoding).astype(plan.dtype, copy=False)
         array[region] = block
 
 

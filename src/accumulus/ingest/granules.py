@@ -162,7 +162,7 @@ def _netcdf_chains(path: Path, name: str, zarr_format: int) -> dict[str, CodecCh
     if not h5py.is_hdf5(path):
         return {}  # netCDF-3: never compressed; the cube gets zarr's default compression
     try:
-        plan = plan_conversion(path, zarr_format=zarr_format)
+        plan = plan_conversion(path, zarr_format=zarr_format, warn=False)
     except AccumulusError as exc:
         raise AccumulusError(f"granule {name}: cannot keep its compression: {exc}") from None
     return {array.path: list(array.codecs) for array in plan.arrays}

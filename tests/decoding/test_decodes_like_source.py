@@ -1,0 +1,153 @@
+"""The guarantee: a cube holds exactly what xarray decodes from its sources.
+
+For CF-encoded files written by netCDF4, scipy and h5py over the whole grid of encodings
+(``cf_files``), ``xr.open_zarr(cube)`` equals ``xr.open_dataset(source)`` value for value,
+NaN for NaN, after ``append`` and after ``convert``; fill values no stored value equals are
+dropped with a warning naming the file, the variable and the value; and ``average`` equals
+xarray's weighted mean on the source. The default suite runs a bounded number of examples;
+``make test-slow`` runs many more.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+
+import accumulus
+from accumulus.errors import AccumulusWarning
+from accumulus.ingest.convert import convert
+
+from .cf_files import CFFile, cf_files, write
+
+FEW = settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+MANY = settings(FEW, max_examples=400)
+
+
+def open_source(path: Path) -> xr.Dataset:
+    """The source as xarray decodes it (its own warnings about fill values are expected)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", xr.SerializationWarning)
+        with xr.open_dataset(path) as ds:
+            return ds.load()
+
+
+def assert_same_decoding(cube: xr.Dataset, source: xr.Dataset, label: str) -> None:
+    """Same variables, same values, missing at the same places (dtypes may differ: xarray
+    widens integers to float when a fill value is declared, even one that marks nothing)."""
+    assert set(cube.variables) == set(source.variables), label
+    for name in source.variables:
+        want, got = source[name].values, cube[name].values
+        assert got.shape == want.shape, f"{label}: {name}"
+        missing_want, missing_got = _missing(want), _missing(got)
+        where = np.argwhere(missing_want != missing_got)
+        assert not where.size, (
+            f"{label}: {name}: {len(where)} values missing in one but not the other, first at "
+            f"{tuple(where[0])}: cube {got[tuple(where[0])]!r}, source {want[tuple(where[0])]!r}"
+        )
+        equal = got[~missing_got] == want[~missing_want]
+        bad = np.argwhere(~np.asarray(equal))
+        assert not bad.size, (
+            f"{label}: {name}: {len(bad)} values differ, e.g. cube "
+            f"{got[~missing_got][bad[0][0]]!r} source {want[~missing_want][bad[0][0]]!r}"
+        )
+
+
+def _missing(values: np.ndarray) -> np.ndarray:
+    if values.dtype.kind == "f":
+        return np.isnan(values)
+    if values.dtype.kind in "mM":
+        return np.isnat(values)
+    return np.zeros(values.shape, dtype=bool)
+
+
+def assert_warned(caught: list[warnings.WarningMessage], spec: CFFile, path: Path) -> None:
+    """One warning per fill value that marks nothing, naming the file, variable and value;
+    and none for the others."""
+    ours = [str(w.message) for w in caught if issubclass(w.category, AccumulusWarning)]
+    for name, var in spec.variables.items():
+        about = [m for m in ours if f"variable {name!r}" in m]
+        for attribute, value in var.unholdable:
+            text = f"{attribute} {np.asarray(value).item()!r}"
+            assert any(path.name in m and text in m for m in about), (
+                f"no warning for {name} {text}: {ours}\n{spec.describe()}"
+            )
+        assert len(about) == len(var.unholdable), f"{about}\n{spec.describe()}"
+
+
+def weighted_reference(source: xr.Dataset, name: str, over: list[str], box: dict) -> np.ndarray:
+    """xarray's area-weighted mean on the source, in float64."""
+    data = source[name].astype("f8").sel(box)
+    weights = np.cos(np.deg2rad(data["lat"].astype("f8")))
+    return data.weighted(weights).mean(over).values
+
+
+def check(spec: CFFile) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="cf-"))
+    try:
+        path = write(folder / "source.nc", spec)
+        source = open_source(path)
+        label = spec.describe()
+
+        cube = folder / "appended.zarr"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            accumulus.append(str(cube), [path], dim="time")
+        assert_warned(caught, spec, path)
+        assert_same_decoding(xr.open_zarr(cube).load(), source, f"append\n{label}")
+
+        if h5py.is_hdf5(path):  # convert reads NetCDF-4/HDF5
+            converted = folder / "converted.zarr"
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                convert(path, converted)
+            assert_warned(caught, spec, path)
+            assert_same_decoding(xr.open_zarr(converted).load(), source, f"convert\n{label}")
+
+        lat = source["lat"].values
+        box = {"lat": slice(lat[1], lat[-1]), "lon": slice(None, source["lon"].values[-1])}
+        for name in spec.variables:
+            accumulus.accumulate(str(cube), name, weights="area")
+            series = accumulus.average(
+                str(cube),
+                name,
+                ["lat", "lon"],
+                {"lat": tuple(sorted((float(lat[1]), float(lat[-1])))), "lon": (None, None)},
+            )
+            want = weighted_reference(source, name, ["lat", "lon"], box)
+            scale = np.nanmax(np.abs(source[name].values.astype("f8")), initial=0.0)
+            # Prefix sums cancel: their rounding is relative to the data, not the mean.
+            np.testing.assert_allclose(
+                series.values, want, rtol=1e-9, atol=1e-12 * scale, equal_nan=True, err_msg=label
+            )
+            mean_map = accumulus.average(str(cube), name, ["time"])
+            want = weighted_reference(source, name, ["time"], {})
+            np.testing.assert_allclose(
+                mean_map.values, want, rtol=1e-9, atol=1e-12 * scale, equal_nan=True, err_msg=label
+            )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@FEW
+@given(cf_files())
+def test_cube_decodes_like_its_source(spec):
+    check(spec)
+
+
+@pytest.mark.slow
+@MANY
+@given(cf_files())
+def test_cube_decodes_like_its_source_long_run(spec):
+    check(spec)
