@@ -24,6 +24,11 @@ from ingest.helpers import cli
 from .eraint import PACKING, write_eraint_like
 from .test_decodes_like_source import assert_same_decoding, open_source
 
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::xarray.SerializationWarning"),
+    pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning"),
+]
+
 REAL_FILE = os.environ.get("ACCUMULUS_ERAINT_UVZ")
 
 
@@ -92,14 +97,25 @@ def test_append_keeps_every_value(eraint_like, tmp_path):
     check_appended(eraint_like, tmp_path)
 
 
+def test_convert_keeps_every_value(eraint_like, tmp_path):
+    result = cli("convert", str(eraint_like), str(tmp_path / "era.zarr"))
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 3 and all("_FillValue nan marks no value" in w for w in warned)
+    got = xr.open_zarr(tmp_path / "era.zarr").load()
+    assert_same_decoding(got, open_source(eraint_like), "convert")
+    [report] = accumulus.verify_sources(str(tmp_path / "era.zarr"), [eraint_like])
+    assert report.ok and report.steps is None
+
+
 @pytest.mark.skipif(not REAL_FILE, reason="ACCUMULUS_ERAINT_UVZ names no copy of the original")
 def test_append_keeps_every_value_of_the_original(tmp_path):
     check_appended(Path(REAL_FILE), tmp_path)
 
 
 def test_convert_keeps_every_value_of_the_same_encoding_in_hdf5(eraint_like, tmp_path):
-    """The same encoding in an HDF5 file (h5py writes the NaN fill too): convert keeps
-    every value and warns as append does."""
+    """The same encoding in an HDF5 file (h5py writes the NaN fill too, where netcdf-c would
+    refuse it): convert keeps every value and warns as for the NetCDF-3 file."""
     source = tmp_path / "eraint_uvz.h5"
     with scipy.io.netcdf_file(eraint_like, mmap=False) as nc3, h5py.File(source, "w") as h5:
         for name in ("longitude", "latitude", "level", "month"):
