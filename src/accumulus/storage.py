@@ -30,6 +30,7 @@ from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore, ZipSt
 
 from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
+from accumulus.nczarr import write_nczarr_metadata
 from accumulus.zep3 import Zep3DraftStore
 
 Mode = Literal["r", "r+", "w"]
@@ -521,7 +522,9 @@ def quiet_consolidation() -> Iterator[None]:
 
 
 def consolidate(store: Store) -> None:
-    """Refresh consolidated metadata (the last step of every write)."""
+    """Refresh netcdf-c's NCZarr metadata, then consolidated metadata (the last step of every
+    write), so netcdf-c opens every store we write (see ``accumulus.nczarr``)."""
+    write_nczarr_metadata(store)
     with quiet_consolidation():
         zarr.consolidate_metadata(store)
 

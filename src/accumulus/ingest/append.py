@@ -47,7 +47,6 @@ from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
-from accumulus.filters.nczarr import record_dimension_size
 from accumulus.grid import (
     CALENDAR_RULES,
     NAMED_RULES,
@@ -80,6 +79,7 @@ from accumulus.ingest.journal import (
 from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.locking import StoreLock
+from accumulus.nczarr import record_dimension_size
 from accumulus.storage import (
     consolidate,
     dimension_names,
