@@ -23,7 +23,7 @@ axis when no enclosing group has that name, else ``<name>_<length>`` (``time_4``
 never shadows another of the same name, because netCDF4-python finds dimensions by name,
 nearest group first, and would otherwise compute wrong shapes.
 
-netcdf-c 4.10 reads Zarr v3 not at all, so v3 stores are left alone. In ``mode=zarr``
+netcdf-c 4.10 reads Zarr v3 not at all, so v3 stores carry none of it. In ``mode=zarr``
 netcdf-c ignores all of this and reads ``_ARRAY_DIMENSIONS`` only, one length per name and
 group, so an accumulation group over two or more dimensions stays unreadable there; that
 mode reads such a store with ``mode=zarr,noxarray`` (anonymous dimensions).
@@ -146,11 +146,17 @@ def write_nczarr_metadata(store: Store) -> None:
     """Bring the store's NCZarr metadata up to date with its arrays (v2 stores only).
 
     Only attributes that change are written, so a store already in step costs one listing.
-    Call it before consolidating metadata, so the consolidated snapshot carries it too."""
+    Call it before consolidating metadata, so the consolidated snapshot carries it too.
+    A v3 store (which netcdf-c 4.10 does not read) keeps none: copies from a v2 source
+    (``rechunk``) would describe that source."""
     root = zarr.open_group(store, mode="r+", use_consolidated=False)
-    if root.metadata.zarr_format != 2:
-        return
     members = dict(root.members(max_depth=None))
+    if root.metadata.zarr_format != 2:
+        for node in [root, *members.values()]:  # copied from a v2 source: stale here
+            stale = [key for key in node.attrs if key.startswith("_nczarr_")]
+            for key in stale:
+                del node.attrs[key]
+        return
     groups = {"": root} | {p: n for p, n in members.items() if isinstance(n, zarr.Group)}
     arrays = {p: n for p, n in members.items() if isinstance(n, zarr.Array)}
     axes = [
