@@ -23,7 +23,10 @@ axis when no enclosing group has that name, else ``<name>_<length>`` (``time_4``
 never shadows another of the same name, because netCDF4-python finds dimensions by name,
 nearest group first, and would otherwise compute wrong shapes.
 
-netcdf-c 4.10 reads Zarr v3 not at all, so v3 stores carry none of it. In ``mode=zarr``
+The plan is a pure function of the consolidated snapshot (``nczarr_attributes``);
+``write_nczarr_metadata`` runs after every consolidation (``storage.consolidate``) and writes
+only the documents that change. netcdf-c 4.10 reads Zarr v3 not at all, so v3 stores carry
+none of it. In ``mode=zarr``
 netcdf-c ignores all of this and reads ``_ARRAY_DIMENSIONS`` only, one length per name and
 group, so an accumulation group over two or more dimensions stays unreadable there; that
 mode reads such a store with ``mode=zarr,noxarray`` (anonymous dimensions).
@@ -31,6 +34,7 @@ mode reads such a store with ``mode=zarr,noxarray`` (anonymous dimensions).
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,8 +42,11 @@ from typing import Any
 
 import zarr
 from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
 SUPERBLOCK = {"version": "2.0.0"}
+DIM = "_ARRAY_DIMENSIONS"
 # netcdf-c keeps a group's dimensions in an attribute of the group, under one of two names
 # (NCZarr 2.x and earlier releases).
 _NCZARR_GROUP_ATTRIBUTES = (("_nczarr_group", "dimensions"), ("_NCZARR_GROUP", "dims"))
@@ -143,41 +150,57 @@ def _path(group: str, name: str) -> str:
 
 
 def write_nczarr_metadata(store: Store) -> None:
-    """Bring the store's NCZarr metadata up to date with its arrays (v2 stores only).
-
-    Only attributes that change are written, so a store already in step costs one listing.
-    Call it before consolidating metadata, so the consolidated snapshot carries it too.
-    A v3 store (which netcdf-c 4.10 does not read) keeps none: copies from a v2 source
-    (``rechunk``) would describe that source."""
-    root = zarr.open_group(store, mode="r+", use_consolidated=False)
-    members = dict(root.members(max_depth=None))
-    if root.metadata.zarr_format != 2:
-        for node in [root, *members.values()]:  # copied from a v2 source: stale here
-            stale = [key for key in node.attrs if key.startswith("_nczarr_")]
-            for key in stale:
-                del node.attrs[key]
+    """Bring the store's NCZarr metadata up to date with its arrays, right after its metadata
+    was consolidated: it reads the consolidated snapshot (one request), writes the ``.zattrs``
+    that change, then the same change into the snapshot, so readers see it everywhere and a
+    store already in step costs that one read. v2 stores only; a v3 store keeps none (copies
+    from a v2 source, as ``rechunk`` makes them, would describe that source)."""
+    document = sync(_get_json(store, ".zmetadata"))
+    if document is None:
+        _strip_from_v3(store)
         return
-    groups = {"": root} | {p: n for p, n in members.items() if isinstance(n, zarr.Group)}
-    arrays = {p: n for p, n in members.items() if isinstance(n, zarr.Array)}
+    metadata = document.get("metadata") or {}
+    changed = nczarr_attributes(metadata)
+    if not changed:
+        return
+    for key, attrs in changed.items():
+        sync(_set_json(store, key, attrs))
+    sync(_set_json(store, ".zmetadata", {**document, "metadata": {**metadata, **changed}}))
+
+
+def nczarr_attributes(metadata: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``.zattrs`` documents to rewrite, by key, for a v2 consolidated snapshot (pure)."""
+    groups = {""} | {key.removesuffix("/.zgroup") for key in metadata if key.endswith("/.zgroup")}
+    arrays = {key.removesuffix("/.zarray") for key in metadata if key.endswith("/.zarray")}
+
+    def attrs(path: str) -> dict[str, Any]:
+        return dict(metadata.get(f"{path}/.zattrs" if path else ".zattrs") or {})
+
     axes = [
-        ArrayAxes(path, tuple(array.shape), _names(array.attrs.get("_ARRAY_DIMENSIONS")))
-        for path, array in arrays.items()
+        ArrayAxes(path, tuple(metadata[f"{path}/.zarray"]["shape"]), _names(attrs(path).get(DIM)))
+        for path in arrays
     ]
     plan = plan_dimensions(groups, axes)
-    for path, group in groups.items():
-        wanted = {
-            "_nczarr_group": {
-                "dimensions": _with_unlimited(plan.groups[path], group.attrs),
-                "arrays": sorted(posixpath.basename(p) for p in arrays if _parent(p) == path),
-                "groups": sorted(posixpath.basename(p) for p in groups if p and _parent(p) == path),
-            }
+    wanted: dict[str, dict[str, Any]] = {}
+    for path in groups:
+        before = attrs(path)
+        entry = {
+            "dimensions": _with_unlimited(plan.groups[path], before),
+            "arrays": sorted(posixpath.basename(p) for p in arrays if _parent(p) == path),
+            "groups": sorted(posixpath.basename(p) for p in groups if p and _parent(p) == path),
         }
+        extra = {"_nczarr_group": entry}
         if not path:
-            wanted["_nczarr_superblock"] = dict(group.attrs.get("_nczarr_superblock") or SUPERBLOCK)
-        _update(group, wanted)
-    for path, array in arrays.items():
-        wanted_array = {"dimension_references": plan.references[path], "storage": "chunked"}
-        _update(array, {"_nczarr_array": wanted_array})
+            extra["_nczarr_superblock"] = before.get("_nczarr_superblock") or dict(SUPERBLOCK)
+        wanted[path] = {**before, **extra}
+    for path in arrays:
+        references = {"dimension_references": plan.references[path], "storage": "chunked"}
+        wanted[path] = {**attrs(path), "_nczarr_array": references}
+    return {
+        (f"{path}/.zattrs" if path else ".zattrs"): document
+        for path, document in wanted.items()
+        if document != attrs(path)
+    }
 
 
 def _names(value: Any) -> tuple[str, ...] | None:
@@ -196,10 +219,35 @@ def _with_unlimited(dimensions: Mapping[str, int], attrs: Mapping[str, Any]) -> 
     return out
 
 
-def _update(node: zarr.Group | zarr.Array, wanted: Mapping[str, Any]) -> None:
-    changed = {key: value for key, value in wanted.items() if node.attrs.get(key) != value}
-    if changed:
-        node.update_attributes(changed)
+def _strip_from_v3(store: Store) -> None:
+    """Remove NCZarr attributes a v3 store inherited (rare: read from its consolidated
+    metadata, written and re-consolidated only when some are there)."""
+    root_document = sync(_get_json(store, "zarr.json"))
+    consolidated = (root_document or {}).get("consolidated_metadata") or {}
+    nodes = {"": root_document or {}, **(consolidated.get("metadata") or {})}
+    stale = [p for p, node in nodes.items() if any(k.startswith("_nczarr_") for k in _v3(node))]
+    if not stale:
+        return
+    root = zarr.open_group(store, mode="r+", use_consolidated=False)
+    for path in stale:
+        node = root if not path else root[path]
+        for key in [k for k in node.attrs if k.startswith("_nczarr_")]:
+            del node.attrs[key]
+    zarr.consolidate_metadata(store)
+
+
+def _v3(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    return node.get("attributes") or {}
+
+
+async def _get_json(store: Store, key: str) -> Any:
+    value = await store.get(key, default_buffer_prototype())
+    return json.loads(value.to_bytes()) if value is not None else None
+
+
+async def _set_json(store: Store, key: str, document: Any) -> None:
+    text = json.dumps(document, indent=2, allow_nan=True)  # zarr writes NaN fill values so
+    await store.set(key, default_buffer_prototype().buffer.from_bytes(text.encode()))
 
 
 def record_dimension_size(store: Store, dim: str, size: int) -> None:

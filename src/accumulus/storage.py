@@ -522,11 +522,11 @@ def quiet_consolidation() -> Iterator[None]:
 
 
 def consolidate(store: Store) -> None:
-    """Refresh netcdf-c's NCZarr metadata, then consolidated metadata (the last step of every
-    write), so netcdf-c opens every store we write (see ``accumulus.nczarr``)."""
-    write_nczarr_metadata(store)
+    """Refresh consolidated metadata and, from it, netcdf-c's NCZarr metadata (the last step
+    of every write), so netcdf-c opens every store we write (see ``accumulus.nczarr``)."""
     with quiet_consolidation():
         zarr.consolidate_metadata(store)
+    write_nczarr_metadata(store)
 
 
 # --------------------------------------------------------------------------------------------

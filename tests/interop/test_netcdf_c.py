@@ -22,6 +22,7 @@ from accumulus.ingest.append import append
 from accumulus.ingest.convert import convert
 from accumulus.nczarr import ArrayAxes, plan_dimensions, write_nczarr_metadata
 from accumulus.rechunk import rechunk
+from accumulus.storage import consolidate
 from cubes import synthetic_dataset, write_cube
 from filters.samples import write_granule
 from ingest.helpers import truth, write_granules
@@ -200,7 +201,7 @@ def test_a_netcdf_c_store_keeps_its_unlimited_dimension(tmp_path):
         ds.createDimension("time", None)
         ds.createDimension("x", 3)
         ds.createVariable("v", "f4", ("time", "x"))[0:2, :] = np.ones((2, 3))
-    write_nczarr_metadata(zarr.storage.LocalStore(path))
+    consolidate(zarr.storage.LocalStore(path))
     root = zarr.open_group(path, mode="r")
     assert root.attrs["_nczarr_group"]["dimensions"]["time"] == {"size": 2, "unlimited": 1}
     with netCDF4.Dataset(f"file://{path}#mode=nczarr,file") as ds:
