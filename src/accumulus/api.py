@@ -14,6 +14,7 @@ import xarray as xr
 from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.build import BuildResult, build_accumulations
 from accumulus.accumulation.query import Query, QueryResult, run_query
 from accumulus.accumulation.verify import VerifyReport, verify_variable
@@ -93,8 +94,10 @@ def query(
     weights: str | None = None,
     use_accumulation: bool = True,
     storage_options: dict | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
 ) -> QueryResult:
-    """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats."""
+    """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats.
+    Raw reads stream within about ``memory_bytes``."""
     cube = open_cube(store, "r", storage_options)
     if isinstance(over, str):
         over = [d.strip() for d in over.split(",") if d.strip()]
@@ -106,7 +109,7 @@ def query(
         weights=weights,
         use_accumulation=use_accumulation,
     )
-    return run_query(cube, request)
+    return run_query(cube, request, memory_bytes=memory_bytes)
 
 
 def average(

@@ -684,6 +684,18 @@ def serve(
         None, "--max-cells", min=1, help="Refuse answers with more values (default 2000000)."
     ),
     cache_mb: int = typer.Option(256, "--cache-mb", min=0, help="Memory for cached answers."),
+    computations: int = typer.Option(
+        2, "--computations", min=1, help="Answers computed at once; others wait, then get 503."
+    ),
+    memory_mb: int = typer.Option(
+        256, "--memory-mb", min=16, help="Memory one computation's raw reads may hold."
+    ),
+    queue_seconds: float = typer.Option(
+        10.0, "--queue-seconds", min=0.1, help="How long a request waits for a computation."
+    ),
+    request_seconds: float = typer.Option(
+        60.0, "--request-seconds", min=0.1, help="Longest computation (then 504)."
+    ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -691,13 +703,20 @@ def serve(
 ) -> None:
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
     from accumulus.service import serve as run_service
+    from accumulus.service.guard import ServiceLimits
 
-    limits = {"max_cells": max_cells} if max_cells else {}
+    cells = {"max_cells": max_cells} if max_cells else {}
     run_service(
         stores,
         host=host,
         port=port,
         cache_bytes=cache_mb * 2**20,
         storage_options=_storage_options(endpoint_url, storage_option),
-        **limits,
+        limits=ServiceLimits(
+            computations=computations,
+            queue_seconds=queue_seconds,
+            request_seconds=request_seconds,
+            memory_bytes=memory_mb * 2**20,
+        ),
+        **cells,
     )

@@ -22,6 +22,7 @@ import xarray as xr
 import zarr
 
 from accumulus.accumulation import spec, statistics
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, Read, plan_query
 from accumulus.accumulation.selection import Extent, selection
 from accumulus.accumulation.sums import reduce_terms
@@ -31,10 +32,6 @@ from accumulus.errors import AccumulationReadError, AccumulusError
 from accumulus.storage import CountingStore, is_metadata_key
 
 STATS = tuple(statistics.STATISTICS)
-# Raw reads are cut at chunk boundaries into pieces of at most this many values, and a few
-# pieces are read at once: a full scan streams instead of loading the whole array.
-RAW_PIECE_ELEMENTS = 4 * 2**20
-READ_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -79,8 +76,15 @@ class QueryResult:
     selection: Mapping[str, Extent] = field(default_factory=dict)  # what was averaged, by dim
 
 
-def run_query(cube: Cube, query: Query, *, latency: float = 0.0) -> QueryResult:
-    """Answer ``query`` on ``cube``; ``latency`` adds seconds per store request (benchmarks)."""
+def run_query(
+    cube: Cube,
+    query: Query,
+    *,
+    latency: float = 0.0,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> QueryResult:
+    """Answer ``query`` on ``cube``; ``latency`` adds seconds per store request (benchmarks).
+    Raw reads stream within about ``memory_bytes`` (see ``budget``)."""
     started = time.perf_counter()
     var = cube.variable(query.variable)
     over = _check_over(var, query.over)
@@ -110,8 +114,10 @@ def run_query(cube: Cube, query: Query, *, latency: float = 0.0) -> QueryResult:
         layouts, note = [], "accumulation not used (full scan requested)"
 
     plan = plan_query(var.dims, ranges, over, layouts)
-    counting = CountingStore(cube.store, latency=latency, cache_bytes=256 * 2**20)
-    sums = _execute(cube, var, group, plan, terms, weights, counting)
+    chunk_bytes = prod(max(b.sizes, default=1) for b in var.bounds) * var.array.dtype.itemsize
+    budget = read_budget(memory_bytes, chunk_bytes)
+    counting = CountingStore(cube.store, latency=latency, cache_bytes=budget.cache_bytes)
+    sums = _execute(cube, var, group, plan, terms, weights, counting, budget)
     values = stat.finish(list(sums), weights != "none")
 
     kept = [d for d in var.dims if d not in over]
@@ -239,6 +245,7 @@ def _execute(
     terms: Sequence[str],
     weights: str,
     store: CountingStore,
+    budget: ReadBudget,
 ) -> np.ndarray:
     """Σ over the plan's reads of sign x sums: shape (len(terms), *kept range shape)."""
     kept = [d for d in var.dims if d not in plan.over]
@@ -248,7 +255,8 @@ def _execute(
     tasks = []
     for read in plan.reads:
         if read.is_raw:
-            for piece in split_box(read.box, var, RAW_PIECE_ELEMENTS):
+            piece_values = budget.piece_bytes // var.array.dtype.itemsize
+            for piece in split_box(read.box, var, piece_values):
                 tasks.append((read.sign, piece, None))
         else:
             tasks.append((read.sign, read.box, read))
@@ -256,13 +264,13 @@ def _execute(
     def one(task: tuple[int, Mapping[str, tuple[int, int]], Read | None]) -> tuple:
         sign, box, read = task
         if read is None:
-            part = _raw_sums(cube, var, raw_array, box, plan.over, terms, weights)
+            part = _raw_sums(cube, var, raw_array, box, plan.over, terms, weights, budget)
         else:
             assert group is not None
             part = _accumulation_sums(cube, var, group, read, plan.over, terms, store)
         return sign, box, part
 
-    with ThreadPoolExecutor(READ_THREADS) as pool:
+    with ThreadPoolExecutor(budget.threads) as pool:
         for sign, box, part in pool.map(one, tasks):
             where = tuple(
                 slice(box[d][0] - plan.ranges[d][0], box[d][1] - plan.ranges[d][0]) for d in kept
@@ -305,7 +313,10 @@ def _raw_sums(
     over: Sequence[str],
     terms: Sequence[str],
     weights: str,
+    budget: ReadBudget,
 ) -> np.ndarray:
+    """The sums of one piece, decoded and summed slab by slab so that the float64 working
+    arrays stay within the budget whatever the piece's size."""
     index = tuple(slice(*box[d]) for d in var.dims)
     try:
         stored = array[index]
@@ -313,9 +324,19 @@ def _raw_sums(
         raise AccumulusError(
             f"{cube.label}: cannot read {var.name!r} at {_box_text(box)}: {exc}"
         ) from None
-    values = var.decoder(stored)
     w = weight_values(cube.decoded, weights, var.dims, {d: slice(*box[d]) for d in var.dims})
-    return reduce_terms(values, w, terms, [var.axis(d) for d in over])
+    axes = [var.axis(d) for d in over]
+    kept = [a for a in range(stored.ndim) if a not in axes]
+    part = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
+    for slab in slabs(stored.shape, budget.slab_values):
+        w_slab = w
+        if isinstance(w, np.ndarray):  # size-1 axes broadcast: slice only the others
+            w_slab = w[
+                tuple(s if n > 1 else slice(None) for s, n in zip(slab, w.shape, strict=True))
+            ]
+        sums = reduce_terms(var.decoder(stored[slab]), w_slab, terms, axes)
+        part[(slice(None), *(slab[a] for a in kept))] += sums
+    return part
 
 
 def _accumulation_sums(

@@ -7,10 +7,11 @@ import json
 from dataclasses import dataclass, replace
 
 from accumulus import api
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.query import QueryResult
+from accumulus.cube import Cube
 from accumulus.errors import AccumulationReadError
 from accumulus.output import result_csv, result_json, result_png
-from accumulus.service.datasets import Snapshot
 from accumulus.service.parameters import AverageRequest
 
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "png": "image/png"}
@@ -24,9 +25,13 @@ class Answer:
     media_type: str
 
 
-def compute_answer(snapshot: Snapshot, request: AverageRequest) -> Answer:
+def compute_answer(
+    cube: Cube, request: AverageRequest, memory_bytes: int = DEFAULT_MEMORY_BYTES
+) -> Answer:
+    """The rendered answer of a checked request on ``cube`` (a snapshot's), its raw reads
+    within about ``memory_bytes``."""
     try:
-        result = _query(snapshot, request, request.use_accumulation)
+        result = _query(cube, request, request.use_accumulation, memory_bytes)
     except AccumulationReadError as exc:
         if not request.use_accumulation:
             raise
@@ -35,7 +40,7 @@ def compute_answer(snapshot: Snapshot, request: AverageRequest) -> Answer:
         # after an append rewrites the group before it publishes new metadata). The raw data
         # within the snapshot's extent is never rewritten, so it still gives this snapshot's
         # answer: slower, and said so.
-        result = _query(snapshot, request, use_accumulation=False)
+        result = _query(cube, request, False, memory_bytes)
         result = replace(
             result, note=f"accumulations could not be read ({exc}); answered from the raw data"
         )
@@ -48,13 +53,16 @@ def compute_answer(snapshot: Snapshot, request: AverageRequest) -> Answer:
     return Answer(body, MEDIA_TYPES[request.format])
 
 
-def _query(snapshot: Snapshot, request: AverageRequest, use_accumulation: bool) -> QueryResult:
+def _query(
+    cube: Cube, request: AverageRequest, use_accumulation: bool, memory_bytes: int
+) -> QueryResult:
     return api.query(
-        snapshot.cube,
+        cube,
         request.variable,
         request.over,
         request.ranges,
         stat=request.stat,
         weights=request.weights,
         use_accumulation=use_accumulation,
+        memory_bytes=memory_bytes,
     )

@@ -66,14 +66,16 @@ class AverageRequest:
     use_accumulation: bool
     format: str
     cells: int  # values in the answer
+    extent: Mapping[str, tuple[int, int]]  # the index range each label range selects
 
     @property
     def key(self) -> tuple:
-        """Identifies the answer within a snapshot (for the cache)."""
+        """Identifies the answer within a snapshot (for the cache): by the index ranges the
+        labels select, so that every spelling of a range (30,000 digits or 3) is one entry."""
         return (
             self.variable,
             tuple(sorted(self.over)),
-            tuple(sorted(self.ranges.items())),
+            tuple(sorted(self.extent.items())),
             self.stat,
             self.weights,
             self.use_accumulation,
@@ -145,6 +147,7 @@ def check_average_request(
         use_accumulation=use_accumulation,
         format=output_format,
         cells=cells,
+        extent=extent,
     )
 
 

@@ -25,7 +25,11 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
 from zarr.storage import WrapperStore
 
+from accumulus.errors import AccumulusError
+from accumulus.service.guard import local_root, read_with_limits
 from accumulus.storage import is_metadata_key
+
+READ_SECONDS = 10.0  # the longest one metadata document may take to read
 
 # The documents at the root of a store that hold consolidated metadata (v3 in zarr.json,
 # v2 in .zmetadata) and, for v2, the root group's own metadata.
@@ -59,7 +63,8 @@ class MetadataSnapshot:
 
 
 def read_snapshot(store: Store) -> MetadataSnapshot:
-    """Read the metadata snapshot of ``store`` now."""
+    """Read the metadata snapshot of ``store`` now. A document that is not JSON, not a file,
+    or too slow to read is an ``AccumulusError`` naming it."""
     root = _read_documents(store, ROOT_DOCUMENTS)
     if _is_consolidated(root):
         return MetadataSnapshot(root, complete=False)
@@ -68,12 +73,23 @@ def read_snapshot(store: Store) -> MetadataSnapshot:
 
 
 def _read_documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[str, bytes]:
+    root = local_root(store)
+
     async def read_all() -> list[Buffer | None]:
         prototype = default_buffer_prototype()
-        return await asyncio.gather(*(store.get(key, prototype) for key in keys))
+        return await asyncio.gather(
+            *(read_with_limits(store, root, k, prototype, None, READ_SECONDS) for k in keys)
+        )
 
     values = sync(read_all())
-    return {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
+    documents = {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
+    for key, content in documents.items():
+        try:
+            json.loads(content)
+        except ValueError as exc:
+            reason = getattr(exc, "msg", "cannot be decoded")
+            raise AccumulusError(f"metadata document {key} is not valid JSON ({reason})") from None
+    return documents
 
 
 def _is_consolidated(root: Mapping[str, bytes]) -> bool:
