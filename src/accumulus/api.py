@@ -26,6 +26,7 @@ from accumulus.ingest.append import AppendResult as AppendResult  # re-exported
 from accumulus.ingest.append import append as append  # re-exported
 from accumulus.ingest.compare import SourceComparison, compare_sources
 from accumulus.inspection import describe_cube
+from accumulus.numeric import check_numeric
 
 StoreLike = str | Store | Cube
 
@@ -61,6 +62,7 @@ def accumulate(
     """
     cube = open_cube(store, "r+", storage_options)
     var = cube.variable(variable)
+    check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
     if dims is None:
         lat, lon = find_latitude(cube.raw, var.dims), find_longitude(cube.raw, var.dims)
         combos = spec.default_combinations(var.dims, lat, lon)

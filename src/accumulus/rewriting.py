@@ -52,7 +52,10 @@ class MetadataRewritingStore(WrapperStore[Store]):
     ) -> Buffer | None:
         if value is None or byte_range is not None or key.rsplit("/", 1)[-1] not in self.documents:
             return value
-        document = json.loads(value.to_bytes())
+        try:
+            document = json.loads(value.to_bytes())
+        except ValueError:
+            return value  # not JSON: passed on for the reader to say what is wrong with it
         fixed = self.rewrite(key, document)
         if fixed == document:
             return value

@@ -29,6 +29,7 @@ from accumulus.accumulation.sums import reduce_terms
 from accumulus.accumulation.weights import resolve_weights, weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulationReadError, AccumulusError
+from accumulus.numeric import check_numeric
 from accumulus.storage import CountingStore, is_metadata_key
 
 STATS = tuple(statistics.STATISTICS)
@@ -87,6 +88,7 @@ def run_query(
     Raw reads stream within about ``memory_bytes`` (see ``budget``)."""
     started = time.perf_counter()
     var = cube.variable(query.variable)
+    check_numeric(cube.raw, cube.decoded, var.name, "a variable to average")
     over = _check_over(var, query.over)
     if query.stat not in statistics.STATISTICS:
         known = ", ".join(statistics.STATISTICS)
@@ -183,6 +185,8 @@ def _coerce(index: pd.Index, dim: str, bound: Any) -> Any:
             ) from None
         return bound
     if pd.api.types.is_numeric_dtype(index.dtype) and isinstance(bound, str):
+        if not bound.isascii():  # float() reads other scripts' digits too: ١٠ is 10
+            raise AccumulusError(f"range bound {bound!r} for {dim!r} is not a number")
         try:
             return float(bound)
         except ValueError:

@@ -37,7 +37,7 @@ from accumulus.service import schemas
 from accumulus.service.answers import MEDIA_TYPES, Answer, compute_answer
 from accumulus.service.cache import AnswerCache
 from accumulus.service.datasets import Catalog, Dataset, Snapshot
-from accumulus.service.describe import describe_snapshot
+from accumulus.service.describe import averageable, describe_snapshot
 from accumulus.service.geography import router as geography
 from accumulus.service.guard import (
     ComputeSlots,
@@ -112,7 +112,7 @@ def create_app(
         for d in s.cube.raw.dims
         if d not in OPTIONS
     }
-    variables = sorted({v for s in first for v in s.cube.data_variables})
+    variables = sorted({v for s in first for v in averageable(s.cube)})
     cache = AnswerCache(cache_bytes)
     slots = ComputeSlots(limits.computations)
     workers = ThreadPoolExecutor(limits.computations, thread_name_prefix="accumulus-answer")

@@ -21,6 +21,7 @@ from accumulus.accumulation.query import STATS, index_range
 from accumulus.accumulation.weights import resolve_weights
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
+from accumulus.numeric import numeric_problem
 
 FORMATS = ("json", "csv", "png")
 # Query parameters that are not dimension ranges.
@@ -28,8 +29,9 @@ OPTIONS = ("over", "stat", "weights", "format", "accumulation")
 
 # What a range bound looks like, by coordinate type (the OpenAPI document gives the same
 # patterns). Dates may be partial, as pandas reads labels: time=2001/2001 is the year 2001.
-_NUMBER = r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?"
-_DATE = r"\d{4}(-\d{2}(-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?)?)?"
+# ASCII digits only: \d (and float()) would take other scripts' digits, such as ١٠.
+_NUMBER = r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?"
+_DATE = r"[0-9]{4}(-[0-9]{2}(-[0-9]{2}([T ][0-9]{2}(:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?)?)?)?)?"
 _LABEL = r"[^/]*"
 
 
@@ -103,6 +105,9 @@ def check_average_request(
             f"no variable {variable!r} in this dataset; its variables are {cube.data_variables}",
             status=404,
         )
+    problem = numeric_problem(cube.raw, cube.decoded, variable)
+    if problem is not None:
+        raise ParameterError("variable", f"cannot average {problem}")
     var = cube.variable(variable)
     over_dims = _over(var, over)
     if stat not in STATS:
