@@ -14,6 +14,11 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import WrapperStore
 
+from accumulus.errors import AccumulusError
+
+# Every Zarr v2/v3 metadata document: each is checked to be JSON as it is read.
+METADATA_DOCUMENTS = frozenset({".zarray", ".zgroup", ".zattrs", ".zmetadata", "zarr.json"})
+
 
 class MetadataRewritingStore(WrapperStore[Store]):
     """Serves the metadata documents named in ``documents`` through ``rewrite``."""
@@ -50,12 +55,16 @@ class MetadataRewritingStore(WrapperStore[Store]):
         prototype: BufferPrototype,
         byte_range: ByteRequest | None,
     ) -> Buffer | None:
-        if value is None or byte_range is not None or key.rsplit("/", 1)[-1] not in self.documents:
+        name = key.rsplit("/", 1)[-1]
+        if value is None or byte_range is not None or name not in METADATA_DOCUMENTS:
             return value
         try:
             document = json.loads(value.to_bytes())
-        except ValueError:
-            return value  # not JSON: passed on for the reader to say what is wrong with it
+        except ValueError as exc:  # zarr would raise JSONDecodeError without naming the key
+            reason = getattr(exc, "msg", "cannot be decoded")
+            raise AccumulusError(f"metadata document {key} is not valid JSON ({reason})") from None
+        if name not in self.documents:
+            return value
         fixed = self.rewrite(key, document)
         if fixed == document:
             return value

@@ -13,6 +13,7 @@ import json
 import os
 import threading
 import warnings
+import zipfile
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -262,6 +263,8 @@ def _open_zip(path: Path, mode: Mode) -> ZipStore:
         raise AccumulusError(
             f"{path}: zip stores are read-only here; work on a directory store and zip it after"
         )
+    if mode == "r" and not zipfile.is_zipfile(path):
+        raise AccumulusError(f"{path}: not a readable zip archive (damaged or truncated?)")
     return ZipStore(path, mode="r" if mode == "r" else "w", read_only=mode == "r")
 
 

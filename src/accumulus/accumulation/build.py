@@ -83,8 +83,13 @@ def _build(
     coverage = final_coverage(cube, var)
     holders = statistics.stored_arrays(request.weights)
     wanted = spec.make_group(variable, var.dims, request, coverage, holders)
-    existing = cube.accumulation_group(variable)
-    action = "built"
+    try:
+        existing = cube.accumulation_group(variable)
+    except AccumulusError:
+        if not rebuild:
+            raise
+        existing = None  # damaged (e.g. attributes edited): replaced below
+    action = "built" if cube.root.get(spec.group_name(variable)) is None else "rebuilt"
     if existing is not None and not rebuild:
         same = existing.producer == "accumulus" and existing.config() == wanted.config()
         if same and existing.complete:
@@ -101,8 +106,6 @@ def _build(
                 f"{variable!r} already has accumulations ({_describe(existing)}); asked for "
                 f"{_describe(wanted)}. Add --rebuild (rebuild=True) to replace them"
             )
-    if existing is not None:
-        action = "rebuilt"
     if scheduler and scheduler != "threads" and cube.label.startswith("memory://"):
         raise AccumulusError("memory:// stores live in this process: use the threads scheduler")
 
@@ -200,6 +203,12 @@ def check_request(var: VariableInfo, request: spec.BuildRequest) -> None:
             )
         if int(stride) < 1:
             raise AccumulusError(f"stride for {dim!r} must be a positive integer, got {stride}")
+        chunks = var.bounds[var.axis(dim)].n_chunks
+        if int(stride) > max(chunks, 1):
+            raise AccumulusError(
+                f"stride {stride} for {dim!r} is larger than its {chunks} chunks: no entry "
+                f"would be written; use a stride from 1 to {max(chunks, 1)}"
+            )
     seen = [tuple(sorted(c)) for c in request.combinations]
     if len(set(seen)) != len(seen):
         raise AccumulusError("the same dimension combination is asked for twice")

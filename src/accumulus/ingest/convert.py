@@ -153,8 +153,11 @@ def convert(
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:
-        with _open_source(plan.source, plan.source_format) as source:
-            _write(plan, source, staging)
+        try:
+            with _open_source(plan.source, plan.source_format) as source:
+                _write(plan, source, staging)
+        except OSError as exc:  # data past the end of a truncated file, a damaged chunk
+            raise AccumulusError(f"{plan.source}: reading failed ({exc})") from None
         if destination.exists():
             destination.rmdir()  # empty, checked above
         staging.rename(destination)
@@ -243,7 +246,10 @@ def detect_format(path: str) -> str:
 def _open_source(path: str, source_format: str) -> Any:
     """The source file, open for reading: ``file[path][region]`` reads values as stored."""
     if source_format == HDF5_FORMAT:
-        return h5py.File(path, "r")
+        try:
+            return h5py.File(path, "r")
+        except OSError as exc:  # a truncated or damaged file: h5py says what it found
+            raise AccumulusError(f"{path}: cannot be read as NetCDF4/HDF5 ({exc})") from None
     import netCDF4
 
     _check_complete(path, source_format)
