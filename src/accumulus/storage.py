@@ -165,8 +165,12 @@ def remote_errors(label: str) -> Iterator[None]:
 
 
 def _is_client_error(exc: BaseException) -> bool:
-    """aiohttp's errors (HTTP stores), without importing aiohttp for local work."""
-    return any(c.__module__.startswith("aiohttp") for c in type(exc).__mro__)
+    """aiohttp's errors (HTTP stores) and botocore's (S3: no credentials, a bad endpoint),
+    without importing either for local work."""
+    return any(c.__module__.split(".")[0] in _CLIENT_MODULES for c in type(exc).__mro__)
+
+
+_CLIENT_MODULES = frozenset({"aiohttp", "botocore", "aiobotocore"})
 
 
 def _open_reference_file(
