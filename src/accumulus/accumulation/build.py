@@ -23,6 +23,7 @@ import zarr
 
 from accumulus import compute
 from accumulus.accumulation import spec, statistics, stream
+from accumulus.accumulation.chunk_check import checksummed_codecs
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
@@ -335,6 +336,8 @@ def _create_arrays(
                 fill_value=-1 if count else np.nan,
                 attributes=spec.array_attributes(acc),
                 dimension_names=acc.array_dims if v3 else None,
+                # A checksum per chunk: bytes changed on disk fail loudly, not as wrong sums.
+                **checksummed_codecs(3 if v3 else 2),
             )
     return targets
 

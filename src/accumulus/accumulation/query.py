@@ -23,6 +23,7 @@ import zarr
 
 from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
+from accumulus.accumulation.chunk_check import chunk_problem_text, failing_chunks
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, Read, plan_query
 from accumulus.accumulation.selection import Extent, selection
 from accumulus.accumulation.sums import reduce_terms
@@ -364,8 +365,9 @@ def _accumulation_sums(
         try:
             slab = np.asarray(array[index], dtype="f8")
         except Exception as exc:
+            failing = chunk_problem_text(failing_chunks(array, index)) or str(exc)
             raise AccumulationReadError(
-                f"{cube.label}: cannot read accumulation array {group.path}/{name}: {exc}"
+                f"{cube.label}: cannot read accumulation array {group.path}/{name}: {failing}"
             ) from None
         if np.isnan(slab).any() or (statistics.SUMS[term].is_count and (slab < 0).any()):
             raise AccumulationReadError(
