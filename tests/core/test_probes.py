@@ -134,13 +134,13 @@ def test_strings_and_dates_are_neither_accumulated_nor_averaged(
     assert files(cube) == before
 
 
-@pytest.mark.parametrize("stride", ["99999999999", "5"])
-def test_a_stride_past_the_chunks_is_refused(capsys, monkeypatch, cube, stride):
+def test_an_absurd_stride_is_refused(capsys, monkeypatch, cube):
     before = files(cube)
     message = refused(
-        capsys, monkeypatch, "accumulate", str(cube), VAR, "--stride", f"time={stride}", "--rebuild"
-    )
-    assert f"stride {stride} for 'time' is larger than its 4 chunks" in message
+        capsys, monkeypatch, "accumulate", str(cube), VAR, "--stride", "time=99999999999",
+        "--rebuild",
+    )  # fmt: skip
+    assert "stride 99999999999 for 'time' is larger than any archive's chunk count" in message
     assert files(cube) == before
 
 

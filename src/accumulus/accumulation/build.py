@@ -184,6 +184,9 @@ def _update(
     return tuple(sorted(names))
 
 
+MAX_STRIDE = 1_000_000  # chunks per entry
+
+
 def check_request(var: VariableInfo, request: spec.BuildRequest) -> None:
     if not request.combinations:
         raise AccumulusError("no dimension combination to accumulate was given")
@@ -204,12 +207,12 @@ def check_request(var: VariableInfo, request: spec.BuildRequest) -> None:
             )
         if int(stride) < 1:
             raise AccumulusError(f"stride for {dim!r} must be a positive integer, got {stride}")
-        chunks = var.bounds[var.axis(dim)].n_chunks
-        accumulated = any(dim in combo for combo in request.combinations)
-        if accumulated and int(stride) > max(chunks, 1):
+        if int(stride) > MAX_STRIDE:
+            # Strides past today's chunk count are allowed (entries appear as appends add
+            # chunks); one no archive could reach is a mistake, not a plan.
             raise AccumulusError(
-                f"stride {stride} for {dim!r} is larger than its {chunks} chunks: no entry "
-                f"would be written; use a stride from 1 to {max(chunks, 1)}"
+                f"stride {stride} for {dim!r} is larger than any archive's chunk count: use a "
+                f"stride from 1 to {MAX_STRIDE} (it counts chunks per entry)"
             )
     seen = [tuple(sorted(c)) for c in request.combinations]
     if len(set(seen)) != len(seen):
