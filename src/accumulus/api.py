@@ -15,6 +15,7 @@ from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.positions import parse_at
 from accumulus.accumulation.build import BuildResult, build_accumulations
 from accumulus.accumulation.query import Query, QueryResult, run_query
 from accumulus.accumulation.verify import VerifyReport, verify_variable
@@ -45,6 +46,7 @@ def accumulate(
     *,
     weights: str | None = None,
     strides: Mapping[str, int] | None = None,
+    at: str | Mapping[str, Any] | None = None,
     scheduler: str | None = None,
     rebuild: bool = False,
     progress: Progress | None = None,
@@ -57,6 +59,9 @@ def accumulate(
     plus latitude+longitude together. ``weights``: "area" (cos latitude; the default when a
     latitude dimension exists), "none", or the name of an array of the dataset.
     ``strides``: accumulate every k chunks along a dimension (default 1).
+    ``at``: where entries end along a dimension instead of chunk ends, e.g.
+    ``{"time": "month"}``, ``{"time": 1}`` (every element), ``{"lat": 1, "lon": 1}``,
+    ``{"time": ["2001-01-01", "2006-01-01"]}`` (labels), or the text ``"time=month"``.
     Re-running with the same configuration does nothing; another configuration needs
     ``rebuild=True``.
     """
@@ -71,6 +76,7 @@ def accumulate(
     request = spec.BuildRequest(
         combinations=tuple(combos),
         strides=dict(strides or {}),
+        at=parse_at(at),
         weights=resolve_weights(cube.decoded, variable, weights),
     )
     return build_accumulations(

@@ -267,6 +267,16 @@ def parse_chunk_rules(spec: str | Sequence[str] | Mapping[str, Any]) -> dict[str
     """
     if isinstance(spec, Mapping):
         return {str(dim): as_rule(value, str(dim)) for dim, value in spec.items()}
+    values = dim_items(spec, "--chunks", "time=month or lat=90")
+    return {
+        dim: as_rule(parts[0] if len(parts) == 1 else parts, dim) for dim, parts in values.items()
+    }
+
+
+def dim_items(spec: str | Sequence[str], option: str, example: str) -> dict[str, list[str]]:
+    """``dim=value`` items separated by commas, a list's values continuing after a comma
+    (``time=31,28,31,lat=90``), from one text or several (a repeated option): the values
+    of each dimension, as text. ``option`` and ``example`` name the option in errors."""
     texts = [spec] if isinstance(spec, str) else list(spec)
     values: dict[str, list[str]] = {}
     for text in texts:
@@ -276,21 +286,17 @@ def parse_chunk_rules(spec: str | Sequence[str] | Mapping[str, Any]) -> dict[str
             if sep:
                 dim = dim.strip()
                 if not dim:
-                    raise AccumulusError(f"--chunks {text!r}: a rule has no dimension name")
+                    raise AccumulusError(f"{option} {text!r}: a rule has no dimension name")
                 if dim in values:
-                    raise AccumulusError(f"--chunks: dimension {dim!r} is given twice")
+                    raise AccumulusError(f"{option}: dimension {dim!r} is given twice")
                 current = values[dim] = [value.strip()]
             elif current is None:
-                raise AccumulusError(
-                    f"--chunks {text!r}: expected dim=rule, e.g. time=month or lat=90"
-                )
+                raise AccumulusError(f"{option} {text!r}: expected dim=rule, e.g. {example}")
             else:
                 current.append(token)
     if not values:
-        raise AccumulusError("--chunks: no rule given; write e.g. time=month or lat=90")
-    return {
-        dim: as_rule(parts[0] if len(parts) == 1 else parts, dim) for dim, parts in values.items()
-    }
+        raise AccumulusError(f"{option}: no rule given; write e.g. {example}")
+    return values
 
 
 def as_rule(value: Any, dim: str) -> ChunkRule:

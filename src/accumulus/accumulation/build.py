@@ -14,7 +14,7 @@ arrays are filled, then the group is marked complete and consolidated metadata r
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from math import prod
 
@@ -22,7 +22,7 @@ import numpy as np
 import zarr
 
 from accumulus import compute
-from accumulus.accumulation import spec, statistics, stream
+from accumulus.accumulation import placement, spec, statistics, stream
 from accumulus.accumulation.chunk_check import checksummed_codecs
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
@@ -83,7 +83,8 @@ def _build(
     compute.check_scheduler(scheduler)
     coverage = final_coverage(cube, var)
     holders = statistics.stored_arrays(request.weights)
-    wanted = spec.make_group(variable, var.dims, request, coverage, holders)
+    placements = placement.placements(cube, var, request, coverage)
+    wanted = spec.make_group(variable, var.dims, request, coverage, holders, placements)
     try:
         existing = cube.accumulation_group(variable)
     except AccumulusError:
@@ -94,12 +95,12 @@ def _build(
     if existing is not None and not rebuild:
         same = existing.producer == "accumulus" and existing.config() == wanted.config()
         if same and existing.complete:
-            if dict(existing.coverage) == coverage:
+            if dict(existing.coverage) == coverage and _placed(existing) == _placed(wanted):
                 return BuildResult(variable, "up to date", existing, (), 0.0)
-            grown = _grown_dimension(existing.coverage, coverage)
-            if grown is not None:
-                arrays = _update(cube, var, existing, grown, scheduler, progress)
-                done = replace(existing, coverage=coverage)
+            grown = _grown_dimension(existing, wanted)
+            if grown is not None and _counts_fit(cube, var, existing, wanted):
+                arrays = _update(cube, var, existing, wanted, grown, scheduler, progress)
+                done = replace(wanted, complete=True)
                 _publish(cube, done)
                 return BuildResult(variable, "updated", done, arrays, time.perf_counter() - started)
         elif existing.complete:
@@ -145,12 +146,58 @@ def final_coverage(cube: Cube, var: VariableInfo) -> dict[str, int]:
     return coverage
 
 
-def _grown_dimension(old: Mapping[str, int], new: Mapping[str, int]) -> str | None:
-    """The one dimension whose final extent grew (None when anything else changed)."""
-    changed = [d for d in new if old.get(d) != new[d]]
-    if len(changed) == 1 and old.get(changed[0], 0) < new[changed[0]]:
-        return changed[0]
-    return None
+def _placed(group: spec.AccumulationGroup) -> dict[str, spec.Placement | None]:
+    return {acc.key: acc.placement for acc in group.accumulations}
+
+
+def _grown_dimension(old: spec.AccumulationGroup, new: spec.AccumulationGroup) -> str | None:
+    """The one dimension along which the data grew: its final extent, or the positions of
+    a positioned accumulation along it (a month grew within a partial chunk). None when
+    anything else changed (then the group is built again)."""
+    changed = {d for d in new.coverage if old.coverage.get(d) != new.coverage[d]}
+    if any(old.coverage.get(d, 0) > new.coverage[d] for d in changed):
+        return None
+    before = _placed(old)
+    for acc in new.accumulations:
+        was = before.get(acc.key)
+        if acc.placement is None or was is None:
+            continue
+        for dim in acc.placement.accumulated:
+            old_positions, new_positions = was.positions[dim], acc.placement.positions[dim]
+            final = was.final[dim]
+            # Final entries never move; the others may, as the data grows.
+            if new_positions[:final] != old_positions[:final]:
+                return None
+            if new_positions != old_positions:
+                changed.add(dim)
+    return changed.pop() if len(changed) == 1 else None
+
+
+def _update_start(group: spec.AccumulationGroup, dim: str) -> int:
+    """Where along ``dim`` entries must be computed again after the data grew: from the
+    end of the old final extent, or of the last final entry of a positioned accumulation
+    if that ends before it (entries after it were provisional)."""
+    start = group.coverage.get(dim, 0)
+    for acc in group.accumulations:
+        if acc.placement is not None and dim in acc.placement.accumulated:
+            final = acc.placement.final[dim]
+            start = min(start, acc.placement.positions[dim][final - 1] if final else 0)
+    return start
+
+
+def _counts_fit(
+    cube: Cube, var: VariableInfo, old: spec.AccumulationGroup, new: spec.AccumulationGroup
+) -> bool:
+    """Whether the count arrays of positioned accumulations still hold the largest count
+    (their integer type was the smallest that did when they were built)."""
+    root = cube.root
+    for acc in new.accumulations:
+        if acc.placement is None or spec.COUNT not in acc.arrays:
+            continue
+        stored = root[f"{old.path}/{acc.arrays[spec.COUNT]}"]
+        if placement.largest_count(var, acc) >= np.iinfo(stored.dtype).max:
+            return False
+    return True
 
 
 def _publish(cube: Cube, group: spec.AccumulationGroup) -> None:
@@ -164,13 +211,15 @@ def _publish(cube: Cube, group: spec.AccumulationGroup) -> None:
 def _update(
     cube: Cube,
     var: VariableInfo,
+    old: spec.AccumulationGroup,
     group: spec.AccumulationGroup,
     dim: str,
     scheduler: str | None,
     progress: compute.Progress | None,
 ) -> tuple[str, ...]:
     """Extend every accumulation array past the old coverage along ``dim``: resize the arrays
-    to the grown data, then compute only what depends on raw data past the old coverage."""
+    to the grown data, then compute only what depends on raw data past the old coverage
+    (and the provisional entries of positioned accumulations)."""
     root = _writable_root(cube)
     names = []
     for acc in group.accumulations:
@@ -180,7 +229,8 @@ def _update(
             target.resize(accumulation_shape(var, acc))
             names.append(name)
     weights = weights_of(cube, var, group)
-    stream.fill(root, var, group, weights, group.coverage[dim], dim, scheduler, progress)
+    start = _update_start(old, dim)
+    stream.fill(root, var, group, weights, start, dim, scheduler, progress)
     return tuple(sorted(names))
 
 
@@ -214,16 +264,23 @@ def check_request(var: VariableInfo, request: spec.BuildRequest) -> None:
                 f"stride {stride} for {dim!r} is larger than any archive's chunk count: use a "
                 f"stride from 1 to {MAX_STRIDE} (it counts chunks per entry)"
             )
+    for dim in request.at:
+        if dim not in var.dims:
+            raise AccumulusError(
+                f"--at given for {dim!r}, which is not a dimension of {var.name!r} "
+                f"{list(var.dims)}"
+            )
+        if not any(dim in combo for combo in request.combinations):
+            raise AccumulusError(
+                f"--at given for {dim!r}, but no accumulated combination has {dim!r}"
+            )
     seen = [tuple(sorted(c)) for c in request.combinations]
     if len(set(seen)) != len(seen):
         raise AccumulusError("the same dimension combination is asked for twice")
 
 
 def _describe(group: spec.AccumulationGroup) -> str:
-    combos = "; ".join(
-        ",".join(f"{d}/{s}" if s != 1 else d for d, s in zip(a.dims, a.strides, strict=True))
-        for a in group.accumulations
-    )
+    combos = "; ".join(f"{a.key} at {a.rule_text()}" for a in group.accumulations)
     return f"dims {combos}, weights {group.weights}"
 
 
@@ -241,10 +298,7 @@ def _create_group(root: zarr.Group, group: spec.AccumulationGroup) -> zarr.Group
 
 def accumulation_shape(var: VariableInfo, acc: spec.Accumulation) -> tuple[int, ...]:
     """Entries along accumulated dimensions, full extent along the others (array_dims order)."""
-    shape = {}
-    for dim, size, bounds in zip(var.dims, var.shape, var.bounds, strict=True):
-        shape[dim] = bounds.n_chunks // acc.stride(dim) if dim in acc.dims else size
-    return tuple(shape[d] for d in acc.array_dims)
+    return placement.shape(var, acc)
 
 
 def accumulation_chunks(
@@ -289,7 +343,9 @@ def accumulation_chunks(
     return tuple(chunks)
 
 
-def target_chunks(var: VariableInfo, acc: spec.Accumulation) -> tuple[int, ...]:
+def target_chunks(
+    var: VariableInfo, acc: spec.Accumulation, group: spec.AccumulationGroup
+) -> tuple[int, ...]:
     """Chunk shape of an accumulation array (array_dims order).
 
     Along the dimension the build walks in slabs (``batch``, usually time), full-resolution
@@ -301,7 +357,9 @@ def target_chunks(var: VariableInfo, acc: spec.Accumulation) -> tuple[int, ...]:
     raw_chunk = {d: max(b.sizes, default=1) for d, b in zip(var.dims, var.bounds, strict=True)}
     shape = accumulation_shape(var, acc)
     batch = stream.batch_dimension(var)
-    slab = stream.chunks_per_slab(var, batch) * raw_chunk[batch]
+    slab = stream.chunks_per_slab(var, batch, group) * raw_chunk[batch]
+    if acc.placement is not None:
+        return placement.chunks(var, acc, batch, slab, len(set(acc.arrays.values())))
     limits = []
     for dim, size in zip(acc.array_dims, shape, strict=True):
         if dim == batch and dim not in acc.dims:
@@ -325,22 +383,28 @@ def _create_arrays(
     v3 = group.metadata.zarr_format == 3
     for acc in wanted.accumulations:
         shape = accumulation_shape(var, acc)
-        chunks = target_chunks(var, acc)
+        chunks = target_chunks(var, acc, wanted)
         for name in acc.arrays.values():
             if name in targets:
                 continue
             count = any(statistics.SUMS[t].is_count for t, n in acc.arrays.items() if n == name)
             # A fill value no real sum can take: a missing chunk is detected, not read as 0.
+            # A checksum per chunk: bytes changed on disk fail loudly, not as wrong sums.
+            extra = checksummed_codecs(3 if v3 else 2)
+            if acc.placement is None:
+                dtype, fill = ("int64", -1) if count else ("float64", np.nan)
+            else:
+                dtype, fill = placement.dtype_and_fill(var, acc, count)
+                extra = placement.codecs(3 if v3 else 2, dtype)
             targets[name] = group.create_array(
                 name,
                 shape=shape,
                 chunks=chunks,
-                dtype="int64" if count else "float64",
-                fill_value=-1 if count else np.nan,
+                dtype=dtype,
+                fill_value=fill,
                 attributes=spec.array_attributes(acc),
                 dimension_names=acc.array_dims if v3 else None,
-                # A checksum per chunk: bytes changed on disk fail loudly, not as wrong sums.
-                **checksummed_codecs(3 if v3 else 2),
+                **extra,
             )
     return targets
 

@@ -10,6 +10,13 @@ What ZEP 5 has no key for lives in one extra group attribute, ``accumulus`` (the
 extra top-level attributes): the weights used, the raw extent covered, whether the build
 finished, and the arrays of valid-value counts that unweighted means need when the weights
 are not all one.
+
+Accumulations with entries at other positions than chunk ends (``positions``: every N
+elements, month or year boundaries, labels) are not ZEP 5 accumulations: they are left out
+of ``_ACCUMULATION_GROUP`` (a ZEP 5 reader sees ``{}`` for their combination, or the
+chunk-end arrays of the same combination if there are any, and is not misled) and described
+in the ``accumulus`` attribute under ``positioned``, with their positions. Their arrays carry
+``_ARRAY_DIMENSIONS`` but no ``_ACCUMULATION_STRIDE``, which could only say "every k chunks".
 """
 
 from __future__ import annotations
@@ -23,7 +30,15 @@ from typing import Any
 
 import jsonschema
 
+from accumulus.accumulation.positions import (
+    Rule,
+    entry_positions,
+    rule_from_json,
+    rule_json,
+    rule_slug,
+)
 from accumulus.errors import AccumulusError
+from accumulus.grid import ChunkBounds
 
 GROUP_SUFFIX = "_accumulation_group"
 TREE_KEY = "_ACCUMULATION_GROUP"
@@ -40,6 +55,10 @@ _TERM_OF_KEY = {v: k for k, v in ZEP5_KEYS.items()}
 
 _ARRAY_PREFIX = {WSUM: "acc", WCOUNT: "acc_wt", SUM: "acc_uw", COUNT: "acc_n"}
 
+# The sums a positioned accumulation stores when its weights factor out of them: the
+# weighted ones are the weights times these (Σw·x = w·Σx, Σw = w·count).
+FACTORED_HOLDERS = {SUM: SUM, COUNT: COUNT}
+
 
 def group_name(variable: str) -> str:
     return f"{variable}{GROUP_SUFFIX}"
@@ -51,20 +70,75 @@ def array_name(term: str, dims: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True)
-class Accumulation:
-    """One accumulated combination of dimensions and the arrays holding its prefix sums."""
+class Placement:
+    """Where a positioned accumulation's entries end, and how its sums are stored.
 
-    dims: tuple[str, ...]  # accumulated dimensions, in the variable's order
-    strides: tuple[int, ...]  # one per accumulated dimension, >= 1
+    ``accumulated`` are the dimensions its arrays hold prefix sums along; the combination's
+    other dimensions (``rows``) are kept at full resolution and summed when queried: a
+    latitude+longitude accumulation at every element with area weights holds prefix sums
+    along longitude for each latitude row, as the weights vary along latitude only.
+    ``factored``: the weights do not vary along ``accumulated``, so only Σx and the count are
+    stored and the weighted sums are formed at query time (Σw·x = w·Σx, Σw = w·count).
+    """
+
+    rules: Mapping[str, Rule]  # per dimension of the combination
+    accumulated: tuple[str, ...]
+    positions: Mapping[str, tuple[int, ...]]  # per accumulated dim: where each entry ends
+    final: Mapping[str, int]  # per accumulated dim: entries that are not provisional
+    factored: bool = False
+
+    def rows(self, dims: Sequence[str]) -> tuple[str, ...]:
+        return tuple(d for d in dims if d not in self.accumulated)
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """One accumulated combination of dimensions and the arrays holding its prefix sums:
+    entries at chunk ends (ZEP 5, ``placement`` None) or at positions of a rule."""
+
+    dims: tuple[str, ...]  # the combination, in the variable's order
+    strides: tuple[int, ...]  # one per dimension of the combination, >= 1 (ZEP 5)
     arrays: Mapping[str, str]  # term (WSUM, WCOUNT, SUM, COUNT) -> array name in the group
     array_dims: tuple[str, ...]  # _ARRAY_DIMENSIONS of those arrays: a permutation of D
+    placement: Placement | None = None
 
     def stride(self, dim: str) -> int:
         return self.strides[self.dims.index(dim)]
 
     @property
+    def is_zep5(self) -> bool:
+        return self.placement is None
+
+    @property
+    def prefix_dims(self) -> tuple[str, ...]:
+        """The dimensions the arrays hold prefix sums along (entries, not indices)."""
+        return self.dims if self.placement is None else self.placement.accumulated
+
+    @property
+    def factored(self) -> bool:
+        return self.placement is not None and self.placement.factored
+
+    @property
     def key(self) -> str:
-        return ",".join(self.dims)
+        """Names the accumulation within its group: ``time`` (ZEP 5), ``time@month``."""
+        dims = ",".join(self.dims)
+        if self.placement is None:
+            return dims
+        return f"{dims}@{','.join(rule_slug(self.placement.rules[d]) for d in self.dims)}"
+
+    def entry_positions(self, bounds: Mapping[str, ChunkBounds]) -> dict[str, tuple[int, ...]]:
+        """Where each entry ends along each prefix dimension (``bounds``: the raw chunks)."""
+        if self.placement is not None:
+            return dict(self.placement.positions)
+        return {d: bounds[d].strided_edges(self.stride(d)) for d in self.dims}
+
+    def rule_text(self) -> str:
+        """Where the entries are, as a person reads it: ``chunk ends``, ``time=month``."""
+        if self.placement is None:
+            strides = ",".join(map(str, self.strides))
+            return "chunk ends" + (f" (stride {strides})" if set(self.strides) != {1} else "")
+        rules = self.placement.rules
+        return ",".join(f"{d}={rule_slug(rules[d])}" for d in self.dims)
 
 
 @dataclass(frozen=True)
@@ -87,21 +161,74 @@ class AccumulationGroup:
         wanted = set(dims)
         return next((a for a in self.accumulations if set(a.dims) == wanted), None)
 
+    def by_key(self, key: str) -> Accumulation:
+        return next(a for a in self.accumulations if a.key == key)
+
     def config(self) -> dict[str, Any]:
         """What a user chose when building: compared to refuse silent reconfiguration."""
+
+        def rules(a: Accumulation) -> list[Any]:
+            if a.placement is None:
+                return []
+            return [rule_json(a.placement.rules[d]) for d in a.dims]
+
         return {
             "weights": self.weights,
-            "accumulations": sorted([list(a.dims), list(a.strides)] for a in self.accumulations),
+            "accumulations": sorted(
+                [list(a.dims), list(a.strides), rules(a)] for a in self.accumulations
+            ),
         }
+
+    def request(self) -> BuildRequest:
+        """The request this group was built from (to bring it up to date, or build it
+        again elsewhere)."""
+        strides: dict[str, int] = {}
+        at: dict[str, Rule] = {}
+        for acc in self.accumulations:
+            for dim, stride in zip(acc.dims, acc.strides, strict=True):
+                strides.setdefault(dim, stride)
+            if acc.placement is not None:
+                for dim, rule in acc.placement.rules.items():
+                    at.setdefault(dim, rule)
+        return BuildRequest(
+            combinations=tuple(acc.dims for acc in self.accumulations),
+            strides=strides,
+            weights=self.weights,
+            at=at,
+        )
 
 
 @dataclass(frozen=True)
 class BuildRequest:
-    """A user's choice of combinations, strides and weights for one variable."""
+    """A user's choice of combinations, strides, positions and weights for one variable."""
 
     combinations: tuple[tuple[str, ...], ...]
     strides: Mapping[str, int] = field(default_factory=dict)
     weights: str = "none"
+    at: Mapping[str, Rule] = field(default_factory=dict)  # dims not named: "chunk"
+
+    def rules(self, combination: Sequence[str]) -> dict[str, Rule]:
+        return {d: self.at.get(d, "chunk") for d in combination}
+
+    def is_positioned(self, combination: Sequence[str]) -> bool:
+        return any(r != "chunk" for r in self.rules(combination).values())
+
+
+def storage_form(
+    combination: Sequence[str], rules: Mapping[str, Rule], weight_dims: Sequence[str]
+) -> tuple[tuple[str, ...], bool]:
+    """How a positioned accumulation is stored: the dimensions its arrays hold prefix sums
+    along, and whether the weights factor out (they vary along none of those).
+
+    A dimension at every element (rule 1) that the weights vary along is kept as rows when
+    another dimension remains to accumulate: its sums are then summed over the rows a box
+    holds at query time, and the weights factor out of what is stored."""
+    combo = tuple(combination)
+    rows = tuple(d for d in combo if rules.get(d) == 1 and d in weight_dims)
+    accumulated = tuple(d for d in combo if d not in rows)
+    if rows and accumulated and not set(weight_dims) & set(accumulated):
+        return accumulated, True
+    return combo, bool(weight_dims) and not set(weight_dims) & set(combo)
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,17 +241,25 @@ def make_group(
     request: BuildRequest,
     coverage: Mapping[str, int],
     holders: Mapping[str, str],
+    placements: Mapping[tuple[str, ...], Placement] | None = None,
 ) -> AccumulationGroup:
     """The group a build request describes (array names, strides, sums). ``holders`` maps
     each sum stored to the sum whose array holds it (``statistics.stored_arrays``: with
-    unit weights Σw·x is Σx and Σw the count, so two arrays serve all four sums)."""
+    unit weights Σw·x is Σx and Σw the count, so two arrays serve all four sums).
+    ``placements``: the positions of each positioned combination (in the variable's order)."""
     dims = tuple(variable_dims)
+    placements = placements or {}
     accumulations = []
     for combo in request.combinations:
         ordered = tuple(d for d in dims if d in combo)
-        arrays = {term: array_name(holder, ordered) for term, holder in holders.items()}
         strides = tuple(int(request.strides.get(d, 1)) for d in ordered)
-        accumulations.append(Accumulation(ordered, strides, arrays, dims))
+        placement = placements.get(ordered)
+        held = FACTORED_HOLDERS if placement is not None and placement.factored else holders
+        suffix = ""
+        if placement is not None:
+            suffix = "_at_" + "_".join(rule_slug(placement.rules[d]) for d in ordered)
+        arrays = {term: array_name(holder, ordered) + suffix for term, holder in held.items()}
+        accumulations.append(Accumulation(ordered, strides, arrays, dims, placement))
     return AccumulationGroup(
         variable=variable,
         variable_dims=dims,
@@ -152,15 +287,19 @@ def accumulation_tree(variable_dims: Sequence[str], accumulations: Sequence[Accu
 
 
 def group_attributes(group: AccumulationGroup) -> dict[str, Any]:
-    counts = {a.key: a.arrays[COUNT] for a in group.accumulations if COUNT in a.arrays}
+    zep5 = [a for a in group.accumulations if a.is_zep5]
+    counts = {a.key: a.arrays[COUNT] for a in zep5 if COUNT in a.arrays}
     # Sums neither ZEP 5 nor "counts" has a key for (e.g. Σx² for a variance).
     others = {
         a.key: {t: n for t, n in a.arrays.items() if t not in ZEP5_KEYS and t != COUNT}
-        for a in group.accumulations
+        for a in zep5
     }
-    extra = {"sums": others} if any(others.values()) else {}
+    extra: dict[str, Any] = {"sums": others} if any(others.values()) else {}
+    positioned = [_placement_json(a) for a in group.accumulations if not a.is_zep5]
+    if positioned:
+        extra["positioned"] = positioned
     return {
-        TREE_KEY: accumulation_tree(group.variable_dims, group.accumulations),
+        TREE_KEY: accumulation_tree(group.variable_dims, zep5),
         EXTENSION_KEY: {
             "version": FORMAT_VERSION,
             "variable": group.variable,
@@ -173,7 +312,39 @@ def group_attributes(group: AccumulationGroup) -> dict[str, Any]:
     }
 
 
+def _placement_json(acc: Accumulation) -> dict[str, Any]:
+    placement = acc.placement
+    assert placement is not None
+    rules = placement.rules
+    return {
+        "dims": list(acc.dims),
+        "at": {d: rule_json(rules[d]) for d in acc.dims},
+        "accumulated": list(placement.accumulated),
+        "factored": placement.factored,
+        "arrays": dict(acc.arrays),
+        "array_dims": list(acc.array_dims),
+        # Positions every N elements follow from the extent; the others are listed.
+        "positions": {
+            d: list(placement.positions[d])
+            for d in placement.accumulated
+            if not isinstance(rules[d], int)
+        },
+        "extent": {
+            d: placement.positions[d][-1] if placement.positions[d] else 0
+            for d in placement.accumulated
+        },
+        "final": {d: int(placement.final[d]) for d in placement.accumulated},
+    }
+
+
 def array_attributes(acc: Accumulation) -> dict[str, Any]:
+    if acc.placement is not None:
+        # No _ACCUMULATION_STRIDE: no stride in chunks says where these entries end (the
+        # group's "accumulus" attribute does).
+        return {
+            "_ARRAY_DIMENSIONS": list(acc.array_dims),
+            EXTENSION_KEY: {"accumulation": acc.key},
+        }
     return {
         "_ARRAY_DIMENSIONS": list(acc.array_dims),
         "_ACCUMULATION_STRIDE": [acc.stride(d) if d in acc.dims else 0 for d in acc.array_dims],
@@ -299,6 +470,8 @@ def parse_group(
         assert array_dims is not None and strides is not None
         accumulations.append(Accumulation(ordered, strides, arrays, array_dims))
     extension = attrs.get(EXTENSION_KEY)
+    for item in (extension or {}).get("positioned", []):
+        accumulations.append(_parse_placement(where, dims, item, array_attrs))
     if extension is None:
         return AccumulationGroup(
             variable=variable,
@@ -317,6 +490,58 @@ def parse_group(
         coverage={d: int(n) for d, n in extension.get("coverage", {}).items()},
         complete=bool(extension.get("complete", False)),
     )
+
+
+def _parse_placement(
+    where: str,
+    dims: tuple[str, ...],
+    item: Mapping[str, Any],
+    array_attrs: Callable[[str], Mapping[str, Any] | None],
+) -> Accumulation:
+    """A positioned accumulation as the ``accumulus`` attribute describes it."""
+    try:
+        combo = tuple(d for d in dims if d in item["dims"])
+        if len(combo) != len(item["dims"]):
+            raise AccumulusError(
+                f"{where}: a positioned accumulation names dimension(s) {item['dims']} that "
+                f"are not all among {list(dims)}"
+            )
+        rules = {d: rule_from_json(item["at"][d], d) for d in combo}
+        accumulated = tuple(d for d in combo if d in item["accumulated"])
+        positions = {}
+        for dim in accumulated:
+            rule = rules[dim]
+            if isinstance(rule, int):
+                positions[dim] = entry_positions(rule, int(item["extent"][dim]), dim=dim)
+            else:
+                positions[dim] = tuple(int(p) for p in item["positions"][dim])
+        final = {d: int(item["final"][d]) for d in accumulated}
+        arrays = {str(t): str(n) for t, n in item["arrays"].items()}
+        array_dims = tuple(item["array_dims"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AccumulusError(
+            f"{where}: the accumulus attribute describes a positioned accumulation it cannot "
+            f"be read from ({type(exc).__name__}: {exc})"
+        ) from None
+    if sorted(array_dims) != sorted(dims):
+        raise AccumulusError(
+            f"{where}: array dimensions {list(array_dims)} of the {list(combo)} accumulation "
+            f"are not a permutation of {list(dims)}"
+        )
+    for name in set(arrays.values()):
+        a_attrs = array_attrs(name)
+        if a_attrs is None:
+            raise AccumulusError(
+                f"{where}: array {name!r} of the positioned {list(combo)} accumulation is missing"
+            )
+        if tuple(a_attrs.get("_ARRAY_DIMENSIONS", ())) != array_dims:
+            raise AccumulusError(
+                f"{where}/{name}: _ARRAY_DIMENSIONS {a_attrs.get('_ARRAY_DIMENSIONS')} differs "
+                f"from {list(array_dims)}"
+            )
+    placement = Placement(rules, accumulated, positions, final, bool(item.get("factored")))
+    strides = (1,) * len(combo)
+    return Accumulation(combo, strides, arrays, array_dims, placement)
 
 
 def default_combinations(dims: Sequence[str], lat: str | None, lon: str | None) -> list[tuple]:

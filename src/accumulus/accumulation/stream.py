@@ -1,21 +1,28 @@
 """Computing accumulation entries from the raw data, slab by slab, with Dask.
 
 The raw array is walked along its "batch" dimension (the one with the most chunks) in slabs
-of whole chunks of about ``SLAB_BYTES``. Within a slab, each Dask task reads a block of
-several raw chunks (``VariableInfo.grouped_blocks``) and sums it per raw chunk for every
-accumulated combination at once (``sums.chunk_sums``: one compiled pass per axis, no copy
-of the block per sum), so every raw chunk is read and decoded once. The per-chunk sums
-(much smaller than the data) come back to this process, where they are prefix-summed,
-thinned to every ``stride``-th chunk and written, while the next slab is being read.
-Entries along the batch dimension continue from the last entry written by the previous
-slab. So peak memory is set by the slab and block sizes, not by the array, and the same
-code serves a full build (starting at 0) and an update after the data grew (starting at
-the old coverage).
+of whole chunks of about ``SLAB_BYTES`` (fewer when accumulations at every element make as
+many sums as values: ``SUMS_BYTES``). Within a slab, each Dask task reads a block of several
+raw chunks (``VariableInfo.grouped_blocks``) and sums it, for every accumulation at once,
+per *segment*: along each dimension an accumulation prefix-sums, the block is cut where its
+entries end (chunk ends every ``stride`` chunks for ZEP 5; every element, month ends or
+labels for ``--at`` rules, ``positions``), so every raw chunk is read and decoded once
+(``sums.chunk_sums``: one compiled pass per axis, no copy of the block per sum). The
+per-segment sums (much smaller than the data, except at every element) come back to this
+process, where they are prefix-summed, the sums ending where entries end are kept, and
+written, while the next slab is being read. Entries along the batch dimension continue from
+the last entry written by the previous slab. So peak memory is set by the slab and block
+sizes, not by the array, and the same code serves a full build (starting at 0) and an
+update after the data grew (starting at the old coverage).
+
+Arrays whose chunks span several slabs along the batch dimension (long series, read along
+time) are written a whole chunk row at a time (``_Writer``), so no chunk is written twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from math import prod
@@ -31,6 +38,7 @@ from accumulus.accumulation.sums import chunk_sums, prefix_entries
 from accumulus.cube import VariableInfo
 
 SLAB_BYTES = 128 * 2**20  # stored bytes of raw data per slab
+SUMS_BYTES = 96 * 2**20  # per-segment sums (float64) per slab
 
 
 def batch_dimension(var: VariableInfo) -> str:
@@ -38,16 +46,42 @@ def batch_dimension(var: VariableInfo) -> str:
     return max(var.dims, key=lambda d: var.bounds[var.axis(d)].n_chunks)
 
 
-def chunks_per_slab(var: VariableInfo, dim: str) -> int:
+def chunks_per_slab(var: VariableInfo, dim: str, group: spec.AccumulationGroup | None) -> int:
     """Raw chunks of ``dim`` per slab: a power of two, so that slabs line up with
     accumulation chunks (which grow by doubling) along ``dim``."""
     axis = var.axis(dim)
     other = prod(n for a, n in enumerate(var.shape) if a != axis)
-    one_chunk = max(var.bounds[axis].sizes, default=1) * other * var.array.dtype.itemsize
+    row = max(var.bounds[axis].sizes, default=1) * other  # values per row of chunks
+    sums = 8 * sums_per_value(var, group) if group is not None else 0.0
     count = 1
-    while one_chunk * count * 2 <= SLAB_BYTES:
+    while row * count * 2 * var.array.dtype.itemsize <= SLAB_BYTES and (
+        row * count * 2 * sums <= SUMS_BYTES
+    ):
         count *= 2
     return count
+
+
+def sums_per_value(var: VariableInfo, group: spec.AccumulationGroup) -> float:
+    """Per-segment sums a build computes per raw value, every accumulation together (about
+    the number of sums stored per value at every element; a few per chunk at chunk ends)."""
+    bounds = dict(zip(var.dims, var.bounds, strict=True))
+    terms = statistics.stored_sums(group.weights)
+    total = 0.0
+    for acc in group.accumulations:
+        count = float(len(stored_terms(acc, terms)))
+        for dim, positions in acc.entry_positions(bounds).items():
+            count *= max(len(positions), 1) / max(var.shape[var.axis(dim)], 1)
+        total += count
+    return total
+
+
+def stored_terms(acc: spec.Accumulation, terms: Sequence[str]) -> tuple[str, ...]:
+    """The sums an accumulation stores, one per array (``terms``: what the build computes)."""
+    named: dict[str, str] = {}
+    for term in terms:
+        if term in acc.arrays:
+            named.setdefault(acc.arrays[term], term)
+    return tuple(named.values())
 
 
 @dataclass(frozen=True)
@@ -57,6 +91,8 @@ class _Work:
     entry before ``first`` when the batch dimension is accumulated."""
 
     acc: spec.Accumulation
+    positions: Mapping[str, tuple[int, ...]]  # where entries end, per prefix dimension
+    terms: tuple[str, ...]  # the sums its arrays hold
     raw_start: int
     raw_stop: int
     first: int
@@ -79,49 +115,55 @@ def fill(
     axis = var.axis(dim)
     bounds = var.bounds[axis]
     edges = [start, *(e for e in bounds.edges if e > start)]
-    per_slab = chunks_per_slab(var, dim)
+    per_slab = chunks_per_slab(var, dim, group)
     slabs = [
         (edges[i], edges[min(i + per_slab, len(edges) - 1)])
         for i in range(0, len(edges) - 1, per_slab)
     ]
     total = len(edges) - 1
-    targets = {
-        name: root[f"{group.path}/{name}"]
-        for acc in group.accumulations
-        for name in set(acc.arrays.values())
-    }
+    writer = _Writer(
+        {
+            name: root[f"{group.path}/{name}"]
+            for acc in group.accumulations
+            for name in set(acc.arrays.values())
+        }
+    )
     terms = statistics.stored_sums(group.weights)
+    chunk_bounds = dict(zip(var.dims, var.bounds, strict=True))
+    accumulations = [
+        (acc, acc.entry_positions(chunk_bounds), stored_terms(acc, terms))
+        for acc in group.accumulations
+    ]
     # Along ``dim``, blocks stay single chunks: a slab (or an update) reads nothing outside.
     x = var.dask_array(var.grouped_blocks(keep=dim))
 
-    def slab_sums(done: int) -> list[tuple[_Work, np.ndarray]]:
-        """Each accumulation's per-chunk sums over slab ``done`` (one pass over its data)."""
+    def slab_sums(done: int) -> list[tuple[_Work, np.ndarray, list[list[tuple[int, int]]]]]:
+        """Each accumulation's per-segment sums over slab ``done`` (one pass over its data),
+        with where the blocks summed lie."""
         slab_start, slab_stop = slabs[done]
-        work = [_work(var, acc, dim, slab_start, slab_stop) for acc in group.accumulations]
+        work = [_work(*item, dim, slab_start, slab_stop) for item in accumulations]
         work = [w for w in work if w.raw_stop > w.raw_start]
         regions = sorted({(w.raw_start, w.raw_stop) for w in work})
         in_region = [[w for w in work if (w.raw_start, w.raw_stop) == r] for r in regions]
         tasks = [
-            _region_tasks(x, var, dim, region, weights, terms, items)
+            _region_tasks(x, var, dim, region, weights, items)
             for region, items in zip(regions, in_region, strict=True)
         ]
         slab_chunks = len(bounds.chunks_overlapping(slab_start, slab_stop))
         computed = iter(
             compute.run(
-                [t for ts in tasks for t in ts.ravel()],
+                [t for ts, _ in tasks for t in ts.ravel()],
                 scheduler,
                 _scaled(progress, done * per_slab, slab_chunks, total),
             )
         )
         sums = []
-        for region_tasks, items in zip(tasks, in_region, strict=True):
+        for (region_tasks, locations), items in zip(tasks, in_region, strict=True):
             results = np.empty(region_tasks.shape, dtype=object)
             for index in np.ndindex(region_tasks.shape):
                 results[index] = next(computed)
-            for item in items:
-                sums.append(
-                    (item, _concatenate(results, tuple(var.axis(d) for d in item.acc.dims)))
-                )
+            for n, item in enumerate(items):
+                sums.append((item, _concatenate(results, n), locations))
         return sums
 
     # The next slab is read and summed while this one's entries are written; entries are
@@ -133,8 +175,9 @@ def fill(
             ready = pending.result()
             if done + 1 < len(slabs):
                 pending = reader.submit(slab_sums, done + 1)
-            for item, per_chunk in ready:
-                _write_entries(var, item, dim, terms, per_chunk, targets)
+            for item, per_segment, locations in ready:
+                _write_entries(var, item, dim, per_segment, locations, writer)
+    writer.flush()
 
 
 def _region_tasks(
@@ -143,46 +186,91 @@ def _region_tasks(
     dim: str,
     region: tuple[int, int],
     weights: np.ndarray | float,
-    terms: Sequence[str],
     work: Sequence[_Work],
-) -> np.ndarray:
+) -> tuple[np.ndarray, list[list[tuple[int, int]]]]:
     """Delayed per-block sums of raw ``region`` along ``dim``: an array shaped like the
-    block grid of tasks, each returning ``{reduced axes: per-chunk sums}`` (``chunk_sums``)."""
+    block grid of tasks, each returning every work item's per-segment sums
+    (``_block_sums``), and where the blocks lie along each axis."""
     axis = var.axis(dim)
     index = [slice(None)] * x.ndim
     index[axis] = slice(*region)
     x = x[tuple(index)]
-    reductions = sorted({tuple(var.axis(d) for d in w.acc.dims) for w in work})
     offsets = [region[0] if a == axis else 0 for a in range(x.ndim)]
     starts = [np.cumsum((o, *c[:-1])).tolist() for o, c in zip(offsets, x.chunks, strict=True)]
+    locations = [
+        [(s, s + n) for s, n in zip(starts[a], x.chunks[a], strict=True)] for a in range(x.ndim)
+    ]
     blocks = x.to_delayed()
     tasks = np.empty(blocks.shape, dtype=object)
     for block_index in np.ndindex(blocks.shape):
-        location = [
-            (starts[a][i], starts[a][i] + x.chunks[a][i]) for a, i in enumerate(block_index)
-        ]
-        # Where raw chunks start inside the block, along each axis.
-        edges = [
-            [e - lo for e in var.bounds[a].edges if lo <= e < hi]
-            for a, (lo, hi) in enumerate(location)
-        ]
+        location = [locations[a][i] for a, i in enumerate(block_index)]
         w = weights
         if isinstance(weights, np.ndarray):
             w = weights[
                 tuple(slice(lo, hi) if n > 1 else slice(None)
                       for (lo, hi), n in zip(location, weights.shape, strict=True))
             ]  # fmt: skip
-        tasks[block_index] = dask.delayed(chunk_sums, pure=True)(
-            blocks[block_index], w, terms, reductions, edges
+        tasks[block_index] = dask.delayed(_block_sums, pure=True)(
+            blocks[block_index], w, _calls(var, work, location), len(work)
         )
-    return tasks
+    return tasks, locations
 
 
-def _concatenate(results: np.ndarray, reduced: tuple[int, ...]) -> np.ndarray:
-    """One reduction's per-chunk sums over a region, from its blocks' results."""
+Call = tuple[tuple[str, ...], list[list[int]], list[tuple[int, tuple[int, ...]]]]
+
+
+def _calls(var: VariableInfo, work: Sequence[_Work], location: Sequence[tuple[int, int]]):
+    """The ``chunk_sums`` calls that give every work item its per-segment sums of the block
+    at ``location``: items summing the same sums, cut alike along the axes they both
+    reduce, share one call (one pass over the block)."""
+    calls: list[tuple[tuple[str, ...], dict[int, list[int]], list]] = []
+    for n, item in enumerate(work):
+        axes = tuple(var.axis(d) for d in item.acc.prefix_dims)
+        cuts = {
+            var.axis(d): segment_starts(*location[var.axis(d)], item.positions[d])
+            for d in item.acc.prefix_dims
+        }
+        for terms, edges, members in calls:
+            if terms == item.terms and all(edges.get(a, e) == e for a, e in cuts.items()):
+                edges.update(cuts)
+                members.append((n, axes))
+                break
+        else:
+            calls.append((item.terms, cuts, [(n, axes)]))
+    return [
+        (terms, [edges.get(a, [0]) for a in range(len(location))], members)
+        for terms, edges, members in calls
+    ]
+
+
+def _block_sums(block: np.ndarray, w: np.ndarray | float, calls: Sequence[Call], items: int):
+    """Every work item's per-segment sums of one block."""
+    out: list[np.ndarray | None] = [None] * items
+    for terms, edges, members in calls:
+        sums = chunk_sums(block, w, terms, [axes for _, axes in members], edges)
+        for n, axes in members:
+            out[n] = sums[axes]
+    return out
+
+
+def segment_starts(lo: int, hi: int, positions: Sequence[int]) -> list[int]:
+    """Where segments start in the block ``[lo, hi)`` along an axis: at its start and at
+    every entry position inside it (relative to ``lo``)."""
+    inside = positions[bisect.bisect_right(positions, lo) : bisect.bisect_left(positions, hi)]
+    return [0, *(p - lo for p in inside)]
+
+
+def segment_ends(lo: int, hi: int, positions: Sequence[int]) -> list[int]:
+    """Where the segments of ``segment_starts`` end (absolute indices)."""
+    inside = positions[bisect.bisect_right(positions, lo) : bisect.bisect_left(positions, hi)]
+    return [*inside, hi]
+
+
+def _concatenate(results: np.ndarray, item: int) -> np.ndarray:
+    """One work item's per-segment sums over a region, from its blocks' results."""
     parts = np.empty(results.shape, dtype=object)
     for index in np.ndindex(results.shape):
-        parts[index] = results[index][reduced]
+        parts[index] = results[index][item]
     for axis in reversed(range(parts.ndim)):
         joined = np.empty(parts.shape[:axis], dtype=object)
         for index in np.ndindex(joined.shape):
@@ -195,36 +283,78 @@ def _write_entries(
     var: VariableInfo,
     work: _Work,
     dim: str,
-    terms: Sequence[str],
-    per_chunk: np.ndarray,
-    targets: dict[str, zarr.Array],
+    per_segment: np.ndarray,
+    locations: Sequence[Sequence[tuple[int, int]]],
+    writer: _Writer,
 ) -> None:
-    """Prefix-sum one accumulation's per-chunk sums over a region into its entries, continue
-    them from the entry before ``work.first``, and write them."""
+    """Prefix-sum one accumulation's per-segment sums over a region into its entries (the
+    sums ending where entries end), continue them from the entry before ``work.first``, and
+    write them."""
     acc = work.acc
-    entries = per_chunk
-    for d in acc.dims:
-        entries = prefix_entries(entries, var.axis(d) + 1, acc.stride(d))
+    entries = per_segment
+    for d in acc.prefix_dims:
+        axis = var.axis(d)
+        positions = work.positions[d]
+        ends = [e for lo, hi in locations[axis] for e in segment_ends(lo, hi, positions)]
+        wanted = set(positions)
+        entries = prefix_entries(entries, axis + 1, [i for i, e in enumerate(ends) if e in wanted])
     order = [var.axis(d) for d in acc.array_dims]
     t_axis = acc.array_dims.index(dim)
-    window = [slice(None)] * len(order)
-    window[t_axis] = slice(work.first, work.first + entries.shape[var.axis(dim) + 1])
-    written: set[str] = set()
-    for t, term in enumerate(terms):
-        name = acc.arrays[term]
-        if name in written:
-            continue
-        written.add(name)
-        target = targets[name]
+    for t, term in enumerate(work.terms):
         values = entries[t].transpose(order)
-        if dim in acc.dims and work.first > 0:
+        name = acc.arrays[term]
+        if dim in acc.prefix_dims and work.first > 0:
             # Continue from the last entry the previous slab (or build) wrote.
-            before = list(window)
-            before[t_axis] = slice(work.first - 1, work.first)
-            values = values + np.asarray(target[tuple(before)], dtype="f8")
-        if statistics.SUMS[term].is_count:
-            values = np.round(values).astype("int64")
-        target[tuple(window)] = values
+            values = values + writer.entry(name, t_axis, work.first - 1)
+        writer.write(name, t_axis, work.first, values)
+
+
+class _Writer:
+    """Writes entries as slabs make them. Along the batch dimension an array may be chunked
+    longer than a slab: its entries wait here until a whole chunk row is ready (or the
+    build ends), so each chunk is written once. The last entry written is kept, to continue
+    the next slab's prefix sums from."""
+
+    def __init__(self, targets: Mapping[str, zarr.Array]) -> None:
+        self.targets = targets
+        self._pending: dict[str, tuple[int, int, int, list[np.ndarray]]] = {}
+        self._last: dict[str, tuple[int, np.ndarray]] = {}
+
+    def entry(self, name: str, axis: int, index: int) -> np.ndarray:
+        """Entry ``index`` along ``axis`` of array ``name`` (float64, the axis kept)."""
+        if name in self._last and self._last[name][0] == index:
+            return self._last[name][1]
+        target = self.targets[name]
+        window = [slice(None)] * target.ndim
+        window[axis] = slice(index, index + 1)
+        return np.asarray(target[tuple(window)], dtype="f8")
+
+    def write(self, name: str, axis: int, first: int, values: np.ndarray) -> None:
+        target = self.targets[name]
+        n = values.shape[axis]
+        if n == 0:
+            return
+        self._last[name] = (first + n - 1, values.take([n - 1], axis=axis).astype("f8"))
+        if target.dtype.kind in "iu":
+            values = np.round(values).astype(target.dtype)
+        _, start, stop, parts = self._pending.pop(name, (axis, first, first, []))
+        assert stop == first, f"{name}: entries written out of order"
+        parts.append(values)
+        stop += n
+        if stop % target.chunks[axis] == 0 or stop >= target.shape[axis]:
+            self._store(name, axis, start, stop, parts)
+        else:
+            self._pending[name] = (axis, start, stop, parts)
+
+    def flush(self) -> None:
+        for name in list(self._pending):
+            self._store(name, *self._pending.pop(name))
+
+    def _store(self, name: str, axis: int, start: int, stop: int, parts: list) -> None:
+        target = self.targets[name]
+        window = [slice(None)] * target.ndim
+        window[axis] = slice(start, stop)
+        target[tuple(window)] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis)
 
 
 def _scaled(
@@ -237,16 +367,20 @@ def _scaled(
 
 
 def _work(
-    var: VariableInfo, acc: spec.Accumulation, dim: str, slab_start: int, slab_stop: int
+    acc: spec.Accumulation,
+    positions: Mapping[str, tuple[int, ...]],
+    terms: tuple[str, ...],
+    dim: str,
+    slab_start: int,
+    slab_stop: int,
 ) -> _Work:
-    if dim not in acc.dims:
-        return _Work(acc, slab_start, slab_stop, slab_start)
-    bounds = var.bounds[var.axis(dim)]
-    positions = bounds.strided_edges(acc.stride(dim))
+    if dim not in acc.prefix_dims:
+        return _Work(acc, positions, terms, slab_start, slab_stop, slab_start)
+    ends = positions[dim]
     # Entries ending at or before the slab's start are done; the slab computes those that
     # end within it (up to the end for the last slab), from the last done entry's end.
-    k0 = sum(p <= slab_start for p in positions)
-    k1 = sum(p <= slab_stop for p in positions)
-    raw_start = positions[k0 - 1] if k0 else 0
-    raw_stop = positions[k1 - 1] if k1 > k0 else raw_start
-    return _Work(acc, raw_start, raw_stop, k0)
+    k0 = bisect.bisect_right(ends, slab_start)
+    k1 = bisect.bisect_right(ends, slab_stop)
+    raw_start = ends[k0 - 1] if k0 else 0
+    raw_stop = ends[k1 - 1] if k1 > k0 else raw_start
+    return _Work(acc, positions, terms, raw_start, raw_stop, k0)

@@ -3,9 +3,9 @@
 For values x (NaN where missing) and weights w, an accumulation holds sums Σ w^a·x^b over
 the valid values (``statistics.SUMS``: Σ w·x, Σ w, Σ x and Σ 1). A block's sums per raw
 chunk (``chunk_sums``) are taken by a compiled loop (``kernel.axis_sums``), every sum in
-one pass along one axis, without a copy of the block per sum; prefix sums of per-chunk
-sums, taken every ``stride`` chunks, are the ZEP 5 accumulation entries
-(``prefix_entries``).
+one pass along one axis, without a copy of the block per sum; prefix sums of per-segment
+sums, taken where entries end (every ``stride`` chunks for ZEP 5, at the positions of an
+``--at`` rule otherwise), are the accumulation entries (``prefix_entries``).
 """
 
 from __future__ import annotations
@@ -110,17 +110,14 @@ def reduce_terms(
     return reduced.reshape([n for i, n in enumerate(reduced.shape) if i - 1 not in axes])
 
 
-def prefix_entries(chunk_sums: np.ndarray, axis: int, stride: int) -> np.ndarray:
-    """ZEP 5 entries along ``axis`` from per-chunk sums: entry k = Σ of chunks [0, (k+1)·stride).
-
-    A trailing group of fewer than ``stride`` chunks has no entry.
-    """
-    prefix = np.array(chunk_sums, dtype="f8")
+def prefix_entries(segment_sums: np.ndarray, axis: int, keep: Sequence[int]) -> np.ndarray:
+    """Accumulation entries along ``axis`` from the sums of consecutive segments: the
+    cumulative sums ending after each segment in ``keep`` (the segments that end where an
+    entry ends: every ``stride``-th chunk for ZEP 5, any position for ``--at``)."""
+    prefix = np.array(segment_sums, dtype="f8")
     # Slice by slice: as fast along a short axis (a few chunks) as along a long one,
     # where np.cumsum walks every short row on its own.
     steps = np.moveaxis(prefix, axis, 0)
     for i in range(1, steps.shape[0]):
         steps[i] += steps[i - 1]
-    index = [slice(None)] * prefix.ndim
-    index[axis] = slice(stride - 1, None, stride)
-    return prefix[tuple(index)]
+    return prefix.take(np.asarray(keep, dtype="int64"), axis=axis)

@@ -74,6 +74,20 @@ def resolve_weights(ds: xr.Dataset, variable: str, weights: str | None) -> str:
     return f"array:{name}"
 
 
+def varying_dims(ds: xr.Dataset, weights: str, dims: Sequence[str]) -> tuple[str, ...]:
+    """The dimensions among ``dims`` that weights (as ``resolve_weights`` names them) vary
+    along: latitude for "area", none for "none", an array's own dimensions."""
+    if weights == "none":
+        return ()
+    if weights == "area":
+        lat = find_latitude(ds, dims)
+        return (lat,) if lat else ()
+    if weights.startswith("array:"):
+        array_dims = ds[weights.removeprefix("array:")].dims
+        return tuple(d for d in dims if d in array_dims)
+    return tuple(dims)  # unknown weights: assume they vary along everything
+
+
 def weight_values(
     ds: xr.Dataset,
     weights: str,

@@ -1,0 +1,147 @@
+"""Positioned accumulations as a build lays them out: positions, storage form, arrays.
+
+An accumulation whose entries are not at chunk ends (``--at``, see ``positions``) can hold as
+many entries as the raw data has values, so how it is stored is what it costs:
+
+- **positions** along each dimension come from the rule, the chunk bounds and the decoded
+  coordinate (``placements``); along the dimension a cube is appended to, the last entry
+  is provisional unless the rule fixes it (``positions.final_entries``);
+- **storage form** (``spec.storage_form``): weights that do not vary along the accumulated
+  dimensions are factored out, so only Σx and the count are stored; a dimension at every
+  element that the weights vary along is kept as rows (latitude, for area weights);
+- **types**: sums float64, counts the smallest unsigned integer that holds the largest
+  count (its largest value is the fill value, marking a chunk never written);
+- **compression** chosen by measurement on prefix sums of daily gridded data (see
+  docs/accumulation.md): Blosc zstd level 1 with bit shuffle for the float64 sums (a prefix
+  sum of float32 values keeps few significant bits when the sums are exact, and bit shuffle
+  turns the zero bits into long runs), byte shuffle for counts;
+- **chunks** follow how queries read them (``chunks``): an accumulation along the batch
+  dimension (time) is read one entry at a time for a map, so a chunk is one entry and the
+  whole space (``MAP_CHUNK``); one that keeps time is read as long series at a few entries
+  (a box's corners or rows), so a chunk is one entry long in time (as long as the build can
+  hold back, ``BUFFER_BYTES``) and as wide as ``SERIES_CHUNK`` allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from math import prod
+from typing import Any
+
+import numpy as np
+import zarr
+from numcodecs import CRC32C, Blosc
+from zarr.codecs import Crc32cCodec
+
+from accumulus.accumulation import spec
+from accumulus.accumulation.positions import CHUNK, entry_positions, final_entries
+from accumulus.accumulation.weights import varying_dims
+from accumulus.cube import Cube, VariableInfo
+
+MAP_CHUNK = 4 * 2**20  # bytes of float64 entries per chunk of a map-like array, at most
+SERIES_CHUNK = 2 * 2**20  # the same for arrays read as long series
+BUFFER_BYTES = 384 * 2**20  # entries a build holds back to write long series chunks whole
+
+
+def placements(
+    cube: Cube, var: VariableInfo, request: spec.BuildRequest, coverage: Mapping[str, int]
+) -> dict[tuple[str, ...], spec.Placement]:
+    """Where the entries of every positioned combination of ``request`` end, and how its
+    sums are stored (combinations in the variable's order)."""
+    weight_dims = varying_dims(cube.decoded, request.weights, var.dims)
+    settings = cube.root.attrs.get("accumulus", {})
+    appended = settings.get("append_dim") if isinstance(settings, dict) else None
+    out = {}
+    for combo in request.combinations:
+        ordered = tuple(d for d in var.dims if d in combo)
+        if not request.is_positioned(ordered):
+            continue
+        rules = request.rules(ordered)
+        accumulated, factored = spec.storage_form(ordered, rules, weight_dims)
+        positions, final = {}, {}
+        for dim in accumulated:
+            axis, rule = var.axis(dim), rules[dim]
+            needs_index = rule != CHUNK and not isinstance(rule, int)
+            positions[dim] = entry_positions(
+                rule,
+                var.shape[axis],
+                dim=dim,
+                bounds=var.bounds[axis],
+                stride=int(request.strides.get(dim, 1)),
+                index=cube.index(dim) if needs_index else None,
+            )
+            if rule == CHUNK:  # chunk ends are final up to the final raw extent
+                final[dim] = sum(p <= coverage[dim] for p in positions[dim])
+            else:
+                final[dim] = final_entries(rule, positions[dim], var.shape[axis], appended == dim)
+        out[ordered] = spec.Placement(rules, accumulated, positions, final, factored)
+    return out
+
+
+def shape(var: VariableInfo, acc: spec.Accumulation) -> tuple[int, ...]:
+    """Entries along prefix dimensions, full extent along the others (array_dims order)."""
+    bounds = dict(zip(var.dims, var.bounds, strict=True))
+    entries = {d: len(p) for d, p in acc.entry_positions(bounds).items()}
+    return tuple(entries.get(d, var.shape[var.axis(d)]) for d in acc.array_dims)
+
+
+def largest_count(var: VariableInfo, acc: spec.Accumulation) -> int:
+    """The largest count an entry can hold: every value of the prefix box valid."""
+    return prod(var.shape[var.axis(d)] for d in acc.prefix_dims)
+
+
+def count_dtype(largest: int) -> np.dtype:
+    """The smallest unsigned integer type holding counts up to ``largest`` and, above them,
+    a fill value (its largest value) that no count takes."""
+    return np.min_scalar_type(largest + 1)
+
+
+def dtype_and_fill(var: VariableInfo, acc: spec.Accumulation, is_count: bool) -> tuple[Any, Any]:
+    if not is_count:
+        return np.dtype("float64"), np.nan
+    dtype = count_dtype(largest_count(var, acc))
+    return dtype, np.iinfo(dtype).max
+
+
+def codecs(zarr_format: int, dtype: np.dtype) -> dict[str, Any]:
+    """Arguments of ``create_array``: Blosc zstd level 1, bit shuffle for float64 sums and
+    byte shuffle for counts, and a crc32c checksum per chunk as every accumulation chunk
+    carries (``chunk_check``)."""
+    floats = np.dtype(dtype).kind == "f"
+    if zarr_format == 3:
+        blosc = zarr.codecs.BloscCodec(
+            cname="zstd", clevel=1, shuffle="bitshuffle" if floats else "shuffle"
+        )
+        return {"compressors": [blosc, Crc32cCodec()]}
+    shuffle = Blosc.BITSHUFFLE if floats else Blosc.SHUFFLE
+    return {"filters": [CRC32C()], "compressors": Blosc(cname="zstd", clevel=1, shuffle=shuffle)}
+
+
+def chunks(
+    var: VariableInfo, acc: spec.Accumulation, batch: str, slab: int, arrays: int
+) -> tuple[int, ...]:
+    """Chunk shape of a positioned accumulation's arrays (array_dims order). ``batch``: the
+    dimension the build walks in slabs of ``slab`` indices; ``arrays``: how many arrays the
+    accumulation has (all held back together when series chunks span several slabs)."""
+    extent = dict(zip(acc.array_dims, shape(var, acc), strict=True))
+    size = {d: 1 if d in acc.prefix_dims else extent[d] for d in acc.array_dims}
+    rows = [d for d in acc.array_dims if d not in acc.prefix_dims and d != batch]
+    series = batch in size and batch not in acc.prefix_dims
+    if series:
+        size[batch] = min(slab, extent[batch])
+    budget = SERIES_CHUNK if series else MAP_CHUNK
+    # Whole rows (space) per chunk, halved while a chunk is over the budget.
+    while prod(size.values()) * 8 > budget and any(size[d] > 1 for d in rows):
+        widest = max(rows, key=lambda d: size[d])
+        size[widest] = (size[widest] + 1) // 2
+    if series:
+        # As long in time as the budget allows and the build can hold back: a series is
+        # then read in few objects.
+        held = prod(n for d, n in extent.items() if d != batch) * 8 * arrays
+        while (
+            size[batch] < extent[batch]
+            and prod(size.values()) * 2 * 8 <= budget
+            and size[batch] * 2 * held <= BUFFER_BYTES
+        ):
+            size[batch] *= 2
+    return tuple(max(1, size[d]) for d in acc.array_dims)
