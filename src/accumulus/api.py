@@ -15,8 +15,8 @@ from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.positions import parse_at
 from accumulus.accumulation.build import BuildResult, build_accumulations
+from accumulus.accumulation.positions import parse_at
 from accumulus.accumulation.query import Query, QueryResult, run_query
 from accumulus.accumulation.verify import VerifyReport, verify_variable
 from accumulus.accumulation.weights import find_latitude, find_longitude, resolve_weights

@@ -267,8 +267,7 @@ def check_request(var: VariableInfo, request: spec.BuildRequest) -> None:
     for dim in request.at:
         if dim not in var.dims:
             raise AccumulusError(
-                f"--at given for {dim!r}, which is not a dimension of {var.name!r} "
-                f"{list(var.dims)}"
+                f"--at given for {dim!r}, which is not a dimension of {var.name!r} {list(var.dims)}"
             )
         if not any(dim in combo for combo in request.combinations):
             raise AccumulusError(
