@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import xarray as xr
@@ -26,7 +27,7 @@ from accumulus.errors import AccumulusError
 from accumulus.ingest.append import AppendResult as AppendResult  # re-exported
 from accumulus.ingest.append import append as append  # re-exported
 from accumulus.ingest.compare import SourceComparison, compare_sources
-from accumulus.inspection import describe_cube
+from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
 
 StoreLike = str | Store | Cube
@@ -79,9 +80,13 @@ def accumulate(
         at=parse_at(at),
         weights=resolve_weights(cube.decoded, variable, weights),
     )
-    return build_accumulations(
+    result = build_accumulations(
         cube, variable, request, rebuild=rebuild, scheduler=scheduler, progress=progress
     )
+    if result.action == "up to date":
+        return result
+    stored, raw = stored_bytes(cube.store, variable, result.group)
+    return replace(result, stored=stored, raw_stored=raw)
 
 
 def _combination(combo: Sequence[str] | str) -> tuple[str, ...]:

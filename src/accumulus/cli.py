@@ -108,6 +108,13 @@ def accumulate(
     stride: list[str] = typer.Option(
         None, "--stride", help="Accumulate every k chunks along a dimension: time=2 (repeatable)."
     ),
+    at: list[str] = typer.Option(
+        None,
+        "--at",
+        help="Where entries end along a dimension instead of chunk ends: DIM=chunk (default), "
+        "N (every N elements; 1 = every element), month, year, or labels "
+        "(time=2001-01-01,2006-01-01); e.g. --at time=month or --at lat=1,lon=1 (repeatable).",
+    ),
     weights: str = typer.Option(
         None, "--weights", help="area (cos latitude), none, or the name of a weights array."
     ),
@@ -133,6 +140,7 @@ def accumulate(
             dims or None,
             weights=weights,
             strides=strides,
+            at=at or None,
             scheduler=scheduler,
             rebuild=rebuild,
             progress=report,
@@ -141,15 +149,21 @@ def accumulate(
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
         return
-    combos = ", ".join(
-        "+".join(a.dims)
-        + (f" (stride {','.join(map(str, a.strides))})" if set(a.strides) != {1} else "")
-        for a in result.group.accumulations
-    )
     console.print(
-        f"{variable}: {result.action} {len(result.arrays)} accumulation arrays for {combos} "
-        f"with weights {result.group.weights} in {result.seconds:.1f} s"
+        f"{variable}: {result.action} {len(result.arrays)} accumulation arrays with weights "
+        f"{result.group.weights} in {result.seconds:.1f} s; raw array "
+        f"{_size(result.raw_stored)} stored"
     )
+    for acc in result.group.accumulations:
+        console.print(f"  {'+'.join(acc.dims)} at {acc.rule_text()}: " + _stored_text(
+            result.stored.get(acc.key), result.raw_stored
+        ))  # fmt: skip
+
+
+def _stored_text(stored: int | None, raw: int | None) -> str:
+    """An accumulation's stored bytes, and as a multiple of the raw array's."""
+    ratio = f" ({stored / raw:.2f}x the raw array)" if stored is not None and raw else ""
+    return f"{_size(stored)} stored{ratio}"
 
 
 def _positive_int(text: str, what: str) -> int:

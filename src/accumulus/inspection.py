@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import zarr
+from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds
+from accumulus.storage import bytes_stored
 
 
 def _codecs(array: zarr.Array) -> list[dict[str, Any]]:
@@ -35,22 +37,26 @@ def describe_array(array: zarr.Array, dims: list[str]) -> dict[str, Any]:
         "chunk_grid": _chunk_grid(array),
         "codecs": _codecs(array),
         "bytes": int(array.nbytes),
-        "bytes_stored": _bytes_stored(array),
+        "bytes_stored": bytes_stored(array),
     }
-
-
-def _bytes_stored(array: zarr.Array) -> int | None:
-    """The array's stored bytes, or None where the store cannot list them (HTTP servers
-    without directory listings, reference sets whose chunks live in other files)."""
-    try:
-        return int(array.nbytes_stored())
-    except Exception:  # listing failures come in many kinds (403 from a web server, ...)
-        return None
 
 
 def _dims(array: zarr.Array) -> list[str]:
     names = getattr(array.metadata, "dimension_names", None)
     return list(names) if names else list(array.attrs.get("_ARRAY_DIMENSIONS", []))
+
+
+def stored_bytes(
+    store: Store, variable: str, group: spec.AccumulationGroup
+) -> tuple[dict[str, int | None], int | None]:
+    """Stored bytes of each accumulation of ``group`` (by key; None where the store cannot
+    list them) and of the raw array, as the store holds them now."""
+    root = zarr.open_group(store, mode="r", use_consolidated=False)
+    sizes = {}
+    for acc in group.accumulations:
+        parts = [bytes_stored(root[f"{group.path}/{n}"]) for n in sorted(set(acc.arrays.values()))]
+        sizes[acc.key] = None if None in parts else sum(p or 0 for p in parts)
+    return sizes, bytes_stored(root[variable])
 
 
 def describe_cube(cube: Cube) -> dict[str, Any]:

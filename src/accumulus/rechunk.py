@@ -108,6 +108,7 @@ class AccumulationConfig:
     dims: tuple[tuple[str, ...], ...]
     strides: Mapping[str, int]
     weights: str | None
+    at: Mapping[str, Any]  # positions rules (``--at``)
 
 
 def rechunk(
@@ -146,6 +147,7 @@ def rechunk(
                 config.dims,
                 weights=config.weights,
                 strides=config.strides,
+                at=config.at,
                 scheduler=scheduler,
             )
     return RechunkResult(
@@ -289,13 +291,11 @@ def accumulation_configs(store: Store, root: zarr.Group, label: str) -> list[Acc
         group = cube.accumulation_group(variable)
         if group is None:
             continue
-        strides: dict[str, int] = {}
-        for acc in group.accumulations:
-            for dim, stride in zip(acc.dims, acc.strides, strict=True):
-                strides.setdefault(dim, stride)
+        request = group.request()
         weights = None if group.weights == "unknown" else group.weights
-        dims = tuple(acc.dims for acc in group.accumulations)
-        configs.append(AccumulationConfig(variable, dims, strides, weights))
+        configs.append(
+            AccumulationConfig(variable, request.combinations, request.strides, weights, request.at)
+        )
     return configs
 
 

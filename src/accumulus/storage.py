@@ -552,6 +552,15 @@ def dimension_names(array: zarr.Array) -> tuple[str, ...]:
     return tuple(str(n) for n in names)
 
 
+def bytes_stored(array: zarr.Array) -> int | None:
+    """The array's stored bytes, or None where the store cannot list them (HTTP servers
+    without directory listings, reference sets whose chunks live in other files)."""
+    try:
+        return int(array.nbytes_stored())
+    except Exception:  # listing failures come in many kinds (403 from a web server, ...)
+        return None
+
+
 def array_with(
     array: zarr.Array, *, metadata: ArrayMetadata | None = None, store: Store | None = None
 ) -> zarr.Array:

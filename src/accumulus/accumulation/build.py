@@ -14,8 +14,8 @@ arrays are filled, then the group is marked complete and consolidated metadata r
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from math import prod
 
 import numpy as np
@@ -44,6 +44,10 @@ class BuildResult:
     group: spec.AccumulationGroup
     arrays: tuple[str, ...]
     seconds: float
+    # Stored bytes of each accumulation (by key) and of the raw array, when measured (None
+    # where the store cannot list them).
+    stored: Mapping[str, int | None] = field(default_factory=dict)
+    raw_stored: int | None = None
 
 
 def build_accumulations(
@@ -394,7 +398,8 @@ def _create_arrays(
                 dtype, fill = ("int64", -1) if count else ("float64", np.nan)
             else:
                 dtype, fill = placement.dtype_and_fill(var, acc, count)
-                extra = placement.codecs(3 if v3 else 2, dtype)
+                series = placement.is_series(acc, stream.batch_dimension(var))
+                extra = placement.codecs(3 if v3 else 2, dtype, series)
             targets[name] = group.create_array(
                 name,
                 shape=shape,

@@ -11,10 +11,10 @@ many entries as the raw data has values, so how it is stored is what it costs:
   element that the weights vary along is kept as rows (latitude, for area weights);
 - **types**: sums float64, counts the smallest unsigned integer that holds the largest
   count (its largest value is the fill value, marking a chunk never written);
-- **compression** chosen by measurement on prefix sums of daily gridded data (see
-  docs/accumulation.md): Blosc zstd level 1 with bit shuffle for the float64 sums (a prefix
-  sum of float32 values keeps few significant bits when the sums are exact, and bit shuffle
-  turns the zero bits into long runs), byte shuffle for counts;
+- **compression** chosen by measurement on prefix sums of daily gridded data (``codecs``,
+  docs/accumulation.md): Blosc with shuffling, as the float64 prefix sums of float32 values
+  keep few significant bits when they are exact and shuffling turns the zero bits into
+  long runs;
 - **chunks** follow how queries read them (``chunks``): an accumulation along the batch
   dimension (time) is read one entry at a time for a map, so a chunk is one entry and the
   whole space (``MAP_CHUNK``); one that keeps time is read as long series at a few entries
@@ -103,18 +103,27 @@ def dtype_and_fill(var: VariableInfo, acc: spec.Accumulation, is_count: bool) ->
     return dtype, np.iinfo(dtype).max
 
 
-def codecs(zarr_format: int, dtype: np.dtype) -> dict[str, Any]:
-    """Arguments of ``create_array``: Blosc zstd level 1, bit shuffle for float64 sums and
-    byte shuffle for counts, and a crc32c checksum per chunk as every accumulation chunk
-    carries (``chunk_check``)."""
-    floats = np.dtype(dtype).kind == "f"
+def codecs(zarr_format: int, dtype: np.dtype, series: bool) -> dict[str, Any]:
+    """Arguments of ``create_array``: Blosc with the compressor and shuffle measured best for
+    each kind of array (docs/accumulation.md: LZ4 with bit shuffle for the sums of maps, LZ4
+    with byte shuffle for series, which queries decode most of; Zstandard with byte shuffle
+    for counts), a crc32c checksum per chunk as every accumulation chunk carries
+    (``chunk_check``)."""
+    if np.dtype(dtype).kind != "f":
+        cname, shuffle = "zstd", "shuffle"
+    else:
+        cname, shuffle = "lz4", "shuffle" if series else "bitshuffle"
     if zarr_format == 3:
-        blosc = zarr.codecs.BloscCodec(
-            cname="zstd", clevel=1, shuffle="bitshuffle" if floats else "shuffle"
-        )
+        blosc = zarr.codecs.BloscCodec(cname=cname, clevel=1, shuffle=shuffle)
         return {"compressors": [blosc, Crc32cCodec()]}
-    shuffle = Blosc.BITSHUFFLE if floats else Blosc.SHUFFLE
-    return {"filters": [CRC32C()], "compressors": Blosc(cname="zstd", clevel=1, shuffle=shuffle)}
+    number = Blosc.BITSHUFFLE if shuffle == "bitshuffle" else Blosc.SHUFFLE
+    compressor = Blosc(cname=cname, clevel=1, shuffle=number)
+    return {"filters": [CRC32C()], "compressors": compressor}
+
+
+def is_series(acc: spec.Accumulation, batch: str) -> bool:
+    """Whether an accumulation keeps the batch dimension (time) whole: read as series."""
+    return batch not in acc.prefix_dims
 
 
 def chunks(
@@ -126,7 +135,7 @@ def chunks(
     extent = dict(zip(acc.array_dims, shape(var, acc), strict=True))
     size = {d: 1 if d in acc.prefix_dims else extent[d] for d in acc.array_dims}
     rows = [d for d in acc.array_dims if d not in acc.prefix_dims and d != batch]
-    series = batch in size and batch not in acc.prefix_dims
+    series = is_series(acc, batch)
     if series:
         size[batch] = min(slab, extent[batch])
     budget = SERIES_CHUNK if series else MAP_CHUNK

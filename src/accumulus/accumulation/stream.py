@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from math import prod
 
@@ -166,9 +166,10 @@ def fill(
                 sums.append((item, _concatenate(results, n), locations))
         return sums
 
-    # The next slab is read and summed while this one's entries are written; entries are
-    # written slab after slab, as each continues from the last entry of the one before.
-    with ThreadPoolExecutor(1) as reader:
+    # The next slab is read and summed while this one's entries are computed and the one
+    # before's are written; entries are computed slab after slab, as each continues from
+    # the last entry of the one before.
+    with ThreadPoolExecutor(1) as reader, writer:
         pending = reader.submit(slab_sums, 0) if slabs else None
         for done in range(len(slabs)):
             assert pending is not None
@@ -177,7 +178,7 @@ def fill(
                 pending = reader.submit(slab_sums, done + 1)
             for item, per_segment, locations in ready:
                 _write_entries(var, item, dim, per_segment, locations, writer)
-    writer.flush()
+        writer.flush()
 
 
 def _region_tasks(
@@ -267,16 +268,26 @@ def segment_ends(lo: int, hi: int, positions: Sequence[int]) -> list[int]:
 
 
 def _concatenate(results: np.ndarray, item: int) -> np.ndarray:
-    """One work item's per-segment sums over a region, from its blocks' results."""
+    """One work item's per-segment sums over a region, from its blocks' results (copied once
+    into an array of the region's shape)."""
     parts = np.empty(results.shape, dtype=object)
     for index in np.ndindex(results.shape):
         parts[index] = results[index][item]
-    for axis in reversed(range(parts.ndim)):
-        joined = np.empty(parts.shape[:axis], dtype=object)
-        for index in np.ndindex(joined.shape):
-            joined[index] = np.concatenate(list(parts[index]), axis=axis + 1)
-        parts = joined
-    return parts[()]
+    if parts.size == 1:
+        return parts.flat[0]
+    # Along each axis, the sizes of the blocks' parts (taken from the first row of blocks).
+    sizes = [
+        [parts[tuple(i if a == axis else 0 for a in range(parts.ndim))].shape[axis + 1]
+         for i in range(parts.shape[axis])]
+        for axis in range(parts.ndim)
+    ]  # fmt: skip
+    starts = [np.cumsum([0, *s]).tolist() for s in sizes]
+    first = parts.flat[0]
+    out = np.empty((first.shape[0], *(st[-1] for st in starts)), dtype=first.dtype)
+    for index in np.ndindex(parts.shape):
+        where = tuple(slice(starts[a][i], starts[a][i + 1]) for a, i in enumerate(index))
+        out[(slice(None), *where)] = parts[index]
+    return out
 
 
 def _write_entries(
@@ -297,7 +308,8 @@ def _write_entries(
         positions = work.positions[d]
         ends = [e for lo, hi in locations[axis] for e in segment_ends(lo, hi, positions)]
         wanted = set(positions)
-        entries = prefix_entries(entries, axis + 1, [i for i, e in enumerate(ends) if e in wanted])
+        keep = [i for i, e in enumerate(ends) if e in wanted]
+        entries = prefix_entries(entries, axis + 1, keep, in_place=entries.dtype == "f8")
     order = [var.axis(d) for d in acc.array_dims]
     t_axis = acc.array_dims.index(dim)
     for t, term in enumerate(work.terms):
@@ -305,20 +317,33 @@ def _write_entries(
         name = acc.arrays[term]
         if dim in acc.prefix_dims and work.first > 0:
             # Continue from the last entry the previous slab (or build) wrote.
-            values = values + writer.entry(name, t_axis, work.first - 1)
+            values += writer.entry(name, t_axis, work.first - 1)
         writer.write(name, t_axis, work.first, values)
 
 
 class _Writer:
-    """Writes entries as slabs make them. Along the batch dimension an array may be chunked
-    longer than a slab: its entries wait here until a whole chunk row is ready (or the
-    build ends), so each chunk is written once. The last entry written is kept, to continue
-    the next slab's prefix sums from."""
+    """Writes entries as slabs make them, in a thread of its own (in order, a few writes
+    behind), so the next slab's entries are computed meanwhile. Along the batch dimension an
+    array may be chunked longer than a slab: its entries wait here until a whole chunk row
+    is ready (or the build ends), so each chunk is written once. The last entry written is
+    kept, to continue the next slab's prefix sums from."""
+
+    IN_FLIGHT = 4  # writes queued at most (each holds its entries)
 
     def __init__(self, targets: Mapping[str, zarr.Array]) -> None:
-        self.targets = targets
+        # Prefix sums are never all fill values: write every chunk without comparing.
+        self.targets = {n: a.with_config({"write_empty_chunks": True}) for n, a in targets.items()}
         self._pending: dict[str, tuple[int, int, int, list[np.ndarray]]] = {}
         self._last: dict[str, tuple[int, np.ndarray]] = {}
+        self._thread = ThreadPoolExecutor(1)
+        self._writes: list[Future] = []
+
+    def __enter__(self) -> _Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # On an error, writes already queued finish (or fail) before it propagates.
+        self._thread.shutdown(wait=True)
 
     def entry(self, name: str, axis: int, index: int) -> np.ndarray:
         """Entry ``index`` along ``axis`` of array ``name`` (float64, the axis kept)."""
@@ -336,7 +361,7 @@ class _Writer:
             return
         self._last[name] = (first + n - 1, values.take([n - 1], axis=axis).astype("f8"))
         if target.dtype.kind in "iu":
-            values = np.round(values).astype(target.dtype)
+            values = values.astype(target.dtype)  # counts: sums of ones, exact in float64
         _, start, stop, parts = self._pending.pop(name, (axis, first, first, []))
         assert stop == first, f"{name}: entries written out of order"
         parts.append(values)
@@ -347,14 +372,20 @@ class _Writer:
             self._pending[name] = (axis, start, stop, parts)
 
     def flush(self) -> None:
+        """Write what waits, and wait for every write (raising the first that failed)."""
         for name in list(self._pending):
             self._store(name, *self._pending.pop(name))
+        while self._writes:
+            self._writes.pop(0).result()
 
     def _store(self, name: str, axis: int, start: int, stop: int, parts: list) -> None:
         target = self.targets[name]
         window = [slice(None)] * target.ndim
         window[axis] = slice(start, stop)
-        target[tuple(window)] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis)
+        values = parts[0] if len(parts) == 1 else np.concatenate(parts, axis)
+        while len(self._writes) >= self.IN_FLIGHT:
+            self._writes.pop(0).result()
+        self._writes.append(self._thread.submit(target.__setitem__, tuple(window), values))
 
 
 def _scaled(

@@ -110,14 +110,20 @@ def reduce_terms(
     return reduced.reshape([n for i, n in enumerate(reduced.shape) if i - 1 not in axes])
 
 
-def prefix_entries(segment_sums: np.ndarray, axis: int, keep: Sequence[int]) -> np.ndarray:
+def prefix_entries(
+    segment_sums: np.ndarray, axis: int, keep: Sequence[int], *, in_place: bool = False
+) -> np.ndarray:
     """Accumulation entries along ``axis`` from the sums of consecutive segments: the
     cumulative sums ending after each segment in ``keep`` (the segments that end where an
-    entry ends: every ``stride``-th chunk for ZEP 5, any position for ``--at``)."""
-    prefix = np.array(segment_sums, dtype="f8")
+    entry ends: every ``stride``-th chunk for ZEP 5, any position for ``--at``).
+    ``in_place``: ``segment_sums`` (float64) may be overwritten."""
+    prefix = segment_sums if in_place else np.array(segment_sums, dtype="f8")
     # Slice by slice: as fast along a short axis (a few chunks) as along a long one,
     # where np.cumsum walks every short row on its own.
     steps = np.moveaxis(prefix, axis, 0)
     for i in range(1, steps.shape[0]):
         steps[i] += steps[i - 1]
-    return prefix.take(np.asarray(keep, dtype="int64"), axis=axis)
+    keep = np.asarray(keep, dtype="int64")
+    if len(keep) == prefix.shape[axis] and (keep == np.arange(len(keep))).all():
+        return prefix  # every segment ends an entry (entries at every element)
+    return prefix.take(keep, axis=axis)

@@ -749,16 +749,7 @@ def update_accumulations(target: Target) -> frozenset[str]:
         group = cube.accumulation_group(name)
         if group is None or group.producer != "accumulus":
             continue  # groups of other tools: queries derive their coverage from shapes
-        request = spec.BuildRequest(
-            combinations=tuple(acc.dims for acc in group.accumulations),
-            strides={
-                d: s
-                for acc in group.accumulations
-                for d, s in zip(acc.dims, acc.strides, strict=True)
-            },
-            weights=group.weights,
-        )
-        update = build_accumulations(cube, name, request, held_lock=target.lock)
+        update = build_accumulations(cube, name, group.request(), held_lock=target.lock)
         if update.action != "up to date":
             updated.add(name)
     return frozenset(updated)
