@@ -266,18 +266,16 @@ class Cube:
         self, variable: VariableInfo, group: spec.AccumulationGroup, members: Mapping
     ) -> None:
         """Refuse accumulation arrays whose shape does not fit their ``_ARRAY_DIMENSIONS``
-        (attributes edited or permuted by hand): at most one entry per ``stride`` chunks along
-        accumulated dimensions, at most the variable's size along the others."""
+        (attributes edited or permuted by hand): at most one entry per ``stride`` chunks (or
+        per position) along accumulated dimensions, at most the variable's size along the
+        others."""
+        bounds = dict(zip(variable.dims, variable.bounds, strict=True))
         for acc in group.accumulations:
+            entries = {d: len(p) for d, p in acc.entry_positions(bounds).items()}
             for name in sorted(set(acc.arrays.values())):
                 shape = members[name].shape
                 for dim, size in zip(acc.array_dims, shape, strict=True):
-                    bounds = variable.bounds[variable.axis(dim)]
-                    limit = (
-                        bounds.n_chunks // acc.stride(dim)
-                        if dim in acc.dims
-                        else variable.shape[variable.axis(dim)]
-                    )
+                    limit = entries.get(dim, variable.shape[variable.axis(dim)])
                     if size > limit:
                         raise AccumulusError(
                             f"{self.label}: {group.path}/{name} has shape {list(shape)}, which "

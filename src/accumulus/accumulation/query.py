@@ -225,7 +225,7 @@ def _usable_layouts(
         return [], f"accumulations hold weights {group.weights!r}, query asks {weights!r}"
     layouts = []
     for acc in group.accumulations:
-        if not all(t in acc.arrays for t in terms):
+        if acc.placement is not None or not all(t in acc.arrays for t in terms):
             continue
         positions = {}
         for dim in acc.dims:

@@ -114,13 +114,17 @@ def _summands(x: xr.DataArray, weights: np.ndarray | float) -> xr.DataArray:
     return stacked.assign_coords(term=list(terms))
 
 
+def _positions(var: VariableInfo, acc: spec.Accumulation) -> dict[str, tuple[int, ...]]:
+    return acc.entry_positions(dict(zip(var.dims, var.bounds, strict=True)))
+
+
 def _expected(summands: xr.DataArray, var: VariableInfo, acc: spec.Accumulation, entries):
-    """Entries recomputed with xarray, by another route than the build's per-chunk sums: the
-    cumulative sum at full resolution, taken at each entry's end position."""
+    """Entries recomputed with xarray, by another route than the build's per-segment sums:
+    the cumulative sum at full resolution, taken at each entry's end position."""
     out = summands
-    for dim in acc.dims:
-        bounds = var.bounds[var.axis(dim)]
-        positions = np.asarray(bounds.strided_edges(acc.stride(dim))[: entries[dim]], dtype=int)
+    ends = _positions(var, acc)
+    for dim in acc.prefix_dims:
+        positions = np.asarray(ends[dim][: entries[dim]], dtype=int)
         if positions.size == 0:
             out = out.isel({dim: slice(0, 0)})
             continue
@@ -137,15 +141,17 @@ def _checks(
     checked: list[str],
 ) -> list[_Check]:
     """Lazy comparisons of one accumulation's arrays, over the covered extent (entries past
-    the coverage are provisional and never read by queries)."""
+    the coverage, or not final, are provisional and never read by queries)."""
     arrays = {n: cube.accumulation_array(var.name, n) for n in set(acc.arrays.values())}
     shape = dict(zip(acc.array_dims, next(iter(arrays.values())).shape, strict=True))
     window: dict[str, int] = {}  # entries (accumulated dims) or indices (others) to check
+    ends = _positions(var, acc)
     for dim in var.dims:
         covered = group.coverage.get(dim, 0)
-        if dim in acc.dims:
-            positions = var.bounds[var.axis(dim)].strided_edges(acc.stride(dim))
-            window[dim] = sum(p <= covered for p in positions[: shape[dim]])
+        if acc.placement is not None and dim in acc.prefix_dims:
+            window[dim] = acc.placement.final[dim]
+        elif dim in acc.prefix_dims:
+            window[dim] = sum(p <= covered for p in ends[dim][: shape[dim]])
         else:
             window[dim] = covered
         if shape[dim] < window[dim]:
@@ -156,7 +162,7 @@ def _checks(
     if 0 in window.values():  # no final entry yet (fewer chunks than the stride): no check
         checked.extend(n for n in sorted(arrays) if n not in checked)
         return []
-    others = {d: slice(0, window[d]) for d in var.dims if d not in acc.dims}
+    others = {d: slice(0, window[d]) for d in var.dims if d not in acc.prefix_dims}
     expected = _expected(summands.isel(others), var, acc, window)
     checks = []
     for term, name in sorted(acc.arrays.items()):
@@ -184,10 +190,9 @@ def _describe(
 ) -> str:
     index = np.unravel_index(first, check.bad.shape)
     acc = check.acc
+    ends = _positions(var, acc)
     location = ", ".join(
-        f"{d} entry {i} (raw [0, {var.bounds[var.axis(d)].strided_edges(acc.stride(d))[i]}))"
-        if d in acc.dims
-        else f"{d}={i}"
+        f"{d} entry {i} (raw [0, {ends[d][i]}))" if d in acc.prefix_dims else f"{d}={i}"
         for d, i in zip(acc.array_dims, index, strict=True)
     )
     got = float(check.stored.data[tuple(index)].compute())

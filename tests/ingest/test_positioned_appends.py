@@ -1,0 +1,97 @@
+"""Appends keep positioned accumulations (``--at``) current: a new month adds an entry, the
+open month's entry is provisional (queries and verify leave it out) until the next month
+starts, entries every N elements grow with the data, and a count that outgrows its integer
+type has the group built again."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+
+import accumulus
+from accumulus.cube import Cube
+
+from .helpers import VAR, Truth, truth, write_granule
+
+
+def daily(steps: int, seed: int = 0) -> Truth:
+    t = truth(steps, nlat=4, nlon=3, seed=seed)
+    return Truth(t.packed, np.arange(steps) * 24, t.lat, t.lon)
+
+
+def month_ends(t: Truth, n: int) -> tuple[int, ...]:
+    """Where months change among the first ``n`` days, and the data's end."""
+    months = t.decoded(n).time.dt.month.values
+    return (*[i for i in range(1, n) if months[i] != months[i - 1]], n)
+
+
+def placement(store, key: str):
+    group = Cube.open(str(store)).accumulation_group(VAR)
+    return next(a for a in group.accumulations if a.key == key).placement
+
+
+def test_months_grow_with_appends_and_the_open_month_is_provisional(tmp_path):
+    t = daily(100)  # 2000-03-01 12:00 onwards, daily
+    store = tmp_path / "cube.zarr"
+    cuts = [0, 20, 45, 61, 100]
+    granules = [
+        write_granule(tmp_path / f"g{i}.nc", t, a, b)
+        for i, (a, b) in enumerate(itertools.pairwise(cuts))
+    ]
+    accumulus.append(str(store), granules[0], chunks={"time": 8})
+    accumulus.accumulate(
+        str(store), VAR, ["time", "lat,lon"], at={"time": "month", "lat": 1, "lon": 1}
+    )
+    for n, granule in zip(cuts[2:], granules[1:], strict=True):
+        result = accumulus.append(str(store), granule)
+        assert result.accumulations == (VAR,)
+        months = placement(store, "time@month")
+        assert months.positions["time"] == month_ends(t, n)
+        # The last month is still open: the next append may add days to it.
+        assert months.final["time"] == len(month_ends(t, n)) - 1
+        reports = accumulus.verify(str(store))
+        assert reports and all(r.ok for r in reports), [r.problems for r in reports]
+    # The months before the last, whole, are two entries each.
+    stored = Cube.open(str(store)).accumulation_array(VAR, "acc_uw_time_at_month")
+    data = t.decoded(100)[VAR]
+    ends = month_ends(t, 100)
+    expected = data.fillna(0).cumsum("time").isel(time=np.array(ends) - 1)
+    np.testing.assert_allclose(stored[:], expected.values, rtol=1e-12)
+
+
+def test_counts_outgrow_their_type_and_the_group_is_built_again(tmp_path):
+    t = daily(300)
+    store = tmp_path / "cube.zarr"
+    accumulus.append(str(store), write_granule(tmp_path / "a.nc", t, 0, 200), chunks={"time": 50})
+    accumulus.accumulate(str(store), VAR, ["time"], at={"time": 1})
+    counts = Cube.open(str(store)).accumulation_array(VAR, "acc_n_time_at_1")
+    assert counts.dtype == np.uint8  # up to 200 values per cell, 255 marks a missing chunk
+    accumulus.append(str(store), write_granule(tmp_path / "b.nc", t, 200, 300))
+    counts = Cube.open(str(store)).accumulation_array(VAR, "acc_n_time_at_1")
+    assert counts.dtype == np.uint16 and counts.shape[0] == 300
+    assert placement(store, "time@1").final["time"] == 300  # every step is a whole step
+    [report] = accumulus.verify(str(store))
+    assert report.ok, report.problems
+    valid = ~np.isnan(t.decoded(300)[VAR].values)
+    np.testing.assert_array_equal(counts[:], np.cumsum(valid, axis=0))
+
+
+def test_labels_past_the_data_wait_for_it(tmp_path):
+    t = daily(60)
+    store = tmp_path / "cube.zarr"
+    accumulus.append(str(store), write_granule(tmp_path / "a.nc", t, 0, 30), chunks={"time": 7})
+    labels = ["2000-03-10", "2000-04-15"]
+    accumulus.accumulate(str(store), VAR, ["time"], at={"time": labels})
+    times = pd.DatetimeIndex(t.decoded(60).time.values)
+    first = int(times.searchsorted(pd.Timestamp(labels[0])))
+    # The second label is past the data: the data's end stands in for it, provisionally.
+    assert placement(store, "time@labels").positions["time"] == (first, 30)
+    assert placement(store, "time@labels").final["time"] == 1
+    accumulus.append(str(store), write_granule(tmp_path / "b.nc", t, 30, 60))
+    second = int(times.searchsorted(pd.Timestamp(labels[1])))
+    assert placement(store, "time@labels").positions["time"] == (first, second, 60)
+    assert placement(store, "time@labels").final["time"] == 2
+    [report] = accumulus.verify(str(store))
+    assert report.ok, report.problems
