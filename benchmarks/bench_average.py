@@ -18,7 +18,8 @@ import pandas as pd
 import xarray as xr
 
 from accumulus import api
-from accumulus.accumulation.query import Query, run_query
+from accumulus.accumulation.query import run_query
+from accumulus.accumulation.request import Query
 from accumulus.cube import Cube
 from accumulus.demo import VARIABLE, DemoConfig
 from accumulus.storage import CountingStore, is_metadata_key, open_store

@@ -1,7 +1,9 @@
 """The public functions of accumulus (re-exported from ``accumulus``).
 
 Stores are given as a path or URL (directory, ``file://``, ``.zip``, ``memory://name``,
-``s3://bucket/prefix``), a zarr ``Store``, or an open ``Cube``.
+``s3://bucket/prefix``) or a zarr ``Store``; queries also take an open ``Datacube``
+(``open``), which reads a store's metadata once and answers many queries from it, or a
+``Cube`` snapshot, answered as it stands. Every function runs inside ``accumulus_scope``.
 """
 
 from __future__ import annotations
@@ -15,27 +17,52 @@ from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
 from accumulus.accumulation.build import BuildResult, build_accumulations
-from accumulus.accumulation.query import Query, QueryResult, run_query
+from accumulus.accumulation.query import QueryResult as QueryResult  # re-exported
+from accumulus.accumulation.request import STATS as STATS  # re-exported
+from accumulus.accumulation.request import Bound, split_list
+from accumulus.accumulation.request import Query as Query  # re-exported
+from accumulus.accumulation.request import ResolvedQuery as ResolvedQuery  # re-exported
+from accumulus.accumulation.request import malformed_range as malformed_range  # re-exported
+from accumulus.accumulation.request import split_range as split_range  # re-exported
 from accumulus.accumulation.verify import VerifyReport, verify_variable
 from accumulus.accumulation.weights import find_latitude, find_longitude, resolve_weights
 from accumulus.compute import Progress
 from accumulus.cube import Cube
+from accumulus.datacube import CubeSnapshot as CubeSnapshot  # re-exported
+from accumulus.datacube import Datacube
 from accumulus.errors import AccumulusError
+from accumulus.ingest import append as _append
 from accumulus.ingest.append import AppendResult as AppendResult  # re-exported
-from accumulus.ingest.append import append as append  # re-exported
 from accumulus.ingest.compare import SourceComparison, compare_sources
 from accumulus.inspection import describe_cube
+from accumulus.scope import scoped
 
-StoreLike = str | Store | Cube
+StoreLike = str | Store | Cube | Datacube
 
 
-def open_cube(store: StoreLike, mode: str = "r", storage_options: dict | None = None) -> Cube:
-    """Open a datacube snapshot (reads its metadata once)."""
+@scoped
+def open(store: StoreLike, *, storage_options: dict | None = None) -> Datacube:
+    """Open a datacube for queries: its metadata is read once per snapshot, and
+    ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one."""
+    if isinstance(store, Datacube):
+        return store
+    if isinstance(store, Cube):
+        return Datacube.pinned(store)
+    handle = Datacube.open(store, storage_options)
+    handle.snapshot()  # a store that cannot be read is refused now
+    return handle
+
+
+def _snapshot_cube(store: StoreLike, mode: str, storage_options: dict | None) -> Cube:
+    """A fresh ``Cube`` of ``store`` (the current snapshot of an open ``Datacube``)."""
     if isinstance(store, Cube):
         return store
+    if isinstance(store, Datacube):
+        return store.cube
     return Cube.open(store, mode=mode, storage_options=storage_options)  # type: ignore[arg-type]
 
 
+@scoped
 def accumulate(
     store: StoreLike,
     variable: str,
@@ -58,7 +85,7 @@ def accumulate(
     Re-running with the same configuration does nothing; another configuration needs
     ``rebuild=True``.
     """
-    cube = open_cube(store, "r+", storage_options)
+    cube = _snapshot_cube(store, "r+", storage_options)
     var = cube.variable(variable)
     if dims is None:
         lat, lon = find_latitude(cube.raw, var.dims), find_longitude(cube.raw, var.dims)
@@ -77,7 +104,7 @@ def accumulate(
 
 def _combination(combo: Sequence[str] | str) -> tuple[str, ...]:
     if isinstance(combo, str):
-        combo = [d.strip() for d in combo.split(",")]
+        combo = split_list(combo)
     if not combo or any(not d for d in combo):
         raise AccumulusError(f"empty dimension name in combination {combo!r}")
     return tuple(combo)
@@ -87,7 +114,7 @@ def query(
     store: StoreLike,
     variable: str,
     over: Iterable[str] | str,
-    ranges: Mapping[str, tuple[Any, Any]] | None = None,
+    ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
     *,
     stat: str = "mean",
     weights: str | None = None,
@@ -95,25 +122,22 @@ def query(
     storage_options: dict | None = None,
 ) -> QueryResult:
     """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats."""
-    cube = open_cube(store, "r", storage_options)
-    if isinstance(over, str):
-        over = [d.strip() for d in over.split(",") if d.strip()]
-    request = Query(
-        variable=variable,
-        over=tuple(over),
-        ranges=dict(ranges or {}),
+    return open(store, storage_options=storage_options).query(
+        variable,
+        over,
+        ranges,
         stat=stat,
         weights=weights,
         use_accumulation=use_accumulation,
     )
-    return run_query(cube, request)
 
 
+@scoped
 def average(
     store: StoreLike,
     variable: str,
     over: Iterable[str] | str,
-    ranges: Mapping[str, tuple[Any, Any]] | None = None,
+    ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
     *,
     stat: str = "mean",
     weights: str | None = None,
@@ -124,6 +148,7 @@ def average(
     ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
     ``sel(dim=slice(start, end))``). Equals ``da.sel(...).weighted(w).mean(over)`` on the raw
     data. The plan's numbers (chunks and bytes read, seconds) are in the result's ``attrs``.
+    A one-shot convenience: ``open(store).average(...)`` keeps the metadata for the next.
     """
     return query(
         store,
@@ -137,11 +162,12 @@ def average(
     ).data
 
 
+@scoped
 def verify(
     store: StoreLike, variable: str | None = None, *, storage_options: dict | None = None
 ) -> list[VerifyReport]:
     """Recompute accumulations from the raw data and compare (all variables by default)."""
-    cube = open_cube(store, "r", storage_options)
+    cube = _snapshot_cube(store, "r", storage_options)
     names = [variable] if variable else cube.data_variables
     reports = [verify_variable(cube, name) for name in names]
     if variable is None:
@@ -149,6 +175,7 @@ def verify(
     return reports
 
 
+@scoped
 def verify_sources(
     store: str | os.PathLike[str],
     sources: Sequence[str | os.PathLike[str]],
@@ -162,6 +189,10 @@ def verify_sources(
     return compare_sources(store, sources, dim=dim, storage_options=storage_options)
 
 
+@scoped
 def inspect(store: StoreLike, *, storage_options: dict | None = None) -> dict[str, Any]:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
-    return describe_cube(open_cube(store, "r", storage_options))
+    return describe_cube(_snapshot_cube(store, "r", storage_options))
+
+
+append = scoped(_append.append)

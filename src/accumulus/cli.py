@@ -172,16 +172,9 @@ def _storage_options(endpoint_url: str | None, items: list[str] | None) -> dict 
 
 
 def _ranges(items: list[str]) -> dict[str, tuple[str | None, str | None]]:
-    ranges = {}
-    for dim, text in _pairs(items, "--range").items():
-        start, sep, end = text.partition("/")
-        if not sep:
-            raise AccumulusError(
-                f"--range {dim}={text}: write start/end, e.g. time=2001-01-01/2001-12-31 "
-                "(leave a side empty for an open end)"
-            )
-        ranges[dim] = (start or None, end or None)
-    return ranges
+    from accumulus.api import split_range
+
+    return {dim: split_range(dim, text) for dim, text in _pairs(items, "--range").items()}
 
 
 @app.command()

@@ -2,15 +2,13 @@
 
 ``Cube.open`` reads the store's metadata once (consolidated when present) and keeps it: the
 zarr group, the xarray view of it (raw attributes for CF decoding, decoded coordinates for
-label lookups), and each variable's accumulation group. Every later read uses that snapshot,
-so shapes, coordinates and accumulations agree with each other even while a writer appends.
-Reads can be redirected to another store object (a counting wrapper) without re-reading any
-metadata, through ``Cube.bind``.
+label lookups). Every later read uses that snapshot, so shapes, coordinates and (read by
+``accumulation.groups``) accumulations agree with each other even while a writer appends.
+It knows nothing of accumulations: it is the Zarr and xarray view of a store, nothing more.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -24,13 +22,10 @@ import xarray as xr
 import zarr
 from xarray.backends.zarr import ZarrStore
 from zarr.abc.store import Store
-from zarr.core.array import AsyncArray
-from zarr.storage import StorePath
 
-from accumulus.accumulation import spec
-from accumulus.accumulation.delta_filter import with_chunk_shape
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
+from accumulus.scope import accumulus_scope
 from accumulus.storage import Mode, open_store, remote_errors, store_label
 
 # Values per Dask task when reading many stored chunks (16 MiB as float64).
@@ -54,6 +49,20 @@ class Decoder:
         stored = xr.Variable(self.dims, values, attrs=dict(self.attrs))
         decoded = xr.conventions.decode_cf_variable(self.name, stored, decode_times=False)
         return np.asarray(decoded.values, dtype="f8")
+
+    def masked(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(physical values, which are valid) of stored ``values``. Floating-point values
+        that are only masked (no scale, offset or sign convention) keep their stored type,
+        so a reduction casts them once, as it sums; anything else is decoded by xarray."""
+        if values.dtype.kind == "f" and set(self.attrs) <= {"_FillValue", "missing_value"}:
+            valid = ~np.isnan(values)
+            for name in ("_FillValue", "missing_value"):
+                for mark in np.atleast_1d(self.attrs.get(name, ())):
+                    if not np.isnan(mark):
+                        valid &= values != mark
+            return values, valid
+        decoded = self(values)
+        return decoded, ~np.isnan(decoded)
 
 
 @dataclass(frozen=True)
@@ -139,8 +148,7 @@ class Cube:
     ) -> None:
         self.store = store
         self.label = label or store_label(store)
-        with warnings.catch_warnings(), remote_errors(self.label):
-            warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        with accumulus_scope(), remote_errors(self.label):
             try:
                 # use_consolidated=False: the arrays' own metadata, newer than the
                 # consolidated snapshot while an append is between the two.
@@ -168,7 +176,6 @@ class Cube:
                     f"{self.label}: cannot read it as a datacube (xarray conventions): {exc}"
                 ) from None
         self.consolidated = self.root.metadata.consolidated_metadata is not None
-        self._groups: dict[str, spec.AccumulationGroup | None] = {}
 
     @classmethod
     def open(cls, url: str | Store, mode: Mode = "r", storage_options: dict | None = None) -> Cube:
@@ -208,13 +215,6 @@ class Cube:
             decoding_attrs={k: raw.attrs[k] for k in _CF_DECODING_ATTRS if k in raw.attrs},
         )
 
-    def bind(self, array: zarr.Array, store: Store) -> zarr.Array:
-        """``array`` reading from ``store`` (e.g. a counting wrapper of this cube's store),
-        with the snapshot's metadata and no metadata request."""
-        target = StorePath(store, array.store_path.path)
-        metadata = with_chunk_shape(array.metadata)
-        return zarr.Array(AsyncArray(metadata, target, config=array.async_array.config))
-
     # ----------------------------------------------------------------------------------------
     # Coordinates
 
@@ -226,67 +226,3 @@ class Cube:
 
     def coordinate(self, dim: str, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.index(dim)[start:stop])
-
-    # ----------------------------------------------------------------------------------------
-    # Accumulation groups
-
-    def accumulation_group(self, variable: str) -> spec.AccumulationGroup | None:
-        """The variable's accumulation group as stored, or None when it has none."""
-        if variable not in self._groups:
-            self._groups[variable] = self._read_group(self.variable(variable))
-        return self._groups[variable]
-
-    def accumulation_array(self, variable: str, name: str) -> zarr.Array:
-        node = self.root[f"{spec.group_name(variable)}/{name}"]
-        assert isinstance(node, zarr.Array)
-        return node
-
-    def _read_group(self, variable: VariableInfo) -> spec.AccumulationGroup | None:
-        path = spec.group_name(variable.name)
-        try:
-            node = self.root[path]
-        except KeyError:
-            return None
-        if not isinstance(node, zarr.Group):
-            raise AccumulusError(f"{self.label}: {path} is an array, expected a ZEP 5 group")
-        members = {name: child for name, child in node.members()}
-
-        def array_attrs(name: str) -> Mapping[str, Any] | None:
-            child = members.get(name)
-            return dict(child.attrs) if isinstance(child, zarr.Array) else None
-
-        group = spec.parse_group(variable.name, variable.dims, dict(node.attrs), array_attrs)
-        if group.producer == "foreign":
-            group = self._foreign_coverage(variable, group, members)
-        return group
-
-    def _foreign_coverage(
-        self, variable: VariableInfo, group: spec.AccumulationGroup, members: Mapping
-    ) -> spec.AccumulationGroup:
-        """Groups written by other tools do not record what they cover: derive it from the
-        array shapes (entries x stride chunks along accumulated dims, the extent elsewhere)."""
-        coverage = dict(zip(variable.dims, variable.shape, strict=True))
-        for acc in group.accumulations:
-            for name in set(acc.arrays.values()):
-                shape = dict(zip(acc.array_dims, members[name].shape, strict=True))
-                for dim, bounds in zip(variable.dims, variable.bounds, strict=True):
-                    if dim in acc.dims:
-                        edges = bounds.strided_edges(acc.stride(dim))
-                        n = min(shape[dim], len(edges))
-                        covered = edges[n - 1] if n else 0
-                    else:
-                        covered = shape[dim]
-                    coverage[dim] = min(coverage[dim], covered)
-        # The ZEP 5 generator weights by cos(latitude) where there is a latitude dimension.
-        from accumulus.accumulation.weights import find_latitude
-
-        weights = "area" if find_latitude(self.raw, variable.dims) else "none"
-        return spec.AccumulationGroup(
-            variable=group.variable,
-            variable_dims=group.variable_dims,
-            accumulations=group.accumulations,
-            weights=weights,
-            coverage=coverage,
-            complete=True,
-            producer="foreign",
-        )

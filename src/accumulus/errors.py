@@ -18,3 +18,12 @@ class AccumulationReadError(AccumulusError):
 class AccumulusWarning(UserWarning):
     """Something done to the user's data that they should know about (a fill value that
     marks nothing, dropped), explained in one line."""
+
+
+class ParameterError(AccumulusError):
+    """One parameter of a request is wrong; ``parameter`` names it ("over", "stat",
+    "weights", "variable", or a dimension for its range)."""
+
+    def __init__(self, parameter: str | None, message: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter

@@ -7,8 +7,10 @@ from typing import Any
 import zarr
 
 from accumulus.accumulation import spec
+from accumulus.accumulation.groups import accumulation_array, read_group
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds
+from accumulus.storage import dimension_names
 
 
 def _codecs(array: zarr.Array) -> list[dict[str, Any]]:
@@ -48,18 +50,14 @@ def _bytes_stored(array: zarr.Array) -> int | None:
         return None
 
 
-def _dims(array: zarr.Array) -> list[str]:
-    names = getattr(array.metadata, "dimension_names", None)
-    return list(names) if names else list(array.attrs.get("_ARRAY_DIMENSIONS", []))
-
-
 def describe_cube(cube: Cube) -> dict[str, Any]:
     arrays = [
-        describe_array(a, _dims(a)) for _, a in sorted(cube.root.arrays(), key=lambda x: x[0])
+        describe_array(a, list(dimension_names(a)))
+        for _, a in sorted(cube.root.arrays(), key=lambda x: x[0])
     ]
     groups = []
     for name in cube.data_variables:
-        group = cube.accumulation_group(name)
+        group = read_group(cube, name)
         if group is None:
             continue
         var = cube.variable(name)
@@ -70,7 +68,7 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
                     "dims": list(acc.dims),
                     "strides": list(acc.strides),
                     "arrays": {
-                        t: describe_array(cube.accumulation_array(name, n), list(acc.array_dims))
+                        t: describe_array(accumulation_array(cube, name, n), list(acc.array_dims))
                         for t, n in sorted(acc.arrays.items())
                     },
                 }

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -30,13 +29,10 @@ from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore, ZipSt
 
 from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
+from accumulus.scope import accumulus_scope
 from accumulus.zep3 import Zep3DraftStore
 
 Mode = Literal["r", "r+", "w"]
-
-# ZEP 3 variable chunking: zarr-python reads and writes rectilinear chunk grids only when this
-# experimental setting is on. accumulus turns it on so its users need not.
-zarr.config.set({"array.rectilinear_chunks": True})
 
 
 class StoreNotFoundError(AccumulusError):
@@ -511,18 +507,9 @@ class CountingStore(WrapperStore[Store]):
         return self._counted_listing(self._store.list_dir(prefix))
 
 
-@contextmanager
-def quiet_consolidation() -> Iterator[None]:
-    """Zarr warns that consolidated metadata is not part of the v3 specification yet; we
-    rely on it knowingly, as xarray does, so the warning is not repeated to our users."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
-        yield
-
-
 def consolidate(store: Store) -> None:
     """Refresh consolidated metadata (the last step of every write)."""
-    with quiet_consolidation():
+    with accumulus_scope():
         zarr.consolidate_metadata(store)
 
 

@@ -23,6 +23,7 @@ import zarr
 
 from accumulus import compute
 from accumulus.accumulation import spec, statistics, stream
+from accumulus.accumulation.groups import read_group
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
@@ -83,7 +84,7 @@ def _build(
     coverage = final_coverage(cube, var)
     holders = statistics.stored_arrays(request.weights)
     wanted = spec.make_group(variable, var.dims, request, coverage, holders)
-    existing = cube.accumulation_group(variable)
+    existing = read_group(cube, variable)
     action = "built"
     if existing is not None and not rebuild:
         same = existing.producer == "accumulus" and existing.config() == wanted.config()

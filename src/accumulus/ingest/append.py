@@ -43,6 +43,7 @@ from zarr.storage import FsspecStore
 from accumulus import keys
 from accumulus.accumulation import spec
 from accumulus.accumulation.build import build_accumulations
+from accumulus.accumulation.groups import read_group
 from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
@@ -80,12 +81,12 @@ from accumulus.ingest.journal import (
 from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.locking import StoreLock
+from accumulus.scope import accumulus_scope
 from accumulus.storage import (
     consolidate,
     dimension_names,
     local_path,
     open_store,
-    quiet_consolidation,
     store_label,
 )
 
@@ -746,7 +747,7 @@ def update_accumulations(target: Target) -> frozenset[str]:
     cube = Cube(target.store, target.label, use_consolidated=False)
     updated = set()
     for name in cube.data_variables:
-        group = cube.accumulation_group(name)
+        group = read_group(cube, name)
         if group is None or group.producer != "accumulus":
             continue  # groups of other tools: queries derive their coverage from shapes
         request = spec.BuildRequest(
@@ -813,7 +814,7 @@ def _consolidated_root(store: Store) -> zarr.Group | None:
     """The root as readers see it (consolidated metadata), or None before the first
     commit. After recovery it is current, and the run reads metadata from it: no
     per-array requests."""
-    with quiet_consolidation():
+    with accumulus_scope():
         root = zarr.open_group(store, mode="r+")
     return root if root.metadata.consolidated_metadata is not None else None
 

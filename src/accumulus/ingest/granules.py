@@ -31,7 +31,8 @@ from zarr.abc.store import Store
 from accumulus import keys
 from accumulus.errors import AccumulusError
 from accumulus.filters import FilterError, join_v2, join_v3
-from accumulus.storage import local_path, open_store, quiet_consolidation, store_label
+from accumulus.scope import accumulus_scope
+from accumulus.storage import local_path, open_store, store_label
 
 GranuleLike = str | os.PathLike[str] | xr.Dataset | Store
 CodecChain = list[dict[str, Any]]
@@ -170,7 +171,7 @@ def _netcdf_chains(path: Path, name: str, zarr_format: int) -> dict[str, CodecCh
 
 def _zarr_chains(store: Store) -> dict[str, CodecChain | None]:
     chains: dict[str, CodecChain | None] = {}
-    with quiet_consolidation():
+    with accumulus_scope():
         group = zarr.open_group(store, mode="r")
         for name, array in group.arrays():
             document = array.metadata.to_dict()

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from accumulus import api
-from accumulus.accumulation.query import QueryResult
 from accumulus.errors import AccumulationReadError
 from accumulus.output import result_csv, result_json, result_png
 from accumulus.service.datasets import Snapshot
@@ -26,16 +24,16 @@ class Answer:
 
 def compute_answer(snapshot: Snapshot, request: AverageRequest) -> Answer:
     try:
-        result = _query(snapshot, request, request.use_accumulation)
+        result = snapshot.query(request.query)
     except AccumulationReadError as exc:
-        if not request.use_accumulation:
+        if not request.query.use_accumulation:
             raise
         # The request's parameters were checked, so what failed is reading the accumulations
         # this snapshot points to: a writer may be replacing them (re-running `accumulate`
         # after an append rewrites the group before it publishes new metadata). The raw data
         # within the snapshot's extent is never rewritten, so it still gives this snapshot's
         # answer: slower, and said so.
-        result = _query(snapshot, request, use_accumulation=False)
+        result = snapshot.query(request.query.without_accumulation())
         result = replace(
             result, note=f"accumulations could not be read ({exc}); answered from the raw data"
         )
@@ -46,15 +44,3 @@ def compute_answer(snapshot: Snapshot, request: AverageRequest) -> Answer:
     else:
         body = result_png(result)
     return Answer(body, MEDIA_TYPES[request.format])
-
-
-def _query(snapshot: Snapshot, request: AverageRequest, use_accumulation: bool) -> QueryResult:
-    return api.query(
-        snapshot.cube,
-        request.variable,
-        request.over,
-        request.ranges,
-        stat=request.stat,
-        weights=request.weights,
-        use_accumulation=use_accumulation,
-    )

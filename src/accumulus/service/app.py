@@ -16,7 +16,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from accumulus.accumulation.query import STATS
+from accumulus.api import STATS
 from accumulus.errors import AccumulusError
 from accumulus.service import schemas
 from accumulus.service.answers import MEDIA_TYPES, compute_answer
@@ -29,6 +29,7 @@ from accumulus.service.parameters import (
     OPTIONS,
     ParameterError,
     check_average_request,
+    http_status,
     range_pattern,
 )
 
@@ -78,9 +79,7 @@ def create_app(
     def dataset_of(name: str) -> Dataset:
         dataset = catalog.get(name)
         if dataset is None:
-            raise ParameterError(
-                "dataset", f"no dataset {name!r}; datasets are {catalog.names}", status=404
-            )
+            raise ParameterError("dataset", f"no dataset {name!r}; datasets are {catalog.names}")
         return dataset
 
     DatasetName = Annotated[
@@ -183,7 +182,7 @@ def create_app(
         started = time.perf_counter()
         snapshot = dataset_of(dataset).snapshot()
         checked = check_average_request(
-            snapshot.cube,
+            snapshot,
             variable,
             over=over,
             stat=stat,
@@ -220,7 +219,7 @@ def create_app(
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ParameterError)
     def parameter_error(request: Request, exc: ParameterError) -> JSONResponse:
-        return JSONResponse({"error": str(exc), "parameter": exc.parameter}, exc.status)
+        return JSONResponse({"error": str(exc), "parameter": exc.parameter}, http_status(exc))
 
     @app.exception_handler(AccumulusError)
     def accumulus_error(request: Request, exc: AccumulusError) -> JSONResponse:

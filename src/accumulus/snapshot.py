@@ -1,11 +1,12 @@
-"""One metadata snapshot of a served store, and the token that names it.
+"""One metadata snapshot of a store, and the token that names it.
 
-Every response must come from one snapshot: shapes, coordinates, data and accumulations that
+Every answer must come from one snapshot: shapes, coordinates, data and accumulations that
 agree with each other while a writer appends. Writers put chunks first and the consolidated
-metadata document last, so that document *is* the snapshot. The service reads it once per
-request (one or a few small reads), hashes it into a token, and opens the ``Cube`` on a store
-wrapper that answers metadata reads from exactly the bytes that were hashed: the token and the
-cube cannot disagree even when a writer replaces the document between two reads.
+metadata document last, so that document *is* the snapshot. An open datacube (the
+``Datacube`` handle, and so the service) reads it once per query (the root documents, read
+at once: one round trip), hashes it into a token, and opens the ``Cube`` on a store wrapper
+that answers metadata reads from exactly the bytes that were hashed: the token and the cube
+cannot disagree even when a writer replaces the document between two reads.
 
 A store without consolidated metadata has no single document; its snapshot is then every
 metadata document of the store, found by listing it (slower on stores with many chunks).
