@@ -44,13 +44,17 @@ StoreLike = str | Store | Cube | Datacube
 def open(store: StoreLike, *, storage_options: dict | None = None) -> Datacube:
     """Open a datacube for queries: its metadata is read once per snapshot, and
     ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one."""
+    handle = _datacube(store, storage_options)
+    handle.snapshot()  # a store that cannot be read is refused now
+    return handle
+
+
+def _datacube(store: StoreLike, storage_options: dict | None) -> Datacube:
     if isinstance(store, Datacube):
         return store
     if isinstance(store, Cube):
         return Datacube.pinned(store)
-    handle = Datacube.open(store, storage_options)
-    handle.snapshot()  # a store that cannot be read is refused now
-    return handle
+    return Datacube.open(store, storage_options)
 
 
 def _snapshot_cube(store: StoreLike, mode: str, storage_options: dict | None) -> Cube:
@@ -122,7 +126,8 @@ def query(
     storage_options: dict | None = None,
 ) -> QueryResult:
     """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats."""
-    return open(store, storage_options=storage_options).query(
+    # The store's snapshot is read once, by the query itself.
+    return _datacube(store, storage_options).query(
         variable,
         over,
         ranges,

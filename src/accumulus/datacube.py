@@ -29,7 +29,7 @@ from accumulus.accumulation.request import Bound, Query, ResolvedQuery, resolve,
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.scope import accumulus_scope, scoped
-from accumulus.snapshot import SnapshotStore, read_snapshot
+from accumulus.snapshot import SnapshotStore, read_snapshot, with_coordinates
 from accumulus.storage import open_store, store_label
 
 
@@ -120,6 +120,7 @@ class Datacube:
                 or (current.cube.consolidated and metadata.complete)
             ):
                 return current
+        metadata = with_coordinates(self.store, metadata)
         cube = Cube(SnapshotStore(self.store, metadata), label=self.label)
         fresh = CubeSnapshot.of(cube, metadata.token, generation=read)
         with self._lock:

@@ -18,15 +18,17 @@ import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
 from zarr.storage import WrapperStore
 
-from accumulus.storage import is_metadata_key
+from accumulus.scope import accumulus_scope
+from accumulus.storage import dimension_names, is_metadata_key
 
 # The documents at the root of a store that hold consolidated metadata (v3 in zarr.json,
 # v2 in .zmetadata) and, for v2, the root group's own metadata.
@@ -43,6 +45,8 @@ class MetadataSnapshot:
 
     documents: Mapping[str, bytes]
     complete: bool
+    # Chunks read with the snapshot: those of the coordinate arrays (``with_coordinates``).
+    chunks: Mapping[str, bytes] = field(default_factory=dict)
 
     @cached_property
     def token(self) -> str:
@@ -56,7 +60,10 @@ class MetadataSnapshot:
 
     def pinned(self, key: str) -> bool:
         """Whether reads of ``key`` are answered from this snapshot."""
-        return is_metadata_key(key) and (self.complete or key in self.documents)
+        # The root documents were all read: one that was absent is absent in the snapshot.
+        return is_metadata_key(key) and (
+            self.complete or key in self.documents or key in ROOT_DOCUMENTS
+        )
 
 
 def read_snapshot(store: Store) -> MetadataSnapshot:
@@ -66,6 +73,23 @@ def read_snapshot(store: Store) -> MetadataSnapshot:
         return MetadataSnapshot(root, complete=False)
     keys = [k for k in collect_aiterator(store.list()) if is_metadata_key(k)]
     return MetadataSnapshot(_read_documents(store, keys), complete=True)
+
+
+def with_coordinates(store: Store, snapshot: MetadataSnapshot) -> MetadataSnapshot:
+    """``snapshot`` with every chunk of its coordinate arrays (1-D arrays named as their
+    dimension), read in one batch: what opening the snapshot as a dataset reads next, and
+    would otherwise read one coordinate after another."""
+    with accumulus_scope():
+        root = zarr.open_group(SnapshotStore(store, snapshot), mode="r")
+        keys = []
+        for name, array in root.arrays():
+            if array.ndim == 1 and dimension_names(array) == (name,):
+                prefix = f"{array.path}/" if array.path else ""
+                keys += [
+                    prefix + array.metadata.encode_chunk_key((c,))
+                    for c in range(array.cdata_shape[0])
+                ]
+    return replace(snapshot, chunks=_read_documents(store, keys))
 
 
 def _read_documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[str, bytes]:
@@ -113,6 +137,8 @@ class SnapshotStore(WrapperStore[Store]):
         # Zarr reads metadata documents whole; a ranged read is a chunk read.
         if byte_range is None and self.snapshot.pinned(key):
             return self._document(key, prototype)
+        if byte_range is None and key in self.snapshot.chunks:
+            return prototype.buffer.from_bytes(self.snapshot.chunks[key])
         return await self._store.get(key, prototype, byte_range)
 
     def get_sync(
@@ -124,6 +150,9 @@ class SnapshotStore(WrapperStore[Store]):
     ) -> Buffer | None:
         if byte_range is None and self.snapshot.pinned(key):
             return self._document(key, prototype or default_buffer_prototype())
+        if byte_range is None and key in self.snapshot.chunks:
+            prototype = prototype or default_buffer_prototype()
+            return prototype.buffer.from_bytes(self.snapshot.chunks[key])
         return super().get_sync(key, prototype=prototype, byte_range=byte_range)
 
     async def exists(self, key: str) -> bool:

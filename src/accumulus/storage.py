@@ -13,11 +13,11 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import zarr
 from zarr.abc.store import ByteRequest, Store
@@ -33,6 +33,7 @@ from accumulus.scope import accumulus_scope
 from accumulus.zep3 import Zep3DraftStore
 
 Mode = Literal["r", "r+", "w"]
+T = TypeVar("T")
 
 
 class StoreNotFoundError(AccumulusError):
@@ -292,6 +293,10 @@ class RequestCounts:
     conditional_writes: int = 0  # set_if_not_exists: writes only when the key is absent
     deletes: list[str] = field(default_factory=list)
     list_requests: int = 0
+    # Sequential round trips: a request is in wave k + 1 when the last wave completed before
+    # it started is k. With a latency per request, waves are what a query waits for.
+    round_trips: int = 0
+    max_in_flight: int = 0
 
 
 _METADATA_NAMES = frozenset({".zarray", ".zgroup", ".zattrs", ".zmetadata", "zarr.json"})
@@ -311,6 +316,8 @@ class _CountingState:
     cached: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     inflight: dict[str, asyncio.Future] = field(default_factory=dict)
+    completed_wave: int = 0
+    in_flight: int = 0
 
 
 class CountingStore(WrapperStore[Store]):
@@ -354,6 +361,7 @@ class CountingStore(WrapperStore[Store]):
     def reset(self) -> None:
         with self._lock:
             self._state.counts = RequestCounts()
+            self._state.completed_wave = 0
             self._cache.clear()
             self._state.cached = 0
 
@@ -382,9 +390,22 @@ class CountingStore(WrapperStore[Store]):
             if old is not None:
                 self._state.cached -= len(old)
 
-    async def _delay(self) -> None:
-        if self.latency > 0:
-            await asyncio.sleep(self.latency)
+    async def _request(self, call: Awaitable[T]) -> T:
+        """One store request: counted in its wave, delayed by the latency."""
+        state = self._state
+        with self._lock:
+            wave = state.completed_wave + 1
+            state.counts.round_trips = max(state.counts.round_trips, wave)
+            state.in_flight += 1
+            state.counts.max_in_flight = max(state.counts.max_in_flight, state.in_flight)
+        try:
+            if self.latency > 0:
+                await asyncio.sleep(self.latency)
+            return await call
+        finally:
+            with self._lock:
+                state.in_flight -= 1
+                state.completed_wave = max(state.completed_wave, wave)
 
     def _count_read(self, key: str, value: Buffer | None) -> None:
         nbytes = len(value) if value is not None else 0
@@ -431,8 +452,7 @@ class CountingStore(WrapperStore[Store]):
     async def _fetch(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
-        await self._delay()
-        value = await self._store.get(key, prototype, byte_range)
+        value = await self._request(self._store.get(key, prototype, byte_range))
         self._count_read(key, value)
         return value
 
@@ -464,21 +484,18 @@ class CountingStore(WrapperStore[Store]):
             yield key, await self.get(key, prototype, byte_range)
 
     async def exists(self, key: str) -> bool:
-        await self._delay()
         with self._lock:
             self.counts.read_requests += 1
-        return await self._store.exists(key)
+        return await self._request(self._store.exists(key))
 
     async def set(self, key: str, value: Buffer) -> None:
-        await self._delay()
-        await self._store.set(key, value)
+        await self._request(self._store.set(key, value))
         self._count_write(key, value)
         self._cache_drop(key)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         # Counted apart: whether it wrote anything depends on whether the key existed.
-        await self._delay()
-        await self._store.set_if_not_exists(key, value)
+        await self._request(self._store.set_if_not_exists(key, value))
         with self._lock:
             self.counts.conditional_writes += 1
 
@@ -486,8 +503,7 @@ class CountingStore(WrapperStore[Store]):
         await asyncio.gather(*(self.set(k, v) for k, v in values))
 
     async def delete(self, key: str) -> None:
-        await self._delay()
-        await self._store.delete(key)
+        await self._request(self._store.delete(key))
         with self._lock:
             self.counts.deletes.append(key)
         self._cache_drop(key)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -32,25 +32,33 @@ Region = tuple[slice, ...]
 
 
 @dataclass(frozen=True)
-class _RawPart:
+class RawPart:
     """A raw chunk's share of one raw read: ``sign`` x the sums over ``local`` (slices of
-    the chunk, variable order), added at ``out`` (slices of the answer, kept dims)."""
+    the chunk), whose index ranges are ``box``, added at ``out`` of the total."""
 
+    index: int  # position in the plan: parts are added in this order
     sign: int
     local: Region
-    box: Mapping[str, tuple[int, int]]  # the part's index ranges, every dimension
+    box: Mapping[str, tuple[int, int]]
+    out: tuple[slice, ...]
 
 
 @dataclass(frozen=True)
-class _EntryPart:
-    """An accumulation chunk's share of one accumulation read, for one term."""
+class EntryPart:
+    """An accumulation chunk's share of one accumulation read, for one term: the entries
+    and ranges ``local`` of the chunk, summed along ``summed`` (dimensions averaged over),
+    transposed by ``order`` (to the variable's order) and added at ``out`` of the total."""
 
+    index: int
     sign: int
-    term: int  # index into the query's terms
-    local: tuple[slice | int, ...]  # the entries (ints) and ranges (slices) it holds
-    summed: tuple[int, ...]  # axes of the selected slab summed away (dims averaged over)
-    order: tuple[int, ...]  # then transposed to the variable's order of the kept dims
-    out: Region
+    term: str
+    local: tuple[slice | int, ...]
+    summed: tuple[int, ...]
+    order: tuple[int, ...]
+    out: tuple[int | slice, ...]
+
+
+Part = RawPart | EntryPart
 
 
 @dataclass
@@ -70,52 +78,79 @@ def execute(
     weights: str,
 ) -> ExecutedPlan:
     """Σ over the plan's reads of sign x sums."""
-    kept = [d for d in var.dims if d not in plan.over]
-    origin = {d: plan.ranges[d][0] for d in var.dims}
-    total = np.zeros((len(terms), *(plan.ranges[d][1] - origin[d] for d in kept)), dtype="f8")
-    parts: dict[str, list] = defaultdict(list)
-    requests: dict[str, ChunkRequest] = {}
-    for read in plan.reads:
-        if read.is_raw:
-            for request, part in _raw_parts(var, read):
-                requests[request.key] = request
-                parts[request.key].append(part)
-        else:
-            group = groups.group(var.name)
-            assert group is not None
-            for request, part in _entry_parts(groups, var, group, read, plan, terms):
-                requests[request.key] = request
-                parts[request.key].append(part)
-    raw_prefix = var.array.store_path.path + "/"
-    lock = threading.Lock()
+    work = chunk_work(groups, var, plan, terms)
+    total = _OrderedTotal(
+        (
+            len(terms),
+            *(plan.ranges[d][1] - plan.ranges[d][0] for d in var.dims if d not in plan.over),
+        )
+    )
     reduce_axes = tuple(var.axis(d) for d in plan.over)
 
-    def out_region(box: Mapping[str, tuple[int, int]]) -> Region:
-        return tuple(slice(box[d][0] - origin[d], box[d][1] - origin[d]) for d in kept)
-
     def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
-        for part in parts[request.key]:
-            if isinstance(part, _RawPart):
+        for part in work[request.key][1]:
+            if isinstance(part, RawPart):
                 box = {d: slice(*part.box[d]) for d in var.dims}
                 values, valid = var.decoder.masked(chunk[part.local])
                 w = weight_values(cube.decoded, weights, var.dims, box)
                 sums = reduce_chunk(values, valid, w, terms, reduce_axes)
-                with lock:
-                    total[(slice(None), *out_region(part.box))] += part.sign * sums
             else:
-                slab = _checked_entries(cube, var, request, chunk[part.local], terms[part.term])
+                sums = _checked_entries(cube, request, chunk[part.local])
                 if part.summed:
-                    slab = slab.sum(axis=part.summed)
-                slab = slab.transpose(part.order)
-                with lock:
-                    total[(part.term, *part.out)] += part.sign * slab
+                    sums = sums.sum(axis=part.summed)
+                sums = sums.transpose(part.order)
+            total.add(part.index, part.out, part.sign * sums)
 
     try:
-        counts = read_chunks(requests.values(), consume)
+        counts = read_chunks((request for request, _ in work.values()), consume)
     except ChunkReadError as failed:
         raise _read_error(cube, var, failed) from None
-    raw = sum(key.startswith(raw_prefix) for key in requests)
-    return ExecutedPlan(total, counts, len(requests) - raw, raw)
+    raw_prefix = var.array.store_path.path + "/"
+    raw = sum(key.startswith(raw_prefix) for key in work)
+    return ExecutedPlan(total.result(), counts, len(work) - raw, raw)
+
+
+def chunk_work(
+    groups: AccumulationGroups, var: VariableInfo, plan: QueryPlan, terms: Sequence[str]
+) -> dict[str, tuple[ChunkRequest, list[Part]]]:
+    """Every stored chunk the plan reads (by key, in plan order) and what it contributes."""
+    work: dict[str, tuple[ChunkRequest, list[Part]]] = {}
+    index = 0
+    for read in plan.reads:
+        if read.is_raw:
+            pieces = _raw_parts(var, plan, read)
+        else:
+            group = groups.group(var.name)
+            assert group is not None
+            pieces = _entry_parts(groups, var, group, read, plan, terms)
+        for request, make_part in pieces:
+            work.setdefault(request.key, (request, []))[1].append(make_part(index))
+            index += 1
+    return work
+
+
+class _OrderedTotal:
+    """The running total, adding parts in plan order whatever order they arrive in: the
+    same question gives the same bits every time. A part that arrives early waits (they are
+    small: already reduced) until those before it are in."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self._total = np.zeros(shape, dtype="f8")
+        self._waiting: dict[int, tuple[tuple, np.ndarray]] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def add(self, index: int, where: tuple, value: np.ndarray) -> None:
+        with self._lock:
+            self._waiting[index] = (where, value)
+            while self._next in self._waiting:
+                where, value = self._waiting.pop(self._next)
+                self._total[where] += value
+                self._next += 1
+
+    def result(self) -> np.ndarray:
+        assert not self._waiting
+        return self._total
 
 
 def reduce_chunk(
@@ -154,20 +189,25 @@ def reduce_chunk(
     return np.stack(out)
 
 
-def _raw_parts(var: VariableInfo, read: Read):
+def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read):
     """The raw chunks a raw read cuts, and the part of each it reads."""
     per_dim = []
     for dim, bounds in zip(var.dims, var.bounds, strict=True):
         lo, hi = read.box[dim]
+        edges = bounds.edges
         per_dim.append(
-            [(c, max(lo, bounds.edges[c]), min(hi, bounds.edges[c + 1]), bounds.edges[c])
+            [(c, max(lo, edges[c]), min(hi, edges[c + 1]), edges[c])
              for c in bounds.chunks_overlapping(lo, hi)]
         )  # fmt: skip
     for combo in itertools.product(*per_dim):
         coords = tuple(c for c, _, _, _ in combo)
         local = tuple(slice(a - start, b - start) for _, a, b, start in combo)
         box = {d: (a, b) for d, (_, a, b, _) in zip(var.dims, combo, strict=True)}
-        yield ChunkRequest(var.array, coords), _RawPart(read.sign, local, box)
+        out = (slice(None), *_out(plan, box))
+        yield (
+            ChunkRequest(var.array, coords),
+            partial(RawPart, sign=read.sign, local=local, box=box, out=out),
+        )
 
 
 def _entry_parts(
@@ -181,41 +221,47 @@ def _entry_parts(
     """The accumulation chunks holding a read's entries, and the slab of each it reads."""
     acc = group.find(read.source)
     assert acc is not None
-    over = plan.over
-    kept = [d for d in var.dims if d not in over]
+    remaining = [d for d in acc.array_dims if d not in read.entries]
+    summed = tuple(remaining.index(d) for d in plan.over if d in remaining)
+    kept_order = [d for d in remaining if d not in plan.over]
+    order = tuple(kept_order.index(d) for d in var.dims if d in kept_order)
     for t, term in enumerate(terms):
         array = groups.array(var.name, acc.arrays[term])
-        bounds = array_bounds(array)
         per_dim = []
-        for dim, b in zip(acc.array_dims, bounds, strict=True):
+        for dim, bounds in zip(acc.array_dims, array_bounds(array), strict=True):
+            edges = bounds.edges
             if dim in read.entries:
-                chunk, offset = b.chunk_of(read.entries[dim])
+                chunk, offset = bounds.chunk_of(read.entries[dim])
                 per_dim.append([(chunk, offset, None)])
-            else:
-                lo, hi = read.box[dim]
-                per_dim.append(
-                    [(c, slice(max(lo, b.edges[c]) - b.edges[c], min(hi, b.edges[c + 1])
-                      - b.edges[c]), (max(lo, b.edges[c]), min(hi, b.edges[c + 1])))
-                     for c in b.chunks_overlapping(lo, hi)]
-                )  # fmt: skip
-        remaining = [d for d in acc.array_dims if d not in read.entries]
-        summed = tuple(remaining.index(d) for d in over if d in remaining)
-        kept_order = [d for d in remaining if d not in over]
-        order = tuple(kept_order.index(d) for d in var.dims if d in kept_order)
+                continue
+            lo, hi = read.box[dim]
+            per_dim.append(
+                [(c, slice(max(lo, edges[c]) - edges[c], min(hi, edges[c + 1]) - edges[c]),
+                  (max(lo, edges[c]), min(hi, edges[c + 1])))
+                 for c in bounds.chunks_overlapping(lo, hi)]
+            )  # fmt: skip
         for combo in itertools.product(*per_dim):
             coords = tuple(c for c, _, _ in combo)
-            local = tuple(sel for _, sel, _ in combo)
-            ranges = {d: rng for d, (_, _, rng) in zip(acc.array_dims, combo, strict=True) if rng}
-            out = tuple(
-                slice(ranges[d][0] - plan.ranges[d][0], ranges[d][1] - plan.ranges[d][0])
-                for d in kept
-            )
-            yield ChunkRequest(array, coords), _EntryPart(read.sign, t, local, summed, order, out)
+            local = tuple(selection for _, selection, _ in combo)
+            box = {d: span for d, (_, _, span) in zip(acc.array_dims, combo, strict=True) if span}
+            out = (t, *_out(plan, box))
+            yield (
+                ChunkRequest(array, coords),
+                partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
+                        order=order, out=out),
+            )  # fmt: skip
 
 
-def _checked_entries(
-    cube: Cube, var: VariableInfo, request: ChunkRequest, slab: np.ndarray, term: str
-) -> np.ndarray:
+def _out(plan: QueryPlan, box: Mapping[str, tuple[int, int]]) -> tuple[slice, ...]:
+    """Where a box lands in the answer (its kept dimensions)."""
+    return tuple(
+        slice(box[d][0] - plan.ranges[d][0], box[d][1] - plan.ranges[d][0])
+        for d in plan.dims
+        if d not in plan.over
+    )
+
+
+def _checked_entries(cube: Cube, request: ChunkRequest, slab: np.ndarray) -> np.ndarray:
     """Entries as float64, refusing the fill value of a chunk that is not stored (NaN, or
     -1 for counts): a missing chunk must never read as zero."""
     if np.isnan(slab).any() if slab.dtype.kind == "f" else (slab < 0).any():
