@@ -50,19 +50,20 @@ class Decoder:
         decoded = xr.conventions.decode_cf_variable(self.name, stored, decode_times=False)
         return np.asarray(decoded.values, dtype="f8")
 
-    def masked(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(physical values, which are valid) of stored ``values``. Floating-point values
-        that are only masked (no scale, offset or sign convention) keep their stored type,
-        so a reduction casts them once, as it sums; anything else is decoded by xarray."""
-        if values.dtype.kind == "f" and set(self.attrs) <= {"_FillValue", "missing_value"}:
-            valid = ~np.isnan(values)
-            for name in ("_FillValue", "missing_value"):
-                for mark in np.atleast_1d(self.attrs.get(name, ())):
-                    if not np.isnan(mark):
-                        valid &= values != mark
-            return values, valid
-        decoded = self(values)
-        return decoded, ~np.isnan(decoded)
+    def values(self, stored: np.ndarray) -> np.ndarray:
+        """Physical values of ``stored``, NaN where missing, as the sums take them: floating
+        point values that are only masked (no scale, offset or sign convention) keep their
+        stored type (the sums are taken in float64 whatever the type); anything else is
+        decoded by xarray, to float64."""
+        if stored.dtype.kind != "f" or not set(self.attrs) <= {"_FillValue", "missing_value"}:
+            return self(stored)
+        marks = [
+            mark
+            for name in ("_FillValue", "missing_value")
+            for mark in np.atleast_1d(self.attrs.get(name, ()))
+            if not np.isnan(mark)
+        ]
+        return np.where(np.isin(stored, marks), np.nan, stored) if marks else stored
 
 
 @dataclass(frozen=True)

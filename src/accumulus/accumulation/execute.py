@@ -22,6 +22,7 @@ import numpy as np
 from accumulus.accumulation import spec
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.plan import QueryPlan, Read
+from accumulus.accumulation.sums import reduce_terms
 from accumulus.accumulation.weights import weight_values
 from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
 from accumulus.cube import Cube, VariableInfo
@@ -91,9 +92,9 @@ def execute(
         for part in work[request.key][1]:
             if isinstance(part, RawPart):
                 box = {d: slice(*part.box[d]) for d in var.dims}
-                values, valid = var.decoder.masked(chunk[part.local])
+                values = var.decoder.values(chunk[part.local])
                 w = weight_values(cube.decoded, weights, var.dims, box)
-                sums = reduce_chunk(values, valid, w, terms, reduce_axes)
+                sums = reduce_terms(values, w, terms, reduce_axes)
             else:
                 sums = _checked_entries(cube, request, chunk[part.local])
                 if part.summed:
@@ -151,42 +152,6 @@ class _OrderedTotal:
     def result(self) -> np.ndarray:
         assert not self._waiting
         return self._total
-
-
-def reduce_chunk(
-    values: np.ndarray,
-    valid: np.ndarray,
-    w: np.ndarray | float,
-    terms: Sequence[str],
-    axes: Sequence[int],
-) -> np.ndarray:
-    """The requested sums of one block over ``axes``: ``(len(terms), *other axes)``.
-
-    Missing values (``valid`` False) count in no sum. Sums are taken in float64 whatever the
-    stored type. Weights do not vary along most axes (cos(latitude) varies along one), so the
-    values are first summed along the axes where the weights are constant, and only the
-    much smaller partial sums are multiplied by the weights."""
-    axes = tuple(axes)
-    weighted = isinstance(w, np.ndarray)
-    varying = tuple(a for a in axes if weighted and w.shape[a] != 1)
-    flat = tuple(a for a in axes if a not in varying)
-    zeroed = np.where(valid, values, 0)
-    partial_sum = np.sum(zeroed, axis=flat, dtype="f8", keepdims=True)
-    partial_count = np.count_nonzero(valid, axis=flat, keepdims=True).astype("f8")
-    out = []
-    for term in terms:
-        if term == spec.SUM:
-            summed = partial_sum
-        elif term == spec.COUNT:
-            summed = partial_count
-        elif term == spec.WSUM:
-            summed = partial_sum * w
-        elif term == spec.WCOUNT:
-            summed = partial_count * w
-        else:
-            raise ValueError(f"unknown sum {term!r}")
-        out.append(np.sum(summed, axis=varying, keepdims=True).squeeze(axis=axes))
-    return np.stack(out)
 
 
 def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read):
