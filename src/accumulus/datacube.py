@@ -30,7 +30,7 @@ from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.scope import accumulus_scope, scoped
 from accumulus.snapshot import SnapshotStore, read_snapshot, with_coordinates
-from accumulus.storage import open_store, store_label
+from accumulus.storage import open_store, remote_errors, store_label
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,13 @@ class Datacube:
         with self._lock:
             self._reads += 1
             read = self._reads
-        metadata = read_snapshot(self.store)
+        with remote_errors(self.label):
+            metadata = read_snapshot(self.store)
         if not metadata.documents:
             if self._current is None:
-                raise AccumulusError(f"{self.label} is not a Zarr datacube: no Zarr metadata")
+                raise AccumulusError(
+                    f"{self.label} is not a Zarr datacube: no Zarr group metadata found"
+                )
             # Not a writer at work (they keep the root document): the store is gone.
             raise AccumulusError(
                 f"{self.label}: its store has no Zarr metadata any more (removed or replaced?)"
@@ -120,7 +123,8 @@ class Datacube:
                 or (current.cube.consolidated and metadata.complete)
             ):
                 return current
-        metadata = with_coordinates(self.store, metadata)
+        with remote_errors(self.label):
+            metadata = with_coordinates(self.store, metadata)
         cube = Cube(SnapshotStore(self.store, metadata), label=self.label)
         fresh = CubeSnapshot.of(cube, metadata.token, generation=read)
         with self._lock:

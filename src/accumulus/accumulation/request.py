@@ -115,8 +115,9 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
         )
     var = cube.variable(query.variable)
     over = _check_over(var, query.over)
-    if query.stat not in STATS:
-        raise ParameterError("stat", f"unknown stat {query.stat!r}: use one of {', '.join(STATS)}")
+    if query.stat not in statistics.STATISTICS:
+        known = ", ".join(statistics.STATISTICS)
+        raise ParameterError("stat", f"unknown stat {query.stat!r}: use one of {known}")
     ranges = {d: (0, n) for d, n in zip(var.dims, var.shape, strict=True)}
     for dim, (start, stop) in query.ranges.items():
         if dim not in var.dims:
