@@ -288,6 +288,8 @@ def inspect(
             _size(a["bytes_stored"]),
         )
     console.print(table)
+    for name, note in info["inferred"].items():
+        console.print(f"inferred for {name}: {note}", highlight=False)
     for g in info["accumulation_groups"]:
         status = "complete" if g["complete"] else "[red]incomplete (ignored by queries)[/]"
         cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())

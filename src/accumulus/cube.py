@@ -31,6 +31,7 @@ from accumulus.accumulation import spec
 from accumulus.accumulation.delta_filter import with_chunk_shape
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
+from accumulus.inference import MISSING_BELOW
 from accumulus.storage import Mode, open_store, remote_errors, store_label
 
 # Values per Dask task when reading many stored chunks (16 MiB as float64).
@@ -39,6 +40,7 @@ BLOCK_VALUES = 2**21
 # CF attributes xarray's decoding reads; the rest of a variable's attributes are not needed
 # to turn stored values into physical ones.
 _CF_DECODING_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned")
+_DECODING_ATTRS = (*_CF_DECODING_ATTRS, MISSING_BELOW)
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,12 @@ class Decoder:
     attrs: Mapping[str, Any]
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
-        stored = xr.Variable(self.dims, values, attrs=dict(self.attrs))
+        attrs = dict(self.attrs)
+        below = attrs.pop(MISSING_BELOW, None)
+        if below is not None:  # an inferred rule replacing the fill-value mark (inference)
+            attrs = {k: v for k, v in attrs.items() if k not in ("_FillValue", "missing_value")}
+            values = np.where(values < below, np.nan, values)
+        stored = xr.Variable(self.dims, values, attrs=attrs)
         decoded = xr.conventions.decode_cf_variable(self.name, stored, decode_times=False)
         return np.asarray(decoded.values, dtype="f8")
 
@@ -205,7 +212,7 @@ class Cube:
             shape=tuple(raw.shape),
             bounds=array_bounds(array),
             array=array,
-            decoding_attrs={k: raw.attrs[k] for k in _CF_DECODING_ATTRS if k in raw.attrs},
+            decoding_attrs={k: raw.attrs[k] for k in _DECODING_ATTRS if k in raw.attrs},
         )
 
     def bind(self, array: zarr.Array, store: Store) -> zarr.Array:

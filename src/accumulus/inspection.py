@@ -9,6 +9,7 @@ import zarr
 from accumulus.accumulation import spec
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds
+from accumulus.inference import inferred_conventions
 
 
 def _codecs(array: zarr.Array) -> list[dict[str, Any]]:
@@ -96,4 +97,6 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
         "dimensions": {str(d): int(n) for d, n in cube.raw.sizes.items()},
         "arrays": arrays,
         "accumulation_groups": groups,
+        # Conventions the store lacks and that were inferred to read it (accumulus.inference).
+        "inferred": inferred_conventions(cube.store),
     }

@@ -31,6 +31,7 @@ from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore, ZipSt
 
 from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
+from accumulus.inference import InferredConventionsStore
 from accumulus.nczarr import write_nczarr_metadata
 from accumulus.zep3 import Zep3DraftStore
 
@@ -56,12 +57,16 @@ def open_store(
     ``mode``: "r" read-only (the store must exist), "r+" read-write (must exist),
     "w" read-write, created if missing. ``storage_options`` go to fsspec for ``s3://``;
     the endpoint comes from ``endpoint_url`` there or ``AWS_ENDPOINT_URL``.
-    Stores written by netcdf-c (see ``filters.nczarr``) and ZEP 3 draft chunk grids (see
-    ``zep3``) are read right.
+    Stores written by netcdf-c (see ``filters.nczarr``), ZEP 3 draft chunk grids (see
+    ``zep3``) and, read-only, stores without xarray's conventions written by the ZEP 5
+    reference generator (see ``inference``) are read right.
     """
     if isinstance(url, Store):
         return url
-    return Zep3DraftStore(NCZarrCompatStore(_open(os.fspath(url), mode, storage_options)))
+    store = _open(os.fspath(url), mode, storage_options)
+    if mode == "r":  # stores without xarray's conventions are read, never written
+        store = InferredConventionsStore(store)
+    return Zep3DraftStore(NCZarrCompatStore(store))
 
 
 def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Store:

@@ -16,6 +16,7 @@ from typing import Any
 
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
+from accumulus.inference import InferredConventionsStore
 from accumulus.service.snapshot import SnapshotStore, read_snapshot
 from accumulus.storage import open_store
 
@@ -66,7 +67,9 @@ class Dataset:
                 or (current.cube.consolidated and metadata.complete)
             ):
                 return current
-            cube = Cube(SnapshotStore(self._store, metadata), label=self.name)
+            # Inferred conventions (a ZEP 5 generator's store) are read from the snapshot too.
+            store = InferredConventionsStore(SnapshotStore(self._store, metadata))
+            cube = Cube(store, label=self.name)
             _read_everything_once(cube)
             self._current = Snapshot(self.name, metadata.token, cube, generation=read)
             return self._current
