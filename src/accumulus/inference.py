@@ -36,6 +36,7 @@ from zarr.core.sync import sync
 from zarr.storage import WrapperStore
 
 from accumulus.errors import AccumulusError
+from accumulus.rewriting import parse_metadata
 
 DIMENSIONS = "_ARRAY_DIMENSIONS"
 MISSING_BELOW = "_accumulus_missing_below"
@@ -154,7 +155,7 @@ class InferredConventionsStore(WrapperStore[Store]):
         value = await self._store.get(key, prototype, byte_range)
         if byte_range is not None or not _is_metadata(key):
             return value
-        document = json.loads(value.to_bytes()) if value is not None else None
+        document = parse_metadata(key, value.to_bytes()) if value is not None else None
         presented = await self._present(key, document)
         if presented == document:
             return value
@@ -223,7 +224,7 @@ class InferredConventionsStore(WrapperStore[Store]):
 
     async def _read(self, key: str) -> dict | None:
         value = await self._store.get(key, default_buffer_prototype())
-        return json.loads(value.to_bytes()) if value is not None else None
+        return parse_metadata(key, value.to_bytes()) if value is not None else None
 
 
 def _is_metadata(key: str) -> bool:

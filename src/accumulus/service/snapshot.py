@@ -25,7 +25,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
 from zarr.storage import WrapperStore
 
-from accumulus.errors import AccumulusError
+from accumulus.rewriting import parse_metadata
 from accumulus.service.guard import local_root, read_with_limits
 from accumulus.storage import is_metadata_key
 
@@ -84,11 +84,7 @@ def _read_documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[str
     values = sync(read_all())
     documents = {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
     for key, content in documents.items():
-        try:
-            json.loads(content)
-        except ValueError as exc:
-            reason = getattr(exc, "msg", "cannot be decoded")
-            raise AccumulusError(f"metadata document {key} is not valid JSON ({reason})") from None
+        parse_metadata(key, content)
     return documents
 
 
