@@ -1,7 +1,9 @@
 """The public functions of accumulus (re-exported from ``accumulus``).
 
 Stores are given as a path or URL (directory, ``file://``, ``.zip``, ``memory://name``,
-``s3://bucket/prefix``), a zarr ``Store``, or an open ``Cube``.
+``s3://bucket/prefix``), a zarr ``Store``, or an open ``Cube``. ``group`` names the group of
+the store a function works on ("Grid" in an IMERG cube); by default the one group holding
+the variable (a cube without groups: its root).
 """
 
 from __future__ import annotations
@@ -22,20 +24,34 @@ from accumulus.accumulation.weights import find_latitude, find_longitude, resolv
 from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
+from accumulus.hierarchy import find_cube_group
 from accumulus.ingest.append import AppendResult as AppendResult  # re-exported
 from accumulus.ingest.append import append as append  # re-exported
 from accumulus.ingest.compare import SourceComparison, compare_sources
 from accumulus.inspection import describe_cube
 from accumulus.numeric import check_numeric
+from accumulus.storage import open_store, store_label
 
 StoreLike = str | Store | Cube
 
 
-def open_cube(store: StoreLike, mode: str = "r", storage_options: dict | None = None) -> Cube:
-    """Open a datacube snapshot (reads its metadata once)."""
+def open_cube(
+    store: StoreLike,
+    mode: str = "r",
+    storage_options: dict | None = None,
+    *,
+    group: str | None = None,
+    variable: str | None = None,
+) -> Cube:
+    """Open a datacube snapshot (reads its metadata once): the group ``group`` of the store,
+    or the one group holding ``variable`` (or data variables)."""
     if isinstance(store, Cube):
         return store
-    return Cube.open(store, mode=mode, storage_options=storage_options)  # type: ignore[arg-type]
+    opened = open_store(store, mode, storage_options=storage_options)  # type: ignore[arg-type]
+    label = None if isinstance(store, Store) else str(store)
+    where = label or store_label(opened)
+    path = find_cube_group(opened, group, variable, where)
+    return Cube(opened, label, group=path)
 
 
 def accumulate(
@@ -49,6 +65,7 @@ def accumulate(
     rebuild: bool = False,
     progress: Progress | None = None,
     storage_options: dict | None = None,
+    group: str | None = None,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
@@ -60,7 +77,7 @@ def accumulate(
     Re-running with the same configuration does nothing; another configuration needs
     ``rebuild=True``.
     """
-    cube = open_cube(store, "r+", storage_options)
+    cube = open_cube(store, "r+", storage_options, group=group, variable=variable)
     var = cube.variable(variable)
     check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
     if dims is None:
@@ -97,10 +114,11 @@ def query(
     use_accumulation: bool = True,
     storage_options: dict | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    group: str | None = None,
 ) -> QueryResult:
     """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats.
     Raw reads stream within about ``memory_bytes``."""
-    cube = open_cube(store, "r", storage_options)
+    cube = open_cube(store, "r", storage_options, group=group, variable=variable)
     if isinstance(over, str):
         over = [d.strip() for d in over.split(",") if d.strip()]
     request = Query(
@@ -124,6 +142,7 @@ def average(
     weights: str | None = None,
     use_accumulation: bool = True,
     storage_options: dict | None = None,
+    group: str | None = None,
 ) -> xr.DataArray:
     """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
     ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
@@ -139,14 +158,19 @@ def average(
         weights=weights,
         use_accumulation=use_accumulation,
         storage_options=storage_options,
+        group=group,
     ).data
 
 
 def verify(
-    store: StoreLike, variable: str | None = None, *, storage_options: dict | None = None
+    store: StoreLike,
+    variable: str | None = None,
+    *,
+    storage_options: dict | None = None,
+    group: str | None = None,
 ) -> list[VerifyReport]:
     """Recompute accumulations from the raw data and compare (all variables by default)."""
-    cube = open_cube(store, "r", storage_options)
+    cube = open_cube(store, "r", storage_options, group=group, variable=variable)
     names = [variable] if variable else cube.data_variables
     reports = [verify_variable(cube, name) for name in names]
     if variable is None:
@@ -167,6 +191,8 @@ def verify_sources(
     return compare_sources(store, sources, dim=dim, storage_options=storage_options)
 
 
-def inspect(store: StoreLike, *, storage_options: dict | None = None) -> dict[str, Any]:
+def inspect(
+    store: StoreLike, *, storage_options: dict | None = None, group: str | None = None
+) -> dict[str, Any]:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
-    return describe_cube(open_cube(store, "r", storage_options))
+    return describe_cube(open_cube(store, "r", storage_options, group=group))

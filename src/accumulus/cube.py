@@ -31,6 +31,13 @@ from accumulus.accumulation import spec
 from accumulus.accumulation.delta_filter import with_chunk_shape
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
+from accumulus.hierarchy import (
+    ancestors_of,
+    group_label,
+    group_view,
+    inherited_coordinates,
+    normalize_group,
+)
 from accumulus.inference import MISSING_BELOW
 from accumulus.storage import Mode, open_store, remote_errors, store_label
 
@@ -142,10 +149,18 @@ class Cube:
     ``dimension_names`` in v3)."""
 
     def __init__(
-        self, store: Store, label: str | None = None, *, use_consolidated: bool | None = None
+        self,
+        store: Store,
+        label: str | None = None,
+        *,
+        use_consolidated: bool | None = None,
+        group: str | None = None,
     ) -> None:
+        # A group of the store is a cube of its own, seen through a view of the store.
+        self.group = normalize_group(group)
+        base, store = store, group_view(store, self.group)
         self.store = store
-        self.label = label or store_label(store)
+        self.label = group_label(label or store_label(base), self.group)
         with warnings.catch_warnings(), remote_errors(self.label):
             warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
             try:
@@ -174,13 +189,36 @@ class Cube:
                 raise AccumulusError(
                     f"{self.label}: cannot read it as a datacube (xarray conventions): {exc}"
                 ) from None
+            self.raw = self._with_inherited_coordinates(base, self.raw)
         self.consolidated = self.root.metadata.consolidated_metadata is not None
         self._groups: dict[str, spec.AccumulationGroup | None] = {}
 
     @classmethod
-    def open(cls, url: str | Store, mode: Mode = "r", storage_options: dict | None = None) -> Cube:
+    def open(
+        cls,
+        url: str | Store,
+        mode: Mode = "r",
+        storage_options: dict | None = None,
+        group: str | None = None,
+    ) -> Cube:
         store = open_store(url, mode, storage_options=storage_options)
-        return cls(store, None if isinstance(url, Store) else str(url))
+        return cls(store, None if isinstance(url, Store) else str(url), group=group)
+
+    def _with_inherited_coordinates(self, store: Store, raw: xr.Dataset) -> xr.Dataset:
+        """A group's dimensions may have their coordinate variables in an ancestor group
+        (netCDF-4 scoping, kept by append and convert): they label this group's too."""
+        if not self.group or all(dim in raw.variables for dim in raw.dims):
+            return raw
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # "no consolidated metadata"
+            ancestors = [
+                xr.open_dataset(
+                    store, engine="zarr", group=path or None, chunks=None, decode_cf=False
+                )
+                for path in ancestors_of(self.group)
+            ]
+        inherited = inherited_coordinates(raw, ancestors)
+        return raw.assign_coords(inherited) if inherited else raw
 
     @cached_property
     def decoded(self) -> xr.Dataset:

@@ -96,15 +96,17 @@ def create_app(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     storage_options: dict[str, Any] | None = None,
     limits: ServiceLimits | None = None,
+    group: str | None = None,
 ) -> FastAPI:
-    """The service for ``stores`` (paths or URLs). Each is opened now, so a store that
-    cannot be read stops the start with an ``AccumulusError``. Answers larger than
-    ``max_cells`` values are refused; up to ``cache_bytes`` of answers are kept; ``limits``
-    bound the computations (see ``ServiceLimits``)."""
+    """The service for ``stores`` (paths or URLs), each from its group ``group`` (by default
+    the one group holding data variables). Each is opened now, so a store that cannot be read
+    stops the start with an ``AccumulusError``. Answers larger than ``max_cells`` values are
+    refused; up to ``cache_bytes`` of answers are kept; ``limits`` bound the computations
+    (see ``ServiceLimits``)."""
     limits = limits or ServiceLimits()
     tune_allocator()
     sys.setswitchinterval(0.001)
-    catalog = Catalog(stores, storage_options)
+    catalog = Catalog(stores, storage_options, group)
     first = [dataset.snapshot() for dataset in catalog]
     range_patterns = {
         str(d): range_pattern(s.cube.index(str(d)))

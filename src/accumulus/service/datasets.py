@@ -16,6 +16,7 @@ from typing import Any
 
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
+from accumulus.hierarchy import find_cube_group, group_view
 from accumulus.inference import InferredConventionsStore
 from accumulus.service.snapshot import SnapshotStore, read_snapshot
 from accumulus.storage import open_store
@@ -34,10 +35,18 @@ class Snapshot:
 class Dataset:
     """One served store."""
 
-    def __init__(self, name: str, url: str, storage_options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        group: str | None = None,
+    ):
         self.name = name
         self.url = url
-        self._store = open_store(url, "r", storage_options=storage_options)
+        store = open_store(url, "r", storage_options=storage_options)
+        # A cube with groups is served from one of them (the snapshot reads its documents).
+        self._store = group_view(store, find_cube_group(store, group, None, url))
         self._current: Snapshot | None = None
         self._reads = 0
         self._lock = threading.Lock()
@@ -86,9 +95,15 @@ def _read_everything_once(cube: Cube) -> None:
 class Catalog:
     """The datasets of a service, by name."""
 
-    def __init__(self, urls: Iterable[str], storage_options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        urls: Iterable[str],
+        storage_options: dict[str, Any] | None = None,
+        group: str | None = None,
+    ):
         self.datasets = {
-            name: Dataset(name, url, storage_options) for name, url in dataset_names(urls).items()
+            name: Dataset(name, url, storage_options, group)
+            for name, url in dataset_names(urls).items()
         }
         if not self.datasets:
             raise AccumulusError("give at least one store to serve")
