@@ -28,7 +28,7 @@ from zarr.storage import WrapperStore
 
 from accumulus.accumulation.spec import GROUP_SUFFIX
 from accumulus.errors import AccumulusError
-from accumulus.storage import consolidate, remote_errors
+from accumulus.storage import consolidate, dimension_names, remote_errors
 
 
 def normalize_group(group: str | None) -> str:
@@ -289,13 +289,7 @@ def _holds(name: str, array: zarr.Array, variable: str | None) -> bool:
     coordinate variable of its own dimension)?"""
     if variable is not None:
         return name == variable
-    return list(_dims(array)) != [name]
-
-
-def _dims(array: zarr.Array) -> list[str]:
-    if array.metadata.zarr_format == 2:
-        return list(array.attrs.get("_ARRAY_DIMENSIONS", []))
-    return list(array.metadata.dimension_names or [])
+    return list(dimension_names(array)) != [name]
 
 
 def ensure_group(store: Store, zarr_format: int) -> None:
@@ -366,7 +360,9 @@ def arrays_along(root: zarr.Group, dim: str) -> list[str]:
     return [
         path
         for path, node in root.members(max_depth=None)
-        if isinstance(node, zarr.Array) and GROUP_SUFFIX not in path and dim in _dims(node)
+        if isinstance(node, zarr.Array)
+        and GROUP_SUFFIX not in path
+        and dim in dimension_names(node)
     ]
 
 

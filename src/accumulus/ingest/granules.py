@@ -41,7 +41,13 @@ from accumulus import keys
 from accumulus.errors import AccumulusError
 from accumulus.filters import FilterError, join_v2, join_v3
 from accumulus.hierarchy import ancestors_of, inherited_coordinates, normalize_group, pick_group
-from accumulus.storage import local_path, open_store, quiet_consolidation, store_label
+from accumulus.storage import (
+    dimension_names,
+    local_path,
+    open_store,
+    quiet_consolidation,
+    store_label,
+)
 
 
 @dataclass(frozen=True)
@@ -319,14 +325,8 @@ def _zarr_layout(store: Store, where: str) -> Layout:
         if isinstance(node, zarr.Group):
             layout.setdefault(path, {})
         else:
-            layout.setdefault(parent, {})[leaf] = tuple(_array_dims(node))
+            layout.setdefault(parent, {})[leaf] = dimension_names(node)
     return layout
-
-
-def _array_dims(array: zarr.Array) -> list[str]:
-    if array.metadata.zarr_format == 2:
-        return list(array.attrs.get("_ARRAY_DIMENSIONS", []))
-    return list(array.metadata.dimension_names or [])
 
 
 def _tree_dataset(
