@@ -45,6 +45,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_service.py
 	$(BIN)/python benchmarks/bench_monthly_chunks.py
 	$(BIN)/python benchmarks/bench_append.py
+	$(BIN)/python benchmarks/bench_interop.py
 
 clean:
 	rm -rf $(VENV) demo-output site .pytest_cache .hypothesis

@@ -3,7 +3,9 @@
 Stores are given as a path or URL (directory, ``file://``, ``.zip``, ``memory://name``,
 ``s3://bucket/prefix``) or a zarr ``Store``; queries also take an open ``Datacube``
 (``open``), which reads a store's metadata once and answers many queries from it, or a
-``Cube`` snapshot, answered as it stands. Every function runs inside ``accumulus_scope``.
+``Cube`` snapshot, answered as it stands. ``group`` names the group of the store a function
+works on ("Grid" in an IMERG cube); by default the one group holding the variable (a cube
+without groups: its root). Every function runs inside ``accumulus_scope``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import xarray as xr
 from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.build import BuildResult, build_accumulations
 from accumulus.accumulation.query import QueryResult as QueryResult  # re-exported
 from accumulus.accumulation.request import STATS as STATS  # re-exported
@@ -31,39 +34,64 @@ from accumulus.cube import Cube
 from accumulus.datacube import CubeSnapshot as CubeSnapshot  # re-exported
 from accumulus.datacube import Datacube
 from accumulus.errors import AccumulusError
+from accumulus.hierarchy import find_cube_group
 from accumulus.ingest import append as _append
 from accumulus.ingest.append import AppendResult as AppendResult  # re-exported
 from accumulus.ingest.compare import SourceComparison, compare_sources
 from accumulus.inspection import describe_cube
+from accumulus.numeric import check_numeric
 from accumulus.scope import scoped
+from accumulus.storage import open_store, store_label
 
 StoreLike = str | Store | Cube | Datacube
 
 
 @scoped
-def open(store: StoreLike, *, storage_options: dict | None = None) -> Datacube:
+def open(
+    store: StoreLike,
+    *,
+    storage_options: dict | None = None,
+    group: str | None = None,
+    variable: str | None = None,
+) -> Datacube:
     """Open a datacube for queries: its metadata is read once per snapshot, and
     ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one."""
-    handle = _datacube(store, storage_options)
+    handle = _datacube(store, storage_options, group, variable)
     handle.snapshot()  # a store that cannot be read is refused now
     return handle
 
 
-def _datacube(store: StoreLike, storage_options: dict | None) -> Datacube:
+def _datacube(
+    store: StoreLike, storage_options: dict | None, group: str | None, variable: str | None
+) -> Datacube:
     if isinstance(store, Datacube):
         return store
     if isinstance(store, Cube):
         return Datacube.pinned(store)
-    return Datacube.open(store, storage_options)
+    return Datacube.open(store, storage_options, group=group, variable=variable)
 
 
-def _snapshot_cube(store: StoreLike, mode: str, storage_options: dict | None) -> Cube:
-    """A fresh ``Cube`` of ``store`` (the current snapshot of an open ``Datacube``)."""
+@scoped
+def open_cube(
+    store: StoreLike,
+    mode: str = "r",
+    storage_options: dict | None = None,
+    *,
+    group: str | None = None,
+    variable: str | None = None,
+) -> Cube:
+    """Open a datacube snapshot (reads its metadata once): the group ``group`` of the store,
+    or the one group holding ``variable`` (or data variables). An open ``Datacube`` gives its
+    current snapshot."""
     if isinstance(store, Cube):
         return store
     if isinstance(store, Datacube):
         return store.cube
-    return Cube.open(store, mode=mode, storage_options=storage_options)  # type: ignore[arg-type]
+    opened = open_store(store, mode, storage_options=storage_options)  # type: ignore[arg-type]
+    label = None if isinstance(store, Store) else str(store)
+    where = label or store_label(opened)
+    path = find_cube_group(opened, group, variable, where)
+    return Cube(opened, label, group=path)
 
 
 @scoped
@@ -78,6 +106,7 @@ def accumulate(
     rebuild: bool = False,
     progress: Progress | None = None,
     storage_options: dict | None = None,
+    group: str | None = None,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
@@ -89,8 +118,9 @@ def accumulate(
     Re-running with the same configuration does nothing; another configuration needs
     ``rebuild=True``.
     """
-    cube = _snapshot_cube(store, "r+", storage_options)
+    cube = open_cube(store, "r+", storage_options, group=group, variable=variable)
     var = cube.variable(variable)
+    check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
     if dims is None:
         lat, lon = find_latitude(cube.raw, var.dims), find_longitude(cube.raw, var.dims)
         combos = spec.default_combinations(var.dims, lat, lon)
@@ -124,16 +154,20 @@ def query(
     weights: str | None = None,
     use_accumulation: bool = True,
     storage_options: dict | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    group: str | None = None,
 ) -> QueryResult:
-    """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats."""
+    """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats.
+    Chunks are read and reduced within about ``memory_bytes``."""
     # The store's snapshot is read once, by the query itself.
-    return _datacube(store, storage_options).query(
+    return _datacube(store, storage_options, group, variable).query(
         variable,
         over,
         ranges,
         stat=stat,
         weights=weights,
         use_accumulation=use_accumulation,
+        memory_bytes=memory_bytes,
     )
 
 
@@ -148,6 +182,7 @@ def average(
     weights: str | None = None,
     use_accumulation: bool = True,
     storage_options: dict | None = None,
+    group: str | None = None,
 ) -> xr.DataArray:
     """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
     ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
@@ -164,15 +199,20 @@ def average(
         weights=weights,
         use_accumulation=use_accumulation,
         storage_options=storage_options,
+        group=group,
     ).data
 
 
 @scoped
 def verify(
-    store: StoreLike, variable: str | None = None, *, storage_options: dict | None = None
+    store: StoreLike,
+    variable: str | None = None,
+    *,
+    storage_options: dict | None = None,
+    group: str | None = None,
 ) -> list[VerifyReport]:
     """Recompute accumulations from the raw data and compare (all variables by default)."""
-    cube = _snapshot_cube(store, "r", storage_options)
+    cube = open_cube(store, "r", storage_options, group=group, variable=variable)
     names = [variable] if variable else cube.data_variables
     reports = [verify_variable(cube, name) for name in names]
     if variable is None:
@@ -195,9 +235,11 @@ def verify_sources(
 
 
 @scoped
-def inspect(store: StoreLike, *, storage_options: dict | None = None) -> dict[str, Any]:
+def inspect(
+    store: StoreLike, *, storage_options: dict | None = None, group: str | None = None
+) -> dict[str, Any]:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
-    return describe_cube(_snapshot_cube(store, "r", storage_options))
+    return describe_cube(open_cube(store, "r", storage_options, group=group))
 
 
 append = scoped(_append.append)

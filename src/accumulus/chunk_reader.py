@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from math import prod
 
 import numpy as np
 import zarr
@@ -71,34 +72,71 @@ class ChunkReadError(Exception):
 def read_chunks(
     requests: Iterable[ChunkRequest],
     consume: Callable[[ChunkRequest, np.ndarray], None],
+    memory_bytes: int | None = None,
 ) -> ReadCounts:
     """Fetch and decode every requested chunk concurrently and call ``consume(request,
     chunk)`` for each (from worker threads, several at a time: ``consume`` must guard what
     it shares). A chunk that is not stored arrives filled with its array's fill value; the
     chunk of a partial edge has its declared shape. Each key is read once, even when
-    requested twice. Raises ``ChunkReadError`` naming the first chunk that failed."""
+    requested twice. Raises ``ChunkReadError`` naming the first chunk that failed.
+
+    ``memory_bytes`` bounds the chunks held at once (fetched, decoded or being consumed) by
+    twice their decoded size: many small chunks go out together, large ones a few at a time
+    (one at least, whatever its size)."""
     unique = {r.key: r for r in requests}
     counts = ReadCounts()
     if unique:
-        sync(_read_all(list(unique.values()), consume, counts))
+        sync(_read_all(list(unique.values()), consume, counts, memory_bytes))
     return counts
+
+
+class _Held:
+    """Bytes held by chunks in flight, at most ``limit`` (one chunk may exceed it alone)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.used = 0
+        self.ready = asyncio.Condition()
+
+    async def take(self, nbytes: int) -> None:
+        if self.limit is None:
+            return
+        async with self.ready:
+            await self.ready.wait_for(lambda: self.used == 0 or self.used + nbytes <= self.limit)
+            self.used += nbytes
+
+    async def give_back(self, nbytes: int) -> None:
+        if self.limit is None:
+            return
+        async with self.ready:
+            self.used -= nbytes
+            self.ready.notify_all()
 
 
 async def _read_all(
     requests: Sequence[ChunkRequest],
     consume: Callable[[ChunkRequest, np.ndarray], None],
     counts: ReadCounts,
+    memory_bytes: int | None,
 ) -> None:
     limit = asyncio.Semaphore(MAX_IN_FLIGHT)
+    held = _Held(memory_bytes)
     lock = threading.Lock()
 
     async def one(request: ChunkRequest) -> None:
+        # The stored bytes and the decoded chunk, held until it is consumed.
+        cost = 2 * _decoded_bytes(request)
         try:
-            async with limit:
-                chunk, nbytes = await _fetch_decode(request)
-            with lock:
-                counts.keys[request.key] = nbytes
-            await asyncio.to_thread(consume, request, chunk)
+            await held.take(cost)
+            try:
+                async with limit:
+                    chunk, nbytes = await _fetch_decode(request)
+                with lock:
+                    counts.keys[request.key] = nbytes
+                await asyncio.to_thread(consume, request, chunk)
+                del chunk
+            finally:
+                await held.give_back(cost)
         except ChunkReadError:
             raise
         except Exception as exc:
@@ -125,6 +163,13 @@ async def _fetch_decode(request: ChunkRequest) -> tuple[np.ndarray, int]:
     (decoded,) = await array.codec_pipeline.decode([(buffer, spec)])
     assert decoded is not None
     return decoded.as_numpy_array().reshape(spec.shape), len(buffer)
+
+
+def _decoded_bytes(request: ChunkRequest) -> int:
+    metadata = request.array.metadata
+    chunk = _grid(metadata)[request.coords]
+    shape = chunk.codec_shape if chunk is not None else ()
+    return prod(shape) * metadata.dtype.to_native_dtype().itemsize
 
 
 def _chunk_spec(metadata, coords: tuple[int, ...]) -> ArraySpec:

@@ -50,6 +50,13 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 # --- ZEP 5 core: accumulate, average, inspect, verify (issue 2) ---
 
 
+def _group_option(what: str) -> typer.models.OptionInfo:
+    return typer.Option(None, "--group", help=what)
+
+
+CUBE_GROUP_HELP = "Group of the cube (e.g. Grid); default: the one group holding the variable."
+
+
 def _pairs(items: list[str], what: str) -> dict[str, str]:
     """Parse repeated `key=value` options."""
     out = {}
@@ -115,6 +122,7 @@ def accumulate(
         None, "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
     ),
     rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
+    group: str = _group_option(CUBE_GROUP_HELP),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -137,6 +145,7 @@ def accumulate(
             rebuild=rebuild,
             progress=report,
             storage_options=_storage_options(endpoint_url, storage_option),
+            group=group,
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
@@ -195,6 +204,7 @@ def average(
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the result as CSV."),
     png: str = typer.Option(None, "--png", help="Write a plot (line or map) to this PNG file."),
+    group: str = _group_option(CUBE_GROUP_HELP),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -215,6 +225,7 @@ def average(
         weights=weights,
         use_accumulation=not no_accumulation,
         storage_options=_storage_options(endpoint_url, storage_option),
+        group=group,
     )
     if png:
         Path(png).write_bytes(output.result_png(result))
@@ -248,6 +259,7 @@ def _print_result(result, png: str | None) -> None:
 def inspect(
     store: str = typer.Argument(..., help="Cube path or URL."),
     as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
+    group: str = _group_option("Group of the cube; default: the one group holding data."),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -260,7 +272,9 @@ def inspect(
 
     from accumulus import api
 
-    info = api.inspect(store, storage_options=_storage_options(endpoint_url, storage_option))
+    info = api.inspect(
+        store, storage_options=_storage_options(endpoint_url, storage_option), group=group
+    )
     if as_json:
         print(json.dumps(info, default=str))
         return
@@ -281,6 +295,8 @@ def inspect(
             _size(a["bytes_stored"]),
         )
     console.print(table)
+    for name, note in info["inferred"].items():
+        console.print(f"inferred for {name}: {note}", highlight=False)
     for g in info["accumulation_groups"]:
         status = "complete" if g["complete"] else "[red]incomplete (ignored by queries)[/]"
         cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())
@@ -327,6 +343,7 @@ def verify(
         "--sources",
         help="Compare the cube with the files it was made from, as xarray decodes them.",
     ),
+    group: str = _group_option(CUBE_GROUP_HELP),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -343,7 +360,7 @@ def verify(
     if len(names or []) > 1:
         raise AccumulusError(f"verify takes one variable, got {names}; to compare files: --sources")
     variable = names[0] if names else None
-    reports = api.verify(store, variable, storage_options=options)
+    reports = api.verify(store, variable, storage_options=options, group=group)
     failed = False
     for report in reports:
         if report.ok:
@@ -462,6 +479,9 @@ def convert(
         "--codec",
         help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
     ),
+    group: str = _group_option(
+        "Convert this group (and its nested groups) only, kept at its place; default: all."
+    ),
 ) -> None:
     """Convert a NetCDF4/HDF5 or NetCDF-3 file to Zarr, keeping each variable's compression
     (NetCDF-3 has none: its variables get the default codec)."""
@@ -470,7 +490,12 @@ def convert(
 
     per_variable, default = parse_codec_options(codec)
     plan = convert_file(
-        src, dest, zarr_format=zarr_format, codecs=per_variable, default_codec=default
+        src,
+        dest,
+        zarr_format=zarr_format,
+        codecs=per_variable,
+        default_codec=default,
+        group=group,
     )
     for array in plan.arrays:
         codecs = ", ".join(c["id"] for c in array.codecs) or "none"
@@ -511,6 +536,10 @@ def append(
         "--zarr-format",
         help="When the cube is created: 2 or 3 (default 2; 3 with variable --chunking).",
     ),
+    group: str = _group_option(
+        "Group of the granules to append (with its nested groups), kept at the same place "
+        "in the cube; default: the one group holding variables along --dim."
+    ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -545,6 +574,7 @@ def append(
             storage_options=options,
             zarr_format=zarr_format,
             progress=report,
+            group=group,
         )
     if result.recovered:
         console.print(f"[yellow]recovered:[/] {result.recovered}", highlight=False)
@@ -677,6 +707,21 @@ def serve(
         None, "--max-cells", min=1, help="Refuse answers with more values (default 2000000)."
     ),
     cache_mb: int = typer.Option(256, "--cache-mb", min=0, help="Memory for cached answers."),
+    computations: int = typer.Option(
+        2, "--computations", min=1, help="Answers computed at once; others wait, then get 503."
+    ),
+    memory_mb: int = typer.Option(
+        256, "--memory-mb", min=16, help="Memory one computation's raw reads may hold."
+    ),
+    queue_seconds: float = typer.Option(
+        10.0, "--queue-seconds", min=0.1, help="How long a request waits for a computation."
+    ),
+    request_seconds: float = typer.Option(
+        60.0, "--request-seconds", min=0.1, help="Longest computation (then 504)."
+    ),
+    group: str = _group_option(
+        "Group of each cube to serve; default: the one group holding data variables."
+    ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -684,13 +729,21 @@ def serve(
 ) -> None:
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
     from accumulus.service import serve as run_service
+    from accumulus.service.guard import ServiceLimits
 
-    limits = {"max_cells": max_cells} if max_cells else {}
+    cells = {"max_cells": max_cells} if max_cells else {}
     run_service(
         stores,
         host=host,
         port=port,
         cache_bytes=cache_mb * 2**20,
         storage_options=_storage_options(endpoint_url, storage_option),
-        **limits,
+        limits=ServiceLimits(
+            computations=computations,
+            queue_seconds=queue_seconds,
+            request_seconds=request_seconds,
+            memory_bytes=memory_mb * 2**20,
+        ),
+        group=group,
+        **cells,
     )

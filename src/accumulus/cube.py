@@ -9,6 +9,7 @@ It knows nothing of accumulations: it is the Zarr and xarray view of a store, no
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,6 +26,14 @@ from zarr.abc.store import Store
 
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
+from accumulus.hierarchy import (
+    ancestors_of,
+    group_label,
+    group_view,
+    inherited_coordinates,
+    normalize_group,
+)
+from accumulus.inference import MISSING_BELOW
 from accumulus.scope import accumulus_scope
 from accumulus.storage import Mode, open_store, remote_errors, store_label
 
@@ -34,6 +43,7 @@ BLOCK_VALUES = 2**21
 # CF attributes xarray's decoding reads; the rest of a variable's attributes are not needed
 # to turn stored values into physical ones.
 _CF_DECODING_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned")
+_DECODING_ATTRS = (*_CF_DECODING_ATTRS, MISSING_BELOW)
 
 
 @dataclass(frozen=True)
@@ -46,7 +56,12 @@ class Decoder:
     attrs: Mapping[str, Any]
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
-        stored = xr.Variable(self.dims, values, attrs=dict(self.attrs))
+        attrs = dict(self.attrs)
+        below = attrs.pop(MISSING_BELOW, None)
+        if below is not None:  # an inferred rule replacing the fill-value mark (inference)
+            attrs = {k: v for k, v in attrs.items() if k not in ("_FillValue", "missing_value")}
+            values = np.where(values < below, np.nan, values)
+        stored = xr.Variable(self.dims, values, attrs=attrs)
         decoded = xr.conventions.decode_cf_variable(self.name, stored, decode_times=False)
         return np.asarray(decoded.values, dtype="f8")
 
@@ -145,10 +160,18 @@ class Cube:
     ``dimension_names`` in v3)."""
 
     def __init__(
-        self, store: Store, label: str | None = None, *, use_consolidated: bool | None = None
+        self,
+        store: Store,
+        label: str | None = None,
+        *,
+        use_consolidated: bool | None = None,
+        group: str | None = None,
     ) -> None:
+        # A group of the store is a cube of its own, seen through a view of the store.
+        self.group = normalize_group(group)
+        base, store = store, group_view(store, self.group)
         self.store = store
-        self.label = label or store_label(store)
+        self.label = group_label(label or store_label(base), self.group)
         with accumulus_scope(), remote_errors(self.label):
             try:
                 # use_consolidated=False: the arrays' own metadata, newer than the
@@ -176,12 +199,35 @@ class Cube:
                 raise AccumulusError(
                     f"{self.label}: cannot read it as a datacube (xarray conventions): {exc}"
                 ) from None
+            self.raw = self._with_inherited_coordinates(base, self.raw)
         self.consolidated = self.root.metadata.consolidated_metadata is not None
 
     @classmethod
-    def open(cls, url: str | Store, mode: Mode = "r", storage_options: dict | None = None) -> Cube:
+    def open(
+        cls,
+        url: str | Store,
+        mode: Mode = "r",
+        storage_options: dict | None = None,
+        group: str | None = None,
+    ) -> Cube:
         store = open_store(url, mode, storage_options=storage_options)
-        return cls(store, None if isinstance(url, Store) else str(url))
+        return cls(store, None if isinstance(url, Store) else str(url), group=group)
+
+    def _with_inherited_coordinates(self, store: Store, raw: xr.Dataset) -> xr.Dataset:
+        """A group's dimensions may have their coordinate variables in an ancestor group
+        (netCDF-4 scoping, kept by append and convert): they label this group's too."""
+        if not self.group or all(dim in raw.variables for dim in raw.dims):
+            return raw
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # "no consolidated metadata"
+            ancestors = [
+                xr.open_dataset(
+                    store, engine="zarr", group=path or None, chunks=None, decode_cf=False
+                )
+                for path in ancestors_of(self.group)
+            ]
+        inherited = inherited_coordinates(raw, ancestors)
+        return raw.assign_coords(inherited) if inherited else raw
 
     @cached_property
     def decoded(self) -> xr.Dataset:
@@ -213,7 +259,7 @@ class Cube:
             shape=tuple(raw.shape),
             bounds=array_bounds(array),
             array=array,
-            decoding_attrs={k: raw.attrs[k] for k in _CF_DECODING_ATTRS if k in raw.attrs},
+            decoding_attrs={k: raw.attrs[k] for k in _DECODING_ATTRS if k in raw.attrs},
         )
 
     # ----------------------------------------------------------------------------------------

@@ -14,20 +14,24 @@ consolidate when they are done; until then the last consolidated snapshot stays 
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import xarray as xr
 from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.query import QueryResult, run_query
 from accumulus.accumulation.request import Bound, Query, ResolvedQuery, resolve, split_list
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
+from accumulus.hierarchy import find_cube_group, group_label
+from accumulus.inference import InferredConventionsStore
 from accumulus.scope import accumulus_scope, scoped
 from accumulus.snapshot import SnapshotStore, read_snapshot, with_coordinates
 from accumulus.storage import open_store, remote_errors, store_label
@@ -57,31 +61,56 @@ class CubeSnapshot:
         with accumulus_scope():
             return resolve(self.cube, query, self.groups)
 
-    def query(self, query: Query | ResolvedQuery) -> QueryResult:
+    def query(
+        self, query: Query | ResolvedQuery, memory_bytes: int = DEFAULT_MEMORY_BYTES
+    ) -> QueryResult:
+        """The answer, its chunks read and reduced within about ``memory_bytes``."""
         with accumulus_scope():
-            return run_query(self.cube, query, groups=self.groups)
+            return run_query(self.cube, query, groups=self.groups, memory_bytes=memory_bytes)
+
+    def reading_through(self, store: Store) -> CubeSnapshot:
+        """This snapshot with its chunks read through ``store`` (a wrapper of the cube's
+        store, such as the service's guard)."""
+        cube = copy.copy(self.cube)
+        cube.store = store
+        return replace(self, cube=cube)
 
 
 class Datacube:
     """A datacube opened for queries (``accumulus.open``)."""
 
-    def __init__(self, store: Store, label: str | None = None) -> None:
+    def __init__(self, store: Store, label: str | None = None, group: str = "") -> None:
         self.store = store
-        self.label = label or store_label(store)
+        self.group = group  # the group of the store that is the cube ("" for its root)
+        self._store_label = label or store_label(store)
+        self.label = group_label(self._store_label, group)
         self._current: CubeSnapshot | None = None
         self._pinned = False
         self._reads = 0
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, url: str | Store, storage_options: dict[str, Any] | None = None) -> Datacube:
+    def open(
+        cls,
+        url: str | Store,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        group: str | None = None,
+        variable: str | None = None,
+        label: str | None = None,
+    ) -> Datacube:
+        """The datacube at ``url``: its group ``group``, or the one group holding
+        ``variable`` (or data variables); the root of a store without groups. ``label``:
+        how messages name it (default: ``url``)."""
         store = open_store(url, "r", storage_options=storage_options)
-        return cls(store, None if isinstance(url, Store) else str(url))
+        label = label or (None if isinstance(url, Store) else str(url))
+        path = find_cube_group(store, group, variable, label or store_label(store))
+        return cls(store, label, path)
 
     @classmethod
     def pinned(cls, cube: Cube) -> Datacube:
         """A handle that always answers from ``cube``'s snapshot, never a newer one."""
-        handle = cls(cube.store, cube.label)
+        handle = cls(cube.store, cube.label)  # the cube's own view and label
         handle._current = CubeSnapshot.of(cube)
         handle._pinned = True
         return handle
@@ -125,7 +154,10 @@ class Datacube:
                 return current
         with remote_errors(self.label):
             metadata = with_coordinates(self.store, metadata)
-        cube = Cube(SnapshotStore(self.store, metadata), label=self.label)
+        # Stores without xarray's conventions (the ZEP 5 generator's) are read from the
+        # snapshot too; a group of the store is seen through a view (see ``hierarchy``).
+        store = InferredConventionsStore(SnapshotStore(self.store, metadata))
+        cube = Cube(store, label=self._store_label, group=self.group or None)
         fresh = CubeSnapshot.of(cube, metadata.token, generation=read)
         with self._lock:
             if self._current is None or self._current.generation < read:
@@ -158,6 +190,7 @@ class Datacube:
         stat: str = "mean",
         weights: str | None = None,
         use_accumulation: bool = True,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
     ) -> QueryResult:
         """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured
         counts."""
@@ -169,7 +202,7 @@ class Datacube:
             weights=weights,
             use_accumulation=use_accumulation,
         )
-        return self.snapshot().query(request)
+        return self.snapshot().query(request, memory_bytes)
 
     def average(
         self,
@@ -180,6 +213,7 @@ class Datacube:
         stat: str = "mean",
         weights: str | None = None,
         use_accumulation: bool = True,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
     ) -> xr.DataArray:
         """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the
         dimensions ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
@@ -192,4 +226,5 @@ class Datacube:
             stat=stat,
             weights=weights,
             use_accumulation=use_accumulation,
+            memory_bytes=memory_bytes,
         ).data

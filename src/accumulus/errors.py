@@ -22,8 +22,10 @@ class AccumulusWarning(UserWarning):
 
 class ParameterError(AccumulusError):
     """One parameter of a request is wrong; ``parameter`` names it ("over", "stat",
-    "weights", "variable", or a dimension for its range)."""
+    "weights", "variable", or a dimension for its range); ``missing``: it names something
+    that is not there (a service answers 404), rather than something wrong (422)."""
 
-    def __init__(self, parameter: str | None, message: str) -> None:
+    def __init__(self, parameter: str | None, message: str, *, missing: bool = False) -> None:
         super().__init__(message)
         self.parameter = parameter
+        self.missing = missing

@@ -10,6 +10,7 @@ from accumulus.accumulation import spec
 from accumulus.accumulation.groups import accumulation_array, read_group
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds
+from accumulus.inference import inferred_conventions
 from accumulus.storage import dimension_names
 
 
@@ -94,4 +95,6 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
         "dimensions": {str(d): int(n) for d, n in cube.raw.sizes.items()},
         "arrays": arrays,
         "accumulation_groups": groups,
+        # Conventions the store lacks and that were inferred to read it (accumulus.inference).
+        "inferred": inferred_conventions(cube.store),
     }

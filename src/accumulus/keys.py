@@ -38,7 +38,10 @@ def create_exclusive(store: Store, key: str, data: bytes) -> bool:
     """
     inner = _innermost(store)
     if isinstance(inner, FsspecStore) and "s3" in _protocols(inner):
-        path = f"{inner.path.rstrip('/')}/{key}"
+        from accumulus.hierarchy import split_view
+
+        group = split_view(store)[1]  # a cube's group: its keys are under the group's path
+        path = "/".join(p for p in (inner.path.rstrip("/"), group, key) if p)
         try:
             sync(inner.fs._pipe_file(path, data, mode="create"))
         except FileExistsError:

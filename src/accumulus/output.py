@@ -63,7 +63,9 @@ def result_json(result: QueryResult) -> dict[str, Any]:
 def result_csv(result: QueryResult) -> str:
     data = result.data
     if data.ndim == 0:
-        return f"{data.name}\n{label(data.values[()])}\n"
+        value = data.values[()].item()
+        # As pandas writes the cells of a table: missing is empty, infinities are inf.
+        return f"{data.name}\n{'' if value != value else value}\n"
     frame = data.to_dataframe(name=str(data.name))
     keep = [str(d) for d in data.dims] + [str(data.name)]
     frame = frame.reset_index()[keep]

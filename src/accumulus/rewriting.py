@@ -14,6 +14,20 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import WrapperStore
 
+from accumulus.errors import AccumulusError
+
+# Every Zarr v2/v3 metadata document: each is checked to be JSON as it is read.
+METADATA_DOCUMENTS = frozenset({".zarray", ".zgroup", ".zattrs", ".zmetadata", "zarr.json"})
+
+
+def parse_metadata(key: str, content: bytes) -> Any:
+    """A metadata document's JSON, or an error naming ``key`` (zarr's would not)."""
+    try:
+        return json.loads(content)
+    except ValueError as exc:
+        reason = getattr(exc, "msg", "cannot be decoded")
+        raise AccumulusError(f"metadata document {key} is not valid JSON ({reason})") from None
+
 
 class MetadataRewritingStore(WrapperStore[Store]):
     """Serves the metadata documents named in ``documents`` through ``rewrite``."""
@@ -50,9 +64,12 @@ class MetadataRewritingStore(WrapperStore[Store]):
         prototype: BufferPrototype,
         byte_range: ByteRequest | None,
     ) -> Buffer | None:
-        if value is None or byte_range is not None or key.rsplit("/", 1)[-1] not in self.documents:
+        name = key.rsplit("/", 1)[-1]
+        if value is None or byte_range is not None or name not in METADATA_DOCUMENTS:
             return value
-        document = json.loads(value.to_bytes())
+        document = parse_metadata(key, value.to_bytes())
+        if name not in self.documents:
+            return value
         fixed = self.rewrite(key, document)
         if fixed == document:
             return value

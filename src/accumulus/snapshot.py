@@ -27,8 +27,12 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
 from zarr.storage import WrapperStore
 
+from accumulus.rewriting import parse_metadata
+from accumulus.safe_reads import local_root, read_with_limits
 from accumulus.scope import accumulus_scope
 from accumulus.storage import dimension_names, is_metadata_key
+
+READ_SECONDS = 10.0  # the longest one metadata document may take to read
 
 # The documents at the root of a store that hold consolidated metadata (v3 in zarr.json,
 # v2 in .zmetadata) and, for v2, the root group's own metadata.
@@ -67,7 +71,8 @@ class MetadataSnapshot:
 
 
 def read_snapshot(store: Store) -> MetadataSnapshot:
-    """Read the metadata snapshot of ``store`` now."""
+    """Read the metadata snapshot of ``store`` now. A document that is not JSON, not a file,
+    or too slow to read is an ``AccumulusError`` naming it."""
     root = _read_documents(store, ROOT_DOCUMENTS)
     if _is_consolidated(root):
         return MetadataSnapshot(root, complete=False)
@@ -93,12 +98,19 @@ def with_coordinates(store: Store, snapshot: MetadataSnapshot) -> MetadataSnapsh
 
 
 def _read_documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[str, bytes]:
+    root = local_root(store)
+
     async def read_all() -> list[Buffer | None]:
         prototype = default_buffer_prototype()
-        return await asyncio.gather(*(store.get(key, prototype) for key in keys))
+        return await asyncio.gather(
+            *(read_with_limits(store, root, k, prototype, None, READ_SECONDS) for k in keys)
+        )
 
     values = sync(read_all())
-    return {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
+    documents = {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
+    for key, content in documents.items():
+        parse_metadata(key, content)
+    return documents
 
 
 def _is_consolidated(root: Mapping[str, bytes]) -> bool:

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import threading
+import zipfile
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,8 @@ from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore, ZipSt
 
 from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
+from accumulus.inference import InferredConventionsStore
+from accumulus.nczarr import write_nczarr_metadata
 from accumulus.scope import accumulus_scope
 from accumulus.zep3 import Zep3DraftStore
 
@@ -51,12 +54,16 @@ def open_store(
     ``mode``: "r" read-only (the store must exist), "r+" read-write (must exist),
     "w" read-write, created if missing. ``storage_options`` go to fsspec for ``s3://``;
     the endpoint comes from ``endpoint_url`` there or ``AWS_ENDPOINT_URL``.
-    Stores written by netcdf-c (see ``filters.nczarr``) and ZEP 3 draft chunk grids (see
-    ``zep3``) are read right.
+    Stores written by netcdf-c (see ``filters.nczarr``), ZEP 3 draft chunk grids (see
+    ``zep3``) and, read-only, stores without xarray's conventions written by the ZEP 5
+    reference generator (see ``inference``) are read right.
     """
     if isinstance(url, Store):
         return url
-    return Zep3DraftStore(NCZarrCompatStore(_open(os.fspath(url), mode, storage_options)))
+    store = _open(os.fspath(url), mode, storage_options)
+    if mode == "r":  # stores without xarray's conventions are read, never written
+        store = InferredConventionsStore(store)
+    return Zep3DraftStore(NCZarrCompatStore(store))
 
 
 def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Store:
@@ -160,8 +167,12 @@ def remote_errors(label: str) -> Iterator[None]:
 
 
 def _is_client_error(exc: BaseException) -> bool:
-    """aiohttp's errors (HTTP stores), without importing aiohttp for local work."""
-    return any(c.__module__.startswith("aiohttp") for c in type(exc).__mro__)
+    """aiohttp's errors (HTTP stores) and botocore's (S3: no credentials, a bad endpoint),
+    without importing either for local work."""
+    return any(c.__module__.split(".")[0] in _CLIENT_MODULES for c in type(exc).__mro__)
+
+
+_CLIENT_MODULES = frozenset({"aiohttp", "botocore", "aiobotocore"})
 
 
 def _open_reference_file(
@@ -258,6 +269,8 @@ def _open_zip(path: Path, mode: Mode) -> ZipStore:
         raise AccumulusError(
             f"{path}: zip stores are read-only here; work on a directory store and zip it after"
         )
+    if mode == "r" and not zipfile.is_zipfile(path):
+        raise AccumulusError(f"{path}: not a readable zip archive (damaged or truncated?)")
     return ZipStore(path, mode="r" if mode == "r" else "w", read_only=mode == "r")
 
 
@@ -524,9 +537,11 @@ class CountingStore(WrapperStore[Store]):
 
 
 def consolidate(store: Store) -> None:
-    """Refresh consolidated metadata (the last step of every write)."""
+    """Refresh consolidated metadata and, from it, netcdf-c's NCZarr metadata (the last step
+    of every write), so netcdf-c opens every store we write (see ``accumulus.nczarr``)."""
     with accumulus_scope():
         zarr.consolidate_metadata(store)
+    write_nczarr_metadata(store)
 
 
 # --------------------------------------------------------------------------------------------

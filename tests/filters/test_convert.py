@@ -83,11 +83,15 @@ def test_v2_metadata_follows_xarray_conventions_and_keeps_filters(granule, tmp_p
         "_FillValue": -9999.0,  # for netcdf-c, which reads it from here
         "units": "mm/day",
         "long_name": "precipitation",
+        # netcdf-c's NCZarr metadata (accumulus.nczarr); xarray hides it
+        "_nczarr_array": {"dimension_references": ["/time", "/lat", "/lon"], "storage": "chunked"},
     }
     station = json.loads((dest / "station_name" / ".zattrs").read_text())
     assert _zarray(dest, "station_name")["dtype"] == "|S9"  # fixed width, as netcdf-c reads
     assert station["_Encoding"] == "utf-8"
     root = json.loads((dest / ".zattrs").read_text())
+    assert root.pop("_nczarr_superblock") == {"version": "2.0.0"}
+    assert root.pop("_nczarr_group")["groups"] == ["ancillary"]
     assert root == {"title": "test granule", "history": [1.5, 2.5], "version": 3}
     assert (dest / ".zmetadata").is_file()
 

@@ -249,5 +249,5 @@ def test_openapi_documents_the_ranges_and_errors(client):
     assert {"time", "lat", "lon"} <= set(parameters)
     assert parameters["dataset"]["schema"]["enum"] == ["surface"]
     assert parameters["stat"]["schema"]["enum"] == ["mean", "sum", "count"]
-    assert set(operation["responses"]) == {"200", "404", "422"}
+    assert set(operation["responses"]) == {"200", "404", "422", "503", "504"}
     assert json.dumps(document)  # a valid JSON document

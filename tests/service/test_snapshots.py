@@ -18,7 +18,7 @@ from accumulus.cube import Cube
 from accumulus.datacube import CubeSnapshot
 from accumulus.service import create_app
 from accumulus.service.answers import Answer
-from accumulus.service.cache import AnswerCache
+from accumulus.service.cache import AnswerCache, entry_bytes
 from accumulus.service.datasets import Dataset, Snapshot, dataset_names
 from accumulus.snapshot import SnapshotStore, read_snapshot
 from accumulus.storage import open_store
@@ -111,7 +111,7 @@ def test_a_removed_store_is_reported_not_served_from_memory(fresh_cube: Path):
     assert health["status"] == "degraded"
     assert "no Zarr metadata any more" in health["datasets"]["growing"]
     answer = client.get("/api/datasets/growing/tas/average?over=lat,lon")
-    assert answer.status_code == 422 and "no Zarr metadata" in answer.json()["error"]
+    assert answer.status_code == 503 and "no Zarr metadata" in answer.json()["error"]
 
 
 def test_answers_come_from_raw_data_when_accumulations_cannot_be_read(fresh_cube: Path):
@@ -161,18 +161,19 @@ def _snapshot(token: str, generation: int) -> Snapshot:
 
 
 def test_answer_cache_keeps_recent_answers_within_its_bytes():
-    cache = AnswerCache(max_bytes=10)
     now = _snapshot("a", 1)
+    one = entry_bytes(("a", now.token, ("x",)), Answer(b"1234", "text/plain"))
+    cache = AnswerCache(max_bytes=2 * one + 1)
     for key in ("x", "y", "z"):
         cache.put(now, (key,), Answer(b"1234", "text/plain"))
-    assert cache.get(now, ("x",)) is None  # pushed out: 12 bytes > 10
+    assert cache.get(now, ("x",)) is None  # pushed out: three entries do not fit
     assert cache.get(now, ("z",)) == Answer(b"1234", "text/plain")
-    cache.put(now, ("big",), Answer(b"x" * 11, "text/plain"))
+    cache.put(now, ("big",), Answer(b"x" * (2 * one), "text/plain"))
     assert cache.get(now, ("big",)) is None
 
 
 def test_answer_cache_drops_and_refuses_older_snapshots():
-    cache = AnswerCache(max_bytes=1000)
+    cache = AnswerCache(max_bytes=10_000)
     old, new = _snapshot("a", 1), _snapshot("b", 2)
     cache.put(old, ("q",), Answer(b"old", "text/plain"))
     assert cache.get(old, ("q",)) is not None

@@ -23,6 +23,7 @@ import zarr
 
 from accumulus import compute
 from accumulus.accumulation import spec, statistics, stream
+from accumulus.accumulation.chunk_check import checksummed_codecs
 from accumulus.accumulation.groups import read_group
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
@@ -84,8 +85,13 @@ def _build(
     coverage = final_coverage(cube, var)
     holders = statistics.stored_arrays(request.weights)
     wanted = spec.make_group(variable, var.dims, request, coverage, holders)
-    existing = read_group(cube, variable)
-    action = "built"
+    try:
+        existing = read_group(cube, variable)
+    except AccumulusError:
+        if not rebuild:
+            raise
+        existing = None  # damaged (e.g. attributes edited): replaced below
+    action = "built" if cube.root.get(spec.group_name(variable)) is None else "rebuilt"
     if existing is not None and not rebuild:
         same = existing.producer == "accumulus" and existing.config() == wanted.config()
         if same and existing.complete:
@@ -102,8 +108,6 @@ def _build(
                 f"{variable!r} already has accumulations ({_describe(existing)}); asked for "
                 f"{_describe(wanted)}. Add --rebuild (rebuild=True) to replace them"
             )
-    if existing is not None:
-        action = "rebuilt"
     if scheduler and scheduler != "threads" and cube.label.startswith("memory://"):
         raise AccumulusError("memory:// stores live in this process: use the threads scheduler")
 
@@ -181,6 +185,9 @@ def _update(
     return tuple(sorted(names))
 
 
+MAX_STRIDE = 1_000_000  # chunks per entry
+
+
 def check_request(var: VariableInfo, request: spec.BuildRequest) -> None:
     if not request.combinations:
         raise AccumulusError("no dimension combination to accumulate was given")
@@ -201,6 +208,13 @@ def check_request(var: VariableInfo, request: spec.BuildRequest) -> None:
             )
         if int(stride) < 1:
             raise AccumulusError(f"stride for {dim!r} must be a positive integer, got {stride}")
+        if int(stride) > MAX_STRIDE:
+            # Strides past today's chunk count are allowed (entries appear as appends add
+            # chunks); one no archive could reach is a mistake, not a plan.
+            raise AccumulusError(
+                f"stride {stride} for {dim!r} is larger than any archive's chunk count: use a "
+                f"stride from 1 to {MAX_STRIDE} (it counts chunks per entry)"
+            )
     seen = [tuple(sorted(c)) for c in request.combinations]
     if len(set(seen)) != len(seen):
         raise AccumulusError("the same dimension combination is asked for twice")
@@ -326,6 +340,8 @@ def _create_arrays(
                 fill_value=-1 if count else np.nan,
                 attributes=spec.array_attributes(acc),
                 dimension_names=acc.array_dims if v3 else None,
+                # A checksum per chunk: bytes changed on disk fail loudly, not as wrong sums.
+                **checksummed_codecs(3 if v3 else 2),
             )
     return targets
 

@@ -16,10 +16,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from math import prod
 
 import numpy as np
 
 from accumulus.accumulation import spec
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.plan import QueryPlan, Read
 from accumulus.accumulation.sums import reduce_terms
@@ -77,9 +79,14 @@ def execute(
     plan: QueryPlan,
     terms: Sequence[str],
     weights: str,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
 ) -> ExecutedPlan:
-    """Σ over the plan's reads of sign x sums."""
+    """Σ over the plan's reads of sign x sums, holding about ``memory_bytes`` at most: the
+    chunks in flight are bounded by their decoded size, and a raw chunk is summed slab by
+    slab (see ``budget``)."""
     work = chunk_work(groups, var, plan, terms)
+    chunk_bytes = prod(max(b.sizes, default=1) for b in var.bounds) * var.array.dtype.itemsize
+    budget = read_budget(memory_bytes, chunk_bytes)
     total = _OrderedTotal(
         (
             len(terms),
@@ -91,10 +98,9 @@ def execute(
     def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
         for part in work[request.key][1]:
             if isinstance(part, RawPart):
-                box = {d: slice(*part.box[d]) for d in var.dims}
-                values = var.decoder.values(chunk[part.local])
-                w = weight_values(cube.decoded, weights, var.dims, box)
-                sums = reduce_terms(values, w, terms, reduce_axes)
+                sums = _raw_sums(
+                    cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget
+                )
             else:
                 sums = _checked_entries(cube, request, chunk[part.local])
                 if part.summed:
@@ -103,12 +109,43 @@ def execute(
             total.add(part.index, part.out, part.sign * sums)
 
     try:
-        counts = read_chunks((request for request, _ in work.values()), consume)
+        counts = read_chunks(
+            (request for request, _ in work.values()),
+            consume,
+            budget.memory_bytes - budget.cache_bytes,
+        )
     except ChunkReadError as failed:
         raise _read_error(cube, var, failed) from None
     raw_prefix = var.array.store_path.path + "/"
     raw = sum(key.startswith(raw_prefix) for key in work)
     return ExecutedPlan(total.result(), counts, len(work) - raw, raw)
+
+
+def _raw_sums(
+    cube: Cube,
+    var: VariableInfo,
+    stored: np.ndarray,
+    part: RawPart,
+    axes: tuple[int, ...],
+    terms: Sequence[str],
+    weights: str,
+    budget: ReadBudget,
+) -> np.ndarray:
+    """The sums of a raw chunk's part, decoded and summed slab by slab so that the working
+    arrays stay within the budget whatever the chunk's size."""
+    box = {d: slice(*part.box[d]) for d in var.dims}
+    w = weight_values(cube.decoded, weights, var.dims, box)
+    kept = [a for a in range(stored.ndim) if a not in axes]
+    sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
+    for slab in slabs(stored.shape, budget.slab_values):
+        w_slab = w
+        if isinstance(w, np.ndarray):  # size-1 axes broadcast: slice only the others
+            w_slab = w[
+                tuple(s if n > 1 else slice(None) for s, n in zip(slab, w.shape, strict=True))
+            ]
+        values = var.decoder.values(stored[slab])
+        sums[(slice(None), *(slab[a] for a in kept))] += reduce_terms(values, w_slab, terms, axes)
+    return sums
 
 
 def chunk_work(

@@ -42,9 +42,35 @@ def read_group(cube: Cube, variable: str) -> spec.AccumulationGroup | None:
         return dict(child.attrs) if isinstance(child, zarr.Array) else None
 
     group = spec.parse_group(var.name, var.dims, dict(node.attrs), array_attrs)
-    if group.producer == "foreign":
-        group = _foreign_coverage(cube, var, group, members)
+    if group.producer == "foreign":  # theirs may hold a last partial entry
+        return _foreign_coverage(cube, var, group, members)
+    _check_shapes(cube.label, var, group, members)
     return group
+
+
+def _check_shapes(
+    label: str, variable: VariableInfo, group: spec.AccumulationGroup, members: Mapping
+) -> None:
+    """Refuse accumulation arrays whose shape does not fit their ``_ARRAY_DIMENSIONS``
+    (attributes edited or permuted by hand): at most one entry per ``stride`` chunks along
+    accumulated dimensions, at most the variable's size along the others."""
+    for acc in group.accumulations:
+        for name in sorted(set(acc.arrays.values())):
+            shape = members[name].shape
+            for dim, size in zip(acc.array_dims, shape, strict=True):
+                bounds = variable.bounds[variable.axis(dim)]
+                limit = (
+                    bounds.n_chunks // acc.stride(dim)
+                    if dim in acc.dims
+                    else variable.shape[variable.axis(dim)]
+                )
+                if size > limit:
+                    raise AccumulusError(
+                        f"{label}: {group.path}/{name} has shape {list(shape)}, which "
+                        f"does not fit its _ARRAY_DIMENSIONS {list(acc.array_dims)} "
+                        f"({dim} allows at most {limit}): its attributes were edited; "
+                        "rebuild it with `accumulus accumulate --rebuild`"
+                    )
 
 
 def accumulation_array(cube: Cube, variable: str, name: str) -> zarr.Array:

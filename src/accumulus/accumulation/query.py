@@ -17,6 +17,7 @@ from typing import Any
 import xarray as xr
 
 from accumulus.accumulation import statistics
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.execute import execute
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
@@ -55,10 +56,15 @@ class QueryResult:
 
 
 def run_query(
-    cube: Cube, query: Query | ResolvedQuery, *, groups: AccumulationGroups | None = None
+    cube: Cube,
+    query: Query | ResolvedQuery,
+    *,
+    groups: AccumulationGroups | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
 ) -> QueryResult:
     """Answer ``query`` on ``cube``. ``groups``: the snapshot's accumulation groups, when
-    already read (an open ``Datacube`` keeps them)."""
+    already read (an open ``Datacube`` keeps them). Chunks are read and reduced within about
+    ``memory_bytes`` (see ``budget``)."""
     started = time.perf_counter()
     groups = groups or AccumulationGroups(cube)
     resolved = query if isinstance(query, ResolvedQuery) else resolve(cube, query, groups)
@@ -71,7 +77,7 @@ def run_query(
         layouts, note = [], "accumulation not used (full scan requested)"
 
     plan = plan_query(var.dims, resolved.ranges, resolved.over, layouts)
-    done = execute(cube, groups, var, plan, terms, weights)
+    done = execute(cube, groups, var, plan, terms, weights, memory_bytes)
     values = stat.finish(list(done.sums), weights != "none")
 
     coords = {d: (d, cube.coordinate(d, *resolved.ranges[d])) for d in resolved.kept}

@@ -25,6 +25,7 @@ from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.weights import resolve_weights
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError, ParameterError
+from accumulus.numeric import check_numeric
 
 STATS = tuple(statistics.STATISTICS)
 
@@ -112,8 +113,13 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
             "variable",
             f"{cube.label}: no variable {query.variable!r}; data variables are "
             f"{cube.data_variables}",
+            missing=True,
         )
     var = cube.variable(query.variable)
+    try:
+        check_numeric(cube.raw, cube.decoded, var.name, "a variable to average")
+    except AccumulusError as exc:
+        raise ParameterError("variable", str(exc)) from None
     over = _check_over(var, query.over)
     if query.stat not in statistics.STATISTICS:
         known = ", ".join(statistics.STATISTICS)
@@ -202,6 +208,8 @@ def _coerce(index: pd.Index, dim: str, bound: Bound) -> Bound:
             ) from None
         return bound
     if pd.api.types.is_numeric_dtype(index.dtype) and isinstance(bound, str):
+        if not bound.isascii():  # float() reads other scripts' digits too: ١٠ is 10
+            raise AccumulusError(f"range bound {bound!r} for {dim!r} is not a number")
         try:
             return float(bound)
         except ValueError:

@@ -18,6 +18,7 @@ import numpy as np
 import xarray as xr
 
 from accumulus.accumulation import spec, statistics
+from accumulus.accumulation.chunk_check import chunk_problem_text, failing_chunks
 from accumulus.accumulation.groups import accumulation_array, read_group
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
@@ -73,8 +74,15 @@ def verify_variable(cube: Cube, variable: str) -> VerifyReport:
             report.problems.append(str(problem))
     try:
         counts = dask.compute(*[(c.bad.data.sum(), da.argmax(c.bad.data.ravel())) for c in checks])
-    except Exception as exc:  # a corrupt chunk: say which array could not be read
-        report.problems.append(f"{group.path}: cannot be read or recomputed: {exc}")
+    except Exception as exc:  # a corrupt chunk (its checksum fails): say which
+        failing = [
+            problem
+            for acc in group.accumulations
+            for name in sorted(set(acc.arrays.values()))
+            for problem in failing_chunks(accumulation_array(cube, variable, name))
+        ]
+        text = chunk_problem_text(failing) or f"cannot be read or recomputed: {exc}"
+        report.problems.append(f"{group.path}: {text}")
         return report
     for check, (n_bad, first) in zip(checks, counts, strict=True):
         if n_bad:

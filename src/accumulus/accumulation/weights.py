@@ -14,6 +14,7 @@ import numpy as np
 import xarray as xr
 
 from accumulus.errors import AccumulusError
+from accumulus.numeric import NUMERIC_KINDS
 
 _LAT_UNITS = {"degrees_north", "degree_north", "degree_n", "degrees_n", "degreen", "degreesn"}
 _LON_UNITS = {"degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese"}
@@ -58,6 +59,11 @@ def resolve_weights(ds: xr.Dataset, variable: str, weights: str | None) -> str:
         raise AccumulusError(
             f"weights {weights!r}: use 'area', 'none' or the name of an array in the dataset; "
             f"there is no array {name!r}"
+        )
+    if ds.variables[name].dtype.kind not in NUMERIC_KINDS:
+        raise AccumulusError(
+            f"weights {weights!r}: array {name!r} holds {ds.variables[name].dtype} values, "
+            "and weights must be numbers"
         )
     extra = [d for d in ds.variables[name].dims if d not in dims]
     if extra:

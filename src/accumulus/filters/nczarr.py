@@ -12,8 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import zarr
-from zarr.abc.store import Store
 
 from accumulus.filters.base import FilterError
 from accumulus.filters.chain import for_array
@@ -62,25 +60,3 @@ class NCZarrCompatStore(MetadataRewritingStore):
         if key.rsplit("/", 1)[-1] == ".zarray":
             return normalize_zarray(document)
         return normalize_consolidated(document)
-
-
-# netcdf-c keeps a group's dimensions in an attribute of the group, under one of two names
-# (NCZarr 2.x and earlier releases).
-_NCZARR_GROUP_ATTRIBUTES = (("_nczarr_group", "dimensions"), ("_NCZARR_GROUP", "dims"))
-
-
-def record_dimension_size(store: Store, dim: str, size: int) -> None:
-    """Keep netcdf-c's record of a root dimension's size in step after the arrays grew.
-
-    In NCZarr mode netcdf-c takes dimension sizes from the root group's attribute, not from
-    the arrays, and refuses arrays longer than their dimension. Stores without it (or
-    without ``dim`` in it) are left alone."""
-    root = zarr.open_group(store, mode="r+", use_consolidated=False)
-    for attribute, key in _NCZARR_GROUP_ATTRIBUTES:
-        info = root.attrs.get(attribute)
-        if not isinstance(info, dict) or dim not in info.get(key, {}):
-            continue
-        dims = dict(info[key])
-        entry = dims[dim]
-        dims[dim] = {**entry, "size": size} if isinstance(entry, dict) else size
-        root.attrs[attribute] = {**info, key: dims}

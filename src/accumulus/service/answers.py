@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.errors import AccumulationReadError
 from accumulus.output import result_csv, result_json, result_png
 from accumulus.service.datasets import Snapshot
@@ -22,9 +23,13 @@ class Answer:
     media_type: str
 
 
-def compute_answer(snapshot: Snapshot, request: AverageRequest) -> Answer:
+def compute_answer(
+    snapshot: Snapshot, request: AverageRequest, memory_bytes: int = DEFAULT_MEMORY_BYTES
+) -> Answer:
+    """The rendered answer of a checked request on ``snapshot``, its chunks read and reduced
+    within about ``memory_bytes``."""
     try:
-        result = snapshot.query(request.query)
+        result = snapshot.query(request.query, memory_bytes)
     except AccumulationReadError as exc:
         if not request.query.use_accumulation:
             raise
@@ -33,7 +38,7 @@ def compute_answer(snapshot: Snapshot, request: AverageRequest) -> Answer:
         # after an append rewrites the group before it publishes new metadata). The raw data
         # within the snapshot's extent is never rewritten, so it still gives this snapshot's
         # answer: slower, and said so.
-        result = snapshot.query(request.query.without_accumulation())
+        result = snapshot.query(request.query.without_accumulation(), memory_bytes)
         result = replace(
             result, note=f"accumulations could not be read ({exc}); answered from the raw data"
         )

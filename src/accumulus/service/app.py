@@ -2,15 +2,29 @@
 
 Each request takes one snapshot of its dataset and answers from it alone. Every user mistake
 (an ``AccumulusError``, or a parameter FastAPI cannot parse) becomes a 4xx JSON body
-``{"error": ..., "parameter": ...}``; a 5xx would be a bug.
+``{"error": ..., "parameter": ...}``. A store that cannot be read (damaged, removed, a chunk
+that is not a file) is a 503 naming the dataset; a busy service a 503 with ``Retry-After``; a
+computation past its time a 504. No response carries a server path or an internal name.
+
+Answers are computed on worker threads, at most ``ServiceLimits.computations`` at once
+(``guard``); the event loop only waits, so ``/api/health`` answers while they run.
 """
 
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -19,28 +33,59 @@ from starlette.exceptions import HTTPException
 from accumulus.api import STATS
 from accumulus.errors import AccumulusError
 from accumulus.service import schemas
-from accumulus.service.answers import MEDIA_TYPES, compute_answer
+from accumulus.service.answers import MEDIA_TYPES, Answer, compute_answer
 from accumulus.service.cache import AnswerCache
-from accumulus.service.datasets import Catalog, Dataset
-from accumulus.service.describe import describe_snapshot
+from accumulus.service.datasets import Catalog, Dataset, Snapshot
+from accumulus.service.describe import averageable, describe_snapshot
 from accumulus.service.geography import router as geography
+from accumulus.service.guard import (
+    ComputeSlots,
+    GuardedStore,
+    RequestGuard,
+    ServiceLimits,
+)
+from accumulus.service.memory import release_free_memory, tune_allocator
 from accumulus.service.parameters import (
     FORMATS,
     OPTIONS,
+    AverageRequest,
     ParameterError,
     check_average_request,
-    http_status,
     range_pattern,
 )
 
 DEFAULT_MAX_CELLS = 2_000_000
 DEFAULT_CACHE_BYTES = 256 * 2**20
 STATIC = resources.files("accumulus.service") / "static"
+# /api/health waits up to this long for fresh snapshot reads when no computation runs; while
+# some run it answers at once with the last ones read (and starts reading afresh).
+HEALTH_WAIT_IDLE_SECONDS = 1.0
+# How often a waiting request looks whether its client is still there.
+WATCH_SECONDS = 0.1
+POLL_SECONDS = 0.005
+CLIENT_GONE = 499  # nginx's "client closed request": nobody reads this response
+
+log = logging.getLogger("accumulus.service")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": schemas.ErrorBody, "description": "Unknown dataset or variable."},
     422: {"model": schemas.ErrorBody, "description": "A parameter is wrong; it is named."},
+    503: {
+        "model": schemas.ErrorBody,
+        "description": "The dataset cannot be read now, or the service is busy (then with "
+        "Retry-After).",
+    },
+    504: {"model": schemas.ErrorBody, "description": "The answer took longer than allowed."},
 }
+
+
+class ServiceError(AccumulusError):
+    """Answered with ``status`` (5xx) and a JSON error body; not the request's fault."""
+
+    def __init__(self, message: str, status: int = 503, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
 
 
 def create_app(
@@ -49,11 +94,18 @@ def create_app(
     max_cells: int = DEFAULT_MAX_CELLS,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     storage_options: dict[str, Any] | None = None,
+    limits: ServiceLimits | None = None,
+    group: str | None = None,
 ) -> FastAPI:
-    """The service for ``stores`` (paths or URLs). Each is opened now, so a store that
-    cannot be read stops the start with an ``AccumulusError``. Answers larger than
-    ``max_cells`` values are refused; up to ``cache_bytes`` of answers are kept."""
-    catalog = Catalog(stores, storage_options)
+    """The service for ``stores`` (paths or URLs), each from its group ``group`` (by default
+    the one group holding data variables). Each is opened now, so a store that cannot be read
+    stops the start with an ``AccumulusError``. Answers larger than ``max_cells`` values are
+    refused; up to ``cache_bytes`` of answers are kept; ``limits`` bound the computations
+    (see ``ServiceLimits``)."""
+    limits = limits or ServiceLimits()
+    tune_allocator()
+    sys.setswitchinterval(0.001)
+    catalog = Catalog(stores, storage_options, group)
     first = [dataset.snapshot() for dataset in catalog]
     range_patterns = {
         str(d): range_pattern(s.cube.index(str(d)))
@@ -61,8 +113,12 @@ def create_app(
         for d in s.cube.raw.dims
         if d not in OPTIONS
     }
-    variables = sorted({v for s in first for v in s.cube.data_variables})
+    variables = sorted({v for s in first for v in averageable(s.cube)})
     cache = AnswerCache(cache_bytes)
+    slots = ComputeSlots(limits.computations)
+    workers = ThreadPoolExecutor(limits.computations, thread_name_prefix="accumulus-answer")
+    health = HealthMonitor(catalog, {s.dataset: s.token for s in first})
+    public = PublicText(catalog)
 
     app = FastAPI(
         title="accumulus",
@@ -73,13 +129,17 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    _add_error_handlers(app)
+    app.state.slots = slots
+    app.state.cache = cache
+    _add_error_handlers(app, public)
     app.include_router(geography)
 
     def dataset_of(name: str) -> Dataset:
         dataset = catalog.get(name)
         if dataset is None:
-            raise ParameterError("dataset", f"no dataset {name!r}; datasets are {catalog.names}")
+            raise ParameterError(
+                "dataset", f"no dataset {name!r}; datasets are {catalog.names}", missing=True
+            )
         return dataset
 
     DatasetName = Annotated[
@@ -87,32 +147,46 @@ def create_app(
     ]
 
     @app.get("/api/health", response_model=schemas.Health, tags=["service"])
-    def health() -> dict[str, Any]:
-        """Whether every store can be read, with its current snapshot token."""
-        tokens = {}
-        for dataset in catalog:
-            try:
-                tokens[dataset.name] = dataset.snapshot().token
-            except AccumulusError as exc:
-                tokens[dataset.name] = f"error: {exc}"
+    async def health_check() -> dict[str, Any]:
+        """Whether every store can be read, with its current snapshot token, and how many
+        computations run. Answers at once even when the service is saturated (then with the
+        tokens read by the previous call)."""
+        wait = 0.0 if slots.busy else HEALTH_WAIT_IDLE_SECONDS
+        tokens = await health.tokens(wait)
         ok = not any(t.startswith("error: ") for t in tokens.values())
-        return {"status": "ok" if ok else "degraded", "datasets": tokens}
+        return {
+            "status": "ok" if ok else "degraded",
+            "datasets": tokens,
+            "computations": slots.busy,
+        }
 
-    @app.get("/api/datasets", response_model=schemas.DatasetList, tags=["datasets"])
+    @app.get(
+        "/api/datasets",
+        response_model=schemas.DatasetList,
+        responses={503: ERRORS[503]},
+        tags=["datasets"],
+    )
     def list_datasets() -> dict[str, Any]:
         """Datasets, their dimensions and coordinate ranges, variables and units, and which
-        accumulations exist and how far they cover."""
-        return {"datasets": [describe_snapshot(d.snapshot()) for d in catalog]}
+        accumulations exist and how far they cover. Datasets that cannot be read now are
+        listed apart, with the reason."""
+        described, unavailable = [], {}
+        for dataset in catalog:
+            try:
+                described.append(describe_snapshot(snapshot_of(dataset)))
+            except ServiceError as exc:
+                unavailable[dataset.name] = str(exc)
+        return {"datasets": described, "unavailable": unavailable}
 
     @app.get(
         "/api/datasets/{dataset}",
         response_model=schemas.Dataset,
-        responses={404: ERRORS[404]},
+        responses={404: ERRORS[404], 503: ERRORS[503]},
         tags=["datasets"],
     )
     def get_dataset(dataset: DatasetName) -> dict[str, Any]:
         """One dataset, as in the list."""
-        return describe_snapshot(dataset_of(dataset).snapshot())
+        return describe_snapshot(snapshot_of(dataset_of(dataset)))
 
     range_parameters = [
         {
@@ -141,7 +215,7 @@ def create_app(
         openapi_extra={"parameters": range_parameters},
         tags=["average"],
     )
-    def average(
+    async def average(
         request: Request,
         dataset: DatasetName,
         variable: Annotated[
@@ -180,22 +254,27 @@ def create_app(
         """The `stat` of `variable` over the dimensions `over`, within the ranges given as
         query parameters named by dimensions (e.g. `time=2001-01-01/2001-12-31`)."""
         started = time.perf_counter()
-        snapshot = dataset_of(dataset).snapshot()
-        checked = check_average_request(
-            snapshot,
-            variable,
-            over=over,
-            stat=stat,
-            weights=weights,
-            output_format=output_format,
-            use_accumulation=accumulation,
-            query=request.query_params.multi_items(),
-            max_cells=max_cells,
-        )
+
+        def check() -> tuple[Snapshot, AverageRequest]:
+            snapshot = snapshot_of(dataset_of(dataset))
+            checked = check_average_request(
+                snapshot,
+                variable,
+                over=over,
+                stat=stat,
+                weights=weights,
+                output_format=output_format,
+                use_accumulation=accumulation,
+                query=request.query_params.multi_items(),
+                max_cells=max_cells,
+            )
+            return snapshot, checked
+
+        snapshot, checked = await run_in_threadpool(check)
         answer = cache.get(snapshot, checked.key)
         hit = answer is not None
         if answer is None:
-            answer = compute_answer(snapshot, checked)
+            answer = await compute(request, snapshot, checked)
             cache.put(snapshot, checked.key, answer)
         elapsed_ms = (time.perf_counter() - started) * 1000
         return Response(
@@ -208,6 +287,81 @@ def create_app(
             },
         )
 
+    async def compute(request: Request, snapshot: Snapshot, checked: AverageRequest) -> Answer:
+        """Compute on a worker thread once a slot is free; stop it when its time is up or its
+        client leaves. The slot is given back by the thread, when the work has really ended."""
+        if not await slots.acquire(limits.queue_seconds):
+            retry = max(1, round(limits.queue_seconds))
+            raise ServiceError(
+                f"the service is busy ({limits.computations} computations running and others "
+                f"waiting); try again in {retry} s",
+                503,
+                {"Retry-After": str(retry)},
+            )
+        guard = RequestGuard(limits.request_seconds)
+        # The snapshot's metadata, its chunks read through the guard.
+        guarded = snapshot.reading_through(
+            GuardedStore(snapshot.cube.store, guard, limits.read_seconds)
+        )
+
+        loop, finished = asyncio.get_running_loop(), asyncio.Event()
+
+        def work() -> Answer:
+            try:
+                return compute_answer(guarded, checked, limits.memory_bytes)
+            finally:
+                slots.release()
+                if not slots.busy:
+                    release_free_memory()
+                with contextlib.suppress(RuntimeError):  # that request's loop is gone
+                    loop.call_soon_threadsafe(finished.set)
+
+        running = workers.submit(work)
+        try:
+            while not await _finished(finished, WATCH_SECONDS):
+                if guard.expired:
+                    guard.stop(f"the request took more than {limits.request_seconds:g} s")
+                elif await request.is_disconnected():
+                    guard.stop("the client went away")
+                if guard.reason is not None:
+                    break
+        except asyncio.CancelledError:
+            guard.stop("the client went away")
+            raise
+        stopped = guard.reason is not None and (
+            not running.done() or running.exception() is not None
+        )
+        if stopped:
+            if "client" in guard.reason:
+                raise ServiceError(f"answer abandoned: {guard.reason}", CLIENT_GONE)
+            raise ServiceError(
+                f"no answer within {limits.request_seconds:g} s; narrow the ranges, use the "
+                "accumulations, or try again when the service is less busy",
+                504,
+            )
+        try:
+            return running.result()
+        except AccumulusError as exc:
+            if isinstance(exc, ParameterError):
+                raise
+            raise ServiceError(f"dataset {snapshot.dataset!r}: {exc}") from None
+        except Exception as exc:  # a store's content made a library fail: not the client's
+            log.exception("computing an answer on dataset %s failed", snapshot.dataset)
+            raise ServiceError(
+                f"dataset {snapshot.dataset!r} could not be read to answer this "
+                f"({type(exc).__name__})"
+            ) from None
+
+    def snapshot_of(dataset: Dataset) -> Snapshot:
+        try:
+            return dataset.snapshot()
+        except Exception as exc:
+            if not isinstance(exc, AccumulusError):
+                log.exception("reading the snapshot of dataset %s failed", dataset.name)
+            raise ServiceError(f"dataset {dataset.name!r} cannot be read now: {exc}") from None
+
+    health.read = snapshot_of
+
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
         return FileResponse(str(STATIC / "index.html"))
@@ -216,24 +370,111 @@ def create_app(
     return app
 
 
-def _add_error_handlers(app: FastAPI) -> None:
+async def _finished(event: asyncio.Event, seconds: float) -> bool:
+    """Whether ``event`` is set within ``seconds``."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+    return event.is_set()
+
+
+class HealthMonitor:
+    """Snapshot tokens for ``/api/health``: read afresh when the stores answer in time, else
+    the last ones read (a read still under way finishes in the background and is not
+    started twice)."""
+
+    def __init__(self, catalog: Catalog, tokens: dict[str, str]) -> None:
+        self.catalog = catalog
+        self.last = dict(tokens)
+        self.read: Callable[[Dataset], Snapshot] = Dataset.snapshot
+        self._pool = ThreadPoolExecutor(len(catalog.names), thread_name_prefix="accumulus-health")
+        self._reading: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    async def tokens(self, wait: float) -> dict[str, str]:
+        with self._lock:
+            for dataset in self.catalog:
+                reading = self._reading.get(dataset.name)
+                if reading is None or reading.done():
+                    self._reading[dataset.name] = self._pool.submit(self._check, dataset)
+            readings = list(self._reading.values())
+        deadline = time.monotonic() + wait
+        while not all(r.done() for r in readings) and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_SECONDS)
+        return dict(self.last)
+
+    def _check(self, dataset: Dataset) -> None:
+        try:
+            self.last[dataset.name] = self.read(dataset).token
+        except AccumulusError as exc:
+            self.last[dataset.name] = f"error: {exc}"
+
+
+# An absolute path of two or more parts (not a range like 2001/2002 or units like mm/day).
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:=/-])(?:file://)?(?:/[\w.@+-]+){2,}/?")
+_STORE_REPR = re.compile(r"\b\w*Store\(")
+
+
+class PublicText:
+    """Error texts as clients see them: a served store's location becomes its dataset name,
+    other absolute paths and internal store objects (``LocalStore(...)``) are left out."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        forms: dict[str, str] = {}
+        for dataset in catalog:
+            url = dataset.url.removeprefix("file://")
+            for form in {dataset.url, url, os.path.abspath(url), os.path.realpath(url)}:
+                forms[form] = f"<{dataset.name}>"
+        self._forms = sorted(forms.items(), key=lambda item: -len(item[0]))
+
+    def __call__(self, text: str) -> str:
+        for form, name in self._forms:
+            text = text.replace(form, name)
+        text = _without_store_reprs(text)
+        return _ABSOLUTE_PATH.sub("<path>", text)
+
+
+def _without_store_reprs(text: str) -> str:
+    """``... in LocalStore('file:///x') at ...`` -> ``... in the store at ...``."""
+    while match := _STORE_REPR.search(text):
+        depth, end = 0, match.end() - 1
+        for end in range(match.end() - 1, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+        text = text[: match.start()] + "the store" + text[end + 1 :]
+    return text
+
+
+def _add_error_handlers(app: FastAPI, public: Callable[[str], str]) -> None:
+    def body(message: str, parameter: str | None, status: int, headers=None) -> JSONResponse:
+        return JSONResponse(
+            {"error": public(message), "parameter": parameter}, status, headers=headers
+        )
+
     @app.exception_handler(ParameterError)
     def parameter_error(request: Request, exc: ParameterError) -> JSONResponse:
-        return JSONResponse({"error": str(exc), "parameter": exc.parameter}, http_status(exc))
+        return body(str(exc), exc.parameter, exc.status)
+
+    @app.exception_handler(ServiceError)
+    def service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return body(str(exc), None, exc.status, exc.headers)
 
     @app.exception_handler(AccumulusError)
     def accumulus_error(request: Request, exc: AccumulusError) -> JSONResponse:
         # Found while answering (e.g. a store that cannot be read): not one parameter's fault.
-        return JSONResponse({"error": str(exc), "parameter": None}, 422)
+        return body(str(exc), None, 422)
 
     @app.exception_handler(RequestValidationError)
     def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
         parameter = str(first["loc"][-1]) if first.get("loc") else None
-        return JSONResponse({"error": f"{parameter}: {first['msg']}", "parameter": parameter}, 422)
+        return body(f"{parameter}: {first['msg']}", parameter, 422)
 
     @app.exception_handler(HTTPException)
     def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse(
-            {"error": str(exc.detail), "parameter": None}, exc.status_code, headers=exc.headers
-        )
+        return body(str(exc.detail), None, exc.status_code, exc.headers)
+
+    @app.exception_handler(Exception)
+    def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # A bug: logged with its traceback by the server, told to the client without details.
+        return body("internal error (the server's log has the details)", None, 500)

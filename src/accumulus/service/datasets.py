@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from zarr.abc.store import Store
 
 from accumulus.api import CubeSnapshot, Datacube, QueryResult, ResolvedQuery
 from accumulus.cube import Cube
@@ -38,17 +40,28 @@ class Snapshot:
     def cube(self) -> Cube:
         return self.current.cube
 
-    def query(self, query: ResolvedQuery) -> QueryResult:
-        return self.current.query(query)
+    def query(self, query: ResolvedQuery, memory_bytes: int) -> QueryResult:
+        return self.current.query(query, memory_bytes)
+
+    def reading_through(self, store: Store) -> Snapshot:
+        """This snapshot with its chunks read through ``store`` (see ``guard``)."""
+        return replace(self, current=self.current.reading_through(store))
 
 
 class Dataset:
     """One served store."""
 
-    def __init__(self, name: str, url: str, storage_options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        group: str | None = None,
+    ):
         self.name = name
         self.url = url
-        self.datacube = Datacube.open(url, storage_options)
+        # A cube with groups is served from one of them.
+        self.datacube = Datacube.open(url, storage_options, group=group, label=name)
         self._last: Snapshot | None = None
 
     def snapshot(self) -> Snapshot:
@@ -67,9 +80,15 @@ class Dataset:
 class Catalog:
     """The datasets of a service, by name."""
 
-    def __init__(self, urls: Iterable[str], storage_options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        urls: Iterable[str],
+        storage_options: dict[str, Any] | None = None,
+        group: str | None = None,
+    ):
         self.datasets = {
-            name: Dataset(name, url, storage_options) for name, url in dataset_names(urls).items()
+            name: Dataset(name, url, storage_options, group)
+            for name, url in dataset_names(urls).items()
         }
         if not self.datasets:
             raise AccumulusError("give at least one store to serve")

@@ -11,6 +11,7 @@ from typing import Any
 
 from accumulus.accumulation.selection import dimension_kind
 from accumulus.cube import Cube
+from accumulus.numeric import numeric_problem
 from accumulus.output import label
 from accumulus.service.datasets import Snapshot
 
@@ -23,8 +24,13 @@ def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:
         "zarr_format": cube.zarr_format,
         "consolidated": cube.consolidated,
         "dimensions": {str(d): _dimension(cube, str(d)) for d in cube.raw.dims},
-        "variables": [_variable(snapshot, name) for name in cube.data_variables],
+        "variables": [_variable(snapshot, name) for name in averageable(cube)],
     }
+
+
+def averageable(cube: Cube) -> list[str]:
+    """The data variables that hold numbers (strings and dates cannot be averaged)."""
+    return [v for v in cube.data_variables if numeric_problem(cube.raw, cube.decoded, v) is None]
 
 
 def _dimension(cube: Cube, dim: str) -> dict[str, Any]:

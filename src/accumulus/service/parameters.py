@@ -23,13 +23,12 @@ from accumulus.service.datasets import Snapshot
 FORMATS = ("json", "csv", "png")
 # Query parameters that are not dimension ranges.
 OPTIONS = ("over", "stat", "weights", "format", "accumulation")
-# Parameters whose error is a 404: they name something that is not there.
-NOT_FOUND = ("dataset", "variable")
 
 # What a range bound looks like, by coordinate type (the OpenAPI document gives the same
 # patterns). Dates may be partial, as pandas reads labels: time=2001/2001 is the year 2001.
-_NUMBER = r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?"
-_DATE = r"\d{4}(-\d{2}(-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?)?)?"
+# ASCII digits only: \d (and float()) would take other scripts' digits, such as ١٠.
+_NUMBER = r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?"
+_DATE = r"[0-9]{4}(-[0-9]{2}(-[0-9]{2}([T ][0-9]{2}(:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?)?)?)?)?"
 _LABEL = r"[^/]*"
 
 
@@ -46,7 +45,7 @@ def range_pattern(index: pd.Index) -> str:
 
 
 def http_status(error: ParameterError) -> int:
-    return 404 if error.parameter in NOT_FOUND else 422
+    return 404 if error.missing else 422
 
 
 @dataclass(frozen=True)
@@ -58,15 +57,16 @@ class AverageRequest:
 
     @property
     def key(self) -> tuple:
-        """Identifies the answer within a snapshot (for the cache): the request as asked."""
-        query = self.query.query
+        """Identifies the answer within a snapshot (for the cache): by the index ranges the
+        labels select, so that every spelling of a range (30,000 digits or 3) is one entry."""
+        resolved = self.query
         return (
-            query.variable,
-            tuple(sorted(query.over)),
-            tuple(sorted(query.ranges.items())),
-            query.stat,
-            query.weights,
-            query.use_accumulation,
+            resolved.variable.name,
+            resolved.over,
+            tuple(sorted(resolved.ranges.items())),
+            resolved.stat,
+            resolved.weights,
+            resolved.use_accumulation,
             self.format,
         )
 

@@ -66,6 +66,9 @@ class Dataset(BaseModel):
 
 class DatasetList(BaseModel):
     datasets: list[Dataset]
+    unavailable: dict[str, str] = Field(
+        description="Datasets that cannot be read now, with the reason."
+    )
 
 
 class Plan(BaseModel):
@@ -94,3 +97,4 @@ class AverageResult(BaseModel):
 class Health(BaseModel):
     status: str = Field(description='"ok", or "degraded" when a store cannot be read.')
     datasets: dict[str, str] = Field(description="Snapshot token (or error) per dataset.")
+    computations: int = Field(description="Answers being computed now.")

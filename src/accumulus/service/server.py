@@ -3,6 +3,8 @@ of the calling process (tests, benchmarks, notebooks)."""
 
 from __future__ import annotations
 
+import copy
+import logging
 import socket
 import threading
 import time
@@ -12,8 +14,35 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.config import LOGGING_CONFIG
 
 from accumulus.service.app import DEFAULT_CACHE_BYTES, DEFAULT_MAX_CELLS, create_app
+from accumulus.service.guard import ServiceLimits
+
+# The longest request target an access log line shows; the rest is counted, not written
+# (a request's URL can be as long as the client likes).
+LOGGED_TARGET_CHARS = 200
+
+
+class ShortTargets(logging.Filter):
+    """Cuts long request targets in uvicorn's access log lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            target = args[2]
+            if len(target) > LOGGED_TARGET_CHARS:
+                cut = f"{target[:LOGGED_TARGET_CHARS]}...(+{len(target) - LOGGED_TARGET_CHARS})"
+                record.args = (*args[:2], cut, *args[3:])
+        return True
+
+
+def logging_config() -> dict[str, Any]:
+    """uvicorn's logging configuration with long targets cut in access lines."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config.setdefault("filters", {})["short_targets"] = {"()": ShortTargets}
+    config["handlers"]["access"]["filters"] = ["short_targets"]
+    return config
 
 
 def serve(
@@ -24,13 +53,20 @@ def serve(
     max_cells: int = DEFAULT_MAX_CELLS,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     storage_options: dict[str, Any] | None = None,
+    limits: ServiceLimits | None = None,
+    group: str | None = None,
 ) -> None:
-    """Serve ``stores`` on ``host:port`` until interrupted (loopback only unless ``host``
-    says otherwise)."""
+    """Serve ``stores`` (from their group ``group``) on ``host:port`` until interrupted
+    (loopback only unless ``host`` says otherwise)."""
     app = create_app(
-        stores, max_cells=max_cells, cache_bytes=cache_bytes, storage_options=storage_options
+        stores,
+        max_cells=max_cells,
+        cache_bytes=cache_bytes,
+        storage_options=storage_options,
+        limits=limits,
+        group=group,
     )
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    uvicorn.run(app, host=host, port=port, log_level="info", log_config=logging_config())
 
 
 @contextmanager

@@ -1,0 +1,167 @@
+"""What keeps one request from taking the service down: a bounded number of computations at
+once, a time limit per request, work stopped when its client goes away, and reads that cannot
+hang or leak a server path.
+
+Python cannot kill a thread, so stopping is cooperative: each computation reads through its
+own ``GuardedStore``, which refuses every read once the request's ``RequestGuard`` has been
+stopped (deadline passed, client gone). A computation then ends at its next chunk read, and
+only then gives its slot back, so abandoned work never runs beside the next request's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import WrapperStore
+
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
+from accumulus.errors import AccumulusError
+from accumulus.safe_reads import local_root, read_with_limits
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    """How much one service takes on.
+
+    ``computations``: answers computed at once (the rest wait up to ``queue_seconds``, then
+    get 503 with ``Retry-After``); ``request_seconds``: the longest a computation may run
+    (then 504); ``read_seconds``: the longest one chunk read may take; ``memory_bytes``: what
+    one computation's raw reads may hold (see ``accumulation.budget``).
+    """
+
+    computations: int = 2
+    queue_seconds: float = 10.0
+    request_seconds: float = 60.0
+    read_seconds: float = 20.0
+    memory_bytes: int = DEFAULT_MEMORY_BYTES
+
+    def __post_init__(self) -> None:
+        if self.computations < 1 or self.memory_bytes < 1:
+            raise AccumulusError("a service needs at least one computation slot and some memory")
+        if min(self.queue_seconds, self.request_seconds, self.read_seconds) <= 0:
+            raise AccumulusError("the service's time limits must be positive")
+
+
+class RequestStopped(AccumulusError):
+    """A computation was stopped from outside: its time ran out or its client left."""
+
+
+class RequestGuard:
+    """The stop switch of one request's computation."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.reason: str | None = None
+
+    @property
+    def expired(self) -> bool:
+        return time.monotonic() > self.deadline
+
+    def stop(self, reason: str) -> None:
+        self.reason = self.reason or reason
+
+    def check(self) -> None:
+        if self.reason is None and self.expired:
+            self.stop(f"the request took more than {self.seconds:g} s")
+        if self.reason is not None:
+            raise RequestStopped(f"computation stopped: {self.reason}")
+
+
+class ComputeSlots:
+    """At most ``size`` computations at once; waiters are served first come, first served.
+
+    Thread-safe and not tied to one event loop: a slot is released from the worker thread
+    that finished, and handed to the next waiter on that waiter's own loop.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._free = size
+        self._waiters: deque[_Waiter] = deque()
+        self._lock = threading.Lock()
+
+    @property
+    def busy(self) -> int:
+        with self._lock:
+            return self.size - self._free
+
+    async def acquire(self, timeout: float) -> bool:
+        """Take a slot, waiting at most ``timeout`` seconds; False when none came free."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._free and not self._waiters:
+                self._free -= 1
+                return True
+            waiter = _Waiter(loop, loop.create_future())
+            self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
+        except TimeoutError:
+            self._give_up(waiter)
+            return False
+        except asyncio.CancelledError:  # the client went away while waiting
+            self._give_up(waiter)
+            raise
+        return True
+
+    def _give_up(self, waiter: _Waiter) -> None:
+        with self._lock:
+            granted = waiter.granted
+            if not granted:
+                self._waiters.remove(waiter)
+        if granted:  # handed over just as the waiter gave up: pass it on
+            self.release()
+
+    def release(self) -> None:
+        with self._lock:
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                try:
+                    waiter.loop.call_soon_threadsafe(_grant, waiter.future)
+                except RuntimeError:  # that waiter's loop is closed: skip it
+                    continue
+                waiter.granted = True
+                return
+            self._free += 1
+
+
+@dataclass
+class _Waiter:
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    granted: bool = False
+
+
+def _grant(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class GuardedStore(WrapperStore[Store]):
+    """One request's view of a served store: every read first checks the request's guard,
+    takes at most ``read_seconds``, refuses what is not a regular file (a FIFO would block a
+    reader forever), and reports OS errors by key, without the server's paths."""
+
+    def __init__(self, store: Store, guard: RequestGuard, read_seconds: float) -> None:
+        super().__init__(store)
+        self.guard = guard
+        self.read_seconds = read_seconds
+        self._root = local_root(store)
+
+    def _with_store(self, store: Store) -> GuardedStore:
+        return type(self)(store, self.guard, self.read_seconds)
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        self.guard.check()
+        return await read_with_limits(
+            self._store, self._root, key, prototype, byte_range, self.read_seconds
+        )
