@@ -21,6 +21,7 @@ from math import prod
 
 import numpy as np
 import zarr
+from zarr.abc.store import Store
 from zarr.core.array_spec import ArrayConfig, ArraySpec
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.chunk_grids import ChunkGrid
@@ -73,6 +74,7 @@ def read_chunks(
     requests: Iterable[ChunkRequest],
     consume: Callable[[ChunkRequest, np.ndarray], None],
     memory_bytes: int | None = None,
+    store: Store | None = None,
 ) -> ReadCounts:
     """Fetch and decode every requested chunk concurrently and call ``consume(request,
     chunk)`` for each (from worker threads, several at a time: ``consume`` must guard what
@@ -82,11 +84,13 @@ def read_chunks(
 
     ``memory_bytes`` bounds the chunks held at once (fetched, decoded or being consumed) by
     twice their decoded size: many small chunks go out together, large ones a few at a time
-    (one at least, whatever its size)."""
+    (one at least, whatever its size). ``store``: read every key (``ChunkRequest.key``)
+    through it instead of the arrays' own store (a wrapper of it, such as the service's
+    guard)."""
     unique = {r.key: r for r in requests}
     counts = ReadCounts()
     if unique:
-        sync(_read_all(list(unique.values()), consume, counts, memory_bytes))
+        sync(_read_all(list(unique.values()), consume, counts, memory_bytes, store))
     return counts
 
 
@@ -118,6 +122,7 @@ async def _read_all(
     consume: Callable[[ChunkRequest, np.ndarray], None],
     counts: ReadCounts,
     memory_bytes: int | None,
+    store: Store | None,
 ) -> None:
     limit = asyncio.Semaphore(MAX_IN_FLIGHT)
     held = _Held(memory_bytes)
@@ -130,7 +135,7 @@ async def _read_all(
             await held.take(cost)
             try:
                 async with limit:
-                    chunk, nbytes = await _fetch_decode(request)
+                    chunk, nbytes = await _fetch_decode(request, store)
                 with lock:
                     counts.keys[request.key] = nbytes
                 await asyncio.to_thread(consume, request, chunk)
@@ -151,12 +156,14 @@ async def _read_all(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _fetch_decode(request: ChunkRequest) -> tuple[np.ndarray, int]:
+async def _fetch_decode(request: ChunkRequest, store: Store | None) -> tuple[np.ndarray, int]:
     array = request.array.async_array
     spec = _chunk_spec(array.metadata, request.coords)
-    buffer = await (array.store_path / array.metadata.encode_chunk_key(request.coords)).get(
-        prototype=spec.prototype
-    )
+    if store is None:
+        path = array.store_path / array.metadata.encode_chunk_key(request.coords)
+        buffer = await path.get(prototype=spec.prototype)
+    else:
+        buffer = await store.get(request.key, spec.prototype)
     if buffer is None:
         fill = spec.fill_value if spec.fill_value is not None else spec.dtype.default_scalar()
         return np.full(spec.shape, fill, dtype=spec.dtype.to_native_dtype()), 0

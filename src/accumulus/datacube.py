@@ -33,7 +33,7 @@ from accumulus.errors import AccumulusError
 from accumulus.hierarchy import find_cube_group, group_label
 from accumulus.inference import InferredConventionsStore
 from accumulus.scope import accumulus_scope, scoped
-from accumulus.snapshot import SnapshotStore, read_snapshot, with_coordinates
+from accumulus.snapshot import MetadataSnapshot, SnapshotStore, read_snapshot, with_coordinates
 from accumulus.storage import open_store, remote_errors, store_label
 
 
@@ -79,11 +79,21 @@ class CubeSnapshot:
 class Datacube:
     """A datacube opened for queries (``accumulus.open``)."""
 
-    def __init__(self, store: Store, label: str | None = None, group: str = "") -> None:
+    def __init__(
+        self,
+        store: Store,
+        label: str | None = None,
+        group: str | None = None,
+        variable: str | None = None,
+    ) -> None:
+        """The cube is the group ``group`` of ``store``, or the one group holding
+        ``variable`` (or data variables), found in the first snapshot (from its documents,
+        without a request of its own); the root of a store without groups."""
         self.store = store
-        self.group = group  # the group of the store that is the cube ("" for its root)
         self._store_label = label or store_label(store)
-        self.label = group_label(self._store_label, group)
+        self._wanted = (group, variable)
+        self.group: str | None = None  # known once the first snapshot is read
+        self.label = self._store_label
         self._current: CubeSnapshot | None = None
         self._pinned = False
         self._reads = 0
@@ -104,13 +114,13 @@ class Datacube:
         how messages name it (default: ``url``)."""
         store = open_store(url, "r", storage_options=storage_options)
         label = label or (None if isinstance(url, Store) else str(url))
-        path = find_cube_group(store, group, variable, label or store_label(store))
-        return cls(store, label, path)
+        return cls(store, label, group, variable)
 
     @classmethod
     def pinned(cls, cube: Cube) -> Datacube:
         """A handle that always answers from ``cube``'s snapshot, never a newer one."""
-        handle = cls(cube.store, cube.label)  # the cube's own view and label
+        handle = cls(cube.store, cube.label)
+        handle.group = ""  # the cube's store is already the view of its group
         handle._current = CubeSnapshot.of(cube)
         handle._pinned = True
         return handle
@@ -152,6 +162,8 @@ class Datacube:
                 or (current.cube.consolidated and metadata.complete)
             ):
                 return current
+        if self.group is None:
+            self._find_group(metadata)
         with remote_errors(self.label):
             metadata = with_coordinates(self.store, metadata)
         # Stores without xarray's conventions (the ZEP 5 generator's) are read from the
@@ -163,6 +175,15 @@ class Datacube:
             if self._current is None or self._current.generation < read:
                 self._current = fresh
             return self._current
+
+    def _find_group(self, metadata: MetadataSnapshot) -> None:
+        group, variable = self._wanted
+        found = find_cube_group(
+            SnapshotStore(self.store, metadata), group, variable, self._store_label
+        )
+        with self._lock:
+            self.group = found
+            self.label = group_label(self._store_label, found)
 
     @property
     def cube(self) -> Cube:

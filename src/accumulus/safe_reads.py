@@ -41,6 +41,8 @@ async def read_with_limits(
     except TimeoutError:
         raise StoreReadError(f"reading {key} took more than {seconds:g} s") from None
     except OSError as exc:
+        if root is None:  # a network error: the caller names the store (remote_errors)
+            raise
         raise StoreReadError(f"cannot read {key}: {_os_reason(exc)}") from None
 
 

@@ -109,7 +109,8 @@ def _read_documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[str
     values = sync(read_all())
     documents = {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
     for key, content in documents.items():
-        parse_metadata(key, content)
+        if is_metadata_key(key):  # coordinate chunks are read here too
+            parse_metadata(key, content)
     return documents
 
 

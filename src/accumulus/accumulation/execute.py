@@ -22,6 +22,7 @@ import numpy as np
 
 from accumulus.accumulation import spec
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
+from accumulus.accumulation.chunk_check import chunk_problem_text
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.plan import QueryPlan, Read
 from accumulus.accumulation.sums import reduce_terms
@@ -112,7 +113,8 @@ def execute(
         counts = read_chunks(
             (request for request, _ in work.values()),
             consume,
-            budget.memory_bytes - budget.cache_bytes,
+            memory_bytes,
+            cube.store,
         )
     except ChunkReadError as failed:
         raise _read_error(cube, var, failed) from None
@@ -277,11 +279,11 @@ def _checked_entries(cube: Cube, request: ChunkRequest, slab: np.ndarray) -> np.
 def _read_error(cube: Cube, var: VariableInfo, failed: ChunkReadError) -> AccumulusError:
     if isinstance(failed.cause, AccumulusError):
         return failed.cause
+    # One line (fletcher32's message has two), naming the chunk.
+    reason = " ".join(str(failed.cause).split()) or type(failed.cause).__name__
+    problem = chunk_problem_text([(failed.request.key, reason)])
     if failed.request.array.path == var.array.path:
-        return AccumulusError(
-            f"{cube.label}: cannot read {var.name!r} chunk {failed.request.key}: {failed.cause}"
-        )
+        return AccumulusError(f"{cube.label}: cannot read {var.name!r}: {problem}")
     return AccumulationReadError(
-        f"{cube.label}: cannot read accumulation array {failed.request.array.path} "
-        f"(chunk {failed.request.key}): {failed.cause}"
+        f"{cube.label}: cannot read accumulation array {failed.request.array.path}: {problem}"
     )

@@ -51,6 +51,7 @@ from accumulus.service.parameters import (
     AverageRequest,
     ParameterError,
     check_average_request,
+    http_status,
     range_pattern,
 )
 
@@ -453,7 +454,7 @@ def _add_error_handlers(app: FastAPI, public: Callable[[str], str]) -> None:
 
     @app.exception_handler(ParameterError)
     def parameter_error(request: Request, exc: ParameterError) -> JSONResponse:
-        return body(str(exc), exc.parameter, exc.status)
+        return body(str(exc), exc.parameter, http_status(exc))
 
     @app.exception_handler(ServiceError)
     def service_error(request: Request, exc: ServiceError) -> JSONResponse:
