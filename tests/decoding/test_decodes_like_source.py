@@ -39,7 +39,7 @@ FEW = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-MANY = settings(FEW, max_examples=400)
+MANY = settings(FEW, max_examples=300)
 
 
 def open_source(path: Path) -> xr.Dataset:
