@@ -237,7 +237,8 @@ def _unpacked_form(
 
 def _probes(dtype: np.dtype, decoding: Mapping[str, Any]) -> np.ndarray:
     """Stored values to decode: every value of a small integer type; otherwise edge
-    values, random values, and each fill value cast to the type every way xarray might."""
+    values, random values, and each fill value cast to the type every way xarray might
+    (NaN and infinities only to floats: other casts of them are undefined)."""
     if _exhaustive(dtype):
         info = np.iinfo(dtype)
         return np.arange(info.min, info.max + 1).astype(dtype)
@@ -263,7 +264,9 @@ def _probes(dtype: np.dtype, decoding: Mapping[str, Any]) -> np.ndarray:
                 with np.errstate(all="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     cast = np.asarray(value).astype(twin).view(dtype).reshape(1)
-                probes.append(cast)
+                # Also its bytes in the other order: xarray casts an _Unsigned fill value in
+                # the file's byte order and views it in the machine's.
+                probes += [cast, cast.byteswap()]
                 if dtype.kind == "f":
                     probes.append(-cast)
     return np.concatenate(probes).astype(dtype)
