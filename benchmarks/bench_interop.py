@@ -27,7 +27,8 @@ from accumulus.demo import VARIABLE, DemoConfig, demo_dataset, write_demo_cube
 from accumulus.filters import dataset_pipeline, for_array, pipeline_to_codecs
 from accumulus.filters.builtin import load_hdf5plugin
 from accumulus.nczarr import write_nczarr_metadata
-from accumulus.storage import CountingStore, consolidate, open_store, quiet_consolidation
+from accumulus.scope import accumulus_scope
+from accumulus.storage import CountingStore, consolidate, open_store
 from common import median_seconds, report
 
 LATENCY = 0.05
@@ -39,7 +40,7 @@ def consolidation(directory: Path, repeats: int) -> dict:
     accumulus.accumulate(str(path), VARIABLE)  # the group, and NCZarr metadata in step
 
     def bare(store):
-        with quiet_consolidation():
+        with accumulus_scope():
             zarr.consolidate_metadata(store)
 
     out = {"nodes": len(list(zarr.open_group(path, mode="r").members(max_depth=None))) + 1}

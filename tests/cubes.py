@@ -63,22 +63,25 @@ def write_cube(
         return
     assert zarr_format == 3, "variable chunks need Zarr v3"
     ds.drop_vars(var).to_zarr(path, mode="w", zarr_format=3, consolidated=False)
-    group = zarr.open_group(path, mode="r+")
     grid = [list(chunks[d]) if not isinstance(chunks[d], int) else chunks[d] for d in dims]
-    array = group.create_array(
-        var,
-        shape=ds[var].shape,
-        chunks=[
-            g if isinstance(g, list) else _regular_as_list(g, n)
-            for g, n in zip(grid, ds[var].shape, strict=True)
-        ],
-        dtype=ds[var].dtype,
-        fill_value=np.nan,
-        dimension_names=dims,
-        attributes=dict(ds[var].attrs),
-    )
-    array[...] = ds[var].values
-    zarr.consolidate_metadata(path)
+    # zarr writes rectilinear chunk grids only with this setting on (accumulus turns it on
+    # for its own calls alone).
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        group = zarr.open_group(path, mode="r+")
+        array = group.create_array(
+            var,
+            shape=ds[var].shape,
+            chunks=[
+                g if isinstance(g, list) else _regular_as_list(g, n)
+                for g, n in zip(grid, ds[var].shape, strict=True)
+            ],
+            dtype=ds[var].dtype,
+            fill_value=np.nan,
+            dimension_names=dims,
+            attributes=dict(ds[var].attrs),
+        )
+        array[...] = ds[var].values
+        zarr.consolidate_metadata(path)
 
 
 def _regular_as_list(chunk: int, size: int) -> list[int]:

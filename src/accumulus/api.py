@@ -1,7 +1,11 @@
 """The public functions of accumulus (re-exported from ``accumulus``).
 
 Stores are given as a path or URL (directory, ``file://``, ``.zip``, ``memory://name``,
-``s3://bucket/prefix``), a zarr ``Store``, or an open ``Cube``.
+``s3://bucket/prefix``) or a zarr ``Store``; queries also take an open ``Datacube``
+(``open``), which reads a store's metadata once and answers many queries from it, or a
+``Cube`` snapshot, answered as it stands. ``group`` names the group of the store a function
+works on ("Grid" in an IMERG cube); by default the one group holding the variable (a cube
+without groups: its root). Every function runs inside ``accumulus_scope``.
 """
 
 from __future__ import annotations
@@ -18,28 +22,81 @@ from accumulus.accumulation import spec
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.build import BuildResult, build_accumulations
 from accumulus.accumulation.positions import parse_at
-from accumulus.accumulation.query import Query, QueryResult, run_query
+from accumulus.accumulation.query import QueryResult as QueryResult  # re-exported
+from accumulus.accumulation.request import STATS as STATS  # re-exported
+from accumulus.accumulation.request import Bound, split_list
+from accumulus.accumulation.request import Query as Query  # re-exported
+from accumulus.accumulation.request import ResolvedQuery as ResolvedQuery  # re-exported
+from accumulus.accumulation.request import malformed_range as malformed_range  # re-exported
+from accumulus.accumulation.request import split_range as split_range  # re-exported
 from accumulus.accumulation.verify import VerifyReport, verify_variable
 from accumulus.accumulation.weights import find_latitude, find_longitude, resolve_weights
 from accumulus.compute import Progress
 from accumulus.cube import Cube
+from accumulus.datacube import CubeSnapshot as CubeSnapshot  # re-exported
+from accumulus.datacube import Datacube
 from accumulus.errors import AccumulusError
+from accumulus.hierarchy import find_cube_group
+from accumulus.ingest import append as _append
 from accumulus.ingest.append import AppendResult as AppendResult  # re-exported
-from accumulus.ingest.append import append as append  # re-exported
 from accumulus.ingest.compare import SourceComparison, compare_sources
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
+from accumulus.scope import scoped
+from accumulus.storage import open_store, store_label
 
-StoreLike = str | Store | Cube
+StoreLike = str | Store | Cube | Datacube
 
 
-def open_cube(store: StoreLike, mode: str = "r", storage_options: dict | None = None) -> Cube:
-    """Open a datacube snapshot (reads its metadata once)."""
+@scoped
+def open(
+    store: StoreLike,
+    *,
+    storage_options: dict | None = None,
+    group: str | None = None,
+    variable: str | None = None,
+) -> Datacube:
+    """Open a datacube for queries: its metadata is read once per snapshot, and
+    ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one."""
+    handle = _datacube(store, storage_options, group, variable)
+    handle.snapshot()  # a store that cannot be read is refused now
+    return handle
+
+
+def _datacube(
+    store: StoreLike, storage_options: dict | None, group: str | None, variable: str | None
+) -> Datacube:
+    if isinstance(store, Datacube):
+        return store
+    if isinstance(store, Cube):
+        return Datacube.pinned(store)
+    return Datacube.open(store, storage_options, group=group, variable=variable)
+
+
+@scoped
+def open_cube(
+    store: StoreLike,
+    mode: str = "r",
+    storage_options: dict | None = None,
+    *,
+    group: str | None = None,
+    variable: str | None = None,
+) -> Cube:
+    """Open a datacube snapshot (reads its metadata once): the group ``group`` of the store,
+    or the one group holding ``variable`` (or data variables). An open ``Datacube`` gives its
+    current snapshot."""
     if isinstance(store, Cube):
         return store
-    return Cube.open(store, mode=mode, storage_options=storage_options)  # type: ignore[arg-type]
+    if isinstance(store, Datacube):
+        return store.cube
+    opened = open_store(store, mode, storage_options=storage_options)  # type: ignore[arg-type]
+    label = None if isinstance(store, Store) else str(store)
+    where = label or store_label(opened)
+    path = find_cube_group(opened, group, variable, where)
+    return Cube(opened, label, group=path)
 
 
+@scoped
 def accumulate(
     store: StoreLike,
     variable: str,
@@ -52,6 +109,7 @@ def accumulate(
     rebuild: bool = False,
     progress: Progress | None = None,
     storage_options: dict | None = None,
+    group: str | None = None,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
@@ -66,7 +124,7 @@ def accumulate(
     Re-running with the same configuration does nothing; another configuration needs
     ``rebuild=True``.
     """
-    cube = open_cube(store, "r+", storage_options)
+    cube = open_cube(store, "r+", storage_options, group=group, variable=variable)
     var = cube.variable(variable)
     check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
     if dims is None:
@@ -91,7 +149,7 @@ def accumulate(
 
 def _combination(combo: Sequence[str] | str) -> tuple[str, ...]:
     if isinstance(combo, str):
-        combo = [d.strip() for d in combo.split(",")]
+        combo = split_list(combo)
     if not combo or any(not d for d in combo):
         raise AccumulusError(f"empty dimension name in combination {combo!r}")
     return tuple(combo)
@@ -101,45 +159,47 @@ def query(
     store: StoreLike,
     variable: str,
     over: Iterable[str] | str,
-    ranges: Mapping[str, tuple[Any, Any]] | None = None,
+    ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
     *,
     stat: str = "mean",
     weights: str | None = None,
     use_accumulation: bool = True,
     storage_options: dict | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    group: str | None = None,
 ) -> QueryResult:
     """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats.
-    Raw reads stream within about ``memory_bytes``."""
-    cube = open_cube(store, "r", storage_options)
-    if isinstance(over, str):
-        over = [d.strip() for d in over.split(",") if d.strip()]
-    request = Query(
-        variable=variable,
-        over=tuple(over),
-        ranges=dict(ranges or {}),
+    Chunks are read and reduced within about ``memory_bytes``."""
+    # The store's snapshot is read once, by the query itself.
+    return _datacube(store, storage_options, group, variable).query(
+        variable,
+        over,
+        ranges,
         stat=stat,
         weights=weights,
         use_accumulation=use_accumulation,
+        memory_bytes=memory_bytes,
     )
-    return run_query(cube, request, memory_bytes=memory_bytes)
 
 
+@scoped
 def average(
     store: StoreLike,
     variable: str,
     over: Iterable[str] | str,
-    ranges: Mapping[str, tuple[Any, Any]] | None = None,
+    ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
     *,
     stat: str = "mean",
     weights: str | None = None,
     use_accumulation: bool = True,
     storage_options: dict | None = None,
+    group: str | None = None,
 ) -> xr.DataArray:
     """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
     ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
     ``sel(dim=slice(start, end))``). Equals ``da.sel(...).weighted(w).mean(over)`` on the raw
     data. The plan's numbers (chunks and bytes read, seconds) are in the result's ``attrs``.
+    A one-shot convenience: ``open(store).average(...)`` keeps the metadata for the next.
     """
     return query(
         store,
@@ -150,14 +210,20 @@ def average(
         weights=weights,
         use_accumulation=use_accumulation,
         storage_options=storage_options,
+        group=group,
     ).data
 
 
+@scoped
 def verify(
-    store: StoreLike, variable: str | None = None, *, storage_options: dict | None = None
+    store: StoreLike,
+    variable: str | None = None,
+    *,
+    storage_options: dict | None = None,
+    group: str | None = None,
 ) -> list[VerifyReport]:
     """Recompute accumulations from the raw data and compare (all variables by default)."""
-    cube = open_cube(store, "r", storage_options)
+    cube = open_cube(store, "r", storage_options, group=group, variable=variable)
     names = [variable] if variable else cube.data_variables
     reports = [verify_variable(cube, name) for name in names]
     if variable is None:
@@ -165,6 +231,7 @@ def verify(
     return reports
 
 
+@scoped
 def verify_sources(
     store: str | os.PathLike[str],
     sources: Sequence[str | os.PathLike[str]],
@@ -178,6 +245,12 @@ def verify_sources(
     return compare_sources(store, sources, dim=dim, storage_options=storage_options)
 
 
-def inspect(store: StoreLike, *, storage_options: dict | None = None) -> dict[str, Any]:
+@scoped
+def inspect(
+    store: StoreLike, *, storage_options: dict | None = None, group: str | None = None
+) -> dict[str, Any]:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
-    return describe_cube(open_cube(store, "r", storage_options))
+    return describe_cube(open_cube(store, "r", storage_options, group=group))
+
+
+append = scoped(_append.append)

@@ -50,6 +50,13 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 # --- ZEP 5 core: accumulate, average, inspect, verify (issue 2) ---
 
 
+def _group_option(what: str) -> typer.models.OptionInfo:
+    return typer.Option(None, "--group", help=what)
+
+
+CUBE_GROUP_HELP = "Group of the cube (e.g. Grid); default: the one group holding the variable."
+
+
 def _pairs(items: list[str], what: str) -> dict[str, str]:
     """Parse repeated `key=value` options."""
     out = {}
@@ -122,6 +129,7 @@ def accumulate(
         None, "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
     ),
     rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
+    group: str = _group_option(CUBE_GROUP_HELP),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -145,6 +153,7 @@ def accumulate(
             rebuild=rebuild,
             progress=report,
             storage_options=_storage_options(endpoint_url, storage_option),
+            group=group,
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
@@ -186,16 +195,9 @@ def _storage_options(endpoint_url: str | None, items: list[str] | None) -> dict 
 
 
 def _ranges(items: list[str]) -> dict[str, tuple[str | None, str | None]]:
-    ranges = {}
-    for dim, text in _pairs(items, "--range").items():
-        start, sep, end = text.partition("/")
-        if not sep:
-            raise AccumulusError(
-                f"--range {dim}={text}: write start/end, e.g. time=2001-01-01/2001-12-31 "
-                "(leave a side empty for an open end)"
-            )
-        ranges[dim] = (start or None, end or None)
-    return ranges
+    from accumulus.api import split_range
+
+    return {dim: split_range(dim, text) for dim, text in _pairs(items, "--range").items()}
 
 
 @app.command()
@@ -216,6 +218,7 @@ def average(
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the result as CSV."),
     png: str = typer.Option(None, "--png", help="Write a plot (line or map) to this PNG file."),
+    group: str = _group_option(CUBE_GROUP_HELP),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -236,6 +239,7 @@ def average(
         weights=weights,
         use_accumulation=not no_accumulation,
         storage_options=_storage_options(endpoint_url, storage_option),
+        group=group,
     )
     if png:
         Path(png).write_bytes(output.result_png(result))
@@ -269,6 +273,7 @@ def _print_result(result, png: str | None) -> None:
 def inspect(
     store: str = typer.Argument(..., help="Cube path or URL."),
     as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
+    group: str = _group_option("Group of the cube; default: the one group holding data."),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -281,7 +286,9 @@ def inspect(
 
     from accumulus import api
 
-    info = api.inspect(store, storage_options=_storage_options(endpoint_url, storage_option))
+    info = api.inspect(
+        store, storage_options=_storage_options(endpoint_url, storage_option), group=group
+    )
     if as_json:
         print(json.dumps(info, default=str))
         return
@@ -302,6 +309,8 @@ def inspect(
             _size(a["bytes_stored"]),
         )
     console.print(table)
+    for name, note in info["inferred"].items():
+        console.print(f"inferred for {name}: {note}", highlight=False)
     for g in info["accumulation_groups"]:
         status = "complete" if g["complete"] else "[red]incomplete (ignored by queries)[/]"
         cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())
@@ -348,6 +357,7 @@ def verify(
         "--sources",
         help="Compare the cube with the files it was made from, as xarray decodes them.",
     ),
+    group: str = _group_option(CUBE_GROUP_HELP),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -364,7 +374,7 @@ def verify(
     if len(names or []) > 1:
         raise AccumulusError(f"verify takes one variable, got {names}; to compare files: --sources")
     variable = names[0] if names else None
-    reports = api.verify(store, variable, storage_options=options)
+    reports = api.verify(store, variable, storage_options=options, group=group)
     failed = False
     for report in reports:
         if report.ok:
@@ -483,6 +493,9 @@ def convert(
         "--codec",
         help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
     ),
+    group: str = _group_option(
+        "Convert this group (and its nested groups) only, kept at its place; default: all."
+    ),
 ) -> None:
     """Convert a NetCDF4/HDF5 or NetCDF-3 file to Zarr, keeping each variable's compression
     (NetCDF-3 has none: its variables get the default codec)."""
@@ -491,7 +504,12 @@ def convert(
 
     per_variable, default = parse_codec_options(codec)
     plan = convert_file(
-        src, dest, zarr_format=zarr_format, codecs=per_variable, default_codec=default
+        src,
+        dest,
+        zarr_format=zarr_format,
+        codecs=per_variable,
+        default_codec=default,
+        group=group,
     )
     for array in plan.arrays:
         codecs = ", ".join(c["id"] for c in array.codecs) or "none"
@@ -532,6 +550,10 @@ def append(
         "--zarr-format",
         help="When the cube is created: 2 or 3 (default 2; 3 with variable --chunking).",
     ),
+    group: str = _group_option(
+        "Group of the granules to append (with its nested groups), kept at the same place "
+        "in the cube; default: the one group holding variables along --dim."
+    ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -566,6 +588,7 @@ def append(
             storage_options=options,
             zarr_format=zarr_format,
             progress=report,
+            group=group,
         )
     if result.recovered:
         console.print(f"[yellow]recovered:[/] {result.recovered}", highlight=False)
@@ -710,6 +733,9 @@ def serve(
     request_seconds: float = typer.Option(
         60.0, "--request-seconds", min=0.1, help="Longest computation (then 504)."
     ),
+    group: str = _group_option(
+        "Group of each cube to serve; default: the one group holding data variables."
+    ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
@@ -732,5 +758,6 @@ def serve(
             request_seconds=request_seconds,
             memory_bytes=memory_mb * 2**20,
         ),
+        group=group,
         **cells,
     )

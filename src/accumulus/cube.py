@@ -2,10 +2,9 @@
 
 ``Cube.open`` reads the store's metadata once (consolidated when present) and keeps it: the
 zarr group, the xarray view of it (raw attributes for CF decoding, decoded coordinates for
-label lookups), and each variable's accumulation group. Every later read uses that snapshot,
-so shapes, coordinates and accumulations agree with each other even while a writer appends.
-Reads can be redirected to another store object (a counting wrapper) without re-reading any
-metadata, through ``Cube.bind``.
+label lookups). Every later read uses that snapshot, so shapes, coordinates and (read by
+``accumulation.groups``) accumulations agree with each other even while a writer appends.
+It knows nothing of accumulations: it is the Zarr and xarray view of a store, nothing more.
 """
 
 from __future__ import annotations
@@ -24,13 +23,18 @@ import xarray as xr
 import zarr
 from xarray.backends.zarr import ZarrStore
 from zarr.abc.store import Store
-from zarr.core.array import AsyncArray
-from zarr.storage import StorePath
 
-from accumulus.accumulation import spec
-from accumulus.accumulation.delta_filter import with_chunk_shape
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
+from accumulus.hierarchy import (
+    ancestors_of,
+    group_label,
+    group_view,
+    inherited_coordinates,
+    normalize_group,
+)
+from accumulus.inference import MISSING_BELOW
+from accumulus.scope import accumulus_scope
 from accumulus.storage import Mode, open_store, remote_errors, store_label
 
 # Values per Dask task when reading many stored chunks (16 MiB as float64).
@@ -39,6 +43,7 @@ BLOCK_VALUES = 2**21
 # CF attributes xarray's decoding reads; the rest of a variable's attributes are not needed
 # to turn stored values into physical ones.
 _CF_DECODING_ATTRS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned")
+_DECODING_ATTRS = (*_CF_DECODING_ATTRS, MISSING_BELOW)
 
 
 @dataclass(frozen=True)
@@ -51,9 +56,29 @@ class Decoder:
     attrs: Mapping[str, Any]
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
-        stored = xr.Variable(self.dims, values, attrs=dict(self.attrs))
+        attrs = dict(self.attrs)
+        below = attrs.pop(MISSING_BELOW, None)
+        if below is not None:  # an inferred rule replacing the fill-value mark (inference)
+            attrs = {k: v for k, v in attrs.items() if k not in ("_FillValue", "missing_value")}
+            values = np.where(values < below, np.nan, values)
+        stored = xr.Variable(self.dims, values, attrs=attrs)
         decoded = xr.conventions.decode_cf_variable(self.name, stored, decode_times=False)
         return np.asarray(decoded.values, dtype="f8")
+
+    def values(self, stored: np.ndarray) -> np.ndarray:
+        """Physical values of ``stored``, NaN where missing, as the sums take them: floating
+        point values that are only masked (no scale, offset or sign convention) keep their
+        stored type (the sums are taken in float64 whatever the type); anything else is
+        decoded by xarray, to float64."""
+        if stored.dtype.kind != "f" or not set(self.attrs) <= {"_FillValue", "missing_value"}:
+            return self(stored)
+        marks = [
+            mark
+            for name in ("_FillValue", "missing_value")
+            for mark in np.atleast_1d(self.attrs.get(name, ()))
+            if not np.isnan(mark)
+        ]
+        return np.where(np.isin(stored, marks), np.nan, stored) if marks else stored
 
 
 @dataclass(frozen=True)
@@ -135,12 +160,19 @@ class Cube:
     ``dimension_names`` in v3)."""
 
     def __init__(
-        self, store: Store, label: str | None = None, *, use_consolidated: bool | None = None
+        self,
+        store: Store,
+        label: str | None = None,
+        *,
+        use_consolidated: bool | None = None,
+        group: str | None = None,
     ) -> None:
+        # A group of the store is a cube of its own, seen through a view of the store.
+        self.group = normalize_group(group)
+        base, store = store, group_view(store, self.group)
         self.store = store
-        self.label = label or store_label(store)
-        with warnings.catch_warnings(), remote_errors(self.label):
-            warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        self.label = group_label(label or store_label(base), self.group)
+        with accumulus_scope(), remote_errors(self.label):
             try:
                 # use_consolidated=False: the arrays' own metadata, newer than the
                 # consolidated snapshot while an append is between the two.
@@ -167,13 +199,35 @@ class Cube:
                 raise AccumulusError(
                     f"{self.label}: cannot read it as a datacube (xarray conventions): {exc}"
                 ) from None
+            self.raw = self._with_inherited_coordinates(base, self.raw)
         self.consolidated = self.root.metadata.consolidated_metadata is not None
-        self._groups: dict[str, spec.AccumulationGroup | None] = {}
 
     @classmethod
-    def open(cls, url: str | Store, mode: Mode = "r", storage_options: dict | None = None) -> Cube:
+    def open(
+        cls,
+        url: str | Store,
+        mode: Mode = "r",
+        storage_options: dict | None = None,
+        group: str | None = None,
+    ) -> Cube:
         store = open_store(url, mode, storage_options=storage_options)
-        return cls(store, None if isinstance(url, Store) else str(url))
+        return cls(store, None if isinstance(url, Store) else str(url), group=group)
+
+    def _with_inherited_coordinates(self, store: Store, raw: xr.Dataset) -> xr.Dataset:
+        """A group's dimensions may have their coordinate variables in an ancestor group
+        (netCDF-4 scoping, kept by append and convert): they label this group's too."""
+        if not self.group or all(dim in raw.variables for dim in raw.dims):
+            return raw
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # "no consolidated metadata"
+            ancestors = [
+                xr.open_dataset(
+                    store, engine="zarr", group=path or None, chunks=None, decode_cf=False
+                )
+                for path in ancestors_of(self.group)
+            ]
+        inherited = inherited_coordinates(raw, ancestors)
+        return raw.assign_coords(inherited) if inherited else raw
 
     @cached_property
     def decoded(self) -> xr.Dataset:
@@ -205,15 +259,8 @@ class Cube:
             shape=tuple(raw.shape),
             bounds=array_bounds(array),
             array=array,
-            decoding_attrs={k: raw.attrs[k] for k in _CF_DECODING_ATTRS if k in raw.attrs},
+            decoding_attrs={k: raw.attrs[k] for k in _DECODING_ATTRS if k in raw.attrs},
         )
-
-    def bind(self, array: zarr.Array, store: Store) -> zarr.Array:
-        """``array`` reading from ``store`` (e.g. a counting wrapper of this cube's store),
-        with the snapshot's metadata and no metadata request."""
-        target = StorePath(store, array.store_path.path)
-        metadata = with_chunk_shape(array.metadata)
-        return zarr.Array(AsyncArray(metadata, target, config=array.async_array.config))
 
     # ----------------------------------------------------------------------------------------
     # Coordinates
@@ -226,91 +273,3 @@ class Cube:
 
     def coordinate(self, dim: str, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.index(dim)[start:stop])
-
-    # ----------------------------------------------------------------------------------------
-    # Accumulation groups
-
-    def accumulation_group(self, variable: str) -> spec.AccumulationGroup | None:
-        """The variable's accumulation group as stored, or None when it has none."""
-        if variable not in self._groups:
-            self._groups[variable] = self._read_group(self.variable(variable))
-        return self._groups[variable]
-
-    def accumulation_array(self, variable: str, name: str) -> zarr.Array:
-        node = self.root[f"{spec.group_name(variable)}/{name}"]
-        assert isinstance(node, zarr.Array)
-        return node
-
-    def _read_group(self, variable: VariableInfo) -> spec.AccumulationGroup | None:
-        path = spec.group_name(variable.name)
-        try:
-            node = self.root[path]
-        except KeyError:
-            return None
-        if not isinstance(node, zarr.Group):
-            raise AccumulusError(f"{self.label}: {path} is an array, expected a ZEP 5 group")
-        members = {name: child for name, child in node.members()}
-
-        def array_attrs(name: str) -> Mapping[str, Any] | None:
-            child = members.get(name)
-            return dict(child.attrs) if isinstance(child, zarr.Array) else None
-
-        group = spec.parse_group(variable.name, variable.dims, dict(node.attrs), array_attrs)
-        if group.producer != "foreign":  # theirs may hold a last partial entry
-            self._check_shapes(variable, group, members)
-        if group.producer == "foreign":
-            group = self._foreign_coverage(variable, group, members)
-        return group
-
-    def _check_shapes(
-        self, variable: VariableInfo, group: spec.AccumulationGroup, members: Mapping
-    ) -> None:
-        """Refuse accumulation arrays whose shape does not fit their ``_ARRAY_DIMENSIONS``
-        (attributes edited or permuted by hand): at most one entry per ``stride`` chunks (or
-        per position) along accumulated dimensions, at most the variable's size along the
-        others."""
-        bounds = dict(zip(variable.dims, variable.bounds, strict=True))
-        for acc in group.accumulations:
-            entries = {d: len(p) for d, p in acc.entry_positions(bounds).items()}
-            for name in sorted(set(acc.arrays.values())):
-                shape = members[name].shape
-                for dim, size in zip(acc.array_dims, shape, strict=True):
-                    limit = entries.get(dim, variable.shape[variable.axis(dim)])
-                    if size > limit:
-                        raise AccumulusError(
-                            f"{self.label}: {group.path}/{name} has shape {list(shape)}, which "
-                            f"does not fit its _ARRAY_DIMENSIONS {list(acc.array_dims)} "
-                            f"({dim} allows at most {limit}): its attributes were edited; "
-                            "rebuild it with `accumulus accumulate --rebuild`"
-                        )
-
-    def _foreign_coverage(
-        self, variable: VariableInfo, group: spec.AccumulationGroup, members: Mapping
-    ) -> spec.AccumulationGroup:
-        """Groups written by other tools do not record what they cover: derive it from the
-        array shapes (entries x stride chunks along accumulated dims, the extent elsewhere)."""
-        coverage = dict(zip(variable.dims, variable.shape, strict=True))
-        for acc in group.accumulations:
-            for name in set(acc.arrays.values()):
-                shape = dict(zip(acc.array_dims, members[name].shape, strict=True))
-                for dim, bounds in zip(variable.dims, variable.bounds, strict=True):
-                    if dim in acc.dims:
-                        edges = bounds.strided_edges(acc.stride(dim))
-                        n = min(shape[dim], len(edges))
-                        covered = edges[n - 1] if n else 0
-                    else:
-                        covered = shape[dim]
-                    coverage[dim] = min(coverage[dim], covered)
-        # The ZEP 5 generator weights by cos(latitude) where there is a latitude dimension.
-        from accumulus.accumulation.weights import find_latitude
-
-        weights = "area" if find_latitude(self.raw, variable.dims) else "none"
-        return spec.AccumulationGroup(
-            variable=group.variable,
-            variable_dims=group.variable_dims,
-            accumulations=group.accumulations,
-            weights=weights,
-            coverage=coverage,
-            complete=True,
-            producer="foreign",
-        )

@@ -18,3 +18,14 @@ class AccumulationReadError(AccumulusError):
 class AccumulusWarning(UserWarning):
     """Something done to the user's data that they should know about (a fill value that
     marks nothing, dropped), explained in one line."""
+
+
+class ParameterError(AccumulusError):
+    """One parameter of a request is wrong; ``parameter`` names it ("over", "stat",
+    "weights", "variable", or a dimension for its range); ``missing``: it names something
+    that is not there (a service answers 404), rather than something wrong (422)."""
+
+    def __init__(self, parameter: str | None, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+        self.missing = missing

@@ -8,9 +8,11 @@ import zarr
 from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
+from accumulus.accumulation.groups import accumulation_array, read_group
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds
-from accumulus.storage import bytes_stored
+from accumulus.inference import inferred_conventions
+from accumulus.storage import bytes_stored, dimension_names
 
 
 def _codecs(array: zarr.Array) -> list[dict[str, Any]]:
@@ -41,11 +43,6 @@ def describe_array(array: zarr.Array, dims: list[str]) -> dict[str, Any]:
     }
 
 
-def _dims(array: zarr.Array) -> list[str]:
-    names = getattr(array.metadata, "dimension_names", None)
-    return list(names) if names else list(array.attrs.get("_ARRAY_DIMENSIONS", []))
-
-
 def stored_bytes(
     store: Store, variable: str, group: spec.AccumulationGroup
 ) -> tuple[dict[str, int | None], int | None]:
@@ -61,11 +58,12 @@ def stored_bytes(
 
 def describe_cube(cube: Cube) -> dict[str, Any]:
     arrays = [
-        describe_array(a, _dims(a)) for _, a in sorted(cube.root.arrays(), key=lambda x: x[0])
+        describe_array(a, list(dimension_names(a)))
+        for _, a in sorted(cube.root.arrays(), key=lambda x: x[0])
     ]
     groups = []
     for name in cube.data_variables:
-        group = cube.accumulation_group(name)
+        group = read_group(cube, name)
         if group is None:
             continue
         var = cube.variable(name)
@@ -76,7 +74,7 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
                     "dims": list(acc.dims),
                     "strides": list(acc.strides),
                     "arrays": {
-                        t: describe_array(cube.accumulation_array(name, n), list(acc.array_dims))
+                        t: describe_array(accumulation_array(cube, name, n), list(acc.array_dims))
                         for t, n in sorted(acc.arrays.items())
                     },
                 }
@@ -102,4 +100,6 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
         "dimensions": {str(d): int(n) for d, n in cube.raw.sizes.items()},
         "arrays": arrays,
         "accumulation_groups": groups,
+        # Conventions the store lacks and that were inferred to read it (accumulus.inference).
+        "inferred": inferred_conventions(cube.store),
     }

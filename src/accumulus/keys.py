@@ -8,20 +8,12 @@ never lists it, so readers never load it. Every helper here is one store request
 
 from __future__ import annotations
 
-import warnings
-
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, WrapperStore
 
 PREFIX = ".accumulus/"
-
-# Zarr warns when it lists a store without consolidated metadata and meets ``.accumulus/``
-# (not a Zarr node, by design): a warning about our own objects that tells users nothing.
-warnings.filterwarnings(
-    "ignore", message=r"Object at \.accumulus is not recognized", category=UserWarning
-)
 
 
 def read(store: Store, key: str) -> bytes | None:
@@ -46,7 +38,10 @@ def create_exclusive(store: Store, key: str, data: bytes) -> bool:
     """
     inner = _innermost(store)
     if isinstance(inner, FsspecStore) and "s3" in _protocols(inner):
-        path = f"{inner.path.rstrip('/')}/{key}"
+        from accumulus.hierarchy import split_view
+
+        group = split_view(store)[1]  # a cube's group: its keys are under the group's path
+        path = "/".join(p for p in (inner.path.rstrip("/"), group, key) if p)
         try:
             sync(inner.fs._pipe_file(path, data, mode="create"))
         except FileExistsError:

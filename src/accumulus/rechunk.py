@@ -39,6 +39,7 @@ from zarr.storage import LocalStore
 
 from accumulus import compute, storage
 from accumulus.accumulation import spec
+from accumulus.accumulation.groups import read_group
 from accumulus.api import accumulate
 from accumulus.cube import Cube, StoredValues
 from accumulus.errors import AccumulusError
@@ -53,11 +54,11 @@ from accumulus.grid import (
     parse_chunk_rules,
     rule_text,
 )
+from accumulus.scope import accumulus_scope, scoped
 from accumulus.storage import (
     consolidate,
     local_path,
     open_store,
-    quiet_consolidation,
     store_label,
 )
 from accumulus.zep3 import Zep3DraftKeys
@@ -111,6 +112,7 @@ class AccumulationConfig:
     at: Mapping[str, Any]  # positions rules (``--at``)
 
 
+@scoped
 def rechunk(
     src: str | Store,
     dest: str,
@@ -168,7 +170,7 @@ def rechunk(
 
 
 def _open_root(store: Store, label: str) -> zarr.Group:
-    with quiet_consolidation():
+    with accumulus_scope():
         try:
             return zarr.open_group(store, mode="r")
         except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError) as exc:
@@ -288,7 +290,7 @@ def accumulation_configs(store: Store, root: zarr.Group, label: str) -> list[Acc
     for variable in names:
         if variable not in cube.data_variables:
             continue
-        group = cube.accumulation_group(variable)
+        group = read_group(cube, variable)
         if group is None:
             continue
         request = group.request()

@@ -20,6 +20,15 @@ from accumulus.errors import AccumulusError
 METADATA_DOCUMENTS = frozenset({".zarray", ".zgroup", ".zattrs", ".zmetadata", "zarr.json"})
 
 
+def parse_metadata(key: str, content: bytes) -> Any:
+    """A metadata document's JSON, or an error naming ``key`` (zarr's would not)."""
+    try:
+        return json.loads(content)
+    except ValueError as exc:
+        reason = getattr(exc, "msg", "cannot be decoded")
+        raise AccumulusError(f"metadata document {key} is not valid JSON ({reason})") from None
+
+
 class MetadataRewritingStore(WrapperStore[Store]):
     """Serves the metadata documents named in ``documents`` through ``rewrite``."""
 
@@ -58,11 +67,7 @@ class MetadataRewritingStore(WrapperStore[Store]):
         name = key.rsplit("/", 1)[-1]
         if value is None or byte_range is not None or name not in METADATA_DOCUMENTS:
             return value
-        try:
-            document = json.loads(value.to_bytes())
-        except ValueError as exc:  # zarr would raise JSONDecodeError without naming the key
-            reason = getattr(exc, "msg", "cannot be decoded")
-            raise AccumulusError(f"metadata document {key} is not valid JSON ({reason})") from None
+        document = parse_metadata(key, value.to_bytes())
         if name not in self.documents:
             return value
         fixed = self.rewrite(key, document)

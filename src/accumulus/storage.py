@@ -12,14 +12,13 @@ import asyncio
 import json
 import os
 import threading
-import warnings
 import zipfile
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import zarr
 from zarr.abc.store import ByteRequest, Store
@@ -31,14 +30,13 @@ from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore, ZipSt
 
 from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
+from accumulus.inference import InferredConventionsStore
 from accumulus.nczarr import write_nczarr_metadata
+from accumulus.scope import accumulus_scope
 from accumulus.zep3 import Zep3DraftStore
 
 Mode = Literal["r", "r+", "w"]
-
-# ZEP 3 variable chunking: zarr-python reads and writes rectilinear chunk grids only when this
-# experimental setting is on. accumulus turns it on so its users need not.
-zarr.config.set({"array.rectilinear_chunks": True})
+T = TypeVar("T")
 
 
 class StoreNotFoundError(AccumulusError):
@@ -56,12 +54,16 @@ def open_store(
     ``mode``: "r" read-only (the store must exist), "r+" read-write (must exist),
     "w" read-write, created if missing. ``storage_options`` go to fsspec for ``s3://``;
     the endpoint comes from ``endpoint_url`` there or ``AWS_ENDPOINT_URL``.
-    Stores written by netcdf-c (see ``filters.nczarr``) and ZEP 3 draft chunk grids (see
-    ``zep3``) are read right.
+    Stores written by netcdf-c (see ``filters.nczarr``), ZEP 3 draft chunk grids (see
+    ``zep3``) and, read-only, stores without xarray's conventions written by the ZEP 5
+    reference generator (see ``inference``) are read right.
     """
     if isinstance(url, Store):
         return url
-    return Zep3DraftStore(NCZarrCompatStore(_open(os.fspath(url), mode, storage_options)))
+    store = _open(os.fspath(url), mode, storage_options)
+    if mode == "r":  # stores without xarray's conventions are read, never written
+        store = InferredConventionsStore(store)
+    return Zep3DraftStore(NCZarrCompatStore(store))
 
 
 def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Store:
@@ -304,6 +306,10 @@ class RequestCounts:
     conditional_writes: int = 0  # set_if_not_exists: writes only when the key is absent
     deletes: list[str] = field(default_factory=list)
     list_requests: int = 0
+    # Sequential round trips: a request is in wave k + 1 when the last wave completed before
+    # it started is k. With a latency per request, waves are what a query waits for.
+    round_trips: int = 0
+    max_in_flight: int = 0
 
 
 _METADATA_NAMES = frozenset({".zarray", ".zgroup", ".zattrs", ".zmetadata", "zarr.json"})
@@ -323,6 +329,8 @@ class _CountingState:
     cached: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     inflight: dict[str, asyncio.Future] = field(default_factory=dict)
+    completed_wave: int = 0
+    in_flight: int = 0
 
 
 class CountingStore(WrapperStore[Store]):
@@ -366,6 +374,7 @@ class CountingStore(WrapperStore[Store]):
     def reset(self) -> None:
         with self._lock:
             self._state.counts = RequestCounts()
+            self._state.completed_wave = 0
             self._cache.clear()
             self._state.cached = 0
 
@@ -394,9 +403,22 @@ class CountingStore(WrapperStore[Store]):
             if old is not None:
                 self._state.cached -= len(old)
 
-    async def _delay(self) -> None:
-        if self.latency > 0:
-            await asyncio.sleep(self.latency)
+    async def _request(self, call: Awaitable[T]) -> T:
+        """One store request: counted in its wave, delayed by the latency."""
+        state = self._state
+        with self._lock:
+            wave = state.completed_wave + 1
+            state.counts.round_trips = max(state.counts.round_trips, wave)
+            state.in_flight += 1
+            state.counts.max_in_flight = max(state.counts.max_in_flight, state.in_flight)
+        try:
+            if self.latency > 0:
+                await asyncio.sleep(self.latency)
+            return await call
+        finally:
+            with self._lock:
+                state.in_flight -= 1
+                state.completed_wave = max(state.completed_wave, wave)
 
     def _count_read(self, key: str, value: Buffer | None) -> None:
         nbytes = len(value) if value is not None else 0
@@ -443,8 +465,7 @@ class CountingStore(WrapperStore[Store]):
     async def _fetch(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
-        await self._delay()
-        value = await self._store.get(key, prototype, byte_range)
+        value = await self._request(self._store.get(key, prototype, byte_range))
         self._count_read(key, value)
         return value
 
@@ -476,21 +497,24 @@ class CountingStore(WrapperStore[Store]):
             yield key, await self.get(key, prototype, byte_range)
 
     async def exists(self, key: str) -> bool:
-        await self._delay()
         with self._lock:
             self.counts.read_requests += 1
-        return await self._store.exists(key)
+        return await self._request(self._store.exists(key))
+
+    async def getsize(self, key: str) -> int:
+        # A size request (HEAD), not a read: zarr's default would read the whole value.
+        with self._lock:
+            self.counts.read_requests += 1
+        return await self._request(self._store.getsize(key))
 
     async def set(self, key: str, value: Buffer) -> None:
-        await self._delay()
-        await self._store.set(key, value)
+        await self._request(self._store.set(key, value))
         self._count_write(key, value)
         self._cache_drop(key)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
         # Counted apart: whether it wrote anything depends on whether the key existed.
-        await self._delay()
-        await self._store.set_if_not_exists(key, value)
+        await self._request(self._store.set_if_not_exists(key, value))
         with self._lock:
             self.counts.conditional_writes += 1
 
@@ -498,8 +522,7 @@ class CountingStore(WrapperStore[Store]):
         await asyncio.gather(*(self.set(k, v) for k, v in values))
 
     async def delete(self, key: str) -> None:
-        await self._delay()
-        await self._store.delete(key)
+        await self._request(self._store.delete(key))
         with self._lock:
             self.counts.deletes.append(key)
         self._cache_drop(key)
@@ -519,19 +542,10 @@ class CountingStore(WrapperStore[Store]):
         return self._counted_listing(self._store.list_dir(prefix))
 
 
-@contextmanager
-def quiet_consolidation() -> Iterator[None]:
-    """Zarr warns that consolidated metadata is not part of the v3 specification yet; we
-    rely on it knowingly, as xarray does, so the warning is not repeated to our users."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
-        yield
-
-
 def consolidate(store: Store) -> None:
     """Refresh consolidated metadata and, from it, netcdf-c's NCZarr metadata (the last step
     of every write), so netcdf-c opens every store we write (see ``accumulus.nczarr``)."""
-    with quiet_consolidation():
+    with accumulus_scope():
         zarr.consolidate_metadata(store)
     write_nczarr_metadata(store)
 
@@ -559,6 +573,17 @@ def bytes_stored(array: zarr.Array) -> int | None:
         return int(array.nbytes_stored())
     except Exception:  # listing failures come in many kinds (403 from a web server, ...)
         return None
+    finally:
+        _forget_listings(array.store_path.store)
+
+
+def _forget_listings(store: Store) -> None:
+    """Drop the listings fsspec keeps after a listing: s3fs answers a later read of a key
+    another process wrote meanwhile from them, as a missing key (a chunk read as fill)."""
+    while isinstance(store, WrapperStore):
+        store = store._store
+    if isinstance(store, FsspecStore):
+        store.fs.invalidate_cache()
 
 
 def array_with(

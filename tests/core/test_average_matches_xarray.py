@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
-from accumulus.accumulation.query import Query, run_query
+from accumulus.accumulation.query import run_query
+from accumulus.accumulation.request import Query
 from accumulus.cube import Cube
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
 

@@ -13,7 +13,7 @@ import zarr
 from numcodecs import Blosc
 
 import accumulus
-from accumulus.accumulation.delta_filter import AccumulationDeltaFilter
+from accumulus.filters.accumulation_delta import AccumulationDeltaFilter
 
 NLAT, NLON, NTIME = 24, 36, 40
 CHUNKS = (6, 9, 10)  # latitude, longitude, time: exact multiples, as the generator requires

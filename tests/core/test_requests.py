@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus.accumulation.query import Query, run_query
+from accumulus.accumulation.groups import accumulation_array, read_group
+from accumulus.accumulation.query import run_query
+from accumulus.accumulation.request import Query
 from accumulus.cube import Cube
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
@@ -52,9 +54,7 @@ def test_aligned_time_average_reads_no_raw_chunk(cube_path):
     cube = Cube.open(str(path))
     chunks = 0
     for term in ("wsum", "wcount"):
-        array = cube.accumulation_array(
-            VAR, cube.accumulation_group(VAR).find(["time"]).arrays[term]
-        )
+        array = accumulation_array(cube, VAR, read_group(cube, VAR).find(["time"]).arrays[term])
         per_entry = {e // array.chunks[0] for e in entries}
         tiles = prod(-(-n // c) for n, c in zip(array.shape[1:], array.chunks[1:], strict=True))
         chunks += len(per_entry) * tiles

@@ -86,7 +86,7 @@ def test_partial_last_chunk_along_append_dim_is_provisional(tmp_path):
     group.attrs["accumulus"] = {"append_dim": "time"}
     zarr.consolidate_metadata(path)
     accumulus.accumulate(str(path), VAR, [("time",)])
-    group = accumulus.open_cube(str(path)).accumulation_group(VAR)
+    group = accumulus.open(str(path)).accumulation_group(VAR)
     assert group.coverage["time"] == 16
     result = accumulus.query(str(path), VAR, ["time"])
     assert result.stats.raw_chunks_read == 1

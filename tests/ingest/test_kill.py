@@ -22,6 +22,7 @@ import xarray as xr
 import zarr
 
 import accumulus
+from accumulus.cube import Cube
 from accumulus.grid import declared_chunk_sizes
 from cubes import xarray_reference
 from varchunk.conftest import daily_times, period_counts
@@ -122,7 +123,7 @@ def test_kill_minus_9_during_month_appends(tmp_path):
     months = tuple(period_counts(daily_times("noleap", "2003-12-21", 192), "MS"))
 
     def check(store) -> int:
-        cube = accumulus.open_cube(str(store))
+        cube = Cube.open(str(store))
         n = cube.variable(VAR).shape[0]
         assert n in boundaries, f"{n} days visible: not the end of a granule"
         expected = ds[VAR].isel(time=slice(0, n))

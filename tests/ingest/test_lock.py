@@ -15,6 +15,7 @@ import pytest
 
 import accumulus
 from accumulus import keys
+from accumulus.cube import Cube
 from accumulus.locking import LOCK_KEY, LockRecord, StoreBusyError, StoreLock
 from accumulus.storage import open_store
 
@@ -171,7 +172,7 @@ def test_two_appenders_at_once_never_corrupt_the_store(cube, tmp_path):
     assert [g["start"] for g in journal["granules"]] == [0, 3, 6, 9]
     reports = accumulus.verify(str(store), VAR)
     assert all(r.ok for r in reports)
-    assert accumulus.open_cube(str(store)).variable(VAR).shape[0] == 12
+    assert Cube.open(str(store)).variable(VAR).shape[0] == 12
 
 
 def test_cli_reports_a_busy_store(cube, tmp_path):
@@ -202,7 +203,7 @@ def test_accumulate_is_refused_while_an_append_holds_the_lock(cube, tmp_path):
     # The append that follows updates the group under its own lock (no busy error).
     result = accumulus.append(str(store), write_granule(tmp_path / "b.nc", t, 3, 9))
     assert result.accumulations == (VAR,)
-    coverage = accumulus.open_cube(str(store)).accumulation_group(VAR).coverage
+    coverage = accumulus.open(str(store)).accumulation_group(VAR).coverage
     assert coverage["time"] == 8  # two complete chunks of 4 of the 9 steps
     assert all(report.ok for report in accumulus.verify(str(store), VAR))
 

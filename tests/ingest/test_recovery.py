@@ -56,7 +56,7 @@ CRASHES = {
         6,  # committed, not yet published: the re-run publishes it
         "was finished",
     ),
-    "before consolidating": (append_module, "consolidate", 1, 6, "was finished"),
+    "before consolidating": (append_module, "consolidate_groups", 1, 6, "was finished"),
     "before the second journal write": (append_module, "write_journal", 2, 9, "cut back"),
 }
 

@@ -44,8 +44,8 @@ class SlowReads:
         self.reads = 0
         real = answers.compute_answer
 
-        def slow_compute(cube, request, memory_bytes):
-            guarded = cube.store
+        def slow_compute(snapshot, request, memory_bytes):
+            guarded = snapshot.cube.store
             inner_get = guarded.get
 
             async def get(key, prototype, byte_range=None):
@@ -54,7 +54,7 @@ class SlowReads:
                 return await inner_get(key, prototype, byte_range)
 
             guarded.get = get
-            return real(cube, request, memory_bytes)
+            return real(snapshot, request, memory_bytes)
 
         monkeypatch.setattr(app_module, "compute_answer", slow_compute)
 
@@ -188,9 +188,11 @@ def test_labels_are_canonical_in_the_cache(client):
 
 def test_cache_entries_are_charged_at_least_what_they_hold():
     """Charged bytes (body + key + overhead) cover the memory tracemalloc sees them take."""
+    from accumulus.datacube import CubeSnapshot
     from accumulus.service.datasets import Snapshot
 
-    snapshot = Snapshot("d", "token", cube=None, generation=0)  # type: ignore[arg-type]
+    current = CubeSnapshot("token", 0, cube=None, groups=None)  # type: ignore[arg-type]
+    snapshot = Snapshot("d", current)
     cache = AnswerCache(2**30)
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

@@ -9,9 +9,20 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import xarray as xr
+import zarr
 
 VAR = "precip"
+
+
+@pytest.fixture(autouse=True)
+def rectilinear_chunks():
+    """These tests also read and write variable chunk grids with zarr itself, which needs
+    zarr's setting on (accumulus turns it on for its own calls only)."""
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        yield
+
 
 # (calendar, first day, days): a leap year in each calendar that has one, and the 360-day
 # calendar whose months are all 30 days.

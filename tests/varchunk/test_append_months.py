@@ -14,6 +14,7 @@ import zarr
 from zarr.storage import LocalStore
 
 import accumulus
+from accumulus.accumulation.groups import read_group
 from accumulus.cube import Cube
 from accumulus.grid import AppendChunks, append_chunk_sizes, declared_chunk_sizes, with_chunk_sizes
 from accumulus.storage import array_with, consolidate, store_metadata
@@ -66,7 +67,7 @@ def test_daily_granules_appended_by_month(tmp_path, calendar):
         store_metadata(regridded)
     consolidate(LocalStore(path))
     accumulus.accumulate(str(path), VAR, [("time",), ("lat", "lon")], weights="area")
-    coverage = Cube.open(str(path)).accumulation_group(VAR).coverage["time"]
+    coverage = read_group(Cube.open(str(path)), VAR).coverage["time"]
 
     done = first
     for added in granules[1:]:
@@ -82,7 +83,7 @@ def test_daily_granules_appended_by_month(tmp_path, calendar):
         bounds = cube.variable(VAR).bounds[0]
         assert list(bounds.sizes) == period_counts(times[:done], "MS")  # one chunk a month
         open_month = sum(plan.sizes) > done
-        covered_before, coverage = coverage, cube.accumulation_group(VAR).coverage["time"]
+        covered_before, coverage = coverage, read_group(cube, VAR).coverage["time"]
         assert coverage == (bounds.edges[-2] if open_month else done)
         # Only months that became final are added to the accumulations.
         assert update.action == ("updated" if coverage > covered_before else "up to date")

@@ -24,6 +24,7 @@ import zarr
 from accumulus import compute
 from accumulus.accumulation import placement, spec, statistics, stream
 from accumulus.accumulation.chunk_check import checksummed_codecs
+from accumulus.accumulation.groups import read_group
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
@@ -90,7 +91,7 @@ def _build(
     placements = placement.placements(cube, var, request, coverage)
     wanted = spec.make_group(variable, var.dims, request, coverage, holders, placements)
     try:
-        existing = cube.accumulation_group(variable)
+        existing = read_group(cube, variable)
     except AccumulusError:
         if not rebuild:
             raise

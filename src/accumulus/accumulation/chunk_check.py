@@ -1,9 +1,10 @@
 """Finding which chunks of an accumulation array cannot be read.
 
-Accumulation chunks carry a checksum (crc32c: a codec in Zarr v3, a numcodecs filter in v2),
-so bytes changed on disk fail to decode instead of giving wrong sums. Zarr's error does not
-say which chunk failed; these helpers read the chunks of a selection one at a time to name
-them, as ``tas_accumulation_group/acc_time/3.0.1``.
+Accumulation chunks carry a checksum (crc32c, a codec, in Zarr v3; in v2 the numcodecs filter
+``fletcher32``, which is HDF5's Fletcher-32 byte for byte and so one netcdf-c reads too, where
+it has no crc32c), so bytes changed on disk fail to decode instead of giving wrong sums.
+Zarr's error does not say which chunk failed; these helpers read the chunks of a selection
+one at a time to name them, as ``tas_accumulation_group/acc_time/3.0.1``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 
 
 def checksummed_codecs(zarr_format: int) -> dict:
-    """Arguments of ``create_array`` that make every chunk carry a crc32c checksum, in the
-    form other readers know: v3's crc32c codec after compression, numcodecs' crc32c filter
-    in v2 (checked on the decompressed bytes)."""
+    """Arguments of ``create_array`` that make every chunk carry a checksum, in the form
+    other readers know: v3's crc32c codec after compression; in v2 numcodecs' fletcher32
+    filter (checked on the decompressed bytes), which netcdf-c decodes as HDF5's."""
     if zarr_format == 3:
         return {"compressors": [ZstdCodec(), Crc32cCodec()]}
-    return {"filters": [numcodecs.CRC32C()]}
+    return {"filters": [numcodecs.Fletcher32()]}
 
 
 def failing_chunks(
@@ -44,7 +45,8 @@ def failing_chunks(
             array.get_block_selection(coords)
         except Exception as exc:  # what each codec raises differs; the reason is kept
             key = array.metadata.encode_chunk_key(coords)
-            failing.append((f"{array.path}/{key}", str(exc) or type(exc).__name__))
+            reason = " ".join(str(exc).split())  # one line (fletcher32's message has two)
+            failing.append((f"{array.path}/{key}", reason or type(exc).__name__))
     return failing
 
 

@@ -19,6 +19,7 @@ import xarray as xr
 
 from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.chunk_check import chunk_problem_text, failing_chunks
+from accumulus.accumulation.groups import accumulation_array, read_group
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 
@@ -49,7 +50,7 @@ def verify_variable(cube: Cube, variable: str) -> VerifyReport:
     var = cube.variable(variable)
     report = VerifyReport(variable)
     try:
-        group = cube.accumulation_group(variable)
+        group = read_group(cube, variable)
     except Exception as exc:  # an invalid group is exactly what verify reports
         report.problems.append(str(exc))
         return report
@@ -78,7 +79,7 @@ def verify_variable(cube: Cube, variable: str) -> VerifyReport:
             problem
             for acc in group.accumulations
             for name in sorted(set(acc.arrays.values()))
-            for problem in failing_chunks(cube.accumulation_array(variable, name))
+            for problem in failing_chunks(accumulation_array(cube, variable, name))
         ]
         text = chunk_problem_text(failing) or f"cannot be read or recomputed: {exc}"
         report.problems.append(f"{group.path}: {text}")
@@ -142,7 +143,7 @@ def _checks(
 ) -> list[_Check]:
     """Lazy comparisons of one accumulation's arrays, over the covered extent (entries past
     the coverage, or not final, are provisional and never read by queries)."""
-    arrays = {n: cube.accumulation_array(var.name, n) for n in set(acc.arrays.values())}
+    arrays = {n: accumulation_array(cube, var.name, n) for n in set(acc.arrays.values())}
     shape = dict(zip(acc.array_dims, next(iter(arrays.values())).shape, strict=True))
     window: dict[str, int] = {}  # entries (accumulated dims) or indices (others) to check
     ends = _positions(var, acc)
@@ -169,9 +170,8 @@ def _checks(
         if name in checked:
             continue
         checked.append(name)
-        bound = cube.bind(arrays[name], cube.store)
         stored = xr.DataArray(
-            da.from_array(bound, chunks=bound.chunks, lock=False).astype("f8"),
+            da.from_array(arrays[name], chunks=arrays[name].chunks, lock=False).astype("f8"),
             dims=acc.array_dims,
         ).isel({d: slice(0, window[d]) for d in acc.array_dims})
         want = expected.sel(term=term, drop=True)

@@ -41,8 +41,8 @@ from zarr.core.sync import sync
 from zarr.storage import FsspecStore
 
 from accumulus import keys
-from accumulus.accumulation import spec
 from accumulus.accumulation.build import build_accumulations
+from accumulus.accumulation.groups import read_group
 from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
@@ -57,6 +57,17 @@ from accumulus.grid import (
     declared_chunk_sizes,
     regular_chunk_size,
 )
+from accumulus.hierarchy import (
+    arrays_along,
+    consolidate_groups,
+    cube_groups,
+    group_label,
+    group_view,
+    holds_accumulations,
+    set_group_attrs,
+    write_tree,
+)
+from accumulus.ingest.cadence import step_seconds, steps_per_year
 from accumulus.ingest.conform import (
     Template,
     check_fits,
@@ -66,7 +77,15 @@ from accumulus.ingest.conform import (
     template_of,
     time_labels,
 )
-from accumulus.ingest.granules import CodecChain, GranuleLike, open_granule
+from accumulus.ingest.granules import (
+    CodecChain,
+    Granule,
+    GranuleLike,
+    InGroup,
+    open_granule,
+    open_zarr_tree,
+    resolve_group,
+)
 from accumulus.ingest.journal import (
     CREATING,
     JOURNAL_KEY,
@@ -80,12 +99,11 @@ from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.locking import StoreLock
 from accumulus.nczarr import record_dimension_size
+from accumulus.scope import accumulus_scope
 from accumulus.storage import (
-    consolidate,
     dimension_names,
     local_path,
     open_store,
-    quiet_consolidation,
     store_label,
 )
 
@@ -118,6 +136,7 @@ def append(
     chunking: ChunkRule | None = None,
     zarr_format: int | None = None,
     progress: Progress | None = None,
+    group: str | None = None,
 ) -> AppendResult:
     """Append ``granules`` (NetCDF4/HDF5 files, Zarr stores or ``xarray.Dataset`` objects)
     to the cube at ``store`` along ``dim``, creating it from the first granule if needed.
@@ -130,7 +149,9 @@ def append(
     must agree with how it is chunked. Granules already ingested are skipped; times already
     in the cube are an error, or skipped with ``skip_existing``. Safe to re-run after an
     interruption, and to run while others read. ``progress(done, total)`` is called as
-    granules are checked and written.
+    granules are checked and written. ``group``: the group of the granules to append (with
+    its nested groups along ``dim``), kept at the same place in the cube; by default the one
+    group holding variables along ``dim``.
     """
     started = time.perf_counter()
     items = _as_list(granules)
@@ -150,7 +171,11 @@ def append(
         steps=2 * len(items),
     )
     label = store_label(store) if isinstance(store, Store) else os.fspath(store)
+    group = resolve_group(items[0], dim, group, storage_options)
+    items = [_in_group(item, group, dim) for item in items]
     target_store, new_directory = _open_target(store, label, storage_options)
+    # A group of the cube is a store of its own: journal, lock and metadata inside it.
+    target_store, label = group_view(target_store, group), group_label(label, group)
     try:
         with StoreLock(target_store, label) as lock:
             target = Target(target_store, label, dim, lock)
@@ -335,7 +360,7 @@ def _back_to_the_journal(target: Target, journal: Journal) -> tuple[str, frozens
     if published != journal.extent:
         # A commit got past its journal write but not to consolidation: finish it.
         updated = update_accumulations(target)
-        consolidate(store)
+        consolidate_groups(store)
         notes.append(f"the commit of {dim} up to {journal.extent} was finished")
     if target.lock.recovered is not None:
         notes.insert(0, f"took over the stale lock of {target.lock.recovered.describe()}")
@@ -377,7 +402,7 @@ def _adopt(target: Target, request: Request) -> Journal:
     settings["append_dim"] = dim
     if request.variable_rule is not None:
         settings["chunking"] = request.variable_rule
-    root.attrs["accumulus"] = settings
+    set_group_attrs(root, "accumulus", settings)
     labels = xr.open_zarr(store, consolidated=False)[dim].values
     record = GranuleRecord(
         name="(in the store before its first append)",
@@ -390,7 +415,7 @@ def _adopt(target: Target, request: Request) -> Journal:
     )
     journal = Journal(dim, READY, extent, (record,) if extent else ())
     write_journal(store, journal)
-    consolidate(store)
+    consolidate_groups(store)
     return journal
 
 
@@ -407,9 +432,7 @@ def _wipe(store: Store) -> None:
 
 
 def _store_template(target: Target) -> Template:
-    dataset = xr.open_dataset(
-        target.store, engine="zarr", decode_cf=False, consolidated=True, chunks=None
-    )
+    dataset = open_zarr_tree(target.store, where=target.label).dataset
     try:
         return template_of(dataset, target.dim, target.label)
     finally:
@@ -582,16 +605,18 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
             )
             for name, var in granule.dataset.variables.items()
         }
-        choice = choose_chunks(specs, dim, request.chunks, variable_rule)
+        year = steps_per_year(_step_seconds(granule, batch))
+        choice = choose_chunks(specs, dim, request.chunks, variable_rule, year)
         chains = granule.compression(zarr_format)
         empty, fills = cube_dataset(granule.dataset, template)
         encoding = {}
         for name, var in empty.variables.items():
             fill = fills[str(name)]
             chain = chains.get(str(name))
-            if not chain and name in template.coordinates and dim in var.dims:
-                # Uncompressed in the granule, but its ~1 MiB chunks in the cube are
-                # rewritten at each commit, mostly fill: zarr's default compression.
+            if not chain and dim in var.dims:
+                # Uncompressed in the granule, but chunks along the append dimension fill
+                # over many appends, rewritten at each commit and mostly fill until then:
+                # zarr's default compression.
                 chain = None
             encoding[name] = {
                 "chunks": choice.chunks[str(name)],
@@ -603,8 +628,10 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
             settings["chunking"] = variable_rule
         empty.attrs["accumulus"] = settings
         write_journal(store, Journal(dim, CREATING))
-        empty.to_zarr(
+        write_tree(
+            empty,
             store,
+            group_attrs=granule.group_attrs,
             mode="a",
             zarr_format=zarr_format,
             encoding=encoding,
@@ -733,26 +760,35 @@ def commit(
     journal = journal.committed(records, writer.size)
     write_journal(target.store, journal)  # the commit point
     updated: frozenset[str] = frozenset()
-    if any(name.endswith(spec.GROUP_SUFFIX) for name in root.group_keys()):
+    if holds_accumulations(root):
         updated = update_accumulations(target)
-    consolidate(target.store)
+    consolidate_groups(target.store)
     return journal, updated
 
 
 def update_accumulations(target: Target) -> frozenset[str]:
     """Bring every accumulation group made by accumulus up to date with the committed
-    data: incremental, so its cost follows the appended data, not the archive. Returns the
-    variables whose groups changed."""
-    cube = Cube(target.store, target.label, use_consolidated=False)
+    data, in the cube's group and its nested groups: incremental, so its cost follows the
+    appended data, not the archive. Returns the variables whose groups changed (nested
+    ones by relative path)."""
+    updated: set[str] = set()
+    for path in cube_groups(target.store, use_consolidated=False):
+        cube = Cube(target.store, target.label, use_consolidated=False, group=path)
+        names = _update_group_accumulations(target, cube)
+        updated |= {f"{path}/{name}" if path else name for name in names}
+    return frozenset(updated)
+
+
+def _update_group_accumulations(target: Target, cube: Cube) -> set[str]:
     updated = set()
     for name in cube.data_variables:
-        group = cube.accumulation_group(name)
+        group = read_group(cube, name)
         if group is None or group.producer != "accumulus":
             continue  # groups of other tools: queries derive their coverage from shapes
         update = build_accumulations(cube, name, group.request(), held_lock=target.lock)
         if update.action != "up to date":
             updated.add(name)
-    return frozenset(updated)
+    return updated
 
 
 # --------------------------------------------------------------------------------------------
@@ -795,16 +831,23 @@ def _zarr_format(asked: int | None, rule: ChunkRule | None) -> int:
 
 
 def _as_list(granules: GranuleLike | Iterable[GranuleLike]) -> list[GranuleLike]:
-    if isinstance(granules, str | os.PathLike | xr.Dataset | Store):
+    if isinstance(granules, str | os.PathLike | xr.Dataset | Store | InGroup):
         return [granules]
     return list(granules)
+
+
+def _in_group(item: GranuleLike, group: str, dim: str) -> GranuleLike:
+    """``item`` read from ``group`` with its nested groups along ``dim``."""
+    if isinstance(item, xr.Dataset):
+        return item
+    return InGroup(item.item if isinstance(item, InGroup) else item, group, dim)
 
 
 def _consolidated_root(store: Store) -> zarr.Group | None:
     """The root as readers see it (consolidated metadata), or None before the first
     commit. After recovery it is current, and the run reads metadata from it: no
     per-array requests."""
-    with quiet_consolidation():
+    with accumulus_scope():
         root = zarr.open_group(store, mode="r+")
     return root if root.metadata.consolidated_metadata is not None else None
 
@@ -823,7 +866,19 @@ def _array(root: zarr.Group, name: str) -> zarr.Array:
 
 
 def _names_along_dim(root: zarr.Group, dim: str) -> list[str]:
-    return [name for name, array in root.arrays() if dim in dimension_names(array)]
+    return arrays_along(root, dim)
+
+
+def _step_seconds(granule: Granule, batch: Batch) -> float | None:
+    """The archive's cadence along the append dimension, from the times being appended or
+    the CF bounds of the first granule's (``cadence.py``)."""
+    template = batch.template
+    coordinate = template.variables[template.dim]
+    bounds = coordinate.attrs.get("bounds")
+    values = granule.dataset[bounds].values if bounds in granule.dataset.variables else None
+    units = coordinate.time.units if coordinate.time is not None else None
+    times = np.concatenate([plan.coordinate for plan in batch.planned])
+    return step_seconds(times, units, values)
 
 
 def _check_increasing(name: str, coordinate: np.ndarray, template: Template) -> None:

@@ -75,6 +75,7 @@ class StoredForm:
     masked: tuple[Any, ...]  # stored values xarray reads as missing (NaN aside)
     unpacked: bool  # values are stored decoded, as xarray decodes the source
     dropped: tuple[DroppedFill, ...]
+    source_dtype: np.dtype  # the source's values as xarray's decoder meets them
 
     @property
     def fill_value(self) -> Any:
@@ -82,19 +83,29 @@ class StoredForm:
 
 
 def stored_form(
-    name: str, dtype: np.dtype, attrs: Mapping[str, Any], where: str, unpack: bool = True
+    name: str,
+    dtype: np.dtype,
+    attrs: Mapping[str, Any],
+    where: str,
+    unpack: bool = True,
+    source_dtype: np.dtype | None = None,
 ) -> StoredForm:
     """The form in which a cube stores variable ``name`` of ``where`` (a granule or file),
-    given its stored ``dtype`` and attributes as read from the source (with their types).
-    ``unpack=False`` keeps the stored values even where Zarr readers decode them otherwise
-    (a virtual cube references the source's bytes). Raises ``AccumulusError`` naming the
-    attribute when xarray cannot decode them at all."""
+    given the ``dtype`` its values are stored with in the cube and its attributes as read
+    from the source (with their types). ``source_dtype``: the source's values as xarray's
+    decoder meets them, byte order included (it casts an ``_Unsigned`` fill value in it);
+    by default ``dtype``. ``unpack=False`` keeps the stored values even where Zarr readers
+    decode them otherwise (a virtual cube references the source's bytes). Raises
+    ``AccumulusError`` naming the attribute when xarray cannot decode them at all."""
     dtype = np.dtype(dtype)
+    source_dtype = dtype if source_dtype is None else np.dtype(source_dtype)
     if dtype.kind not in "iuf" or not any(k in attrs for k in DECODING_ATTRS):
-        return StoredForm(dtype, dict(attrs), (), False, ())
+        return StoredForm(dtype, dict(attrs), (), False, (), source_dtype)
     decoding = {k: attrs[k] for k in DECODING_ATTRS if k in attrs}
     try:
-        return _stored_form(name, dtype, _Frozen(decoding), _Frozen(dict(attrs)), unpack)
+        return _stored_form(
+            name, dtype, source_dtype, _Frozen(decoding), _Frozen(dict(attrs)), unpack
+        )
     except _Undecodable as exc:
         value = f" = {decoding[exc.attribute]!r}" if exc.attribute in decoding else ""
         raise AccumulusError(
@@ -120,7 +131,7 @@ def to_stored(name: str, values: np.ndarray, attrs: Mapping[str, Any], form: Sto
     when the form is unpacked, as they are otherwise."""
     if not form.unpacked:
         return values
-    return decode(name, values, attrs).astype(form.dtype, copy=False)
+    return decode(name, values.astype(form.source_dtype), attrs).astype(form.dtype, copy=False)
 
 
 def warn_dropped(where: str, name: str, form: StoredForm) -> None:
@@ -156,14 +167,20 @@ class _Frozen(dict):
 
 @lru_cache(maxsize=1024)
 def _stored_form(
-    name: str, dtype: np.dtype, decoding: _Frozen, attrs: _Frozen, unpack: bool
+    name: str,
+    dtype: np.dtype,
+    source_dtype: np.dtype,
+    decoding: _Frozen,
+    attrs: _Frozen,
+    unpack: bool,
 ) -> StoredForm:
     probes = _probes(dtype, decoding)
+    theirs = probes.astype(source_dtype)  # the same numbers, as the source holds them
     try:
-        source = decode(name, probes, decoding)
+        source = decode(name, theirs, decoding)
     except Exception as exc:  # whatever xarray raises on attributes it cannot use
         raise _Undecodable(_culprit(name, dtype, decoding), exc) from None
-    masked_by = {key: _masked(name, probes, decoding, key) for key in FILL_ATTRS}
+    masked_by = {key: _masked(name, theirs, decoding, key) for key in FILL_ATTRS}
     kept = dict(attrs)
     for key in FILL_ATTRS:
         kept.pop(key, None)
@@ -180,17 +197,18 @@ def _stored_form(
         kept["missing_value"] = as_view[0] if len(as_view) == 1 else as_view
     elif dtype.kind == "f" and "missing_value" in decoding and _all_nan(decoding["missing_value"]):
         kept["missing_value"] = decoding["missing_value"]
-    dropped = tuple(_dropped(name, dtype, probes, decoding))
+    dropped = tuple(_dropped(name, dtype, theirs, decoding))
     masked = tuple(np.asarray([*fills, *others], dtype=dtype).tolist())
     cube = decode(name, probes, _as_json(kept))
     if not unpack or _same_decoding(source, cube, exhaustive=_exhaustive(dtype)):
-        return StoredForm(dtype, kept, masked, False, dropped)
-    return _unpacked_form(name, source.dtype, attrs, decoding, dropped)
+        return StoredForm(dtype, kept, masked, False, dropped, source_dtype)
+    return _unpacked_form(name, source.dtype, source_dtype, attrs, decoding, dropped)
 
 
 def _unpacked_form(
     name: str,
     dtype: np.dtype,
+    source_dtype: np.dtype,
     attrs: Mapping[str, Any],
     decoding: Mapping[str, Any],
     dropped: tuple[DroppedFill, ...],
@@ -207,19 +225,20 @@ def _unpacked_form(
         if value.dtype.kind not in "iu":  # in unpacked units already
             kept[key] = attrs[key]
             continue
-        limits = decode(name, np.ravel(value), decoding).astype(dtype)
+        limits = decode(name, np.ravel(value).astype(source_dtype), decoding).astype(dtype)
         if key == "valid_range":
             kept[key] = np.sort(limits)
         else:  # a negative scale makes the packed minimum the unpacked maximum
             kept[swap.get(key, key)] = limits[0]
     if dtype.kind == "f":
         kept["_FillValue"] = dtype.type(np.nan)
-    return StoredForm(dtype, kept, (), True, dropped)
+    return StoredForm(dtype, kept, (), True, dropped, source_dtype)
 
 
 def _probes(dtype: np.dtype, decoding: Mapping[str, Any]) -> np.ndarray:
     """Stored values to decode: every value of a small integer type; otherwise edge
-    values, random values, and each fill value cast to the type every way xarray might."""
+    values, random values, and each fill value cast to the type every way xarray might
+    (NaN and infinities only to floats: other casts of them are undefined)."""
     if _exhaustive(dtype):
         info = np.iinfo(dtype)
         return np.arange(info.min, info.max + 1).astype(dtype)
@@ -245,7 +264,9 @@ def _probes(dtype: np.dtype, decoding: Mapping[str, Any]) -> np.ndarray:
                 with np.errstate(all="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     cast = np.asarray(value).astype(twin).view(dtype).reshape(1)
-                probes.append(cast)
+                # Also its bytes in the other order: xarray casts an _Unsigned fill value in
+                # the file's byte order and views it in the machine's.
+                probes += [cast, cast.byteswap()]
                 if dtype.kind == "f":
                     probes.append(-cast)
     return np.concatenate(probes).astype(dtype)

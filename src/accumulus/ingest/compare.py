@@ -27,7 +27,8 @@ import xarray as xr
 import zarr
 
 from accumulus.errors import AccumulusError
-from accumulus.storage import open_store, quiet_consolidation
+from accumulus.scope import accumulus_scope
+from accumulus.storage import open_store
 
 # Values of one variable compared at a time (along the first axis).
 BLOCK_VALUES = 2**24
@@ -80,7 +81,7 @@ def compare_sources(
     if not sources:
         raise AccumulusError("no sources given to compare the cube with")
     zstore = open_store(store, "r", storage_options=storage_options)
-    with quiet_consolidation():
+    with accumulus_scope():
         root = zarr.open_group(zstore, mode="r")
     if dim is None:
         settings = root.attrs.get("accumulus")
@@ -141,7 +142,7 @@ def _open_source(source: str, group: str) -> xr.Dataset:
 
 
 def _open_cube(zstore, label: str, group: str) -> xr.Dataset:
-    with warnings.catch_warnings(), quiet_consolidation():
+    with warnings.catch_warnings(), accumulus_scope():
         warnings.simplefilter("ignore", xr.SerializationWarning)
         try:
             return xr.open_zarr(zstore, group=group or None, chunks=None)

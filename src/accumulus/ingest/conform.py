@@ -112,7 +112,7 @@ def template_of(dataset: xr.Dataset, dim: str, where: str, warn: bool = False) -
     static = {}
     for name, var in dataset.variables.items():
         name = str(name)
-        form = stored_form(name, var.dtype, var.attrs, where)
+        form = stored_form(name, var.dtype, var.attrs, where, source_dtype=_on_disk(var))
         if warn:
             warn_dropped(where, name, form)
         variables[name] = VariableTemplate(
@@ -269,7 +269,7 @@ def conform(granule: Granule, template: Template) -> dict[str, np.ndarray]:
             assert theirs is not None
             values = convert_times(values, theirs, ours.time, ours.dtype, granule.name, name)
         else:
-            form = stored_form(name, var.dtype, var.attrs, where)
+            form = stored_form(name, var.dtype, var.attrs, where, source_dtype=_on_disk(var))
             values = to_stored(name, values, var.attrs, form)
             values = _map_fill(where, name, values, form.masked, ours)
         out[name] = values
@@ -327,6 +327,15 @@ def time_labels(values: np.ndarray, template: Template) -> list[str]:
     if dates.dtype.kind == "M":
         return [str(d) for d in np.datetime_as_string(dates, unit="s")]
     return [d.isoformat() for d in dates]  # cftime dates of non-standard calendars
+
+
+def _on_disk(var: xr.Variable) -> np.dtype:
+    """A granule variable's values as xarray decodes them from the file: its type on disk
+    (byte order included), which ``decode_cf=False`` reports in ``encoding``."""
+    stored = var.encoding.get("dtype")
+    if stored is None or np.dtype(stored).newbyteorder("=") != var.dtype.newbyteorder("="):
+        return var.dtype
+    return np.dtype(stored)
 
 
 def _missing_target(ours: VariableTemplate) -> Any:

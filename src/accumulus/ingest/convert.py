@@ -54,6 +54,7 @@ from accumulus.filters import (
     v3_codecs,
 )
 from accumulus.filters.builtin import load_hdf5plugin
+from accumulus.hierarchy import normalize_group
 from accumulus.ingest.cf import (
     DECODING_ATTRS,
     LIMIT_ATTRS,
@@ -138,18 +139,23 @@ def convert(
     zarr_format: int = 2,
     codecs: Mapping[str, CodecSpec] | None = None,
     default_codec: CodecSpec | None = None,
+    group: str | None = None,
 ) -> ConversionPlan:
     """Convert a NetCDF4/HDF5 or NetCDF-3 file to a Zarr directory store at ``dest`` (which
     must not exist).
 
     ``codecs`` maps a variable ("precip" or "group/precip") to codec JSON (one codec or a
     chain in encoding order) replacing its mapped filters; ``default_codec`` replaces the
-    filters of every other variable. Returns the plan that was carried out.
+    filters of every other variable. ``group`` converts one group and its nested groups
+    only, kept at their place, with the coordinate variables their dimensions take from
+    ancestor groups. Returns the plan that was carried out.
     """
     destination = local_path(dest) or Path(dest)
     if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
         raise AccumulusError(f"{destination}: destination exists; remove it or choose another")
-    plan = plan_conversion(src, zarr_format=zarr_format, codecs=codecs, default_codec=default_codec)
+    plan = plan_conversion(
+        src, zarr_format=zarr_format, codecs=codecs, default_codec=default_codec, group=group
+    )
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:
@@ -177,9 +183,11 @@ def plan_conversion(
     codecs: Mapping[str, CodecSpec] | None = None,
     default_codec: CodecSpec | None = None,
     warn: bool = True,
+    group: str | None = None,
 ) -> ConversionPlan:
-    """Inspect ``src`` and resolve every variable's codecs; raise before anything is written.
-    Warns of fill values dropped (unless ``warn`` is false: the plan is only consulted)."""
+    """Inspect ``src`` and resolve every variable's codecs (of ``group`` and its nested
+    groups only, when given); raise before anything is written. Warns of fill values
+    dropped (unless ``warn`` is false: the plan is only consulted)."""
     source = os.fspath(src)
     if not Path(source).is_file():
         raise AccumulusError(f"{source}: no such file")
@@ -194,6 +202,7 @@ def plan_conversion(
             default_codec=default_codec,
             warn=warn,
             unpack=True,
+            group=group,
         )
 
 
@@ -207,6 +216,7 @@ def plan_file(
     default_codec: CodecSpec | None = None,
     warn: bool = True,
     unpack: bool = False,
+    group: str | None = None,
 ) -> ConversionPlan:
     """``plan_conversion`` of an open file (an ``h5py.File``, local or remote, or a netCDF-3
     ``netCDF4.Dataset``); ``source`` names it in messages. ``unpack``: store float32-packed
@@ -219,7 +229,11 @@ def plan_file(
     default = _as_chain(default_codec, "default") if default_codec is not None else None
     plan = ConversionPlan(source, zarr_format, source_format, warn=warn, unpack=unpack)
     if source_format == HDF5_FORMAT:
-        _plan_group(file, plan, overrides, default)
+        top = _source_group(file, group, source)
+        _plan_ancestors(top, plan, overrides, default)
+        _plan_group(top, plan, overrides, default)
+    elif normalize_group(group):
+        raise AccumulusError(f"{source}: a NetCDF-3 file has no groups (--group {group})")
     else:
         _plan_netcdf3(file, plan, overrides, default)
     unknown = sorted(set(overrides) - {array.path for array in plan.arrays})
@@ -296,6 +310,57 @@ def _as_chain(spec: CodecSpec | None, label: str) -> list[CodecConfig]:
         except FilterError as exc:
             raise AccumulusError(f"--codec {label}: {exc}") from None
     return [dict(config) for config in chain]
+
+
+def _source_group(file: h5py.File, group: str | None, source: str) -> h5py.Group:
+    path = normalize_group(group)
+    node = file.get(path) if path else file
+    if not isinstance(node, h5py.Group):
+        groups = ["/"]
+        file.visititems(
+            lambda name, item: groups.append(name) if isinstance(item, h5py.Group) else None
+        )
+        raise AccumulusError(f"{source}: no group {group!r}; its groups are {', '.join(groups)}")
+    return node
+
+
+def _plan_ancestors(
+    top: h5py.Group,
+    plan: ConversionPlan,
+    overrides: Mapping[str, list[CodecConfig]],
+    default: list[CodecConfig] | None,
+) -> None:
+    """The groups above ``top`` (their attributes), and the dimension scales they hold that
+    variables under ``top`` use (netCDF-4 scoping), with those scales' CF bounds."""
+    if top.name == "/":
+        return
+    used: set[str] = set()
+
+    def collect(name: str, item: h5py.HLObject) -> None:
+        if isinstance(item, h5py.Dataset) and item.attrs.get("CLASS", b"") != b"DIMENSION_SCALE":
+            for axis in range(item.ndim):
+                used.update(scale.name for scale in item.dims[axis].values())
+
+    top.visititems(collect)
+    node = top.parent
+    chain = []
+    while True:
+        chain.append(node)
+        if node.name == "/":
+            break
+        node = node.parent
+    for ancestor in reversed(chain):
+        plan.groups.append(GroupPlan(ancestor.name.strip("/"), _attributes(ancestor, plan.source)))
+        phony: dict[int, str] = {}
+        for item in ancestor.values():
+            if not isinstance(item, h5py.Dataset) or item.name not in used:
+                continue
+            if _is_pure_dimension(item):
+                continue
+            plan.arrays.append(_plan_array(item, plan, phony, overrides, default))
+            bounds = _json_value(item.attrs.get("bounds"))
+            if isinstance(bounds, str) and isinstance(ancestor.get(bounds), h5py.Dataset):
+                plan.arrays.append(_plan_array(ancestor[bounds], plan, phony, overrides, default))
 
 
 def _plan_group(
@@ -510,6 +575,9 @@ def _is_pure_dimension(dataset: h5py.Dataset) -> bool:
 def _dimension_names(dataset: h5py.Dataset, phony: dict[int, str]) -> tuple[str, ...]:
     names = []
     is_scale = dataset.attrs.get("CLASS", b"") == b"DIMENSION_SCALE"
+    # GPM files without dimension scales name each variable's dimensions in an attribute.
+    declared = _json_value(dataset.attrs.get("DimensionNames"))
+    declared = [d.strip() for d in declared.split(",")] if isinstance(declared, str) else []
     for axis, size in enumerate(dataset.shape):
         if axis == 0 and is_scale:
             names.append(dataset.name.rsplit("/", 1)[-1])
@@ -517,6 +585,8 @@ def _dimension_names(dataset: h5py.Dataset, phony: dict[int, str]) -> tuple[str,
         scales = list(dataset.dims[axis].values()) if not is_scale else []
         if scales:
             names.append(scales[0].name.rsplit("/", 1)[-1])
+        elif len(declared) == dataset.ndim and declared[axis]:
+            names.append(declared[axis])
         else:  # no dimension scale: netcdf-c's convention, one phony name per size
             names.append(phony.setdefault(size, f"phony_dim_{len(phony)}"))
     return tuple(names)

@@ -55,12 +55,14 @@ def choose_chunks(
     dim: str,
     given: Mapping[str, int] | None = None,
     rule: str | None = None,
+    year: int | None = None,
 ) -> ChunkChoice:
     """Chunk shapes for every array of a new cube appended along ``dim``.
 
     With a variable ``rule`` (a key of ``RULE_TEXT``) the data variables' chunks along
     ``dim`` are declared as values arrive (``VariableGrid``); the arrays are created, still
-    empty, with one step there."""
+    empty, with one step there. ``year``: how many steps of the archive's cadence make a
+    calendar year; chunks chosen from bytes hold no more (``ingest/cadence.py``)."""
     given = dict(given or {})
     known = {d for spec in arrays.values() for d in spec.dims}
     unknown = sorted(set(given) - known)
@@ -83,6 +85,7 @@ def choose_chunks(
         steps = int(given[dim])
     elif largest is not None:
         steps = max(1, TARGET_CHUNK_BYTES // step_bytes[largest])
+        steps = min(steps, year) if year else steps
     else:
         steps = 1
     for name, spec in arrays.items():
@@ -95,7 +98,7 @@ def choose_chunks(
             chunks[name] = _with(spec.dims, spec.shape, dim, along)
         else:
             chunks[name] = tuple(max(1, n) for n in spec.shape)
-    reason = _reason(data, chunks, step_bytes, largest, dim, steps, given, rule)
+    reason = _reason(data, chunks, step_bytes, largest, dim, steps, given, rule, year)
     return ChunkChoice(chunks, reason)
 
 
@@ -132,6 +135,7 @@ def _reason(
     steps: int,
     given: Mapping[str, int],
     rule: str | None,
+    year: int | None = None,
 ) -> str:
     if largest is None:
         return f"no data variable along {dim!r}; coordinates get chunks of about 1 MiB"
@@ -149,6 +153,12 @@ def _reason(
         )
     if dim in given:
         why = f"{dim}={steps} as given; {largest} chunks are {size}"
+    elif year is not None and steps == year:
+        why = (
+            f"one {dim} step of {largest} is {_mib(step_bytes[largest])}; a chunk holds at "
+            f"most a calendar year of steps, {steps} here, {size} (--chunks or --chunking "
+            "choose otherwise)"
+        )
     else:
         why = (
             f"one {dim} step of {largest} is {_mib(step_bytes[largest])}, so {steps} steps "
@@ -156,7 +166,7 @@ def _reason(
             "the ~100 ms per request is amortized; up to 100 MiB several chunks fit in memory)"
         )
     total = step_bytes[largest] * steps
-    if total < MIN_CHUNK_BYTES:
+    if total < MIN_CHUNK_BYTES and not (year is not None and steps == year):
         why += "; below 10 MiB, reads from object storage will pay many requests"
     elif total > TARGET_CHUNK_BYTES:
         why += "; above 100 MiB, few chunks fit in memory at once"

@@ -48,6 +48,7 @@ from accumulus.ingest.conform import (
 )
 from accumulus.ingest.convert import ArrayPlan, ConversionPlan, create_zarr_array, plan_file
 from accumulus.ingest.granules import Granule
+from accumulus.scope import scoped
 from accumulus.storage import (
     consolidate,
     file_options,
@@ -130,6 +131,7 @@ class VirtualResult:
     seconds: float
 
 
+@scoped
 def append_virtual(
     out: str | os.PathLike[str],
     granules: Iterable[str | os.PathLike[str]],

@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from accumulus import api
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.query import QueryResult
-from accumulus.cube import Cube
 from accumulus.errors import AccumulationReadError
 from accumulus.output import result_csv, result_json, result_png
+from accumulus.service.datasets import Snapshot
 from accumulus.service.parameters import AverageRequest
 
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "png": "image/png"}
@@ -26,21 +24,21 @@ class Answer:
 
 
 def compute_answer(
-    cube: Cube, request: AverageRequest, memory_bytes: int = DEFAULT_MEMORY_BYTES
+    snapshot: Snapshot, request: AverageRequest, memory_bytes: int = DEFAULT_MEMORY_BYTES
 ) -> Answer:
-    """The rendered answer of a checked request on ``cube`` (a snapshot's), its raw reads
+    """The rendered answer of a checked request on ``snapshot``, its chunks read and reduced
     within about ``memory_bytes``."""
     try:
-        result = _query(cube, request, request.use_accumulation, memory_bytes)
+        result = snapshot.query(request.query, memory_bytes)
     except AccumulationReadError as exc:
-        if not request.use_accumulation:
+        if not request.query.use_accumulation:
             raise
         # The request's parameters were checked, so what failed is reading the accumulations
         # this snapshot points to: a writer may be replacing them (re-running `accumulate`
         # after an append rewrites the group before it publishes new metadata). The raw data
         # within the snapshot's extent is never rewritten, so it still gives this snapshot's
         # answer: slower, and said so.
-        result = _query(cube, request, False, memory_bytes)
+        result = snapshot.query(request.query.without_accumulation(), memory_bytes)
         result = replace(
             result, note=f"accumulations could not be read ({exc}); answered from the raw data"
         )
@@ -51,18 +49,3 @@ def compute_answer(
     else:
         body = result_png(result)
     return Answer(body, MEDIA_TYPES[request.format])
-
-
-def _query(
-    cube: Cube, request: AverageRequest, use_accumulation: bool, memory_bytes: int
-) -> QueryResult:
-    return api.query(
-        cube,
-        request.variable,
-        request.over,
-        request.ranges,
-        stat=request.stat,
-        weights=request.weights,
-        use_accumulation=use_accumulation,
-        memory_bytes=memory_bytes,
-    )

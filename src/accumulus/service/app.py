@@ -12,7 +12,6 @@ Answers are computed on worker threads, at most ``ServiceLimits.computations`` a
 
 import asyncio
 import contextlib
-import copy
 import logging
 import os
 import re
@@ -31,7 +30,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from accumulus.accumulation.query import STATS
+from accumulus.api import STATS
 from accumulus.errors import AccumulusError
 from accumulus.service import schemas
 from accumulus.service.answers import MEDIA_TYPES, Answer, compute_answer
@@ -52,6 +51,7 @@ from accumulus.service.parameters import (
     AverageRequest,
     ParameterError,
     check_average_request,
+    http_status,
     range_pattern,
 )
 
@@ -96,15 +96,17 @@ def create_app(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     storage_options: dict[str, Any] | None = None,
     limits: ServiceLimits | None = None,
+    group: str | None = None,
 ) -> FastAPI:
-    """The service for ``stores`` (paths or URLs). Each is opened now, so a store that
-    cannot be read stops the start with an ``AccumulusError``. Answers larger than
-    ``max_cells`` values are refused; up to ``cache_bytes`` of answers are kept; ``limits``
-    bound the computations (see ``ServiceLimits``)."""
+    """The service for ``stores`` (paths or URLs), each from its group ``group`` (by default
+    the one group holding data variables). Each is opened now, so a store that cannot be read
+    stops the start with an ``AccumulusError``. Answers larger than ``max_cells`` values are
+    refused; up to ``cache_bytes`` of answers are kept; ``limits`` bound the computations
+    (see ``ServiceLimits``)."""
     limits = limits or ServiceLimits()
     tune_allocator()
     sys.setswitchinterval(0.001)
-    catalog = Catalog(stores, storage_options)
+    catalog = Catalog(stores, storage_options, group)
     first = [dataset.snapshot() for dataset in catalog]
     range_patterns = {
         str(d): range_pattern(s.cube.index(str(d)))
@@ -137,7 +139,7 @@ def create_app(
         dataset = catalog.get(name)
         if dataset is None:
             raise ParameterError(
-                "dataset", f"no dataset {name!r}; datasets are {catalog.names}", status=404
+                "dataset", f"no dataset {name!r}; datasets are {catalog.names}", missing=True
             )
         return dataset
 
@@ -257,7 +259,7 @@ def create_app(
         def check() -> tuple[Snapshot, AverageRequest]:
             snapshot = snapshot_of(dataset_of(dataset))
             checked = check_average_request(
-                snapshot.cube,
+                snapshot,
                 variable,
                 over=over,
                 stat=stat,
@@ -298,14 +300,16 @@ def create_app(
                 {"Retry-After": str(retry)},
             )
         guard = RequestGuard(limits.request_seconds)
-        cube = copy.copy(snapshot.cube)  # the snapshot's metadata, reading through the guard
-        cube.store = GuardedStore(snapshot.cube.store, guard, limits.read_seconds)
+        # The snapshot's metadata, its chunks read through the guard.
+        guarded = snapshot.reading_through(
+            GuardedStore(snapshot.cube.store, guard, limits.read_seconds)
+        )
 
         loop, finished = asyncio.get_running_loop(), asyncio.Event()
 
         def work() -> Answer:
             try:
-                return compute_answer(cube, checked, limits.memory_bytes)
+                return compute_answer(guarded, checked, limits.memory_bytes)
             finally:
                 slots.release()
                 if not slots.busy:
@@ -450,7 +454,7 @@ def _add_error_handlers(app: FastAPI, public: Callable[[str], str]) -> None:
 
     @app.exception_handler(ParameterError)
     def parameter_error(request: Request, exc: ParameterError) -> JSONResponse:
-        return body(str(exc), exc.parameter, exc.status)
+        return body(str(exc), exc.parameter, http_status(exc))
 
     @app.exception_handler(ServiceError)
     def service_error(request: Request, exc: ServiceError) -> JSONResponse:

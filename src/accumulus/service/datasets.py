@@ -1,91 +1,94 @@
-"""The stores a service was started with, by name, each with its current snapshot.
+"""The stores a service was started with, by name, each an open ``Datacube``.
 
 Requests name a dataset; the name is looked up in a dictionary built at startup, so no request
-can make the service open anything else. A dataset keeps the ``Cube`` of its latest metadata
-snapshot and reuses it while the snapshot token is unchanged, so coordinates and accumulation
-groups are read once per snapshot instead of once per request.
+can make the service open anything else. Each dataset is a ``Datacube`` handle, which reads
+its store's root metadata once per request and keeps coordinates, accumulation groups and
+arrays for as long as that snapshot is current.
 """
 
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from zarr.abc.store import Store
+
+from accumulus.api import CubeSnapshot, Datacube, QueryResult, ResolvedQuery
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
-from accumulus.service.snapshot import SnapshotStore, read_snapshot
-from accumulus.storage import open_store
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A dataset as of one metadata snapshot: answer a whole request from ``cube``."""
+    """A dataset as of one metadata snapshot: answer a whole request from it."""
 
     dataset: str
-    token: str
-    cube: Cube
-    generation: int  # increases with each new snapshot of the dataset
+    current: CubeSnapshot
+
+    @property
+    def token(self) -> str:
+        return self.current.token
+
+    @property
+    def generation(self) -> int:
+        """Increases with each new snapshot of the dataset."""
+        return self.current.generation
+
+    @property
+    def cube(self) -> Cube:
+        return self.current.cube
+
+    def query(self, query: ResolvedQuery, memory_bytes: int) -> QueryResult:
+        return self.current.query(query, memory_bytes)
+
+    def reading_through(self, store: Store) -> Snapshot:
+        """This snapshot with its chunks read through ``store`` (see ``guard``)."""
+        return replace(self, current=self.current.reading_through(store))
 
 
 class Dataset:
     """One served store."""
 
-    def __init__(self, name: str, url: str, storage_options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        group: str | None = None,
+    ):
         self.name = name
         self.url = url
-        self._store = open_store(url, "r", storage_options=storage_options)
-        self._current: Snapshot | None = None
-        self._reads = 0
-        self._lock = threading.Lock()
+        # A cube with groups is served from one of them.
+        self.datacube = Datacube.open(url, storage_options, group=group, label=name)
+        self._last: Snapshot | None = None
 
     def snapshot(self) -> Snapshot:
-        """The dataset as its metadata stands now (reads the metadata documents, and the
-        coordinates and accumulation groups only when they changed)."""
-        with self._lock:
-            self._reads += 1
-            read = self._reads
-        metadata = read_snapshot(self._store)
-        if not metadata.documents:
-            # Not a writer at work (they keep the root document): the store is gone.
-            raise AccumulusError(
-                f"dataset {self.name!r}: its store has no Zarr metadata any more "
-                "(removed or replaced?)"
-            )
-        with self._lock:
-            current = self._current
-            if current is not None and (
-                current.token == metadata.token
-                # A snapshot installed from a later read is at least as new as this one.
-                or current.generation > read
-                # Writers (xarray's append, accumulate) rewrite the root document without
-                # consolidated metadata while they work and consolidate when done; until
-                # then the last consolidated snapshot is the dataset.
-                or (current.cube.consolidated and metadata.complete)
-            ):
-                return current
-            cube = Cube(SnapshotStore(self._store, metadata), label=self.name)
-            _read_everything_once(cube)
-            self._current = Snapshot(self.name, metadata.token, cube, generation=read)
-            return self._current
-
-
-def _read_everything_once(cube: Cube) -> None:
-    """Load what queries read lazily, so that threads sharing the cube only read it."""
-    for dim in cube.raw.dims:
-        cube.index(str(dim))
-    for name in cube.data_variables:
-        cube.accumulation_group(name)
+        """The dataset as its metadata stands now (reads the root metadata documents, and
+        the coordinates and accumulation groups only when they changed)."""
+        try:
+            current = self.datacube.snapshot()
+        except AccumulusError as exc:
+            raise AccumulusError(f"dataset {self.name!r}: {exc}") from None
+        last = self._last
+        if last is None or last.current is not current:
+            last = self._last = Snapshot(self.name, current)
+        return last
 
 
 class Catalog:
     """The datasets of a service, by name."""
 
-    def __init__(self, urls: Iterable[str], storage_options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        urls: Iterable[str],
+        storage_options: dict[str, Any] | None = None,
+        group: str | None = None,
+    ):
         self.datasets = {
-            name: Dataset(name, url, storage_options) for name, url in dataset_names(urls).items()
+            name: Dataset(name, url, storage_options, group)
+            for name, url in dataset_names(urls).items()
         }
         if not self.datasets:
             raise AccumulusError("give at least one store to serve")

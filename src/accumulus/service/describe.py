@@ -24,7 +24,7 @@ def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:
         "zarr_format": cube.zarr_format,
         "consolidated": cube.consolidated,
         "dimensions": {str(d): _dimension(cube, str(d)) for d in cube.raw.dims},
-        "variables": [_variable(cube, name) for name in averageable(cube)],
+        "variables": [_variable(snapshot, name) for name in averageable(cube)],
     }
 
 
@@ -48,7 +48,8 @@ def _dimension(cube: Cube, dim: str) -> dict[str, Any]:
     }
 
 
-def _variable(cube: Cube, name: str) -> dict[str, Any]:
+def _variable(snapshot: Snapshot, name: str) -> dict[str, Any]:
+    cube = snapshot.cube
     var = cube.variable(name)
     attrs = cube.raw[name].attrs
     return {
@@ -58,12 +59,13 @@ def _variable(cube: Cube, name: str) -> dict[str, Any]:
         "dtype": str(cube.raw[name].dtype),
         "units": attrs.get("units"),
         "long_name": attrs.get("long_name"),
-        "accumulation": _accumulation(cube, name),
+        "accumulation": _accumulation(snapshot, name),
     }
 
 
-def _accumulation(cube: Cube, name: str) -> dict[str, Any] | None:
-    group = cube.accumulation_group(name)
+def _accumulation(snapshot: Snapshot, name: str) -> dict[str, Any] | None:
+    cube = snapshot.cube
+    group = snapshot.current.groups.group(name)
     if group is None:
         return None
     var = cube.variable(name)

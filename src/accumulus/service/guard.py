@@ -11,20 +11,18 @@ only then gives its slot back, so abandoned work never runs beside the next requ
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import LocalStore, WrapperStore
+from zarr.storage import WrapperStore
 
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.errors import AccumulusError
+from accumulus.safe_reads import local_root, read_with_limits
 
 
 @dataclass(frozen=True)
@@ -52,11 +50,6 @@ class ServiceLimits:
 
 class RequestStopped(AccumulusError):
     """A computation was stopped from outside: its time ran out or its client left."""
-
-
-class StoreReadError(AccumulusError):
-    """A chunk could not be read (not a regular file, an OS error, too slow). The message
-    names the key within the store, never a server path."""
 
 
 class RequestGuard:
@@ -172,48 +165,3 @@ class GuardedStore(WrapperStore[Store]):
         return await read_with_limits(
             self._store, self._root, key, prototype, byte_range, self.read_seconds
         )
-
-
-async def read_with_limits(
-    store: Store,
-    root: Path | None,
-    key: str,
-    prototype: BufferPrototype,
-    byte_range: ByteRequest | None,
-    seconds: float,
-) -> Buffer | None:
-    """``store.get`` that cannot hang or leak a path: at most ``seconds``; on a local store,
-    only regular files are read."""
-    if root is not None:
-        check_regular_file(root, key)
-    try:
-        return await asyncio.wait_for(store.get(key, prototype, byte_range), seconds)
-    except TimeoutError:
-        raise StoreReadError(f"reading {key} took more than {seconds:g} s") from None
-    except OSError as exc:
-        raise StoreReadError(f"cannot read {key}: {_os_reason(exc)}") from None
-
-
-def check_regular_file(root: Path, key: str) -> None:
-    """Refuse a key that exists on disk as anything but a regular file."""
-    try:
-        mode = os.stat(root / key).st_mode
-    except FileNotFoundError:
-        return  # a missing key: the store says None
-    except OSError as exc:
-        raise StoreReadError(f"cannot read {key}: {_os_reason(exc)}") from None
-    if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise StoreReadError(f"cannot read {key}: it is {kind}")
-
-
-def local_root(store: Store) -> Path | None:
-    """The directory of a local store under any wrappers, else None."""
-    inner = store
-    while isinstance(inner, WrapperStore):
-        inner = inner._store
-    return Path(inner.root) if isinstance(inner, LocalStore) else None
-
-
-def _os_reason(exc: OSError) -> str:
-    return exc.strerror or type(exc).__name__

@@ -54,15 +54,17 @@ def serve(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     storage_options: dict[str, Any] | None = None,
     limits: ServiceLimits | None = None,
+    group: str | None = None,
 ) -> None:
-    """Serve ``stores`` on ``host:port`` until interrupted (loopback only unless ``host``
-    says otherwise)."""
+    """Serve ``stores`` (from their group ``group``) on ``host:port`` until interrupted
+    (loopback only unless ``host`` says otherwise)."""
     app = create_app(
         stores,
         max_cells=max_cells,
         cache_bytes=cache_bytes,
         storage_options=storage_options,
         limits=limits,
+        group=group,
     )
     uvicorn.run(app, host=host, port=port, log_level="info", log_config=logging_config())
 

@@ -10,6 +10,9 @@ A Zarr v2 filter's ``decode`` receives the flat bytes of a chunk, without its sh
 cumulative sum along one axis cannot be taken from the configuration alone. ``with_chunk_shape``
 (applied when accumulus opens such an array) gives each filter instance the chunk shape and
 dtype; the configuration written to ``.zarray`` stays the generator's three keys.
+
+numcodecs (and so zarr) finds the codec through the ``numcodecs.codecs`` entry point in
+``pyproject.toml``, importing this module only when a store names the codec.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numcodecs
 import numpy as np
 from numcodecs.abc import Codec
 from zarr.core.metadata import ArrayMetadata, ArrayV2Metadata
@@ -105,8 +107,3 @@ def with_chunk_shape(metadata: ArrayMetadata) -> ArrayMetadata:
         for f in metadata.filters
     )
     return replace(metadata, filters=filters)
-
-
-# Known to numcodecs (and so to zarr) as soon as accumulus is imported; the entry point in
-# pyproject.toml makes it known to any numcodecs user in an environment with accumulus.
-numcodecs.register_codec(AccumulationDeltaFilter)

@@ -1,11 +1,12 @@
-"""One metadata snapshot of a served store, and the token that names it.
+"""One metadata snapshot of a store, and the token that names it.
 
-Every response must come from one snapshot: shapes, coordinates, data and accumulations that
+Every answer must come from one snapshot: shapes, coordinates, data and accumulations that
 agree with each other while a writer appends. Writers put chunks first and the consolidated
-metadata document last, so that document *is* the snapshot. The service reads it once per
-request (one or a few small reads), hashes it into a token, and opens the ``Cube`` on a store
-wrapper that answers metadata reads from exactly the bytes that were hashed: the token and the
-cube cannot disagree even when a writer replaces the document between two reads.
+metadata document last, so that document *is* the snapshot. An open datacube (the
+``Datacube`` handle, and so the service) reads it once per query (the root documents, read
+at once: one round trip), hashes it into a token, and opens the ``Cube`` on a store wrapper
+that answers metadata reads from exactly the bytes that were hashed: the token and the cube
+cannot disagree even when a writer replaces the document between two reads.
 
 A store without consolidated metadata has no single document; its snapshot is then every
 metadata document of the store, found by listing it (slower on stores with many chunks).
@@ -17,17 +18,19 @@ import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
 from zarr.storage import WrapperStore
 
-from accumulus.errors import AccumulusError
-from accumulus.service.guard import local_root, read_with_limits
-from accumulus.storage import is_metadata_key
+from accumulus.rewriting import parse_metadata
+from accumulus.safe_reads import local_root, read_with_limits
+from accumulus.scope import accumulus_scope
+from accumulus.storage import dimension_names, is_metadata_key
 
 READ_SECONDS = 10.0  # the longest one metadata document may take to read
 
@@ -46,6 +49,8 @@ class MetadataSnapshot:
 
     documents: Mapping[str, bytes]
     complete: bool
+    # Chunks read with the snapshot: those of the coordinate arrays (``with_coordinates``).
+    chunks: Mapping[str, bytes] = field(default_factory=dict)
 
     @cached_property
     def token(self) -> str:
@@ -59,7 +64,10 @@ class MetadataSnapshot:
 
     def pinned(self, key: str) -> bool:
         """Whether reads of ``key`` are answered from this snapshot."""
-        return is_metadata_key(key) and (self.complete or key in self.documents)
+        # The root documents were all read: one that was absent is absent in the snapshot.
+        return is_metadata_key(key) and (
+            self.complete or key in self.documents or key in ROOT_DOCUMENTS
+        )
 
 
 def read_snapshot(store: Store) -> MetadataSnapshot:
@@ -70,6 +78,23 @@ def read_snapshot(store: Store) -> MetadataSnapshot:
         return MetadataSnapshot(root, complete=False)
     keys = [k for k in collect_aiterator(store.list()) if is_metadata_key(k)]
     return MetadataSnapshot(_read_documents(store, keys), complete=True)
+
+
+def with_coordinates(store: Store, snapshot: MetadataSnapshot) -> MetadataSnapshot:
+    """``snapshot`` with every chunk of its coordinate arrays (1-D arrays named as their
+    dimension), read in one batch: what opening the snapshot as a dataset reads next, and
+    would otherwise read one coordinate after another."""
+    with accumulus_scope():
+        root = zarr.open_group(SnapshotStore(store, snapshot), mode="r")
+        keys = []
+        for name, array in root.arrays():
+            if array.ndim == 1 and dimension_names(array) == (name,):
+                prefix = f"{array.path}/" if array.path else ""
+                keys += [
+                    prefix + array.metadata.encode_chunk_key((c,))
+                    for c in range(array.cdata_shape[0])
+                ]
+    return replace(snapshot, chunks=_read_documents(store, keys))
 
 
 def _read_documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[str, bytes]:
@@ -84,11 +109,8 @@ def _read_documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[str
     values = sync(read_all())
     documents = {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
     for key, content in documents.items():
-        try:
-            json.loads(content)
-        except ValueError as exc:
-            reason = getattr(exc, "msg", "cannot be decoded")
-            raise AccumulusError(f"metadata document {key} is not valid JSON ({reason})") from None
+        if is_metadata_key(key):  # coordinate chunks are read here too
+            parse_metadata(key, content)
     return documents
 
 
@@ -128,6 +150,8 @@ class SnapshotStore(WrapperStore[Store]):
         # Zarr reads metadata documents whole; a ranged read is a chunk read.
         if byte_range is None and self.snapshot.pinned(key):
             return self._document(key, prototype)
+        if byte_range is None and key in self.snapshot.chunks:
+            return prototype.buffer.from_bytes(self.snapshot.chunks[key])
         return await self._store.get(key, prototype, byte_range)
 
     def get_sync(
@@ -139,6 +163,9 @@ class SnapshotStore(WrapperStore[Store]):
     ) -> Buffer | None:
         if byte_range is None and self.snapshot.pinned(key):
             return self._document(key, prototype or default_buffer_prototype())
+        if byte_range is None and key in self.snapshot.chunks:
+            prototype = prototype or default_buffer_prototype()
+            return prototype.buffer.from_bytes(self.snapshot.chunks[key])
         return super().get_sync(key, prototype=prototype, byte_range=byte_range)
 
     async def exists(self, key: str) -> bool:

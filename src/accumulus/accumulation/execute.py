@@ -1,0 +1,289 @@
+"""Performing a query plan: every chunk it needs, read in one batch, summed as it arrives.
+
+A plan (``plan.QueryPlan``) is a list of signed reads: accumulation entries and raw boxes.
+``execute`` turns it into the set of stored chunks those reads touch (raw chunks cut by a
+raw box, accumulation chunks holding the entries read) and what each chunk contributes to
+the answer, then reads them all at once (``chunk_reader.read_chunks``). Each chunk is reduced
+where it is decoded, to the sums the query needs over the part of it the plan reads, and
+added into the total: nothing as large as the box is ever assembled. The sums come back as
+one array of shape ``(len(terms), *answer shape)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from math import prod
+
+import numpy as np
+
+from accumulus.accumulation import spec
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
+from accumulus.accumulation.chunk_check import chunk_problem_text
+from accumulus.accumulation.groups import AccumulationGroups
+from accumulus.accumulation.plan import QueryPlan, Read
+from accumulus.accumulation.sums import reduce_terms
+from accumulus.accumulation.weights import weight_values
+from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
+from accumulus.cube import Cube, VariableInfo
+from accumulus.errors import AccumulationReadError, AccumulusError
+from accumulus.grid import array_bounds
+
+Region = tuple[slice, ...]
+
+
+@dataclass(frozen=True)
+class RawPart:
+    """A raw chunk's share of one raw read: ``sign`` x the sums over ``local`` (slices of
+    the chunk), whose index ranges are ``box``, added at ``out`` of the total."""
+
+    index: int  # position in the plan: parts are added in this order
+    sign: int
+    local: Region
+    box: Mapping[str, tuple[int, int]]
+    out: tuple[slice, ...]
+
+
+@dataclass(frozen=True)
+class EntryPart:
+    """An accumulation chunk's share of one accumulation read, for one term: the entries
+    and ranges ``local`` of the chunk, summed along ``summed`` (dimensions averaged over),
+    transposed by ``order`` (to the variable's order) and added at ``out`` of the total."""
+
+    index: int
+    sign: int
+    term: str
+    local: tuple[slice | int, ...]
+    summed: tuple[int, ...]
+    order: tuple[int, ...]
+    out: tuple[int | slice, ...]
+
+
+Part = RawPart | EntryPart
+
+
+@dataclass
+class ExecutedPlan:
+    sums: np.ndarray  # (len(terms), *answer shape)
+    counts: ReadCounts
+    accumulation_chunks: int
+    raw_chunks: int
+
+
+def execute(
+    cube: Cube,
+    groups: AccumulationGroups,
+    var: VariableInfo,
+    plan: QueryPlan,
+    terms: Sequence[str],
+    weights: str,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> ExecutedPlan:
+    """Σ over the plan's reads of sign x sums, holding about ``memory_bytes`` at most: the
+    chunks in flight are bounded by their decoded size, and a raw chunk is summed slab by
+    slab (see ``budget``)."""
+    work = chunk_work(groups, var, plan, terms)
+    chunk_bytes = prod(max(b.sizes, default=1) for b in var.bounds) * var.array.dtype.itemsize
+    budget = read_budget(memory_bytes, chunk_bytes)
+    total = _OrderedTotal(
+        (
+            len(terms),
+            *(plan.ranges[d][1] - plan.ranges[d][0] for d in var.dims if d not in plan.over),
+        )
+    )
+    reduce_axes = tuple(var.axis(d) for d in plan.over)
+
+    def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
+        for part in work[request.key][1]:
+            if isinstance(part, RawPart):
+                sums = _raw_sums(
+                    cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget
+                )
+            else:
+                sums = _checked_entries(cube, request, chunk[part.local])
+                if part.summed:
+                    sums = sums.sum(axis=part.summed)
+                sums = sums.transpose(part.order)
+            total.add(part.index, part.out, part.sign * sums)
+
+    try:
+        counts = read_chunks(
+            (request for request, _ in work.values()),
+            consume,
+            memory_bytes,
+            cube.store,
+        )
+    except ChunkReadError as failed:
+        raise _read_error(cube, var, failed) from None
+    raw_prefix = var.array.store_path.path + "/"
+    raw = sum(key.startswith(raw_prefix) for key in work)
+    return ExecutedPlan(total.result(), counts, len(work) - raw, raw)
+
+
+def _raw_sums(
+    cube: Cube,
+    var: VariableInfo,
+    stored: np.ndarray,
+    part: RawPart,
+    axes: tuple[int, ...],
+    terms: Sequence[str],
+    weights: str,
+    budget: ReadBudget,
+) -> np.ndarray:
+    """The sums of a raw chunk's part, decoded and summed slab by slab so that the working
+    arrays stay within the budget whatever the chunk's size."""
+    box = {d: slice(*part.box[d]) for d in var.dims}
+    w = weight_values(cube.decoded, weights, var.dims, box)
+    kept = [a for a in range(stored.ndim) if a not in axes]
+    sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
+    for slab in slabs(stored.shape, budget.slab_values):
+        w_slab = w
+        if isinstance(w, np.ndarray):  # size-1 axes broadcast: slice only the others
+            w_slab = w[
+                tuple(s if n > 1 else slice(None) for s, n in zip(slab, w.shape, strict=True))
+            ]
+        values = var.decoder.values(stored[slab])
+        sums[(slice(None), *(slab[a] for a in kept))] += reduce_terms(values, w_slab, terms, axes)
+    return sums
+
+
+def chunk_work(
+    groups: AccumulationGroups, var: VariableInfo, plan: QueryPlan, terms: Sequence[str]
+) -> dict[str, tuple[ChunkRequest, list[Part]]]:
+    """Every stored chunk the plan reads (by key, in plan order) and what it contributes."""
+    work: dict[str, tuple[ChunkRequest, list[Part]]] = {}
+    index = 0
+    for read in plan.reads:
+        if read.is_raw:
+            pieces = _raw_parts(var, plan, read)
+        else:
+            group = groups.group(var.name)
+            assert group is not None
+            pieces = _entry_parts(groups, var, group, read, plan, terms)
+        for request, make_part in pieces:
+            work.setdefault(request.key, (request, []))[1].append(make_part(index))
+            index += 1
+    return work
+
+
+class _OrderedTotal:
+    """The running total, adding parts in plan order whatever order they arrive in: the
+    same question gives the same bits every time. A part that arrives early waits (they are
+    small: already reduced) until those before it are in."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self._total = np.zeros(shape, dtype="f8")
+        self._waiting: dict[int, tuple[tuple, np.ndarray]] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def add(self, index: int, where: tuple, value: np.ndarray) -> None:
+        with self._lock:
+            self._waiting[index] = (where, value)
+            while self._next in self._waiting:
+                where, value = self._waiting.pop(self._next)
+                self._total[where] += value
+                self._next += 1
+
+    def result(self) -> np.ndarray:
+        assert not self._waiting
+        return self._total
+
+
+def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read):
+    """The raw chunks a raw read cuts, and the part of each it reads."""
+    per_dim = []
+    for dim, bounds in zip(var.dims, var.bounds, strict=True):
+        lo, hi = read.box[dim]
+        edges = bounds.edges
+        per_dim.append(
+            [(c, max(lo, edges[c]), min(hi, edges[c + 1]), edges[c])
+             for c in bounds.chunks_overlapping(lo, hi)]
+        )  # fmt: skip
+    for combo in itertools.product(*per_dim):
+        coords = tuple(c for c, _, _, _ in combo)
+        local = tuple(slice(a - start, b - start) for _, a, b, start in combo)
+        box = {d: (a, b) for d, (_, a, b, _) in zip(var.dims, combo, strict=True)}
+        out = (slice(None), *_out(plan, box))
+        yield (
+            ChunkRequest(var.array, coords),
+            partial(RawPart, sign=read.sign, local=local, box=box, out=out),
+        )
+
+
+def _entry_parts(
+    groups: AccumulationGroups,
+    var: VariableInfo,
+    group: spec.AccumulationGroup,
+    read: Read,
+    plan: QueryPlan,
+    terms: Sequence[str],
+):
+    """The accumulation chunks holding a read's entries, and the slab of each it reads."""
+    acc = group.find(read.source)
+    assert acc is not None
+    remaining = [d for d in acc.array_dims if d not in read.entries]
+    summed = tuple(remaining.index(d) for d in plan.over if d in remaining)
+    kept_order = [d for d in remaining if d not in plan.over]
+    order = tuple(kept_order.index(d) for d in var.dims if d in kept_order)
+    for t, term in enumerate(terms):
+        array = groups.array(var.name, acc.arrays[term])
+        per_dim = []
+        for dim, bounds in zip(acc.array_dims, array_bounds(array), strict=True):
+            edges = bounds.edges
+            if dim in read.entries:
+                chunk, offset = bounds.chunk_of(read.entries[dim])
+                per_dim.append([(chunk, offset, None)])
+                continue
+            lo, hi = read.box[dim]
+            per_dim.append(
+                [(c, slice(max(lo, edges[c]) - edges[c], min(hi, edges[c + 1]) - edges[c]),
+                  (max(lo, edges[c]), min(hi, edges[c + 1])))
+                 for c in bounds.chunks_overlapping(lo, hi)]
+            )  # fmt: skip
+        for combo in itertools.product(*per_dim):
+            coords = tuple(c for c, _, _ in combo)
+            local = tuple(selection for _, selection, _ in combo)
+            box = {d: span for d, (_, _, span) in zip(acc.array_dims, combo, strict=True) if span}
+            out = (t, *_out(plan, box))
+            yield (
+                ChunkRequest(array, coords),
+                partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
+                        order=order, out=out),
+            )  # fmt: skip
+
+
+def _out(plan: QueryPlan, box: Mapping[str, tuple[int, int]]) -> tuple[slice, ...]:
+    """Where a box lands in the answer (its kept dimensions)."""
+    return tuple(
+        slice(box[d][0] - plan.ranges[d][0], box[d][1] - plan.ranges[d][0])
+        for d in plan.dims
+        if d not in plan.over
+    )
+
+
+def _checked_entries(cube: Cube, request: ChunkRequest, slab: np.ndarray) -> np.ndarray:
+    """Entries as float64, refusing the fill value of a chunk that is not stored (NaN, or
+    -1 for counts): a missing chunk must never read as zero."""
+    if np.isnan(slab).any() if slab.dtype.kind == "f" else (slab < 0).any():
+        raise AccumulationReadError(
+            f"{cube.label}: accumulation array {request.array.path} has a missing chunk "
+            f"({request.key}); run `accumulus verify` or rebuild"
+        )
+    return np.asarray(slab, dtype="f8")
+
+
+def _read_error(cube: Cube, var: VariableInfo, failed: ChunkReadError) -> AccumulusError:
+    if isinstance(failed.cause, AccumulusError):
+        return failed.cause
+    # One line (fletcher32's message has two), naming the chunk.
+    reason = " ".join(str(failed.cause).split()) or type(failed.cause).__name__
+    problem = chunk_problem_text([(failed.request.key, reason)])
+    if failed.request.array.path == var.array.path:
+        return AccumulusError(f"{cube.label}: cannot read {var.name!r}: {problem}")
+    return AccumulationReadError(
+        f"{cube.label}: cannot read accumulation array {failed.request.array.path}: {problem}"
+    )

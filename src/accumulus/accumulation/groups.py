@@ -1,0 +1,138 @@
+"""Reading a cube's ZEP 5 accumulation groups from its metadata snapshot.
+
+``read_group`` parses a variable's ``<variable>_accumulation_group`` (attributes validated
+against the ZEP 5 schema, see ``spec``); groups written by other producers (the ZEP 5
+reference generator) do not say what raw extent they cover, which is derived here from the
+shapes of their arrays. ``accumulation_array`` opens one array of a group ready to decode,
+including arrays stored with the reference generator's ``accumulation_delta_filter``
+(``filters.accumulation_delta``), which needs to be told its chunk shape.
+
+``AccumulationGroups`` reads each group (and opens each array) of one snapshot once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import zarr
+
+from accumulus.accumulation import spec
+from accumulus.accumulation.weights import find_latitude
+from accumulus.cube import Cube, VariableInfo
+from accumulus.errors import AccumulusError
+from accumulus.filters.accumulation_delta import with_chunk_shape
+from accumulus.storage import array_with
+
+
+def read_group(cube: Cube, variable: str) -> spec.AccumulationGroup | None:
+    """``variable``'s accumulation group as stored in ``cube``, or None when it has none."""
+    var = cube.variable(variable)
+    path = spec.group_name(variable)
+    try:
+        node = cube.root[path]
+    except KeyError:
+        return None
+    if not isinstance(node, zarr.Group):
+        raise AccumulusError(f"{cube.label}: {path} is an array, expected a ZEP 5 group")
+    members = {name: child for name, child in node.members()}
+
+    def array_attrs(name: str) -> Mapping[str, Any] | None:
+        child = members.get(name)
+        return dict(child.attrs) if isinstance(child, zarr.Array) else None
+
+    group = spec.parse_group(var.name, var.dims, dict(node.attrs), array_attrs)
+    if group.producer == "foreign":  # theirs may hold a last partial entry
+        return _foreign_coverage(cube, var, group, members)
+    _check_shapes(cube.label, var, group, members)
+    return group
+
+
+def _check_shapes(
+    label: str, variable: VariableInfo, group: spec.AccumulationGroup, members: Mapping
+) -> None:
+    """Refuse accumulation arrays whose shape does not fit their ``_ARRAY_DIMENSIONS``
+    (attributes edited or permuted by hand): at most one entry per ``stride`` chunks (or
+    per position) along accumulated dimensions, at most the variable's size along the
+    others."""
+    bounds = dict(zip(variable.dims, variable.bounds, strict=True))
+    for acc in group.accumulations:
+        entries = {d: len(p) for d, p in acc.entry_positions(bounds).items()}
+        for name in sorted(set(acc.arrays.values())):
+            shape = members[name].shape
+            for dim, size in zip(acc.array_dims, shape, strict=True):
+                limit = entries.get(dim, variable.shape[variable.axis(dim)])
+                if size > limit:
+                    raise AccumulusError(
+                        f"{label}: {group.path}/{name} has shape {list(shape)}, which "
+                        f"does not fit its _ARRAY_DIMENSIONS {list(acc.array_dims)} "
+                        f"({dim} allows at most {limit}): its attributes were edited; "
+                        "rebuild it with `accumulus accumulate --rebuild`"
+                    )
+
+
+def accumulation_array(cube: Cube, variable: str, name: str) -> zarr.Array:
+    """The array ``name`` of ``variable``'s accumulation group, ready to read."""
+    node = cube.root[f"{spec.group_name(variable)}/{name}"]
+    assert isinstance(node, zarr.Array)
+    metadata = with_chunk_shape(node.metadata)
+    return node if metadata is node.metadata else array_with(node, metadata=metadata)
+
+
+class AccumulationGroups:
+    """The accumulation groups of one cube snapshot, each read once (and its arrays opened
+    once), so that many queries of the snapshot share them."""
+
+    def __init__(self, cube: Cube) -> None:
+        self.cube = cube
+        self._groups: dict[str, spec.AccumulationGroup | None] = {}
+        self._arrays: dict[tuple[str, str], zarr.Array] = {}
+
+    def group(self, variable: str) -> spec.AccumulationGroup | None:
+        if variable not in self._groups:
+            self._groups[variable] = read_group(self.cube, variable)
+        return self._groups[variable]
+
+    def array(self, variable: str, name: str) -> zarr.Array:
+        key = (variable, name)
+        if key not in self._arrays:
+            self._arrays[key] = accumulation_array(self.cube, variable, name)
+        return self._arrays[key]
+
+    def read_all(self) -> None:
+        """Read every group now (so threads sharing this object only read it)."""
+        for name in self.cube.data_variables:
+            group = self.group(name)
+            for acc in group.accumulations if group is not None else ():
+                for array in set(acc.arrays.values()):
+                    self.array(name, array)
+
+
+def _foreign_coverage(
+    cube: Cube, variable: VariableInfo, group: spec.AccumulationGroup, members: Mapping
+) -> spec.AccumulationGroup:
+    """Groups written by other tools do not record what they cover: derive it from the
+    array shapes (entries x stride chunks along accumulated dims, the extent elsewhere)."""
+    coverage = dict(zip(variable.dims, variable.shape, strict=True))
+    for acc in group.accumulations:
+        for name in set(acc.arrays.values()):
+            shape = dict(zip(acc.array_dims, members[name].shape, strict=True))
+            for dim, bounds in zip(variable.dims, variable.bounds, strict=True):
+                if dim in acc.dims:
+                    edges = bounds.strided_edges(acc.stride(dim))
+                    n = min(shape[dim], len(edges))
+                    covered = edges[n - 1] if n else 0
+                else:
+                    covered = shape[dim]
+                coverage[dim] = min(coverage[dim], covered)
+    # The ZEP 5 generator weights by cos(latitude) where there is a latitude dimension.
+    weights = "area" if find_latitude(cube.raw, variable.dims) else "none"
+    return spec.AccumulationGroup(
+        variable=group.variable,
+        variable_dims=group.variable_dims,
+        accumulations=group.accumulations,
+        weights=weights,
+        coverage=coverage,
+        complete=True,
+        producer="foreign",
+    )

@@ -1,0 +1,251 @@
+"""An open datacube: open once, query many times (``accumulus.open``).
+
+A ``Datacube`` keeps the metadata snapshot of its store (see ``snapshot``) together with
+everything read from it: the ``Cube`` (arrays, coordinates, CF attributes) and the
+accumulation groups with their arrays. Each query first reads the store's root metadata
+documents (one round trip) and compares their token with the one it holds: while the store
+is unchanged every query reuses what was read, and once a writer has published a new
+snapshot (an append, a rebuilt accumulation) the next query reads it and uses it whole. A
+query never mixes two snapshots.
+
+Writers rewrite the root document without consolidated metadata while they work and
+consolidate when they are done; until then the last consolidated snapshot stays in use.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import xarray as xr
+from zarr.abc.store import Store
+
+from accumulus.accumulation import spec
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.groups import AccumulationGroups
+from accumulus.accumulation.query import QueryResult, run_query
+from accumulus.accumulation.request import Bound, Query, ResolvedQuery, resolve, split_list
+from accumulus.cube import Cube
+from accumulus.errors import AccumulusError
+from accumulus.hierarchy import find_cube_group, group_label
+from accumulus.inference import InferredConventionsStore
+from accumulus.scope import accumulus_scope, scoped
+from accumulus.snapshot import MetadataSnapshot, SnapshotStore, read_snapshot, with_coordinates
+from accumulus.storage import open_store, remote_errors, store_label
+
+
+@dataclass(frozen=True)
+class CubeSnapshot:
+    """A datacube as of one metadata snapshot: answer a whole query from it."""
+
+    token: str
+    generation: int  # increases with each new snapshot a Datacube reads
+    cube: Cube
+    groups: AccumulationGroups
+
+    @classmethod
+    def of(cls, cube: Cube, token: str = "", generation: int = 0) -> CubeSnapshot:
+        """The snapshot ``cube`` was opened on, its coordinates and groups read now (so
+        threads sharing it only read it)."""
+        with accumulus_scope():
+            for dim in cube.raw.dims:
+                cube.index(str(dim))
+            groups = AccumulationGroups(cube)
+            groups.read_all()
+        return cls(token, generation, cube, groups)
+
+    def resolve(self, query: Query) -> ResolvedQuery:
+        with accumulus_scope():
+            return resolve(self.cube, query, self.groups)
+
+    def query(
+        self, query: Query | ResolvedQuery, memory_bytes: int = DEFAULT_MEMORY_BYTES
+    ) -> QueryResult:
+        """The answer, its chunks read and reduced within about ``memory_bytes``."""
+        with accumulus_scope():
+            return run_query(self.cube, query, groups=self.groups, memory_bytes=memory_bytes)
+
+    def reading_through(self, store: Store) -> CubeSnapshot:
+        """This snapshot with its chunks read through ``store`` (a wrapper of the cube's
+        store, such as the service's guard)."""
+        cube = copy.copy(self.cube)
+        cube.store = store
+        return replace(self, cube=cube)
+
+
+class Datacube:
+    """A datacube opened for queries (``accumulus.open``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        label: str | None = None,
+        group: str | None = None,
+        variable: str | None = None,
+    ) -> None:
+        """The cube is the group ``group`` of ``store``, or the one group holding
+        ``variable`` (or data variables), found in the first snapshot (from its documents,
+        without a request of its own); the root of a store without groups."""
+        self.store = store
+        self._store_label = label or store_label(store)
+        self._wanted = (group, variable)
+        self.group: str | None = None  # known once the first snapshot is read
+        self.label = self._store_label
+        self._current: CubeSnapshot | None = None
+        self._pinned = False
+        self._reads = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(
+        cls,
+        url: str | Store,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        group: str | None = None,
+        variable: str | None = None,
+        label: str | None = None,
+    ) -> Datacube:
+        """The datacube at ``url``: its group ``group``, or the one group holding
+        ``variable`` (or data variables); the root of a store without groups. ``label``:
+        how messages name it (default: ``url``)."""
+        store = open_store(url, "r", storage_options=storage_options)
+        label = label or (None if isinstance(url, Store) else str(url))
+        return cls(store, label, group, variable)
+
+    @classmethod
+    def pinned(cls, cube: Cube) -> Datacube:
+        """A handle that always answers from ``cube``'s snapshot, never a newer one."""
+        handle = cls(cube.store, cube.label)
+        handle.group = ""  # the cube's store is already the view of its group
+        handle._current = CubeSnapshot.of(cube)
+        handle._pinned = True
+        return handle
+
+    def __repr__(self) -> str:
+        return f"<accumulus.Datacube {self.label}>"
+
+    # ----------------------------------------------------------------------------------------
+    # Snapshots
+
+    @scoped
+    def snapshot(self) -> CubeSnapshot:
+        """The datacube as its metadata stands now: reads the root metadata documents, and
+        the rest (coordinates, accumulation groups) only when they changed."""
+        if self._pinned:
+            assert self._current is not None
+            return self._current
+        with self._lock:
+            self._reads += 1
+            read = self._reads
+        with remote_errors(self.label):
+            metadata = read_snapshot(self.store)
+        if not metadata.documents:
+            if self._current is None:
+                raise AccumulusError(
+                    f"{self.label} is not a Zarr datacube: no Zarr group metadata found"
+                )
+            # Not a writer at work (they keep the root document): the store is gone.
+            raise AccumulusError(
+                f"{self.label}: its store has no Zarr metadata any more (removed or replaced?)"
+            )
+        with self._lock:
+            current = self._current
+            if current is not None and (
+                current.token == metadata.token
+                # A snapshot installed from a later read is at least as new as this one.
+                or current.generation > read
+                # A writer at work: the last consolidated snapshot is the datacube.
+                or (current.cube.consolidated and metadata.complete)
+            ):
+                return current
+        if self.group is None:
+            self._find_group(metadata)
+        with remote_errors(self.label):
+            metadata = with_coordinates(self.store, metadata)
+        # Stores without xarray's conventions (the ZEP 5 generator's) are read from the
+        # snapshot too; a group of the store is seen through a view (see ``hierarchy``).
+        store = InferredConventionsStore(SnapshotStore(self.store, metadata))
+        cube = Cube(store, label=self._store_label, group=self.group or None)
+        fresh = CubeSnapshot.of(cube, metadata.token, generation=read)
+        with self._lock:
+            if self._current is None or self._current.generation < read:
+                self._current = fresh
+            return self._current
+
+    def _find_group(self, metadata: MetadataSnapshot) -> None:
+        group, variable = self._wanted
+        found = find_cube_group(
+            SnapshotStore(self.store, metadata), group, variable, self._store_label
+        )
+        with self._lock:
+            self.group = found
+            self.label = group_label(self._store_label, found)
+
+    @property
+    def cube(self) -> Cube:
+        """The current snapshot's ``Cube``."""
+        return self.snapshot().cube
+
+    @property
+    def data_variables(self) -> list[str]:
+        return self.cube.data_variables
+
+    def accumulation_group(self, variable: str) -> spec.AccumulationGroup | None:
+        """``variable``'s accumulation group in the current snapshot (None when it has none)."""
+        return self.snapshot().groups.group(variable)
+
+    # ----------------------------------------------------------------------------------------
+    # Queries
+
+    @scoped
+    def query(
+        self,
+        variable: str,
+        over: Iterable[str] | str,
+        ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+        *,
+        stat: str = "mean",
+        weights: str | None = None,
+        use_accumulation: bool = True,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    ) -> QueryResult:
+        """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured
+        counts."""
+        request = Query(
+            variable=variable,
+            over=split_list(over),
+            ranges=dict(ranges or {}),
+            stat=stat,
+            weights=weights,
+            use_accumulation=use_accumulation,
+        )
+        return self.snapshot().query(request, memory_bytes)
+
+    def average(
+        self,
+        variable: str,
+        over: Iterable[str] | str,
+        ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+        *,
+        stat: str = "mean",
+        weights: str | None = None,
+        use_accumulation: bool = True,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    ) -> xr.DataArray:
+        """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the
+        dimensions ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
+        ``sel(dim=slice(start, end))``). Equals ``da.sel(...).weighted(w).mean(over)`` on the
+        raw data. The plan's numbers (chunks and bytes read, seconds) are in ``attrs``."""
+        return self.query(
+            variable,
+            over,
+            ranges,
+            stat=stat,
+            weights=weights,
+            use_accumulation=use_accumulation,
+            memory_bytes=memory_bytes,
+        ).data

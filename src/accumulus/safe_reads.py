@@ -1,0 +1,71 @@
+"""Reading one key of a store so that it cannot hang or leak a path: a time limit, only
+regular files on a local disk (a FIFO would block a reader forever, a directory or a
+symlink loop gives OS errors naming server paths), and errors naming the key within the
+store. Used for every metadata snapshot (``snapshot``) and, in the service, every chunk
+(``service.guard``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import LocalStore, WrapperStore
+
+from accumulus.errors import AccumulusError
+
+
+class StoreReadError(AccumulusError):
+    """A chunk could not be read (not a regular file, an OS error, too slow). The message
+    names the key within the store, never a server path."""
+
+
+async def read_with_limits(
+    store: Store,
+    root: Path | None,
+    key: str,
+    prototype: BufferPrototype,
+    byte_range: ByteRequest | None,
+    seconds: float,
+) -> Buffer | None:
+    """``store.get`` that cannot hang or leak a path: at most ``seconds``; on a local store,
+    only regular files are read."""
+    if root is not None:
+        check_regular_file(root, key)
+    try:
+        return await asyncio.wait_for(store.get(key, prototype, byte_range), seconds)
+    except TimeoutError:
+        raise StoreReadError(f"reading {key} took more than {seconds:g} s") from None
+    except OSError as exc:
+        if root is None:  # a network error: the caller names the store (remote_errors)
+            raise
+        raise StoreReadError(f"cannot read {key}: {_os_reason(exc)}") from None
+
+
+def check_regular_file(root: Path, key: str) -> None:
+    """Refuse a key that exists on disk as anything but a regular file."""
+    try:
+        mode = os.stat(root / key).st_mode
+    except FileNotFoundError:
+        return  # a missing key: the store says None
+    except OSError as exc:
+        raise StoreReadError(f"cannot read {key}: {_os_reason(exc)}") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise StoreReadError(f"cannot read {key}: it is {kind}")
+
+
+def local_root(store: Store) -> Path | None:
+    """The directory of a local store under any wrappers, else None."""
+    inner = store
+    while isinstance(inner, WrapperStore):
+        inner = inner._store
+    return Path(inner.root) if isinstance(inner, LocalStore) else None
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__

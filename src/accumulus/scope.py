@@ -1,0 +1,87 @@
+"""What accumulus changes in zarr and in ``warnings`` while it works, and only then.
+
+accumulus reads and writes ZEP 3 variable chunk grids, which zarr-python handles only with
+its experimental ``array.rectilinear_chunks`` setting on, and it keeps objects of its own
+(``.accumulus/``) beside a cube's arrays, which zarr warns about when it lists a store; it
+also relies on consolidated metadata in Zarr v3 knowingly, as xarray does. Importing
+accumulus changes none of that: every public entry point (the functions of ``api``, the
+``Datacube`` handle, the command line, the service) runs inside ``accumulus_scope()``.
+
+The setting and the filters are process-wide (zarr's configuration and Python's warning
+filters are), so the scope counts the calls inside it: the first to enter turns them on, the
+last to leave restores what was there. Threads of a service answering at once share one
+scope, and no call can switch the setting off under another.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import zarr
+
+# (message pattern, category) of the warnings accumulus silences for its own calls.
+QUIET = (
+    # Zarr lists ``.accumulus/`` (our journal and lock, not a Zarr node) as a stranger.
+    (r"Object at \.accumulus is not recognized", UserWarning),
+    # Consolidated metadata is not in the Zarr v3 specification yet; we rely on it.
+    (r".*[Cc]onsolidated metadata.*", UserWarning),
+)
+
+_lock = threading.Lock()
+_depth = 0
+_restore: Callable[[], None] | None = None
+
+
+@contextmanager
+def accumulus_scope() -> Iterator[None]:
+    """Variable chunk grids on, accumulus' own warnings off, for the calls inside."""
+    global _depth, _restore
+    with _lock:
+        _depth += 1
+        if _depth == 1:
+            _restore = _turn_on()
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _restore is not None:
+                _restore()
+                _restore = None
+
+
+def scoped[**P, R](function: Callable[P, R]) -> Callable[P, R]:
+    """Run ``function`` inside ``accumulus_scope()``."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with accumulus_scope():
+            return function(*args, **kwargs)
+
+    return wrapper
+
+
+def _turn_on() -> Callable[[], None]:
+    before = zarr.config.get("array.rectilinear_chunks")
+    zarr.config.set({"array.rectilinear_chunks": True})
+    added: list[Any] = []
+    for message, category in QUIET:
+        warnings.filterwarnings("ignore", message=message, category=category)
+        added.append(warnings.filters[0])
+
+    def restore() -> None:
+        zarr.config.set({"array.rectilinear_chunks": before})
+        for entry in added:
+            # Only our own entries: filters others added meanwhile stay.
+            if entry in warnings.filters:
+                warnings.filters.remove(entry)
+        # Python caches which warnings it has already filtered; tell it the filters changed
+        # (what ``warnings.filterwarnings`` does itself when it adds one).
+        warnings._filters_mutated()  # type: ignore[attr-defined]
+
+    return restore
