@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 import zarr
-from zarr.core.chunk_grids import ChunkGrid, FixedDimension
+from zarr.core.chunk_grids import ChunkGrid, DimensionGrid, FixedDimension
 from zarr.core.metadata import ArrayMetadata, ArrayV3Metadata
 from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
 
@@ -190,7 +190,7 @@ def regular_chunk_size(array: zarr.Array, axis: int) -> int | None:
     """The nominal chunk size along ``axis`` when the grid is regular there, else None.
 
     Unlike the bounds, this tells a partial last chunk (5 of 40) from a full small one."""
-    dimension = ChunkGrid.from_metadata(array.metadata).dimensions[axis]
+    dimension = _grid_dimension(array, axis)
     return dimension.size if isinstance(dimension, FixedDimension) else None
 
 
@@ -201,7 +201,7 @@ def last_chunk_is_partial(array: zarr.Array, axis: int) -> bool:
     rectilinear grids when the last chunk size reaches past the array's length (zarr allows
     it, and an append that fills a calendar month declares the whole month this way). The
     next append along ``axis`` then writes into that chunk."""
-    dimension = ChunkGrid.from_metadata(array.metadata).dimensions[axis]
+    dimension = _grid_dimension(array, axis)
     n = dimension.nchunks
     return n > 0 and dimension.chunk_size(n - 1) > dimension.data_size(n - 1)
 
@@ -210,8 +210,13 @@ def declared_chunk_sizes(array: zarr.Array, axis: int) -> tuple[int, ...]:
     """The sizes of the chunks along ``axis`` as the grid declares them: ``array_bounds``'
     sizes, except that a partial last chunk keeps its declared size (what an append along
     ``axis`` starts from, see ``append_chunk_sizes``)."""
-    dimension = ChunkGrid.from_metadata(array.metadata).dimensions[axis]
+    dimension = _grid_dimension(array, axis)
     return tuple(dimension.chunk_size(i) for i in range(dimension.nchunks))
+
+
+def _grid_dimension(array: zarr.Array, axis: int) -> DimensionGrid:
+    """zarr's description of the array's chunk grid along ``axis``."""
+    return ChunkGrid.from_metadata(array.metadata).dimensions[axis]
 
 
 def array_axis_chunks(array: zarr.Array, axis: int) -> AxisChunks:

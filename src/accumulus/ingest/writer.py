@@ -1,7 +1,7 @@
 """Writing new values along the append dimension: whole chunks, concurrently, out of sight.
 
 Each array keeps, in memory, the values from its first not-yet-complete chunk on. As soon as
-chunks are complete (the array's ``layout`` grid says where chunk edges fall) they are
+chunks are complete (its ``grid.AppendGrid`` says where chunk edges fall) they are
 written in one zarr call, in a thread pool, while the next granule is read; zarr writes the
 chunks of one call concurrently too. Writes go through a view of the array whose shape (and,
 for variable chunks, whose grid) reaches the new values: the stored metadata keeps the
