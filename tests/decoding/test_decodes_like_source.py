@@ -167,6 +167,16 @@ _INT32_IN_FLOAT32 = {
     "missing_value": np.asarray([0, 599839454], "i4"),
 }
 
+# uint8 read as signed with a fill value: xarray casts the fill value to int8, which wraps a
+# uint8 (Zarr v2's fill_value) but overflows on the plain int 201 it reads from Zarr v3.
+_SIGNED_BYTES = np.zeros((3, 2, 5), dtype="u1")
+_SIGNED_BYTES[1, 0, 1], _SIGNED_BYTES[2, 1, 3], _SIGNED_BYTES[0, 1, 2] = 201, 255, 90
+_UNSIGNED_FALSE = {
+    "_Unsigned": "false",
+    "add_offset": np.float32(66825.5),
+    "_FillValue": np.uint8(201),
+}
+
 
 @FEW
 @example(_found({"v": Variable(np.dtype(">i2"), _SWAPPED, _UNSIGNED_BIG_ENDIAN)}), 2)
@@ -176,6 +186,7 @@ _INT32_IN_FLOAT32 = {
     ),
     3,
 )
+@example(_found({"v": Variable(np.dtype("u1"), _SIGNED_BYTES, _UNSIGNED_FALSE)}), 3)
 @given(cf_files(), st.sampled_from([2, 3]))
 def test_cube_decodes_like_its_source(spec, zarr_format):
     check(spec, zarr_format)

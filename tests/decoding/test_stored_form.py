@@ -52,6 +52,18 @@ def test_unsigned_fill_values_are_cast_as_xarray_casts_them():
     assert form.masked == (-1, -56) and not form.dropped
 
 
+def test_signed_reading_of_unsigned_values_with_a_fill_is_stored_decoded():
+    """uint8 with _Unsigned="false": xarray casts _FillValue to int8, which overflows on the
+    plain int Zarr v3 gives back (201), so the cube cannot keep the attributes."""
+    attrs = {"_Unsigned": "false", "_FillValue": np.uint8(201)}
+    form = stored_form("v", np.dtype("u1"), attrs, "f.nc")
+    assert form.unpacked and form.dtype == np.float32 and np.isnan(form.fill_value)
+    assert not form.dropped
+    # Without a fill value there is nothing to cast: the values keep their type.
+    form = stored_form("v", np.dtype("u1"), {"_Unsigned": "false"}, "f.nc")
+    assert not form.unpacked and form.attrs == {"_Unsigned": "false"}
+
+
 def test_float32_packing_is_stored_decoded_unless_every_value_decodes_alike():
     attrs = {
         "scale_factor": np.float32(0.01),

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+from xarray.backends.zarr import FillValueCoder
 
 from accumulus.errors import AccumulusError, AccumulusWarning
 
@@ -199,8 +200,11 @@ def _stored_form(
         kept["missing_value"] = decoding["missing_value"]
     dropped = tuple(_dropped(name, dtype, theirs, decoding))
     masked = tuple(np.asarray([*fills, *others], dtype=dtype).tolist())
-    cube = decode(name, probes, _as_json(kept))
-    if not unpack or _same_decoding(source, cube, exhaustive=_exhaustive(dtype)):
+    exhaustive = _exhaustive(dtype)
+    if not unpack or all(
+        _same_decoding(source, _decode_or_none(name, probes, cube), exhaustive)
+        for cube in _as_zarr_gives_back(kept, dtype)
+    ):
         return StoredForm(dtype, kept, masked, False, dropped, source_dtype)
     return _unpacked_form(name, source.dtype, source_dtype, attrs, decoding, dropped)
 
@@ -301,10 +305,20 @@ def _dropped(
     return out
 
 
-def _same_decoding(source: np.ndarray, cube: np.ndarray, exhaustive: bool) -> bool:
+def _decode_or_none(name: str, values: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """``decode``, or None where xarray cannot decode the cube's attributes (it casts an
+    ``_Unsigned="false"`` fill value read back as a Python int, 201 on uint8, to int8 and
+    overflows): then the cube must not keep them."""
+    try:
+        return decode(name, values, attrs)
+    except Exception:  # whatever xarray raises on attributes it cannot use
+        return None
+
+
+def _same_decoding(source: np.ndarray, cube: np.ndarray | None, exhaustive: bool) -> bool:
     """Whether the cube's decoding gives the numbers the source's does: on every probe, and
     (unless every stored value was probed) in the same float precision."""
-    if source.shape != cube.shape:
+    if cube is None or source.shape != cube.shape:
         return False
     nan = _isnan(source)
     if not np.array_equal(nan, _isnan(cube)):
@@ -369,16 +383,20 @@ def _isnan(values: np.ndarray) -> np.ndarray:
     return np.isnan(values) if values.dtype.kind == "f" else np.zeros(values.shape, bool)
 
 
-def _as_json(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """Decoding attributes as a Zarr store gives them back: JSON numbers (int or float),
-    lists for arrays; the fill value keeps its type (it is the array's ``fill_value``)."""
+def _as_zarr_gives_back(attrs: Mapping[str, Any], dtype: np.dtype) -> list[dict[str, Any]]:
+    """Decoding attributes as xarray reads them from a Zarr store, one dict per Zarr
+    format: JSON numbers (int or float), lists for arrays; the fill value typed as the
+    array (v2: zarr's ``fill_value``) or as a plain Python number (v3: the ``_FillValue``
+    attribute through xarray's own ``FillValueCoder``). xarray decodes the two differently
+    where a plain number overflows a cast that a typed one wraps."""
     plain = {}
     for key, value in attrs.items():
-        if key not in DECODING_ATTRS:
-            continue
-        if key == "_FillValue":
-            plain[key] = value
+        if key not in DECODING_ATTRS or key == "_FillValue":
             continue
         array = np.asarray(value)
         plain[key] = json.loads(json.dumps(array.tolist() if array.ndim else array.item()))
-    return plain
+    if "_FillValue" not in attrs:
+        return [plain]
+    fill = attrs["_FillValue"]
+    v3 = FillValueCoder.decode(FillValueCoder.encode(fill, dtype), dtype)
+    return [{**plain, "_FillValue": fill}, {**plain, "_FillValue": v3}]
