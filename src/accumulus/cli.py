@@ -325,7 +325,11 @@ def inspect(
                 f"({_size(a['bytes_stored'])})"
                 for a in unique
             )
-            console.print(f"  {'+'.join(acc['dims'])} stride {acc['strides']}: {arrays}")
+            entries = ", ".join(f"{d} {n}" for d, n in acc["entries"].items())
+            console.print(
+                f"  {'+'.join(acc['dims'])} at {acc['at']} (entries {entries}): {arrays}; "
+                + _stored_text(acc["bytes_stored"], acc["raw_bytes_stored"])
+            )
 
 
 def _grid_text(grid: dict) -> str:

@@ -67,16 +67,26 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
         if group is None:
             continue
         var = cube.variable(name)
+        bounds = dict(zip(var.dims, var.bounds, strict=True))
+        raw_stored = bytes_stored(var.array)
         accumulations = []
         for acc in group.accumulations:
+            arrays = {
+                t: describe_array(accumulation_array(cube, name, n), list(acc.array_dims))
+                for t, n in sorted(acc.arrays.items())
+            }
+            unique = {a["path"]: a["bytes_stored"] for a in arrays.values()}.values()
+            stored = None if None in unique else sum(unique)
             accumulations.append(
                 {
                     "dims": list(acc.dims),
                     "strides": list(acc.strides),
-                    "arrays": {
-                        t: describe_array(accumulation_array(cube, name, n), list(acc.array_dims))
-                        for t, n in sorted(acc.arrays.items())
-                    },
+                    # Where entries end: chunk ends (ZEP 5) or the --at rule, and how many.
+                    "at": acc.rule_text(),
+                    "entries": {d: len(p) for d, p in acc.entry_positions(bounds).items()},
+                    "arrays": arrays,
+                    "bytes_stored": stored,
+                    "raw_bytes_stored": raw_stored,
                 }
             )
         groups.append(

@@ -20,7 +20,7 @@ from math import prod
 
 import numpy as np
 
-from accumulus.accumulation import spec
+from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
 from accumulus.accumulation.chunk_check import chunk_problem_text
 from accumulus.accumulation.groups import AccumulationGroups
@@ -60,6 +60,9 @@ class EntryPart:
     summed: tuple[int, ...]
     order: tuple[int, ...]
     out: tuple[int | slice, ...]
+    # The weights to multiply the entries by before summing (an accumulation whose weights
+    # factor out stores Σx and the count), broadcastable to the slab; None for none.
+    weights: np.ndarray | float | None = None
 
 
 Part = RawPart | EntryPart
@@ -104,6 +107,8 @@ def execute(
                 )
             else:
                 sums = _checked_entries(cube, request, chunk[part.local])
+                if part.weights is not None:
+                    sums = sums * part.weights
                 if part.summed:
                     sums = sums.sum(axis=part.summed)
                 sums = sums.transpose(part.order)
@@ -223,14 +228,17 @@ def _entry_parts(
     terms: Sequence[str],
 ):
     """The accumulation chunks holding a read's entries, and the slab of each it reads."""
-    acc = group.find(read.source)
+    acc = group.by_key(read.key) if read.key else group.find(read.source)
     assert acc is not None
     remaining = [d for d in acc.array_dims if d not in read.entries]
     summed = tuple(remaining.index(d) for d in plan.over if d in remaining)
     kept_order = [d for d in remaining if d not in plan.over]
     order = tuple(kept_order.index(d) for d in var.dims if d in kept_order)
     for t, term in enumerate(terms):
-        array = groups.array(var.name, acc.arrays[term])
+        held = statistics.held_term(acc, term)
+        assert held is not None
+        holder, weighted = held
+        array = groups.array(var.name, acc.arrays[holder])
         per_dim = []
         for dim, bounds in zip(acc.array_dims, array_bounds(array), strict=True):
             edges = bounds.edges
@@ -249,11 +257,31 @@ def _entry_parts(
             local = tuple(selection for _, selection, _ in combo)
             box = {d: span for d, (_, _, span) in zip(acc.array_dims, combo, strict=True) if span}
             out = (t, *_out(plan, box))
+            w = _slab_weights(groups.cube, var, group.weights, remaining, box) if weighted else None
             yield (
                 ChunkRequest(array, coords),
                 partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
-                        order=order, out=out),
+                        order=order, out=out, weights=w),
             )  # fmt: skip
+
+
+def _slab_weights(
+    cube: Cube,
+    var: VariableInfo,
+    weights: str,
+    slab_dims: Sequence[str],
+    box: Mapping[str, tuple[int, int]],
+) -> np.ndarray | float:
+    """The weights over an entry slab (axes ``slab_dims``, index ranges ``box``), for an
+    accumulation whose weights factor out: they do not vary along its entries' dimensions,
+    so any index along those (0) gives them."""
+    where = {d: slice(*box[d]) if d in box else slice(0, 1) for d in var.dims}
+    w = weight_values(cube.decoded, weights, var.dims, where)
+    if not isinstance(w, np.ndarray):
+        return w
+    w = w.reshape([n for d, n in zip(var.dims, w.shape, strict=True) if d in slab_dims])
+    in_var_order = [d for d in var.dims if d in slab_dims]
+    return w.transpose([in_var_order.index(d) for d in slab_dims])
 
 
 def _out(plan: QueryPlan, box: Mapping[str, tuple[int, int]]) -> tuple[slice, ...]:
@@ -266,9 +294,16 @@ def _out(plan: QueryPlan, box: Mapping[str, tuple[int, int]]) -> tuple[slice, ..
 
 
 def _checked_entries(cube: Cube, request: ChunkRequest, slab: np.ndarray) -> np.ndarray:
-    """Entries as float64, refusing the fill value of a chunk that is not stored (NaN, or
-    -1 for counts): a missing chunk must never read as zero."""
-    if np.isnan(slab).any() if slab.dtype.kind == "f" else (slab < 0).any():
+    """Entries as float64, refusing the fill value of a chunk that is not stored (NaN, -1
+    for int64 counts, the type's largest value for unsigned ones): a missing chunk must never
+    read as zero."""
+    if slab.dtype.kind == "f":
+        missing = np.isnan(slab).any()
+    elif slab.dtype.kind == "u":
+        missing = (slab == np.iinfo(slab.dtype).max).any()
+    else:
+        missing = (slab < 0).any()
+    if missing:
         raise AccumulationReadError(
             f"{cube.label}: accumulation array {request.array.path} has a missing chunk "
             f"({request.key}); run `accumulus verify` or rebuild"

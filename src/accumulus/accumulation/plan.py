@@ -35,6 +35,7 @@ class AccumulationLayout:
     dims: tuple[str, ...]
     positions: Mapping[str, tuple[int, ...]]  # entry k sums raw indices [0, positions[dim][k])
     coverage: Mapping[str, int]  # raw extent the sums cover, per variable dimension
+    key: str = ""  # which accumulation of the group (``Accumulation.key``), when several
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Read:
     sign: int
     entries: Mapping[str, int]
     box: Mapping[str, tuple[int, int]]
+    key: str = ""  # the accumulation read (``AccumulationLayout.key``)
 
     @property
     def is_raw(self) -> bool:
@@ -58,7 +60,7 @@ class Read:
     def describe(self) -> str:
         parts = [f"{d}@{k}" for d, k in self.entries.items()]
         parts += [f"{d}[{a}:{b}]" for d, (a, b) in self.box.items()]
-        what = "raw" if self.is_raw else "acc(" + ",".join(self.source) + ")"
+        what = "raw" if self.is_raw else f"acc({self.key or ','.join(self.source)})"
         return f"{'+' if self.sign > 0 else '-'} {what} " + " ".join(parts)
 
 
@@ -186,4 +188,4 @@ def _add_corners(
     for corner in itertools.product(*choices):
         sign = prod(s for _, s in corner)
         entries = {d: k for d, (k, _) in zip(layout.dims, corner, strict=True)}
-        reads.append(Read(layout.dims, sign, entries, others))
+        reads.append(Read(layout.dims, sign, entries, others, layout.key))

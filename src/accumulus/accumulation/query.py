@@ -118,14 +118,24 @@ def _usable_layouts(
         return [], f"accumulations hold weights {group.weights!r}, query asks {weights!r}"
     layouts = []
     for acc in group.accumulations:
-        if acc.placement is not None or not all(t in acc.arrays for t in terms):
+        if not all(statistics.held_term(acc, t) for t in terms):
             continue
-        positions = {}
-        for dim in acc.dims:
-            bounds = var.bounds[var.axis(dim)]
-            stored = groups.array(var.name, acc.arrays[terms[0]])
-            entries = stored.shape[acc.array_dims.index(dim)]
-            edges = bounds.strided_edges(acc.stride(dim))[:entries]
-            positions[dim] = tuple(e for e in edges if e <= group.coverage.get(dim, 0))
-        layouts.append(AccumulationLayout(acc.dims, positions, dict(group.coverage)))
+        covered = group.coverage
+        if acc.placement is None:
+            positions = {}
+            for dim in acc.dims:
+                bounds = var.bounds[var.axis(dim)]
+                stored = groups.array(var.name, acc.arrays[terms[0]])
+                entries = stored.shape[acc.array_dims.index(dim)]
+                edges = bounds.strided_edges(acc.stride(dim))[:entries]
+                positions[dim] = tuple(e for e in edges if e <= covered.get(dim, 0))
+        else:
+            # Entries at the positions the group's ``accumulus`` attribute lists, the final
+            # ones only (an open month is provisional), within the final extent.
+            placed = acc.placement
+            positions = {
+                d: tuple(p for p in placed.positions[d][: placed.final[d]] if p <= covered[d])
+                for d in placed.accumulated
+            }
+        layouts.append(AccumulationLayout(acc.prefix_dims, positions, dict(covered), acc.key))
     return layouts, "" if layouts else "no accumulation holds the sums this query needs"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumulus.accumulation.spec import COUNT, SUM, WCOUNT, WSUM
+from accumulus.accumulation.spec import COUNT, SUM, WCOUNT, WSUM, Accumulation
 
 
 @dataclass(frozen=True)
@@ -141,3 +141,15 @@ def stored_arrays(weights: str) -> dict[str, str]:
         twin = unweighted(name)
         holders[name] = twin if SUMS[twin].is_count else _twin(twin, weight_power=1)
     return holders
+
+
+def held_term(acc: Accumulation, name: str) -> tuple[str, bool] | None:
+    """The sum of ``acc``'s arrays that gives the sum ``name``, and whether it must be
+    multiplied by the weights first (an accumulation whose weights factor out stores Σx
+    and the count; Σw·x = w·Σx and Σw = w·count); None when ``acc`` cannot give it."""
+    if name in acc.arrays:
+        return name, False
+    twin = unweighted(name)
+    if acc.factored and SUMS[name].weight_power == 1 and twin in acc.arrays:
+        return twin, True
+    return None
