@@ -71,11 +71,11 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
         raw_stored = bytes_stored(var.array)
         accumulations = []
         for acc in group.accumulations:
-            arrays = {
+            described = {
                 t: describe_array(accumulation_array(cube, name, n), list(acc.array_dims))
                 for t, n in sorted(acc.arrays.items())
             }
-            unique = {a["path"]: a["bytes_stored"] for a in arrays.values()}.values()
+            unique = {a["path"]: a["bytes_stored"] for a in described.values()}.values()
             stored = None if None in unique else sum(unique)
             accumulations.append(
                 {
@@ -84,7 +84,7 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
                     # Where entries end: chunk ends (ZEP 5) or the --at rule, and how many.
                     "at": acc.rule_text(),
                     "entries": {d: len(p) for d, p in acc.entry_positions(bounds).items()},
-                    "arrays": arrays,
+                    "arrays": described,
                     "bytes_stored": stored,
                     "raw_bytes_stored": raw_stored,
                 }
