@@ -206,7 +206,9 @@ def average(
     variable: str = typer.Argument(..., help="Data variable."),
     over: str = typer.Option(..., "--over", help="Dimensions averaged away: latitude,longitude."),
     range_: list[str] = typer.Option(
-        None, "--range", help="dim=start/end, inclusive labels (repeatable)."
+        None,
+        "--range",
+        help="dim=start/end, inclusive labels (repeatable); lon=170/-170 crosses the date line.",
     ),
     stat: str = typer.Option("mean", "--stat", help="mean, sum or count (= sum of weights)."),
     weights: str = typer.Option(
