@@ -19,7 +19,7 @@ import xarray as xr
 from accumulus.accumulation import statistics
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.execute import execute
-from accumulus.accumulation.groups import AccumulationGroups
+from accumulus.accumulation.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
 from accumulus.accumulation.request import Query, ResolvedQuery, answer_labels, resolve
 from accumulus.accumulation.selection import Extent, selection
@@ -120,6 +120,9 @@ def _usable_layouts(
         return [], "accumulation group incomplete (build interrupted); ignored"
     if weights != "none" and group.weights != weights:
         return [], f"accumulations hold weights {group.weights!r}, query asks {weights!r}"
+    unit_problem = stride_unit_problem(var, group)
+    if unit_problem:
+        return [], unit_problem
     layouts = []
     for acc in group.accumulations:
         if acc.placement is not None or not all(t in acc.arrays for t in terms):
