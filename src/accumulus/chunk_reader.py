@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
 from math import prod
 
 import numpy as np
@@ -28,6 +27,7 @@ from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteReque
 from zarr.core.array_spec import ArrayConfig, ArraySpec
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.chunk_grids import ChunkGrid
+from zarr.core.metadata import ArrayMetadata
 from zarr.core.sync import sync
 
 from accumulus.grid import read_grid, sharding_of
@@ -305,11 +305,31 @@ def _chunk_spec(metadata, coords: tuple[int, ...]) -> ArraySpec:
     )
 
 
-@cache
-def _read_grid(metadata) -> ChunkGrid:
-    return read_grid(metadata)
+@dataclass(frozen=True)
+class _Grids:
+    metadata: ArrayMetadata
+    read: ChunkGrid  # the chunks read one at a time (``grid.read_grid``)
+    stored: ChunkGrid  # the objects stored (shards of a sharded array)
 
 
-@cache
-def _stored_grid(metadata) -> ChunkGrid:
-    return ChunkGrid.from_metadata(metadata)
+# By the metadata object's identity: hashing zarr's metadata serializes it, which costs more
+# than reading a small chunk. Each entry keeps its metadata alive, so no id is reused.
+_GRIDS: dict[int, _Grids] = {}
+
+
+def _grids(metadata: ArrayMetadata) -> _Grids:
+    found = _GRIDS.get(id(metadata))
+    if found is None or found.metadata is not metadata:
+        if len(_GRIDS) >= 256:
+            _GRIDS.clear()
+        found = _Grids(metadata, read_grid(metadata), ChunkGrid.from_metadata(metadata))
+        _GRIDS[id(metadata)] = found
+    return found
+
+
+def _read_grid(metadata: ArrayMetadata) -> ChunkGrid:
+    return _grids(metadata).read
+
+
+def _stored_grid(metadata: ArrayMetadata) -> ChunkGrid:
+    return _grids(metadata).stored

@@ -114,6 +114,7 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
                 "producer": group.producer,
                 "weights": group.weights,
                 "complete": group.complete,
+                "stride_unit": group.stride_unit,
                 "coverage": {
                     d: {"covered": int(group.coverage.get(d, 0)), "size": n}
                     for d, n in zip(var.dims, var.shape, strict=True)
