@@ -20,6 +20,7 @@ from accumulus.accumulation.query import run_query
 from accumulus.accumulation.request import Query
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
+from core.test_cli import run
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 60, "lat": 18, "lon": 24}
@@ -175,7 +176,7 @@ def test_accumulations_of_shards_are_refused_until_rebuilt(cubes, tmp_path):
     assert _query(path, ["time"], ranges).stats.raw_chunks_read == 0
 
 
-def test_accumulations_of_a_sharded_cube_are_sharded(tmp_path):
+def test_accumulations_of_a_sharded_cube_are_sharded(tmp_path, monkeypatch):
     """Fine accumulations (every inner chunk) stay few objects: their arrays are sharded
     like the raw array, and inspect counts the objects."""
     ds = synthetic_dataset({"time": 64, "lat": 16, "lon": 32}, seed=5)
@@ -221,6 +222,11 @@ def test_accumulations_of_a_sharded_cube_are_sharded(tmp_path):
         np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
     (report,) = accumulus.verify(str(path), VAR)
     assert report.ok, report.problems
+    # The command line shows the shards, the objects and what the strides count.
+    monkeypatch.setenv("COLUMNS", "300")  # rich wraps table cells to the terminal's width
+    text = run("inspect", str(path)).stdout
+    assert "in shards 32x16x32" in text
+    assert f"strides count inner chunks; {sum(a['objects'] for a in arrays)} objects" in text
 
 
 @st.composite
