@@ -129,6 +129,11 @@ def accumulate(
         None, "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
     ),
     rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
+    shards: bool = typer.Option(
+        None,
+        "--shards/--no-shards",
+        help="Write the accumulation arrays in shards (Zarr v3). Default: when the variable is.",
+    ),
     group: str = _group_option(CUBE_GROUP_HELP),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
@@ -151,6 +156,7 @@ def accumulate(
             at=at or None,
             scheduler=scheduler,
             rebuild=rebuild,
+            shards=shards,
             progress=report,
             storage_options=_storage_options(endpoint_url, storage_option),
             group=group,

@@ -229,6 +229,33 @@ def test_accumulations_of_a_sharded_cube_are_sharded(tmp_path, monkeypatch):
     assert f"strides count inner chunks; {sum(a['objects'] for a in arrays)} objects" in text
 
 
+def test_accumulate_shards_when_asked(tmp_path):
+    """``--shards`` shards the accumulation arrays of an unsharded Zarr v3 cube (its strides
+    still count chunks); a Zarr v2 cube is refused in one line, nothing written."""
+    ds = synthetic_dataset({"time": 48, "lat": 8, "lon": 12}, seed=9)
+    path = tmp_path / "v3.zarr"
+    write_cube(ds, path, {"time": 2, "lat": 4, "lon": 4}, zarr_format=3)
+    accumulus.accumulate(str(path), VAR, shards=True)
+    cube = Cube.open(str(path))
+    group = read_group(cube, VAR)
+    assert group.stride_unit == spec.CHUNK
+    arrays = [AccumulationGroups(cube).array(VAR, n) for a in group.accumulations
+              for n in set(a.arrays.values())]  # fmt: skip
+    assert all(a.shards is not None for a in arrays if a.nchunks > 1)
+    assert any(a.shards is not None for a in arrays)
+    ranges = {"time": labels(ds, "time", 3, 41)}
+    result = _query(path, ["time"], ranges)
+    expected = xarray_reference(ds[VAR].isel(time=slice(3, 41)), ["time"], "area", "mean")
+    np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
+
+    v2 = tmp_path / "v2.zarr"
+    write_cube(ds, v2, {"time": 2, "lat": 4, "lon": 4}, zarr_format=2)
+    proc = run("accumulate", str(v2), VAR, "--shards", check=False)
+    assert proc.returncode == 2 and "Zarr v3 only" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (v2 / spec.group_name(VAR)).exists()
+
+
 @st.composite
 def sharded_cubes(draw):
     ndim = draw(st.integers(1, 3))

@@ -120,8 +120,9 @@ def _build(
         raise AccumulusError("memory:// stores live in this process: use the threads scheduler")
 
     root = _writable_root(cube)
+    sharded = _sharded_accumulations(cube, var, request)
     group = _create_group(root, wanted)
-    targets = _create_arrays(group, var, wanted)
+    targets = _create_arrays(group, var, wanted, sharded)
     if cube.consolidated:
         # Readers see the group at once, marked incomplete, and ignore it until it is done.
         consolidate(cube.store)
@@ -407,21 +408,41 @@ def accumulation_shards(
     return tuple(shards) if shards != list(chunks) else None
 
 
+# Bytes (uncompressed) of an accumulation shard when the raw array has no shards to follow.
+SHARD_BUDGET = 64 * 2**20
+
+
+def _sharded_accumulations(cube: Cube, var: VariableInfo, request: spec.BuildRequest) -> bool:
+    """Whether the accumulation arrays are written in shards: as asked, else when the raw
+    array is sharded. Shards exist in Zarr v3 only."""
+    if request.shards is None:
+        return sharding_of(var.array.metadata) is not None
+    if request.shards and cube.zarr_format != 3:
+        raise AccumulusError(
+            f"{cube.label} is Zarr v2: accumulation arrays can be sharded in Zarr v3 only "
+            "(drop --shards)"
+        )
+    return request.shards
+
+
 def target_shards(
     var: VariableInfo,
     acc: spec.Accumulation,
     chunks: Sequence[int],
     group: spec.AccumulationGroup,
 ) -> tuple[int, ...] | None:
-    """Shards of an accumulation array (array_dims order) when ``var`` is sharded, so that
-    fine accumulations stay few objects: as many bytes as one of the raw array's shards
-    holds, at most. Along the dimension the build walks in slabs, a shard spans at most
-    what one slab writes, so each shard is written once per slab that fills it.
-    Positioned accumulations (written in their own order, ``placement``) are not sharded."""
-    if sharding_of(var.array.metadata) is None or acc.placement is not None:
+    """Shards of an accumulation array (array_dims order), so that fine accumulations stay
+    few objects: as many bytes as one of the raw array's shards holds, at most
+    (``SHARD_BUDGET`` when the raw array is not sharded). Along the dimension the build walks
+    in slabs, a shard spans at most what one slab writes, so each shard is written once per
+    slab that fills it. Positioned accumulations (written in their own order, ``placement``)
+    are not sharded."""
+    if acc.placement is not None:
         return None
-    stored = ChunkGrid.from_metadata(var.array.metadata)
-    budget = prod(max(sizes, default=1) for sizes in stored.chunk_sizes) * 8
+    budget = SHARD_BUDGET
+    if sharding_of(var.array.metadata) is not None:
+        stored = ChunkGrid.from_metadata(var.array.metadata)
+        budget = prod(max(sizes, default=1) for sizes in stored.chunk_sizes) * 8
     batch = stream.batch_dimension(var)
     per_slab = stream.chunks_per_slab(var, batch, group)
     shape = accumulation_shape(var, acc)
@@ -435,14 +456,14 @@ def target_shards(
 
 
 def _create_arrays(
-    group: zarr.Group, var: VariableInfo, wanted: spec.AccumulationGroup
+    group: zarr.Group, var: VariableInfo, wanted: spec.AccumulationGroup, sharded: bool
 ) -> dict[str, zarr.Array]:
     targets: dict[str, zarr.Array] = {}
     v3 = group.metadata.zarr_format == 3
     for acc in wanted.accumulations:
         shape = accumulation_shape(var, acc)
         chunks = target_chunks(var, acc, wanted)
-        shards = target_shards(var, acc, chunks, wanted) if v3 else None
+        shards = target_shards(var, acc, chunks, wanted) if sharded else None
         for name in acc.arrays.values():
             if name in targets:
                 continue

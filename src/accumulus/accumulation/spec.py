@@ -214,6 +214,9 @@ class BuildRequest:
     strides: Mapping[str, int] = field(default_factory=dict)
     weights: str = "none"
     at: Mapping[str, Rule] = field(default_factory=dict)  # dims not named: "chunk"
+    # Accumulation arrays in shards (Zarr v3): None for "when the raw array is sharded".
+    # How arrays are stored, not what they hold: not part of the group's configuration.
+    shards: bool | None = None
 
     def rules(self, combination: Sequence[str]) -> dict[str, Rule]:
         return {d: self.at.get(d, "chunk") for d in combination}
