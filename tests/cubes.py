@@ -51,12 +51,16 @@ def write_cube(
     zarr_format: int = 2,
     fill_value: float | None = -9999.0,
     var: str = VAR,
+    shards: Mapping[str, int] | None = None,
 ) -> None:
-    """Write ``ds`` as a cube. Regular chunks go through xarray's ``to_zarr``; chunk lists
-    (rectilinear, Zarr v3) through zarr directly, with NaN stored as NaN."""
+    """Write ``ds`` as a cube. Regular chunks go through xarray's ``to_zarr`` (``shards``:
+    Zarr v3 shards of those chunks, as xarray writes them); chunk lists (rectilinear, Zarr
+    v3) through zarr directly, with NaN stored as NaN."""
     dims = ds[var].dims
     if all(isinstance(chunks[d], int) for d in dims):
         encoding = {var: {"chunks": tuple(chunks[d] for d in dims)}}
+        if shards is not None:
+            encoding[var]["shards"] = tuple(shards[d] for d in dims)
         if fill_value is not None:
             encoding[var]["_FillValue"] = fill_value
         ds.to_zarr(path, mode="w", zarr_format=zarr_format, consolidated=True, encoding=encoding)

@@ -107,6 +107,7 @@ def accumulate(
     at: str | Mapping[str, Any] | None = None,
     scheduler: str | None = None,
     rebuild: bool = False,
+    shards: bool | None = None,
     progress: Progress | None = None,
     storage_options: dict | None = None,
     group: str | None = None,
@@ -121,6 +122,8 @@ def accumulate(
     ``at``: where entries end along a dimension instead of chunk ends, e.g.
     ``{"time": "month"}``, ``{"time": 1}`` (every element), ``{"lat": 1, "lon": 1}``,
     ``{"time": ["2001-01-01", "2006-01-01"]}`` (labels), or the text ``"time=month"``.
+    ``shards``: write the accumulation arrays in shards (Zarr v3), so that fine
+    accumulations stay few objects; by default when the variable is sharded.
     Re-running with the same configuration does nothing; another configuration needs
     ``rebuild=True``.
     """
@@ -137,6 +140,7 @@ def accumulate(
         strides=dict(strides or {}),
         at=parse_at(at),
         weights=resolve_weights(cube.decoded, variable, weights),
+        shards=shards,
     )
     result = build_accumulations(
         cube, variable, request, rebuild=rebuild, scheduler=scheduler, progress=progress

@@ -122,6 +122,8 @@ def extent_text(extent: Extent) -> str:
     if extent.kind == "time":
         a, b = time_text(first), time_text(last)
         return a if a == b else f"{a} – {b}"
+    if extent.across_seam:  # west to east across the date line or 0°: 170°E–170°W
+        return f"{degrees_text(float(first), 'longitude')}–{degrees_text(float(last), 'longitude')}"
     if extent.kind in ("latitude", "longitude"):
         lo, hi = sorted((float(first), float(last)))
         # A 0..360 range across 180°E reads better in its own numbers (350°E, not 10°W).

@@ -7,25 +7,30 @@ chunk with its array's own codec pipeline as it arrives, and hands it to the cal
 plan costs one round trip (up to ``MAX_IN_FLIGHT`` requests at a time), and memory holds only
 the chunks in flight, whatever the number of chunks read.
 
-Requests are counted here, at the store: the keys read and the bytes the store returned.
+A sharded array's chunks are its inner chunks (``grid.read_grid``): each is read as a byte
+range of its shard by zarr's sharding codec (``decode_partial``), after the shard's index,
+which is fetched once per shard for all the inner chunks a batch reads from it.
+
+Requests are counted here, at the store: every request made and the bytes it returned.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from functools import cache
+from dataclasses import dataclass, replace
 from math import prod
 
 import numpy as np
 import zarr
-from zarr.abc.store import Store
+from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.array_spec import ArrayConfig, ArraySpec
-from zarr.core.buffer import default_buffer_prototype
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.chunk_grids import ChunkGrid
+from zarr.core.metadata import ArrayMetadata
 from zarr.core.sync import sync
+
+from accumulus.grid import read_grid, sharding_of
 
 # Store requests in flight at once: enough for a plan's reads to go out together, few enough
 # that a full scan holds a bounded number of chunks in memory.
@@ -34,31 +39,63 @@ MAX_IN_FLIGHT = 128
 
 @dataclass(frozen=True)
 class ChunkRequest:
-    """One stored chunk: ``array`` (whose store it is read from) and its grid coordinates."""
+    """One chunk: ``array`` (whose store it is read from) and its coordinates on the array's
+    ``read_grid`` (inner chunks of a sharded array)."""
 
     array: zarr.Array
     coords: tuple[int, ...]
 
     @property
-    def key(self) -> str:
+    def store_key(self) -> str:
+        """The key of the object holding the chunk (its shard, for a sharded array)."""
+        place = _place_in_shard(self.array.metadata, self.coords)
+        coords = self.coords if place is None else place.shard
         path = self.array.store_path.path
-        chunk = self.array.metadata.encode_chunk_key(self.coords)
+        chunk = self.array.metadata.encode_chunk_key(coords)
         return f"{path}/{chunk}" if path else chunk
+
+    @property
+    def key(self) -> str:
+        """The chunk's name: its store key, followed by its place in the shard when the
+        array is sharded (``temp/c/0/1/2[3,0,1]``)."""
+        place = _place_in_shard(self.array.metadata, self.coords)
+        if place is None:
+            return self.store_key
+        return f"{self.store_key}[{','.join(map(str, place.inner))}]"
+
+
+@dataclass(frozen=True)
+class _ShardPlace:
+    """Where an inner chunk lies: its shard, its coordinates among the shard's inner chunks,
+    and the slices of the shard it covers."""
+
+    shard: tuple[int, ...]
+    inner: tuple[int, ...]
+    selection: tuple[slice, ...]
+
+
+def _place_in_shard(metadata, coords: tuple[int, ...]) -> _ShardPlace | None:
+    sharding = sharding_of(metadata)
+    if sharding is None:
+        return None
+    shards = _stored_grid(metadata).dimensions
+    shard, inner, selection = [], [], []
+    for c, size, dimension in zip(coords, sharding.chunk_shape, shards, strict=True):
+        s = dimension.index_to_chunk(c * size)
+        start = c * size - dimension.chunk_offset(s)
+        shard.append(s)
+        inner.append(start // size)
+        selection.append(slice(start, start + size))
+    return _ShardPlace(tuple(shard), tuple(inner), tuple(selection))
 
 
 @dataclass
 class ReadCounts:
-    """What a batch asked the store for: one request per key."""
+    """What a batch asked the store for: requests (whole objects or byte ranges) and the
+    bytes they returned."""
 
-    keys: dict[str, int] = field(default_factory=dict)  # key -> bytes returned (0: missing)
-
-    @property
-    def requests(self) -> int:
-        return len(self.keys)
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.keys.values())
+    requests: int = 0
+    bytes: int = 0
 
 
 class ChunkReadError(Exception):
@@ -126,7 +163,7 @@ async def _read_all(
 ) -> None:
     limit = asyncio.Semaphore(MAX_IN_FLIGHT)
     held = _Held(memory_bytes)
-    lock = threading.Lock()
+    fetcher = _Fetcher(store, counts)
 
     async def one(request: ChunkRequest) -> None:
         # The stored bytes and the decoded chunk, held until it is consumed.
@@ -135,9 +172,7 @@ async def _read_all(
             await held.take(cost)
             try:
                 async with limit:
-                    chunk, nbytes = await _fetch_decode(request, store)
-                with lock:
-                    counts.keys[request.key] = nbytes
+                    chunk = await _fetch_decode(request, fetcher)
                 await asyncio.to_thread(consume, request, chunk)
                 del chunk
             finally:
@@ -156,25 +191,99 @@ async def _read_all(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _fetch_decode(request: ChunkRequest, store: Store | None) -> tuple[np.ndarray, int]:
+class _Fetcher:
+    """Every store request of one batch, counted. A shard's index (a suffix of the shard, or
+    its first bytes) is fetched once and shared by all the inner chunks read from it."""
+
+    def __init__(self, store: Store | None, counts: ReadCounts) -> None:
+        self.store = store
+        self.counts = counts
+        self._indexes: dict[tuple[str, ByteRequest], asyncio.Task] = {}
+
+    async def get(
+        self,
+        request: ChunkRequest,
+        prototype: BufferPrototype,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        key = request.store_key
+        if _is_index_range(byte_range):
+            assert byte_range is not None
+            task = self._indexes.get((key, byte_range))
+            if task is None:
+                task = asyncio.ensure_future(self._get(request, key, prototype, byte_range))
+                self._indexes[key, byte_range] = task
+            return await asyncio.shield(task)
+        return await self._get(request, key, prototype, byte_range)
+
+    async def _get(
+        self,
+        request: ChunkRequest,
+        key: str,
+        prototype: BufferPrototype,
+        byte_range: ByteRequest | None,
+    ) -> Buffer | None:
+        store = request.array.store_path.store if self.store is None else self.store
+        buffer = await store.get(key, prototype, byte_range)
+        self.counts.requests += 1  # one event loop: no lock needed
+        self.counts.bytes += len(buffer) if buffer is not None else 0
+        return buffer
+
+
+def _is_index_range(byte_range: ByteRequest | None) -> bool:
+    """The sharding codec asks for a shard's index as its last bytes (a suffix) or, with
+    ``index_location="start"``, its first ones; an inner chunk's range never starts at 0
+    then, as the index comes first."""
+    return isinstance(byte_range, SuffixByteRequest) or (
+        isinstance(byte_range, RangeByteRequest) and byte_range.start == 0
+    )
+
+
+@dataclass(frozen=True)
+class _ShardBytes:
+    """The bytes of one shard, as zarr's sharding codec reads them (a ByteGetter)."""
+
+    fetcher: _Fetcher
+    request: ChunkRequest
+
+    async def get(
+        self, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        return await self.fetcher.get(self.request, prototype, byte_range)
+
+
+async def _fetch_decode(request: ChunkRequest, fetcher: _Fetcher) -> np.ndarray:
     array = request.array.async_array
     spec = _chunk_spec(array.metadata, request.coords)
-    if store is None:
-        path = array.store_path / array.metadata.encode_chunk_key(request.coords)
-        buffer = await path.get(prototype=spec.prototype)
+    place = _place_in_shard(array.metadata, request.coords)
+    if place is None:
+        buffer = await fetcher.get(request, spec.prototype)
+        if buffer is None:
+            return _filled(spec)
+        (decoded,) = await array.codec_pipeline.decode([(buffer, spec)])
     else:
-        buffer = await store.get(request.key, spec.prototype)
-    if buffer is None:
-        fill = spec.fill_value if spec.fill_value is not None else spec.dtype.default_scalar()
-        return np.full(spec.shape, fill, dtype=spec.dtype.to_native_dtype()), 0
-    (decoded,) = await array.codec_pipeline.decode([(buffer, spec)])
+        shard = _stored_grid(array.metadata)[place.shard]
+        assert shard is not None
+        shard_spec = replace(spec, shape=shard.codec_shape)
+        sharding = sharding_of(array.metadata)
+        assert sharding is not None
+        (decoded,) = await sharding.decode_partial(
+            [(_ShardBytes(fetcher, request), place.selection, shard_spec)]
+        )
+        if decoded is None:  # no shard stored
+            return _filled(spec)
     assert decoded is not None
-    return decoded.as_numpy_array().reshape(spec.shape), len(buffer)
+    return decoded.as_numpy_array().reshape(spec.shape)
+
+
+def _filled(spec: ArraySpec) -> np.ndarray:
+    fill = spec.fill_value if spec.fill_value is not None else spec.dtype.default_scalar()
+    return np.full(spec.shape, fill, dtype=spec.dtype.to_native_dtype())
 
 
 def _decoded_bytes(request: ChunkRequest) -> int:
     metadata = request.array.metadata
-    chunk = _grid(metadata)[request.coords]
+    chunk = _read_grid(metadata)[request.coords]
     shape = chunk.codec_shape if chunk is not None else ()
     return prod(shape) * metadata.dtype.to_native_dtype().itemsize
 
@@ -182,7 +291,7 @@ def _decoded_bytes(request: ChunkRequest) -> int:
 def _chunk_spec(metadata, coords: tuple[int, ...]) -> ArraySpec:
     """How zarr decodes the chunk at ``coords``: its declared shape, dtype, fill value and
     memory order."""
-    grid = _grid(metadata)
+    grid = _read_grid(metadata)
     chunk = grid[coords]
     if chunk is None:
         raise IndexError(f"chunk {coords} is outside the grid {grid.grid_shape}")
@@ -196,6 +305,31 @@ def _chunk_spec(metadata, coords: tuple[int, ...]) -> ArraySpec:
     )
 
 
-@cache
-def _grid(metadata) -> ChunkGrid:
-    return ChunkGrid.from_metadata(metadata)
+@dataclass(frozen=True)
+class _Grids:
+    metadata: ArrayMetadata
+    read: ChunkGrid  # the chunks read one at a time (``grid.read_grid``)
+    stored: ChunkGrid  # the objects stored (shards of a sharded array)
+
+
+# By the metadata object's identity: hashing zarr's metadata serializes it, which costs more
+# than reading a small chunk. Each entry keeps its metadata alive, so no id is reused.
+_GRIDS: dict[int, _Grids] = {}
+
+
+def _grids(metadata: ArrayMetadata) -> _Grids:
+    found = _GRIDS.get(id(metadata))
+    if found is None or found.metadata is not metadata:
+        if len(_GRIDS) >= 256:
+            _GRIDS.clear()
+        found = _Grids(metadata, read_grid(metadata), ChunkGrid.from_metadata(metadata))
+        _GRIDS[id(metadata)] = found
+    return found
+
+
+def _read_grid(metadata: ArrayMetadata) -> ChunkGrid:
+    return _grids(metadata).read
+
+
+def _stored_grid(metadata: ArrayMetadata) -> ChunkGrid:
+    return _grids(metadata).stored

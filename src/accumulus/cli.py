@@ -129,6 +129,11 @@ def accumulate(
         None, "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
     ),
     rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
+    shards: bool = typer.Option(
+        None,
+        "--shards/--no-shards",
+        help="Write the accumulation arrays in shards (Zarr v3). Default: when the variable is.",
+    ),
     group: str = _group_option(CUBE_GROUP_HELP),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
@@ -151,6 +156,7 @@ def accumulate(
             at=at or None,
             scheduler=scheduler,
             rebuild=rebuild,
+            shards=shards,
             progress=report,
             storage_options=_storage_options(endpoint_url, storage_option),
             group=group,
@@ -206,7 +212,9 @@ def average(
     variable: str = typer.Argument(..., help="Data variable."),
     over: str = typer.Option(..., "--over", help="Dimensions averaged away: latitude,longitude."),
     range_: list[str] = typer.Option(
-        None, "--range", help="dim=start/end, inclusive labels (repeatable)."
+        None,
+        "--range",
+        help="dim=start/end, inclusive labels (repeatable); lon=170/-170 crosses the date line.",
     ),
     stat: str = typer.Option("mean", "--stat", help="mean, sum or count (= sum of weights)."),
     weights: str = typer.Option(
@@ -297,7 +305,7 @@ def inspect(
         f"{'consolidated' if info['consolidated'] else 'not consolidated'} metadata; dimensions "
         + ", ".join(f"{d}={n}" for d, n in info["dimensions"].items())
     )
-    table = Table("array", "dims", "shape", "chunks", "dtype", "codecs", "stored")
+    table = Table("array", "dims", "shape", "chunks", "dtype", "codecs", "stored", "objects")
     for a in info["arrays"]:
         table.add_row(
             a["path"],
@@ -307,6 +315,7 @@ def inspect(
             a["dtype"],
             " ".join(c.get("id") or c.get("name", "?") for c in a["codecs"]),
             _size(a["bytes_stored"]),
+            "unknown" if a["objects"] is None else str(a["objects"]),
         )
     console.print(table)
     for name, note in info["inferred"].items():
@@ -314,16 +323,17 @@ def inspect(
     for g in info["accumulation_groups"]:
         status = "complete" if g["complete"] else "[red]incomplete (ignored by queries)[/]"
         cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())
+        objects = [a["objects"] for acc in g["accumulations"] for a in _unique_arrays(acc)]
         console.print(
             f"[bold]{g['path']}[/] ({g['producer']}), weights {g['weights']}, {status}; "
-            f"covers {cover}"
+            f"covers {cover}; strides count {g['stride_unit']}s; "
+            + ("objects unknown" if None in objects else f"{sum(objects)} objects")
         )
         for acc in g["accumulations"]:
-            unique = {v["path"]: v for v in acc["arrays"].values()}.values()
             arrays = ", ".join(
                 f"{a['path'].rsplit('/', 1)[-1]} {'x'.join(map(str, a['shape']))} "
                 f"({_size(a['bytes_stored'])})"
-                for a in unique
+                for a in _unique_arrays(acc)
             )
             entries = ", ".join(f"{d} {n}" for d, n in acc["entries"].items())
             console.print(
@@ -332,12 +342,20 @@ def inspect(
             )
 
 
+def _unique_arrays(acc: dict) -> list[dict]:
+    return list({v["path"]: v for v in acc["arrays"].values()}.values())
+
+
 def _grid_text(grid: dict) -> str:
     if grid["type"] == "regular":
-        return "x".join(map(str, grid["chunks"]))
-    return "x".join(
-        str(s[0]) if len(set(s)) == 1 else f"var({len(s)})" for s in grid["chunk_sizes"]
-    )
+        text = "x".join(map(str, grid["chunks"]))
+    else:
+        text = "x".join(
+            str(s[0]) if len(set(s)) == 1 else f"var({len(s)})" for s in grid["chunk_sizes"]
+        )
+    if "shards" in grid:
+        text += " in shards " + "x".join(map(str, grid["shards"]))
+    return text
 
 
 def _size(n: int | None) -> str:

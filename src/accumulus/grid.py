@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 import zarr
+from zarr.codecs import ShardingCodec
 from zarr.core.chunk_grids import ChunkGrid, DimensionGrid, FixedDimension
 from zarr.core.metadata import ArrayMetadata, ArrayV3Metadata
 from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
@@ -180,9 +181,29 @@ def axis_bounds(size: int, chunks: AxisChunks) -> ChunkBounds:
 # The grid of a zarr array (its metadata)
 
 
+def sharding_of(metadata: ArrayMetadata) -> ShardingCodec | None:
+    """The sharding codec of an array whose inner chunks zarr reads one by one, as byte
+    ranges of their shard (sharding is the array's only codec), or None."""
+    codecs = metadata.codecs if isinstance(metadata, ArrayV3Metadata) else ()
+    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
+        return codecs[0]
+    return None
+
+
+def read_grid(metadata: ArrayMetadata) -> ChunkGrid:
+    """The grid of the chunks a reader fetches one at a time: the inner chunks of a sharded
+    array (``sharding_of``), whose shards hold whole inner chunks, so that their edges are
+    every inner chunk size whatever the shard grid; the stored chunks otherwise."""
+    sharding = sharding_of(metadata)
+    if sharding is not None:
+        return ChunkGrid.from_sizes(metadata.shape, tuple(sharding.chunk_shape))
+    return ChunkGrid.from_metadata(metadata)
+
+
 def array_bounds(array: zarr.Array) -> tuple[ChunkBounds, ...]:
-    """Chunk bounds of every dimension of a zarr array (regular or rectilinear)."""
-    grid = ChunkGrid.from_metadata(array.metadata)
+    """Chunk bounds of every dimension of a zarr array (regular or rectilinear); the inner
+    chunks of a sharded array (``read_grid``)."""
+    grid = read_grid(array.metadata)
     return tuple(ChunkBounds.from_sizes(sizes) for sizes in grid.chunk_sizes)
 
 
@@ -200,8 +221,9 @@ def last_chunk_is_partial(array: zarr.Array, axis: int) -> bool:
     Regular grids have such a chunk when the length is not a multiple of the chunk size;
     rectilinear grids when the last chunk size reaches past the array's length (zarr allows
     it, and an append that fills a calendar month declares the whole month this way). The
-    next append along ``axis`` then writes into that chunk."""
-    dimension = _grid_dimension(array, axis)
+    next append along ``axis`` then writes into that chunk. For a sharded array, the chunk
+    is its last inner chunk (``read_grid``)."""
+    dimension = read_grid(array.metadata).dimensions[axis]
     n = dimension.nchunks
     return n > 0 and dimension.chunk_size(n - 1) > dimension.data_size(n - 1)
 

@@ -6,13 +6,15 @@ from typing import Any
 
 import zarr
 from zarr.abc.store import Store
+from zarr.core.chunk_grids import ChunkGrid
+from zarr.core.sync import sync
 
 from accumulus.accumulation import spec
 from accumulus.accumulation.groups import accumulation_array, read_group
 from accumulus.cube import Cube
-from accumulus.grid import array_bounds
+from accumulus.grid import array_bounds, sharding_of
 from accumulus.inference import inferred_conventions
-from accumulus.storage import bytes_stored, dimension_names
+from accumulus.storage import bytes_stored, dimension_names, is_metadata_key
 
 
 def _codecs(array: zarr.Array) -> list[dict[str, Any]]:
@@ -24,10 +26,19 @@ def _codecs(array: zarr.Array) -> list[dict[str, Any]]:
 
 
 def _chunk_grid(array: zarr.Array) -> dict[str, Any]:
+    """The chunks (inner chunks of a sharded array) and, when sharded, the shards."""
     bounds = array_bounds(array)
     if all(b.is_regular for b in bounds):
-        return {"type": "regular", "chunks": [max(b.sizes, default=0) for b in bounds]}
-    return {"type": "rectilinear", "chunk_sizes": [list(b.sizes) for b in bounds]}
+        grid: dict[str, Any] = {
+            "type": "regular",
+            "chunks": [max(b.sizes, default=0) for b in bounds],
+        }
+    else:
+        grid = {"type": "rectilinear", "chunk_sizes": [list(b.sizes) for b in bounds]}
+    if sharding_of(array.metadata) is not None:
+        shards = ChunkGrid.from_metadata(array.metadata).chunk_sizes
+        grid["shards"] = [max(sizes, default=0) for sizes in shards]
+    return grid
 
 
 def describe_array(array: zarr.Array, dims: list[str]) -> dict[str, Any]:
@@ -40,7 +51,24 @@ def describe_array(array: zarr.Array, dims: list[str]) -> dict[str, Any]:
         "codecs": _codecs(array),
         "bytes": int(array.nbytes),
         "bytes_stored": bytes_stored(array),
+        "objects": _objects_stored(array),
     }
+
+
+def _objects_stored(array: zarr.Array) -> int | None:
+    """How many objects hold the array's chunks (its shards, when sharded), or None where
+    the store cannot list them."""
+    store_path = array.store_path
+    prefix = f"{store_path.path}/" if store_path.path else ""
+
+    async def count() -> int:
+        keys = [k async for k in store_path.store.list_prefix(prefix)]
+        return sum(not is_metadata_key(k) for k in keys)
+
+    try:
+        return sync(count())
+    except Exception:  # as for bytes_stored: listing failures come in many kinds
+        return None
 
 
 def stored_bytes(
@@ -96,6 +124,7 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
                 "producer": group.producer,
                 "weights": group.weights,
                 "complete": group.complete,
+                "stride_unit": group.stride_unit,
                 "coverage": {
                     d: {"covered": int(group.coverage.get(d, 0)), "size": n}
                     for d, n in zip(var.dims, var.shape, strict=True)

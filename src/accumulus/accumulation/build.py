@@ -20,15 +20,16 @@ from math import prod
 
 import numpy as np
 import zarr
+from zarr.core.chunk_grids import ChunkGrid
 
 from accumulus import compute
 from accumulus.accumulation import placement, spec, statistics, stream
 from accumulus.accumulation.chunk_check import checksummed_codecs
-from accumulus.accumulation.groups import read_group
+from accumulus.accumulation.groups import read_group, stride_unit
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
-from accumulus.grid import last_chunk_is_partial
+from accumulus.grid import last_chunk_is_partial, sharding_of
 from accumulus.locking import StoreLock
 from accumulus.storage import consolidate
 
@@ -89,7 +90,9 @@ def _build(
     coverage = final_coverage(cube, var)
     holders = statistics.stored_arrays(request.weights)
     placements = placement.placements(cube, var, request, coverage)
-    wanted = spec.make_group(variable, var.dims, request, coverage, holders, placements)
+    wanted = spec.make_group(
+        variable, var.dims, request, coverage, holders, placements, stride_unit(var)
+    )
     try:
         existing = read_group(cube, variable)
     except AccumulusError:
@@ -117,8 +120,9 @@ def _build(
         raise AccumulusError("memory:// stores live in this process: use the threads scheduler")
 
     root = _writable_root(cube)
+    sharded = _sharded_accumulations(cube, var, request)
     group = _create_group(root, wanted)
-    targets = _create_arrays(group, var, wanted)
+    targets = _create_arrays(group, var, wanted, sharded)
     if cube.consolidated:
         # Readers see the group at once, marked incomplete, and ignore it until it is done.
         consolidate(cube.store)
@@ -380,14 +384,86 @@ def target_chunks(
     )
 
 
+def accumulation_shards(
+    shape: Sequence[int],
+    chunks: Sequence[int],
+    limits: Sequence[int],
+    budget: int,
+    itemsize: int = 8,
+) -> tuple[int, ...] | None:
+    """Shard shape of an accumulation array: whole chunks, doubled along the axis with the
+    most shards left while a shard stays within ``budget`` bytes (uncompressed) and no axis
+    passes its ``limits`` entry or the array's extent (rounded up to whole chunks). None when
+    a shard would hold one chunk: sharding would only add an index to it."""
+    shards = list(chunks)
+    ceilings = [
+        max(c, -(-min(n, top) // c) * c) for n, top, c in zip(shape, limits, chunks, strict=True)
+    ]
+    while prod(shards) * itemsize * 2 <= budget:
+        axes = [i for i, (s, top) in enumerate(zip(shards, ceilings, strict=True)) if s < top]
+        if not axes:
+            break
+        widest = max(axes, key=lambda i: shape[i] / shards[i])
+        shards[widest] = min(shards[widest] * 2, ceilings[widest])
+    return tuple(shards) if shards != list(chunks) else None
+
+
+# Bytes (uncompressed) of an accumulation shard when the raw array has no shards to follow.
+SHARD_BUDGET = 64 * 2**20
+
+
+def _sharded_accumulations(cube: Cube, var: VariableInfo, request: spec.BuildRequest) -> bool:
+    """Whether the accumulation arrays are written in shards: as asked, else when the raw
+    array is sharded. Shards exist in Zarr v3 only."""
+    if request.shards is None:
+        return sharding_of(var.array.metadata) is not None
+    if request.shards and cube.zarr_format != 3:
+        raise AccumulusError(
+            f"{cube.label} is Zarr v2: accumulation arrays can be sharded in Zarr v3 only "
+            "(drop --shards)"
+        )
+    return request.shards
+
+
+def target_shards(
+    var: VariableInfo,
+    acc: spec.Accumulation,
+    chunks: Sequence[int],
+    group: spec.AccumulationGroup,
+) -> tuple[int, ...] | None:
+    """Shards of an accumulation array (array_dims order), so that fine accumulations stay
+    few objects: as many bytes as one of the raw array's shards holds, at most
+    (``SHARD_BUDGET`` when the raw array is not sharded). Along the dimension the build walks
+    in slabs, a shard spans at most what one slab writes, so each shard is written once per
+    slab that fills it. Positioned accumulations (written in their own order, ``placement``)
+    are not sharded."""
+    if acc.placement is not None:
+        return None
+    budget = SHARD_BUDGET
+    if sharding_of(var.array.metadata) is not None:
+        stored = ChunkGrid.from_metadata(var.array.metadata)
+        budget = prod(max(sizes, default=1) for sizes in stored.chunk_sizes) * 8
+    batch = stream.batch_dimension(var)
+    per_slab = stream.chunks_per_slab(var, batch, group)
+    shape = accumulation_shape(var, acc)
+    limits = list(shape)
+    axis = acc.array_dims.index(batch)
+    if batch in acc.dims:
+        limits[axis] = max(1, per_slab // acc.stride(batch))
+    else:
+        limits[axis] = per_slab * max(var.bounds[var.axis(batch)].sizes, default=1)
+    return accumulation_shards(shape, chunks, limits, budget)
+
+
 def _create_arrays(
-    group: zarr.Group, var: VariableInfo, wanted: spec.AccumulationGroup
+    group: zarr.Group, var: VariableInfo, wanted: spec.AccumulationGroup, sharded: bool
 ) -> dict[str, zarr.Array]:
     targets: dict[str, zarr.Array] = {}
     v3 = group.metadata.zarr_format == 3
     for acc in wanted.accumulations:
         shape = accumulation_shape(var, acc)
         chunks = target_chunks(var, acc, wanted)
+        shards = target_shards(var, acc, chunks, wanted) if sharded else None
         for name in acc.arrays.values():
             if name in targets:
                 continue
@@ -405,6 +481,7 @@ def _create_arrays(
                 name,
                 shape=shape,
                 chunks=chunks,
+                shards=shards,
                 dtype=dtype,
                 fill_value=fill,
                 attributes=spec.array_attributes(acc),

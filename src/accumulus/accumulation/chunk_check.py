@@ -33,7 +33,9 @@ def failing_chunks(
     slices, default everything) that cannot be read; keys include the array's path."""
     selection = list(selection or [slice(None)] * array.ndim)
     ranges = []
-    for index, size, chunk in zip(selection, array.shape, array.chunks, strict=True):
+    # Blocks are stored objects: the shards of a sharded array (its ``chunks`` are inner).
+    blocks = array.shards or array.chunks
+    for index, size, chunk in zip(selection, array.shape, blocks, strict=True):
         if isinstance(index, slice):
             start, stop, _ = index.indices(size)
             ranges.append(range(start // chunk, max(start, stop - 1) // chunk + 1))

@@ -212,7 +212,7 @@ def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read):
         coords = tuple(c for c, _, _, _ in combo)
         local = tuple(slice(a - start, b - start) for _, a, b, start in combo)
         box = {d: (a, b) for d, (_, a, b, _) in zip(var.dims, combo, strict=True)}
-        out = (slice(None), *_out(plan, box))
+        out = (slice(None), *_out(plan, var, box))
         yield (
             ChunkRequest(var.array, coords),
             partial(RawPart, sign=read.sign, local=local, box=box, out=out),
@@ -256,7 +256,7 @@ def _entry_parts(
             coords = tuple(c for c, _, _ in combo)
             local = tuple(selection for _, selection, _ in combo)
             box = {d: span for d, (_, _, span) in zip(acc.array_dims, combo, strict=True) if span}
-            out = (t, *_out(plan, box))
+            out = (t, *_out(plan, var, box))
             w = _slab_weights(groups.cube, var, group.weights, remaining, box) if weighted else None
             yield (
                 ChunkRequest(array, coords),
@@ -284,13 +284,18 @@ def _slab_weights(
     return w.transpose([in_var_order.index(d) for d in slab_dims])
 
 
-def _out(plan: QueryPlan, box: Mapping[str, tuple[int, int]]) -> tuple[slice, ...]:
-    """Where a box lands in the answer (its kept dimensions)."""
-    return tuple(
-        slice(box[d][0] - plan.ranges[d][0], box[d][1] - plan.ranges[d][0])
-        for d in plan.dims
-        if d not in plan.over
-    )
+def _out(
+    plan: QueryPlan, var: VariableInfo, box: Mapping[str, tuple[int, int]]
+) -> tuple[slice, ...]:
+    """Where a box lands in the answer (its kept dimensions): modulo the axis' size, so
+    that the part of a longitude range past the grid's seam follows the part before it."""
+    sizes = dict(zip(var.dims, var.shape, strict=True))
+    out = []
+    for d in plan.dims:
+        if d not in plan.over:
+            start = (box[d][0] - plan.ranges[d][0]) % sizes[d]
+            out.append(slice(start, start + box[d][1] - box[d][0]))
+    return tuple(out)
 
 
 def _checked_entries(cube: Cube, request: ChunkRequest, slab: np.ndarray) -> np.ndarray:

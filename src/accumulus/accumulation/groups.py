@@ -22,6 +22,7 @@ from accumulus.accumulation.weights import find_latitude
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.filters.accumulation_delta import with_chunk_shape
+from accumulus.grid import sharding_of
 from accumulus.storage import array_with
 
 
@@ -46,6 +47,25 @@ def read_group(cube: Cube, variable: str) -> spec.AccumulationGroup | None:
         return _foreign_coverage(cube, var, group, members)
     _check_shapes(cube.label, var, group, members)
     return group
+
+
+def stride_unit(var: VariableInfo) -> str:
+    """What ZEP 5's strides count along ``var``'s dimensions: its inner chunks when it is
+    sharded (the unit it is read by, ``grid.read_grid``), its chunks otherwise."""
+    return spec.INNER_CHUNK if sharding_of(var.array.metadata) is not None else spec.CHUNK
+
+
+def stride_unit_problem(var: VariableInfo, group: spec.AccumulationGroup) -> str | None:
+    """Why ``group``'s entries cannot be placed on ``var``'s chunks (None when they can):
+    its strides count another unit (a sharded array's shards, before accumulus counted
+    inner chunks)."""
+    unit = stride_unit(var)
+    if group.stride_unit == unit:
+        return None
+    return (
+        f"{group.path} counts {group.stride_unit}s in its strides but {var.name!r} is read by "
+        f"{unit}s: rebuild it with `accumulus accumulate --rebuild`"
+    )
 
 
 def _check_shapes(
@@ -135,4 +155,6 @@ def _foreign_coverage(
         coverage=coverage,
         complete=True,
         producer="foreign",
+        # A ZEP 5 writer sees zarr's ``chunks``: the inner chunks of a sharded array.
+        stride_unit=stride_unit(variable),
     )

@@ -90,11 +90,17 @@ def plan_query(
     ranges: Mapping[str, tuple[int, int]],
     over: Iterable[str],
     layouts: Sequence[AccumulationLayout] = (),
+    sizes: Mapping[str, int] | None = None,
 ) -> QueryPlan:
     """Plan the sums over ``ranges`` reduced along ``over`` from ``layouts`` and raw reads.
 
     Only accumulations whose dimensions are all in ``over`` can help: the others would sum
     away a dimension the answer keeps.
+
+    A range whose end passes its dimension's size (``sizes``) runs across the seam of a
+    longitude: it is the box up to the end of the axis and the box from its start, each
+    planned like any box. One plan holds both, so their chunks are read in one batch and
+    each part lands at its place in the answer (``execute`` places it modulo the size).
     """
     over_set = set(over)
     box: Box = {d: tuple(ranges[d]) for d in dims}
@@ -102,10 +108,23 @@ def plan_query(
     if any(b <= a for a, b in box.values()):
         return QueryPlan(tuple(dims), tuple(d for d in dims if d in over_set), dict(box), ())
     usable = [lay for lay in layouts if set(lay.dims) <= over_set]
-    inside = _split_off_uncovered(box, usable, reads)
-    if inside is not None:
-        _plan_box(inside, usable, reads)
+    for part in _across_seams(box, sizes or {}):
+        inside = _split_off_uncovered(part, usable, reads)
+        if inside is not None:
+            _plan_box(inside, usable, reads)
     return QueryPlan(tuple(dims), tuple(d for d in dims if d in over_set), dict(box), tuple(reads))
+
+
+def _across_seams(box: Box, sizes: Mapping[str, int]) -> list[Box]:
+    """``box`` as boxes within the axes: a range past its axis' end (across a longitude's
+    seam) becomes its part up to the end and its part from the start."""
+    per_dim = []
+    for dim, (lo, hi) in box.items():
+        size = sizes.get(dim, hi)
+        per_dim.append(
+            [(dim, (lo, size)), (dim, (0, hi - size))] if hi > size else [(dim, (lo, hi))]
+        )
+    return [dict(parts) for parts in itertools.product(*per_dim)]
 
 
 def _split_off_uncovered(box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]):

@@ -19,9 +19,9 @@ import xarray as xr
 from accumulus.accumulation import statistics
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.execute import execute
-from accumulus.accumulation.groups import AccumulationGroups
+from accumulus.accumulation.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
-from accumulus.accumulation.request import Query, ResolvedQuery, resolve
+from accumulus.accumulation.request import Query, ResolvedQuery, answer_labels, resolve
 from accumulus.accumulation.selection import Extent, selection
 from accumulus.cube import Cube, VariableInfo
 
@@ -51,7 +51,9 @@ class QueryResult:
     plan: QueryPlan
     stats: QueryStats
     weights: str
-    note: str = ""  # why accumulations were not (fully) used, when they were not
+    # What a reader of the answer must know: ranges clipped to a coordinate's cells, why
+    # accumulations were not (fully) used.
+    note: str = ""
     selection: Mapping[str, Extent] = field(default_factory=dict)  # what was averaged, by dim
 
 
@@ -76,11 +78,12 @@ def run_query(
     else:
         layouts, note = [], "accumulation not used (full scan requested)"
 
-    plan = plan_query(var.dims, resolved.ranges, resolved.over, layouts)
+    sizes = dict(zip(var.dims, var.shape, strict=True))
+    plan = plan_query(var.dims, resolved.ranges, resolved.over, layouts, sizes)
     done = execute(cube, groups, var, plan, terms, weights, memory_bytes)
     values = stat.finish(list(done.sums), weights != "none")
 
-    coords = {d: (d, cube.coordinate(d, *resolved.ranges[d])) for d in resolved.kept}
+    coords = {d: (d, answer_labels(cube, resolved, d)) for d in resolved.kept}
     data = xr.DataArray(values, dims=resolved.kept, coords=coords, name=var.name)
     units = cube.raw[var.name].attrs.get("units")
     if units is not None and stat.has_units:
@@ -99,6 +102,7 @@ def run_query(
         | stats.to_dict()
     )
     extents = selection(cube, var.dims, resolved.ranges)
+    note = "; ".join([*resolved.notes, *([note] if note else [])])
     return QueryResult(resolved.query, data, plan, stats, weights, note, extents)
 
 
@@ -116,6 +120,9 @@ def _usable_layouts(
         return [], "accumulation group incomplete (build interrupted); ignored"
     if weights != "none" and group.weights != weights:
         return [], f"accumulations hold weights {group.weights!r}, query asks {weights!r}"
+    unit_problem = stride_unit_problem(var, group)
+    if unit_problem:
+        return [], unit_problem
     layouts = []
     for acc in group.accumulations:
         if not all(statistics.held_term(acc, t) for t in terms):

@@ -8,6 +8,11 @@ selected exactly as ``DataArray.sel(dim=slice(start, end))`` selects them, and t
 use. Every mistake is a ``ParameterError`` naming its parameter, so the command line prints
 it on one line and the service answers it as a 4xx naming the parameter.
 
+Numeric ranges may be written either way round; longitudes are compared modulo 360, and a
+longitude range whose west edge is east of its east edge crosses the date line (see
+``longitude``). A range reaching past a coordinate's cells is clipped to them, and the
+answer says so (``ResolvedQuery.notes``).
+
 Text as users type it (``"lat,lon"``, ``"2001-01-01/2001-12-31"``) is split here, once.
 """
 
@@ -18,11 +23,13 @@ from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import xarray as xr
 
-from accumulus.accumulation import statistics
+from accumulus.accumulation import longitude, statistics
 from accumulus.accumulation.groups import AccumulationGroups
-from accumulus.accumulation.weights import resolve_weights
+from accumulus.accumulation.weights import find_longitude, resolve_weights
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.numeric import check_numeric
@@ -48,13 +55,16 @@ class Query:
 @dataclass(frozen=True)
 class ResolvedQuery:
     """A ``Query`` checked against one snapshot: index ranges for every dimension of the
-    variable (half-open), the reduced dimensions in the variable's order, and the weights."""
+    variable (half-open; along a longitude, ``hi`` past the axis' end for a range across the
+    grid's seam, see ``longitude.pieces``), the reduced dimensions in the variable's order,
+    the weights, and what the answer must tell its reader (ranges clipped)."""
 
     query: Query
     variable: VariableInfo
     over: tuple[str, ...]
     ranges: Mapping[str, tuple[int, int]]
     weights: str
+    notes: tuple[str, ...] = ()
 
     @property
     def stat(self) -> str:
@@ -125,6 +135,7 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
         known = ", ".join(statistics.STATISTICS)
         raise ParameterError("stat", f"unknown stat {query.stat!r}: use one of {known}")
     ranges = {d: (0, n) for d, n in zip(var.dims, var.shape, strict=True)}
+    notes = []
     for dim, (start, stop) in query.ranges.items():
         if dim not in var.dims:
             raise ParameterError(
@@ -132,10 +143,15 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
                 f"range given for {dim!r}, which is not a dimension of {var.name!r} "
                 f"{list(var.dims)}",
             )
+        index = cube.index(dim)
         try:
-            ranges[dim] = index_range(cube.index(dim), dim, start, stop)
+            ranges[dim], clipped = index_range(
+                index, dim, start, stop, circular=_is_longitude(cube, dim)
+            )
         except AccumulusError as exc:
             raise ParameterError(dim, str(exc)) from None
+        if clipped:
+            notes.append(_clip_note(index, dim, start, stop, ranges[dim]))
     weights = query.weights
     if weights is None:
         # The weights the accumulations were built with, so both ways agree by default.
@@ -145,7 +161,7 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
         weights = resolve_weights(cube.decoded, var.name, weights)
     except AccumulusError as exc:
         raise ParameterError("weights", str(exc)) from None
-    return ResolvedQuery(query, var, over, ranges, weights)
+    return ResolvedQuery(query, var, over, ranges, weights, tuple(notes))
 
 
 def _check_over(var: VariableInfo, over: Iterable[str]) -> tuple[str, ...]:
@@ -165,12 +181,27 @@ def _check_over(var: VariableInfo, over: Iterable[str]) -> tuple[str, ...]:
 # Label ranges
 
 
-def index_range(index: pd.Index, dim: str, start: Bound, stop: Bound) -> tuple[int, int]:
-    """Half-open index range selected by inclusive labels, as ``sel(dim=slice(start, stop))``
-    selects on an ascending coordinate; descending coordinates take the same bounds."""
+def index_range(
+    index: pd.Index, dim: str, start: Bound, stop: Bound, *, circular: bool = False
+) -> tuple[tuple[int, int], bool]:
+    """The half-open index range selected by inclusive labels, as ``sel(dim=slice(start,
+    stop))`` selects on an ascending coordinate (descending coordinates take the same
+    bounds, numbers either way round), and whether the range reaches past the coordinate's
+    cells (clipped to them). ``circular``: a longitude, compared modulo 360
+    (``longitude.longitude_range``)."""
     if len(index) > 1 and not (index.is_monotonic_increasing or index.is_monotonic_decreasing):
         raise AccumulusError(f"coordinate {dim!r} is not monotonic; cannot select a range on it")
     start, stop = _coerce(index, dim, start), _coerce(index, dim, stop)
+    if circular:
+        for bound in (start, stop):
+            if bound is not None and not np.isfinite(bound):
+                raise AccumulusError(f"range bound {bound} for {dim!r} is not a finite longitude")
+        try:
+            return longitude.longitude_range(np.asarray(index), start, stop)
+        except AccumulusError:
+            raise _selects_nothing(index, dim, start, stop) from None
+    if _is_number(start) and _is_number(stop) and start > stop:
+        start, stop = stop, start
     descending = len(index) > 1 and not index.is_monotonic_increasing
 
     def positions(a: Bound, b: Bound) -> tuple[int, int]:
@@ -183,17 +214,98 @@ def index_range(index: pd.Index, dim: str, start: Bound, stop: Bound) -> tuple[i
 
     lo, hi = positions(start, stop)
     if hi > lo:
-        return lo, hi
+        return (lo, hi), _reaches_past(index, start, stop)
     if start is not None and stop is not None:
         rlo, rhi = positions(stop, start)
         if rhi > rlo:
             raise AccumulusError(
                 f"range {dim}={start}/{stop} is reversed: its start comes after its end"
             )
+    raise _selects_nothing(index, dim, start, stop)
+
+
+def answer_labels(cube: Cube, resolved: ResolvedQuery, dim: str) -> np.ndarray:
+    """The coordinate labels of a kept dimension in the answer: the cube's own, or along a
+    longitude range across the grid's seam, continuing past it (``longitude.labels``)."""
+    lo, hi = resolved.ranges[dim]
+    index = cube.index(dim)
+    if hi <= len(index):
+        return cube.coordinate(dim, lo, hi)
+    west = resolved.query.ranges[dim][0]
+    return longitude.labels(np.asarray(index), lo, hi, None if west is None else float(west))
+
+
+def _is_longitude(cube: Cube, dim: str) -> bool:
+    """A longitude coordinate whose labels can be compared modulo 360."""
+    if dim not in cube.decoded.indexes or find_longitude(cube.raw, [dim]) is None:
+        return False
+    return longitude.is_circular(np.asarray(cube.index(dim)))
+
+
+def _is_number(bound: Bound) -> bool:
+    return isinstance(bound, int | float | np.number) and not isinstance(bound, bool)
+
+
+def _selects_nothing(index: pd.Index, dim: str, start: Bound, stop: Bound) -> AccumulusError:
     first, last = index[0], index[-1]
-    raise AccumulusError(
+    return AccumulusError(
         f"range {dim}={start}/{stop} selects nothing: the coordinate runs from {first} to {last}"
     )
+
+
+def _reaches_past(index: pd.Index, start: Bound, stop: Bound) -> bool:
+    """Whether ``start``/``stop`` lie beyond the coordinate's cells, each reaching half a
+    step past its label (so ``lat=-90/90`` does not reach past cells centred on ±89.5), and
+    1% of a step more: labels stored as float32 are rounded (-89.95 is -89.94999694...)."""
+    try:
+        labels = np.sort(np.asarray(index))
+        below = (labels[1] - labels[0]) * 0.51 if len(labels) > 1 else labels[0] - labels[0]
+        above = (labels[-1] - labels[-2]) * 0.51 if len(labels) > 1 else below
+        low, high = _comparable(index, start), _comparable(index, stop)
+        return bool(
+            (low is not None and low < labels[0] - below)
+            or (high is not None and high > labels[-1] + above)
+        )
+    except (TypeError, ValueError, OverflowError):
+        return False  # labels without a distance (names), or a date pandas cannot hold
+
+
+def _comparable(index: pd.Index, bound: Bound) -> Bound:
+    """A bound as something the index's labels compare with (dates as the index's type)."""
+    if not isinstance(bound, str):
+        return bound
+    stamp = pd.Timestamp(bound)
+    if isinstance(index, xr.CFTimeIndex):
+        fields = ("year", "month", "day", "hour", "minute", "second", "microsecond")
+        return type(index[0])(*(getattr(stamp, f) for f in fields), calendar=index.calendar)
+    return stamp
+
+
+def _clip_note(
+    index: pd.Index, dim: str, start: Bound, stop: Bound, selected: tuple[int, int]
+) -> str:
+    lo, hi = selected
+    span = f"{_text(index.min())} to {_text(index.max())}"
+    first, last = index[lo % len(index)], index[(hi - 1) % len(index)]
+    if hi <= len(index) and first > last:
+        first, last = last, first  # a descending coordinate: name the cells low to high
+    return (
+        f"{dim}={_text(start, '')}/{_text(stop, '')} reaches past the coordinate ({span}): "
+        f"clipped to {_text(first)} to {_text(last)}"
+    )
+
+
+def _text(label: Bound, missing: str = "None") -> str:
+    """A label as a reader writes it: 35 rather than np.float32(35.0), dates in ISO 8601."""
+    if label is None:
+        return missing
+    if isinstance(label, pd.Timestamp | np.datetime64):
+        return pd.Timestamp(label).isoformat()
+    if hasattr(label, "isoformat"):
+        return label.isoformat()
+    if isinstance(label, float | np.floating):
+        return f"{float(label):g}"
+    return str(label)
 
 
 def _coerce(index: pd.Index, dim: str, bound: Bound) -> Bound:

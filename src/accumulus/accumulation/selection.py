@@ -24,6 +24,7 @@ class Extent:
     last: Any  # ... and of the last
     steps: int
     size: int  # steps along the whole dimension
+    across_seam: bool = False  # a longitude range from the grid's end round to its start
 
     @property
     def whole(self) -> bool:
@@ -51,7 +52,9 @@ def selection(
         index = cube.index(dim)
         if stop <= start:
             continue
+        seam = stop > len(index)  # a longitude range across the grid's seam
+        last = index[(stop - 1) % len(index)]
         extents[dim] = Extent(
-            dimension_kind(cube, dim), index[start], index[stop - 1], stop - start, len(index)
+            dimension_kind(cube, dim), index[start], last, stop - start, len(index), seam
         )
     return extents

@@ -59,6 +59,12 @@ _ARRAY_PREFIX = {WSUM: "acc", WCOUNT: "acc_wt", SUM: "acc_uw", COUNT: "acc_n"}
 # weighted ones are the weights times these (Σw·x = w·Σx, Σw = w·count).
 FACTORED_HOLDERS = {SUM: SUM, COUNT: COUNT}
 
+# What ZEP 5's stride counts along a dimension: the raw array's chunks, or, for a sharded
+# raw array, its inner chunks (each readable on its own, as a byte range of its shard).
+# Groups say "inner chunk" in their ``accumulus`` attribute; no mention means "chunk".
+CHUNK = "chunk"
+INNER_CHUNK = "inner chunk"
+
 
 def group_name(variable: str) -> str:
     return f"{variable}{GROUP_SUFFIX}"
@@ -152,6 +158,7 @@ class AccumulationGroup:
     coverage: Mapping[str, int]  # raw extent covered, per variable dimension
     complete: bool = True
     producer: str = "accumulus"
+    stride_unit: str = CHUNK  # CHUNK or INNER_CHUNK: what the strides count
 
     @property
     def path(self) -> str:
@@ -177,6 +184,7 @@ class AccumulationGroup:
             "accumulations": sorted(
                 [list(a.dims), list(a.strides), rules(a)] for a in self.accumulations
             ),
+            "stride_unit": self.stride_unit,
         }
 
     def request(self) -> BuildRequest:
@@ -206,6 +214,9 @@ class BuildRequest:
     strides: Mapping[str, int] = field(default_factory=dict)
     weights: str = "none"
     at: Mapping[str, Rule] = field(default_factory=dict)  # dims not named: "chunk"
+    # Accumulation arrays in shards (Zarr v3): None for "when the raw array is sharded".
+    # How arrays are stored, not what they hold: not part of the group's configuration.
+    shards: bool | None = None
 
     def rules(self, combination: Sequence[str]) -> dict[str, Rule]:
         return {d: self.at.get(d, "chunk") for d in combination}
@@ -242,6 +253,7 @@ def make_group(
     coverage: Mapping[str, int],
     holders: Mapping[str, str],
     placements: Mapping[tuple[str, ...], Placement] | None = None,
+    stride_unit: str = CHUNK,
 ) -> AccumulationGroup:
     """The group a build request describes (array names, strides, sums). ``holders`` maps
     each sum stored to the sum whose array holds it (``statistics.stored_arrays``: with
@@ -267,6 +279,7 @@ def make_group(
         weights=request.weights,
         coverage=dict(coverage),
         complete=False,
+        stride_unit=stride_unit,
     )
 
 
@@ -298,6 +311,8 @@ def group_attributes(group: AccumulationGroup) -> dict[str, Any]:
     positioned = [_placement_json(a) for a in group.accumulations if not a.is_zep5]
     if positioned:
         extra["positioned"] = positioned
+    if group.stride_unit != CHUNK:
+        extra["stride_unit"] = group.stride_unit
     return {
         TREE_KEY: accumulation_tree(group.variable_dims, zep5),
         EXTENSION_KEY: {
@@ -489,6 +504,7 @@ def parse_group(
         weights=str(extension.get("weights", "unknown")),
         coverage={d: int(n) for d, n in extension.get("coverage", {}).items()},
         complete=bool(extension.get("complete", False)),
+        stride_unit=str(extension.get("stride_unit", CHUNK)),
     )
 
 

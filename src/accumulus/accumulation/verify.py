@@ -19,7 +19,7 @@ import xarray as xr
 
 from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.chunk_check import chunk_problem_text, failing_chunks
-from accumulus.accumulation.groups import accumulation_array, read_group
+from accumulus.accumulation.groups import accumulation_array, read_group, stride_unit_problem
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 
@@ -60,6 +60,10 @@ def verify_variable(cube: Cube, variable: str) -> VerifyReport:
         report.problems.append(
             f"{group.path} is incomplete (a build was interrupted): run accumulate again"
         )
+        return report
+    unit_problem = stride_unit_problem(var, group)
+    if unit_problem:
+        report.problems.append(unit_problem)
         return report
     weights = weight_values(
         cube.decoded, group.weights, var.dims, {d: slice(None) for d in var.dims}

@@ -195,8 +195,10 @@ def create_app(
             "in": "query",
             "required": False,
             "description": f"Range of {dim} (when the variable has this dimension): start/end, "
-            "inclusive coordinate labels (ISO 8601 for times); leave a side empty for an "
-            "open end.",
+            "inclusive coordinate labels (ISO 8601 for times; numbers in either order); "
+            "leave a side empty for an open end. Longitudes compare modulo 360, and west > "
+            "east crosses the date line (lon=170/-170). A range past the data is clipped "
+            "with a note in the answer.",
             "schema": {"type": "string", "pattern": pattern},
         }
         for dim, pattern in sorted(range_patterns.items())

@@ -58,12 +58,15 @@ class AverageRequest:
     @property
     def key(self) -> tuple:
         """Identifies the answer within a snapshot (for the cache): by the index ranges the
-        labels select, so that every spelling of a range (30,000 digits or 3) is one entry."""
+        labels select, so that every spelling of a range (30,000 digits or 3) is one entry,
+        and by the notes the answer carries (which quote the range as written when it was
+        clipped), so that an answer is never served with another request's note."""
         resolved = self.query
         return (
             resolved.variable.name,
             resolved.over,
             tuple(sorted(resolved.ranges.items())),
+            resolved.notes,
             resolved.stat,
             resolved.weights,
             resolved.use_accumulation,

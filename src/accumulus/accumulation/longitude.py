@@ -1,0 +1,100 @@
+"""Longitudes compared modulo 360: a box in any convention, across 0° or the date line.
+
+A longitude box ``west/east`` holds the cells whose centre lies east of ``west`` by at most
+the box's width: ``east - west`` when ``west <= east`` (the whole circle from 360 on), and
+``(east - west) mod 360`` when ``west > east``, a box across the date line (``170/-170``).
+Labels are compared modulo 360, so a box written in -180..180 selects the same cells on a
+0..360 grid and the other way round.
+
+On a grid whose longitudes run monotonically over less than 360 degrees, those cells are
+one run of indices in circular order. It is written as a half-open range ``(lo, hi)`` whose
+``hi`` passes the end of the axis when the run crosses the grid's seam (from its last cell
+back to its first): ``(lo, hi)`` then stands for ``[lo, size)`` followed by
+``[0, hi - size)`` (``pieces``), in that order in the answer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from accumulus.errors import AccumulusError
+
+# Labels this close (in degrees) are the same longitude: -0.1 + 360 need not round to the
+# float nearest 359.9.
+TOLERANCE = 1e-9
+
+
+def is_circular(values: np.ndarray) -> bool:
+    """Whether a longitude coordinate can be compared modulo 360: numbers, monotonic, over
+    less than a full turn (a grid repeating its seam, 0..360 inclusive, is read as written)."""
+    if values.dtype.kind not in "iuf" or values.size == 0 or not np.isfinite(values).all():
+        return False
+    steps = np.diff(values.astype("f8"))
+    monotonic = bool((steps > 0).all() or (steps < 0).all())
+    return monotonic and float(values.max()) - float(values.min()) < 360 - TOLERANCE
+
+
+def longitude_range(
+    values: np.ndarray, west: float | None, east: float | None
+) -> tuple[tuple[int, int], bool]:
+    """The cells of the box ``west/east`` as ``(lo, hi)`` (``hi`` past the end when the run
+    crosses the grid's seam), and whether the box reaches past a regional grid's cells (so
+    the answer must say that it was clipped). An open end is the grid's own first or last
+    longitude. Raises ``AccumulusError`` when no cell is inside."""
+    lons = values.astype("f8")
+    west = float(lons.min()) if west is None else float(west)
+    east = float(lons.max()) if east is None else float(east)
+    if west <= east and east - west >= 360 - TOLERANCE:
+        return (0, lons.size), False  # the whole circle
+    width = east - west if west <= east else (east - west) % 360
+    offset = _east_of(lons, west)
+    inside = (offset <= width + TOLERANCE) | (offset >= 360 - TOLERANCE)
+    if not inside.any():
+        raise AccumulusError("selects nothing")
+    clipped = _reaches_past(lons, west, width)
+    if inside.all():
+        return (0, lons.size), clipped
+    # The run starts at the cell inside whose predecessor (circularly) is not.
+    lo = int(np.flatnonzero(inside & ~np.roll(inside, 1))[0])
+    return (lo, lo + int(inside.sum())), clipped
+
+
+def pieces(lo: int, hi: int, size: int) -> list[tuple[int, int]]:
+    """``(lo, hi)`` as index ranges within the axis, in the order of the answer."""
+    if hi <= size:
+        return [(lo, hi)]
+    return [(lo, size), (0, hi - size)]
+
+
+def labels(values: np.ndarray, lo: int, hi: int, west: float | None) -> np.ndarray:
+    """The longitudes of the answer: the grid's own, or for a run across the seam, written
+    from the box's west edge on so that they keep running the grid's way (170..190 for
+    ``170/-170`` on a -180..180 grid, -20..50 for ``-20/50`` on a 0..360 grid)."""
+    size = values.size
+    taken = np.concatenate([values[a:b] for a, b in pieces(lo, hi, size)])
+    if hi <= size:
+        return taken
+    start = float(values[lo]) if west is None else float(west)
+    return start + _east_of(taken.astype("f8"), start)
+
+
+def _east_of(lons: np.ndarray, west: float) -> np.ndarray:
+    """How far east of ``west`` each longitude lies, in [0, 360)."""
+    return (lons - west) % 360
+
+
+def _reaches_past(lons: np.ndarray, west: float, width: float) -> bool:
+    """Whether the box [west, west + width] (modulo 360) holds longitudes outside the grid's
+    cells, each reaching half a step beyond its centre (and 1% of a step more: labels
+    stored as float32 are rounded)."""
+    if lons.size < 2:
+        return width > TOLERANCE or not (_east_of(lons, west) < TOLERANCE).all()
+    step = float(np.abs(np.diff(lons)).min())
+    start = float(lons.min()) - step * 0.51
+    extent = float(lons.max()) - float(lons.min()) + step * 1.02
+    if extent >= 360 - step / 2:
+        return False  # a global grid: every longitude is in some cell
+    offset = float(_east_of(np.array([west]), start)[0])
+    if offset >= 360 - TOLERANCE:
+        offset = 0.0  # the west edge is the grid's (to within rounding)
+    return offset + width > extent + TOLERANCE
