@@ -207,7 +207,8 @@ class _Fetcher:
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         key = request.store_key
-        if _is_index_range(byte_range):
+        sharding = sharding_of(request.array.metadata)
+        if sharding is not None and _is_index_range(byte_range, sharding.index_location):
             assert byte_range is not None
             task = self._indexes.get((key, byte_range))
             if task is None:
@@ -230,13 +231,12 @@ class _Fetcher:
         return buffer
 
 
-def _is_index_range(byte_range: ByteRequest | None) -> bool:
+def _is_index_range(byte_range: ByteRequest | None, index_location: str) -> bool:
     """The sharding codec asks for a shard's index as its last bytes (a suffix) or, with
-    ``index_location="start"``, its first ones; an inner chunk's range never starts at 0
-    then, as the index comes first."""
-    return isinstance(byte_range, SuffixByteRequest) or (
-        isinstance(byte_range, RangeByteRequest) and byte_range.start == 0
-    )
+    ``index_location="start"``, its first ones (the inner chunks come after it then)."""
+    if index_location == "start":
+        return isinstance(byte_range, RangeByteRequest) and byte_range.start == 0
+    return isinstance(byte_range, SuffixByteRequest)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import pytest
 import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from zarr.codecs import ShardingCodec
 
 import accumulus
 from accumulus.accumulation import spec
@@ -149,6 +150,34 @@ def test_missing_shard_reads_as_fill(tmp_path):
         result = _query(path, ["time"], {"time": labels(ds, "time", lo, hi)}, weights="none")
         expected = xarray_reference(ds[VAR].isel(time=slice(lo, hi)), ["time"], "none", "mean")
         np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
+
+
+@pytest.mark.parametrize("index_location", ["start", "end"])
+def test_shard_index_at_either_end(tmp_path, index_location):
+    """Shards whose index comes first (``index_location="start"``) read as well: one index
+    request per shard, one range per inner chunk."""
+    ds = synthetic_dataset({"time": 12, "lat": 6}, seed=4)
+    path = tmp_path / "cube.zarr"
+    ds.drop_vars(VAR).to_zarr(path, mode="w", zarr_format=3, consolidated=False)
+    array = zarr.open_group(path, mode="r+").create_array(
+        VAR,
+        shape=ds[VAR].shape,
+        dtype=ds[VAR].dtype,
+        fill_value=np.nan,
+        dimension_names=ds[VAR].dims,
+        serializer=ShardingCodec(chunk_shape=(2, 3), index_location=index_location),
+        chunks=(6, 6),  # the shards
+        compressors=None,
+    )
+    array[...] = ds[VAR].values
+    zarr.consolidate_metadata(path)
+    accumulus.accumulate(str(path), VAR, weights="none")
+    result = _query(path, ["time"], {"time": labels(ds, "time", 1, 11)}, weights="none")
+    expected = xarray_reference(ds[VAR].isel(time=slice(1, 11)), ["time"], "none", "mean")
+    np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
+    # Rows 1 and 10: inner chunks (0, 0..1) of shard 0 and (5, 0..1) of shard 1.
+    assert result.stats.raw_chunks_read == 4
+    assert result.stats.requests == 4 + 2 + result.stats.accumulation_chunks_read
 
 
 def test_accumulations_of_shards_are_refused_until_rebuilt(cubes, tmp_path):
