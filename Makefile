@@ -46,6 +46,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_monthly_chunks.py
 	$(BIN)/python benchmarks/bench_append.py
 	$(BIN)/python benchmarks/bench_interop.py
+	$(BIN)/python benchmarks/bench_shapes.py
 
 clean:
 	rm -rf $(VENV) demo-output site .pytest_cache .hypothesis

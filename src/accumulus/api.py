@@ -171,6 +171,7 @@ def query(
     storage_options: dict | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     group: str | None = None,
+    shape: Any = None,
 ) -> QueryResult:
     """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats.
     Chunks are read and reduced within about ``memory_bytes``."""
@@ -183,6 +184,7 @@ def query(
         weights=weights,
         use_accumulation=use_accumulation,
         memory_bytes=memory_bytes,
+        shape=shape,
     )
 
 
@@ -198,11 +200,14 @@ def average(
     use_accumulation: bool = True,
     storage_options: dict | None = None,
     group: str | None = None,
+    shape: Any = None,
 ) -> xr.DataArray:
     """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
     ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
     ``sel(dim=slice(start, end))``). Equals ``da.sel(...).weighted(w).mean(over)`` on the raw
-    data. The plan's numbers (chunks and bytes read, seconds) are in the result's ``attrs``.
+    data. ``shape`` (``"ar6:WAF"``, ``"basins.geojson:Amazon"``, GeoJSON, a shapely geometry)
+    keeps the cells whose centres it holds, as ``da.where(mask)`` would. The plan's numbers
+    (chunks and bytes read, seconds) are in the result's ``attrs``.
     A one-shot convenience: ``open(store).average(...)`` keeps the metadata for the next.
     """
     return query(
@@ -215,6 +220,7 @@ def average(
         use_accumulation=use_accumulation,
         storage_options=storage_options,
         group=group,
+        shape=shape,
     ).data
 
 

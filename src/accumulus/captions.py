@@ -92,7 +92,11 @@ def subtitle(result: QueryResult) -> str:
     if times:
         parts.append(extent_text(times[0]) + f" ({_plural(times[0].steps, 'step')})")
     region = [extent_text(e) for k in _REGION_KINDS for e in extents.values() if e.kind == k]
-    if region:
+    shape = result.query.shape
+    if shape is not None:
+        cells = result.plan.mask.count if result.plan.mask is not None else 0
+        parts.append(f"{shape.label}: {_plural(cells, 'cell')} with their centre inside")
+    elif region:
         parts.append(", ".join(region))
     parts += [f"{d} {extent_text(e)}" for d, e in extents.items() if e.kind is None]
     # Weights matter where values of different weights are averaged together: area weights

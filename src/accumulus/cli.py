@@ -225,14 +225,29 @@ def average(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the result as CSV."),
-    png: str = typer.Option(None, "--png", help="Write a plot (line or map) to this PNG file."),
+    png: str = typer.Option(
+        None, "--png", help="Draw the answer (series, map or Hovmöller diagram) to this PNG."
+    ),
     group: str = _group_option(CUBE_GROUP_HELP),
+    shape: str = typer.Option(
+        None,
+        "--shape",
+        help="Average over a shape: FILE (GeoJSON, shapefile...) or FILE:VALUE, the feature "
+        "with a property equal to VALUE (or FILE:PROPERTY=VALUE). Cells count when their "
+        "centre is inside.",
+    ),
+    region: str = typer.Option(
+        None,
+        "--region",
+        help="Average over a named region: SET:NAME, e.g. ar6:WAF, srex:AMZ, giorgi:SAS, "
+        "prudence:AL (sets shipped offline).",
+    ),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
     ),
 ) -> None:
-    """Average (or sum, or count) a variable over dimensions and label ranges."""
+    """Average (or sum, or count) a variable over dimensions and label ranges, or a shape."""
     import json
     from pathlib import Path
 
@@ -248,6 +263,7 @@ def average(
         use_accumulation=not no_accumulation,
         storage_options=_storage_options(endpoint_url, storage_option),
         group=group,
+        shape=_shape(shape, region),
     )
     if png:
         Path(png).write_bytes(output.result_png(result))
@@ -257,6 +273,16 @@ def average(
         print(output.result_csv(result), end="")
     else:
         _print_result(result, png)
+
+
+def _shape(shape: str | None, region: str | None):
+    from accumulus import regions
+
+    if shape and region:
+        raise AccumulusError("give --shape or --region, not both")
+    if shape:
+        return regions.shape_from_file(shape)
+    return regions.named_region(region) if region else None
 
 
 def _print_result(result, png: str | None) -> None:

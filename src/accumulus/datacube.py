@@ -32,6 +32,7 @@ from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.hierarchy import find_cube_group, group_label
 from accumulus.inference import InferredConventionsStore
+from accumulus.regions import as_shape
 from accumulus.scope import accumulus_scope, scoped
 from accumulus.snapshot import MetadataSnapshot, SnapshotStore, read_snapshot, with_coordinates
 from accumulus.storage import open_store, remote_errors, store_label
@@ -212,6 +213,7 @@ class Datacube:
         weights: str | None = None,
         use_accumulation: bool = True,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        shape: Any = None,
     ) -> QueryResult:
         """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured
         counts."""
@@ -222,6 +224,7 @@ class Datacube:
             stat=stat,
             weights=weights,
             use_accumulation=use_accumulation,
+            shape=as_shape(shape),
         )
         return self.snapshot().query(request, memory_bytes)
 
@@ -235,11 +238,14 @@ class Datacube:
         weights: str | None = None,
         use_accumulation: bool = True,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        shape: Any = None,
     ) -> xr.DataArray:
         """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the
         dimensions ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
         ``sel(dim=slice(start, end))``). Equals ``da.sel(...).weighted(w).mean(over)`` on the
-        raw data. The plan's numbers (chunks and bytes read, seconds) are in ``attrs``."""
+        raw data. ``shape`` (``"ar6:WAF"``, ``"basins.geojson:Amazon"``, GeoJSON, a shapely
+        geometry) keeps the cells whose centres it holds: ``da.where(mask)...``. The plan's
+        numbers (chunks and bytes read, seconds) are in ``attrs``."""
         return self.query(
             variable,
             over,
@@ -248,4 +254,5 @@ class Datacube:
             weights=weights,
             use_accumulation=use_accumulation,
             memory_bytes=memory_bytes,
+            shape=shape,
         ).data

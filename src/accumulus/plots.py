@@ -65,7 +65,7 @@ def figure(result: QueryResult) -> Figure:
     if picture == "series":
         _draw_series(ax, data, kinds)
     elif picture == "map":
-        _draw_map(fig, ax, data, kinds)
+        _draw_map(fig, ax, data, kinds, result.query.shape)
     elif picture == "hovmoller":
         _draw_hovmoller(fig, ax, data, kinds)
     else:
@@ -114,7 +114,7 @@ def _draw_series(ax, data: xr.DataArray, kinds: dict) -> None:
         ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
 
 
-def _draw_map(fig, ax, data: xr.DataArray, kinds: dict) -> None:
+def _draw_map(fig, ax, data: xr.DataArray, kinds: dict, shape=None) -> None:
     lat, lon = _dim_of(kinds, "latitude"), _dim_of(kinds, "longitude")
     field = data.transpose(lat, lon)  # rows are latitudes, whatever the stored order
     lats, lons = field[lat].values.astype("f8"), field[lon].values.astype("f8")
@@ -122,6 +122,8 @@ def _draw_map(fig, ax, data: xr.DataArray, kinds: dict) -> None:
     west, east = _edges(lons)
     south, north = _edges(lats)
     ax.add_collection(_coastline_collection(west, east, south, north))
+    if shape is not None:
+        ax.add_collection(_outline_collection(shape.geometry, west, east))
     # Limits in increasing order: east to the right and north up, even for descending axes.
     ax.set_xlim(west, east)
     ax.set_ylim(south, north)
@@ -180,6 +182,22 @@ def _coastline_collection(west: float, east: float, south: float, north: float):
 
     lines = coastlines.coastlines(west, east, south, north)
     return LineCollection(lines, colors="black", linewidths=0.6, alpha=0.8)
+
+
+def _outline_collection(geometry, west: float, east: float):
+    """The shape's outline, shifted by whole turns into the map's longitudes."""
+    import shapely
+    from matplotlib.collections import LineCollection
+
+    rings = shapely.get_rings(shapely.get_parts(geometry))
+    lines = []
+    for ring in rings:
+        points = shapely.get_coordinates(ring)
+        for turns in (-1, 0, 1):
+            shifted = points + np.array([360.0 * turns, 0.0])
+            if shifted[:, 0].max() >= west and shifted[:, 0].min() <= east:
+                lines.append(shifted)
+    return LineCollection(lines, colors="#e8590c", linewidths=1.4)
 
 
 def _colours(values: np.ndarray) -> dict:

@@ -134,6 +134,26 @@ def region_sets() -> list[dict[str, Any]]:
     ]
 
 
+def as_shape(value: Any) -> Shape | None:
+    """A shape from what a user gives: a ``Shape``; ``"SET:NAME"`` naming a region of a
+    region set; ``"FILE[:VALUE]"`` naming a GeoJSON file or shapefile; a GeoJSON mapping; or
+    a shapely geometry (longitude/latitude). None stays None."""
+    if value is None or isinstance(value, Shape):
+        return value
+    if isinstance(value, Mapping):
+        return shape_from_geojson(value)
+    if isinstance(value, str | os.PathLike):
+        text = os.fspath(value)
+        if text.partition(":")[0].lower() in REGION_SETS and not Path(text).exists():
+            return named_region(text)
+        return shape_from_file(text)
+    if hasattr(value, "geom_type"):
+        return _shape("geometry", "the shape given", _polygonal(value, "shape"))
+    raise AccumulusError(
+        f"shape: expected SET:NAME, a file, GeoJSON or a shapely geometry, got {value!r}"
+    )
+
+
 def named_region(spec: str) -> Shape:
     """``SET:NAME``: a region of a region set, by abbreviation or name (any case)."""
     set_name, sep, wanted = spec.partition(":")

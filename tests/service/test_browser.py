@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import shapely
 from playwright.sync_api import sync_playwright
 from service_cubes import dataset, write_cube
 
@@ -257,3 +258,41 @@ def test_choosing_another_dataset_draws_it_whole(page, service):
         "#series circle.point", "cs => cs.map(c => Number(c.dataset.value))"
     )
     assert values == series["values"]
+
+
+def test_a_named_region_and_a_geojson_file_average_within_the_shape(page, service, tmp_path):
+    from accumulus.regions import named_region
+
+    tab = page
+    tab.fill("#start", "2001-03-01")
+    tab.fill("#end", "2001-05-31")
+    tab.select_option("#shape-set", "ar6")
+    tab.select_option("#shape-region", "WAF")
+    tab.wait_for_function(
+        "document.querySelector('#series-cost a.json-link')?.href.includes('shape=ar6%3AWAF')"
+    )
+    tab.wait_for_selector("body[data-state=drawn]")
+    series = answer_behind(tab, service, "series")
+    assert "Western-Africa (AR6 WAF)" in series["titles"]["subtitle"]
+    assert tab.inner_text("#series-subtitle") == series["titles"]["subtitle"]
+    values = tab.eval_on_selector_all(
+        "#series circle.point", "cs => cs.map(c => Number(c.dataset.value))"
+    )
+    assert values == series["values"] and len(values) == 92
+    assert tab.evaluate("accumulusPage.outline()").startswith("M")
+    keep_screenshot(tab, "service-shape.png")
+
+    # The same region as a GeoJSON file of the user's: posted, the same answer.
+    path = tmp_path / "waf.geojson"
+    path.write_text(shapely.to_geojson(named_region("ar6:WAF").geometry))
+    tab.select_option("#shape-set", "file")
+    tab.set_input_files("#shape-file", str(path))
+    tab.wait_for_function(
+        "document.getElementById('series-subtitle').textContent.includes('uploaded GeoJSON')"
+    )
+    tab.wait_for_selector("body[data-state=drawn]")
+    assert tab.eval_on_selector_all("#series-cost a", "links => links.length") == 0  # posted
+    posted = tab.eval_on_selector_all(
+        "#series circle.point", "cs => cs.map(c => Number(c.dataset.value))"
+    )
+    assert posted == values

@@ -71,6 +71,9 @@ Part = RawPart | EntryPart
 @dataclass
 class ExecutedPlan:
     sums: np.ndarray  # (len(terms), *answer shape)
+    # Σ |entries| added into each sum: a difference of prefix sums cancels to within a few
+    # ulps of this, not always to 0 (``noise_floor``).
+    entry_magnitude: np.ndarray
     counts: ReadCounts
     accumulation_chunks: int
     raw_chunks: int
@@ -98,12 +101,14 @@ def execute(
         )
     )
     reduce_axes = tuple(var.axis(d) for d in plan.over)
+    magnitude = np.zeros(total.shape, dtype="f8")
+    lock = threading.Lock()
 
     def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
         for part in work[request.key][1]:
             if isinstance(part, RawPart):
                 sums = _raw_sums(
-                    cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget
+                    cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan
                 )
             else:
                 sums = _checked_entries(cube, request, chunk[part.local])
@@ -112,6 +117,8 @@ def execute(
                 if part.summed:
                     sums = sums.sum(axis=part.summed)
                 sums = sums.transpose(part.order)
+                with lock:
+                    magnitude[part.out] += np.abs(sums)
             total.add(part.index, part.out, part.sign * sums)
 
     try:
@@ -125,7 +132,15 @@ def execute(
         raise _read_error(cube, var, failed) from None
     raw_prefix = var.array.store_path.path + "/"
     raw = sum(key.startswith(raw_prefix) for key in work)
-    return ExecutedPlan(total.result(), counts, len(work) - raw, raw)
+    return ExecutedPlan(total.result(), magnitude, counts, len(work) - raw, raw)
+
+
+def noise_floor(magnitude: np.ndarray) -> np.ndarray:
+    """Below this a sum taken from prefix-sum differences is rounding noise, not data: each
+    difference of float64 entries is exact to about 2**-52 of the entries it adds, so 1e-14
+    of their magnitude leaves a wide margin, while any real weight (a cell's cos(latitude) >
+    1e-3) is far above it for any cube that fits in memory."""
+    return 1e-14 * magnitude
 
 
 def _raw_sums(
@@ -137,22 +152,32 @@ def _raw_sums(
     terms: Sequence[str],
     weights: str,
     budget: ReadBudget,
+    plan: QueryPlan,
 ) -> np.ndarray:
     """The sums of a raw chunk's part, decoded and summed slab by slab so that the working
-    arrays stay within the budget whatever the chunk's size."""
+    arrays stay within the budget whatever the chunk's size. With a shape (``plan.mask``)
+    only its cells count: the others are NaN, as missing values are."""
     box = {d: slice(*part.box[d]) for d in var.dims}
     w = weight_values(cube.decoded, weights, var.dims, box)
+    inside = None if plan.mask is None else plan.mask.window(var.dims, part.box)
     kept = [a for a in range(stored.ndim) if a not in axes]
     sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
     for slab in slabs(stored.shape, budget.slab_values):
-        w_slab = w
-        if isinstance(w, np.ndarray):  # size-1 axes broadcast: slice only the others
-            w_slab = w[
-                tuple(s if n > 1 else slice(None) for s, n in zip(slab, w.shape, strict=True))
-            ]
         values = var.decoder.values(stored[slab])
-        sums[(slice(None), *(slab[a] for a in kept))] += reduce_terms(values, w_slab, terms, axes)
+        if inside is not None:
+            values = np.where(_broadcast_slab(inside, slab), values, np.nan)
+        sums[(slice(None), *(slab[a] for a in kept))] += reduce_terms(
+            values, _broadcast_slab(w, slab), terms, axes
+        )
     return sums
+
+
+def _broadcast_slab(array, slab: Region):
+    """The slab of an array broadcastable to the chunk (size-1 axes stay whole); a scalar
+    as it is."""
+    if not isinstance(array, np.ndarray):
+        return array
+    return array[tuple(s if n > 1 else slice(None) for s, n in zip(slab, array.shape, strict=True))]
 
 
 def chunk_work(
@@ -180,6 +205,7 @@ class _OrderedTotal:
     small: already reduced) until those before it are in."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
         self._total = np.zeros(shape, dtype="f8")
         self._waiting: dict[int, tuple[tuple, np.ndarray]] = {}
         self._next = 0

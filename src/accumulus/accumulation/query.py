@@ -14,15 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 from accumulus.accumulation import statistics
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.execute import execute
+from accumulus.accumulation.execute import execute, noise_floor
 from accumulus.accumulation.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
 from accumulus.accumulation.request import Query, ResolvedQuery, answer_labels, resolve
 from accumulus.accumulation.selection import Extent, selection
+from accumulus.accumulation.shapes import kept_cells, plan_shape_query
 from accumulus.cube import Cube, VariableInfo
 
 
@@ -79,9 +81,19 @@ def run_query(
         layouts, note = [], "accumulation not used (full scan requested)"
 
     sizes = dict(zip(var.dims, var.shape, strict=True))
-    plan = plan_query(var.dims, resolved.ranges, resolved.over, layouts, sizes)
+    if resolved.mask is None:
+        plan = plan_query(var.dims, resolved.ranges, resolved.over, layouts, sizes)
+    else:
+        edges = {d: b.edges for d, b in zip(var.dims, var.bounds, strict=True)}
+        plan = plan_shape_query(
+            var.dims, resolved.ranges, resolved.over, layouts, resolved.mask, edges
+        )
     done = execute(cube, groups, var, plan, terms, weights, memory_bytes)
-    values = stat.finish(list(done.sums), weights != "none")
+    sums = _weights_without_noise(terms, done.sums, noise_floor(done.entry_magnitude))
+    values = stat.finish(list(sums), weights != "none")
+    if resolved.mask is not None:
+        inside = kept_cells(resolved.mask, var.dims, resolved.over)
+        values = values if inside is None else np.where(inside, values, np.nan)
 
     coords = {d: (d, answer_labels(cube, resolved, d)) for d in resolved.kept}
     data = xr.DataArray(values, dims=resolved.kept, coords=coords, name=var.name)
@@ -146,3 +158,13 @@ def _usable_layouts(
             }
         layouts.append(AccumulationLayout(acc.prefix_dims, positions, dict(covered), acc.key))
     return layouts, "" if layouts else "no accumulation holds the sums this query needs"
+
+
+def _weights_without_noise(terms: Sequence[str], sums: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """Sums of weights (Σw, Σ1) within ``noise`` of 0 are 0: prefix-sum differences over
+    no valid value, which would otherwise make a mean of 0/1e-17 instead of NaN."""
+    sums = sums.copy()
+    for k, name in enumerate(terms):
+        if statistics.SUMS[name].value_power == 0:
+            sums[k] = np.where(np.abs(sums[k]) <= noise[k], 0.0, sums[k])
+    return sums

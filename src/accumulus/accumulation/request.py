@@ -29,6 +29,7 @@ import xarray as xr
 
 from accumulus.accumulation import longitude, statistics
 from accumulus.accumulation.groups import AccumulationGroups
+from accumulus.accumulation.shapes import CellMask, shape_cells
 from accumulus.accumulation.weights import find_longitude, resolve_weights
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError, ParameterError
@@ -50,6 +51,7 @@ class Query:
     stat: str = "mean"
     weights: str | None = None  # None: the accumulation group's weights, else the default
     use_accumulation: bool = True
+    shape: Any = None  # a regions.Shape: average over the cells whose centres it holds
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class ResolvedQuery:
     ranges: Mapping[str, tuple[int, int]]
     weights: str
     notes: tuple[str, ...] = ()
+    mask: CellMask | None = None  # the shape's cells; ranges are then its window
 
     @property
     def stat(self) -> str:
@@ -161,7 +164,24 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
         weights = resolve_weights(cube.decoded, var.name, weights)
     except AccumulusError as exc:
         raise ParameterError("weights", str(exc)) from None
-    return ResolvedQuery(query, var, over, ranges, weights, tuple(notes))
+    mask = None
+    if query.shape is not None:
+        mask = shape_cells(cube, var, _within_axes(ranges, var), query.shape)
+        ranges = {**ranges, **mask.ranges()}
+    return ResolvedQuery(query, var, over, ranges, weights, tuple(notes), mask)
+
+
+def _within_axes(ranges: Mapping[str, tuple[int, int]], var: VariableInfo):
+    """``ranges``, refused with a shape when one runs across a longitude's seam: the shape
+    picks its own cells on either side of the seam, so give it alone."""
+    for dim, size in zip(var.dims, var.shape, strict=True):
+        if ranges[dim][1] > size:
+            raise ParameterError(
+                "shape",
+                f"a shape and a range of {dim!r} across the grid's seam: give the shape "
+                "alone (its cells on both sides of the seam are found without a range)",
+            )
+    return ranges
 
 
 def _check_over(var: VariableInfo, over: Iterable[str]) -> tuple[str, ...]:

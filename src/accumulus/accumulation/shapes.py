@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, Read, plan_query
+from accumulus.accumulation.weights import find_latitude, find_longitude
+from accumulus.errors import ParameterError
 
 # regionmask's nudge, so that centres on a boundary go the same way.
 NUDGE_LON = 1e-8
@@ -110,6 +112,42 @@ def cell_mask(
         return CellMask(lat, lon, (a, c), np.zeros((0, 0), dtype=bool))
     window = inside[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
     return CellMask(lat, lon, (a + int(rows[0]), c + int(cols[0])), window)
+
+
+def shape_cells(cube: Any, var: Any, ranges: Mapping[str, tuple[int, int]], shape: Any) -> CellMask:
+    """The cells of ``var`` (a ``cube.VariableInfo``) within ``ranges`` whose centres
+    ``shape`` (a ``regions.Shape``) holds; a ``ParameterError`` naming ``shape`` when the
+    variable has no latitude/longitude or the shape holds no cell centre."""
+    lat, lon = find_latitude(cube.raw, var.dims), find_longitude(cube.raw, var.dims)
+    if lat is None or lon is None:
+        raise ParameterError(
+            "shape",
+            f"a shape needs latitude and longitude dimensions; {var.name!r} has {list(var.dims)}",
+        )
+    lats = np.asarray(cube.index(lat), dtype="f8")
+    lons = np.asarray(cube.index(lon), dtype="f8")
+    mask = cell_mask(shape.geometry, lat, lon, lats, lons, ranges)
+    if mask.count == 0:
+        raise ParameterError(
+            "shape",
+            f"{shape.label} holds no cell centre of {var.name!r} within the ranges asked "
+            f"(latitudes {lats.min():g}..{lats.max():g}, longitudes {lons.min():g}.."
+            f"{lons.max():g}; shape bounds {', '.join(f'{b:g}' for b in shape.geometry.bounds)})",
+        )
+    return mask
+
+
+def kept_cells(mask: CellMask, dims: Sequence[str], over: Sequence[str]) -> np.ndarray | None:
+    """Where an answer that keeps latitude or longitude has cells of the shape: a boolean
+    array broadcastable to the answer (kept dims in ``dims`` order), or None when both are
+    averaged away."""
+    if mask.lat in over and mask.lon in over:
+        return None
+    window = mask.window(dims, mask.ranges())
+    axes = tuple(dims.index(d) for d in (mask.lat, mask.lon) if d in over)
+    if axes:
+        window = window.any(axis=axes, keepdims=True)
+    return window.squeeze(axis=tuple(i for i, d in enumerate(dims) if d in over))
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException
 
 from accumulus.api import STATS
 from accumulus.errors import AccumulusError
+from accumulus.regions import MAX_GEOJSON_BYTES
 from accumulus.service import schemas
 from accumulus.service.answers import MEDIA_TYPES, Answer, compute_answer
 from accumulus.service.cache import AnswerCache
@@ -53,6 +54,7 @@ from accumulus.service.parameters import (
     check_average_request,
     http_status,
     range_pattern,
+    requested_shape,
 )
 
 DEFAULT_MAX_CELLS = 2_000_000
@@ -204,10 +206,10 @@ def create_app(
         for dim, pattern in sorted(range_patterns.items())
     ]
 
-    @app.get(
-        "/api/datasets/{dataset}/{variable}/average",
-        response_class=Response,
-        responses={
+    average_route: dict[str, Any] = {
+        "path": "/api/datasets/{dataset}/{variable}/average",
+        "response_class": Response,
+        "responses": {
             200: {
                 "model": schemas.AverageResult,
                 "description": "The answer, as `accumulus average --json` (or CSV, or PNG).",
@@ -215,9 +217,14 @@ def create_app(
             },
             **ERRORS,
         },
-        openapi_extra={"parameters": range_parameters},
-        tags=["average"],
+        "tags": ["average"],
+    }
+
+    # GET for a box or a named region; POST to send a GeoJSON shape (two operations).
+    @app.post(
+        **average_route, openapi_extra={"parameters": range_parameters, "requestBody": SHAPE_BODY}
     )
+    @app.get(**average_route, openapi_extra={"parameters": range_parameters})
     async def average(
         request: Request,
         dataset: DatasetName,
@@ -253,12 +260,23 @@ def create_app(
         accumulation: Annotated[
             bool, Query(description="false: scan the raw data (for comparison).")
         ] = True,
+        shape: Annotated[
+            str | None,
+            Query(
+                description="Average over the cells whose centres lie in a named region, "
+                "SET:NAME (see /api/regions), e.g. ar6:WAF. Or POST a GeoJSON geometry, "
+                "Feature or FeatureCollection as the body."
+            ),
+        ] = None,
     ) -> Response:
         """The `stat` of `variable` over the dimensions `over`, within the ranges given as
-        query parameters named by dimensions (e.g. `time=2001-01-01/2001-12-31`)."""
+        query parameters named by dimensions (e.g. `time=2001-01-01/2001-12-31`), and
+        within a shape when one is named or posted."""
         started = time.perf_counter()
+        body = await _limited_body(request) if request.method == "POST" else None
 
         def check() -> tuple[Snapshot, AverageRequest]:
+            # In a worker thread: reading a shape or a region set, and the snapshot.
             snapshot = snapshot_of(dataset_of(dataset))
             checked = check_average_request(
                 snapshot,
@@ -270,6 +288,7 @@ def create_app(
                 use_accumulation=accumulation,
                 query=request.query_params.multi_items(),
                 max_cells=max_cells,
+                shape=requested_shape(shape, body),
             )
             return snapshot, checked
 
@@ -371,6 +390,25 @@ def create_app(
 
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
     return app
+
+
+SHAPE_BODY = {
+    "required": False,
+    "description": f"POST only: a GeoJSON geometry, Feature or FeatureCollection (at most "
+    f"{MAX_GEOJSON_BYTES} bytes) to average within, in longitude/latitude.",
+    "content": {"application/geo+json": {"schema": {"type": "object"}}},
+}
+
+
+async def _limited_body(request: Request) -> bytes:
+    """The request body, refused with a 413 past ``MAX_GEOJSON_BYTES`` (read no further)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_GEOJSON_BYTES:
+            raise HTTPException(413, f"the posted shape is larger than {MAX_GEOJSON_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def _finished(event: asyncio.Event, seconds: float) -> bool:

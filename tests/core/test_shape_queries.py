@@ -1,0 +1,248 @@
+"""Averages over shapes equal xarray's ``da.where(mask).weighted(w).mean(...)`` on the raw
+data, with the mask computed by regionmask (independently of accumulus), on random grids,
+chunkings and shapes; and only the chunks the shape's edge cuts are read raw."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import regionmask
+import shapely
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import accumulus
+from accumulus.errors import AccumulusError
+from accumulus.regions import named_region
+from cubes import VAR, area_weights, write_cube
+
+
+def grid_dataset(nt, nlat, nlon, *, step, west, descending, seed, nan_fraction=0.1):
+    rng = np.random.default_rng(seed)
+    lat = -60 + step / 2 + step * np.arange(nlat)
+    lat = lat[::-1] if descending else lat
+    lon = west + step / 2 + step * np.arange(nlon)
+    values = rng.uniform(0.1, 10.0, (nt, nlat, nlon)).astype("f4")
+    values[rng.random(values.shape) < nan_fraction] = np.nan
+    ds = xr.Dataset(
+        {VAR: (("time", "lat", "lon"), values, {"units": "mm/day"})},
+        coords={"time": pd.date_range("2001-01-01", periods=nt), "lat": lat, "lon": lon},
+    )
+    ds.lat.attrs.update(units="degrees_north")
+    ds.lon.attrs.update(units="degrees_east")
+    return ds
+
+
+def regionmask_mask(geometry, ds) -> xr.DataArray:
+    """The independent mask: regionmask on centres in -180..180."""
+    wrapped = (ds.lon.values + 180) % 360 - 180
+    mask = regionmask.Regions([geometry]).mask(wrapped, ds.lat.values, wrap_lon=False) == 0
+    return xr.DataArray(
+        np.asarray(mask), dims=("lat", "lon"), coords={"lat": ds.lat, "lon": ds.lon}
+    )
+
+
+def reference(ds, mask, over, stat, ranges):
+    data = ds[VAR].sel({d: slice(*r) for d, r in ranges.items()}).astype("f8")
+    data = data.where(mask.sel(lat=data.lat, lon=data.lon))
+    weighted = data.weighted(area_weights(data))
+    if stat == "mean":
+        return weighted.mean(over)
+    if stat == "sum":
+        return weighted.sum(over)
+    return weighted.sum_of_weights(over)
+
+
+@st.composite
+def polygons(draw, lon0, lon1, lat0, lat1):
+    """A random star-shaped polygon (its points around a centre), at times with a hole."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    cx, cy = rng.uniform(lon0, lon1), rng.uniform(lat0, lat1)
+    n = draw(st.integers(3, 12))
+    angles = np.sort(rng.uniform(0, 2 * np.pi, n))
+    radius = rng.uniform(2, max(3, (lon1 - lon0) / 2), n)
+    points = np.c_[cx + radius * np.cos(angles), cy + radius * np.sin(angles) * 0.7]
+    polygon = shapely.make_valid(shapely.Polygon(points))
+    if draw(st.booleans()):
+        polygon = polygon.difference(shapely.Point(cx, cy).buffer(radius.min() / 3))
+    return shapely.make_valid(polygon)
+
+
+@st.composite
+def cases(draw):
+    nt, nlat, nlon = draw(st.integers(3, 12)), draw(st.integers(4, 24)), draw(st.integers(4, 30))
+    step = draw(st.sampled_from([1.0, 2.5]))
+    west = draw(st.sampled_from([-30.0, 150.0]))  # 150: across 180°E, in 0..360
+    return {
+        "sizes": (nt, nlat, nlon),
+        "step": step,
+        "west": west,
+        "descending": draw(st.booleans()),
+        "seed": draw(st.integers(0, 2**16)),
+        "chunks": (
+            draw(st.integers(1, nt)),
+            draw(st.integers(1, nlat)),
+            draw(st.integers(1, nlon)),
+        ),
+        "polygon": draw(polygons(west, west + step * nlon, -60, -60 + step * nlat)),
+        "over": draw(
+            st.sampled_from([("lat", "lon"), ("lon",), ("lat",), ("time",), ("time", "lat", "lon")])
+        ),
+        "stat": draw(st.sampled_from(["mean", "mean", "sum", "count"])),
+        "time_range": draw(st.sampled_from([None, (1, 3)])),
+    }
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=cases())
+def test_shape_averages_equal_xarray_where_mask(tmp_path_factory, case):
+    check_against_xarray(tmp_path_factory, case)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=cases())
+def test_shape_averages_equal_xarray_where_mask_long_run(tmp_path_factory, case):
+    check_against_xarray(tmp_path_factory, case)
+
+
+def check_against_xarray(tmp_path_factory, case):
+    nt, nlat, nlon = case["sizes"]
+    ds = grid_dataset(
+        nt,
+        nlat,
+        nlon,
+        step=case["step"],
+        west=case["west"],
+        descending=case["descending"],
+        seed=case["seed"],
+    )
+    # Shapes are drawn in -180..180, as files and region sets give them.
+    polygon = case["polygon"]
+    east_of_180 = shapely.intersection(polygon, shapely.box(180, -90, 540, 90))
+    geometry = shapely.union(
+        shapely.intersection(polygon, shapely.box(-180, -90, 180, 90)),
+        shapely.affinity.translate(east_of_180, -360),
+    )
+    mask = regionmask_mask(geometry, ds)
+    if not mask.any():
+        return  # the shape missed every centre: refused, tested below
+    path = tmp_path_factory.mktemp("shape") / "cube.zarr"
+    write_cube(ds, path, dict(zip(("time", "lat", "lon"), case["chunks"], strict=True)))
+    accumulus.accumulate(str(path), VAR)
+    ranges = {}
+    if case["time_range"]:
+        a, b = case["time_range"]
+        times = ds.time.values
+        ranges["time"] = (str(times[min(a, nt - 1)])[:10], str(times[min(b, nt - 1)])[:10])
+    cube = accumulus.open(str(path))
+    for use_accumulation in (True, False):
+        result = cube.query(
+            VAR,
+            case["over"],
+            ranges,
+            stat=case["stat"],
+            shape=geometry,
+            use_accumulation=use_accumulation,
+        )
+        expected = reference(ds, mask, list(case["over"]), case["stat"], ranges)
+        got = result.data
+        expected = expected.sel({d: got[d] for d in got.dims}).transpose(*got.dims)
+        inside = ~np.isnan(got.values)
+        if case["stat"] == "mean":
+            np.testing.assert_allclose(got.values, expected.values, rtol=1e-9, equal_nan=True)
+        else:
+            # Sums and counts of cells outside the shape are missing, not 0 as xarray's.
+            np.testing.assert_allclose(
+                got.values[inside], np.asarray(expected.values)[inside], rtol=1e-9
+            )
+
+
+def test_only_the_chunks_the_edge_cuts_are_read_raw(tmp_path):
+    """A country-sized box shape on a grid of 4x4-cell chunks: whole chunks come from the
+    lat+lon accumulation; raw reads are exactly the chunks the shape's edge cuts, each once
+    per time chunk."""
+    ds = grid_dataset(20, 40, 40, step=1.0, west=0.0, descending=False, seed=3, nan_fraction=0.0)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 10, "lat": 4, "lon": 4})
+    accumulus.accumulate(str(path), VAR)
+    diamond = shapely.Polygon([(20, -58), (38, -40), (20, -22), (2, -40)])
+    result = accumulus.open(str(path)).query(VAR, "lat,lon", shape=diamond)
+    mask = regionmask_mask(diamond, ds)
+    expected = reference(ds, mask, ["lat", "lon"], "mean", {})
+    np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
+    # The chunks (4x4 cells) holding some but not all of the shape's cells.
+    cells = mask.values.reshape(10, 4, 10, 4)
+    per_chunk = cells.sum(axis=(1, 3))
+    cut = int(((per_chunk > 0) & (per_chunk < 16)).sum())
+    assert (per_chunk == 16).sum() > 10  # many whole chunks, from accumulations
+    assert result.stats.raw_chunks_read == cut * 2  # two time chunks
+    assert result.stats.accumulation_chunks_read > 0
+    # Without accumulations: every chunk holding a cell of the shape, raw.
+    scan = accumulus.open(str(path)).query(VAR, "lat,lon", shape=diamond, use_accumulation=False)
+    assert scan.stats.raw_chunks_read == int((per_chunk > 0).sum()) * 2
+    np.testing.assert_allclose(scan.data.values, expected.values, rtol=1e-9)
+
+
+def test_a_region_of_a_set_on_a_real_file(tmp_path):
+    """NOAA's SST anomalies (eofs): the equatorial Pacific of AR6, on 0..360 longitudes."""
+    from core.test_real_data import example_file
+
+    source = example_file("eofs", "sst_ndjfm_anom.nc")
+    raw = xr.open_dataset(source)
+    path = tmp_path / "sst.zarr"
+    ds = raw[["sst"]]
+    for v in ds.variables.values():
+        v.encoding.clear()
+    ds.to_zarr(path, encoding={"sst": {"chunks": (10, 6, 10)}})
+    accumulus.accumulate(str(path), "sst")
+    epo = named_region("ar6:EPO")
+    got = accumulus.average(str(path), "sst", "latitude,longitude", shape="ar6:EPO")
+    wrapped = (raw.longitude.values + 180) % 360 - 180
+    mask = (
+        regionmask.Regions([epo.geometry]).mask(wrapped, raw.latitude.values, wrap_lon=False) == 0
+    )
+    mask = xr.DataArray(
+        np.asarray(mask),
+        dims=("latitude", "longitude"),
+        coords={"latitude": raw.latitude, "longitude": raw.longitude},
+    )
+    data = raw.sst.where(mask)
+    expected = data.weighted(np.cos(np.deg2rad(raw.latitude.astype("f8")))).mean(
+        ["latitude", "longitude"]
+    )
+    assert int(mask.sum()) > 20
+    np.testing.assert_allclose(got.values, expected.values, rtol=1e-9)
+
+
+def test_a_shape_outside_the_grid_or_without_latitude_is_refused(tmp_path):
+    ds = grid_dataset(4, 8, 8, step=1.0, west=0.0, descending=False, seed=1)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 2, "lat": 4, "lon": 4})
+    with pytest.raises(AccumulusError, match="holds no cell centre"):
+        accumulus.average(str(path), VAR, "lat,lon", shape=shapely.box(100, 10, 110, 20))
+    with pytest.raises(AccumulusError, match="no region 'atlantis'"):
+        accumulus.average(str(path), VAR, "lat,lon", shape="ar6:Atlantis")
+
+
+def test_a_cut_chunk_summed_slab_by_slab(tmp_path):
+    """A small memory budget sums a raw chunk in slabs of latitude rows: the shape's cells of
+    each slab are the ones counted."""
+    ds = grid_dataset(3, 120, 60, step=0.5, west=0.0, descending=True, seed=5)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 3, "lat": 120, "lon": 60})
+    accumulus.accumulate(str(path), VAR)
+    diamond = shapely.Polygon([(15, -59), (29, -30), (15, -1), (1, -30)])
+    mask = regionmask_mask(diamond, ds)
+    cube = accumulus.open(str(path))
+    for over, use_accumulation in [(("lat", "lon"), True), (("lon",), True), (("time",), False)]:
+        result = cube.query(
+            VAR, over, shape=diamond, memory_bytes=1, use_accumulation=use_accumulation
+        )
+        got = result.data  # within the shape's window
+        expected = reference(ds, mask, list(over), "mean", {})
+        expected = expected.sel({d: got[d] for d in got.dims}).transpose(*got.dims)
+        np.testing.assert_allclose(got.values, expected.values, rtol=1e-9, equal_nan=True)
+        assert result.stats.raw_chunks_read == 1
