@@ -246,3 +246,17 @@ def test_a_cut_chunk_summed_slab_by_slab(tmp_path):
         expected = expected.sel({d: got[d] for d in got.dims}).transpose(*got.dims)
         np.testing.assert_allclose(got.values, expected.values, rtol=1e-9, equal_nan=True)
         assert result.stats.raw_chunks_read == 1
+
+
+def test_a_shape_with_a_range_across_the_seam_is_refused(tmp_path):
+    """On a global 0..360 grid, lon=350/10 runs across the seam; a shape finds its own cells
+    on both sides, so the two together are refused in one line naming the shape."""
+    ds = grid_dataset(2, 8, 360, step=1.0, west=0.0, descending=False, seed=2)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 2, "lat": 8, "lon": 90})
+    across = shapely.box(-15, -58, 15, -53)  # both sides of 0°E
+    with pytest.raises(AccumulusError, match="across the grid's seam"):
+        accumulus.average(str(path), VAR, "lat,lon", {"lon": (350, 10)}, shape=across)
+    got = accumulus.open(str(path)).query(VAR, "lat,lon", shape=across)
+    expected = reference(ds, regionmask_mask(across, ds), ["lat", "lon"], "mean", {})
+    np.testing.assert_allclose(got.data.values, expected.values, rtol=1e-9)
