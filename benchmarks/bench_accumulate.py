@@ -12,7 +12,7 @@ RSS (imports excluded, as a user's session has them). Each build is a first buil
 previous run's accumulation group is deleted before the clock starts. Reads and builds
 alternate, so both see the same machine; medians over ``--repeats``. The build computes
 every default accumulation (each dimension alone + latitude and longitude, area weights).
-``verify`` (one pass recomputing every entry with xarray) is timed on the realistic cube.
+``verify`` (one pass recomputing every entry, slab by slab) is timed on the realistic cube.
 Prints JSON.
 
     python benchmarks/bench_accumulate.py [--repeats 3] [--small-days 4018]

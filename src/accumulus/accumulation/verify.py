@@ -1,23 +1,30 @@
 """Verifying an accumulation group against the raw data.
 
-The expected entries are recomputed independently of the build: with xarray, as cumulative
-sums at full resolution taken at each entry's end (the build sums per chunk, then
-prefix-sums the chunk sums), and compared with the stored arrays over the covered extent.
-The tolerance follows the rounding error of a sum: relative to the same sums of absolute
-summands, so prefix sums of values that cancel are judged fairly. All comparisons run as
-one Dask computation (one pass over the raw data).
+The expected entries are recomputed by another route than the build's: the summands
+w^a·x^b of every sum (``statistics.SUMS``) are formed with Dask and NumPy, summed per piece
+between raw chunk edges and entry positions with ``np.add.reduceat`` (the build uses its
+compiled kernel), and prefix-summed with ``np.cumsum``, then compared with the stored arrays
+over the covered extent. The tolerance follows the rounding error of a sum: relative to the
+same sums of absolute summands, so prefix sums of values that cancel are judged fairly.
+
+The raw data is walked as the build walks it: along its batch dimension, in slabs of whole
+chunks (``stream.chunks_per_slab``), each read once for every accumulation. Along the batch
+dimension the prefix sums continue from a running total of the slabs before, and each slab
+is compared with the stored entries it ends. So memory is set by the slab, not the array.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import dask
 import dask.array as da
 import numpy as np
-import xarray as xr
+import zarr
 
-from accumulus.accumulation import spec, statistics
+from accumulus import compute
+from accumulus.accumulation import spec, statistics, stream
 from accumulus.accumulation.chunk_check import chunk_problem_text, failing_chunks
 from accumulus.accumulation.groups import accumulation_array, read_group, stride_unit_problem
 from accumulus.accumulation.weights import weight_values
@@ -39,11 +46,33 @@ class VerifyReport:
 
 @dataclass
 class _Check:
+    """One stored array compared with its recomputed sum (``term``), slab after slab:
+    ``window`` is the extent compared (array_dims order), and the first differing entry (in
+    C order over the window) is kept with its stored and recomputed values."""
+
     name: str
+    term: str
     acc: spec.Accumulation
-    stored: xr.DataArray
-    expected: xr.DataArray
-    bad: xr.DataArray
+    array: zarr.Array
+    window: tuple[int, ...]
+    ends: Mapping[str, tuple[int, ...]]  # per prefix dimension: where each entry ends
+    n_bad: int = 0
+    first: tuple[int, tuple[int, ...], float, float] | None = None  # flat index, index, got, want
+
+    def record(self, offset: tuple[int, ...], got: np.ndarray, want: np.ndarray, scale: np.ndarray):
+        """Compare one slab's stored entries (starting at ``offset``) with recomputed ones."""
+        # Sums stored in float32 (as the ZEP 5 reference generator does) carry its rounding.
+        dtype = self.array.dtype
+        rtol = max(RTOL, 16 * np.finfo(dtype).eps) if dtype.kind == "f" else RTOL
+        bad = ~(np.abs(got.astype("f8") - want) <= rtol * scale + 1e-300)
+        if not bad.any():
+            return
+        self.n_bad += int(bad.sum())
+        local = np.unravel_index(int(np.argmax(bad.ravel())), bad.shape)
+        index = tuple(int(o + i) for o, i in zip(offset, local, strict=True))
+        flat = int(np.ravel_multi_index(index, self.window))
+        if self.first is None or flat < self.first[0]:
+            self.first = (flat, index, float(got[local]), float(want[local]))
 
 
 def verify_variable(cube: Cube, variable: str) -> VerifyReport:
@@ -65,19 +94,14 @@ def verify_variable(cube: Cube, variable: str) -> VerifyReport:
     if unit_problem:
         report.problems.append(unit_problem)
         return report
-    weights = weight_values(
-        cube.decoded, group.weights, var.dims, {d: slice(None) for d in var.dims}
-    )
-    raw = xr.DataArray(var.dask_array(var.grouped_blocks()), dims=var.dims)
-    summands = _summands(raw, weights)
     checks: list[_Check] = []
     for acc in group.accumulations:
         try:
-            checks += _checks(cube, var, group, acc, summands, report.checked)
+            checks += _checks(cube, var, group, acc, report.checked)
         except _Mismatch as problem:
             report.problems.append(str(problem))
     try:
-        counts = dask.compute(*[(c.bad.data.sum(), da.argmax(c.bad.data.ravel())) for c in checks])
+        _compare(cube, var, group, checks)
     except Exception as exc:  # a corrupt chunk (its checksum fails): say which
         failing = [
             problem
@@ -88,9 +112,9 @@ def verify_variable(cube: Cube, variable: str) -> VerifyReport:
         text = chunk_problem_text(failing) or f"cannot be read or recomputed: {exc}"
         report.problems.append(f"{group.path}: {text}")
         return report
-    for check, (n_bad, first) in zip(checks, counts, strict=True):
-        if n_bad:
-            report.problems.append(_describe(var, group, check, int(n_bad), int(first)))
+    for check in checks:
+        if check.n_bad:
+            report.problems.append(_describe(group, check))
     return report
 
 
@@ -98,59 +122,19 @@ class _Mismatch(Exception):
     pass
 
 
-def _summands(x: xr.DataArray, weights: np.ndarray | float) -> xr.DataArray:
-    """Every sum's summands w^a·x^b (``statistics.SUMS``) and their absolute values,
-    stacked along a "term" dimension."""
-    valid = x.notnull()
-    values = x.fillna(0.0)
-    w: xr.DataArray | float = 1.0
-    if isinstance(weights, np.ndarray):
-        # Keep only the axes the weights vary along: xarray broadcasts by name, not size 1.
-        keep = [i for i, n in enumerate(weights.shape) if n != 1 or x.shape[i] == 1]
-        w = xr.DataArray(
-            weights.reshape([weights.shape[i] for i in keep]), dims=[x.dims[i] for i in keep]
-        )
-    terms = {
-        s.name: (w**s.weight_power * values**s.value_power).where(valid, 0.0)
-        for s in statistics.SUMS.values()
-    }
-    terms |= {f"abs_{t}": abs(v) for t, v in terms.items()}
-    stacked = xr.concat(list(terms.values()), dim="term", coords="minimal")
-    return stacked.assign_coords(term=list(terms))
-
-
-def _positions(var: VariableInfo, acc: spec.Accumulation) -> dict[str, tuple[int, ...]]:
-    return acc.entry_positions(dict(zip(var.dims, var.bounds, strict=True)))
-
-
-def _expected(summands: xr.DataArray, var: VariableInfo, acc: spec.Accumulation, entries):
-    """Entries recomputed with xarray, by another route than the build's per-segment sums:
-    the cumulative sum at full resolution, taken at each entry's end position."""
-    out = summands
-    ends = _positions(var, acc)
-    for dim in acc.prefix_dims:
-        positions = np.asarray(ends[dim][: entries[dim]], dtype=int)
-        if positions.size == 0:
-            out = out.isel({dim: slice(0, 0)})
-            continue
-        out = out.isel({dim: slice(0, int(positions[-1]))}).cumsum(dim).isel({dim: positions - 1})
-    return out.transpose("term", *acc.array_dims)
-
-
 def _checks(
     cube: Cube,
     var: VariableInfo,
     group: spec.AccumulationGroup,
     acc: spec.Accumulation,
-    summands: xr.DataArray,
     checked: list[str],
 ) -> list[_Check]:
-    """Lazy comparisons of one accumulation's arrays, over the covered extent (entries past
+    """The comparisons of one accumulation's arrays, over the covered extent (entries past
     the coverage, or not final, are provisional and never read by queries)."""
     arrays = {n: accumulation_array(cube, var.name, n) for n in set(acc.arrays.values())}
     shape = dict(zip(acc.array_dims, next(iter(arrays.values())).shape, strict=True))
     window: dict[str, int] = {}  # entries (accumulated dims) or indices (others) to check
-    ends = _positions(var, acc)
+    ends = acc.entry_positions(dict(zip(var.dims, var.bounds, strict=True)))
     for dim in var.dims:
         covered = group.coverage.get(dim, 0)
         if acc.placement is not None and dim in acc.prefix_dims:
@@ -167,41 +151,182 @@ def _checks(
     if 0 in window.values():  # no final entry yet (fewer chunks than the stride): no check
         checked.extend(n for n in sorted(arrays) if n not in checked)
         return []
-    others = {d: slice(0, window[d]) for d in var.dims if d not in acc.prefix_dims}
-    expected = _expected(summands.isel(others), var, acc, window)
     checks = []
     for term, name in sorted(acc.arrays.items()):
         if name in checked:
             continue
         checked.append(name)
-        stored = xr.DataArray(
-            da.from_array(arrays[name], chunks=arrays[name].chunks, lock=False).astype("f8"),
-            dims=acc.array_dims,
-        ).isel({d: slice(0, window[d]) for d in acc.array_dims})
-        want = expected.sel(term=term, drop=True)
-        stored = stored.chunk(want.chunksizes)  # compare block by block, without re-slicing
-        # Sums stored in float32 (as the ZEP 5 reference generator does) carry its rounding.
-        dtype = arrays[name].dtype
-        rtol = max(RTOL, 16 * np.finfo(dtype).eps) if dtype.kind == "f" else RTOL
-        tolerance = rtol * expected.sel(term=f"abs_{term}", drop=True) + 1e-300
-        bad = ~(abs(stored - want) <= tolerance)
-        checks.append(_Check(name, acc, stored, want, bad))
+        extent = tuple(window[d] for d in acc.array_dims)
+        checks.append(_Check(name, term, acc, arrays[name], extent, ends))
     return checks
 
 
-def _describe(
-    var: VariableInfo, group: spec.AccumulationGroup, check: _Check, n_bad: int, first: int
-) -> str:
-    index = np.unravel_index(first, check.bad.shape)
-    acc = check.acc
-    ends = _positions(var, acc)
-    location = ", ".join(
-        f"{d} entry {i} (raw [0, {ends[d][i]}))" if d in acc.prefix_dims else f"{d}={i}"
-        for d, i in zip(acc.array_dims, index, strict=True)
+def _compare(
+    cube: Cube, var: VariableInfo, group: spec.AccumulationGroup, checks: list[_Check]
+) -> None:
+    """Walk the raw data slab by slab along the batch dimension and compare every check."""
+    if not checks:
+        return
+    dim = stream.batch_dimension(var)
+    axis = var.axis(dim)
+    edges = var.bounds[axis].edges
+    per_slab = stream.chunks_per_slab(var, dim)
+    stop = max(_raw_extent(c, dim) for c in checks)
+    weights = weight_values(
+        cube.decoded, group.weights, var.dims, {d: slice(None) for d in var.dims}
     )
-    got = float(check.stored.data[tuple(index)].compute())
-    want = float(check.expected.data[tuple(index)].compute())
+    x = var.dask_array(var.grouped_blocks(keep=dim))
+    totals: dict[tuple[str, bool], np.ndarray] = {}  # running sums along dim, before the slab
+    for first in range(0, len(edges) - 1, per_slab):
+        lo, hi = edges[first], edges[min(first + per_slab, len(edges) - 1)]
+        if lo >= stop:
+            break
+        index = [slice(None)] * len(var.dims)
+        index[axis] = slice(lo, hi)
+        w = weights
+        if isinstance(w, np.ndarray) and w.shape[axis] > 1:
+            w = w[tuple(index)]
+        sums = _slab_sums(var, x[tuple(index)], w, checks, (lo, hi))
+        for check in checks:
+            _compare_slab(var, check, dim, (lo, hi), sums, totals)
+
+
+def _raw_extent(check: _Check, dim: str) -> int:
+    """How far along ``dim`` the raw data must be read to recompute ``check``'s window."""
+    count = check.window[check.acc.array_dims.index(dim)]
+    if dim not in check.acc.prefix_dims:
+        return count
+    return check.ends[dim][count - 1]
+
+
+Cuts = tuple[tuple[int, tuple[int, ...]], ...]  # (axis, where pieces start) per summed axis
+
+
+def _cuts(var: VariableInfo, check: _Check) -> Cuts:
+    """Where the pieces summed for ``check`` start along each of its prefix axes: at every
+    raw chunk edge (blocks are whole chunks) and every entry's end."""
+    cuts = []
+    for dim in check.acc.prefix_dims:
+        edges = var.bounds[var.axis(dim)].edges
+        inside = (p for p in check.ends[dim] if p < edges[-1])
+        cuts.append((var.axis(dim), tuple(sorted({*edges[:-1], *inside}))))
+    return tuple(sorted(cuts))
+
+
+def _slab_sums(
+    var: VariableInfo,
+    x: da.Array,
+    w: np.ndarray | float,
+    checks: list[_Check],
+    slab: tuple[int, int],
+) -> dict[tuple[str, Cuts, bool], np.ndarray]:
+    """Sums per piece of one slab (raw ``slab`` along the batch axis), for every (term, cuts)
+    the checks need and for the same sums of absolute summands: ``{(term, cuts, absolute):
+    array}``, shaped like the slab with the piece count on the cut axes."""
+    valid = ~da.isnan(x)
+    values = da.where(valid, x, 0.0)
+    wanted = sorted({(c.term, _cuts(var, c)) for c in checks})
+    lazy = {}
+    for term, cuts in wanted:
+        s = statistics.SUMS[term]
+        summand = da.where(valid, w**s.weight_power * values**s.value_power, 0.0)
+        lazy[term, cuts, False] = _piece_totals(summand, var, cuts, slab)
+        # A count's summands are never negative: its absolute sums are its sums.
+        absolute = summand if s.is_count else abs(summand)
+        lazy[term, cuts, True] = _piece_totals(absolute, var, cuts, slab)
+    computed = compute.run(list(lazy.values()))
+    return dict(zip(lazy, computed, strict=True))
+
+
+def _piece_totals(x: da.Array, var: VariableInfo, cuts: Cuts, slab: tuple[int, int]) -> da.Array:
+    """Sums of ``x`` (raw ``slab`` along the batch axis, in blocks of whole raw chunks) per
+    piece along each cut axis, with NumPy."""
+    batch = var.axis(stream.batch_dimension(var))
+    starts = []  # each block's start along each axis, in raw indices
+    for a, sizes in enumerate(x.chunks):
+        begin = slab[0] if a == batch else 0
+        starts.append(np.cumsum((begin, *sizes[:-1])).tolist())
+    cut_at = dict(cuts)
+
+    def inner(a: int, i: int) -> list[int]:
+        lo = starts[a][i]
+        return [c - lo for c in cut_at[a] if lo <= c < lo + x.chunks[a][i]]
+
+    def reduce(block: np.ndarray, block_id: tuple[int, ...]) -> np.ndarray:
+        for a in cut_at:
+            block = np.add.reduceat(block, inner(a, block_id[a]), axis=a)
+        return block
+
+    chunks = tuple(
+        tuple(len(inner(a, i)) for i in range(len(sizes))) if a in cut_at else sizes
+        for a, sizes in enumerate(x.chunks)
+    )
+    return x.map_blocks(reduce, chunks=chunks, dtype="f8")
+
+
+def _compare_slab(
+    var: VariableInfo,
+    check: _Check,
+    dim: str,
+    slab: tuple[int, int],
+    sums: dict[tuple[str, Cuts, bool], np.ndarray],
+    totals: dict[tuple[str, bool], np.ndarray],
+) -> None:
+    """Prefix-sum one slab's piece sums into the entries it ends and compare them."""
+    acc = check.acc
+    cuts = _cuts(var, check)
+    window = dict(zip(acc.array_dims, check.window, strict=True))
+    batch = var.axis(dim)
+    recomputed = []
+    for absolute in (False, True):
+        out = sums[check.term, cuts, absolute]
+        for d in var.dims:
+            a = var.axis(d)
+            if a == batch:
+                continue
+            if d in acc.prefix_dims:
+                starts = dict(cuts)[a]
+                # Piece j ends where piece j + 1 starts (the last at the axis' end).
+                pieces = [bisect.bisect_left(starts, p) - 1 for p in check.ends[d][: window[d]]]
+                out = np.take(np.cumsum(out, axis=a), pieces, axis=a)
+            else:
+                out = np.take(out, np.arange(window[d]), axis=a)
+        lo, hi = slab
+        if dim in acc.prefix_dims:
+            # Continue from the slabs before, and keep the pieces that end an entry.
+            key = (check.name, absolute)
+            out = np.cumsum(out, axis=batch)
+            if key in totals:
+                out += totals[key]
+            totals[key] = np.take(out, [-1], axis=batch)
+            starts = [c for c in dict(cuts)[batch] if lo <= c < hi]
+            piece_ends = [*starts[1:], hi]
+            positions = check.ends[dim][: window[dim]]
+            start = bisect.bisect_right(positions, lo)  # the first entry this slab ends
+            stop = bisect.bisect_right(positions, hi)
+            ending = [piece_ends.index(p) for p in positions[start:stop]]
+            out = np.take(out, ending, axis=batch)
+        else:
+            start, stop = lo, min(hi, window[dim])
+            out = np.take(out, np.arange(max(0, stop - start)), axis=batch)
+        recomputed.append(out)
+    if recomputed[0].shape[batch] == 0:
+        return
+    order = [var.axis(d) for d in acc.array_dims]
+    want, scale = (r.transpose(order) for r in recomputed)
+    offset = tuple(start if d == dim else 0 for d in acc.array_dims)
+    region = tuple(slice(o, o + n) for o, n in zip(offset, want.shape, strict=True))
+    check.record(offset, np.asarray(check.array[region]), want, scale)
+
+
+def _describe(group: spec.AccumulationGroup, check: _Check) -> str:
+    assert check.first is not None
+    _, index, got, want = check.first
+    location = ", ".join(
+        f"{d} entry {i} (raw [0, {check.ends[d][i]}))" if d in check.acc.prefix_dims else f"{d}={i}"
+        for d, i in zip(check.acc.array_dims, index, strict=True)
+    )
     return (
-        f"{group.path}/{check.name}: {n_bad} entries differ; first at {location}: "
+        f"{group.path}/{check.name}: {check.n_bad} entries differ; first at {location}: "
         f"stored {got}, recomputed {want}"
     )
