@@ -13,6 +13,9 @@ import zarr
 
 import accumulus
 from accumulus.accumulation import stream, verify
+from accumulus.accumulation.groups import read_group
+from accumulus.accumulation.spec import SUM
+from accumulus.cube import Cube
 from cubes import VAR, synthetic_dataset, write_cube
 
 SIZES = {"time": 45, "lat": 8, "lon": 10}
@@ -171,3 +174,23 @@ def test_memory_does_not_grow_with_the_cube(tmp_path, monkeypatch):
     raw_large = 800 * 30 * 40 * 8  # the larger cube in float64
     print(small, large, raw_large)
     assert large < 1.5 * small and large < raw_large, (small, large, raw_large)
+
+
+def test_positioned_entries_off_the_chunk_edges(tmp_path, one_chunk_slabs):
+    """Month ends (day 31 of 5-day chunks) and every element: pieces are cut at both."""
+    path = tmp_path / "cube.zarr"
+    write_cube(synthetic_dataset({"time": 75, "lat": 6, "lon": 4}, seed=5), path,
+               {"time": 5, "lat": 3, "lon": 2})  # fmt: skip
+    accumulus.accumulate(
+        str(path), VAR, ["time", "lat,lon"], at={"time": "month", "lat": 1, "lon": 1}
+    )
+    assert _problems(path) == []
+    group = read_group(Cube.open(str(path)), VAR)
+    [monthly] = [a for a in group.accumulations if a.dims == ("time",)]
+    name = monthly.arrays[SUM]
+    array = zarr.open_array(path / f"{VAR}_accumulation_group" / name, mode="r+")
+    array[1, 2, 3] += 1.0  # the second month's entry: raw [0, 59)
+    [problem] = _problems(path)
+    assert f"/{name}: 1 entries differ; first at time entry 1 (raw [0, 59)), lat=2, lon=3" in (
+        problem
+    )

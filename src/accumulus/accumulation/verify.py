@@ -170,7 +170,7 @@ def _compare(
     dim = stream.batch_dimension(var)
     axis = var.axis(dim)
     edges = var.bounds[axis].edges
-    per_slab = stream.chunks_per_slab(var, dim)
+    per_slab = stream.chunks_per_slab(var, dim, group)
     stop = max(_raw_extent(c, dim) for c in checks)
     weights = weight_values(
         cube.decoded, group.weights, var.dims, {d: slice(None) for d in var.dims}
