@@ -6,6 +6,11 @@ Stores are given as a path or URL (directory, ``file://``, ``.zip``, ``memory://
 ``Cube`` snapshot, answered as it stands. ``group`` names the group of the store a function
 works on ("Grid" in an IMERG cube); by default the one group holding the variable (a cube
 without groups: its root). Every function runs inside ``accumulus_scope``.
+
+A cube one cannot write to is accelerated by accumulations beside it: ``accumulate(SOURCE,
+..., into=SIDE)`` writes them into the store SIDE, which then answers for SOURCE wherever
+a store is asked for (``open(SIDE)``, ``average(SIDE, ...)``), or is named with
+``accumulations=SIDE``.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from dataclasses import replace
 from typing import Any
 
 import xarray as xr
+import zarr
 from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.build import BuildResult, build_accumulations
+from accumulus.accumulation.build import BuildResult, build_accumulations, check_request
 from accumulus.accumulation.positions import parse_at
 from accumulus.accumulation.query import QueryResult as QueryResult  # re-exported
 from accumulus.accumulation.request import STATS as STATS  # re-exported
@@ -29,6 +35,7 @@ from accumulus.accumulation.request import Query as Query  # re-exported
 from accumulus.accumulation.request import ResolvedQuery as ResolvedQuery  # re-exported
 from accumulus.accumulation.request import malformed_range as malformed_range  # re-exported
 from accumulus.accumulation.request import split_range as split_range  # re-exported
+from accumulus.accumulation.sidecar import Sidecar, sidecar_settings
 from accumulus.accumulation.verify import VerifyReport, verify_variable
 from accumulus.accumulation.weights import find_latitude, find_longitude, resolve_weights
 from accumulus.compute import Progress
@@ -55,22 +62,33 @@ def open(
     storage_options: dict | None = None,
     group: str | None = None,
     variable: str | None = None,
+    accumulations: str | Store | None = None,
 ) -> Datacube:
     """Open a datacube for queries: its metadata is read once per snapshot, and
-    ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one."""
-    handle = _datacube(store, storage_options, group, variable)
+    ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one.
+    ``accumulations``: a store holding its accumulation groups beside it (made with
+    ``accumulate(..., into=)``); a store so made may also be opened in place of the cube."""
+    handle = _datacube(store, storage_options, group, variable, accumulations)
     handle.snapshot()  # a store that cannot be read is refused now
     return handle
 
 
 def _datacube(
-    store: StoreLike, storage_options: dict | None, group: str | None, variable: str | None
+    store: StoreLike,
+    storage_options: dict | None,
+    group: str | None,
+    variable: str | None,
+    accumulations: str | Store | None = None,
 ) -> Datacube:
+    if isinstance(store, Datacube | Cube) and accumulations is not None:
+        raise AccumulusError("accumulations= is given with a store path or URL, not an open cube")
     if isinstance(store, Datacube):
         return store
     if isinstance(store, Cube):
         return Datacube.pinned(store)
-    return Datacube.open(store, storage_options, group=group, variable=variable)
+    return Datacube.open(
+        store, storage_options, group=group, variable=variable, accumulations=accumulations
+    )
 
 
 @scoped
@@ -111,6 +129,7 @@ def accumulate(
     progress: Progress | None = None,
     storage_options: dict | None = None,
     group: str | None = None,
+    into: str | os.PathLike[str] | None = None,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
@@ -126,8 +145,14 @@ def accumulate(
     accumulations stay few objects; by default when the variable is sharded.
     Re-running with the same configuration does nothing; another configuration needs
     ``rebuild=True``.
+    ``into``: write them into this store (created if missing) beside ``store``, which is
+    then only read (a URL, a reference file, anything read-only). The store records
+    ``store`` and a fingerprint of what was summed; running again extends it after the
+    source grew and rebuilds it when the source changed.
     """
-    cube = open_cube(store, "r+", storage_options, group=group, variable=variable)
+    if into is not None and not isinstance(store, str | os.PathLike):
+        raise AccumulusError("into= needs the source as a path or URL, which it records")
+    cube = open_cube(store, "r" if into else "r+", storage_options, group=group, variable=variable)
     var = cube.variable(variable)
     check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
     if dims is None:
@@ -142,12 +167,26 @@ def accumulate(
         weights=resolve_weights(cube.decoded, variable, weights),
         shards=shards,
     )
+    sidecar = None
+    if into is not None:
+        check_request(var, request)  # before anything is written
+        side = open_store(into, "w", storage_options=storage_options)
+        sidecar = Sidecar.for_writing(side, os.fspath(into), os.fspath(store), cube)  # type: ignore[arg-type]
     result = build_accumulations(
-        cube, variable, request, rebuild=rebuild, scheduler=scheduler, progress=progress
+        cube,
+        variable,
+        request,
+        rebuild=rebuild,
+        scheduler=scheduler,
+        progress=progress,
+        into=sidecar,
     )
     if result.action == "up to date":
         return result
-    stored, raw = stored_bytes(cube.store, variable, result.group)
+    if sidecar is None:
+        stored, raw = stored_bytes(cube.store, variable, result.group)
+    else:
+        stored, raw = stored_bytes(sidecar.store, variable, result.group, cube.store)
     return replace(result, stored=stored, raw_stored=raw)
 
 
@@ -172,11 +211,12 @@ def query(
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     group: str | None = None,
     shape: Any = None,
+    accumulations: str | Store | None = None,
 ) -> QueryResult:
     """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats.
     Chunks are read and reduced within about ``memory_bytes``."""
     # The store's snapshot is read once, by the query itself.
-    return _datacube(store, storage_options, group, variable).query(
+    return _datacube(store, storage_options, group, variable, accumulations).query(
         variable,
         over,
         ranges,
@@ -201,6 +241,7 @@ def average(
     storage_options: dict | None = None,
     group: str | None = None,
     shape: Any = None,
+    accumulations: str | Store | None = None,
 ) -> xr.DataArray:
     """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
     ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
@@ -209,6 +250,7 @@ def average(
     keeps the cells whose centres it holds, as ``da.where(mask)`` would. The plan's numbers
     (chunks and bytes read, seconds) are in the result's ``attrs``.
     A one-shot convenience: ``open(store).average(...)`` keeps the metadata for the next.
+    ``accumulations``: a store holding its accumulation groups beside it.
     """
     return query(
         store,
@@ -221,6 +263,7 @@ def average(
         storage_options=storage_options,
         group=group,
         shape=shape,
+        accumulations=accumulations,
     ).data
 
 
@@ -257,10 +300,29 @@ def verify_sources(
 
 @scoped
 def inspect(
-    store: StoreLike, *, storage_options: dict | None = None, group: str | None = None
+    store: StoreLike,
+    *,
+    storage_options: dict | None = None,
+    group: str | None = None,
+    accumulations: str | Store | None = None,
 ) -> dict[str, Any]:
-    """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
+    """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube.
+    For a sidecar (or with ``accumulations``): the source's, with the sidecar's groups, and
+    under "sidecar" its source and whether each group still holds for it."""
+    if accumulations is not None or _is_sidecar(store, storage_options):
+        snapshot = _datacube(store, storage_options, group, None, accumulations).snapshot()
+        return describe_cube(snapshot.cube, snapshot.groups)
     return describe_cube(open_cube(store, "r", storage_options, group=group))
+
+
+def _is_sidecar(store: StoreLike, storage_options: dict | None) -> bool:
+    if not isinstance(store, str | os.PathLike):
+        return False
+    try:
+        root = zarr.open_group(open_store(store, "r", storage_options=storage_options), mode="r")
+        return sidecar_settings(dict(root.attrs)) is not None
+    except Exception:  # not a readable group: the cube's own opening says what is wrong
+        return False
 
 
 append = scoped(_append.append)

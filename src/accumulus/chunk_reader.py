@@ -39,11 +39,14 @@ MAX_IN_FLIGHT = 128
 
 @dataclass(frozen=True)
 class ChunkRequest:
-    """One chunk: ``array`` (whose store it is read from) and its coordinates on the array's
-    ``read_grid`` (inner chunks of a sharded array)."""
+    """One chunk: ``array`` and its coordinates on the array's ``read_grid`` (inner chunks
+    of a sharded array), read from ``store`` when given (e.g. a sidecar's accumulations
+    beside the cube's data), else from the store ``read_chunks`` is given or the array's
+    own."""
 
     array: zarr.Array
     coords: tuple[int, ...]
+    store: Store | None = None
 
     @property
     def store_key(self) -> str:
@@ -224,7 +227,7 @@ class _Fetcher:
         prototype: BufferPrototype,
         byte_range: ByteRequest | None,
     ) -> Buffer | None:
-        store = request.array.store_path.store if self.store is None else self.store
+        store = request.store or self.store or request.array.store_path.store
         buffer = await store.get(key, prototype, byte_range)
         self.counts.requests += 1  # one event loop: no lock needed
         self.counts.bytes += len(buffer) if buffer is not None else 0

@@ -134,6 +134,12 @@ def accumulate(
         "--shards/--no-shards",
         help="Write the accumulation arrays in shards (Zarr v3). Default: when the variable is.",
     ),
+    into: str = typer.Option(
+        None,
+        "--into",
+        help="Write the accumulations into this store beside the cube (a sidecar), which is "
+        "only read: for URLs and reference files. Run again to extend or refresh it.",
+    ),
     group: str = _group_option(CUBE_GROUP_HELP),
     endpoint_url: str = typer.Option(None, "--endpoint-url", help="S3 endpoint for s3:// URLs."),
     storage_option: list[str] = typer.Option(
@@ -160,6 +166,7 @@ def accumulate(
             progress=report,
             storage_options=_storage_options(endpoint_url, storage_option),
             group=group,
+            into=into,
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
@@ -228,6 +235,9 @@ def average(
     png: str = typer.Option(
         None, "--png", help="Draw the answer (series, map or Hovmöller diagram) to this PNG."
     ),
+    accumulations: str = typer.Option(
+        None, "--accumulations", help="Read accumulations from this sidecar store (--into)."
+    ),
     group: str = _group_option(CUBE_GROUP_HELP),
     shape: str = typer.Option(
         None,
@@ -264,6 +274,7 @@ def average(
         storage_options=_storage_options(endpoint_url, storage_option),
         group=group,
         shape=_shape(shape, region),
+        accumulations=accumulations,
     )
     if png:
         Path(png).write_bytes(output.result_png(result))
@@ -346,6 +357,12 @@ def inspect(
     console.print(table)
     for name, note in info["inferred"].items():
         console.print(f"inferred for {name}: {note}", highlight=False)
+    if "sidecar" in info:
+        side = info["sidecar"]
+        console.print(f"accumulations from sidecar {side['store']} (source {side['source']})")
+        for name, state in side["variables"].items():
+            if state["stale"]:
+                console.print(f"[red]{name}: stale[/]: {state['stale']}", highlight=False)
     for g in info["accumulation_groups"]:
         status = "complete" if g["complete"] else "[red]incomplete (ignored by queries)[/]"
         cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())

@@ -10,6 +10,10 @@ query never mixes two snapshots.
 
 Writers rewrite the root document without consolidated metadata while they work and
 consolidate when they are done; until then the last consolidated snapshot stays in use.
+
+A datacube may read its accumulation groups from a sidecar store beside the data (see
+``accumulation.sidecar``): given as ``accumulations``, or opened in place of the cube, in
+which case the source it names is opened. Its snapshot is then both stores' snapshots.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.query import QueryResult, run_query
 from accumulus.accumulation.request import Bound, Query, ResolvedQuery, resolve, split_list
+from accumulus.accumulation.sidecar import Sidecar, sidecar_of
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.hierarchy import find_cube_group, group_label
@@ -48,13 +53,15 @@ class CubeSnapshot:
     groups: AccumulationGroups
 
     @classmethod
-    def of(cls, cube: Cube, token: str = "", generation: int = 0) -> CubeSnapshot:
-        """The snapshot ``cube`` was opened on, its coordinates and groups read now (so
-        threads sharing it only read it)."""
+    def of(
+        cls, cube: Cube, token: str = "", generation: int = 0, sidecar: Sidecar | None = None
+    ) -> CubeSnapshot:
+        """The snapshot ``cube`` was opened on, its coordinates and groups (from ``sidecar``
+        when given) read now (so threads sharing it only read it)."""
         with accumulus_scope():
             for dim in cube.raw.dims:
                 cube.index(str(dim))
-            groups = AccumulationGroups(cube)
+            groups = AccumulationGroups(cube, sidecar)
             groups.read_all()
         return cls(token, generation, cube, groups)
 
@@ -86,13 +93,24 @@ class Datacube:
         label: str | None = None,
         group: str | None = None,
         variable: str | None = None,
+        *,
+        accumulations: Store | None = None,
+        accumulations_label: str | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         """The cube is the group ``group`` of ``store``, or the one group holding
         ``variable`` (or data variables), found in the first snapshot (from its documents,
-        without a request of its own); the root of a store without groups."""
+        without a request of its own); the root of a store without groups. Accumulation
+        groups are read from ``accumulations`` (a sidecar store) when given; a sidecar
+        given as ``store`` answers for its source, opened with ``storage_options``."""
         self.store = store
         self._store_label = label or store_label(store)
         self._wanted = (group, variable)
+        self.sidecar_store = accumulations
+        self._sidecar_label = accumulations_label or (
+            store_label(accumulations) if accumulations is not None else ""
+        )
+        self._storage_options = storage_options
         self.group: str | None = None  # known once the first snapshot is read
         self.label = self._store_label
         self._current: CubeSnapshot | None = None
@@ -109,13 +127,27 @@ class Datacube:
         group: str | None = None,
         variable: str | None = None,
         label: str | None = None,
+        accumulations: str | Store | None = None,
     ) -> Datacube:
         """The datacube at ``url``: its group ``group``, or the one group holding
         ``variable`` (or data variables); the root of a store without groups. ``label``:
-        how messages name it (default: ``url``)."""
+        how messages name it (default: ``url``). ``accumulations``: a sidecar store holding
+        its accumulation groups (``url`` may also be a sidecar: its source is opened)."""
         store = open_store(url, "r", storage_options=storage_options)
         label = label or (None if isinstance(url, Store) else str(url))
-        return cls(store, label, group, variable)
+        side = None
+        if accumulations is not None:
+            side = open_store(accumulations, "r", storage_options=storage_options)
+        side_label = None if side is None or side is accumulations else str(accumulations)
+        return cls(
+            store,
+            label,
+            group,
+            variable,
+            accumulations=side,
+            accumulations_label=side_label,
+            storage_options=storage_options,
+        )
 
     @classmethod
     def pinned(cls, cube: Cube) -> Datacube:
@@ -144,6 +176,13 @@ class Datacube:
             read = self._reads
         with remote_errors(self.label):
             metadata = read_snapshot(self.store)
+        if self._current is None and self.sidecar_store is None:
+            metadata = self._follow_sidecar(metadata)
+        side = None
+        if self.sidecar_store is not None:
+            with remote_errors(self._sidecar_label):
+                side = read_snapshot(self.sidecar_store)
+        token = metadata.token if side is None else f"{metadata.token}+{side.token}"
         if not metadata.documents:
             if self._current is None:
                 raise AccumulusError(
@@ -156,7 +195,7 @@ class Datacube:
         with self._lock:
             current = self._current
             if current is not None and (
-                current.token == metadata.token
+                current.token == token
                 # A snapshot installed from a later read is at least as new as this one.
                 or current.generation > read
                 # A writer at work: the last consolidated snapshot is the datacube.
@@ -171,11 +210,41 @@ class Datacube:
         # snapshot too; a group of the store is seen through a view (see ``hierarchy``).
         store = InferredConventionsStore(SnapshotStore(self.store, metadata))
         cube = Cube(store, label=self._store_label, group=self.group or None)
-        fresh = CubeSnapshot.of(cube, metadata.token, generation=read)
+        sidecar = None
+        if side is not None:
+            sidecar = Sidecar.reading(SnapshotStore(self.sidecar_store, side), self._sidecar_label)
+        fresh = CubeSnapshot.of(cube, token, generation=read, sidecar=sidecar)
         with self._lock:
             if self._current is None or self._current.generation < read:
                 self._current = fresh
             return self._current
+
+    def _follow_sidecar(self, metadata: MetadataSnapshot) -> MetadataSnapshot:
+        """When the store opened is a sidecar, open the source it names instead and read
+        accumulations from the sidecar; return the snapshot of what is now the cube."""
+        settings = sidecar_of(metadata.documents)
+        if settings is None:
+            return metadata
+        source = settings["source"]
+        self.sidecar_store, self._sidecar_label = self.store, self._store_label
+        try:
+            self.store = open_store(source, "r", storage_options=self._storage_options)
+            with remote_errors(source):
+                found = read_snapshot(self.store)
+        except AccumulusError as exc:
+            raise AccumulusError(
+                f"{self._sidecar_label} holds accumulations of {source}, which cannot be "
+                f"read ({exc})"
+            ) from None
+        if not found.documents:
+            raise AccumulusError(
+                f"{self._sidecar_label} holds accumulations of {source}, which is gone "
+                "(no Zarr metadata there)"
+            )
+        self._store_label = self.label = source
+        if self._wanted[0] is None and settings["group"]:
+            self._wanted = (settings["group"], self._wanted[1])
+        return found
 
     def _find_group(self, metadata: MetadataSnapshot) -> None:
         group, variable = self._wanted

@@ -10,7 +10,7 @@ from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.sync import sync
 
 from accumulus.accumulation import spec
-from accumulus.accumulation.groups import accumulation_array, read_group
+from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds, sharding_of
 from accumulus.inference import inferred_conventions
@@ -72,26 +72,34 @@ def _objects_stored(array: zarr.Array) -> int | None:
 
 
 def stored_bytes(
-    store: Store, variable: str, group: spec.AccumulationGroup
+    store: Store, variable: str, group: spec.AccumulationGroup, raw_store: Store | None = None
 ) -> tuple[dict[str, int | None], int | None]:
     """Stored bytes of each accumulation of ``group`` (by key; None where the store cannot
-    list them) and of the raw array, as the store holds them now."""
+    list them) and of the raw array (in ``raw_store`` when the group is in a sidecar), as
+    the stores hold them now."""
     root = zarr.open_group(store, mode="r", use_consolidated=False)
     sizes = {}
     for acc in group.accumulations:
         parts = [bytes_stored(root[f"{group.path}/{n}"]) for n in sorted(set(acc.arrays.values()))]
         sizes[acc.key] = None if None in parts else sum(p or 0 for p in parts)
+    if raw_store is not None:
+        root = zarr.open_group(raw_store, mode="r", use_consolidated=False)
     return sizes, bytes_stored(root[variable])
 
 
-def describe_cube(cube: Cube) -> dict[str, Any]:
+def describe_cube(cube: Cube, found: AccumulationGroups | None = None) -> dict[str, Any]:
+    """What ``cube`` holds; its accumulation groups from ``found`` (a sidecar's) if given."""
     arrays = [
         describe_array(a, list(dimension_names(a)))
         for _, a in sorted(cube.root.arrays(), key=lambda x: x[0])
     ]
+    found = found or AccumulationGroups(cube)
     groups = []
+    sidecar = None if found.sidecar is None else _describe_sidecar(found)
     for name in cube.data_variables:
-        group = read_group(cube, name)
+        if sidecar is not None and sidecar["variables"].get(name, {}).get("stale"):
+            continue
+        group = found.group(name)
         if group is None:
             continue
         var = cube.variable(name)
@@ -100,7 +108,7 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
         accumulations = []
         for acc in group.accumulations:
             described = {
-                t: describe_array(accumulation_array(cube, name, n), list(acc.array_dims))
+                t: describe_array(found.array(name, n), list(acc.array_dims))
                 for t, n in sorted(acc.arrays.items())
             }
             unique = {a["path"]: a["bytes_stored"] for a in described.values()}.values()
@@ -141,4 +149,18 @@ def describe_cube(cube: Cube) -> dict[str, Any]:
         "accumulation_groups": groups,
         # Conventions the store lacks and that were inferred to read it (accumulus.inference).
         "inferred": inferred_conventions(cube.store),
-    }
+    } | ({"sidecar": sidecar} if sidecar is not None else {})
+
+
+def _describe_sidecar(found: AccumulationGroups) -> dict[str, Any]:
+    """A sidecar's store and source, and for each variable it accumulates whether its sums
+    still hold for the source (``stale``: why not) and what of the source they cover."""
+    sidecar = found.sidecar
+    assert sidecar is not None
+    variables = {}
+    for name in found.cube.data_variables:
+        if spec.group_name(name) not in found.root:
+            continue
+        stale = sidecar.staleness(found.cube, name, found.root)
+        variables[name] = {"stale": stale}
+    return {"store": sidecar.label, "source": sidecar.source, "variables": variables}

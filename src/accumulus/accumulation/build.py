@@ -9,6 +9,9 @@ whatever the size of the array.
 
 Write order keeps readers safe: the group is created marked incomplete (queries ignore it),
 arrays are filled, then the group is marked complete and consolidated metadata refreshed.
+
+The group is written into the cube's own store, or ``into`` a sidecar store beside it (see
+``sidecar``), whose groups also record a fingerprint of the source they summed.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from math import prod
 
 import numpy as np
 import zarr
+from zarr.abc.store import Store
 from zarr.core.chunk_grids import ChunkGrid
 
 from accumulus import compute
 from accumulus.accumulation import placement, spec, statistics, stream
 from accumulus.accumulation.chunk_check import checksummed_codecs
 from accumulus.accumulation.groups import read_group, stride_unit
+from accumulus.accumulation.sidecar import SOURCE_KEY, Sidecar, StaleSidecarError, fingerprint
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
@@ -61,18 +66,43 @@ def build_accumulations(
     scheduler: str | None = None,
     progress: compute.Progress | None = None,
     held_lock: StoreLock | None = None,
+    into: Sidecar | None = None,
 ) -> BuildResult:
-    """Build ``variable``'s accumulation group in ``cube``'s store, bring it up to date after
-    the data grew along one dimension (only the new part is computed), or confirm it is.
+    """Build ``variable``'s accumulation group in ``cube``'s store (or ``into`` a sidecar),
+    bring it up to date after the data grew along one dimension (only the new part is
+    computed), or confirm it is. A sidecar whose source changed is rebuilt.
 
-    Writes happen under the store's writers' lock, so no append runs meanwhile:
+    Writes happen under the target store's writers' lock, so no append runs meanwhile:
     ``held_lock`` is that lock when the caller (an append) already holds it; otherwise it is
     taken here, and a busy store is a ``StoreBusyError``. A read-only store is never written.
     """
-    if held_lock is not None or cube.store.read_only:
-        return _build(cube, variable, request, rebuild, scheduler, progress)
-    with StoreLock(cube.store, cube.label, task="accumulate"):
-        return _build(cube, variable, request, rebuild, scheduler, progress)
+    target = _Target.of(cube, into)
+    if held_lock is not None or target.store.read_only:
+        return _build(cube, variable, request, rebuild, scheduler, progress, target)
+    with StoreLock(target.store, target.label, task="accumulate"):
+        return _build(cube, variable, request, rebuild, scheduler, progress, target)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where a group is written: the cube's store, or a sidecar's."""
+
+    store: Store
+    label: str
+    consolidated: bool
+    sidecar: Sidecar | None
+
+    @classmethod
+    def of(cls, cube: Cube, sidecar: Sidecar | None) -> _Target:
+        if sidecar is None:
+            return cls(cube.store, cube.label, cube.consolidated, None)
+        return cls(sidecar.store, sidecar.label, True, sidecar)
+
+    def root(self, cube: Cube) -> zarr.Group:
+        """The target's group as it stands (the cube's snapshot for the cube itself)."""
+        if self.sidecar is None:
+            return cube.root
+        return zarr.open_group(self.store, mode="r", use_consolidated=False)
 
 
 def _build(
@@ -82,6 +112,7 @@ def _build(
     rebuild: bool,
     scheduler: str | None,
     progress: compute.Progress | None,
+    target: _Target,
 ) -> BuildResult:
     started = time.perf_counter()
     var = cube.variable(variable)
@@ -93,23 +124,28 @@ def _build(
     wanted = spec.make_group(
         variable, var.dims, request, coverage, holders, placements, stride_unit(var)
     )
+    stored = target.root(cube)
     try:
-        existing = read_group(cube, variable)
+        if target.sidecar is not None:
+            target.sidecar.check(cube, variable, stored)
+        existing = read_group(cube, variable, stored)
+    except StaleSidecarError:
+        existing = None  # the source changed under the sums: rebuilt below
     except AccumulusError:
         if not rebuild:
             raise
         existing = None  # damaged (e.g. attributes edited): replaced below
-    action = "built" if cube.root.get(spec.group_name(variable)) is None else "rebuilt"
+    action = "built" if stored.get(spec.group_name(variable)) is None else "rebuilt"
     if existing is not None and not rebuild:
         same = existing.producer == "accumulus" and existing.config() == wanted.config()
         if same and existing.complete:
             if dict(existing.coverage) == coverage and _placed(existing) == _placed(wanted):
                 return BuildResult(variable, "up to date", existing, (), 0.0)
             grown = _grown_dimension(existing, wanted)
-            if grown is not None and _counts_fit(cube, var, existing, wanted):
-                arrays = _update(cube, var, existing, wanted, grown, scheduler, progress)
+            if grown is not None and _counts_fit(stored, var, existing, wanted):
+                arrays = _update(cube, var, existing, wanted, grown, scheduler, progress, target)
                 done = replace(wanted, complete=True)
-                _publish(cube, done)
+                _publish(cube, var, done, target)
                 return BuildResult(variable, "updated", done, arrays, time.perf_counter() - started)
         elif existing.complete:
             raise AccumulusError(
@@ -119,16 +155,16 @@ def _build(
     if scheduler and scheduler != "threads" and cube.label.startswith("memory://"):
         raise AccumulusError("memory:// stores live in this process: use the threads scheduler")
 
-    root = _writable_root(cube)
+    root = _writable_root(target)
     sharded = _sharded_accumulations(cube, var, request)
     group = _create_group(root, wanted)
     targets = _create_arrays(group, var, wanted, sharded)
-    if cube.consolidated:
+    if target.consolidated:
         # Readers see the group at once, marked incomplete, and ignore it until it is done.
-        consolidate(cube.store)
+        consolidate(target.store)
     stream.fill(root, var, wanted, weights_of(cube, var, wanted), 0, None, scheduler, progress)
     done = replace(wanted, complete=True)
-    _publish(cube, done)
+    _publish(cube, var, done, target)
     return BuildResult(
         variable, action, done, tuple(sorted(targets)), time.perf_counter() - started
     )
@@ -195,11 +231,10 @@ def _update_start(group: spec.AccumulationGroup, dim: str) -> int:
 
 
 def _counts_fit(
-    cube: Cube, var: VariableInfo, old: spec.AccumulationGroup, new: spec.AccumulationGroup
+    root: zarr.Group, var: VariableInfo, old: spec.AccumulationGroup, new: spec.AccumulationGroup
 ) -> bool:
-    """Whether the count arrays of positioned accumulations still hold the largest count
-    (their integer type was the smallest that did when they were built)."""
-    root = cube.root
+    """Whether the count arrays of positioned accumulations (in ``root``) still hold the
+    largest count (their integer type was the smallest that did when they were built)."""
     for acc in new.accumulations:
         if acc.placement is None or spec.COUNT not in acc.arrays:
             continue
@@ -209,12 +244,17 @@ def _counts_fit(
     return True
 
 
-def _publish(cube: Cube, group: spec.AccumulationGroup) -> None:
-    """Write the group's attributes (the switch readers look at), then consolidate."""
-    node = zarr.open_group(cube.store, mode="r+", path=group.path, use_consolidated=False)
-    node.attrs.put(spec.group_attributes(group))
-    if cube.consolidated:
-        consolidate(cube.store)
+def _publish(cube: Cube, var: VariableInfo, group: spec.AccumulationGroup, target: _Target) -> None:
+    """Write the group's attributes (the switch readers look at), then consolidate. In a
+    sidecar they include the fingerprint of what was summed, written in the same document
+    as the coverage it describes."""
+    node = zarr.open_group(target.store, mode="r+", path=group.path, use_consolidated=False)
+    attributes = spec.group_attributes(group)
+    if target.sidecar is not None:
+        attributes[SOURCE_KEY] = fingerprint(cube, var, group.coverage)
+    node.attrs.put(attributes)
+    if target.consolidated:
+        consolidate(target.store)
 
 
 def _update(
@@ -225,17 +265,18 @@ def _update(
     dim: str,
     scheduler: str | None,
     progress: compute.Progress | None,
+    target: _Target,
 ) -> tuple[str, ...]:
     """Extend every accumulation array past the old coverage along ``dim``: resize the arrays
     to the grown data, then compute only what depends on raw data past the old coverage
     (and the provisional entries of positioned accumulations)."""
-    root = _writable_root(cube)
+    root = _writable_root(target)
     names = []
     for acc in group.accumulations:
         for name in sorted(set(acc.arrays.values())):
-            target = root[f"{group.path}/{name}"]
-            assert isinstance(target, zarr.Array)
-            target.resize(accumulation_shape(var, acc))
+            array = root[f"{group.path}/{name}"]
+            assert isinstance(array, zarr.Array)
+            array.resize(accumulation_shape(var, acc))
             names.append(name)
     weights = weights_of(cube, var, group)
     start = _update_start(old, dim)
@@ -292,10 +333,10 @@ def _describe(group: spec.AccumulationGroup) -> str:
     return f"dims {combos}, weights {group.weights}"
 
 
-def _writable_root(cube: Cube) -> zarr.Group:
-    if cube.store.read_only:
-        raise AccumulusError(f"{cube.label} is opened read-only; cannot write accumulations")
-    return zarr.open_group(cube.store, mode="r+", use_consolidated=False)
+def _writable_root(target: _Target) -> zarr.Group:
+    if target.store.read_only:
+        raise AccumulusError(f"{target.label} is opened read-only; cannot write accumulations")
+    return zarr.open_group(target.store, mode="r+", use_consolidated=False)
 
 
 def _create_group(root: zarr.Group, group: spec.AccumulationGroup) -> zarr.Group:

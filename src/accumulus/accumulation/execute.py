@@ -111,7 +111,7 @@ def execute(
                     cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan
                 )
             else:
-                sums = _checked_entries(cube, request, chunk[part.local])
+                sums = _checked_entries(groups.label, request, chunk[part.local])
                 if part.weights is not None:
                     sums = sums * part.weights
                 if part.summed:
@@ -129,7 +129,7 @@ def execute(
             cube.store,
         )
     except ChunkReadError as failed:
-        raise _read_error(cube, var, failed) from None
+        raise _read_error(cube, var, failed, groups.label) from None
     raw_prefix = var.array.store_path.path + "/"
     raw = sum(key.startswith(raw_prefix) for key in work)
     return ExecutedPlan(total.result(), magnitude, counts, len(work) - raw, raw)
@@ -285,7 +285,7 @@ def _entry_parts(
             out = (t, *_out(plan, var, box))
             w = _slab_weights(groups.cube, var, group.weights, remaining, box) if weighted else None
             yield (
-                ChunkRequest(array, coords),
+                ChunkRequest(array, coords, groups.store),
                 partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
                         order=order, out=out, weights=w),
             )  # fmt: skip
@@ -324,7 +324,7 @@ def _out(
     return tuple(out)
 
 
-def _checked_entries(cube: Cube, request: ChunkRequest, slab: np.ndarray) -> np.ndarray:
+def _checked_entries(label: str, request: ChunkRequest, slab: np.ndarray) -> np.ndarray:
     """Entries as float64, refusing the fill value of a chunk that is not stored (NaN, -1
     for int64 counts, the type's largest value for unsigned ones): a missing chunk must never
     read as zero."""
@@ -336,13 +336,15 @@ def _checked_entries(cube: Cube, request: ChunkRequest, slab: np.ndarray) -> np.
         missing = (slab < 0).any()
     if missing:
         raise AccumulationReadError(
-            f"{cube.label}: accumulation array {request.array.path} has a missing chunk "
+            f"{label}: accumulation array {request.array.path} has a missing chunk "
             f"({request.key}); run `accumulus verify` or rebuild"
         )
     return np.asarray(slab, dtype="f8")
 
 
-def _read_error(cube: Cube, var: VariableInfo, failed: ChunkReadError) -> AccumulusError:
+def _read_error(
+    cube: Cube, var: VariableInfo, failed: ChunkReadError, groups_label: str
+) -> AccumulusError:
     if isinstance(failed.cause, AccumulusError):
         return failed.cause
     # One line (fletcher32's message has two), naming the chunk.
@@ -351,5 +353,5 @@ def _read_error(cube: Cube, var: VariableInfo, failed: ChunkReadError) -> Accumu
     if failed.request.array.path == var.array.path:
         return AccumulusError(f"{cube.label}: cannot read {var.name!r}: {problem}")
     return AccumulationReadError(
-        f"{cube.label}: cannot read accumulation array {failed.request.array.path}: {problem}"
+        f"{groups_label}: cannot read accumulation array {failed.request.array.path}: {problem}"
     )

@@ -7,7 +7,9 @@ shapes of their arrays. ``accumulation_array`` opens one array of a group ready 
 including arrays stored with the reference generator's ``accumulation_delta_filter``
 (``filters.accumulation_delta``), which needs to be told its chunk shape.
 
-``AccumulationGroups`` reads each group (and opens each array) of one snapshot once.
+``AccumulationGroups`` reads each group (and opens each array) of one snapshot once, from
+the cube's store or from a sidecar store beside it (``sidecar``), whose groups are checked
+against the source before they are used.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import zarr
 
 from accumulus.accumulation import spec
+from accumulus.accumulation.sidecar import Sidecar, StaleSidecarError
 from accumulus.accumulation.weights import find_latitude
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
@@ -26,12 +29,15 @@ from accumulus.grid import sharding_of
 from accumulus.storage import array_with
 
 
-def read_group(cube: Cube, variable: str) -> spec.AccumulationGroup | None:
-    """``variable``'s accumulation group as stored in ``cube``, or None when it has none."""
+def read_group(
+    cube: Cube, variable: str, root: zarr.Group | None = None
+) -> spec.AccumulationGroup | None:
+    """``variable``'s accumulation group as stored in ``cube`` (or in ``root``, a sidecar's),
+    or None when it has none."""
     var = cube.variable(variable)
     path = spec.group_name(variable)
     try:
-        node = cube.root[path]
+        node = (cube.root if root is None else root)[path]
     except KeyError:
         return None
     if not isinstance(node, zarr.Group):
@@ -91,9 +97,12 @@ def _check_shapes(
                     )
 
 
-def accumulation_array(cube: Cube, variable: str, name: str) -> zarr.Array:
-    """The array ``name`` of ``variable``'s accumulation group, ready to read."""
-    node = cube.root[f"{spec.group_name(variable)}/{name}"]
+def accumulation_array(
+    cube: Cube, variable: str, name: str, root: zarr.Group | None = None
+) -> zarr.Array:
+    """The array ``name`` of ``variable``'s accumulation group (in ``cube`` or in ``root``, a
+    sidecar's), ready to read."""
+    node = (cube.root if root is None else root)[f"{spec.group_name(variable)}/{name}"]
     assert isinstance(node, zarr.Array)
     metadata = with_chunk_shape(node.metadata)
     return node if metadata is node.metadata else array_with(node, metadata=metadata)
@@ -101,28 +110,46 @@ def accumulation_array(cube: Cube, variable: str, name: str) -> zarr.Array:
 
 class AccumulationGroups:
     """The accumulation groups of one cube snapshot, each read once (and its arrays opened
-    once), so that many queries of the snapshot share them."""
+    once), so that many queries of the snapshot share them. With a ``sidecar``, groups are
+    read from it, and a group whose source changed is refused (``StaleSidecarError``)."""
 
-    def __init__(self, cube: Cube) -> None:
+    def __init__(self, cube: Cube, sidecar: Sidecar | None = None) -> None:
         self.cube = cube
-        self._groups: dict[str, spec.AccumulationGroup | None] = {}
+        self.sidecar = sidecar
+        self.root = cube.root if sidecar is None else sidecar.root()
+        # Where accumulation chunks are read: None for the cube's own store.
+        self.store = None if sidecar is None else sidecar.store
+        self.label = cube.label if sidecar is None else sidecar.label
+        self._groups: dict[str, spec.AccumulationGroup | StaleSidecarError | None] = {}
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
 
     def group(self, variable: str) -> spec.AccumulationGroup | None:
         if variable not in self._groups:
-            self._groups[variable] = read_group(self.cube, variable)
-        return self._groups[variable]
+            try:
+                if self.sidecar is not None:
+                    self.sidecar.check(self.cube, variable, self.root)
+                self._groups[variable] = read_group(self.cube, variable, self.root)
+            except StaleSidecarError as stale:
+                self._groups[variable] = stale
+        found = self._groups[variable]
+        if isinstance(found, StaleSidecarError):
+            raise found
+        return found
 
     def array(self, variable: str, name: str) -> zarr.Array:
         key = (variable, name)
         if key not in self._arrays:
-            self._arrays[key] = accumulation_array(self.cube, variable, name)
+            self._arrays[key] = accumulation_array(self.cube, variable, name, self.root)
         return self._arrays[key]
 
     def read_all(self) -> None:
-        """Read every group now (so threads sharing this object only read it)."""
+        """Read every group now (so threads sharing this object only read it); a stale
+        sidecar group is refused when a query asks for it."""
         for name in self.cube.data_variables:
-            group = self.group(name)
+            try:
+                group = self.group(name)
+            except StaleSidecarError:
+                continue
             for acc in group.accumulations if group is not None else ():
                 for array in set(acc.arrays.values()):
                     self.array(name, array)
