@@ -8,6 +8,7 @@ import asyncio
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,9 +22,17 @@ class HttpLog:
     """What the server was asked: one (method, path, Range header) per request."""
 
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+    arrived: list[float] = field(default_factory=list)  # perf_counter() of each request
 
     def clear(self) -> None:
         self.requests.clear()
+        self.arrived.clear()
+
+    def round_trips(self, gap: float) -> int:
+        """Waves of requests: those arriving within ``gap`` seconds of the previous one
+        went out together (one round trip for a client that waits for each wave)."""
+        times = sorted(self.arrived)
+        return sum(1 for i, t in enumerate(times) if i == 0 or t - times[i - 1] > gap)
 
 
 @contextmanager
@@ -34,6 +43,7 @@ def http_server(root: Path, latency: float = 0.0) -> Iterator[tuple[str, HttpLog
     @web.middleware
     async def slow_and_logged(request: web.Request, handler):
         log.requests.append((request.method, request.path, request.headers.get("Range")))
+        log.arrived.append(time.perf_counter())
         if latency:
             await asyncio.sleep(latency)
         return await handler(request)
