@@ -1,13 +1,11 @@
-"""How much memory one query may use, and how its raw reads are cut to stay within it.
+"""How much memory one query may use, and how its reads are cut to stay within it.
 
-A query reads raw data in pieces of whole chunks, a few pieces at once, and decodes and sums
-each piece slab by slab. Its peak memory is then about, per reading thread: the piece's stored
-values, the chunks zarr is decoding into them, and one slab's float64 working arrays. The
-budget below sets the thread count, piece size and slab size from one number, so that a full
-scan of any cube stays near that number whatever the cube's size.
-
-The floor is one chunk: zarr decodes whole chunks, so a piece is never smaller than one chunk,
-and a budget smaller than about four chunks reads with one thread.
+A query's chunks are fetched and decoded concurrently (``chunk_reader``): each holds its
+stored bytes and its decoded values until it has been summed. Raw chunks are then decoded
+and summed slab by slab, in float64 working arrays. The budget gives half of one number to
+the chunks in flight (bounded by twice their decoded size; one chunk at least, whatever its
+size) and half to the slabs of the threads summing them, so that a full scan of any cube
+stays near that number whatever the cube's size.
 """
 
 from __future__ import annotations
@@ -15,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_MEMORY_BYTES = 256 * 2**20
-MAX_READ_THREADS = 8
+# Threads summing chunks at once: asyncio's default executor on a small machine.
+SUMMING_THREADS = 6
 # Working memory per value while a slab is decoded and summed: the float64 values, the
 # validity mask, the cleaned values and one float64 summand per sum (two for a mean) plus
 # NumPy's temporaries. Measured with tracemalloc on a weighted mean (about 40 B).
@@ -25,33 +24,19 @@ _MIN_SLAB_VALUES = 4096
 
 @dataclass(frozen=True)
 class ReadBudget:
-    """How a query reads raw data: ``threads`` pieces at once, each of at most
-    ``piece_bytes`` stored bytes (whole chunks, at least one), summed ``slab_values`` values
-    at a time; ``cache_bytes`` of chunks kept so that no chunk is fetched twice."""
+    """How a query reads: chunks in flight hold at most ``in_flight_bytes`` (twice their
+    decoded size each), and raw chunks are summed ``slab_values`` values at a time."""
 
-    memory_bytes: int
-    threads: int
-    piece_bytes: int
+    in_flight_bytes: int
     slab_values: int
-    cache_bytes: int
 
 
-def read_budget(memory_bytes: int, chunk_bytes: int) -> ReadBudget:
-    """The read plan for a query allowed ``memory_bytes`` on an array whose largest chunk holds
-    ``chunk_bytes`` stored (uncompressed) bytes."""
-    memory_bytes = max(1, memory_bytes)
-    cache = memory_bytes // 8
-    rest = memory_bytes - cache
-    # Each thread holds a piece plus the chunks being decoded into it (about twice the piece)
-    # and a slab: a quarter of its share for the piece, half for the slab.
-    threads = max(1, min(MAX_READ_THREADS, rest // max(1, 4 * chunk_bytes)))
-    share = rest // threads
+def read_budget(memory_bytes: int) -> ReadBudget:
+    """The read plan for a query allowed about ``memory_bytes``."""
+    half = max(1, memory_bytes) // 2
     return ReadBudget(
-        memory_bytes=memory_bytes,
-        threads=threads,
-        piece_bytes=max(chunk_bytes, share // 4),
-        slab_values=max(_MIN_SLAB_VALUES, share // 2 // WORK_BYTES_PER_VALUE),
-        cache_bytes=cache,
+        in_flight_bytes=max(1, half),
+        slab_values=max(_MIN_SLAB_VALUES, half // SUMMING_THREADS // WORK_BYTES_PER_VALUE),
     )
 
 

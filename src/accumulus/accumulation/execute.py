@@ -16,7 +16,6 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from math import prod
 
 import numpy as np
 
@@ -92,8 +91,7 @@ def execute(
     chunks in flight are bounded by their decoded size, and a raw chunk is summed slab by
     slab (see ``budget``)."""
     work = chunk_work(groups, var, plan, terms)
-    chunk_bytes = prod(max(b.sizes, default=1) for b in var.bounds) * var.array.dtype.itemsize
-    budget = read_budget(memory_bytes, chunk_bytes)
+    budget = read_budget(memory_bytes)
     total = _OrderedTotal(
         (
             len(terms),
@@ -125,7 +123,7 @@ def execute(
         counts = read_chunks(
             (request for request, _ in work.values()),
             consume,
-            memory_bytes,
+            budget.in_flight_bytes,
             cube.store,
         )
     except ChunkReadError as failed:
