@@ -36,6 +36,7 @@ from accumulus.accumulation.request import ResolvedQuery as ResolvedQuery  # re-
 from accumulus.accumulation.request import malformed_range as malformed_range  # re-exported
 from accumulus.accumulation.request import split_range as split_range  # re-exported
 from accumulus.accumulation.sidecar import Sidecar, sidecar_settings
+from accumulus.accumulation.sidecar import StaleSidecarError as StaleSidecarError  # re-exported
 from accumulus.accumulation.verify import VerifyReport, verify_variable
 from accumulus.accumulation.weights import find_latitude, find_longitude, resolve_weights
 from accumulus.compute import Progress

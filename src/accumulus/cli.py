@@ -776,7 +776,9 @@ def _chunk_sizes_text(sizes: tuple[int, ...]) -> str:
 @app.command()
 def serve(
     stores: list[str] = typer.Argument(
-        ..., help="Cubes to serve (paths or URLs); each is a dataset named by its base name."
+        ...,
+        help="Cubes to serve (paths or URLs); each is a dataset named by its base name. A "
+        "sidecar (accumulate --into) is served for the source it names.",
     ),
     port: int = typer.Option(8000, "--port", help="TCP port."),
     host: str = typer.Option(
@@ -805,6 +807,11 @@ def serve(
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
     ),
+    accumulations: list[str] = typer.Option(
+        None,
+        "--accumulations",
+        help="Read each cube's accumulations from this sidecar store (once per cube, in order).",
+    ),
 ) -> None:
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
     from accumulus.service import serve as run_service
@@ -824,5 +831,6 @@ def serve(
             memory_bytes=memory_mb * 2**20,
         ),
         group=group,
+        accumulations=accumulations or None,
         **cells,
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -76,12 +76,12 @@ class CubeSnapshot:
         with accumulus_scope():
             return run_query(self.cube, query, groups=self.groups, memory_bytes=memory_bytes)
 
-    def reading_through(self, store: Store) -> CubeSnapshot:
-        """This snapshot with its chunks read through ``store`` (a wrapper of the cube's
-        store, such as the service's guard)."""
+    def reading_through(self, wrap: Callable[[Store], Store]) -> CubeSnapshot:
+        """This snapshot with every chunk read through ``wrap(store)``: the cube's, and a
+        sidecar's accumulations (the service's guard wraps both)."""
         cube = copy.copy(self.cube)
-        cube.store = store
-        return replace(self, cube=cube)
+        cube.store = wrap(cube.store)
+        return replace(self, cube=cube, groups=self.groups.reading_through(wrap))
 
 
 class Datacube:
@@ -160,6 +160,16 @@ class Datacube:
 
     def __repr__(self) -> str:
         return f"<accumulus.Datacube {self.label}>"
+
+    @property
+    def source_label(self) -> str:
+        """How the store the cube is read from is named (a sidecar's source, once read)."""
+        return self._store_label
+
+    @property
+    def sidecar_label(self) -> str:
+        """How the sidecar store is named ("" without one)."""
+        return self._sidecar_label
 
     # ----------------------------------------------------------------------------------------
     # Snapshots

@@ -14,10 +14,12 @@ against the source before they are used.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import zarr
+from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
 from accumulus.accumulation.sidecar import Sidecar, StaleSidecarError
@@ -123,6 +125,15 @@ class AccumulationGroups:
         self._groups: dict[str, spec.AccumulationGroup | StaleSidecarError | None] = {}
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
 
+    def reading_through(self, wrap: Callable[[Store], Store]) -> AccumulationGroups:
+        """These groups with a sidecar's chunks read through ``wrap(store)`` (the cube's own
+        store is wrapped by its reader)."""
+        if self.store is None:
+            return self
+        wrapped = copy.copy(self)
+        wrapped.store = wrap(self.store)
+        return wrapped
+
     def group(self, variable: str) -> spec.AccumulationGroup | None:
         if variable not in self._groups:
             try:
@@ -135,6 +146,18 @@ class AccumulationGroups:
         if isinstance(found, StaleSidecarError):
             raise found
         return found
+
+    def recorded_weights(self, variable: str) -> str | None:
+        """The weights ``variable``'s group was built with (None without a group, or when
+        they are unknown), also for a stale sidecar group: they are the user's choice,
+        which a raw scan follows too, not sums of the data."""
+        try:
+            group = self.group(variable)
+            weights = group.weights if group is not None else None
+        except StaleSidecarError:  # its arrays may not fit the source now: its attribute
+            extension = self.root[spec.group_name(variable)].attrs.get(spec.EXTENSION_KEY)
+            weights = extension.get("weights") if isinstance(extension, dict) else None
+        return weights if isinstance(weights, str) and weights != "unknown" else None
 
     def array(self, variable: str, name: str) -> zarr.Array:
         key = (variable, name)

@@ -158,8 +158,7 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
     weights = query.weights
     if weights is None:
         # The weights the accumulations were built with, so both ways agree by default.
-        group = (groups or AccumulationGroups(cube)).group(var.name)
-        weights = group.weights if group is not None and group.weights != "unknown" else None
+        weights = (groups or AccumulationGroups(cube)).recorded_weights(var.name)
     try:
         weights = resolve_weights(cube.decoded, var.name, weights)
     except AccumulusError as exc:

@@ -30,7 +30,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from accumulus.api import STATS
+from accumulus.api import STATS, StaleSidecarError
 from accumulus.errors import AccumulusError
 from accumulus.regions import MAX_GEOJSON_BYTES
 from accumulus.service import schemas
@@ -99,16 +99,18 @@ def create_app(
     storage_options: dict[str, Any] | None = None,
     limits: ServiceLimits | None = None,
     group: str | None = None,
+    accumulations: Sequence[str] | None = None,
 ) -> FastAPI:
     """The service for ``stores`` (paths or URLs), each from its group ``group`` (by default
-    the one group holding data variables). Each is opened now, so a store that cannot be read
-    stops the start with an ``AccumulusError``. Answers larger than ``max_cells`` values are
-    refused; up to ``cache_bytes`` of answers are kept; ``limits`` bound the computations
-    (see ``ServiceLimits``)."""
+    the one group holding data variables). A store may be a sidecar (served for the source it
+    names); ``accumulations`` gives each store a sidecar (one per store, in order). Each is
+    opened now, so a store that cannot be read stops the start with an ``AccumulusError``.
+    Answers larger than ``max_cells`` values are refused; up to ``cache_bytes`` of answers
+    are kept; ``limits`` bound the computations (see ``ServiceLimits``)."""
     limits = limits or ServiceLimits()
     tune_allocator()
     sys.setswitchinterval(0.001)
-    catalog = Catalog(stores, storage_options, group)
+    catalog = Catalog(stores, storage_options, group, accumulations)
     first = [dataset.snapshot() for dataset in catalog]
     range_patterns = {
         str(d): range_pattern(s.cube.index(str(d)))
@@ -321,9 +323,9 @@ def create_app(
                 {"Retry-After": str(retry)},
             )
         guard = RequestGuard(limits.request_seconds)
-        # The snapshot's metadata, its chunks read through the guard.
+        # The snapshot's metadata, its chunks (a sidecar's too) read through the guard.
         guarded = snapshot.reading_through(
-            GuardedStore(snapshot.cube.store, guard, limits.read_seconds)
+            lambda store: GuardedStore(store, guard, limits.read_seconds)
         )
 
         loop, finished = asyncio.get_running_loop(), asyncio.Event()
@@ -364,7 +366,7 @@ def create_app(
         try:
             return running.result()
         except AccumulusError as exc:
-            if isinstance(exc, ParameterError):
+            if isinstance(exc, ParameterError | StaleSidecarError):
                 raise
             raise ServiceError(f"dataset {snapshot.dataset!r}: {exc}") from None
         except Exception as exc:  # a store's content made a library fail: not the client's
@@ -462,9 +464,10 @@ class PublicText:
     def __init__(self, catalog: Catalog) -> None:
         forms: dict[str, str] = {}
         for dataset in catalog:
-            url = dataset.url.removeprefix("file://")
-            for form in {dataset.url, url, os.path.abspath(url), os.path.realpath(url)}:
-                forms[form] = f"<{dataset.name}>"
+            for location, name in dataset.locations().items():
+                path = location.removeprefix("file://")
+                for form in {location, path, os.path.abspath(path), os.path.realpath(path)}:
+                    forms.setdefault(form, f"<{name}>")
         self._forms = sorted(forms.items(), key=lambda item: -len(item[0]))
 
     def __call__(self, text: str) -> str:
@@ -495,6 +498,12 @@ def _add_error_handlers(app: FastAPI, public: Callable[[str], str]) -> None:
     @app.exception_handler(ParameterError)
     def parameter_error(request: Request, exc: ParameterError) -> JSONResponse:
         return body(str(exc), exc.parameter, http_status(exc))
+
+    @app.exception_handler(StaleSidecarError)
+    def stale_sidecar(request: Request, exc: StaleSidecarError) -> JSONResponse:
+        # The operator's sidecar no longer matches its source: a conflict to resolve by
+        # refreshing it (the raw scan, accumulation=false, still answers).
+        return body(str(exc), None, 409)
 
     @app.exception_handler(ServiceError)
     def service_error(request: Request, exc: ServiceError) -> JSONResponse:

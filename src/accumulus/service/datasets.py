@@ -9,7 +9,7 @@ arrays for as long as that snapshot is current.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,13 +43,16 @@ class Snapshot:
     def query(self, query: ResolvedQuery, memory_bytes: int) -> QueryResult:
         return self.current.query(query, memory_bytes)
 
-    def reading_through(self, store: Store) -> Snapshot:
-        """This snapshot with its chunks read through ``store`` (see ``guard``)."""
-        return replace(self, current=self.current.reading_through(store))
+    def reading_through(self, wrap: Callable[[Store], Store]) -> Snapshot:
+        """This snapshot with its chunks (a sidecar's too) read through ``wrap(store)``
+        (see ``guard``)."""
+        return replace(self, current=self.current.reading_through(wrap))
 
 
 class Dataset:
-    """One served store."""
+    """One served store: a cube (from one of its groups, when it has groups), a cube with
+    its accumulations in a sidecar store (``accumulations``), or a sidecar, served for the
+    source it names (opened once, here: what a request says never changes it)."""
 
     def __init__(
         self,
@@ -57,12 +60,26 @@ class Dataset:
         url: str,
         storage_options: dict[str, Any] | None = None,
         group: str | None = None,
+        accumulations: str | None = None,
     ):
         self.name = name
         self.url = url
-        # A cube with groups is served from one of them.
-        self.datacube = Datacube.open(url, storage_options, group=group, label=name)
+        self.datacube = Datacube.open(
+            url, storage_options, group=group, label=name, accumulations=accumulations
+        )
         self._last: Snapshot | None = None
+
+    def locations(self) -> dict[str, str]:
+        """Where this dataset's stores are, and how answers name them: the store served as
+        the dataset, a sidecar's source or a source's sidecar by role (known once the first
+        snapshot is read)."""
+        datacube = self.datacube
+        found = {self.url: self.name}
+        if datacube.sidecar_store is not None:
+            found.setdefault(datacube.source_label, f"{self.name} source")
+            found.setdefault(datacube.sidecar_label, f"{self.name} accumulations")
+        found.pop(self.name, None)  # a label that is the name already (not a location)
+        return found
 
     def snapshot(self) -> Snapshot:
         """The dataset as its metadata stands now (reads the root metadata documents, and
@@ -82,16 +99,23 @@ class Catalog:
 
     def __init__(
         self,
-        urls: Iterable[str],
+        urls: Sequence[str],
         storage_options: dict[str, Any] | None = None,
         group: str | None = None,
+        accumulations: Sequence[str] | None = None,
     ):
-        self.datasets = {
-            name: Dataset(name, url, storage_options, group)
-            for name, url in dataset_names(urls).items()
-        }
-        if not self.datasets:
+        if not urls:
             raise AccumulusError("give at least one store to serve")
+        sidecars: Sequence[str | None] = accumulations or [None] * len(urls)
+        if len(sidecars) != len(urls):
+            raise AccumulusError(
+                f"--accumulations is given {len(sidecars)} time(s) for {len(urls)} store(s): "
+                "give it once per store, in the same order"
+            )
+        self.datasets = {
+            name: Dataset(name, url, storage_options, group, side)
+            for (name, url), side in zip(dataset_names(urls).items(), sidecars, strict=True)
+        }
 
     def get(self, name: str) -> Dataset | None:
         return self.datasets.get(name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from accumulus.accumulation.selection import dimension_kind
+from accumulus.api import StaleSidecarError
 from accumulus.cube import Cube
 from accumulus.numeric import numeric_problem
 from accumulus.output import label
@@ -52,6 +53,10 @@ def _variable(snapshot: Snapshot, name: str) -> dict[str, Any]:
     cube = snapshot.cube
     var = cube.variable(name)
     attrs = cube.raw[name].attrs
+    try:
+        accumulation, stale = _accumulation(snapshot, name), None
+    except StaleSidecarError as exc:
+        accumulation, stale = None, str(exc)
     return {
         "name": name,
         "dims": list(var.dims),
@@ -59,7 +64,8 @@ def _variable(snapshot: Snapshot, name: str) -> dict[str, Any]:
         "dtype": str(cube.raw[name].dtype),
         "units": attrs.get("units"),
         "long_name": attrs.get("long_name"),
-        "accumulation": _accumulation(snapshot, name),
+        "accumulation": accumulation,
+        "stale": stale,
     }
 
 

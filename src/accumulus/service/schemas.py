@@ -53,6 +53,10 @@ class Variable(BaseModel):
     units: str | None
     long_name: str | None
     accumulation: Accumulation | None
+    stale: str | None = Field(
+        description="Why the sidecar's accumulations of this variable are not used (its "
+        "source changed since they were taken), and how to refresh them; null otherwise."
+    )
 
 
 class Dataset(BaseModel):

@@ -55,9 +55,10 @@ def serve(
     storage_options: dict[str, Any] | None = None,
     limits: ServiceLimits | None = None,
     group: str | None = None,
+    accumulations: Sequence[str] | None = None,
 ) -> None:
-    """Serve ``stores`` (from their group ``group``) on ``host:port`` until interrupted
-    (loopback only unless ``host`` says otherwise)."""
+    """Serve ``stores`` (from their group ``group``, with their sidecars ``accumulations``)
+    on ``host:port`` until interrupted (loopback only unless ``host`` says otherwise)."""
     app = create_app(
         stores,
         max_cells=max_cells,
@@ -65,6 +66,7 @@ def serve(
         storage_options=storage_options,
         limits=limits,
         group=group,
+        accumulations=accumulations,
     )
     uvicorn.run(app, host=host, port=port, log_level="info", log_config=logging_config())
 
