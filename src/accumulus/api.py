@@ -208,6 +208,7 @@ def query(
     stat: str = "mean",
     weights: str | None = None,
     use_accumulation: bool = True,
+    plan: str = "cheaper",
     storage_options: dict | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     group: str | None = None,
@@ -224,6 +225,7 @@ def query(
         stat=stat,
         weights=weights,
         use_accumulation=use_accumulation,
+        plan=plan,
         memory_bytes=memory_bytes,
         shape=shape,
     )
@@ -239,6 +241,7 @@ def average(
     stat: str = "mean",
     weights: str | None = None,
     use_accumulation: bool = True,
+    plan: str = "cheaper",
     storage_options: dict | None = None,
     group: str | None = None,
     shape: Any = None,
@@ -251,7 +254,8 @@ def average(
     keeps the cells whose centres it holds, as ``da.where(mask)`` would. The plan's numbers
     (chunks and bytes read, seconds) are in the result's ``attrs``.
     A one-shot convenience: ``open(store).average(...)`` keeps the metadata for the next.
-    ``accumulations``: a store holding its accumulation groups beside it.
+    ``accumulations``: a store holding its accumulation groups beside it. The accumulations'
+    plan runs when it reads less than a plain scan (``plan="accumulation"``: always).
     """
     return query(
         store,
@@ -261,6 +265,7 @@ def average(
         stat=stat,
         weights=weights,
         use_accumulation=use_accumulation,
+        plan=plan,
         storage_options=storage_options,
         group=group,
         shape=shape,

@@ -230,6 +230,12 @@ def average(
     no_accumulation: bool = typer.Option(
         False, "--no-accumulation", help="Force a full scan of the raw data, for comparison."
     ),
+    plan: str = typer.Option(
+        "cheaper",
+        "--plan",
+        help="cheaper: the accumulations or a full scan, whichever reads less; accumulation: "
+        "the accumulations even when a scan reads less.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the result as CSV."),
     png: str = typer.Option(
@@ -271,6 +277,7 @@ def average(
         stat=stat,
         weights=weights,
         use_accumulation=not no_accumulation,
+        plan=plan,
         storage_options=_storage_options(endpoint_url, storage_option),
         group=group,
         shape=_shape(shape, region),

@@ -291,6 +291,7 @@ class Datacube:
         stat: str = "mean",
         weights: str | None = None,
         use_accumulation: bool = True,
+        plan: str = "cheaper",
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
         shape: Any = None,
     ) -> QueryResult:
@@ -303,6 +304,7 @@ class Datacube:
             stat=stat,
             weights=weights,
             use_accumulation=use_accumulation,
+            plan=plan,
             shape=as_shape(shape),
         )
         return self.snapshot().query(request, memory_bytes)
@@ -316,6 +318,7 @@ class Datacube:
         stat: str = "mean",
         weights: str | None = None,
         use_accumulation: bool = True,
+        plan: str = "cheaper",
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
         shape: Any = None,
     ) -> xr.DataArray:
@@ -332,6 +335,7 @@ class Datacube:
             stat=stat,
             weights=weights,
             use_accumulation=use_accumulation,
+            plan=plan,
             memory_bytes=memory_bytes,
             shape=shape,
         ).data

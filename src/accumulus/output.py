@@ -45,7 +45,9 @@ def result_json(result: QueryResult) -> dict[str, Any]:
         "coords": {str(d): [label(v) for v in data[d].values] for d in data.dims},
         "values": _values(np.asarray(data.values)),
         "units": data.attrs.get("units"),
-        "plan": result.stats.to_dict(),
+        "plan": result.stats.to_dict(),  # measured at the store: the plan that ran
+        # What the planner estimated each candidate would read, when it chose between them.
+        "estimates": {name: cost.to_dict() for name, cost in result.costs.items()},
         "note": result.note,
         "selection": {
             dim: {

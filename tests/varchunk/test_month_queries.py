@@ -55,13 +55,13 @@ def test_whole_month_ranges_read_no_raw_chunk(cubes):
     raw_reads_on_daily_chunks = 0
     for lo, hi in itertools.combinations(edges, 2):  # every run of whole months
         ranges = {"time": (_label(times[lo]), _label(times[hi - 1]))}
-        result = accumulus.query(str(monthly), VAR, "time", ranges)
+        result = accumulus.query(str(monthly), VAR, "time", ranges, plan="accumulation")
         assert result.stats.raw_chunks_read == 0, ranges
         assert 0 < result.stats.accumulation_chunks_read <= 4
         expected = _expected(ds, lo, hi, ["time"])
         np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9, atol=1e-12)
         raw_reads_on_daily_chunks += accumulus.query(
-            str(daily), VAR, "time", ranges
+            str(daily), VAR, "time", ranges, plan="accumulation"
         ).stats.raw_chunks_read
     # The same ranges on 7-day chunks: month ends fall inside chunks, which are read raw.
     assert raw_reads_on_daily_chunks > 0
@@ -81,7 +81,7 @@ def test_unaligned_ranges_read_only_the_months_they_cut(cubes):
             if not at_edge
         }
         ranges = {"time": (_label(times[lo]), _label(times[hi - 1]))}
-        result = accumulus.query(str(monthly), VAR, "time", ranges)
+        result = accumulus.query(str(monthly), VAR, "time", ranges, plan="accumulation")
         # Each raw chunk here is one month by the whole lat x lon plane.
         assert result.stats.raw_chunks_read == len(cut), (lo, hi)
         for read in result.plan.raw_reads:

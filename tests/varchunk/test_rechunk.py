@@ -216,6 +216,8 @@ def test_cli_rechunk_then_average_reads_no_raw_chunk(daily_cube, tmp_path):
         "time",
         "--range",
         "time=2004-02-01/2004-02-29",
+        "--plan",
+        "accumulation",
         "--json",
     )
     assert average.returncode == 0, average.stderr

@@ -65,6 +65,7 @@ class EntryPart:
 
 
 Part = RawPart | EntryPart
+Work = dict[str, tuple[ChunkRequest, list[Part]]]  # chunk key -> the chunk, its parts
 
 
 @dataclass
@@ -86,11 +87,13 @@ def execute(
     terms: Sequence[str],
     weights: str,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    work: Work | None = None,
 ) -> ExecutedPlan:
     """Σ over the plan's reads of sign x sums, holding about ``memory_bytes`` at most: the
     chunks in flight are bounded by their decoded size, and a raw chunk is summed slab by
-    slab (see ``budget``)."""
-    work = chunk_work(groups, var, plan, terms)
+    slab (see ``budget``). ``work``: the plan's ``chunk_work``, when already listed."""
+    if work is None:
+        work = chunk_work(groups, var, plan, terms)
     budget = read_budget(memory_bytes)
     total = _OrderedTotal(
         (
@@ -180,9 +183,9 @@ def _broadcast_slab(array, slab: Region):
 
 def chunk_work(
     groups: AccumulationGroups, var: VariableInfo, plan: QueryPlan, terms: Sequence[str]
-) -> dict[str, tuple[ChunkRequest, list[Part]]]:
+) -> Work:
     """Every stored chunk the plan reads (by key, in plan order) and what it contributes."""
-    work: dict[str, tuple[ChunkRequest, list[Part]]] = {}
+    work: Work = {}
     index = 0
     for read in plan.reads:
         if read.is_raw:

@@ -19,7 +19,8 @@ import xarray as xr
 
 from accumulus.accumulation import statistics
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.execute import execute, noise_floor
+from accumulus.accumulation.cost import PlanCost, chunks_cost, raw_cost
+from accumulus.accumulation.execute import Work, chunk_work, execute, noise_floor
 from accumulus.accumulation.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
 from accumulus.accumulation.request import Query, ResolvedQuery, answer_labels, resolve
@@ -57,6 +58,8 @@ class QueryResult:
     # accumulations were not (fully) used.
     note: str = ""
     selection: Mapping[str, Extent] = field(default_factory=dict)  # what was averaged, by dim
+    # What the planner estimated its candidate plans would read (``cost``), when it chose.
+    costs: Mapping[str, PlanCost] = field(default_factory=dict)
 
 
 def run_query(
@@ -80,15 +83,13 @@ def run_query(
     else:
         layouts, note = [], "accumulation not used (full scan requested)"
 
-    sizes = dict(zip(var.dims, var.shape, strict=True))
-    if resolved.mask is None:
-        plan = plan_query(var.dims, resolved.ranges, resolved.over, layouts, sizes)
-    else:
-        edges = {d: b.edges for d, b in zip(var.dims, var.bounds, strict=True)}
-        plan = plan_shape_query(
-            var.dims, resolved.ranges, resolved.over, layouts, resolved.mask, edges
+    plan, work, costs = _cheapest_plan(groups, var, resolved, layouts, terms)
+    if costs and not plan.accumulation_reads:
+        note = (
+            f"a full scan reads less ({costs['scan']}) than the accumulations would "
+            f"({costs['accumulation']})"
         )
-    done = execute(cube, groups, var, plan, terms, weights, memory_bytes)
+    done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
     sums = _weights_without_noise(terms, done.sums, noise_floor(done.entry_magnitude))
     values = stat.finish(list(sums), weights != "none")
     if resolved.mask is not None:
@@ -115,7 +116,45 @@ def run_query(
     )
     extents = selection(cube, var.dims, resolved.ranges)
     note = "; ".join([*resolved.notes, *([note] if note else [])])
-    return QueryResult(resolved.query, data, plan, stats, weights, note, extents)
+    return QueryResult(resolved.query, data, plan, stats, weights, note, extents, costs)
+
+
+# --------------------------------------------------------------------------------------------
+# Choosing the plan
+
+
+def _plan(var: VariableInfo, resolved: ResolvedQuery, layouts: Sequence[AccumulationLayout]):
+    """The plan of ``resolved`` from ``layouts`` (none: the plain scan of its cells)."""
+    if resolved.mask is None:
+        sizes = dict(zip(var.dims, var.shape, strict=True))
+        return plan_query(var.dims, resolved.ranges, resolved.over, layouts, sizes)
+    edges = {d: b.edges for d, b in zip(var.dims, var.bounds, strict=True)}
+    return plan_shape_query(var.dims, resolved.ranges, resolved.over, layouts, resolved.mask, edges)
+
+
+def _cheapest_plan(
+    groups: AccumulationGroups,
+    var: VariableInfo,
+    resolved: ResolvedQuery,
+    layouts: Sequence[AccumulationLayout],
+    terms: Sequence[str],
+) -> tuple[QueryPlan, Work, dict[str, PlanCost]]:
+    """The plan the accumulations allow or the plain scan of the same cells, whichever
+    reads less (``cost``), with the chunks it reads and both estimates (none when the plan
+    reads no accumulation: there is nothing to choose). A query asking for the
+    accumulations' plan gets it, with both estimates."""
+    plan = _plan(var, resolved, layouts)
+    work = chunk_work(groups, var, plan, terms)
+    if not plan.accumulation_reads:
+        return plan, work, {}
+    scan = _plan(var, resolved, [])
+    costs = {
+        "accumulation": chunks_cost(request for request, _ in work.values()),
+        "scan": raw_cost(var, [read.box for read in scan.reads]),
+    }
+    if resolved.query.plan == "cheaper" and costs["scan"].score < costs["accumulation"].score:
+        return scan, chunk_work(groups, var, scan, terms), costs
+    return plan, work, costs
 
 
 # --------------------------------------------------------------------------------------------

@@ -52,6 +52,13 @@ class Query:
     weights: str | None = None  # None: the accumulation group's weights, else the default
     use_accumulation: bool = True
     shape: Any = None  # a regions.Shape: average over the cells whose centres it holds
+    # Which plan runs when accumulations can answer: "cheaper", the accumulations' plan or
+    # the plain scan, whichever reads less (``cost``); "accumulation", the accumulations'
+    # plan even when a scan would read less (to check or time the accumulations).
+    plan: str = "cheaper"
+
+
+PLANS = ("cheaper", "accumulation")
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,8 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
     if query.stat not in statistics.STATISTICS:
         known = ", ".join(statistics.STATISTICS)
         raise ParameterError("stat", f"unknown stat {query.stat!r}: use one of {known}")
+    if query.plan not in PLANS:
+        raise ParameterError("plan", f"unknown plan {query.plan!r}: use one of {', '.join(PLANS)}")
     ranges = {d: (0, n) for d, n in zip(var.dims, var.shape, strict=True)}
     notes = []
     for dim, (start, stop) in query.ranges.items():

@@ -1,0 +1,229 @@
+"""Never worse than a scan: the query estimates the chunks and bytes of the plan its
+accumulations allow and of the plain scan of the box, runs the cheaper, and the estimate of
+the plan it runs is what the store is then asked for."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import shapely
+
+import accumulus
+from accumulus.accumulation.cost import REQUEST_BYTES, PlanCost, raw_cost
+from accumulus.accumulation.query import run_query
+from accumulus.accumulation.request import Query
+from accumulus.cube import Cube
+from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
+
+SIZES = {"time": 60, "lat": 8, "lon": 10}
+CHUNKS = {"time": 10, "lat": 4, "lon": 5}
+RAW_CHUNK = 10 * 4 * 5 * 4  # bytes, float32
+
+
+@pytest.fixture(scope="module")
+def cube_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cost") / "cube.zarr"
+    ds = synthetic_dataset(SIZES, seed=3)
+    write_cube(ds, path, CHUNKS)
+    accumulus.accumulate(str(path), VAR, [("time",)])
+    return path, ds
+
+
+@pytest.fixture(scope="module")
+def cube(cube_path):
+    path, ds = cube_path
+    return Cube.open(str(path)), ds
+
+
+BOX = {"lat": (-80, -11), "lon": (0, 10)}  # one raw chunk: indices [0, 4) x [0, 5)
+ACC_CHUNK = 6 * 8 * 10 * 8  # the time accumulation's chunks: 6 entries of the whole map
+
+
+def _map(cube, days: tuple[str, str]):
+    return run_query(cube, Query(VAR, ("time",), {"time": days, **BOX}))
+
+
+def _expected(ds, start: int, stop: int):
+    selected = ds[VAR].isel(time=slice(start, stop), lat=slice(0, 4), lon=slice(0, 5))
+    return xarray_reference(selected, ["time"], "area", "mean")
+
+
+def test_scan_cost_counts_every_chunk_the_box_touches(cube):
+    cube, _ = cube
+    var = cube.variable(VAR)
+    cost = raw_cost(var, [{"time": (5, 25), "lat": (0, 8), "lon": (3, 7)}])
+    assert cost == PlanCost(3 * 2 * 2, 3 * 2 * 2 * RAW_CHUNK)
+    assert cost.score == cost.bytes + 12 * REQUEST_BYTES
+
+
+def test_a_short_unaligned_map_is_a_scan(cube):
+    """Days 5-24 of one chunk's box: the accumulations would read the entries at days 10
+    and 20 (one chunk for each of the two sums) and the raw chunks at both ends: more than
+    the scan's three raw chunks."""
+    cube, ds = cube
+    result = _map(cube, ("2001-01-06", "2001-01-25"))
+    assert result.plan.accumulation_reads == []
+    assert len(result.plan.raw_reads) == 1
+    assert result.costs["scan"] == PlanCost(3, 3 * RAW_CHUNK)
+    assert result.costs["accumulation"] == PlanCost(4, 2 * RAW_CHUNK + 2 * ACC_CHUNK)
+    assert "a full scan reads less (3 chunks" in result.note
+    assert result.stats.requests == 3 and result.stats.accumulation_chunks_read == 0
+    np.testing.assert_allclose(result.data, _expected(ds, 5, 25), rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("days", "raw"),
+    [((10, 50), 0), ((5, 55), 2)],
+    ids=["aligned", "unaligned"],
+)
+def test_a_long_map_uses_the_accumulations(cube, days, raw):
+    cube, ds = cube
+    start, stop = days
+    labels = tuple(str(t)[:10] for t in ds.time.values[[start, stop - 1]])
+    result = _map(cube, labels)
+    assert result.plan.accumulation_reads and result.note == ""
+    assert result.costs["accumulation"].score < result.costs["scan"].score
+    # The estimate is what the store is asked for.
+    assert result.costs["accumulation"].requests == result.stats.requests
+    assert result.stats.raw_chunks_read == raw
+    np.testing.assert_allclose(result.data, _expected(ds, start, stop), rtol=1e-9)
+
+
+def test_a_scan_asked_for_is_not_costed(cube):
+    cube, _ = cube
+    query = Query(VAR, ("time",), {"time": ("2001-01-06", "2001-02-24")}, use_accumulation=False)
+    result = run_query(cube, query)
+    assert result.costs == {} and result.plan.accumulation_reads == []
+
+
+# --------------------------------------------------------------------------------------------
+# The estimate against the store, every route through the same choice
+
+
+def _chosen(result) -> str:
+    return "accumulation" if result.plan.accumulation_reads else "scan"
+
+
+@pytest.fixture(scope="module")
+def uncompressed(tmp_path_factory):
+    """Raw chunks stored as they decode (no compressor): a scan's bytes at the store are its
+    estimated bytes. Accumulations over time and over lat+lon."""
+    path = tmp_path_factory.mktemp("cost") / "plain.zarr"
+    ds = synthetic_dataset({"time": 90, "lat": 16, "lon": 20}, seed=11)
+    encoding = {VAR: {"chunks": (15, 4, 5), "compressors": None, "_FillValue": -9999.0}}
+    ds.to_zarr(path, mode="w", zarr_format=2, consolidated=True, encoding=encoding)
+    accumulus.accumulate(str(path), VAR, [("time",), ("lat", "lon")])
+    return path, ds
+
+
+def test_the_plan_that_runs_reads_what_its_estimate_said(uncompressed):
+    """Random maps and series: the cheaper estimate runs, and the store is asked for exactly
+    its chunks (the scan's bytes too, the raw chunks being stored uncompressed)."""
+    path, ds = uncompressed
+    cube = accumulus.open(str(path))
+    rng = np.random.default_rng(5)
+    chosen = set()
+    for _ in range(30):
+        isel = {}
+        short = rng.random() < 0.5  # a few cells of each dimension, or any range
+        for dim, n in ds[VAR].sizes.items():
+            lo = int(rng.integers(0, n))
+            hi = min(n, lo + int(rng.integers(1, 4))) if short else int(rng.integers(lo + 1, n + 1))
+            isel[dim] = slice(lo, hi)
+        over = ["time"] if rng.random() < 0.5 else ["lat", "lon"]
+        ranges = {d: (ds[d].values[s.start], ds[d].values[s.stop - 1]) for d, s in isel.items()}
+        result = cube.query(VAR, over, ranges)
+        expected = xarray_reference(ds[VAR].isel(isel), over, "area", "mean")
+        np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9, atol=1e-12)
+        if not result.costs:  # nothing an accumulation could answer
+            assert not result.plan.accumulation_reads
+            continue
+        kind = _chosen(result)
+        chosen.add(kind)
+        other = "scan" if kind == "accumulation" else "accumulation"
+        assert result.costs[kind].score <= result.costs[other].score, isel
+        assert result.stats.requests == result.costs[kind].requests, isel
+        if kind == "scan":
+            assert result.stats.bytes_read == result.costs["scan"].bytes
+            assert result.stats.accumulation_chunks_read == 0
+    assert chosen == {"accumulation", "scan"}  # both were the cheaper somewhere
+
+
+def test_positioned_accumulations_go_through_the_same_choice(tmp_path):
+    """Entries at every day (``--at time=1``) on raw chunks of 10 days by the whole map:
+    8 days inside one chunk are cheaper read raw (one request) than from two entries of two
+    arrays (four); 53 days are cheaper from the entries (four) than raw (six). Asked for,
+    the accumulations' plan runs either way."""
+    path = tmp_path / "cube.zarr"
+    ds = synthetic_dataset(SIZES, seed=4)
+    write_cube(ds, path, {"time": 10, "lat": 8, "lon": 10})
+    accumulus.accumulate(str(path), VAR, ["time"], at={"time": 1})
+    for (start, stop), kind in [((11, 19), "scan"), ((2, 55), "accumulation")]:
+        ranges = {"time": (str(ds.time.values[start])[:10], str(ds.time.values[stop - 1])[:10])}
+        cheaper = accumulus.query(str(path), VAR, "time", ranges)
+        assert _chosen(cheaper) == kind, cheaper.costs
+        assert cheaper.stats.requests == cheaper.costs[kind].requests
+        forced = accumulus.query(str(path), VAR, "time", ranges, plan="accumulation")
+        assert forced.stats.raw_chunks_read == 0 and forced.stats.accumulation_chunks_read == 4
+        assert {r.key for r in forced.plan.accumulation_reads} == {"time@1"}
+        expected = xarray_reference(ds[VAR].isel(time=slice(start, stop)), ["time"], "area", "mean")
+        for result in (cheaper, forced):
+            np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
+    assert cheaper.costs["scan"].requests == 6 and "a full scan" not in cheaper.note
+
+
+def test_shapes_go_through_the_same_choice(uncompressed):
+    """A shape's plan (whole blocks from accumulations, cut blocks raw) against the scan of
+    its cells: the cheaper runs, the estimates say so, and every route gives one answer."""
+    path, _ = uncompressed
+    # The grid is 0..47.5 E by -80..80 N: whole chunks inside, cut ones along the top.
+    shape = shapely.Polygon([(-1, -85), (49, -85), (49, 60), (24, 85), (-1, 60)])
+    cube = accumulus.open(str(path))
+    cheaper = cube.query(VAR, "lat,lon", shape=shape)
+    forced = cube.query(VAR, "lat,lon", shape=shape, plan="accumulation")
+    scan = cube.query(VAR, "lat,lon", shape=shape, use_accumulation=False)
+    assert forced.plan.accumulation_reads and not scan.plan.accumulation_reads
+    assert cheaper.costs == forced.costs and set(cheaper.costs) == {"accumulation", "scan"}
+    kind = _chosen(cheaper)
+    assert cheaper.costs[kind].score <= min(c.score for c in cheaper.costs.values())
+    assert cheaper.stats.requests == cheaper.costs[kind].requests
+    assert forced.stats.requests == forced.costs["accumulation"].requests
+    assert scan.stats.requests == cheaper.costs["scan"].requests
+    for result in (cheaper, forced):
+        np.testing.assert_allclose(result.data.values, scan.data.values, rtol=1e-9)
+
+
+def test_json_reports_the_estimates_and_the_measured_counts_of_the_plan_that_ran(cube_path):
+    path, _ = cube_path
+    args = ["average", str(path), VAR, "--over", "time", "--json"]
+    args += [
+        "--range",
+        "time=2001-01-06/2001-01-25",
+        "--range",
+        "lat=-80/-11",
+        "--range",
+        "lon=0/10",
+    ]
+    cheaper = json.loads(_cli(*args).stdout)
+    assert set(cheaper["estimates"]) == {"accumulation", "scan"}
+    assert cheaper["plan"]["accumulation_chunks_read"] == 0
+    assert cheaper["plan"]["requests"] == cheaper["estimates"]["scan"]["requests"] == 3
+    assert "a full scan reads less" in cheaper["note"]
+    forced = json.loads(_cli(*args, "--plan", "accumulation").stdout)
+    assert forced["plan"]["accumulation_chunks_read"] > 0
+    assert forced["plan"]["requests"] == forced["estimates"]["accumulation"]["requests"]
+    np.testing.assert_allclose(forced["values"], cheaper["values"], rtol=1e-9)
+    refused = _cli(*args, "--plan", "fastest", check=False)
+    assert refused.returncode == 2 and "unknown plan 'fastest'" in refused.stderr
+
+
+def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, "-m", "accumulus", *args], capture_output=True, text=True, timeout=120
+    )
+    assert not check or result.returncode == 0, result.stderr
+    return result
