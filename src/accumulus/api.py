@@ -27,6 +27,7 @@ from zarr.abc.store import Store
 from accumulus.accumulation import spec
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.build import BuildResult, build_accumulations, check_request
+from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.positions import parse_at
 from accumulus.accumulation.query import QueryResult as QueryResult  # re-exported
 from accumulus.accumulation.request import STATS as STATS  # re-exported
@@ -280,14 +281,31 @@ def verify(
     *,
     storage_options: dict | None = None,
     group: str | None = None,
+    accumulations: str | Store | None = None,
 ) -> list[VerifyReport]:
-    """Recompute accumulations from the raw data and compare (all variables by default)."""
-    cube = open_cube(store, "r", storage_options, group=group, variable=variable)
+    """Recompute accumulations from the raw data and compare (all variables by default).
+    A sidecar (or a cube with ``accumulations``) is verified against its source: a group
+    whose source changed since it was built is reported stale, the others recomputed from
+    the source's raw data."""
+    if accumulations is not None or _is_sidecar(store, storage_options):
+        snapshot = _datacube(store, storage_options, group, variable, accumulations).snapshot()
+        cube, groups = snapshot.cube, snapshot.groups
+    else:
+        cube, groups = open_cube(store, "r", storage_options, group=group, variable=variable), None
     names = [variable] if variable else cube.data_variables
-    reports = [verify_variable(cube, name) for name in names]
+    reports = [_verify_one(cube, name, groups) for name in names]
     if variable is None:
         reports = [r for r in reports if r.checked or r.problems]
     return reports
+
+
+def _verify_one(cube: Cube, variable: str, groups: AccumulationGroups | None) -> VerifyReport:
+    if groups is None or groups.sidecar is None:
+        return verify_variable(cube, variable)
+    stale = groups.sidecar.staleness(cube, variable, groups.root)
+    if stale:
+        return VerifyReport(variable, problems=[stale])
+    return verify_variable(cube, variable, groups.root)
 
 
 @scoped

@@ -434,9 +434,13 @@ def verify(
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
     ),
+    accumulations: str = typer.Option(
+        None, "--accumulations", help="Verify the accumulations in this sidecar store (--into)."
+    ),
 ) -> None:
-    """Recompute accumulations from the raw data; exit 1 on any mismatch. With --sources
-    FILES…: compare the cube's values with its sources' instead."""
+    """Recompute accumulations from the raw data; exit 1 on any mismatch (a sidecar: from
+    its source's, and exit 1 when it is stale). With --sources FILES…: compare the cube's
+    values with its sources' instead."""
     from accumulus import api
 
     options = _storage_options(endpoint_url, storage_option)
@@ -446,7 +450,9 @@ def verify(
     if len(names or []) > 1:
         raise AccumulusError(f"verify takes one variable, got {names}; to compare files: --sources")
     variable = names[0] if names else None
-    reports = api.verify(store, variable, storage_options=options, group=group)
+    reports = api.verify(
+        store, variable, storage_options=options, group=group, accumulations=accumulations
+    )
     failed = False
     for report in reports:
         if report.ok:

@@ -14,9 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
+from typer.testing import CliRunner
 
 import accumulus
 from accumulus import AccumulusError
+from accumulus.cli import app
 from accumulus.snapshot import ROOT_DOCUMENTS
 from cubes import VAR, area_weights, synthetic_dataset, write_cube
 from servers import http_server
@@ -241,3 +244,58 @@ def test_what_cannot_be_a_sidecar(tmp_path):
     with pytest.raises(AccumulusError, match="not among its dimensions"):
         accumulus.accumulate(str(source), VAR, ["depth"], into=str(tmp_path / "new.zarr"))
     assert not (tmp_path / "new.zarr").exists()
+
+
+def test_verify_a_sidecar_against_its_source(tmp_path):
+    """`verify SIDE` recomputes SIDE's sums from the source's raw data: OK, a wrong entry
+    found, a grown source still OK over what SIDE covers, a changed source stale (exit 1,
+    one line), a gone source a one-line error."""
+    source = make_cube(tmp_path / "data")
+    side = tmp_path / "side.zarr"
+    accumulus.accumulate(str(source), VAR, into=str(side))
+    runner = CliRunner()
+    fine = runner.invoke(app, ["verify", str(side)])
+    assert fine.exit_code == 0, fine.output
+    assert f"{VAR}: OK (" in fine.stdout and "accumulation arrays match" in fine.stdout
+    named = runner.invoke(app, ["verify", str(source), "--accumulations", str(side)])
+    assert named.exit_code == 0 and named.stdout == fine.stdout
+
+    more = synthetic_dataset({**SIZES, "time": 70}, seed=3).isel(time=slice(60, 70))
+    more.to_zarr(source, append_dim="time")
+    assert accumulus.verify(str(side), VAR)[0].ok  # over what SIDE covers
+
+    group = zarr.open_group(side / f"{VAR}_accumulation_group", mode="r+")
+    name = sorted(group.array_keys())[0]
+    group[name][(0,) * group[name].ndim] = 1e6
+    wrong = runner.invoke(app, ["verify", str(side), VAR])
+    assert wrong.exit_code == 1 and wrong.stderr.count("\n") == 1, wrong.output
+    assert f"{name}: 1 entries differ" in wrong.stderr
+
+    write_cube(synthetic_dataset(SIZES, seed=9), source, {"time": 15, "lat": 6, "lon": 8})
+    stale = runner.invoke(app, ["verify", str(side)])
+    assert stale.exit_code == 1 and stale.stderr.count("\n") == 1, stale.output
+    assert "stale" in stale.stderr and "chunk edges along time" in stale.stderr
+    assert f"--into {side}" in stale.stderr
+
+    shutil.rmtree(source)
+    with pytest.raises(AccumulusError, match=r"holds accumulations of .*cannot be read") as gone:
+        accumulus.verify(str(side))
+    assert "\n" not in str(gone.value)
+
+
+def test_verify_a_sidecar_of_a_virtual_cube(tmp_path):
+    granules = monthly_granules(tmp_path / "in", [1, 2, 3])
+    virt, side = tmp_path / "virt.json", tmp_path / "side.zarr"
+    accumulus.append_virtual(virt, granules)
+    accumulus.accumulate(str(virt), VAR, into=str(side))
+    (report,) = accumulus.verify(str(side))
+    assert report.ok and report.checked
+    # January's references now point at another file: the fingerprint no longer holds.
+    other = tmp_path / "in" / "other.nc"
+    shutil.copy(granules[0], other)
+    document = json.loads(virt.read_text())
+    key = next(k for k in (f"{VAR}/c/0/0/0", f"{VAR}/0.0.0") if k in document["refs"])
+    document["refs"][key][0] = str(other)
+    virt.write_text(json.dumps(document))
+    (report,) = accumulus.verify(str(side))
+    assert not report.ok and "references other bytes" in report.problems[0]

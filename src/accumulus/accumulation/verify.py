@@ -75,11 +75,13 @@ class _Check:
             self.first = (flat, index, float(got[local]), float(want[local]))
 
 
-def verify_variable(cube: Cube, variable: str) -> VerifyReport:
+def verify_variable(cube: Cube, variable: str, root: zarr.Group | None = None) -> VerifyReport:
+    """Recompute ``variable``'s accumulations from ``cube``'s raw data and compare them with
+    its group, in ``cube`` or in ``root`` (a sidecar's)."""
     var = cube.variable(variable)
     report = VerifyReport(variable)
     try:
-        group = read_group(cube, variable)
+        group = read_group(cube, variable, root)
     except Exception as exc:  # an invalid group is exactly what verify reports
         report.problems.append(str(exc))
         return report
@@ -97,7 +99,7 @@ def verify_variable(cube: Cube, variable: str) -> VerifyReport:
     checks: list[_Check] = []
     for acc in group.accumulations:
         try:
-            checks += _checks(cube, var, group, acc, report.checked)
+            checks += _checks(cube, var, group, acc, report.checked, root)
         except _Mismatch as problem:
             report.problems.append(str(problem))
     try:
@@ -107,7 +109,7 @@ def verify_variable(cube: Cube, variable: str) -> VerifyReport:
             problem
             for acc in group.accumulations
             for name in sorted(set(acc.arrays.values()))
-            for problem in failing_chunks(accumulation_array(cube, variable, name))
+            for problem in failing_chunks(accumulation_array(cube, variable, name, root))
         ]
         text = chunk_problem_text(failing) or f"cannot be read or recomputed: {exc}"
         report.problems.append(f"{group.path}: {text}")
@@ -128,10 +130,11 @@ def _checks(
     group: spec.AccumulationGroup,
     acc: spec.Accumulation,
     checked: list[str],
+    root: zarr.Group | None,
 ) -> list[_Check]:
     """The comparisons of one accumulation's arrays, over the covered extent (entries past
     the coverage, or not final, are provisional and never read by queries)."""
-    arrays = {n: accumulation_array(cube, var.name, n) for n in set(acc.arrays.values())}
+    arrays = {n: accumulation_array(cube, var.name, n, root) for n in set(acc.arrays.values())}
     shape = dict(zip(acc.array_dims, next(iter(arrays.values())).shape, strict=True))
     window: dict[str, int] = {}  # entries (accumulated dims) or indices (others) to check
     ends = acc.entry_positions(dict(zip(var.dims, var.bounds, strict=True)))
