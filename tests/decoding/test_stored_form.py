@@ -62,6 +62,10 @@ def test_signed_reading_of_unsigned_values_with_a_fill_is_stored_decoded():
     # Without a fill value there is nothing to cast: the values keep their type.
     form = stored_form("v", np.dtype("u1"), {"_Unsigned": "false"}, "f.nc")
     assert not form.unpacked and form.attrs == {"_Unsigned": "false"}
+    # Where the bytes must stay the source's (a virtual cube): typed int8 as _Unsigned says.
+    kept = stored_form("v", np.dtype("u1"), {**attrs, "scale_factor": 0.5}, "f.nc", unpack=False)
+    assert not kept.unpacked and kept.dtype == np.int8 and kept.masked == (-55,)
+    assert kept.attrs == {"_FillValue": np.int8(-55), "scale_factor": 0.5}
 
 
 def test_float32_packing_is_stored_decoded_unless_every_value_decodes_alike():

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import netCDF4
 import numpy as np
 import pytest
 import xarray as xr
@@ -18,7 +19,18 @@ import accumulus
 from accumulus import AccumulusError
 from servers import http_server
 
-from .granules import VAR, h5py_granule, monthly_granules, netcdf4_granule
+from .granules import (
+    FILL,
+    LAT,
+    LON,
+    NLAT,
+    NLON,
+    VAR,
+    h5py_granule,
+    month_values,
+    monthly_granules,
+    netcdf4_granule,
+)
 
 
 def open_references(path: Path, **options) -> xr.Dataset:
@@ -268,3 +280,43 @@ def test_h5py_granules_with_fletcher32_keep_their_checksums(tmp_path):
         "numcodecs.fletcher32",
     ]
     same_as_granules(open_references(out), [granule])
+
+
+def test_signed_bytes_stored_unsigned_with_a_fill_decode_as_xarray_decodes_them(tmp_path):
+    """uint8 granules read as signed (``_Unsigned="false"``) with a fill value of 201 and a
+    scale: xarray cannot cast that fill, read back from Zarr v3 as a plain 201, to int8, so
+    the references type the bytes int8 (fill -55, no ``_Unsigned``): the same bytes, read
+    by xarray and averaged by accumulus as ``open_mfdataset`` reads the granules."""
+    granules = []
+    for month in (1, 2, 3):
+        days, values = month_values(2010, month, month)
+        path = tmp_path / f"bytes-{month}.nc"
+        with netCDF4.Dataset(path, "w") as ds:
+            for dim, size in (("time", None), ("lat", NLAT), ("lon", NLON)):
+                ds.createDimension(dim, size)
+            time = ds.createVariable("time", "f8", ("time",))
+            time.units, time[:] = "days since 2010-01-01", days
+            ds.createVariable("lat", "f4", ("lat",))[:] = LAT
+            ds.createVariable("lon", "f4", ("lon",))[:] = LON
+            var = ds.createVariable(
+                VAR, "u1", ("time", "lat", "lon"), zlib=True, shuffle=True, fill_value=201
+            )
+            var.setncattr("_Unsigned", "false")
+            var.scale_factor = np.float32(0.5)
+            var.set_auto_maskandscale(False)
+            stored = (values * 4 - 60).astype("i1").view("u1")  # negative values too
+            stored[values == FILL] = 201
+            var[:] = stored
+        granules.append(path)
+    out = tmp_path / "virt.json"
+    accumulus.append_virtual(out, granules)
+    with xr.open_mfdataset(granules) as ds:
+        expected = ds[VAR].load()
+    virtual = open_references(out)[VAR]
+    np.testing.assert_array_equal(virtual.values, expected.values)
+    assert 0 < int(virtual.isnull().sum()) == int(expected.isnull().sum())
+    assert (expected < 0).any()
+    weights = np.cos(np.deg2rad(expected.lat.astype("f8")))
+    series = accumulus.average(out, VAR, "lat,lon")
+    wanted = expected.astype("f8").weighted(weights).mean(["lat", "lon"]).values
+    np.testing.assert_allclose(series.values, wanted, rtol=1e-9)

@@ -201,12 +201,42 @@ def _stored_form(
     dropped = tuple(_dropped(name, dtype, theirs, decoding))
     masked = tuple(np.asarray([*fills, *others], dtype=dtype).tolist())
     exhaustive = _exhaustive(dtype)
-    if not unpack or all(
-        _same_decoding(source, _decode_or_none(name, probes, cube), exhaustive)
-        for cube in _as_zarr_gives_back(kept, dtype)
-    ):
-        return StoredForm(dtype, kept, masked, False, dropped, source_dtype)
+    form = StoredForm(dtype, kept, masked, False, dropped, source_dtype)
+    if _decodes_as(name, source, probes, form, exhaustive):
+        return form
+    if not unpack:  # the source's bytes are kept (a virtual cube): at most retyped
+        return _signed_as_unsigned_says(name, source, probes, form, exhaustive) or form
     return _unpacked_form(name, source.dtype, source_dtype, attrs, decoding, dropped)
+
+
+def _decodes_as(
+    name: str, source: np.ndarray, probes: np.ndarray, form: StoredForm, exhaustive: bool
+) -> bool:
+    """Whether xarray decodes ``probes`` stored in ``form``, as Zarr gives them back in
+    either format, to the ``source``'s decoded values."""
+    return all(
+        _same_decoding(source, _decode_or_none(name, probes, cube), exhaustive)
+        for cube in _as_zarr_gives_back(form.attrs, form.dtype)
+    )
+
+
+def _signed_as_unsigned_says(
+    name: str, source: np.ndarray, probes: np.ndarray, form: StoredForm, exhaustive: bool
+) -> StoredForm | None:
+    """``form`` typed as its ``_Unsigned`` attribute views it, without that attribute: the
+    same bytes, the same values. Where the bytes must stay the source's (a virtual cube), this
+    is what xarray can decode when it cannot cast the form's fill value, read back from Zarr
+    as a plain number, to the viewed type (``_Unsigned="false"`` on uint8 with a fill of 201).
+    None when the form has no such attribute or the retyped form decodes otherwise."""
+    view = _view_dtype(form.dtype, form.attrs.get("_Unsigned"))
+    if view == form.dtype:
+        return None
+    attrs = {k: v for k, v in form.attrs.items() if k != "_Unsigned"}
+    if "_FillValue" in attrs:  # missing_value is kept in the viewed type already
+        attrs["_FillValue"] = np.asarray(attrs["_FillValue"], dtype=form.dtype).view(view)[()]
+    masked = tuple(np.asarray(form.masked, dtype=form.dtype).view(view).tolist())
+    viewed = StoredForm(view, attrs, masked, False, form.dropped, form.source_dtype)
+    return viewed if _decodes_as(name, source, probes.view(view), viewed, exhaustive) else None
 
 
 def _unpacked_form(
