@@ -45,7 +45,8 @@ from accumulus.accumulation.execute import chunk_work
 from accumulus.chunk_reader import _chunk_spec as chunk_spec
 from accumulus.ingest.virtual import append_virtual
 from accumulus.scope import accumulus_scope
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.storage import CountingStore, open_store
+from bench_average import counted
 from common import DEFAULT_DIR, median_seconds, report
 
 NLAT, NLON = 180, 360
@@ -190,15 +191,6 @@ def main() -> None:
 
 # --------------------------------------------------------------------------------------------
 # Queries through accumulations beside the reference set
-
-
-def counted(store: CountingStore) -> dict:
-    chunks = [k for k in store.counts.reads if not is_metadata_key(k)]
-    return {
-        "requests": store.counts.read_requests,
-        "chunks": len(chunks),
-        "bytes": store.counts.read_bytes,
-    }
 
 
 def xarray_scan(store, over, ranges) -> xr.DataArray:

@@ -58,6 +58,17 @@ def make_cube(folder: Path, seed: int = 3) -> Path:
     return folder / "cube.zarr"
 
 
+def point_january_at_a_copy(virt: Path, january: Path) -> None:
+    """Rewrite the reference set ``virt`` so that its first chunk is read from a copy of
+    the January granule: the same values, other bytes behind a summed chunk."""
+    other = january.with_name("other.nc")
+    shutil.copy(january, other)
+    document = json.loads(virt.read_text())
+    key = next(k for k in (f"{VAR}/c/0/0/0", f"{VAR}/0.0.0") if k in document["refs"])
+    document["refs"][key][0] = str(other)
+    virt.write_text(json.dumps(document))
+
+
 def test_a_local_cube_with_accumulations_beside_it(tmp_path):
     source = make_cube(tmp_path / "data")
     before = sorted(p.relative_to(source) for p in source.rglob("*"))
@@ -165,12 +176,7 @@ def test_a_virtual_cube_grows_and_its_sidecar_follows(tmp_path):
 
     # January now points at another file (a copy, so the rebuild below reads the same
     # values): its sums may no longer hold, SIDE is stale.
-    other = tmp_path / "in" / "other.nc"
-    shutil.copy(granules[0], other)
-    document = json.loads(virt.read_text())
-    key = next(k for k in (f"{VAR}/c/0/0/0", f"{VAR}/0.0.0") if k in document["refs"])
-    document["refs"][key][0] = str(other)
-    virt.write_text(json.dumps(document))
+    point_january_at_a_copy(virt, granules[0])
     with pytest.raises(AccumulusError, match=r"stale .*references other bytes") as stale:
         accumulus.average(str(side), VAR, "lat,lon", whole)
     assert "\n" not in str(stale.value) and f"--into {side}" in str(stale.value)
@@ -291,11 +297,6 @@ def test_verify_a_sidecar_of_a_virtual_cube(tmp_path):
     (report,) = accumulus.verify(str(side))
     assert report.ok and report.checked
     # January's references now point at another file: the fingerprint no longer holds.
-    other = tmp_path / "in" / "other.nc"
-    shutil.copy(granules[0], other)
-    document = json.loads(virt.read_text())
-    key = next(k for k in (f"{VAR}/c/0/0/0", f"{VAR}/0.0.0") if k in document["refs"])
-    document["refs"][key][0] = str(other)
-    virt.write_text(json.dumps(document))
+    point_january_at_a_copy(virt, granules[0])
     (report,) = accumulus.verify(str(side))
     assert not report.ok and "references other bytes" in report.problems[0]
