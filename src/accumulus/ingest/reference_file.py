@@ -1,0 +1,118 @@
+"""A virtual cube's reference file (kerchunk's version 1 JSON, local or at a URL): read
+back with what accumulus recorded in it (``ReferenceSet``), and replaced in one write so that
+a reader opens the set before or after an append, never half of one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+import zarr
+
+from accumulus.errors import AccumulusError
+from accumulus.grid import array_bounds
+from accumulus.ingest.conform import Template, template_of
+from accumulus.ingest.granule_layout import GranuleRecord
+from accumulus.storage import file_options, open_reference_store, url_scheme
+
+VIRTUAL_KEY = "virtual"
+REFERENCE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ReferenceSet:
+    """An existing virtual cube, as read from its reference file."""
+
+    refs: Mapping[str, Any]
+    template: Template
+    zarr_format: int
+    granules: tuple[GranuleRecord, ...]
+    signatures: Mapping[str, Any]  # referenced array -> what its granules must agree on
+    coordinate: np.ndarray  # along the append dimension, as stored
+    inline: Mapping[str, np.ndarray]  # inline arrays along the append dimension
+    dim_chunks: Mapping[str, tuple[int, ...]]  # referenced array -> chunk sizes along dim
+
+
+@contextmanager
+def rectilinear_grids() -> Iterator[None]:
+    """zarr-python reads and writes rectilinear chunk grids only with this setting."""
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        yield
+
+
+def read_reference_set(target: str, dim: str, storage_options: dict | None) -> ReferenceSet | None:
+    """The virtual cube at ``target``, or None when there is none yet."""
+    import fsspec
+
+    try:
+        with fsspec.open(target, "rb", **file_options(target, storage_options)) as file:
+            document = json.load(file)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise AccumulusError(f"{target}: not a reference file (invalid JSON: {exc})") from None
+    refs = document.get("refs") if isinstance(document, dict) else None
+    if not isinstance(refs, dict):
+        raise AccumulusError(f"{target}: not a kerchunk reference file (no 'refs')")
+    store = open_reference_store(document, storage_options, label=target)
+    with rectilinear_grids():
+        root = zarr.open_group(store, mode="r")
+        settings = root.attrs.get("accumulus", {})
+        virtual = settings.get(VIRTUAL_KEY) if isinstance(settings, dict) else None
+        if not isinstance(virtual, dict) or settings.get("append_dim") != dim:
+            raise AccumulusError(
+                f"{target} is not a virtual cube appended along {dim!r} by accumulus"
+                + (f" (it is appended along {settings['append_dim']!r})" if settings else "")
+            )
+        dataset = xr.open_dataset(store, engine="zarr", decode_cf=False, chunks=None)
+        template = template_of(dataset, dim, target)
+        signatures = virtual.get("arrays", {})
+        dim_chunks = {
+            name: array_bounds(root[name])[template.variables[name].dims.index(dim)].sizes
+            for name in signatures
+        }
+        inline = {
+            name: np.asarray(dataset.variables[name].values)
+            for name in template.appended
+            if name not in signatures
+        }
+    granules = tuple(
+        GranuleRecord(g["url"], int(g["size"]), str(g["modified"]), int(g["steps"]))
+        for g in virtual.get("granules", [])
+    )
+    return ReferenceSet(
+        refs=refs,
+        template=template,
+        zarr_format=root.metadata.zarr_format,
+        granules=granules,
+        signatures=signatures,
+        coordinate=inline[dim],
+        inline=inline,
+        dim_chunks=dim_chunks,
+    )
+
+
+def write_atomically(target: str, refs: Mapping[str, Any], storage_options: dict | None) -> None:
+    """Replace the reference file in one step: a reader gets the old or the new one."""
+    document = json.dumps({"version": REFERENCE_VERSION, "refs": dict(refs)}).encode()
+    if url_scheme(target):
+        import fsspec
+
+        fs, path = fsspec.url_to_fs(target, **file_options(target, storage_options))
+        fs.pipe_file(path, document)  # one PUT: object stores replace objects atomically
+        return
+    path = Path(target).expanduser()
+    if not path.parent.is_dir():
+        raise AccumulusError(f"cannot write {target}: directory {path.parent} does not exist")
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
+        f.write(document)
+        temporary = f.name
+    os.replace(temporary, path)
