@@ -160,8 +160,8 @@ def main() -> None:
         seconds_read_mf, total_mf = median_seconds(read_mf, 1)
         assert np.isclose(total_virtual, total_mf, rtol=1e-6)
         full_read = {
-            "through_references": round(seconds_read_virtual, 2),
-            "open_mfdataset": round(seconds_read_mf, 2),
+            "through_references": round(seconds_read_virtual, 3),
+            "open_mfdataset": round(seconds_read_mf, 3),
         }
     queries = sidecar_queries(base, work / "side.zarr", args.repeats)
     report(
