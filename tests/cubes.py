@@ -18,16 +18,21 @@ def synthetic_dataset(
     *,
     seed: int = 0,
     nan_fraction: float = 0.1,
+    inf_fraction: float = 0.0,
     descending_lat: bool = False,
     dtype: str = "f4",
     var: str = VAR,
 ) -> xr.Dataset:
-    """Positive random values with NaN holes; time daily from 2001-01-01, lat in [-80, 80]."""
+    """Positive random values with NaN holes (and +inf or -inf at ``inf_fraction`` of the
+    cells, either sign alike); time daily from 2001-01-01, lat in [-80, 80]."""
     rng = np.random.default_rng(seed)
     dims = list(sizes)
     shape = [sizes[d] for d in dims]
     values = rng.uniform(0.1, 10.0, size=shape).astype(dtype)
     values[rng.random(shape) < nan_fraction] = np.nan
+    if inf_fraction:
+        infinite = rng.random(shape) < inf_fraction
+        values[infinite] = np.where(rng.random(shape) < 0.5, np.inf, -np.inf)[infinite]
     coords = {}
     for dim, n in sizes.items():
         if dim == "time":

@@ -27,10 +27,13 @@ def label(value: Any) -> Any:
 
 
 def _values(values: np.ndarray) -> Any:
-    """Nested lists with None where the value is missing."""
+    """Nested lists with None where the value is missing (NaN) and the strings "inf" and
+    "-inf" for infinities (JSON has no number for them), as CSV cells show them."""
     if values.ndim == 0:
         v = values.item()
-        return None if isinstance(v, float) and not math.isfinite(v) else v
+        if isinstance(v, float) and not math.isfinite(v):
+            return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        return v
     return [_values(v) for v in values]
 
 

@@ -54,6 +54,7 @@ def cubes(draw):
         "zarr_format": zarr_format,
         "fill_value": None if rectilinear else draw(st.sampled_from([None, -9999.0])),
         "nan_fraction": draw(st.sampled_from([0.0, 0.2, 0.9])),
+        "inf_fraction": draw(st.sampled_from([0.0, 0.0, 0.02, 0.1])),
         "descending_lat": draw(st.booleans()),
         "combos": chosen,
         "strides": strides,
@@ -95,6 +96,7 @@ def test_average_equals_xarray(tmp_path_factory, case, data):
         case["sizes"],
         seed=case["seed"],
         nan_fraction=case["nan_fraction"],
+        inf_fraction=case["inf_fraction"],
         descending_lat=case["descending_lat"],
     )
     write_cube(

@@ -57,6 +57,7 @@ def cubes(draw):
         "chunks": chunks,
         "zarr_format": draw(st.sampled_from([2, 3])),
         "nan_fraction": draw(st.sampled_from([0.0, 0.2])),
+        "inf_fraction": draw(st.sampled_from([0.0, 0.0, 0.02, 0.1])),
         "combos": chosen,
         "at": at,
         "weights": draw(st.sampled_from(["area", "none"] if "lat" in dims else ["none"])),
@@ -82,7 +83,12 @@ def _rule_labels(ds, dim, rule):
 @given(case=cubes(), data=st.data())
 def test_positioned_answers_equal_xarray(tmp_path_factory, case, data):
     path = tmp_path_factory.mktemp("cube") / "cube.zarr"
-    ds = synthetic_dataset(case["sizes"], seed=case["seed"], nan_fraction=case["nan_fraction"])
+    ds = synthetic_dataset(
+        case["sizes"],
+        seed=case["seed"],
+        nan_fraction=case["nan_fraction"],
+        inf_fraction=case["inf_fraction"],
+    )
     write_cube(ds, path, case["chunks"], zarr_format=case["zarr_format"])
     at = {d: _rule_labels(ds, d, r) for d, r in case["at"].items()}
     accumulus.accumulate(str(path), VAR, case["combos"], weights=case["weights"], at=at)

@@ -299,6 +299,7 @@ def sharded_cubes(draw):
         "shards": shards,
         "fill_value": draw(st.sampled_from([None, -9999.0])),
         "nan_fraction": draw(st.sampled_from([0.0, 0.3, 0.9])),
+        "inf_fraction": draw(st.sampled_from([0.0, 0.0, 0.02, 0.1])),
         "combos": draw(st.lists(st.sampled_from(combos), min_size=1, max_size=3, unique=True)),
         "strides": {d: draw(st.integers(1, 3)) for d in dims},
         "weights": draw(st.sampled_from(["area", "none"] if "lat" in dims else ["none"])),
@@ -314,7 +315,12 @@ def sharded_cubes(draw):
 @given(case=sharded_cubes(), data=st.data())
 def test_sharded_average_equals_xarray(tmp_path_factory, case, data):
     path = tmp_path_factory.mktemp("sharded") / "cube.zarr"
-    ds = synthetic_dataset(case["sizes"], seed=case["seed"], nan_fraction=case["nan_fraction"])
+    ds = synthetic_dataset(
+        case["sizes"],
+        seed=case["seed"],
+        nan_fraction=case["nan_fraction"],
+        inf_fraction=case["inf_fraction"],
+    )
     write_cube(
         ds,
         path,

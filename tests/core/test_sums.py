@@ -1,7 +1,8 @@
 """The accumulation math the build and the query run (``sums``, its compiled loop), checked
 against a plain NumPy computation on random blocks: shapes of 1 to 4 axes, chunk edges
-inside the block, weights varying along any axes, float32 and float64, NaN holes, every
-sum of the statistics table plus Σx² and Σw·x² (powers the table does not use yet)."""
+inside the block, weights varying along any axes, float32 and float64, NaN holes and
+infinities of both signs, every sum of the statistics table (the tallies of +inf and -inf
+too) plus Σx² and Σw·x² (powers the table does not use yet)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ def squares(monkeypatch):
 
 
 def direct(x, w, name, axes, edges):
-    """One sum per chunk segment along ``axes``, by NumPy slicing: w^a·x^b over valid x."""
+    """One sum per chunk segment along ``axes``, by NumPy slicing: w^a·x^b over valid x
+    (infinite x count in x^0 only), or 1 where x is the tally's infinity."""
     s = {**statistics.SUMS, **SQUARES}[name]
     w = np.broadcast_to(np.asarray(w, dtype="f8"), x.shape)
-    values = np.where(np.isnan(x), 0.0, x.astype("f8"))
+    values = np.where(np.isfinite(x), x.astype("f8"), 0.0)
     summands = np.where(np.isnan(x), 0.0, w**s.weight_power * values**s.value_power)
+    if s.tally is not None:
+        summands = (x == s.tally).astype("f8")
     for a in axes:
         bounds = [*edges[a], x.shape[a]]
         parts = [
@@ -46,6 +50,8 @@ def blocks(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     x = rng.normal(1.0, 2.0, size=shape).astype(draw(st.sampled_from(["f4", "f8"])))
     x[rng.random(shape) < draw(st.sampled_from([0.0, 0.3, 1.0]))] = np.nan
+    infinite = rng.random(shape) < draw(st.sampled_from([0.0, 0.2]))
+    x[infinite] = np.where(rng.random(shape) < 0.5, np.inf, -np.inf)[infinite]
     varying = [draw(st.booleans()) for _ in shape]
     w = rng.uniform(0.1, 1.0, size=[n if v else 1 for n, v in zip(shape, varying, strict=True)])
     if draw(st.booleans()) and not any(varying):

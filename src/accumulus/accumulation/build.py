@@ -119,7 +119,7 @@ def _build(
     check_request(var, request)
     compute.check_scheduler(scheduler)
     coverage = final_coverage(cube, var)
-    holders = statistics.stored_arrays(request.weights)
+    holders = statistics.stored_arrays(request.weights, statistics.can_be_infinite(var.array.dtype))
     placements = placement.placements(cube, var, request, coverage)
     wanted = spec.make_group(
         variable, var.dims, request, coverage, holders, placements, stride_unit(var)
@@ -137,14 +137,22 @@ def _build(
         existing = None  # damaged (e.g. attributes edited): replaced below
     action = "built" if stored.get(spec.group_name(variable)) is None else "rebuilt"
     if existing is not None and not rebuild:
+        # A group built before tallies of infinities were kept is brought up to date as it
+        # is (queries read it, and answer from raw data where it met infinities); --rebuild
+        # adds them.
+        wanted = _without_missing_tallies(wanted, existing)
         same = existing.producer == "accumulus" and existing.config() == wanted.config()
         if same and existing.complete:
             if dict(existing.coverage) == coverage and _placed(existing) == _placed(wanted):
                 return BuildResult(variable, "up to date", existing, (), 0.0)
             grown = _grown_dimension(existing, wanted)
             if grown is not None and _counts_fit(stored, var, existing, wanted):
-                arrays = _update(cube, var, existing, wanted, grown, scheduler, progress, target)
-                done = replace(wanted, complete=True)
+                arrays, seen = _update(
+                    cube, var, existing, wanted, grown, scheduler, progress, target
+                )
+                done = replace(wanted, complete=True, infinities=_infinities(wanted, seen))
+                if existing.infinities:
+                    done = replace(done, infinities=True)
                 _publish(cube, var, done, target)
                 return BuildResult(variable, "updated", done, arrays, time.perf_counter() - started)
         elif existing.complete:
@@ -162,8 +170,10 @@ def _build(
     if target.consolidated:
         # Readers see the group at once, marked incomplete, and ignore it until it is done.
         consolidate(target.store)
-    stream.fill(root, var, wanted, weights_of(cube, var, wanted), 0, None, scheduler, progress)
-    done = replace(wanted, complete=True)
+    seen = stream.fill(
+        root, var, wanted, weights_of(cube, var, wanted), 0, None, scheduler, progress
+    )
+    done = replace(wanted, complete=True, infinities=_infinities(wanted, seen))
     _publish(cube, var, done, target)
     return BuildResult(
         variable, action, done, tuple(sorted(targets)), time.perf_counter() - started
@@ -189,6 +199,27 @@ def final_coverage(cube: Cube, var: VariableInfo) -> dict[str, int]:
         if last_chunk_is_partial(var.array, axis):
             coverage[dim] = var.bounds[axis].edges[-2]
     return coverage
+
+
+def _infinities(group: spec.AccumulationGroup, seen: bool) -> bool | None:
+    """What the group records about infinities: whether its tallies count any (None when
+    it keeps no tallies)."""
+    if not any(t in acc.arrays for acc in group.accumulations for t in spec.TALLIES):
+        return None
+    return seen
+
+
+def _without_missing_tallies(
+    wanted: spec.AccumulationGroup, existing: spec.AccumulationGroup
+) -> spec.AccumulationGroup:
+    """``wanted`` without the tally arrays ``existing`` (built before them) lacks."""
+    if any(t in acc.arrays for acc in existing.accumulations for t in spec.TALLIES):
+        return wanted
+    stripped = tuple(
+        replace(acc, arrays={t: n for t, n in acc.arrays.items() if t not in spec.TALLIES})
+        for acc in wanted.accumulations
+    )
+    return replace(wanted, accumulations=stripped)
 
 
 def _placed(group: spec.AccumulationGroup) -> dict[str, spec.Placement | None]:
@@ -266,10 +297,11 @@ def _update(
     scheduler: str | None,
     progress: compute.Progress | None,
     target: _Target,
-) -> tuple[str, ...]:
+) -> tuple[tuple[str, ...], bool]:
     """Extend every accumulation array past the old coverage along ``dim``: resize the arrays
     to the grown data, then compute only what depends on raw data past the old coverage
-    (and the provisional entries of positioned accumulations)."""
+    (and the provisional entries of positioned accumulations). Returns the arrays, and
+    whether a tally written counts an infinity."""
     root = _writable_root(target)
     names = []
     for acc in group.accumulations:
@@ -280,8 +312,8 @@ def _update(
             names.append(name)
     weights = weights_of(cube, var, group)
     start = _update_start(old, dim)
-    stream.fill(root, var, group, weights, start, dim, scheduler, progress)
-    return tuple(sorted(names))
+    seen = stream.fill(root, var, group, weights, start, dim, scheduler, progress)
+    return tuple(sorted(names)), seen
 
 
 MAX_STRIDE = 1_000_000  # chunks per entry

@@ -62,6 +62,9 @@ class EntryPart:
     # The weights to multiply the entries by before summing (an accumulation whose weights
     # factor out stores Σx and the count), broadcastable to the slab; None for none.
     weights: np.ndarray | float | None = None
+    # False for a group built before infinities were tallied apart, over values that can
+    # be infinite: a non-finite entry may be an infinity summed in, not a missing chunk.
+    tallied: bool = True
 
 
 Part = RawPart | EntryPart
@@ -112,7 +115,7 @@ def execute(
                     cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan
                 )
             else:
-                sums = _checked_entries(groups.label, request, chunk[part.local])
+                sums = _checked_entries(groups.label, request, chunk[part.local], part.tallied)
                 if part.weights is not None:
                     sums = sums * part.weights
                 if part.summed:
@@ -261,8 +264,15 @@ def _entry_parts(
     summed = tuple(remaining.index(d) for d in plan.over if d in remaining)
     kept_order = [d for d in remaining if d not in plan.over]
     order = tuple(kept_order.index(d) for d in var.dims if d in kept_order)
+    tallied = all(t in acc.arrays for t in spec.TALLIES) or not statistics.can_be_infinite(
+        var.array.dtype
+    )
     for t, term in enumerate(terms):
         held = statistics.held_term(acc, term)
+        if term in spec.TALLIES and (held is None or not group.infinities):
+            # No infinity was summed (or a group built before tallies, whose entries are
+            # then checked to be finite): its tallies are all 0, not read.
+            continue
         assert held is not None
         holder, weighted = held
         array = groups.array(var.name, acc.arrays[holder])
@@ -288,7 +298,7 @@ def _entry_parts(
             yield (
                 ChunkRequest(array, coords, groups.store),
                 partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
-                        order=order, out=out, weights=w),
+                        order=order, out=out, weights=w, tallied=tallied),
             )  # fmt: skip
 
 
@@ -325,11 +335,26 @@ def _out(
     return tuple(out)
 
 
-def _checked_entries(label: str, request: ChunkRequest, slab: np.ndarray) -> np.ndarray:
+class InfiniteEntriesError(AccumulationReadError):
+    """Accumulation entries hold infinities: sums built before infinite values were tallied
+    apart (``statistics``); the raw data answers instead."""
+
+
+def _checked_entries(
+    label: str, request: ChunkRequest, slab: np.ndarray, tallied: bool = True
+) -> np.ndarray:
     """Entries as float64, refusing the fill value of a chunk that is not stored (NaN, -1
     for int64 counts, the type's largest value for unsigned ones): a missing chunk must never
-    read as zero."""
+    read as zero. Sums are finite (infinities are tallied apart); a non-finite entry of a
+    group built before that (not ``tallied``) is an infinity summed in (NaN: both signs),
+    whose differences would be NaN: the raw data answers instead."""
     if slab.dtype.kind == "f":
+        if not tallied and not np.isfinite(slab).all():
+            raise InfiniteEntriesError(
+                f"{label}: accumulation array {request.array.path} holds infinities (built "
+                "before accumulus tallied them apart; `accumulus accumulate --rebuild` "
+                "replaces it)"
+            )
         missing = np.isnan(slab).any()
     elif slab.dtype.kind == "u":
         missing = (slab == np.iinfo(slab.dtype).max).any()

@@ -20,7 +20,7 @@ def axis_sums(
     starts: np.ndarray,  # (S + 1,): where each segment starts, and N
     weights: np.ndarray,  # (P_w, N_w, Q_w): N_w is N or 1, Q_w is Q or 1
     weight_of: np.ndarray,  # (P,): the weights row (first index) of each p
-    powers: np.ndarray,  # (T, 2): (a, b) of each sum Σ w^a·x^b, a in {0, 1}
+    powers: np.ndarray,  # (T, 2): (a, b) of each sum Σ w^a·x^b, a in {0, 1}; b -1/-2: tallies
     out: np.ndarray,  # (T, P, S, Q) float64, added to
 ) -> None:
     n_pre, n_sum, n_post = block.shape
@@ -61,12 +61,18 @@ def axis_sums(
 
 @numba.njit(inline="always")
 def _summand(value, b: int) -> float:
-    """x^b for a valid value, 0 for a missing one (NaN)."""
+    """x^b for a valid value, 0 for a missing one (NaN); an infinite value counts (b = 0)
+    but adds nothing to the sums of x^b (b > 0), which stay finite. b = -1 (-2) is the
+    tally of +inf (-inf): 1 where the value is +inf (-inf)."""
     v = np.float64(value)
+    if b < 0:
+        return 1.0 if v == (np.inf if b == -1 else -np.inf) else 0.0
     if v != v:
         return 0.0
     if b == 0:
         return 1.0
+    if v == np.inf or v == -np.inf:
+        return 0.0
     if b == 1:
         return v
     return v**b

@@ -17,10 +17,16 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from accumulus.accumulation import statistics
+from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.cost import PlanCost, chunks_cost, raw_cost
-from accumulus.accumulation.execute import Work, chunk_work, execute, noise_floor
+from accumulus.accumulation.execute import (
+    InfiniteEntriesError,
+    Work,
+    chunk_work,
+    execute,
+    noise_floor,
+)
 from accumulus.accumulation.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
 from accumulus.accumulation.request import Query, ResolvedQuery, answer_labels, resolve
@@ -77,7 +83,8 @@ def run_query(
     resolved = query if isinstance(query, ResolvedQuery) else resolve(cube, query, groups)
     var, weights = resolved.variable, resolved.weights
     stat = statistics.STATISTICS[resolved.stat]
-    terms = stat.sums_for(weighted=weights != "none")
+    infinite = statistics.can_be_infinite(var.array.dtype)
+    terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
     if resolved.use_accumulation:
         layouts, note = _usable_layouts(groups, var, weights, terms)
     else:
@@ -89,9 +96,17 @@ def run_query(
             f"a full scan reads less ({costs['scan']}) than the accumulations would "
             f"({costs['accumulation']})"
         )
-    done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+    try:
+        done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+    except InfiniteEntriesError as problem:
+        # A group built before infinities were tallied apart holds them in its sums: the
+        # raw data answers instead.
+        plan = _plan(var, resolved, [])
+        work, costs = chunk_work(groups, var, plan, terms), {}
+        done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+        note = f"{problem}; answered from the raw data"
     sums = _weights_without_noise(terms, done.sums, noise_floor(done.entry_magnitude))
-    values = stat.finish(list(sums), weights != "none")
+    values = stat.answer(list(sums), weights != "none")
     if resolved.mask is not None:
         inside = kept_cells(resolved.mask, var.dims, resolved.over)
         values = values if inside is None else np.where(inside, values, np.nan)
@@ -176,7 +191,9 @@ def _usable_layouts(
         return [], unit_problem
     layouts = []
     for acc in group.accumulations:
-        if not all(statistics.held_term(acc, t) for t in terms):
+        # A group built before tallies were kept is read without them (its entries must
+        # then be finite: ``execute``).
+        if not all(statistics.held_term(acc, t) for t in terms if t not in spec.TALLIES):
             continue
         covered = group.coverage
         if acc.placement is None:

@@ -50,10 +50,23 @@ WSUM = "wsum"  # Σ w·x   _DATA_WEIGHTED
 WCOUNT = "wcount"  # Σ w     _WEIGHTS
 SUM = "sum"  # Σ x     _DATA_UNWEIGHTED
 COUNT = "count"  # Σ 1     (with weights "none" this is _WEIGHTS)
+# Tallies: how many values are +inf and -inf. Sums hold finite values only (a prefix sum
+# that met an infinity would carry it forever, and inf - inf is NaN); an answer is rebuilt
+# from the sums and the tallies of its range. Kept only where values can be infinite.
+POSINF = "posinf"
+NEGINF = "neginf"
+TALLIES = (POSINF, NEGINF)
 ZEP5_KEYS = {WSUM: "_DATA_WEIGHTED", WCOUNT: "_WEIGHTS", SUM: "_DATA_UNWEIGHTED"}
 _TERM_OF_KEY = {v: k for k, v in ZEP5_KEYS.items()}
 
-_ARRAY_PREFIX = {WSUM: "acc", WCOUNT: "acc_wt", SUM: "acc_uw", COUNT: "acc_n"}
+_ARRAY_PREFIX = {
+    WSUM: "acc",
+    WCOUNT: "acc_wt",
+    SUM: "acc_uw",
+    COUNT: "acc_n",
+    POSINF: "acc_pinf",
+    NEGINF: "acc_ninf",
+}
 
 # The sums a positioned accumulation stores when its weights factor out of them: the
 # weighted ones are the weights times these (Σw·x = w·Σx, Σw = w·count).
@@ -159,6 +172,10 @@ class AccumulationGroup:
     complete: bool = True
     producer: str = "accumulus"
     stride_unit: str = CHUNK  # CHUNK or INNER_CHUNK: what the strides count
+    # Whether the values summed held an infinity (their tallies are then read by queries;
+    # otherwise they are all 0 and not read). None: not recorded (no tallies, or a group
+    # built before tallies).
+    infinities: bool | None = None
 
     @property
     def path(self) -> str:
@@ -266,7 +283,9 @@ def make_group(
         ordered = tuple(d for d in dims if d in combo)
         strides = tuple(int(request.strides.get(d, 1)) for d in ordered)
         placement = placements.get(ordered)
-        held = FACTORED_HOLDERS if placement is not None and placement.factored else holders
+        held = holders
+        if placement is not None and placement.factored:
+            held = {**FACTORED_HOLDERS, **{t: holders[t] for t in TALLIES if t in holders}}
         suffix = ""
         if placement is not None:
             suffix = "_at_" + "_".join(rule_slug(placement.rules[d]) for d in ordered)
@@ -313,6 +332,8 @@ def group_attributes(group: AccumulationGroup) -> dict[str, Any]:
         extra["positioned"] = positioned
     if group.stride_unit != CHUNK:
         extra["stride_unit"] = group.stride_unit
+    if group.infinities is not None:
+        extra["infinities"] = group.infinities
     return {
         TREE_KEY: accumulation_tree(group.variable_dims, zep5),
         EXTENSION_KEY: {
@@ -505,7 +526,12 @@ def parse_group(
         coverage={d: int(n) for d, n in extension.get("coverage", {}).items()},
         complete=bool(extension.get("complete", False)),
         stride_unit=str(extension.get("stride_unit", CHUNK)),
+        infinities=_flag(extension.get("infinities")),
     )
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
 
 
 def _parse_placement(

@@ -9,7 +9,17 @@ signed pieces of a query plan.
 
 A statistic names the sums it needs when weighted; unweighted (weights "none", w = 1) it
 uses the same sums with a = 0. ``finish`` turns the combined sums into the answer, with
-xarray's conventions. Adding a statistic is one ``Statistic`` entry (and a ``Sum`` entry
+xarray's conventions.
+
+Infinite values are valid (they carry weight, as xarray counts them) but are kept out of
+every sum of x^b with b > 0: a prefix sum that met one would carry it to every later entry,
+and the difference of two such entries is NaN. They are counted instead, +inf and -inf
+apart, in two *tallies* (sums whose summand is 1 where x is +inf, resp. -inf), and an answer
+whose range holds any is rebuilt from them as xarray's sum would come out (``finish``): +inf
+alone gives +inf, -inf alone -inf, both NaN. Weights are taken as positive there (cos
+latitude, cell areas). Tallies exist where values can be infinite (floating-point data).
+
+Adding a statistic is one ``Statistic`` entry (and a ``Sum`` entry
 for each sum no statistic needed before): the build stores every sum of ``SUMS``, verify
 checks each, and the query asks for the ones its statistic names.
 """
@@ -21,21 +31,40 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumulus.accumulation.spec import COUNT, SUM, WCOUNT, WSUM, Accumulation
+from accumulus.accumulation.spec import (
+    COUNT,
+    NEGINF,
+    POSINF,
+    SUM,
+    TALLIES,
+    WCOUNT,
+    WSUM,
+    Accumulation,
+)
 
 
 @dataclass(frozen=True)
 class Sum:
-    """Σ w^a·x^b over the valid values of a block."""
+    """Σ w^a·x^b over the valid values of a block (x^b over finite ones when b > 0), or, for
+    a tally, how many values equal ``tally`` (+inf or -inf)."""
 
     name: str  # as the accumulation group names it (spec.WSUM, ...)
     weight_power: int  # a: 0 or 1
     value_power: int  # b: 0, 1, 2, ...
+    tally: float | None = None  # a tally's value (+inf or -inf); None for a sum
 
     @property
     def is_count(self) -> bool:
-        """Σ1, an exact integer (stored as int64)."""
+        """Σ1 or a tally, an exact integer (stored as int64)."""
         return self.weight_power == 0 and self.value_power == 0
+
+    @property
+    def code(self) -> int:
+        """b as the compiled loop takes it: the power of x, -1 for the +inf tally, -2 for
+        the -inf tally."""
+        if self.tally is None:
+            return self.value_power
+        return -1 if self.tally > 0 else -2
 
 
 SUMS: dict[str, Sum] = {
@@ -45,6 +74,8 @@ SUMS: dict[str, Sum] = {
         Sum(WCOUNT, 1, 0),  # Σ w     ZEP 5 _WEIGHTS
         Sum(SUM, 0, 1),  # Σ x     ZEP 5 _DATA_UNWEIGHTED
         Sum(COUNT, 0, 0),  # Σ 1     valid values
+        Sum(POSINF, 0, 0, np.inf),  # values that are +inf
+        Sum(NEGINF, 0, 0, -np.inf),  # values that are -inf
     )
 }
 
@@ -58,9 +89,11 @@ def _twin(name: str, weight_power: int) -> str:
     """The sum with the same power of x as ``name`` and w to ``weight_power`` (every weighted
     sum of the table has its unweighted twin; an unweighted one without a weighted twin is
     its own)."""
-    power = SUMS[name].value_power
+    power, tally = SUMS[name].value_power, SUMS[name].tally
     twins = [
-        s.name for s in SUMS.values() if (s.weight_power, s.value_power) == (weight_power, power)
+        s.name
+        for s in SUMS.values()
+        if (s.weight_power, s.value_power, s.tally) == (weight_power, power, tally)
     ]
     if not twins and weight_power == 1:
         return name
@@ -69,9 +102,9 @@ def _twin(name: str, weight_power: int) -> str:
 
 def powers(names: Sequence[str]) -> np.ndarray:
     """(a, b) of each named sum, as the compiled loop takes them: int64 (len(names), 2)."""
-    return np.array(
-        [(SUMS[n].weight_power, SUMS[n].value_power) for n in names], dtype="int64"
-    ).reshape(len(names), 2)
+    return np.array([(SUMS[n].weight_power, SUMS[n].code) for n in names], dtype="int64").reshape(
+        len(names), 2
+    )
 
 
 Finish = Callable[[Sequence[np.ndarray], bool], np.ndarray]
@@ -86,9 +119,27 @@ class Statistic:
     sums: tuple[str, ...]
     finish: Finish
     has_units: bool = True  # the answer carries the variable's units (a count does not)
+    sums_values: bool = True  # an infinite value makes it infinite (not so a count)
 
-    def sums_for(self, weighted: bool) -> tuple[str, ...]:
-        return self.sums if weighted else tuple(unweighted(s) for s in self.sums)
+    def sums_for(self, weighted: bool, infinite: bool = False) -> tuple[str, ...]:
+        """The sums it needs, and the tallies after them when values can be ``infinite``."""
+        sums = self.sums if weighted else tuple(unweighted(s) for s in self.sums)
+        return (*sums, *TALLIES) if infinite and self.sums_values else sums
+
+    def answer(self, sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+        """The answer from the sums ``sums_for`` named (tallies last, when there)."""
+        values = self.finish(sums[: len(self.sums)], weighted)
+        if len(sums) == len(self.sums):
+            return values
+        return with_infinities(values, *sums[len(self.sums) :])
+
+
+def with_infinities(values: np.ndarray, posinf: np.ndarray, neginf: np.ndarray) -> np.ndarray:
+    """``values`` (from the finite values) where the range holds no infinity; otherwise what
+    xarray's sum of them all comes to: +inf, -inf, or NaN when it holds both."""
+    values = np.where(posinf > 0, np.inf, values)
+    values = np.where(neginf > 0, -np.inf, values)
+    return np.where((posinf > 0) & (neginf > 0), np.nan, values)
 
 
 def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
@@ -117,27 +168,35 @@ STATISTICS: dict[str, Statistic] = {
     for s in (
         Statistic("mean", (WSUM, WCOUNT), _mean),
         Statistic("sum", (WSUM,), _sum),
-        Statistic("count", (WCOUNT,), _count, has_units=False),
+        Statistic("count", (WCOUNT,), _count, has_units=False, sums_values=False),
     )
 }
 
 
+def can_be_infinite(dtype: np.dtype) -> bool:
+    """Whether values of this (stored) type can be infinite: floating point."""
+    return np.dtype(dtype).kind == "f"
+
+
 def stored_sums(weights: str) -> tuple[str, ...]:
     """The sums a build computes with ``weights``: all of them; with unit weights only the
-    unweighted ones, as each weighted sum equals its unweighted twin."""
+    unweighted ones, as each weighted sum equals its unweighted twin. (An accumulation
+    stores those it has arrays for: no tallies where values cannot be infinite.)"""
     if weights == "none":
         return tuple(dict.fromkeys(unweighted(s) for s in SUMS))
     return tuple(SUMS)
 
 
-def stored_arrays(weights: str) -> dict[str, str]:
+def stored_arrays(weights: str, infinite: bool = True) -> dict[str, str]:
     """Each sum of an accumulation -> the sum whose array holds it. With unit weights a sum
     and its unweighted twin share one array, named after the weighted sum (ZEP 5's
-    _DATA_WEIGHTED then holds Σx), except that Σw and Σ1 share the count's."""
+    _DATA_WEIGHTED then holds Σx), except that Σw and Σ1 share the count's. Tallies only
+    when values can be ``infinite``."""
+    names = [s for s in SUMS if infinite or s not in TALLIES]
     if weights != "none":
-        return {s: s for s in SUMS}
+        return {s: s for s in names}
     holders = {}
-    for name in SUMS:
+    for name in names:
         twin = unweighted(name)
         holders[name] = twin if SUMS[twin].is_count else _twin(twin, weight_power=1)
     return holders

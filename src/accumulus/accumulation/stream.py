@@ -107,10 +107,11 @@ def fill(
     dim: str | None = None,
     scheduler: str | None = None,
     progress: compute.Progress | None = None,
-) -> None:
+) -> bool:
     """Write every entry of ``group`` that depends on raw indices from ``start`` on along
     ``dim`` (default: the batch dimension; ``start`` must be a chunk edge there). Entries
-    that end before ``start`` are kept and continued from."""
+    that end before ``start`` are kept and continued from. Returns whether any tally
+    written counts an infinity."""
     dim = dim or batch_dimension(var)
     axis = var.axis(dim)
     bounds = var.bounds[axis]
@@ -179,6 +180,7 @@ def fill(
             for item, per_segment, locations in ready:
                 _write_entries(var, item, dim, per_segment, locations, writer)
         writer.flush()
+    return writer.infinities
 
 
 def _region_tasks(
@@ -318,6 +320,8 @@ def _write_entries(
         if dim in acc.prefix_dims and work.first > 0:
             # Continue from the last entry the previous slab (or build) wrote.
             values += writer.entry(name, t_axis, work.first - 1)
+        if term in spec.TALLIES and values.any():
+            writer.infinities = True
         writer.write(name, t_axis, work.first, values)
 
 
@@ -337,6 +341,7 @@ class _Writer:
         self._last: dict[str, tuple[int, np.ndarray]] = {}
         self._thread = ThreadPoolExecutor(1)
         self._writes: list[Future] = []
+        self.infinities = False  # whether a tally written counts an infinity
 
     def __enter__(self) -> _Writer:
         return self

@@ -1,7 +1,8 @@
 """Verifying an accumulation group against the raw data.
 
 The expected entries are recomputed by another route than the build's: the summands
-w^a·x^b of every sum (``statistics.SUMS``) are formed with Dask and NumPy, summed per piece
+w^a·x^b of every sum (``statistics.SUMS``; 1 where x is +inf or -inf for the tallies) are
+formed with Dask and NumPy, summed per piece
 between raw chunk edges and entry positions with ``np.add.reduceat`` (the build uses its
 compiled kernel), and prefix-summed with ``np.cumsum``, then compared with the stored arrays
 over the covered extent. The tolerance follows the rounding error of a sum: relative to the
@@ -58,10 +59,12 @@ class _Check:
     ends: Mapping[str, tuple[int, ...]]  # per prefix dimension: where each entry ends
     n_bad: int = 0
     first: tuple[int, tuple[int, ...], float, float] | None = None  # flat index, index, got, want
+    nonzero: bool = False  # whether any recomputed entry is not 0 (for a tally: an infinity)
 
     def record(self, offset: tuple[int, ...], got: np.ndarray, want: np.ndarray, scale: np.ndarray):
         """Compare one slab's stored entries (starting at ``offset``) with recomputed ones."""
         # Sums stored in float32 (as the ZEP 5 reference generator does) carry its rounding.
+        self.nonzero = self.nonzero or bool(want.any())
         dtype = self.array.dtype
         rtol = max(RTOL, 16 * np.finfo(dtype).eps) if dtype.kind == "f" else RTOL
         bad = ~(np.abs(got.astype("f8") - want) <= rtol * scale + 1e-300)
@@ -117,6 +120,12 @@ def verify_variable(cube: Cube, variable: str, root: zarr.Group | None = None) -
     for check in checks:
         if check.n_bad:
             report.problems.append(_describe(group, check))
+    if group.infinities is False and any(c.nonzero for c in checks if c.term in spec.TALLIES):
+        # Queries do not read tallies the group says are all 0.
+        report.problems.append(
+            f"{group.path}: says its values hold no infinity, but the data holds some: "
+            "rebuild it with `accumulus accumulate --rebuild`"
+        )
     return report
 
 
@@ -227,12 +236,17 @@ def _slab_sums(
     the checks need and for the same sums of absolute summands: ``{(term, cuts, absolute):
     array}``, shaped like the slab with the piece count on the cut axes."""
     valid = ~da.isnan(x)
-    values = da.where(valid, x, 0.0)
+    # Infinite values count (x^0 = 1) but add nothing to the sums of x^b, b > 0: the
+    # tallies count them (``statistics``).
+    values = da.where(da.isfinite(x), x, 0.0)
     wanted = sorted({(c.term, _cuts(var, c)) for c in checks})
     lazy = {}
     for term, cuts in wanted:
         s = statistics.SUMS[term]
-        summand = da.where(valid, w**s.weight_power * values**s.value_power, 0.0)
+        if s.tally is not None:
+            summand = (x == s.tally).astype("f8")
+        else:
+            summand = da.where(valid, w**s.weight_power * values**s.value_power, 0.0)
         lazy[term, cuts, False] = _piece_totals(summand, var, cuts, slab)
         # A count's summands are never negative: its absolute sums are its sums.
         absolute = summand if s.is_count else abs(summand)
@@ -329,7 +343,13 @@ def _describe(group: spec.AccumulationGroup, check: _Check) -> str:
         f"{d} entry {i} (raw [0, {check.ends[d][i]}))" if d in check.acc.prefix_dims else f"{d}={i}"
         for d, i in zip(check.acc.array_dims, index, strict=True)
     )
+    why = ""
+    if not np.isfinite(got) and np.isfinite(want):
+        why = (
+            " (its sums hold infinities: built before accumulus tallied them apart; "
+            "`accumulus accumulate --rebuild` replaces it)"
+        )
     return (
         f"{group.path}/{check.name}: {check.n_bad} entries differ; first at {location}: "
-        f"stored {got}, recomputed {want}"
+        f"stored {got}, recomputed {want}{why}"
     )

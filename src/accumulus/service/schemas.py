@@ -92,7 +92,12 @@ class AverageResult(BaseModel):
     over: list[str]
     dims: list[str] = Field(description="Dimensions of the answer (those not averaged over).")
     coords: dict[str, list[Label]]
-    values: Any = Field(description="Nested lists, one level per dimension; null = missing.")
+    values: Any = Field(
+        description=(
+            'Nested lists, one level per dimension; null = missing; "inf" and "-inf" for '
+            "infinities (JSON has no number for them)."
+        )
+    )
     units: str | None
     plan: Plan = Field(description="What answering cost: chunks and bytes read, seconds.")
     note: str = Field(description="Why accumulations were not (fully) used, when they were not.")

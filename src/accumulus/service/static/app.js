@@ -120,7 +120,15 @@ async function api(url, posted = null) {
   });
   const body = await response.json();
   if (!response.ok) throw new ApiError(body, response.status);
+  // Infinities come as the strings "inf" and "-inf" (JSON has no number for them).
+  if (Array.isArray(body.values)) body.values = numbers(body.values);
   return { body, response, ms: performance.now() - started };
+}
+
+function numbers(values) {
+  if (Array.isArray(values)) return values.map(numbers);
+  if (values === "inf") return Infinity;
+  return values === "-inf" ? -Infinity : values;
 }
 
 function averageUrl(over, format = "json", { box = true } = {}) {
@@ -445,12 +453,12 @@ function listenForDrags() {
 
 function drawMap(answer, whole) {
   const cells = cellsOf(answer);
-  const finite = answer.values.flat().filter((v) => v !== null);
+  const finite = answer.values.flat().filter(Number.isFinite);
   const scale = colourScale(...extent(finite));
   const context = $("map-canvas").getContext("2d");
   context.clearRect(0, 0, page.frame.width, page.frame.height);
   if (whole) {
-    const [lo, hi] = extent(whole.values.flat().filter((v) => v !== null));
+    const [lo, hi] = extent(whole.values.flat().filter(Number.isFinite));
     paintCells(context, cellsOf(whole), (v) => {
       const grey = Math.round(235 - 85 * ((v - lo) / (hi - lo || 1)));
       return [grey, grey, grey + 6];
@@ -482,7 +490,7 @@ function paintCells(context, { lats, lons, value }, colour) {
   const { halfLat, halfLon } = page.frame;
   lats.forEach((lat, i) => lons.forEach((lon, j) => {
     const v = value(i, j);
-    if (v === null) return;
+    if (!Number.isFinite(v)) return;
     const [r, g, b] = colour(v);
     context.fillStyle = `rgb(${r},${g},${b})`;
     // Whole pixels, a little wider than the cell, so neighbours leave no seams.
@@ -550,7 +558,7 @@ function drawSeries(answer) {
   const values = answer.values;
   const { width, height } = SERIES_SIZE, m = SERIES_MARGIN;
   const w = width - m.left - m.right, h = height - m.top - m.bottom;
-  let [lo, hi] = extent(values.filter((v) => v !== null));
+  let [lo, hi] = extent(values.filter(Number.isFinite));
   if (lo === hi) { lo -= 1; hi += 1; }
   const t0 = times[0], t1 = times[times.length - 1];
   const x = (t) => (t1 > t0 ? ((t - t0) / (t1 - t0)) * w : w / 2);
@@ -573,13 +581,13 @@ function drawSeries(answer) {
   // The line breaks where a value is missing.
   let path = "";
   values.forEach((v, k) => {
-    if (v === null) return;
-    path += `${k && values[k - 1] !== null ? "L" : "M"}${x(times[k]).toFixed(2)},${y(v).toFixed(2)}`;
+    if (!Number.isFinite(v)) return;
+    path += `${k && Number.isFinite(values[k - 1]) ? "L" : "M"}${x(times[k]).toFixed(2)},${y(v).toFixed(2)}`;
   });
   plot.append(svgElement("path", { class: "line", d: path }));
   const label = answer.coords[page.dims.time];
   values.forEach((v, k) => {
-    if (v === null) return;
+    if (!Number.isFinite(v)) return;
     const point = svgElement("circle", {
       class: "point", cx: x(times[k]), cy: y(v), r: values.length > 200 ? 1.5 : 3,
       "data-time": label[k], "data-value": v,
@@ -658,7 +666,7 @@ function drawHovmoller(answer) {
       at: (x, y) => [Math.floor((y / h) * times.length), lo + (x / w) * (hi - lo)],
       timeAxis: "y",
     };
-  const finite = answer.values.flat().filter((v) => v !== null);
+  const finite = answer.values.flat().filter(Number.isFinite);
   const scale = colourScale(...extent(finite));
   const canvas = $("hovmoller-canvas");
   canvas.width = w;
@@ -669,7 +677,7 @@ function drawHovmoller(answer) {
   context.clearRect(0, 0, w, h);
   times.forEach((_, t) => places.forEach((_, p) => {
     const v = value(t, p);
-    if (v === null) return;
+    if (!Number.isFinite(v)) return;
     const [x, y, cw, ch] = layout.cell(t, p);
     const [r, g, b] = scale.colour(v);
     context.fillStyle = `rgb(${r},${g},${b})`;
