@@ -620,13 +620,20 @@ def append(
         help="When the cube is created, along --dim: month or year (a chunk per calendar "
         "period), per-granule (each granule a chunk), or a size. Variable chunks need Zarr v3.",
     ),
+    shards: list[str] = typer.Option(
+        None,
+        "--shards",
+        help="When the cube is created (Zarr v3): data chunks packed in shards of dim=size,... "
+        "e.g. time=365 (multiples of the chunks; one chunk per shard along other dimensions).",
+    ),
     skip_existing: bool = typer.Option(
         False, "--skip-existing", help="Skip steps already in the cube instead of refusing."
     ),
     zarr_format: int = typer.Option(
         None,
         "--zarr-format",
-        help="When the cube is created: 2 or 3 (default 2; 3 with variable --chunking).",
+        help="When the cube is created: 2 or 3 (default 2; 3 with variable --chunking or "
+        "--shards).",
     ),
     group: str = _group_option(
         "Group of the granules to append (with its nested groups), kept at the same place "
@@ -647,14 +654,19 @@ def append(
 
     options = _storage_options(endpoint_url, storage_option)
     if virtual:
-        if chunks or chunking:
+        if chunks or chunking or shards:
             raise AccumulusError(
-                "--virtual keeps the granules' own chunks; --chunks and --chunking do not apply"
+                "--virtual keeps the granules' own chunks; --chunks, --chunking and --shards "
+                "do not apply"
             )
         _append_virtual(store, granules, dim, zarr_format, skip_existing, options)
         return
     items = [item for text in chunks or [] for item in text.split(",") if item.strip()]
     sizes = {d: _positive_int(n, f"--chunks {d}") for d, n in _pairs(items, "--chunks").items()}
+    items = [item for text in shards or [] for item in text.split(",") if item.strip()]
+    shard_sizes = {
+        d: _positive_int(n, f"--shards {d}") for d, n in _pairs(items, "--shards").items()
+    }
     with _ProgressBar("checking and appending granules") as report:
         result = api.append(
             store,
@@ -667,6 +679,7 @@ def append(
             zarr_format=zarr_format,
             progress=report,
             group=group,
+            shards=shard_sizes or None,
         )
     if result.recovered:
         console.print(f"[yellow]recovered:[/] {result.recovered}", highlight=False)

@@ -1,7 +1,7 @@
-"""kill -9 at random moments of ``accumulus append`` (24 trials, and 8 more under the month
-rule): each time the store opens, readers see a prefix of the data whose averages
-(accumulations included) equal xarray's, and re-running the same command completes the work,
-every granule once, ``verify`` passing."""
+"""kill -9 at random moments of ``accumulus append`` (24 trials, 12 more into a sharded
+cube, and 8 more under the month rule): each time the store opens, readers see a prefix of
+the data whose averages (accumulations included) equal xarray's, and re-running the same
+command completes the work, every granule once, ``verify`` passing."""
 
 from __future__ import annotations
 
@@ -71,17 +71,28 @@ def killed_appends(base: Path, granules: list[str], trials: int, seed: int) -> I
 
 
 @pytest.mark.slow
-def test_kill_minus_9_at_random_moments(tmp_path):
+@pytest.mark.parametrize(
+    ("layout", "trials"),
+    [
+        ({"chunks": {"time": 4}}, TRIALS),
+        # Shards of 8 steps (4 inner chunks of 2 x 6 x 16), granules of 3: most kills land
+        # while a shard the last commit left partial is being rewritten.
+        ({"chunks": {"time": 2, "lat": 6}, "shards": {"time": 8, "lat": 12}}, TRIALS // 2),
+    ],
+    ids=["chunks", "shards"],
+)
+def test_kill_minus_9_at_random_moments(tmp_path, layout, trials):
     t = truth(STEPS, nlat=12, nlon=16)
     granules = [str(p) for p in write_granules(tmp_path / "in", t, PER_GRANULE)]
     base = tmp_path / "base.zarr"
-    accumulus.append(str(base), granules[0], chunks={"time": 4})
+    accumulus.append(str(base), granules[0], **layout)
     accumulus.accumulate(str(base), VAR, ["time", "lat,lon"])
     boundaries = set(range(PER_GRANULE, STEPS + 1, PER_GRANULE))
     expected_ranges = [[s, s + PER_GRANULE] for s in range(0, STEPS, PER_GRANULE)]
+    shards = (8, 12, 16) if "shards" in layout else None
 
     killed_mid_append = 0
-    for trial, store in enumerate(killed_appends(base, granules, TRIALS, seed=3)):
+    for trial, store in enumerate(killed_appends(base, granules, trials, seed=3)):
         visible = check_visible(store, t, boundaries)  # opens; a prefix; averages agree
         committed = json.loads((store / ".accumulus" / "journal.json").read_text())["extent"]
         killed_mid_append += PER_GRANULE < committed < STEPS or visible < committed
@@ -93,9 +104,10 @@ def test_kill_minus_9_at_random_moments(tmp_path):
         assert [[g["start"], g["stop"]] for g in journal["granules"]] == expected_ranges
         reports = accumulus.verify(str(store), VAR)
         assert reports and all(r.ok for r in reports), (trial, [r.problems for r in reports])
+        assert zarr.open_array(store / VAR, mode="r").shards == shards
 
     # The trials are meaningful only if many kills hit a run between its first and last commit.
-    assert killed_mid_append >= TRIALS // 4, f"only {killed_mid_append} kills landed mid-append"
+    assert killed_mid_append >= trials // 4, f"only {killed_mid_append} kills landed mid-append"
 
 
 MONTH_TRIALS = 8

@@ -11,10 +11,13 @@ below that takes the previous phase's result, an immutable value, and returns it
    (``conform.py``) and read whole; granules already in the journal are skipped, overlaps
    refused (or skipped with ``skip_existing``). Nothing has been written yet.
 3. ``create`` -> ``Committed``: a new cube's arrays from the first granule, empty along the
-   append dimension (chunks chosen by ``layout.py``).
+   append dimension (chunks, and shards if asked, chosen by ``layout.py``).
 4. ``write`` -> ``Written``: the granules are read again one at a time and their values
    written in whole chunks past the committed extent, where no reader looks (``writer.py``),
-   with a ``commit`` whenever a chunk of data has filled and at the end.
+   with a ``commit`` whenever a chunk of data has filled and at the end. In a sharded
+   cube the unit written and committed is the shard (one object): a shard is written once
+   it is full, the partial last one at each commit (zarr keeps its old inner chunks), and
+   shards before the committed extent's are never touched.
 5. ``commit`` -> ``Journal``: partial last chunks, arrays resized, the journal (the commit
    point), accumulation groups updated incrementally, consolidated metadata last.
 
@@ -95,7 +98,7 @@ from accumulus.ingest.journal import (
     read_journal,
     write_journal,
 )
-from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks
+from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, choose_shards
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.locking import StoreLock
 from accumulus.nczarr import record_dimension_size
@@ -137,6 +140,7 @@ def append(
     zarr_format: int | None = None,
     progress: Progress | None = None,
     group: str | None = None,
+    shards: Mapping[str, int] | None = None,
 ) -> AppendResult:
     """Append ``granules`` (NetCDF4/HDF5 files, Zarr stores or ``xarray.Dataset`` objects)
     to the cube at ``store`` along ``dim``, creating it from the first granule if needed.
@@ -151,7 +155,10 @@ def append(
     interruption, and to run while others read. ``progress(done, total)`` is called as
     granules are checked and written. ``group``: the group of the granules to append (with
     its nested groups along ``dim``), kept at the same place in the cube; by default the one
-    group holding variables along ``dim``.
+    group holding variables along ``dim``. ``shards`` ({dim: size}, Zarr v3, the default
+    format with it): on creation, the data variables' chunks are packed in shards of these
+    sizes (multiples of the chunk sizes; one chunk per shard along dimensions not named);
+    on an existing cube they must agree with its shards.
     """
     started = time.perf_counter()
     items = _as_list(granules)
@@ -161,10 +168,12 @@ def append(
     rule = _chunking_rule(chunking, chunks, dim)
     if isinstance(rule, int):
         chunks[dim] = rule
+    shards = dict(shards or {})
     request = Request(
         chunks=chunks,
         rule=rule,
-        zarr_format=_zarr_format(zarr_format, rule),
+        shards=shards,
+        zarr_format=_zarr_format(zarr_format, rule, bool(shards)),
         skip_existing=skip_existing,
         storage_options=storage_options,
         progress=progress or (lambda done, total: None),
@@ -227,6 +236,7 @@ class Request:
 
     chunks: Mapping[str, int]  # as asked for (--chunks, and a --chunking size)
     rule: ChunkRule | None  # as asked for along ``dim``: a size, a variable rule, or None
+    shards: Mapping[str, int]  # as asked for (--shards); empty: unsharded
     zarr_format: int  # of a new cube
     skip_existing: bool
     storage_options: dict | None
@@ -491,11 +501,13 @@ def check(
 
 
 def _check_chunking_unchanged(target: Target, request: Request, cube: Committed) -> None:
-    """``--chunks`` and ``--chunking`` apply when a cube is created: on an existing cube
-    they must say how it is chunked already."""
+    """``--chunks``, ``--chunking`` and ``--shards`` apply when a cube is created: on an
+    existing cube they must say how it is chunked already."""
     asked: dict[str, int | str] = dict(request.chunks)
     if request.rule is not None:
         asked[target.dim] = request.rule
+    if request.shards:
+        _check_shards_unchanged(target, request, cube)
     if not asked:
         return
     if request.variable_rule is not None and cube.root.metadata.zarr_format == 2:
@@ -507,7 +519,8 @@ def _check_chunking_unchanged(target: Target, request: Request, cube: Committed)
     for name in cube.template.data:
         array = _array(cube.root, name)
         stored: dict[str, int | str | None] = {
-            d: regular_chunk_size(array, axis) for axis, d in enumerate(dimension_names(array))
+            d: array.chunks[axis] if array.shards else regular_chunk_size(array, axis)
+            for axis, d in enumerate(dimension_names(array))
         }
         if cube.variable_rule is not None:
             stored[target.dim] = cube.variable_rule
@@ -517,6 +530,25 @@ def _check_chunking_unchanged(target: Target, request: Request, cube: Committed)
             raise AccumulusError(
                 f"{target.label}: {name} is chunked {text}; --chunks and --chunking apply "
                 "when a cube is created and cannot change an existing one"
+            )
+
+
+def _check_shards_unchanged(target: Target, request: Request, cube: Committed) -> None:
+    for name in cube.template.data:
+        array = _array(cube.root, name)
+        names = dimension_names(array)
+        if not array.shards:
+            raise AccumulusError(
+                f"{target.label}: {name} is not sharded; --shards applies when a cube is "
+                "created and cannot change an existing one"
+            )
+        stored = dict(zip(names, array.shards, strict=True))
+        differ = {d: n for d, n in request.shards.items() if stored.get(d, n) != n}
+        if differ:
+            text = ",".join(f"{d}={stored[d]}" for d in differ)
+            raise AccumulusError(
+                f"{target.label}: {name} is in shards {text}; --shards applies when a cube is "
+                "created and cannot change an existing one"
             )
 
 
@@ -607,6 +639,7 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
         }
         year = steps_per_year(_step_seconds(granule, batch))
         choice = choose_chunks(specs, dim, request.chunks, variable_rule, year)
+        choice = choose_shards(choice, specs, dim, request.shards)
         chains = granule.compression(zarr_format)
         empty, fills = cube_dataset(granule.dataset, template)
         encoding = {}
@@ -620,6 +653,7 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
                 chain = None
             encoding[name] = {
                 "chunks": choice.chunks[str(name)],
+                **({"shards": choice.shards[str(name)]} if str(name) in choice.shards else {}),
                 "_FillValue": fill,
                 **_codec_encoding(chain, zarr_format),
             }
@@ -815,13 +849,23 @@ def _chunking_rule(
     return rule
 
 
-def _zarr_format(asked: int | None, rule: ChunkRule | None) -> int:
-    """The format of a new cube: as asked, else 2, or 3 for variable chunks."""
+def _zarr_format(asked: int | None, rule: ChunkRule | None, sharded: bool = False) -> int:
+    """The format of a new cube: as asked, else 2, or 3 for variable chunks or shards."""
     variable = isinstance(rule, str)
+    if variable and sharded:
+        raise AccumulusError(
+            f"--shards with --chunking {rule}: shards are cut on a regular chunk grid; "
+            "give --chunking a size (or --chunks) to shard, or drop --shards"
+        )
     if asked is None:
-        return 3 if variable else 2
+        return 3 if variable or sharded else 2
     if asked not in (2, 3):
         raise AccumulusError(f"zarr_format must be 2 or 3, got {asked}")
+    if asked == 2 and sharded:
+        raise AccumulusError(
+            "--shards needs Zarr v3: Zarr v2 has no shards; use --zarr-format 3 (the default "
+            "with --shards)"
+        )
     if asked == 2 and variable:
         raise AccumulusError(
             f"--chunking {rule} needs Zarr v3: Zarr v2 cannot store chunks of different sizes; "
@@ -893,8 +937,10 @@ def _check_increasing(name: str, coordinate: np.ndarray, template: Template) -> 
 
 
 def _chunk_along(array: zarr.Array, dim: str) -> int:
-    """The chunk size of a regular grid along ``dim``."""
-    return array.chunks[dimension_names(array).index(dim)]
+    """The size along ``dim`` of the objects a regular grid stores: its chunks, or its
+    shards when sharded. Appends write and commit by them, so a shard is written once per
+    commit (zarr rewrites a shard whole, keeping the inner chunks a write does not cover)."""
+    return (array.shards or array.chunks)[dimension_names(array).index(dim)]
 
 
 def _codec_encoding(chain: CodecChain | None, zarr_format: int) -> dict[str, Any]:

@@ -11,12 +11,17 @@ arrays: they get chunks of about 1 MiB, not the data's 40 steps.
 With ``--chunking month|year|per-granule`` the data variables get variable chunks along the
 append dimension instead (ZEP 3: a rectilinear chunk grid, Zarr v3), declared as values
 arrive: where chunk edges fall for new data is ``grid.RegularGrid`` and ``grid.VariableGrid``.
+
+With ``--shards`` (Zarr v3) the data variables' chunks are packed into shards, one object
+each: ``choose_shards`` checks that the shards hold whole chunks. A shard is then what an
+append writes whole (and rewrites when it was partial), the chunks inside it what readers
+and accumulations read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from math import prod
 
 from accumulus.errors import AccumulusError
@@ -48,6 +53,8 @@ class ArraySpec:
 class ChunkChoice:
     chunks: dict[str, tuple[int, ...]]  # array name -> chunk shape, in its dimensions' order
     reason: str  # what was chosen and why, for the user
+    # Data variables' shard shapes (inner chunks are ``chunks``); empty: not sharded.
+    shards: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def choose_chunks(
@@ -100,6 +107,55 @@ def choose_chunks(
             chunks[name] = tuple(max(1, n) for n in spec.shape)
     reason = _reason(data, chunks, step_bytes, largest, dim, steps, given, rule, year)
     return ChunkChoice(chunks, reason)
+
+
+def choose_shards(
+    choice: ChunkChoice,
+    arrays: Mapping[str, ArraySpec],
+    dim: str,
+    given: Mapping[str, int],
+) -> ChunkChoice:
+    """``choice`` with the data variables (those along ``dim``) in shards of ``given``
+    sizes ({dimension: size}; a dimension not given gets one chunk per shard). A shard holds
+    whole chunks: every size must be a multiple of the chunk size along its dimension."""
+    if not given:
+        return choice
+    known = {d for spec in arrays.values() for d in spec.dims}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise AccumulusError(
+            f"--shards names dimension(s) {unknown} that the granule does not have; "
+            f"its dimensions are {sorted(known)}"
+        )
+    for d, size in given.items():
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise AccumulusError(f"--shards {d}={size}: a shard size must be a positive integer")
+    shards: dict[str, tuple[int, ...]] = {}
+    for name, spec in arrays.items():
+        if dim not in spec.dims or spec.is_coordinate:
+            continue
+        chunks = choice.chunks[name]
+        for d, chunk in zip(spec.dims, chunks, strict=True):
+            size = given.get(d, chunk)
+            if size % chunk:
+                raise AccumulusError(
+                    f"--shards {d}={size}: a shard holds whole chunks, and {name}'s chunks are "
+                    f"{chunk} along {d}; give a multiple of {chunk} (or choose the chunks with "
+                    "--chunks)"
+                )
+        shards[name] = tuple(given.get(d, c) for d, c in zip(spec.dims, chunks, strict=True))
+    if not shards:
+        return choice
+    name = max(shards, key=lambda n: prod(shards[n]) * arrays[n].itemsize)
+    spec = arrays[name]
+    text = ", ".join(f"{d}={n}" for d, n in zip(spec.dims, shards[name], strict=True))
+    inner = prod(s // c for s, c in zip(shards[name], choice.chunks[name], strict=True))
+    size = _mib(prod(shards[name]) * spec.itemsize)
+    reason = (
+        f"{choice.reason}; data in shards {text} ({inner} chunks of {name} per shard, {size}: "
+        "one object each, its chunks read one by one)"
+    )
+    return replace(choice, shards=shards, reason=reason)
 
 
 def _step_chunks(spec: ArraySpec, dim: str, given: Mapping[str, int]) -> list[int]:
