@@ -11,6 +11,12 @@ writes it back whole, its old values unchanged (the rewrite is one atomic object
 on a local directory and on S3). Every other write covers whole chunks as far as the view
 reaches, so zarr never reads a new chunk back: whatever a killed run left there, even under
 another grid, is simply replaced.
+
+For a sharded array the grid is the shards' (``append._chunk_along``): a shard is written
+once it is full, and a partial one is rewritten whole by zarr, which reads it back and keeps
+the inner chunks the write does not cover. Those are either committed values (before the
+start of the write) or past the view's shape, where no reader looks: what a killed run left
+there is replaced when the array grows over it. Writes in flight never share a shard.
 """
 
 from __future__ import annotations
