@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import xarray as xr
 import zarr
@@ -26,7 +26,6 @@ from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.build import BuildResult, build_accumulations, check_request
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.positions import parse_at
 from accumulus.accumulation.query import QueryResult as QueryResult  # re-exported
@@ -38,21 +37,24 @@ from accumulus.accumulation.request import malformed_range as malformed_range  #
 from accumulus.accumulation.request import split_range as split_range  # re-exported
 from accumulus.accumulation.sidecar import Sidecar, sidecar_settings
 from accumulus.accumulation.sidecar import StaleSidecarError as StaleSidecarError  # re-exported
-from accumulus.accumulation.verify import VerifyReport, verify_variable
 from accumulus.accumulation.weights import find_latitude, find_longitude, resolve_weights
-from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.datacube import CubeSnapshot as CubeSnapshot  # re-exported
 from accumulus.datacube import Datacube
 from accumulus.errors import AccumulusError
 from accumulus.hierarchy import find_cube_group
-from accumulus.ingest import append as _append
-from accumulus.ingest.append import AppendResult as AppendResult  # re-exported
-from accumulus.ingest.compare import SourceComparison, compare_sources
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
 from accumulus.scope import scoped
 from accumulus.storage import open_store, store_label
+
+if TYPE_CHECKING:
+    # Builds, verification and ingestion bring in Dask, h5py and numba: each function
+    # imports its module when called, so that a query (``average --json``) loads none.
+    from accumulus.accumulation.build import BuildResult
+    from accumulus.accumulation.verify import VerifyReport
+    from accumulus.compute import Progress
+    from accumulus.ingest.compare import SourceComparison
 
 StoreLike = str | Store | Cube | Datacube
 
@@ -152,6 +154,8 @@ def accumulate(
     ``store`` and a fingerprint of what was summed; running again extends it after the
     source grew and rebuilds it when the source changed.
     """
+    from accumulus.accumulation.build import build_accumulations, check_request
+
     if into is not None and not isinstance(store, str | os.PathLike):
         raise AccumulusError("into= needs the source as a path or URL, which it records")
     cube = open_cube(store, "r" if into else "r+", storage_options, group=group, variable=variable)
@@ -300,6 +304,8 @@ def verify(
 
 
 def _verify_one(cube: Cube, variable: str, groups: AccumulationGroups | None) -> VerifyReport:
+    from accumulus.accumulation.verify import VerifyReport, verify_variable
+
     if groups is None or groups.sidecar is None:
         return verify_variable(cube, variable)
     stale = groups.sidecar.staleness(cube, variable, groups.root)
@@ -319,6 +325,8 @@ def verify_sources(
     """Compare the cube with the files it was made from, as xarray decodes them: every
     variable, value for value; differences by variable and index range. ``dim``: what the
     sources were appended along (default: the cube's; none for a converted file)."""
+    from accumulus.ingest.compare import compare_sources
+
     return compare_sources(store, sources, dim=dim, storage_options=storage_options)
 
 
@@ -349,4 +357,12 @@ def _is_sidecar(store: StoreLike, storage_options: dict | None) -> bool:
         return False
 
 
-append = scoped(_append.append)
+def __getattr__(name: str) -> Any:
+    """``append`` (``accumulus.ingest.append.append`` inside ``accumulus_scope``), bound when
+    first asked for: the ingest machinery loads only for appends."""
+    if name != "append":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from accumulus.ingest.append import append as append_granules
+
+    globals()["append"] = scoped(append_granules)
+    return globals()["append"]

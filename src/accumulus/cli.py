@@ -810,6 +810,13 @@ def serve(
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Address to bind (loopback unless you say otherwise)."
     ),
+    workers: int = typer.Option(
+        1,
+        "--workers",
+        min=1,
+        help="Processes answering on the port, e.g. one per core. Each has its own cache and "
+        "limits (--computations, --memory-mb, --cache-mb hold per process).",
+    ),
     max_cells: int = typer.Option(
         None, "--max-cells", min=1, help="Refuse answers with more values (default 2000000)."
     ),
@@ -848,6 +855,7 @@ def serve(
         stores,
         host=host,
         port=port,
+        workers=workers,
         cache_bytes=cache_mb * 2**20,
         storage_options=_storage_options(endpoint_url, storage_option),
         limits=ServiceLimits(

@@ -14,9 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dask.array as da
 import numpy as np
 import pandas as pd
 import xarray as xr
@@ -36,6 +35,9 @@ from accumulus.hierarchy import (
 from accumulus.inference import MISSING_BELOW
 from accumulus.scope import accumulus_scope
 from accumulus.storage import Mode, open_store, remote_errors, store_label
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 # Values per Dask task when reading many stored chunks (16 MiB as float64).
 BLOCK_VALUES = 2**21
@@ -127,6 +129,8 @@ class VariableInfo:
     def dask_array(self, blocks: tuple[tuple[int, ...], ...] | None = None) -> da.Array:
         """The decoded values (float64, NaN where missing) as a Dask array; by default one
         block per stored chunk (rectilinear grids included), or the given ``blocks``."""
+        import dask.array as da  # builds and verification only: queries do without Dask
+
         chunks = blocks or tuple(b.sizes for b in self.bounds)
         stored = da.from_array(StoredValues(self.array), chunks=chunks, lock=False)
         return stored.map_blocks(self.decoder, dtype="f8")

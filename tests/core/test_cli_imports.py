@@ -7,14 +7,41 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import accumulus
+from cubes import synthetic_dataset, write_cube
 
 HEAVY = ("xarray", "zarr", "dask", "numpy", "numba", "distributed", "fastapi", "matplotlib")
+# What a query does not use: builds and ingestion (distributed, h5py and hdf5plugin, netCDF4),
+# the service (FastAPI, uvicorn), pictures (matplotlib) and shapes (shapely, geopandas,
+# regionmask). xarray, zarr and NumPy it needs; xarray itself imports dask.array when it makes
+# a variable (when Dask is installed), so Dask is not on this list.
+NOT_FOR_QUERIES = (
+    "distributed", "h5py", "hdf5plugin", "netCDF4", "h5netcdf", "fastapi", "uvicorn",
+    "starlette", "matplotlib", "shapely", "geopandas", "regionmask", "pyproj", "s3fs",
+)  # fmt: skip
+
+
+def _run_then_list_modules(code: str) -> tuple[list[str], list[str]]:
+    """What ``code`` printed (lines), and the modules loaded after it ran."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    *printed, modules = proc.stdout.splitlines()
+    return printed, json.loads(modules)
 
 
 def _modules_after(code: str) -> list[str]:
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    return json.loads(proc.stdout.splitlines()[-1])
+    return _run_then_list_modules(code)[1]
+
+
+def _command(*args: str) -> tuple[dict, list[str]]:
+    """The JSON ``accumulus ARGS`` prints, and the modules loaded by then."""
+    printed, loaded = _run_then_list_modules(
+        f"import sys\nfrom accumulus.cli import app\nsys.argv = ['accumulus', *{list(args)!r}]\n"
+        "try:\n    app()\nexcept SystemExit as stop:\n    assert not stop.code, stop.code"
+    )
+    return json.loads(printed[-1]), loaded
 
 
 def test_the_command_line_starts_without_the_heavy_libraries():
@@ -30,6 +57,27 @@ def test_public_names_load_when_first_used():
         "import accumulus\nassert 'xarray' not in __import__('sys').modules\n"
         "from accumulus.rechunk import rechunk as defined\n"
         "assert accumulus.rechunk is defined, accumulus.rechunk  # the function, not the module\n"
-        "assert callable(accumulus.open) and accumulus.Datacube.__name__ == 'Datacube'"
+        "assert callable(accumulus.open) and accumulus.Datacube.__name__ == 'Datacube'\n"
+        "from accumulus.ingest.append import append\n"
+        "assert accumulus.append.__wrapped__ is append, accumulus.append"
     )
     assert "xarray" in loaded and "accumulus.api" in loaded
+
+
+def test_average_json_loads_only_what_a_query_uses(tmp_path: Path):
+    """``average --json``, answered from accumulations and from raw chunks: the answer is
+    printed, and nothing of builds, ingestion, the service, pictures or shapes was loaded
+    (nor numba when no raw chunk is summed)."""
+    path = tmp_path / "cube.zarr"
+    chunks = {"time": 10, "lat": 6, "lon": 8}
+    write_cube(synthetic_dataset({"time": 40, "lat": 12, "lon": 16}), path, chunks)
+    accumulus.accumulate(str(path), "precip")
+    aligned = ["--over", "time", "--range", "time=2001-01-01/2001-01-20", "--plan", "accumulation"]
+    unaligned = ["--over", "lat,lon", "--range", "lat=-50/50", "--range", "lon=3/20"]
+    for ranges, raw in ((aligned, False), (unaligned, True)):
+        answer, loaded = _command("average", str(path), "precip", *ranges, "--json")
+        assert (answer["plan"]["raw_chunks_read"] > 0) is raw, answer["plan"]
+        assert answer["plan"]["accumulation_chunks_read"] > 0 or raw, answer["plan"]
+        assert [m for m in NOT_FOR_QUERIES if m in loaded] == []
+        assert ("numba" in loaded) is raw
+        assert "accumulus.accumulation.build" not in loaded

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
+import pytest
 
 import accumulus
 
@@ -31,6 +33,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start(process: subprocess.Popen, base: str, seconds: float = 120) -> httpx.Response:
+    """The first answer of ``/api/health`` once the service listens."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return httpx.get(f"{base}/api/health")
+        except httpx.TransportError:
+            assert process.poll() is None, process.stdout.read()
+            assert time.monotonic() < deadline, "the service did not start"
+            time.sleep(0.2)
+
+
 def test_serve_answers_on_loopback(cube: Path):
     port = free_port()
     process = subprocess.Popen(
@@ -42,16 +56,9 @@ def test_serve_answers_on_loopback(cube: Path):
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                health = httpx.get(f"{base}/api/health")
-                break
-            except httpx.TransportError:
-                assert process.poll() is None, process.stdout.read()
-                assert time.monotonic() < deadline, "the service did not start"
-                time.sleep(0.2)
+        health = start(process, base)
         assert health.json()["status"] == "ok"
+        assert health.json()["process"] == process.pid  # one process: the command itself
         series = httpx.get(f"{base}/api/datasets/surface/tas/average?over=lat,lon")
         assert series.status_code == 200 and len(series.json()["values"]) == 40
         too_big = httpx.get(f"{base}/api/datasets/surface/tas/average?over=time")
@@ -62,13 +69,56 @@ def test_serve_answers_on_loopback(cube: Path):
     assert f"Uvicorn running on http://127.0.0.1:{port}" in output
 
 
-def test_serve_refuses_a_store_it_cannot_read(tmp_path: Path):
+@pytest.mark.slow
+def test_serve_workers_answer_from_each_process(cube: Path):
+    """``serve --workers 2``: two processes under the command answer on one loopback port,
+    each with its own limits (--max-cells holds in both)."""
+    port = free_port()
+    process = subprocess.Popen(
+        accumulus_command(
+            "serve", str(cube), "--port", str(port), "--workers", "2", "--max-cells", "50"
+        ),
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        start(process, base, seconds=180)
+        workers = {  # uvicorn spawns them (its other child is multiprocessing's resource tracker)
+            child.pid
+            for child in psutil.Process(process.pid).children()
+            if "spawn_main" in " ".join(child.cmdline())
+        }
+        answered: set[int] = set()
+        deadline = time.monotonic() + 120
+        while answered != workers and time.monotonic() < deadline:
+            health = httpx.get(f"{base}/api/health")  # a new connection each time
+            assert health.status_code == 200 and health.json()["status"] == "ok"
+            answered.add(health.json()["process"])
+            series = httpx.get(f"{base}/api/datasets/surface/tas/average?over=lat,lon")
+            assert series.status_code == 200 and len(series.json()["values"]) == 40
+            too_big = httpx.get(f"{base}/api/datasets/surface/tas/average?over=time")
+            assert too_big.status_code == 422 and "limit of 50" in too_big.json()["error"]
+        assert process.pid not in answered
+        assert len(workers) == 2 and answered == workers, (answered, workers)
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=60)
+    assert f"Uvicorn running on http://127.0.0.1:{port}" in output
+    assert output.count("Application startup complete") == 2
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_refuses_a_store_it_cannot_read(tmp_path: Path, workers: str):
     result = subprocess.run(
-        accumulus_command("serve", str(tmp_path / "missing.zarr")),
+        accumulus_command("serve", str(tmp_path / "missing.zarr"), "--workers", workers),
         env=environment(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
     assert result.returncode == 2
     assert "store not found" in result.stderr
+    assert "Started" not in result.stderr  # no process was started for it

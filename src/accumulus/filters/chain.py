@@ -20,7 +20,7 @@ from numcodecs.abc import Codec
 from numcodecs.compat import ensure_bytes
 
 from accumulus.filters.base import ArrayLayout, CodecConfig, FilterError
-from accumulus.filters.registry import FilterRegistry, default_registry
+from accumulus.filters.registry import FilterRegistry, codec_registry, default_registry
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def for_array(
     """Resolve parameters left to the array (shuffle's element size 0, szip's bits per pixel
     and scanline) for an array of ``dtype``, ``shape`` and ``chunks``. Codecs without an
     HDF5 mapping (any numcodecs codec) pass through unchanged."""
-    registry = registry or default_registry()
+    registry = registry or codec_registry()
     layout = ArrayLayout(
         np.dtype(dtype),
         tuple(shape) if shape is not None else None,

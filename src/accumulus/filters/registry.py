@@ -62,9 +62,10 @@ class FilterRegistry:
         self.problems = list(problems)  # plugins that could not be loaded, for the table
 
     @classmethod
-    def discover(cls) -> FilterRegistry:
-        """Built-in sides, then every plugin of the ``accumulus.filters`` entry-point group."""
-        hdf5_sides: list[HDF5Side] = builtin_hdf5_sides()
+    def discover(cls, hdf5: bool = True) -> FilterRegistry:
+        """Built-in sides, then every plugin of the ``accumulus.filters`` entry-point group.
+        ``hdf5=False``: the codec sides only (listing hdf5plugin's filters imports h5py)."""
+        hdf5_sides: list[HDF5Side] = builtin_hdf5_sides() if hdf5 else []
         codec_sides: list[CodecSide] = builtin_codec_sides()
         problems: list[str] = []
         for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=_entry_key):
@@ -76,7 +77,10 @@ class FilterRegistry:
             provider = entry_point.dist.name if entry_point.dist else entry_point.value
             for side in sides:
                 side.provider = provider
-                (hdf5_sides if isinstance(side, HDF5Side) else codec_sides).append(side)
+                if isinstance(side, CodecSide):
+                    codec_sides.append(side)
+                elif hdf5:
+                    hdf5_sides.append(side)
         return cls(hdf5_sides, codec_sides, problems)
 
     # Lookups -------------------------------------------------------------------------------
@@ -181,8 +185,16 @@ def default_registry() -> FilterRegistry:
     return FilterRegistry.discover()
 
 
+@functools.cache
+def codec_registry() -> FilterRegistry:
+    """The codec sides of this process (built-ins and installed plugins), found once: all
+    that reading a store's codec JSON needs (``chain.for_array``), without h5py."""
+    return FilterRegistry.discover(hdf5=False)
+
+
 def refresh_registry() -> FilterRegistry:
-    """Forget the cached registry and discover plugins again (after installing one)."""
+    """Forget the cached registries and discover plugins again (after installing one)."""
+    codec_registry.cache_clear()
     default_registry.cache_clear()
     return default_registry()
 

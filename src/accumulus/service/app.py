@@ -154,8 +154,9 @@ def create_app(
     @app.get("/api/health", response_model=schemas.Health, tags=["service"])
     async def health_check() -> dict[str, Any]:
         """Whether every store can be read, with its current snapshot token, and how many
-        computations run. Answers at once even when the service is saturated (then with the
-        tokens read by the previous call)."""
+        computations run in the process that answered (``process``: one of ``serve --workers``).
+        Answers at once even when the service is saturated (then with the tokens read by the
+        previous call)."""
         wait = 0.0 if slots.busy else HEALTH_WAIT_IDLE_SECONDS
         tokens = await health.tokens(wait)
         ok = not any(t.startswith("error: ") for t in tokens.values())
@@ -163,6 +164,7 @@ def create_app(
             "status": "ok" if ok else "degraded",
             "datasets": tokens,
             "computations": slots.busy,
+            "process": os.getpid(),
         }
 
     @app.get(

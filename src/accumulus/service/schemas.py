@@ -106,4 +106,7 @@ class AverageResult(BaseModel):
 class Health(BaseModel):
     status: str = Field(description='"ok", or "degraded" when a store cannot be read.')
     datasets: dict[str, str] = Field(description="Snapshot token (or error) per dataset.")
-    computations: int = Field(description="Answers being computed now.")
+    computations: int = Field(description="Answers being computed now by this process.")
+    process: int = Field(
+        description="The id of the process that answered (one of `serve --workers N`)."
+    )

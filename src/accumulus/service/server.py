@@ -1,15 +1,19 @@
-"""Running the service with uvicorn: in the foreground (``accumulus serve``) or on a thread
-of the calling process (tests, benchmarks, notebooks)."""
+"""Running the service with uvicorn: in the foreground (``accumulus serve``), in several worker
+processes (``serve --workers N``), or on a thread of the calling process (tests, benchmarks,
+notebooks)."""
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
+import os
 import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any
 
 import uvicorn
@@ -17,7 +21,13 @@ from fastapi import FastAPI
 from uvicorn.config import LOGGING_CONFIG
 
 from accumulus.service.app import DEFAULT_CACHE_BYTES, DEFAULT_MAX_CELLS, create_app
+from accumulus.service.datasets import Catalog
 from accumulus.service.guard import ServiceLimits
+
+# How ``serve(..., workers=N)`` hands its settings to the worker processes uvicorn starts
+# (each builds its own application from them: ``app_from_environment``).
+SETTINGS_VARIABLE = "ACCUMULUS_SERVE_SETTINGS"
+WORKER_START_SECONDS = 60
 
 # The longest request target an access log line shows; the rest is counted, not written
 # (a request's URL can be as long as the client likes).
@@ -50,6 +60,7 @@ def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
+    workers: int = 1,
     max_cells: int = DEFAULT_MAX_CELLS,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     storage_options: dict[str, Any] | None = None,
@@ -58,17 +69,48 @@ def serve(
     accumulations: Sequence[str] | None = None,
 ) -> None:
     """Serve ``stores`` (from their group ``group``, with their sidecars ``accumulations``)
-    on ``host:port`` until interrupted (loopback only unless ``host`` says otherwise)."""
-    app = create_app(
-        stores,
-        max_cells=max_cells,
-        cache_bytes=cache_bytes,
-        storage_options=storage_options,
-        limits=limits,
-        group=group,
-        accumulations=accumulations,
+    on ``host:port`` until interrupted (loopback only unless ``host`` says otherwise).
+
+    ``workers``: how many processes answer, sharing the port; each opens the stores itself
+    and has its own cache and ``limits``, which therefore hold per process. A store that
+    cannot be read stops the start (an ``AccumulusError``) before any process is started."""
+    settings = {
+        "stores": list(stores),
+        "max_cells": max_cells,
+        "cache_bytes": cache_bytes,
+        "storage_options": storage_options,
+        "limits": asdict(limits or ServiceLimits()),
+        "group": group,
+        "accumulations": list(accumulations) if accumulations else None,
+    }
+    options = {"host": host, "port": port, "log_level": "info", "log_config": logging_config()}
+    if workers == 1:
+        uvicorn.run(app_from_settings(settings), **options)
+        return
+    for dataset in Catalog(stores, storage_options, group, accumulations):
+        dataset.snapshot()  # refused here, once, rather than by every worker
+    os.environ[SETTINGS_VARIABLE] = json.dumps(settings)
+    uvicorn.run(
+        f"{__name__}:app_from_environment",
+        factory=True,
+        workers=workers,
+        # A worker answers its parent's health pings once its imports are done, which takes
+        # seconds on a busy machine: uvicorn's 5 s would restart workers that are starting.
+        timeout_worker_healthcheck=WORKER_START_SECONDS,
+        **options,
     )
-    uvicorn.run(app, host=host, port=port, log_level="info", log_config=logging_config())
+
+
+def app_from_settings(settings: dict[str, Any]) -> FastAPI:
+    settings = dict(settings)
+    limits = ServiceLimits(**settings.pop("limits"))
+    return create_app(settings.pop("stores"), limits=limits, **settings)
+
+
+def app_from_environment() -> FastAPI:
+    """The application of one worker process of ``serve(..., workers=N)``, from the settings
+    its parent left in the environment."""
+    return app_from_settings(json.loads(os.environ[SETTINGS_VARIABLE]))
 
 
 @contextmanager
