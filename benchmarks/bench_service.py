@@ -1,18 +1,25 @@
-"""Load on the averaging service: N concurrent clients on loopback, accumulation-backed against
-full-scan answers to the same requests, measured in the same run.
+"""Load on the averaging service: N concurrent clients on loopback against `accumulus serve`
+with 1 and with 2 worker processes, accumulation-backed against full-scan answers to the same
+requests, measured in the same run.
 
-Builds a synthetic daily cube in a temporary directory, starts `accumulus serve` on it (its own
-process, as deployed), and sends the same list of distinct requests (random boxes and periods,
-half area-averaged time series, half time-averaged maps) three times:
+The cube is the realistic one (``realistic.py``: 10 years daily on a 1-degree grid, 3650 x 180
+x 360 float32 written by xarray, chunks 73 x 90 x 90 = 2.4 MB), accumulated once (as
+``bench_average.py`` does). For each worker count, `accumulus serve --workers W` is started
+(its own processes, as deployed) and the same list of distinct requests (random boxes of 10 to
+120 degrees a side and periods of a month to the whole record, half area-averaged time series,
+half time-averaged maps) is sent three times:
 
 - "accumulation": as the web page asks (the cache cannot help: every request is new);
 - "full_scan": the same requests with accumulation=false (every value read from raw chunks);
-- "cached": the accumulation requests again, now answered from the service's cache.
+- "cached": the accumulation requests again, now answered from the service's cache (each
+  worker process has its own cache, so with 2 workers a request may miss once more).
 
-Prints one JSON object: throughput (requests/s) and p50/p99 latency (ms) per mode, the chunks
-and bytes the server read, and the largest difference between the two ways of answering.
+Prints one JSON object: per worker count and mode, throughput (requests/s) and p50/p99 latency
+(ms), the chunks and bytes the server read per answer, the machine's load average around the
+mode, and the largest difference between the two ways of answering; then the ratios of 2 to 1
+workers. The machine's other work shares its cores: read the load figures with the times.
 
-    python benchmarks/bench_service.py [--clients 4] [--requests 200] [--days 1461] [--degrees 2]
+    python benchmarks/bench_service.py [--workers 1 2] [--clients 4] [--requests 60]
 """
 
 from __future__ import annotations
@@ -23,7 +30,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -32,48 +38,18 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
-import xarray as xr
 
-from accumulus import api
-
-
-def build_cube(path: Path, days: int, degrees: float) -> dict:
-    """A smooth seasonal field with noise in chunks of 30 days x 1/6 of each axis (a box of a
-    few tens of degrees spans whole chunks), then accumulated."""
-    times = pd.date_range("2001-01-01", periods=days, freq="D")
-    lat = np.arange(-90 + degrees / 2, 90, degrees)
-    lon = np.arange(-180 + degrees / 2, 180, degrees)
-    rng = np.random.default_rng(0)
-    season = np.cos(2 * np.pi * np.asarray(times.day_of_year) / 365.25)[:, None, None]
-    phi = np.deg2rad(lat)[None, :, None]
-    values = 300 - 40 * np.sin(phi) ** 2 + 12 * np.sin(phi) * season
-    values = values + 4 * np.sin(np.deg2rad(3 * lon))[None, None, :]
-    values = (values + rng.normal(0, 1, (days, lat.size, lon.size))).astype("f4")
-    ds = xr.Dataset(
-        {"tas": (("time", "lat", "lon"), values, {"units": "K"})},
-        coords={
-            "time": times,
-            "lat": ("lat", lat, {"units": "degrees_north"}),
-            "lon": ("lon", lon, {"units": "degrees_east"}),
-        },
-    )
-    chunks = (min(30, days), max(1, lat.size // 6), max(1, lon.size // 6))
-    ds.to_zarr(path, mode="w", encoding={"tas": {"chunks": chunks}}, consolidated=True)
-    started = time.perf_counter()
-    api.accumulate(str(path), "tas")
-    return {
-        "shape": list(values.shape),
-        "chunks": list(chunks),
-        "raw_bytes": int(values.nbytes),
-        "accumulate_seconds": round(time.perf_counter() - started, 2),
-    }
+import accumulus
+from common import DEFAULT_DIR
+from realistic import CHUNKS, SHAPE, START, VARIABLE, realistic_cube
 
 
-def requests_to_send(count: int, days: int, seed: int = 1) -> list[str]:
+def requests_to_send(dataset: str, count: int, seed: int = 1) -> list[str]:
     """Distinct requests: random boxes (10 to 120 degrees a side) and periods (1 month to
     the whole record), alternating series and maps."""
     rng = np.random.default_rng(seed)
-    first = pd.Timestamp("2001-01-01")
+    days = SHAPE[0]
+    first = pd.Timestamp(START)
     urls = []
     for k in range(count):
         height, width = rng.uniform(10, 120), rng.uniform(10, 120)
@@ -83,7 +59,7 @@ def requests_to_send(count: int, days: int, seed: int = 1) -> list[str]:
         end = start + pd.Timedelta(days=length - 1)
         over = "lat,lon" if k % 2 == 0 else "time"
         urls.append(
-            f"/api/datasets/cube/tas/average?over={over}"
+            f"/api/datasets/{dataset}/{VARIABLE}/average?over={over}"
             f"&time={start.date()}/{end.date()}"
             f"&lat={south:.2f}/{south + height:.2f}&lon={west:.2f}/{west + width:.2f}"
         )
@@ -96,16 +72,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_service(cube: Path, port: int) -> subprocess.Popen:
-    sources = str(Path(api.__file__).parents[1])
+def start_service(cube: Path, port: int, workers: int) -> subprocess.Popen:
+    sources = str(Path(accumulus.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([sources, os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "accumulus", "serve", str(cube), "--port", str(port)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "accumulus", "serve", str(cube), "--port", str(port)],
+        [*command, "--workers", str(workers)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while True:
         try:
             httpx.get(f"http://127.0.0.1:{port}/api/health").raise_for_status()
@@ -141,6 +118,7 @@ def drive(base: str, urls: list[str], clients: int) -> dict:
                     bodies[url] = response.json()
                     hits += response.headers["X-Accumulus-Cache"] == "hit"
 
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     threads = [threading.Thread(target=client) for _ in range(clients)]
     for thread in threads:
@@ -153,7 +131,7 @@ def drive(base: str, urls: list[str], clients: int) -> dict:
     return {
         "requests": len(latencies),
         "seconds": round(wall, 3),
-        "throughput_rps": round(len(latencies) / wall, 1),
+        "throughput_rps": round(len(latencies) / wall, 2),
         "p50_ms": round(float(np.percentile(ms, 50)), 1),
         "p99_ms": round(float(np.percentile(ms, 99)), 1),
         "cache_hits": hits,
@@ -162,6 +140,7 @@ def drive(base: str, urls: list[str], clients: int) -> dict:
         ),
         "mean_raw_chunks_read": round(float(np.mean([p["raw_chunks_read"] for p in plans])), 1),
         "mean_bytes_read": int(np.mean([p["bytes_read"] for p in plans])),
+        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "_bodies": bodies,
     }
 
@@ -175,53 +154,78 @@ def largest_relative_difference(a: dict[str, dict], b: dict[str, dict]) -> float
     return worst
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--requests", type=int, default=200, help="per mode")
-    parser.add_argument("--days", type=int, default=1461)
-    parser.add_argument("--degrees", type=float, default=2.0, help="grid spacing")
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
-
-    with tempfile.TemporaryDirectory() as tmp:
-        cube_path = Path(tmp) / "cube.zarr"
-        cube = build_cube(cube_path, args.days, args.degrees)
-        port = free_port()
-        service = start_service(cube_path, port)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            urls = requests_to_send(args.requests, args.days)
-            # Warm up (imports, the first snapshot, the operating system's file cache) with
-            # requests of both kinds that are not measured.
-            warm_up = requests_to_send(2 * args.clients, args.days, seed=2)
-            drive(base, warm_up + [u + "&accumulation=false" for u in warm_up], args.clients)
-            accumulation = drive(base, urls, args.clients)
-            full_scan = drive(base, [u + "&accumulation=false" for u in urls], args.clients)
-            cached = drive(base, urls, args.clients)
-        finally:
-            service.terminate()
-            service.wait(timeout=30)
-
+def measure(cube: Path, workers: int, urls: list[str], warm_up: list[str], clients: int) -> dict:
+    port = free_port()
+    service = start_service(cube, port, workers)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        # Warm up every worker (imports, the first snapshot, the file cache) with requests of
+        # both kinds that are not measured.
+        drive(base, warm_up + [u + "&accumulation=false" for u in warm_up], clients)
+        accumulation = drive(base, urls, clients)
+        full_scan = drive(base, [u + "&accumulation=false" for u in urls], clients)
+        cached = drive(base, urls, clients)
+    finally:
+        service.terminate()
+        service.wait(timeout=60)
     difference = largest_relative_difference(accumulation["_bodies"], full_scan["_bodies"])
     modes = {"accumulation": accumulation, "full_scan": full_scan, "cached": cached}
     for mode in modes.values():
         del mode["_bodies"]
+    return {
+        "workers": workers,
+        "modes": modes,
+        "full_scan_over_accumulation": {
+            "p50": round(full_scan["p50_ms"] / accumulation["p50_ms"], 2),
+            "p99": round(full_scan["p99_ms"] / accumulation["p99_ms"], 2),
+            "throughput": round(accumulation["throughput_rps"] / full_scan["throughput_rps"], 2),
+        },
+        "largest_relative_difference": difference,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=60, help="per mode")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+    args.dir.mkdir(parents=True, exist_ok=True)
+
+    cube = realistic_cube(args.dir)
+    built = accumulus.accumulate(str(cube), VARIABLE)
+    dataset = cube.name.removesuffix(".zarr")
+    urls = requests_to_send(dataset, args.requests)
+    warm_up = requests_to_send(dataset, 4 * args.clients, seed=2)
+    runs = [measure(cube, w, urls, warm_up, args.clients) for w in args.workers]
+    by_workers = {run["workers"]: run for run in runs}
+    scaling = {}
+    if 1 in by_workers and 2 in by_workers:
+        one, two = by_workers[1]["modes"], by_workers[2]["modes"]
+        scaling = {
+            mode: {
+                "throughput": round(two[mode]["throughput_rps"] / one[mode]["throughput_rps"], 2),
+                "p50": round(two[mode]["p50_ms"] / one[mode]["p50_ms"], 2),
+            }
+            for mode in one
+        }
     print(
         json.dumps(
             {
-                "benchmark": "service",
-                "cube": cube,
-                "clients": args.clients,
-                "modes": modes,
-                "full_scan_over_accumulation": {
-                    "p50": round(full_scan["p50_ms"] / accumulation["p50_ms"], 1),
-                    "p99": round(full_scan["p99_ms"] / accumulation["p99_ms"], 1),
-                    "throughput": round(
-                        accumulation["throughput_rps"] / full_scan["throughput_rps"], 1
-                    ),
+                "benchmark": "service: 1 and 2 worker processes",
+                "cube": {
+                    "store": str(cube),
+                    "shape": list(SHAPE),
+                    "chunks": list(CHUNKS),
+                    "chunk_mib": round(int(np.prod(CHUNKS)) * 4 / 2**20, 2),
+                    "accumulate": built.action,
                 },
-                "largest_relative_difference": difference,
+                "clients": args.clients,
+                "requests_per_mode": args.requests,
+                "runs": runs,
+                "two_workers_over_one": scaling,
                 "cpu_count": os.cpu_count(),
             },
             indent=2,
