@@ -43,6 +43,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_average.py
 	$(BIN)/python benchmarks/bench_accumulate.py
 	$(BIN)/python benchmarks/bench_service.py
+	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_monthly_chunks.py
 	$(BIN)/python benchmarks/bench_append.py
 	$(BIN)/python benchmarks/bench_interop.py

@@ -50,7 +50,7 @@ def killed_appends(base: Path, granules: list[str], trials: int, seed: int) -> I
 
     # How long a run takes, and how much of it is starting Python and importing what an
     # append uses (`--help` imports far less): kills land in between.
-    startup = timed_run([sys.executable, "-c", "import accumulus.api"])
+    startup = timed_run([sys.executable, "-c", "import accumulus.api, accumulus.ingest.append"])
     calibration = base.with_name("calibration.zarr")
     shutil.copytree(base, calibration)
     whole = timed_run(command(calibration))
