@@ -85,5 +85,17 @@ def run(
             return client.gather(futures)
     check_scheduler(scheduler)
     reporting = _TaskProgress(progress) if progress else nullcontext()
-    with dask.config.set(scheduler=scheduler), reporting:
-        return list(dask.compute(*collections))
+    with reporting:
+        return list(dask.compute(*collections, scheduler=_local_get(scheduler)))
+
+
+def _local_get(scheduler: str) -> Callable:
+    """Dask's function running a graph on a local scheduler. Given by name, Dask would
+    first import ``distributed`` (half a second) to look for a client this never uses."""
+    if scheduler == "threads":
+        from dask.threaded import get
+    elif scheduler == "processes":
+        from dask.multiprocessing import get
+    else:
+        from dask.local import get_sync as get
+    return get

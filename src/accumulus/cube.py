@@ -126,13 +126,20 @@ class VariableInfo:
             for s, g in zip(sizes, groups, strict=True)
         )
 
-    def dask_array(self, blocks: tuple[tuple[int, ...], ...] | None = None) -> da.Array:
+    def dask_array(
+        self, blocks: tuple[tuple[int, ...], ...] | None = None, *, as_summed: bool = False
+    ) -> da.Array:
         """The decoded values (float64, NaN where missing) as a Dask array; by default one
-        block per stored chunk (rectilinear grids included), or the given ``blocks``."""
+        block per stored chunk (rectilinear grids included), or the given ``blocks``.
+        ``as_summed``: in the form the sums take them (``Decoder.values``: float32 values
+        that are only masked stay float32, half the bytes of float64)."""
         import dask.array as da  # builds and verification only: queries do without Dask
 
         chunks = blocks or tuple(b.sizes for b in self.bounds)
         stored = da.from_array(StoredValues(self.array), chunks=chunks, lock=False)
+        if as_summed:
+            meta = self.decoder.values(np.zeros((0,) * self.array.ndim, self.array.dtype))
+            return stored.map_blocks(self.decoder.values, dtype=meta.dtype)
         return stored.map_blocks(self.decoder, dtype="f8")
 
 

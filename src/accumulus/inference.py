@@ -161,6 +161,12 @@ class InferredConventionsStore(WrapperStore[Store]):
             return value
         return prototype.buffer.from_bytes(json.dumps(presented).encode())
 
+    async def getsize(self, key: str) -> int:
+        # A chunk's size is asked of the store: zarr's default would read the whole chunk.
+        if _is_metadata(key):
+            return await super().getsize(key)
+        return await self._store.getsize(key)
+
     def get_sync(
         self,
         key: str,

@@ -1,10 +1,15 @@
-"""The compiled loop behind ``sums.chunk_sums``: several sums of a block along one axis, per
-chunk segment, in one call, without materialising any summand.
+"""The compiled loop behind ``sums.chunk_sums``: every sum of a block, for several
+reductions at once, per chunk segment, in one pass over the block.
 
-The block is viewed as ``(P, N, Q)``: the axes before the summed one, the summed one, the
-axes after it (a free reshape of a C-ordered block). Each sum Σ w^a·x^b is formed value by
-value as it is added, so nothing the size of the block is allocated, and every inner loop
-runs along contiguous memory, which LLVM vectorizes. Compiled by numba, cached on disk.
+The block is viewed as rows: ``(R, Q)``, the last axis ``Q`` and every other axis flattened
+into ``R`` (a free reshape of a C-ordered block). Each row is read once: its finite values
+(0 where missing or infinite) and its validity (1 or 0) are formed in two small float64
+buffers, then added into every reduction's output row (tallies of +inf and -inf, and powers
+of x, in a third when asked for). Where a reduction keeps the last axis the adds run
+along contiguous memory (which LLVM vectorizes); where it sums the last axis they are
+per-segment totals. Which output row an input row adds to, per reduction, is a table made
+with NumPy (``sums._row_table``), so the loop knows nothing of the block's other axes.
+Nothing the size of the block is allocated. Compiled by numba, cached on disk.
 """
 
 from __future__ import annotations
@@ -14,65 +19,92 @@ import numpy as np
 
 
 @numba.njit(nogil=True, cache=True, fastmath={"reassoc"})
-def axis_sums(
-    block: np.ndarray,  # (P, N, Q): values, NaN where missing
-    segment: np.ndarray,  # (N,): the chunk segment of each index along the summed axis
-    starts: np.ndarray,  # (S + 1,): where each segment starts, and N
-    weights: np.ndarray,  # (P_w, N_w, Q_w): N_w is N or 1, Q_w is Q or 1
-    weight_of: np.ndarray,  # (P,): the weights row (first index) of each p
-    powers: np.ndarray,  # (T, 2): (a, b) of each sum Σ w^a·x^b, a in {0, 1}; b -1/-2: tallies
-    out: np.ndarray,  # (T, P, S, Q) float64, added to
+def block_sums(
+    rows: np.ndarray,  # (R, Q): values, NaN where missing
+    weights: np.ndarray,  # (R_w, Q_w) float64: Q_w is Q or 1
+    weight_of: np.ndarray,  # (R,): the weights row of each row
+    row_to: np.ndarray,  # (K, R): each reduction's output row of each row
+    columns: np.ndarray,  # (K, S + 1): where segments of the last axis start, then Q
+    n_columns: np.ndarray,  # (K,): output columns (Q, or the segment count when summed)
+    n_rows: np.ndarray,  # (K,): output rows of each reduction
+    sums_last: np.ndarray,  # (K,): whether a reduction sums the last axis (1) or not (0)
+    powers: np.ndarray,  # (K, T, 2): (a, b) of each sum Σ w^a·x^b, a in {0, 1}; b -1/-2: tallies
+    n_terms: np.ndarray,  # (K,): sums of each reduction
+    offsets: np.ndarray,  # (K,): where each reduction's (T, n_rows, n_columns) sums start
+    out: np.ndarray,  # flat float64, added to
 ) -> None:
-    n_pre, n_sum, n_post = block.shape
-    for p in range(n_pre):
-        w_p = weights[weight_of[p]]
-        if n_post == 1:
-            # Summing along the contiguous axis: one total per segment.
-            values = block[p, :, 0]
-            w_n = w_p[:, 0]
-            for t in range(powers.shape[0]):
-                a, b = powers[t, 0], powers[t, 1]
-                for s in range(starts.shape[0] - 1):
-                    total = 0.0
-                    if a == 1 and w_n.shape[0] > 1:
-                        for n in range(starts[s], starts[s + 1]):
-                            total += w_n[n] * _summand(values[n], b)
+    n_rows_in, q_len = rows.shape
+    value = np.empty(q_len)
+    valid = np.empty(q_len)
+    power = np.empty(q_len)
+    per_column = weights.shape[1] > 1
+    for r in range(n_rows_in):
+        for q in range(q_len):
+            # An infinite value is valid (it counts) but adds nothing to the sums of x^b,
+            # which stay finite; the tallies count +inf and -inf apart.
+            v = np.float64(rows[r, q])
+            value[q] = v if abs(v) < np.inf else 0.0
+            valid[q] = 1.0 if v == v else 0.0
+        wr = weight_of[r]
+        for k in range(row_to.shape[0]):
+            for t in range(n_terms[k]):
+                a, b = powers[k, t, 0], powers[k, t, 1]
+                at = offsets[k] + (t * n_rows[k] + row_to[k, r]) * n_columns[k]
+                o = out[at : at + n_columns[k]]
+                if b >= 2:
+                    for q in range(q_len):
+                        power[q] = value[q] ** b
+                elif b < 0:  # the tally of +inf (b = -1) or -inf (b = -2)
+                    tallied = np.inf if b == -1 else -np.inf
+                    for q in range(q_len):
+                        power[q] = 1.0 if np.float64(rows[r, q]) == tallied else 0.0
+                # Each loop reads one buffer named in it: a loop over a buffer chosen at
+                # run time is not vectorized.
+                if sums_last[k]:
+                    for s in range(n_columns[k]):
+                        lo, hi = columns[k, s], columns[k, s + 1]
+                        total = 0.0
+                        if a == 1 and per_column:
+                            if b == 0:
+                                for q in range(lo, hi):
+                                    total += weights[wr, q] * valid[q]
+                            elif b == 1:
+                                for q in range(lo, hi):
+                                    total += weights[wr, q] * value[q]
+                            else:
+                                for q in range(lo, hi):
+                                    total += weights[wr, q] * power[q]
+                        else:
+                            if b == 0:
+                                for q in range(lo, hi):
+                                    total += valid[q]
+                            elif b == 1:
+                                for q in range(lo, hi):
+                                    total += value[q]
+                            else:
+                                for q in range(lo, hi):
+                                    total += power[q]
+                            if a == 1:
+                                total *= weights[wr, 0]
+                        o[s] += total
+                elif a == 1 and per_column:
+                    if b == 0:
+                        for q in range(q_len):
+                            o[q] += weights[wr, q] * valid[q]
+                    elif b == 1:
+                        for q in range(q_len):
+                            o[q] += weights[wr, q] * value[q]
                     else:
-                        for n in range(starts[s], starts[s + 1]):
-                            total += _summand(values[n], b)
-                        if a == 1:
-                            total *= w_n[0]
-                    out[t, p, s, 0] += total
-            continue
-        for n in range(n_sum):
-            values = block[p, n]
-            w_q = w_p[n if w_p.shape[0] > 1 else 0]
-            for t in range(powers.shape[0]):
-                a, b = powers[t, 0], powers[t, 1]
-                target = out[t, p, segment[n]]
-                if a == 1 and w_q.shape[0] > 1:
-                    for q in range(n_post):
-                        target[q] += w_q[q] * _summand(values[q], b)
+                        for q in range(q_len):
+                            o[q] += weights[wr, q] * power[q]
                 else:
-                    scale = w_q[0] if a == 1 else 1.0
-                    for q in range(n_post):
-                        target[q] += scale * _summand(values[q], b)
-
-
-@numba.njit(inline="always")
-def _summand(value, b: int) -> float:
-    """x^b for a valid value, 0 for a missing one (NaN); an infinite value counts (b = 0)
-    but adds nothing to the sums of x^b (b > 0), which stay finite. b = -1 (-2) is the
-    tally of +inf (-inf): 1 where the value is +inf (-inf)."""
-    v = np.float64(value)
-    if b < 0:
-        return 1.0 if v == (np.inf if b == -1 else -np.inf) else 0.0
-    if v != v:
-        return 0.0
-    if b == 0:
-        return 1.0
-    if v == np.inf or v == -np.inf:
-        return 0.0
-    if b == 1:
-        return v
-    return v**b
+                    scale = weights[wr, 0] if a == 1 else 1.0
+                    if b == 0:
+                        for q in range(q_len):
+                            o[q] += scale * valid[q]
+                    elif b == 1:
+                        for q in range(q_len):
+                            o[q] += scale * value[q]
+                    else:
+                        for q in range(q_len):
+                            o[q] += scale * power[q]

@@ -22,6 +22,7 @@ time) are written a whole chunk row at a time (``_Writer``), so no chunk is writ
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ import zarr
 
 from accumulus import compute
 from accumulus.accumulation import spec, statistics
-from accumulus.accumulation.sums import chunk_sums, prefix_entries
+from accumulus.accumulation.sums import chunk_sums, load_kernel, prefix_entries
 from accumulus.cube import VariableInfo
 
 SLAB_BYTES = 128 * 2**20  # stored bytes of raw data per slab
@@ -136,7 +137,7 @@ def fill(
         for acc in group.accumulations
     ]
     # Along ``dim``, blocks stay single chunks: a slab (or an update) reads nothing outside.
-    x = var.dask_array(var.grouped_blocks(keep=dim))
+    x = var.dask_array(var.grouped_blocks(keep=dim), as_summed=True)
 
     def slab_sums(done: int) -> list[tuple[_Work, np.ndarray, list[list[tuple[int, int]]]]]:
         """Each accumulation's per-segment sums over slab ``done`` (one pass over its data),
@@ -172,6 +173,9 @@ def fill(
     # the last entry of the one before.
     with ThreadPoolExecutor(1) as reader, writer:
         pending = reader.submit(slab_sums, 0) if slabs else None
+        if scheduler in (None, "threads", "synchronous"):
+            # Blocks are summed in this process: the compiled loop is loaded meanwhile.
+            threading.Thread(target=load_kernel, args=(x.dtype,), daemon=True).start()
         for done in range(len(slabs)):
             assert pending is not None
             ready = pending.result()

@@ -16,6 +16,7 @@ from math import prod
 import numpy as np
 
 from accumulus.accumulation import statistics
+from accumulus.accumulation.spec import COUNT
 
 
 def chunk_sums(
@@ -30,30 +31,30 @@ def chunk_sums(
     ``w`` broadcasts against ``x``. ``edges[a]`` lists where raw chunks start inside the
     block along axis ``a`` (``[0]`` when the block is one chunk there, the default).
     Returns ``{axes: float64 array of shape (len(terms), *x.shape with the chunk count on
-    axes)}``. The block itself is summed along one axis per reduction (all sums in one
-    pass); the other axes of a reduction are summed from that much smaller result, and a
-    reduction containing another requested one starts from it.
+    axes)}``. Reductions containing no other requested one are taken from the block, all
+    in one pass (``kernel.block_sums``); the others are summed from the largest requested
+    one they contain, which is much smaller than the block.
     """
     x = np.asarray(x)
     x = x.reshape(1) if x.ndim == 0 else x
     edges = [list(e) for e in edges] if edges is not None else [[0]] * x.ndim
     w = np.asarray(w, dtype="f8")
     w = w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
-    done: dict[tuple[int, ...], np.ndarray] = {}
-    for axes in sorted({tuple(sorted(r)) for r in reductions}, key=len):
-        if x.size == 0:
-            shape = [len(edges[a]) if a in axes else n for a, n in enumerate(x.shape)]
-            done[axes] = np.zeros((len(terms), *shape))
+    wanted = sorted({tuple(sorted(r)) for r in reductions}, key=len)
+    if x.size == 0:
+        done = {
+            axes: np.zeros(
+                (len(terms), *(len(edges[a]) if a in axes else n for a, n in enumerate(x.shape)))
+            )
+            for axes in wanted
+        }
+    else:
+        first = [axes for axes in wanted if not any(set(c) < set(axes) for c in wanted)]
+        done = dict(zip(first, _block_sums(x, w, terms, first, edges), strict=True))
+    for axes in wanted:
+        if axes in done:
             continue
-        base = max((c for c in done if set(c) < set(axes)), key=len, default=None)
-        if base is None:
-            # Sum the block along the axis that shrinks it most (each index is its own
-            # segment when no axis is summed: the summands themselves).
-            axis = max(axes, key=lambda a: x.shape[a] / len(edges[a]), default=0)
-            base = (axis,) if axes else ()
-            if base not in done:
-                starts = edges[axis] if axes else range(x.shape[0])
-                done[base] = _axis_sums(x, w, terms, axis, starts)
+        base = max((c for c in done if set(c) < set(axes)), key=len)
         out = done[base]
         for a in axes:
             if a not in base:
@@ -62,43 +63,103 @@ def chunk_sums(
     return {tuple(r): done[tuple(sorted(r))] for r in reductions}
 
 
-def _axis_sums(
-    x: np.ndarray, w: np.ndarray, terms: Sequence[str], axis: int, starts: Sequence[int]
-) -> np.ndarray:
-    """Each sum of ``x`` along ``axis`` per segment beginning at ``starts`` (numba):
-    ``(len(terms), *x.shape with len(starts) on axis)``."""
-    from accumulus.accumulation.kernel import axis_sums  # numba: imported when first used
+def load_kernel(dtype: np.dtype) -> None:
+    """Load the compiled loop for blocks of ``dtype``: numba's first call in a process
+    takes a third of a second, which a caller can spend while it reads."""
+    chunk_sums(np.zeros((1, 1), dtype=dtype), 1.0, [COUNT], [(0,)])
 
-    shape = x.shape
-    pre, n, post = prod(shape[:axis]), shape[axis], prod(shape[axis + 1 :])
-    bounds = np.array([*starts, n], dtype="int64")
-    segment = np.repeat(np.arange(len(starts), dtype="int64"), np.diff(bounds))
-    # A weighted sum along an axis the weights do not vary on is taken as the weight
-    # times the unweighted sum: fewer sums to take from the block.
-    constant = w.shape[axis] == 1
-    direct = tuple(dict.fromkeys(statistics.unweighted(t) if constant else t for t in terms))
-    w_pre, w_post = w.shape[:axis], w.shape[axis + 1 :]
-    if all(d == 1 for d in w_post):
-        weights = w.reshape(prod(w_pre), w.shape[axis], 1)
-    else:  # weights varying after the axis: as wide as the block's rows
-        weights = np.broadcast_to(w, (*w_pre, w.shape[axis], *shape[axis + 1 :]))
-        weights = np.ascontiguousarray(weights).reshape(prod(w_pre), w.shape[axis], post)
-    weight_of = np.broadcast_to(np.arange(prod(w_pre)).reshape(w_pre), shape[:axis]).ravel()
-    out = np.zeros((len(direct), pre, len(starts), post))
-    axis_sums(
-        np.ascontiguousarray(x).reshape(pre, n, post),
-        segment,
-        bounds,
+
+def _block_sums(
+    x: np.ndarray,
+    w: np.ndarray,
+    terms: Sequence[str],
+    reductions: Sequence[tuple[int, ...]],
+    edges: Sequence[Sequence[int]],
+) -> list[np.ndarray]:
+    """Each sum of ``x`` per segment along the axes of each reduction, in one compiled pass
+    over the block (numba): ``(len(terms), *x.shape with the segment count on the axes)``
+    per reduction."""
+    from accumulus.accumulation.kernel import block_sums  # numba: imported when first used
+
+    if x.dtype not in (np.float32, np.float64) or not x.dtype.isnative:
+        x = x.astype("f8")
+    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+    weights = np.ascontiguousarray(w).reshape(-1, w.shape[-1])
+    weight_of = _row_index(w.shape[:-1], x.shape[:-1]).ravel()
+    last = x.ndim - 1
+    shapes, direct, tables = [], [], []
+    for axes in reductions:
+        shape = [len(edges[a]) if a in axes else n for a, n in enumerate(x.shape)]
+        shapes.append(shape)
+        # A weighted sum over axes the weights do not vary on is taken as the weight times
+        # the unweighted sum: fewer sums to take from the block.
+        constant = all(w.shape[a] == 1 for a in axes)
+        direct.append(
+            tuple(dict.fromkeys(statistics.unweighted(t) if constant else t for t in terms))
+        )
+        tables.append(_row_table(x.shape[:-1], shape[:-1], axes, edges))
+    columns = np.zeros((len(reductions), len(edges[last]) + 1), dtype="int64")
+    for k, axes in enumerate(reductions):
+        columns[k] = [*edges[last], x.shape[last]] if last in axes else 0
+    n_columns = np.array([s[-1] for s in shapes], dtype="int64")
+    n_rows = np.array([prod(s[:-1]) for s in shapes], dtype="int64")
+    n_terms = np.array([len(d) for d in direct], dtype="int64")
+    powers = np.zeros((len(reductions), max(n_terms), 2), dtype="int64")
+    for k, names in enumerate(direct):
+        powers[k, : len(names)] = statistics.powers(names)
+    sizes = n_terms * n_rows * n_columns
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype("int64")
+    out = np.zeros(int(sizes.sum()))
+    block_sums(
+        rows,
         weights,
-        np.ascontiguousarray(weight_of, dtype="int64"),
-        statistics.powers(direct),
+        weight_of,
+        np.stack(tables),
+        columns,
+        n_columns,
+        n_rows,
+        np.array([last in axes for axes in reductions], dtype="int64"),
+        powers,
+        n_terms,
+        offsets,
         out,
     )
-    out = out.reshape(len(direct), *shape[:axis], len(starts), *shape[axis + 1 :])
-    return np.stack(
-        [out[direct.index(t)] if t in direct else w * out[direct.index(statistics.unweighted(t))]
-         for t in terms]
-    )  # fmt: skip
+    results = []
+    for k, names in enumerate(direct):
+        sums = out[offsets[k] : offsets[k] + sizes[k]].reshape(len(names), *shapes[k])
+        if names != tuple(terms):  # weighted sums from their unweighted twins
+            twins = [(t, t if t in names else statistics.unweighted(t)) for t in terms]
+            sums = np.stack([sums[names.index(u)] * (1 if u == t else w) for t, u in twins])
+        results.append(sums)
+    return results
+
+
+def _row_index(shape: tuple[int, ...], rows: tuple[int, ...]) -> np.ndarray:
+    """For an array of ``shape`` broadcast to ``rows``: the flat index of each element."""
+    return np.ascontiguousarray(
+        np.broadcast_to(np.arange(prod(shape), dtype="int64").reshape(shape), rows)
+    )
+
+
+def _row_table(
+    rows: tuple[int, ...],
+    out_rows: Sequence[int],
+    axes: tuple[int, ...],
+    edges: Sequence[Sequence[int]],
+) -> np.ndarray:
+    """The output row (flat, of ``out_rows``) each block row (flat, of ``rows``) adds to:
+    along the summed ``axes``, the segment an index lies in; along the others, itself."""
+    table = np.zeros(rows, dtype="int64")
+    stride = 1
+    for a in reversed(range(len(rows))):
+        if a in axes:
+            bounds = [*edges[a], rows[a]]
+            index = np.repeat(np.arange(len(edges[a]), dtype="int64"), np.diff(bounds))
+        else:
+            index = np.arange(rows[a], dtype="int64")
+        table += (index * stride).reshape([-1 if b == a else 1 for b in range(len(rows))])
+        stride *= out_rows[a]
+    return table.ravel()
 
 
 def reduce_terms(
