@@ -308,25 +308,29 @@ def _write_entries(
     sums ending where entries end), continue them from the entry before ``work.first``, and
     write them."""
     acc = work.acc
+    order = [var.axis(d) for d in acc.array_dims]
+    t_axis = acc.array_dims.index(dim)
     entries = per_segment
-    for d in acc.prefix_dims:
+    # The batch dimension last: the entry before ``work.first`` (the previous slab's last,
+    # or the last one an earlier build wrote) is added to the first segment before that
+    # prefix sum, which carries it into every entry.
+    for d in sorted(acc.prefix_dims, key=lambda d: d == dim):
         axis = var.axis(d)
+        if d == dim and work.first > 0:
+            first = entries[(slice(None),) * (axis + 1) + (slice(0, 1),)]
+            for t, term in enumerate(work.terms):
+                before = writer.entry(acc.arrays[term], t_axis, work.first - 1)
+                first[t] += before.transpose(np.argsort(order))
         positions = work.positions[d]
         ends = [e for lo, hi in locations[axis] for e in segment_ends(lo, hi, positions)]
         wanted = set(positions)
         keep = [i for i, e in enumerate(ends) if e in wanted]
         entries = prefix_entries(entries, axis + 1, keep, in_place=entries.dtype == "f8")
-    order = [var.axis(d) for d in acc.array_dims]
-    t_axis = acc.array_dims.index(dim)
     for t, term in enumerate(work.terms):
         values = entries[t].transpose(order)
-        name = acc.arrays[term]
-        if dim in acc.prefix_dims and work.first > 0:
-            # Continue from the last entry the previous slab (or build) wrote.
-            values += writer.entry(name, t_axis, work.first - 1)
         if term in spec.TALLIES and values.any():
             writer.infinities = True
-        writer.write(name, t_axis, work.first, values)
+        writer.write(acc.arrays[term], t_axis, work.first, values)
 
 
 class _Writer:
