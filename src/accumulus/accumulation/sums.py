@@ -88,6 +88,8 @@ def _block_sums(
     weight_of = _row_index(w.shape[:-1], x.shape[:-1]).ravel()
     last = x.ndim - 1
     shapes, direct, tables = [], [], []
+    # Along an axis cut at every index each segment is one value: nothing to sum there.
+    reductions = [tuple(a for a in axes if len(edges[a]) < x.shape[a]) for axes in reductions]
     for axes in reductions:
         shape = [len(edges[a]) if a in axes else n for a, n in enumerate(x.shape)]
         shapes.append(shape)
