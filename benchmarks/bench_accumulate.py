@@ -1,72 +1,85 @@
 """``accumulate`` against its floor, one full read of the raw data (xarray + Dask ``sum()`` of
-the variable, same threaded scheduler), and its peak memory, on three cubes:
+the variable, same threaded scheduler), and its peak memory.
 
-- "realistic": shaped like a real archive (10 years daily at 1 degree, float32 chunks of
-  73 x 90 x 90 = 2.4 MB written by xarray, 10 % missing, 0.9 GiB);
-- the same at half its length (peak memory must not depend on the cube's size);
-- "small chunks": the first release's benchmark cube, chunks of 30 x 15 x 30 (54 KB), where
-  Dask's per-task overhead dominates both sides; labelled as such.
+Cubes (``--cubes``, comma-separated):
 
-Each measurement runs in a fresh process, which reports its wall time, CPU time and peak
-RSS (imports excluded, as a user's session has them). Each build is a first build: the
-previous run's accumulation group is deleted before the clock starts. Reads and builds
-alternate, so both see the same machine; medians over ``--repeats``. The build computes
-every default accumulation (each dimension alone + latitude and longitude, area weights).
-``verify`` (one pass recomputing every entry, slab by slab) is timed on the realistic cube.
+- "realistic": ``realistic.py``'s cube, written by xarray as archives are (10 years daily
+  at 1 degree, 3650 x 180 x 360 float32, chunks 73 x 90 x 90 = 2.4 MB, 10 % missing);
+- "realistic-half": the same cut to 5 years (peak memory must not follow the cube's size);
+- "small": the first release's benchmark cube, chunks of 30 x 15 x 30 (54 KB), where Dask's
+  per-task overhead weighs on both sides; labelled as such.
+
+Builds (``--builds``, comma-separated):
+
+- "default": every dimension alone + latitude and longitude together, at chunk ends (ZEP 5),
+  area weights (what ``accumulus accumulate cube.zarr VAR`` builds);
+- "time=1": time alone with entries at every day (``--at time=1``, issue 10);
+- "lat=1,lon=1": latitude and longitude together with entries at every cell.
+
+Each measurement runs in a fresh process, which reports its wall time, CPU time (every
+thread) and peak RSS (``getrusage``); modules are imported before the clock, as a user's
+session has them. Each build is a first build into a sidecar store beside the cube
+(``accumulate --into``: the cube is only read, so a shared copy of it is never written; the
+build reads, sums and writes exactly as in place), removed before the clock starts. Reads
+and builds alternate within each repeat, so both see the same machine; medians over
+``--repeats``. The machine's load average (``os.getloadavg``) is recorded before and after.
 Prints JSON.
 
-    python benchmarks/bench_accumulate.py [--repeats 3] [--small-days 4018]
+    python benchmarks/bench_accumulate.py [--repeats 3] [--cubes realistic,small]
+        [--builds default,time=1,lat=1,lon=1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from accumulus.demo import VARIABLE
-from common import DEFAULT_DIR, REALISTIC, SMALL_CHUNKS, cube, report
+from common import DEFAULT_DIR, SMALL_CHUNKS, cube, report
 
-CHILD = f"""
-import json, resource, sys, time
-import xarray as xr
-import accumulus
+CHILD = """
+import json, os, resource, shutil, sys, time
+import dask.array, numpy, xarray as xr, zarr
+import accumulus, accumulus.api
 
 def usage():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return time.perf_counter(), r.ru_utime + r.ru_stime
 
-path, what = sys.argv[1], sys.argv[2]
-if what == "build":  # a first build: the previous run's group is removed, untimed
-    import zarr
-    root = zarr.open_group(path, mode="r+")
-    if "{VARIABLE}_accumulation_group" in root:
-        del root["{VARIABLE}_accumulation_group"]
-    zarr.consolidate_metadata(path)
+path, variable, what, dims, at, into = sys.argv[1:7]
+if what == "build":  # a first build: the previous run's sidecar is removed, untimed
+    shutil.rmtree(into, ignore_errors=True)
 wall, cpu = usage()
 if what == "read":
     # Read and decode every chunk once (Dask over the stored chunks), as the build must.
-    float(xr.open_zarr(path)["{VARIABLE}"].sum().compute())
-elif what == "build":
-    accumulus.accumulate(path, "{VARIABLE}")
+    float(xr.open_zarr(path)[variable].sum().compute())
 else:
-    [report] = accumulus.verify(path, "{VARIABLE}")
-    assert report.ok, report.problems
+    accumulus.accumulate(path, variable, json.loads(dims), at=json.loads(at), into=into)
 end_wall, end_cpu = usage()
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({{"seconds": end_wall - wall, "cpu_seconds": end_cpu - cpu,
-                  "peak_rss_bytes": rss}}))
+print(json.dumps({"seconds": end_wall - wall, "cpu_seconds": end_cpu - cpu,
+                  "peak_rss_bytes": rss}))
 """
 
 
-def run_child(path: Path, what: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), what], capture_output=True, text=True
-    )
+def builds(lat: str, lon: str) -> dict[str, tuple[list[str] | None, dict | None]]:
+    """Each build by name: (dimension combinations, --at rules)."""
+    return {
+        "default": (None, None),
+        "time=1": (["time"], {"time": 1}),
+        "lat=1,lon=1": ([f"{lat},{lon}"], {lat: 1, lon: 1}),
+    }
+
+
+def run_child(path: Path, variable: str, what: str, dims=None, at=None, into=None) -> dict:
+    args = [str(path), variable, what, json.dumps(dims), json.dumps(at), str(into)]
+    out = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"{what} of {path} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -76,68 +89,101 @@ def median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def measure(path: Path, repeats: int, with_verify: bool) -> dict:
-    run_child(path, "build")  # warm: the kernel is compiled once per machine, then cached
-    reads, builds, verifies = [], [], []
+def load() -> list[float]:
+    return [round(x, 1) for x in os.getloadavg()]
+
+
+def measure(path: Path, variable: str, wanted: dict, repeats: int) -> dict:
+    """Reads and every wanted build, alternating, ``repeats`` times."""
+    into = path.with_name(path.stem + "-bench-sidecar.zarr")
+    for dims, at in wanted.values():  # warm: the kernel is compiled once per machine, cached
+        run_child(path, variable, "build", dims, at, into)
+    reads: list[dict] = []
+    runs: dict[str, list[dict]] = {name: [] for name in wanted}
+    load_before = load()
     for _ in range(repeats):
-        reads.append(run_child(path, "read"))
-        builds.append(run_child(path, "build"))
-        if with_verify:
-            verifies.append(run_child(path, "verify"))
-    read_s, build_s = median(reads, "seconds"), median(builds, "seconds")
-    read_cpu, build_cpu = median(reads, "cpu_seconds"), median(builds, "cpu_seconds")
-    result = {
+        for name, (dims, at) in wanted.items():
+            reads.append(run_child(path, variable, "read"))
+            runs[name].append(run_child(path, variable, "build", dims, at, into))
+    shutil.rmtree(into, ignore_errors=True)
+    read_s, read_cpu = median(reads, "seconds"), median(reads, "cpu_seconds")
+    result: dict = {
+        "load_average_before": load_before,
+        "load_average_after": load(),
         "full_read_seconds_median": round(read_s, 2),
-        "accumulate_seconds_median": round(build_s, 2),
-        "accumulate_over_full_read": round(build_s / read_s, 2),
         "full_read_cpu_seconds_median": round(read_cpu, 2),
-        "accumulate_cpu_seconds_median": round(build_cpu, 2),
-        "accumulate_over_full_read_cpu": round(build_cpu / read_cpu, 2),
-        "accumulate_peak_rss_mib": round(max(b["peak_rss_bytes"] for b in builds) / 2**20),
         "full_read_peak_rss_mib": round(max(r["peak_rss_bytes"] for r in reads) / 2**20),
+        "full_read_runs": len(reads),
+        "builds": {},
     }
-    if with_verify:
-        verify_s = median(verifies, "seconds")
-        result |= {
-            "verify_seconds_median": round(verify_s, 2),
-            "verify_over_full_read": round(verify_s / read_s, 2),
-            "verify_peak_rss_mib": round(max(v["peak_rss_bytes"] for v in verifies) / 2**20),
+    for name, done in runs.items():
+        build_s, build_cpu = median(done, "seconds"), median(done, "cpu_seconds")
+        result["builds"][name] = {
+            "seconds_median": round(build_s, 2),
+            "over_full_read": round(build_s / read_s, 2),
+            "cpu_seconds_median": round(build_cpu, 2),
+            "over_full_read_cpu": round(build_cpu / read_cpu, 2),
+            "peak_rss_mib": round(max(b["peak_rss_bytes"] for b in done) / 2**20),
+            "seconds_each": [round(b["seconds"], 2) for b in done],
         }
     return result
+
+
+def cubes(directory: Path, names: list[str]) -> list[tuple[str, Path, str, tuple, tuple, str, str]]:
+    """(label, path, variable, shape, chunks, latitude, longitude) of each named cube."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    found = []
+    for name in names:
+        if name in ("realistic", "realistic-half"):
+            from bench_positions import realistic_cube as cut_cube
+            from realistic import CHUNKS, SHAPE, VARIABLE, realistic_cube
+
+            days = SHAPE[0] if name == "realistic" else SHAPE[0] // 2
+            path = realistic_cube(directory) if name == "realistic" else cut_cube(directory, days)
+            label = f"{name} (written by xarray)"
+            found.append((label, path, VARIABLE, (days, *SHAPE[1:]), CHUNKS, "lat", "lon"))
+        elif name == "small":
+            from accumulus.demo import VARIABLE as DEMO_VARIABLE
+
+            config = replace(SMALL_CHUNKS)
+            path = cube(directory, config)
+            label = "small chunks (54 KB)"
+            shape = config.shape
+            found.append((label, path, DEMO_VARIABLE, shape, config.chunks, "lat", "lon"))
+        else:
+            raise SystemExit(f"unknown cube {name!r}: realistic, realistic-half or small")
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--small-days", type=int, default=SMALL_CHUNKS.days)
-    parser.add_argument("--no-verify", action="store_true", help="skip timing verify")
+    parser.add_argument("--cubes", default="realistic,small")
+    parser.add_argument("--builds", default="default;time=1;lat=1,lon=1", help="; between")
     args = parser.parse_args()
-    cases = [
-        ("realistic", REALISTIC, not args.no_verify),
-        # Same chunks, half the length: peak memory must not follow the cube's size.
-        ("realistic, 5 years", replace(REALISTIC, days=REALISTIC.days // 2), False),
-        ("small chunks (54 KB)", replace(SMALL_CHUNKS, days=args.small_days), False),
-    ]
+    args.dir.mkdir(parents=True, exist_ok=True)
     results = []
-    for label, config, with_verify in cases:
-        path = cube(args.dir, config)
-        chunk_bytes = 4 * config.chunks[0] * config.chunks[1] * config.chunks[2]
+    for label, path, variable, shape, chunks, lat, lon in cubes(args.dir, args.cubes.split(",")):
+        every = builds(lat, lon)
+        wanted = {b: every[b] for b in args.builds.split(";")}
+        chunk_bytes = 4 * chunks[0] * chunks[1] * chunks[2]
         results.append(
             {
                 "cube": label,
-                "shape": config.shape,
-                "chunks": config.chunks,
+                "store": str(path),
+                "shape": list(shape),
+                "chunks": list(chunks),
                 "chunk_mib": round(chunk_bytes / 2**20, 2),
-                "store_gib": round(config.nbytes / 2**30, 2),
+                "raw_gib": round(4 * shape[0] * shape[1] * shape[2] / 2**30, 2),
             }
-            | measure(path, args.repeats, with_verify)
+            | measure(path, variable, wanted, args.repeats)
         )
     report(
         {
-            "benchmark": "accumulate vs one full read (its floor)",
-            "accumulations": "each dimension alone + lat+lon, area weights",
+            "benchmark": "accumulate vs one full read (its floor), each in a fresh process",
             "scheduler": "threads",
+            "cpus": os.cpu_count(),
             "results": results,
         }
     )
