@@ -134,6 +134,7 @@ def accumulate(
     storage_options: dict | None = None,
     group: str | None = None,
     into: str | os.PathLike[str] | None = None,
+    allow_missing_chunks: bool = False,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
@@ -148,7 +149,9 @@ def accumulate(
     ``shards``: write the accumulation arrays in shards (Zarr v3), so that fine
     accumulations stay few objects; by default when the variable is sharded.
     Re-running with the same configuration does nothing; another configuration needs
-    ``rebuild=True``.
+    ``rebuild=True``. Building a group again is refused where raw chunks are missing that
+    were not missing when it was last built (they would be summed as missing values),
+    unless ``allow_missing_chunks``.
     ``into``: write them into this store (created if missing) beside ``store``, which is
     then only read (a URL, a reference file, anything read-only). The store records
     ``store`` and a fingerprint of what was summed; running again extends it after the
@@ -186,6 +189,7 @@ def accumulate(
         scheduler=scheduler,
         progress=progress,
         into=sidecar,
+        allow_missing_chunks=allow_missing_chunks,
     )
     if result.action == "up to date":
         return result

@@ -129,6 +129,12 @@ def accumulate(
         None, "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
     ),
     rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
+    allow_missing_chunks: bool = typer.Option(
+        False,
+        "--allow-missing-chunks",
+        help="Rebuild even where raw chunks the last build summed are missing (they are "
+        "summed as missing values).",
+    ),
     shards: bool = typer.Option(
         None,
         "--shards/--no-shards",
@@ -162,6 +168,7 @@ def accumulate(
             at=at or None,
             scheduler=scheduler,
             rebuild=rebuild,
+            allow_missing_chunks=allow_missing_chunks,
             shards=shards,
             progress=report,
             storage_options=_storage_options(endpoint_url, storage_option),

@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
+from typing import Any
 
 import numpy as np
 import zarr
@@ -30,6 +31,12 @@ from accumulus import compute
 from accumulus.accumulation import placement, spec, statistics, stream
 from accumulus.accumulation.chunk_check import checksummed_codecs
 from accumulus.accumulation.groups import read_group, stride_unit
+from accumulus.accumulation.record import (
+    RECORD_KEY,
+    build_record,
+    missing_objects,
+    recorded_missing,
+)
 from accumulus.accumulation.sidecar import SOURCE_KEY, Sidecar, StaleSidecarError, fingerprint
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
@@ -67,6 +74,7 @@ def build_accumulations(
     progress: compute.Progress | None = None,
     held_lock: StoreLock | None = None,
     into: Sidecar | None = None,
+    allow_missing_chunks: bool = False,
 ) -> BuildResult:
     """Build ``variable``'s accumulation group in ``cube``'s store (or ``into`` a sidecar),
     bring it up to date after the data grew along one dimension (only the new part is
@@ -75,12 +83,17 @@ def build_accumulations(
     Writes happen under the target store's writers' lock, so no append runs meanwhile:
     ``held_lock`` is that lock when the caller (an append) already holds it; otherwise it is
     taken here, and a busy store is a ``StoreBusyError``. A read-only store is never written.
+
+    A group built again (``rebuild``, or replacing an incomplete or stale one) is refused
+    where raw chunks are missing that its last build did not find missing (``record``),
+    unless ``allow_missing_chunks``: they would be summed as missing values.
     """
     target = _Target.of(cube, into)
+    options = (rebuild, scheduler, progress, target, allow_missing_chunks)
     if held_lock is not None or target.store.read_only:
-        return _build(cube, variable, request, rebuild, scheduler, progress, target)
+        return _build(cube, variable, request, *options)
     with StoreLock(target.store, target.label, task="accumulate"):
-        return _build(cube, variable, request, rebuild, scheduler, progress, target)
+        return _build(cube, variable, request, *options)
 
 
 @dataclass(frozen=True)
@@ -113,6 +126,7 @@ def _build(
     scheduler: str | None,
     progress: compute.Progress | None,
     target: _Target,
+    allow_missing_chunks: bool = False,
 ) -> BuildResult:
     started = time.perf_counter()
     var = cube.variable(variable)
@@ -125,6 +139,7 @@ def _build(
         variable, var.dims, request, coverage, holders, placements, stride_unit(var)
     )
     stored = target.root(cube)
+    previous = _stored_record(stored, variable)
     try:
         if target.sidecar is not None:
             target.sidecar.check(cube, variable, stored)
@@ -153,7 +168,8 @@ def _build(
                 done = replace(wanted, complete=True, infinities=_infinities(wanted, seen))
                 if existing.infinities:
                     done = replace(done, infinities=True)
-                _publish(cube, var, done, target)
+                made = build_record(cube, var, done, previous, existing.coverage)
+                _publish(cube, var, done, target, made)
                 return BuildResult(variable, "updated", done, arrays, time.perf_counter() - started)
         elif existing.complete:
             raise AccumulusError(
@@ -162,6 +178,8 @@ def _build(
             )
     if scheduler and scheduler != "threads" and cube.label.startswith("memory://"):
         raise AccumulusError("memory:// stores live in this process: use the threads scheduler")
+    if action == "rebuilt" and not allow_missing_chunks:
+        _refuse_missing_chunks(var, previous)
 
     root = _writable_root(target)
     sharded = _sharded_accumulations(cube, var, request)
@@ -174,7 +192,7 @@ def _build(
         root, var, wanted, weights_of(cube, var, wanted), 0, None, scheduler, progress
     )
     done = replace(wanted, complete=True, infinities=_infinities(wanted, seen))
-    _publish(cube, var, done, target)
+    _publish(cube, var, done, target, build_record(cube, var, done))
     return BuildResult(
         variable, action, done, tuple(sorted(targets)), time.perf_counter() - started
     )
@@ -199,6 +217,27 @@ def final_coverage(cube: Cube, var: VariableInfo) -> dict[str, int]:
         if last_chunk_is_partial(var.array, axis):
             coverage[dim] = var.bounds[axis].edges[-2]
     return coverage
+
+
+def _stored_record(stored: zarr.Group, variable: str) -> dict[str, Any] | None:
+    """The build record of ``variable``'s group in ``stored``, as written (None: none)."""
+    node = stored.get(spec.group_name(variable))
+    extension = node.attrs.get(spec.EXTENSION_KEY) if isinstance(node, zarr.Group) else None
+    found = extension.get(RECORD_KEY) if isinstance(extension, dict) else None
+    return found if isinstance(found, dict) else None
+
+
+def _refuse_missing_chunks(var: VariableInfo, previous: dict[str, Any] | None) -> None:
+    """Refuse to build a group again over raw chunks that are missing (or empty) now but
+    were not when it was last built (any, without a record of that build)."""
+    missing = missing_objects(var, recorded_missing(previous) or ())
+    if missing:
+        named = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+        raise AccumulusError(
+            f"{len(missing)} raw chunk(s) of {var.name!r} are missing or empty ({named}): "
+            "a build would sum them as missing values; restore them, or add "
+            "--allow-missing-chunks (allow_missing_chunks=True)"
+        )
 
 
 def _infinities(group: spec.AccumulationGroup, seen: bool) -> bool | None:
@@ -275,12 +314,19 @@ def _counts_fit(
     return True
 
 
-def _publish(cube: Cube, var: VariableInfo, group: spec.AccumulationGroup, target: _Target) -> None:
-    """Write the group's attributes (the switch readers look at), then consolidate. In a
-    sidecar they include the fingerprint of what was summed, written in the same document
-    as the coverage it describes."""
+def _publish(
+    cube: Cube,
+    var: VariableInfo,
+    group: spec.AccumulationGroup,
+    target: _Target,
+    made: dict[str, Any],
+) -> None:
+    """Write the group's attributes (the switch readers look at), then consolidate. They
+    include the build record (``made``: what was summed, ``record``) and, in a sidecar, the
+    fingerprint of its source, written in the same document as the coverage they describe."""
     node = zarr.open_group(target.store, mode="r+", path=group.path, use_consolidated=False)
     attributes = spec.group_attributes(group)
+    attributes[spec.EXTENSION_KEY][RECORD_KEY] = made
     if target.sidecar is not None:
         attributes[SOURCE_KEY] = fingerprint(cube, var, group.coverage)
     node.attrs.put(attributes)

@@ -22,6 +22,7 @@ import zarr
 from zarr.abc.store import Store
 
 from accumulus.accumulation import spec
+from accumulus.accumulation.record import RECORD_KEY, BuildRecordError, attributes_problem
 from accumulus.accumulation.sidecar import Sidecar, StaleSidecarError
 from accumulus.accumulation.weights import find_latitude
 from accumulus.cube import Cube, VariableInfo
@@ -50,10 +51,27 @@ def read_group(
         child = members.get(name)
         return dict(child.attrs) if isinstance(child, zarr.Array) else None
 
-    group = spec.parse_group(var.name, var.dims, dict(node.attrs), array_attrs)
+    attributes = dict(node.attrs)
+    group = spec.parse_group(var.name, var.dims, attributes, array_attrs)
     if group.producer == "foreign":  # theirs may hold a last partial entry
         return _foreign_coverage(cube, var, group, members)
     _check_shapes(cube.label, var, group, members)
+    if group.complete:
+        extension = attributes.get(spec.EXTENSION_KEY, {})
+        problem = attributes_problem(
+            cube,
+            var,
+            group,
+            extension.get(RECORD_KEY),
+            {name: array_attrs(name) for name in members},
+            # A sidecar's source is checked against its own fingerprint (``sidecar``).
+            source=root is None or root is cube.root,
+        )
+        if problem:
+            raise BuildRecordError(
+                f"{problem}: its sums would be wrong; rebuild it with "
+                "`accumulus accumulate --rebuild`"
+            )
     return group
 
 
@@ -122,7 +140,10 @@ class AccumulationGroups:
         # Where accumulation chunks are read: None for the cube's own store.
         self.store = None if sidecar is None else sidecar.store
         self.label = cube.label if sidecar is None else sidecar.label
-        self._groups: dict[str, spec.AccumulationGroup | StaleSidecarError | None] = {}
+        # Each group as read, or why it must not be used (checked once per snapshot).
+        self._groups: dict[
+            str, spec.AccumulationGroup | StaleSidecarError | BuildRecordError | None
+        ] = {}
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
 
     def reading_through(self, wrap: Callable[[Store], Store]) -> AccumulationGroups:
@@ -140,10 +161,10 @@ class AccumulationGroups:
                 if self.sidecar is not None:
                     self.sidecar.check(self.cube, variable, self.root)
                 self._groups[variable] = read_group(self.cube, variable, self.root)
-            except StaleSidecarError as stale:
-                self._groups[variable] = stale
+            except (StaleSidecarError, BuildRecordError) as refused:
+                self._groups[variable] = refused
         found = self._groups[variable]
-        if isinstance(found, StaleSidecarError):
+        if isinstance(found, StaleSidecarError | BuildRecordError):
             raise found
         return found
 
@@ -154,7 +175,7 @@ class AccumulationGroups:
         try:
             group = self.group(variable)
             weights = group.weights if group is not None else None
-        except StaleSidecarError:  # its arrays may not fit the source now: its attribute
+        except (StaleSidecarError, BuildRecordError):  # not usable: its attribute
             extension = self.root[spec.group_name(variable)].attrs.get(spec.EXTENSION_KEY)
             weights = extension.get("weights") if isinstance(extension, dict) else None
         return weights if isinstance(weights, str) and weights != "unknown" else None
@@ -171,7 +192,7 @@ class AccumulationGroups:
         for name in self.cube.data_variables:
             try:
                 group = self.group(name)
-            except StaleSidecarError:
+            except (StaleSidecarError, BuildRecordError):
                 continue
             for acc in group.accumulations if group is not None else ():
                 for array in set(acc.arrays.values()):

@@ -28,6 +28,7 @@ from accumulus import compute
 from accumulus.accumulation import spec, statistics, stream
 from accumulus.accumulation.chunk_check import chunk_problem_text, failing_chunks
 from accumulus.accumulation.groups import accumulation_array, read_group, stride_unit_problem
+from accumulus.accumulation.record import RECORD_KEY, objects_problem
 from accumulus.accumulation.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 
@@ -98,6 +99,13 @@ def verify_variable(cube: Cube, variable: str, root: zarr.Group | None = None) -
     unit_problem = stride_unit_problem(var, group)
     if unit_problem:
         report.problems.append(unit_problem)
+        return report
+    # The raw chunks the build summed, by their sizes now: when they changed, that is the
+    # problem (the sums differ because of it), said in one line.
+    extension = (cube.root if root is None else root)[group.path].attrs.get(spec.EXTENSION_KEY)
+    changed = objects_problem(var, group, (extension or {}).get(RECORD_KEY))
+    if changed:
+        report.problems.append(changed)
         return report
     checks: list[_Check] = []
     for acc in group.accumulations:

@@ -12,6 +12,7 @@ from typing import Any
 from accumulus.accumulation.selection import dimension_kind
 from accumulus.api import StaleSidecarError
 from accumulus.cube import Cube
+from accumulus.errors import AccumulationReadError
 from accumulus.numeric import numeric_problem
 from accumulus.output import label
 from accumulus.service.datasets import Snapshot
@@ -55,7 +56,8 @@ def _variable(snapshot: Snapshot, name: str) -> dict[str, Any]:
     attrs = cube.raw[name].attrs
     try:
         accumulation, stale = _accumulation(snapshot, name), None
-    except StaleSidecarError as exc:
+    except (StaleSidecarError, AccumulationReadError) as exc:
+        # Not to be used (a stale sidecar; attributes or raw chunks changed since the build).
         accumulation, stale = None, str(exc)
     return {
         "name": name,
