@@ -7,7 +7,9 @@ where its entries end. So a build records, in the group's ``accumulus`` attribut
 - the raw variable's shape, chunk edges and a digest of its encoding (``sidecar.fingerprint``);
 - each accumulation array's ``_ARRAY_DIMENSIONS`` and ``_ACCUMULATION_STRIDE`` as written;
 - the raw objects it summed: for every stored object (a chunk, or a shard of a sharded
-  array) lying wholly within the covered extent, its key and size, combined into one
+  array) lying wholly within the covered extent (a partial last one, which an append
+  rewrites, is left out: the sums of its data are checked by ``verify``'s recomputation),
+  its key and size, combined into one
   digest (a sum of per-object hashes, so an append adds the objects it newly covers without
   reading the others again), with the keys that were missing or empty.
 
@@ -174,7 +176,7 @@ def missing_objects(var: VariableInfo, allowed: Iterable[str] = ()) -> list[str]
     """Keys of the raw objects of ``var``'s whole extent that are not stored (or empty),
     apart from those ``allowed`` (missing when the group was last built)."""
     extent = dict(zip(var.dims, var.shape, strict=True))
-    sizes = object_sizes(var, covered_objects(var, extent))
+    sizes = object_sizes(var, covered_objects(var, extent, partial=True))
     allowed = set(allowed)
     return [k for k in _missing(sizes) if k not in allowed]
 
@@ -193,16 +195,22 @@ def recorded_missing(record: Any) -> list[str] | None:
 # Raw objects
 
 
-def covered_objects(var: VariableInfo, coverage: Mapping[str, int]) -> list[str]:
+def covered_objects(
+    var: VariableInfo, coverage: Mapping[str, int], *, partial: bool = False
+) -> list[str]:
     """Store keys of ``var``'s stored objects (chunks, or shards) lying wholly within
-    ``coverage``."""
+    ``coverage`` as the grid declares them: a partial last one (declared larger than the
+    data it holds) is left out, as an append along its dimension rewrites it, unless
+    ``partial``."""
     metadata = var.array.metadata
     grid = ChunkGrid.from_metadata(metadata)
     counts = []
-    for dim, sizes in zip(var.dims, grid.chunk_sizes, strict=True):
-        end, n, limit = 0, 0, int(coverage.get(dim, var.shape[var.axis(dim)]))
-        for size in sizes:
-            end += size
+    for axis, dim in enumerate(var.dims):
+        dimension = grid.dimensions[axis]
+        limit = min(int(coverage.get(dim, var.shape[axis])), var.shape[axis])
+        end, n = 0, 0
+        for i in range(dimension.nchunks):
+            end += dimension.chunk_size(i) if not partial else dimension.data_size(i)
             if end > limit:
                 break
             n += 1
