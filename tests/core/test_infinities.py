@@ -18,10 +18,12 @@ import pandas as pd
 import pytest
 import xarray as xr
 import zarr
+from fastapi.testclient import TestClient
 
 import accumulus
 from accumulus.accumulation import spec
 from accumulus.cli import main
+from accumulus.service import create_app
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 RANGES = [
@@ -109,6 +111,11 @@ def test_the_probe_a_range_without_the_infinite_day(tmp_path, capsys, monkeypatc
     assert answer["values"] == [["inf", 1.0], [1.0, 1.0]]
     table = pd.read_csv(io.StringIO(cli("average", *common, "--csv")), keep_default_na=False)
     assert table[VAR].astype(str).tolist() == ["inf", "1.0", "1.0", "1.0"]
+    # The service answers the same bodies.
+    client = TestClient(create_app([path]))
+    url = f"/api/datasets/c/{VAR}/average?over=time&time=2001-01-04/2001-01-10"
+    assert client.get(url).json()["values"] == [["inf", 1.0], [1.0, 1.0]]
+    assert client.get(url + "&format=csv").text == cli("average", *common, "--csv")
     ds[VAR].values[7, 0, 1] = -np.inf
     nan_and_inf = ds.isel(time=[7]).assign_coords(time=[np.datetime64("2001-01-08")])
     nan_and_inf[VAR].values[0, 1, 1] = np.nan
