@@ -84,9 +84,10 @@ def build_accumulations(
     ``held_lock`` is that lock when the caller (an append) already holds it; otherwise it is
     taken here, and a busy store is a ``StoreBusyError``. A read-only store is never written.
 
-    A group built again (``rebuild``, or replacing an incomplete or stale one) is refused
-    where raw chunks are missing that its last build did not find missing (``record``),
-    unless ``allow_missing_chunks``: they would be summed as missing values.
+    A group built again over a finished build (``rebuild``, or replacing a stale one) is
+    refused where raw chunks are missing that its last build did not find missing
+    (``record``; any, for a group built before records), unless ``allow_missing_chunks``:
+    they would be summed as missing values.
     """
     target = _Target.of(cube, into)
     options = (rebuild, scheduler, progress, target, allow_missing_chunks)
@@ -178,7 +179,7 @@ def _build(
             )
     if scheduler and scheduler != "threads" and cube.label.startswith("memory://"):
         raise AccumulusError("memory:// stores live in this process: use the threads scheduler")
-    if action == "rebuilt" and not allow_missing_chunks:
+    if not allow_missing_chunks and (previous is not None or _was_complete(stored, variable)):
         _refuse_missing_chunks(var, previous)
 
     root = _writable_root(target)
@@ -225,6 +226,14 @@ def _stored_record(stored: zarr.Group, variable: str) -> dict[str, Any] | None:
     extension = node.attrs.get(spec.EXTENSION_KEY) if isinstance(node, zarr.Group) else None
     found = extension.get(RECORD_KEY) if isinstance(extension, dict) else None
     return found if isinstance(found, dict) else None
+
+
+def _was_complete(stored: zarr.Group, variable: str) -> bool:
+    """Whether ``variable``'s group in ``stored`` is a finished build (an interrupted first
+    build is not one: building again is building it for the first time)."""
+    node = stored.get(spec.group_name(variable))
+    extension = node.attrs.get(spec.EXTENSION_KEY) if isinstance(node, zarr.Group) else None
+    return isinstance(extension, dict) and extension.get("complete") is True
 
 
 def _refuse_missing_chunks(var: VariableInfo, previous: dict[str, Any] | None) -> None:
