@@ -39,16 +39,21 @@ def block_sums(
     power = np.empty(q_len)
     per_column = weights.shape[1] > 1
     for r in range(n_rows_in):
+        infinite = 0.0
         for q in range(q_len):
             # An infinite value is valid (it counts) but adds nothing to the sums of x^b,
             # which stay finite; the tallies count +inf and -inf apart.
             v = np.float64(rows[r, q])
-            value[q] = v if abs(v) < np.inf else 0.0
+            finite = abs(v) < np.inf
+            value[q] = v if finite else 0.0
             valid[q] = 1.0 if v == v else 0.0
+            infinite += valid[q] - (1.0 if finite else 0.0)
         wr = weight_of[r]
         for k in range(row_to.shape[0]):
             for t in range(n_terms[k]):
                 a, b = powers[k, t, 0], powers[k, t, 1]
+                if b < 0 and infinite == 0.0:
+                    continue  # a tally of a row without infinities adds nothing
                 at = offsets[k] + (t * n_rows[k] + row_to[k, r]) * n_columns[k]
                 o = out[at : at + n_columns[k]]
                 if b >= 2:
