@@ -30,6 +30,10 @@ QUIET = (
     (r"Object at \.accumulus is not recognized", UserWarning),
     # Consolidated metadata is not in the Zarr v3 specification yet; we rely on it.
     (r".*[Cc]onsolidated metadata.*", UserWarning),
+    # A Parquet reference set's index (``.zmetadata``), listed by zarr as a stranger.
+    (r"Object at \.zmetadata is not recognized", UserWarning),
+    # pandas 3 deprecates the engine fsspec reads Parquet reference sets with.
+    (r"The 'fastparquet' engine is deprecated", Warning),
 )
 
 _lock = threading.Lock()

@@ -9,6 +9,7 @@ zarr ``Store``, and offers ``CountingStore``, a thin wrapper that counts request
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import threading
@@ -72,7 +73,7 @@ def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Stor
     scheme = url_scheme(text)
     if scheme == "memory":
         return _open_memory(text, must_exist, read_only)
-    if text.endswith(".json"):
+    if text.endswith(".json") or is_parquet_references(text):
         return _open_reference_file(text, mode, storage_options)
     path = local_path(text)
     if path is None:
@@ -175,15 +176,27 @@ def _is_client_error(exc: BaseException) -> bool:
 _CLIENT_MODULES = frozenset({"aiohttp", "botocore", "aiobotocore"})
 
 
+def is_parquet_references(url: str) -> bool:
+    """True for a Parquet reference set: a directory named ``*.parq`` or ``*.parquet``, the
+    names fsspec's reference filesystem reads as one."""
+    return url.rstrip("/").endswith((".parq", ".parquet"))
+
+
 def _open_reference_file(
     url: str, mode: Mode, storage_options: dict[str, Any] | None
 ) -> FsspecStore:
-    """A virtual cube: a kerchunk reference file (JSON), read-only."""
+    """A virtual cube: a kerchunk reference set (a JSON file or a Parquet directory),
+    read-only."""
     if mode != "r":
         raise AccumulusError(
-            f"{url} is a virtual cube (a reference file): it is extended with "
+            f"{url} is a virtual cube (a reference set): it is extended with "
             "`append … --virtual`, and accelerated with `accumulate … --into SIDE.zarr`"
         )
+    if is_parquet_references(url):
+        references = open_parquet_references(url, storage_options)
+        if references is None:
+            raise StoreNotFoundError(f"store not found: {url} (no Parquet reference set there)")
+        return open_reference_store(references, storage_options, label=url)
     import fsspec
 
     try:
@@ -198,25 +211,69 @@ def _open_reference_file(
     return open_reference_store(document, storage_options, label=url)
 
 
+# fsspec's reference filesystem reads Parquet reference sets with this engine; so does
+# accumulus, so that what it checks is what xarray users get.
+PARQUET_ENGINE = "fastparquet"
+
+
+def open_parquet_references(url: str, storage_options: dict[str, Any] | None) -> Any | None:
+    """The lazy reference mapping (fsspec's ``LazyReferenceMapper``) of the Parquet
+    reference set at ``url``, or None when there is none."""
+    import fsspec
+    from fsspec.implementations.reference import LazyReferenceMapper
+
+    try:
+        fs, root = fsspec.url_to_fs(url, **file_options(url, storage_options))
+        if not fs.exists(f"{root.rstrip('/')}/.zmetadata"):
+            return None
+        mapper = LazyReferenceMapper(root.rstrip("/"), fs=fs, engine=PARQUET_ENGINE)
+        mapper.setup()
+    except ValueError as exc:
+        raise AccumulusError(f"{url}: not a Parquet reference set ({_reason(exc)})") from None
+    except Exception as exc:
+        raise AccumulusError(f"cannot read {url}: {_reason(exc)}") from None
+    if not isinstance(mapper.zmetadata, dict):
+        raise AccumulusError(f"{url}: not a Parquet reference set (no metadata in .zmetadata)")
+    return mapper
+
+
+def _reference_protocols(refs: Any) -> set[str]:
+    """The protocols of the files a reference set's chunks are byte ranges of. A Parquet
+    set's are read from the ``path`` column of its reference files, nothing else."""
+    from fsspec.implementations.reference import LazyReferenceMapper
+
+    if not isinstance(refs, LazyReferenceMapper):
+        urls = {v[0] for v in refs.values() if isinstance(v, list) and v and isinstance(v[0], str)}
+        return {url_scheme(u) for u in urls}
+    import pandas as pd
+
+    protocols = set()
+    for path in refs.fs.glob(f"{refs.root}/*/refs.*.parq"):
+        data = io.BytesIO(refs.fs.cat_file(path))
+        column = pd.read_parquet(data, columns=["path"], engine=PARQUET_ENGINE)["path"]
+        protocols |= {url_scheme(u) for u in column.dropna().unique() if isinstance(u, str)}
+    return protocols
+
+
 def open_reference_store(
-    document: dict[str, Any], storage_options: dict[str, Any] | None = None, label: str = ""
+    references: Any, storage_options: dict[str, Any] | None = None, label: str = ""
 ) -> FsspecStore:
-    """A read-only zarr store over a kerchunk reference set (version 1, or the bare key ->
-    reference mapping of version 0). Chunks that are byte ranges of other files are read
-    with fsspec, one filesystem per protocol the references use, each given
-    ``storage_options``."""
+    """A read-only zarr store over a kerchunk reference set: a JSON document (version 1, or
+    the bare key -> reference mapping of version 0) or a Parquet set's lazy mapping. Chunks
+    that are byte ranges of other files are read with fsspec, one filesystem per protocol
+    the references use, each given ``storage_options``."""
     import fsspec
     from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
-    from fsspec.implementations.reference import ReferenceFileSystem
+    from fsspec.implementations.reference import LazyReferenceMapper, ReferenceFileSystem
 
-    refs = document.get("refs", document) if isinstance(document, dict) else None
-    if not isinstance(refs, dict):
+    lazy = isinstance(references, LazyReferenceMapper)
+    refs = references if lazy else _json_refs(references)
+    if refs is None:
         raise AccumulusError(f"{label or 'reference set'}: not a kerchunk reference set")
-    protocols = {
-        url_scheme(value[0])
-        for value in refs.values()
-        if isinstance(value, list) and value and isinstance(value[0], str)
-    } - {"", "file"}
+    try:
+        protocols = _reference_protocols(refs) - {"", "file"}
+    except Exception as exc:
+        raise AccumulusError(f"cannot read {label or 'reference set'}: {_reason(exc)}") from None
     # Given filesystems are used as they are: each must be asynchronous, as zarr reads.
     local = AsyncFileSystemWrapper(fsspec.filesystem("file"), asynchronous=True)
     filesystems: dict[str | None, Any] = {None: local, "file": local}
@@ -224,10 +281,15 @@ def open_reference_store(
         options = file_options(f"{protocol}://", storage_options)
         filesystems[protocol] = fsspec.filesystem(protocol, asynchronous=True, **options)
     try:
-        fs = ReferenceFileSystem(document, fs=filesystems, asynchronous=True)
+        fs = ReferenceFileSystem(references, fs=filesystems, asynchronous=True)
     except Exception as exc:
         raise AccumulusError(f"{label or 'reference set'}: {_reason(exc)}") from None
     return FsspecStore(fs, read_only=True, path="")
+
+
+def _json_refs(document: Any) -> dict[str, Any] | None:
+    refs = document.get("refs", document) if isinstance(document, dict) else None
+    return refs if isinstance(refs, dict) else None
 
 
 def file_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:

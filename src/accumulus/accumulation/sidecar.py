@@ -283,4 +283,11 @@ def _chunk_references(
 ) -> list[Any]:
     prefix = "/".join(p for p in (normalize_group(cube.group), var.array.path) if p)
     encode = var.array.metadata.encode_chunk_key
-    return [references.get(f"{prefix}/{encode(c)}") for c in chunks]
+    return [_plain(references.get(f"{prefix}/{encode(c)}")) for c in chunks]
+
+
+def _plain(reference: Any) -> Any:
+    """A byte-range reference as JSON gives it (a Parquet set's come with numpy numbers)."""
+    if isinstance(reference, list) and len(reference) == 3:
+        return [str(reference[0]), int(reference[1]), int(reference[2])]
+    return reference

@@ -693,10 +693,18 @@ def _write(plan: ConversionPlan, source: Any, staging: Path) -> None:
     consolidate(store)
 
 
-def create_zarr_array(root: zarr.Group, plan: ArrayPlan, zarr_format: int) -> zarr.Array:
-    """The Zarr array (metadata only) a plan describes, in xarray's conventions."""
+def create_zarr_array(
+    root: zarr.Group,
+    plan: ArrayPlan,
+    zarr_format: int,
+    chunk_key_encoding: dict[str, str] | None = None,
+) -> zarr.Array:
+    """The Zarr array (metadata only) a plan describes, in xarray's conventions; with
+    ``chunk_key_encoding`` (v3) other than zarr's default."""
     attributes = dict(plan.attributes)
     options: dict[str, Any] = {}
+    if chunk_key_encoding is not None:
+        options["chunk_key_encoding"] = chunk_key_encoding
     if zarr_format == 2:
         attributes["_ARRAY_DIMENSIONS"] = list(plan.dimensions)
         options["fill_value"] = plan.fill_value

@@ -1,6 +1,7 @@
-"""A virtual cube's reference file (kerchunk's version 1 JSON, local or at a URL): read
-back with what accumulus recorded in it (``ReferenceSet``), and replaced in one write so that
-a reader opens the set before or after an append, never half of one."""
+"""A virtual cube's reference set, local or at a URL: kerchunk's version 1 JSON (a ``.json``
+file) or fsspec's Parquet layout (a ``.parq``/``.parquet`` directory, ``reference_parquet``).
+Read back with what accumulus recorded in it (``ReferenceSet``), and replaced so that a
+reader opens the set before or after an append, never half of one."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds
 from accumulus.ingest.conform import Template, template_of
 from accumulus.ingest.granule_layout import GranuleRecord
-from accumulus.storage import file_options, open_reference_store, url_scheme
+from accumulus.ingest.reference_parquet import read_parquet_set, write_parquet_set
+from accumulus.storage import (
+    file_options,
+    is_parquet_references,
+    open_reference_store,
+    url_scheme,
+)
 
 VIRTUAL_KEY = "virtual"
 REFERENCE_VERSION = 1
@@ -52,6 +59,9 @@ def read_reference_set(target: str, dim: str, storage_options: dict | None) -> R
     """The virtual cube at ``target``, or None when there is none yet."""
     import fsspec
 
+    if is_parquet_references(target):
+        refs = read_parquet_set(target, storage_options)
+        return None if refs is None else _reference_set(target, refs, dim, storage_options)
     try:
         with fsspec.open(target, "rb", **file_options(target, storage_options)) as file:
             document = json.load(file)
@@ -62,7 +72,13 @@ def read_reference_set(target: str, dim: str, storage_options: dict | None) -> R
     refs = document.get("refs") if isinstance(document, dict) else None
     if not isinstance(refs, dict):
         raise AccumulusError(f"{target}: not a kerchunk reference file (no 'refs')")
-    store = open_reference_store(document, storage_options, label=target)
+    return _reference_set(target, refs, dim, storage_options)
+
+
+def _reference_set(
+    target: str, refs: dict[str, Any], dim: str, storage_options: dict | None
+) -> ReferenceSet:
+    store = open_reference_store(refs, storage_options, label=target)
     with rectilinear_grids():
         root = zarr.open_group(store, mode="r")
         settings = root.attrs.get("accumulus", {})
@@ -101,7 +117,10 @@ def read_reference_set(target: str, dim: str, storage_options: dict | None) -> R
 
 
 def write_atomically(target: str, refs: Mapping[str, Any], storage_options: dict | None) -> None:
-    """Replace the reference file in one step: a reader gets the old or the new one."""
+    """Replace the reference set: a reader gets the old or the new one."""
+    if is_parquet_references(target):
+        write_parquet_set(target, refs, storage_options)
+        return
     document = json.dumps({"version": REFERENCE_VERSION, "refs": dict(refs)}).encode()
     if url_scheme(target):
         import fsspec

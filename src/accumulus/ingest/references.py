@@ -73,21 +73,26 @@ def compose(
     scanned: Sequence[ScannedGranule],
     template: Template,
     zarr_format: int,
+    chunk_key_encoding: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The new reference set: metadata and inline arrays written by zarr into memory, the
     old chunk references kept, the new granules' chunk references added after them.
-    A new cube (``existing`` None) takes its metadata from ``definer``."""
+    A new cube (``existing`` None) takes its metadata from ``definer``, and its arrays'
+    ``chunk_key_encoding`` (v3) when given. Every chunk of an inline array is stored, even
+    one all fill values, so that the set references every chunk of every array."""
     dim = template.dim
     signatures = _check_signatures(scanned, existing.signatures if existing else {}, dim)
     store = MemoryStore()
     if existing is None:
         assert definer is not None
-        root = _create(store, definer, scanned, template, zarr_format)
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            root = _create(store, definer, scanned, template, zarr_format, chunk_key_encoding)
         chunks_before: dict[str, int] = {}
     else:
         root = _reopen(store, existing)
         chunks_before = {name: len(sizes) for name, sizes in existing.dim_chunks.items()}
-        _extend(root, existing, scanned, template)
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            _extend(root, existing, scanned, template)
     records = [*(existing.granules if existing else ()), *(g.record for g in scanned)]
     settings = dict(root.attrs.get("accumulus", {}))
     settings["append_dim"] = dim
@@ -128,6 +133,7 @@ def _create(
     scanned: Sequence[ScannedGranule],
     template: Template,
     zarr_format: int,
+    chunk_key_encoding: dict[str, str] | None,
 ) -> zarr.Group:
     """A new cube's metadata and inline arrays, from the plan of granule ``first``."""
     dim = template.dim
@@ -144,13 +150,14 @@ def _create(
             shape, grid = list(plan.shape), list(first.chunks[name])
             shape[axis] = sum(sizes)
             grid[axis] = _grid_along(sizes, zarr_format, name, dim)
+            planned = replace(plan, shape=tuple(shape), chunks=grid)
             with rectilinear_grids():
-                create_zarr_array(root, replace(plan, shape=tuple(shape), chunks=grid), zarr_format)
+                create_zarr_array(root, planned, zarr_format, chunk_key_encoding)
         elif name in along:
-            _write_inline(root, plan, along[name], _INLINE_CHUNK)
+            _write_inline(root, plan, along[name], _INLINE_CHUNK, chunk_key_encoding)
         else:
             values = first.static[name]
-            _write_inline(root, plan, values, max(1, values.size))
+            _write_inline(root, plan, values, max(1, values.size), chunk_key_encoding)
     return root
 
 
@@ -214,11 +221,18 @@ def _replaced(shape: Sequence[int], axis: int, size: int) -> tuple[int, ...]:
 _INLINE_CHUNK = 2**16
 
 
-def _write_inline(root: zarr.Group, plan: ArrayPlan, values: np.ndarray, chunk: int) -> None:
+def _write_inline(
+    root: zarr.Group,
+    plan: ArrayPlan,
+    values: np.ndarray,
+    chunk: int,
+    chunk_key_encoding: dict[str, str] | None,
+) -> None:
     """A small array stored in the reference file itself."""
     chunks = (min(chunk, max(1, values.shape[0])), *values.shape[1:]) if values.ndim else None
     fmt = root.metadata.zarr_format
-    array = create_zarr_array(root, replace(plan, shape=values.shape, chunks=chunks), fmt)
+    planned = replace(plan, shape=values.shape, chunks=chunks)
+    array = create_zarr_array(root, planned, fmt, chunk_key_encoding)
     if values.size:
         array[...] = values
 

@@ -40,6 +40,7 @@ from accumulus.ingest.granule_layout import (
 from accumulus.ingest.reference_file import ReferenceSet, read_reference_set, write_atomically
 from accumulus.ingest.references import compose
 from accumulus.scope import scoped
+from accumulus.storage import is_parquet_references
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class VirtualResult:
     zarr_format: int
     bytes_read: int  # of the granules appended, to find their chunks and coordinates
     granule_bytes: int  # total size of the granules appended
+    references: int  # byte-range references in the set after the append
     seconds: float
 
 
@@ -68,14 +70,19 @@ def append_virtual(
     skip_existing: bool = False,
     storage_options: dict | None = None,
 ) -> VirtualResult:
-    """Create or extend the virtual cube ``out`` (a ``.json`` reference file, local or a
-    URL) with references to the chunks of NetCDF4/HDF5 ``granules`` along ``dim``, in time
-    order whatever the order given. Granule paths may be local or URLs (read with
-    ``storage_options``). Nothing is written unless every granule fits."""
+    """Create or extend the virtual cube ``out``, local or a URL: a ``.json`` reference file
+    or a ``.parq``/``.parquet`` Parquet reference set, with references to the chunks of
+    NetCDF4/HDF5 ``granules`` along ``dim``, in time order whatever the order given. Granule
+    paths may be local or URLs (read with ``storage_options``). Nothing is written unless
+    every granule fits."""
     started = time.perf_counter()
     target = os.fspath(out)
-    if not target.endswith(".json"):
-        raise AccumulusError(f"{target}: a virtual cube is written as a .json reference file")
+    parquet = is_parquet_references(target)
+    if not (target.endswith(".json") or parquet):
+        raise AccumulusError(
+            f"{target}: a virtual cube is written as a .json reference file or a .parq "
+            "(Parquet) reference set"
+        )
     items = [os.fspath(g) for g in granules]
     if not items:
         raise AccumulusError("no granules given to append")
@@ -110,8 +117,13 @@ def append_virtual(
         skipped.extend(overlaps)
     if scanned:
         assert template is not None
-        refs = compose(existing, definer, scanned, template, fmt)
+        # fsspec's Parquet layout parses chunk keys as "i.j.k" (Zarr v2's encoding).
+        encoding = _V2_KEYS if parquet and fmt == 3 else None
+        refs = compose(existing, definer, scanned, template, fmt, encoding)
         write_atomically(target, refs, storage_options)
+        references = sum(isinstance(v, list) for v in refs.values())
+    else:
+        references = sum(isinstance(v, list) for v in existing.refs.values()) if existing else 0
     return VirtualResult(
         store=target,
         dim=dim,
@@ -122,8 +134,12 @@ def append_virtual(
         zarr_format=fmt,
         bytes_read=sum(g.bytes_read for g in scanned),
         granule_bytes=sum(g.record.size for g in scanned),
+        references=references,
         seconds=time.perf_counter() - started,
     )
+
+
+_V2_KEYS = {"name": "v2", "separator": "."}
 
 
 def _first(coordinate: np.ndarray) -> Any:
