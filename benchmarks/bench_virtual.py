@@ -21,13 +21,24 @@ at both stores, and against the floor: fetching exactly the chunks the plan read
 (concurrently, through the stores) and decoding them with their codecs. An unaligned map
 (two months read raw) is reported beside them.
 
+The same granules are referenced as a Parquet reference set (``append virt.parq …
+--virtual``, fsspec's ``LazyReferenceMapper`` layout): its size on disk and the time to
+build it, to add one granule, to open it (xarray through fsspec's reference filesystem,
+metadata only; ``accumulus.open``) and to answer one month's series, beside the JSON set's.
+Then, to show where Parquet pays (``--scale``): synthetic reference sets of 10^4 to 10^6
+chunk references, written as JSON and as Parquet by kerchunk (``refs_to_dataframe``), opened
+by xarray and one chunk read, JSON against Parquet.
+
     python benchmarks/bench_virtual.py [--granules 120] [--repeats 3] [--no-full-read]
+        [--no-sidecar] [--scale 10000,100000,1000000]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -113,6 +124,14 @@ def main() -> None:
     parser.add_argument(
         "--no-full-read", dest="full_read", action="store_false", help="Skip the full reads."
     )
+    parser.add_argument(
+        "--no-sidecar", dest="sidecar", action="store_false", help="Skip the sidecar queries."
+    )
+    parser.add_argument(
+        "--scale",
+        default="10000,100000,1000000",
+        help="Reference counts of the synthetic JSON-vs-Parquet open comparison ('' skips it).",
+    )
     args = parser.parse_args()
     files = granules(args.data, args.granules)
     total_bytes = sum(p.stat().st_size for p in files)
@@ -163,7 +182,9 @@ def main() -> None:
             "through_references": round(seconds_read_virtual, 3),
             "open_mfdataset": round(seconds_read_mf, 3),
         }
-    queries = sidecar_queries(base, work / "side.zarr", args.repeats)
+    queries = sidecar_queries(base, work / "side.zarr", args.repeats) if args.sidecar else {}
+    parquet = parquet_against_json(files, base, work, args.repeats)
+    scale = [synthetic_open(int(n), work, args.repeats) for n in args.scale.split(",") if n]
     report(
         {
             "benchmark": "virtual cube over monthly NetCDF4 granules",
@@ -185,8 +206,138 @@ def main() -> None:
             "ratio_reference_all_to_open_mfdataset": round(seconds_all / seconds_mf, 2),
             "full_read_seconds": full_read,
             "sidecar": queries,
+            "parquet": parquet,
+            "parquet_at_scale": scale,
         }
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The same granules as a Parquet reference set
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def xarray_open(references: Path) -> xr.Dataset:
+    """Open a reference set as the docs say (metadata and inline coordinates, no values)."""
+    options = {"fo": str(references), "remote_protocol": "file"}
+    with accumulus_scope():
+        return xr.open_dataset(
+            "reference://",
+            engine="zarr",
+            chunks={},
+            backend_kwargs={"consolidated": False, "storage_options": options},
+        )
+
+
+def parquet_against_json(files: list[Path], base: Path, work: Path, repeats: int) -> dict:
+    """The JSON set ``base`` (all granules but the last) against the same as Parquet."""
+    parquet = work / "base.parq"
+
+    def build():
+        shutil.rmtree(parquet, ignore_errors=True)
+        return append_virtual(parquet, files[:-1])
+
+    build_seconds, built = median_seconds(build, repeats)
+
+    def add_one():
+        copy = work / f"one-{time.perf_counter_ns()}.parq"
+        shutil.copytree(parquet, copy)
+        return append_virtual(copy, files[-1:])
+
+    add_seconds, added = median_seconds(add_one, repeats)
+    question = ("lat", "lon"), {"time": ("2001-01-01", "2001-01-31")}
+    sets = {"json": base, "parquet": parquet}
+    opened, answers = {}, {}
+    for name, path in sets.items():
+        xarray_open(path)  # warm-up: imports, caches of the filesystem
+        xarray_seconds, ds = median_seconds(lambda p=path: xarray_open(p), repeats)
+        assert ds.sizes["time"] == built.extent[1]
+        open_seconds, _ = median_seconds(lambda p=path: accumulus.open(str(p)), repeats)
+        handle = accumulus.open(str(path))
+        query_seconds, answer = median_seconds(lambda h=handle: h.average("precip", *question), 1)
+        answers[name] = answer.values
+        opened[name] = {
+            "bytes": path.stat().st_size if path.is_file() else folder_bytes(path),
+            "files": 1 if path.is_file() else sum(1 for f in path.rglob("*") if f.is_file()),
+            "xarray_open_median_seconds": round(xarray_seconds, 4),
+            "accumulus_open_median_seconds": round(open_seconds, 4),
+            "one_month_series_seconds": round(query_seconds, 4),
+        }
+    assert np.array_equal(answers["json"], answers["parquet"], equal_nan=True)
+    return {
+        "references": built.references,
+        "build_median_seconds": round(build_seconds, 3),
+        "append_one_median_seconds": round(add_seconds, 3),
+        "append_one_bytes_read": added.bytes_read,
+        "sets": opened,
+        "parquet_over_json_bytes": round(opened["parquet"]["bytes"] / opened["json"]["bytes"], 3),
+        "parquet_over_json_xarray_open": round(
+            opened["parquet"]["xarray_open_median_seconds"]
+            / opened["json"]["xarray_open_median_seconds"],
+            2,
+        ),
+        "answers_equal": True,
+    }
+
+
+def synthetic_open(count: int, work: Path, repeats: int) -> dict:
+    """``count`` chunk references (a Zarr v2 array of ``count`` one-value chunks, each a byte
+    range of one small file) written as JSON and by kerchunk as Parquet; the median time for
+    xarray to open each and read one chunk. The file holds ``count`` float32 values, so the
+    chunk read is real."""
+    import kerchunk.df
+
+    data = work / f"values-{count}.bin"
+    values = np.arange(count, dtype="<f4")
+    data.write_bytes(values.tobytes())
+    side = int(np.ceil(np.sqrt(count)))
+    zarray = {
+        "zarr_format": 2,
+        "shape": [side, side],
+        "chunks": [1, 1],
+        "dtype": "<f4",
+        "compressor": None,
+        "filters": None,
+        "fill_value": None,
+        "order": "C",
+    }
+    refs: dict = {
+        ".zgroup": json.dumps({"zarr_format": 2}),
+        "v/.zarray": json.dumps(zarray),
+        "v/.zattrs": json.dumps({"_ARRAY_DIMENSIONS": ["y", "x"]}),
+    }
+    for k in range(side * side):
+        refs[f"v/{k // side}.{k % side}"] = [str(data), 4 * (k % count), 4]
+    as_json = work / f"synthetic-{count}.json"
+    as_json.write_text(json.dumps({"version": 1, "refs": refs}))
+    as_parquet = work / f"synthetic-{count}.parq"
+    started = time.perf_counter()
+    kerchunk.df.refs_to_dataframe(refs, str(as_parquet))
+    write_parquet = time.perf_counter() - started
+    last = side * side - 1
+    result = {"references": side * side, "write_parquet_seconds": round(write_parquet, 2)}
+    for name, path in (("json", as_json), ("parquet", as_parquet)):
+
+        def open_and_read(path=path):
+            ds = xarray_open(path)
+            return float(ds["v"][last // side, last % side].values)
+
+        open_and_read()  # warm-up
+        seconds, value = median_seconds(open_and_read, repeats)
+        assert value == values[last % count]
+        result[name] = {
+            "bytes": path.stat().st_size if path.is_file() else folder_bytes(path),
+            "open_and_read_one_chunk_median_seconds": round(seconds, 4),
+        }
+    result["parquet_over_json_open"] = round(
+        result["parquet"]["open_and_read_one_chunk_median_seconds"]
+        / result["json"]["open_and_read_one_chunk_median_seconds"],
+        3,
+    )
+    return result
 
 
 # --------------------------------------------------------------------------------------------

@@ -653,7 +653,8 @@ def append(
     virtual: bool = typer.Option(
         False,
         "--virtual",
-        help="Write references to the granules' chunks (a .json reference file), no data copied.",
+        help="Write references to the granules' chunks, no data copied: a .json reference "
+        "file, or a .parq Parquet reference set (for large archives).",
     ),
 ) -> None:
     """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
@@ -718,7 +719,7 @@ def _append_virtual(
     skip_existing: bool,
     options: dict | None,
 ) -> None:
-    from accumulus.ingest.virtual import append_virtual
+    from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
 
     result = append_virtual(
         out,
@@ -742,6 +743,13 @@ def _append_virtual(
         f"{_size(result.granule_bytes)} ({share:.1%}) in {result.seconds:.1f} s",
         highlight=False,
     )
+    if out.endswith(".json") and result.references > LARGE_JSON_SET:
+        console.print(
+            f"[dim]{out} holds {result.references:,} chunk references, which every reader "
+            "parses to open it; a Parquet reference set opens lazily at any size: "
+            f"accumulus append {out.removesuffix('.json')}.parq GRANULES --virtual[/]",
+            highlight=False,
+        )
 
 
 # --- variable chunking (issue 5) ---

@@ -238,21 +238,42 @@ def open_parquet_references(url: str, storage_options: dict[str, Any] | None) ->
 
 
 def _reference_protocols(refs: Any) -> set[str]:
-    """The protocols of the files a reference set's chunks are byte ranges of. A Parquet
-    set's are read from the ``path`` column of its reference files, nothing else."""
+    """The protocols of the files a reference set's chunks are byte ranges of. A Parquet set
+    made by accumulus lists its granules in its root attributes; another's are taken from
+    the first reference file of each array (what fsspec itself does: the first URL found),
+    so that opening a large set reads none of the rest."""
     from fsspec.implementations.reference import LazyReferenceMapper
 
     if not isinstance(refs, LazyReferenceMapper):
         urls = {v[0] for v in refs.values() if isinstance(v, list) and v and isinstance(v[0], str)}
         return {url_scheme(u) for u in urls}
+    listed = _virtual_granules(refs.zmetadata)
+    if listed is not None:
+        return {url_scheme(u) for u in listed}
     import pandas as pd
 
     protocols = set()
-    for path in refs.fs.glob(f"{refs.root}/*/refs.*.parq"):
-        data = io.BytesIO(refs.fs.cat_file(path))
+    for key in refs.zmetadata:
+        array, _, leaf = key.rpartition("/")
+        first = f"{refs.root}/{array}/refs.0.parq"
+        if leaf != ".zarray" or not refs.fs.exists(first):
+            continue
+        data = io.BytesIO(refs.fs.cat_file(first))
         column = pd.read_parquet(data, columns=["path"], engine=PARQUET_ENGINE)["path"]
         protocols |= {url_scheme(u) for u in column.dropna().unique() if isinstance(u, str)}
     return protocols
+
+
+def _virtual_granules(documents: dict[str, Any]) -> list[str] | None:
+    """The granule URLs an accumulus virtual cube records in its root attributes
+    (``accumulus.virtual.granules``, see ``ingest.virtual``), None when it records none."""
+    root = documents.get("zarr.json", {}).get("attributes") or documents.get(".zattrs") or {}
+    settings = root.get("accumulus") if isinstance(root, dict) else None
+    virtual = settings.get("virtual") if isinstance(settings, dict) else None
+    granules = virtual.get("granules") if isinstance(virtual, dict) else None
+    if not isinstance(granules, list):
+        return None
+    return [g["url"] for g in granules if isinstance(g, dict) and isinstance(g.get("url"), str)]
 
 
 def open_reference_store(

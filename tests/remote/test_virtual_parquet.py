@@ -24,6 +24,7 @@ import accumulus
 from accumulus import AccumulusError
 from accumulus.cli import app
 from accumulus.service import create_app
+from servers import http_server
 
 from .granules import LAT, LON, NLAT, NLON, VAR, month_values, monthly_granules, netcdf4_granule
 
@@ -216,6 +217,17 @@ def _area_mean(granules: list[Path]) -> np.ndarray:
         return ds[VAR].astype("f8").weighted(weights).mean(["lat", "lon"]).values
 
 
+def test_granules_read_over_http(tmp_path):
+    granules = monthly_granules(tmp_path / "in", [1, 2, 3])
+    out = tmp_path / "virt.parq"
+    with http_server(tmp_path / "in") as (url, _):
+        urls = [f"{url}/{g.name}" for g in granules]
+        accumulus.append_virtual(out, urls)
+        assert LazyReferenceMapper(str(out))[f"{VAR}/0.0.0"][0] == urls[0]
+        mapped = accumulus.average(out, VAR, "time")
+    np.testing.assert_allclose(mapped.values, _time_mean(granules), rtol=1e-9)
+
+
 def test_equal_months_give_a_zarr_v2_set_kerchunk_reads(tmp_path):
     granules = monthly_granules(tmp_path / "in", [1, 2, 3], chunk_time=1)
     out = tmp_path / "virt.parq"
@@ -285,3 +297,16 @@ def test_a_granule_with_unwritten_chunks_needs_a_json_set(tmp_path):
     with xr.open_dataset(granule) as expected:
         read = accumulus.average(tmp_path / "virt.json", VAR, "time")
         np.testing.assert_allclose(read.values, expected[VAR].astype("f8").mean("time").values)
+
+
+def test_a_large_json_set_suggests_parquet(tmp_path, monkeypatch):
+    from accumulus.ingest import virtual
+
+    monkeypatch.setattr(virtual, "LARGE_JSON_SET", 1)  # instead of 100,000 references
+    granules = monthly_granules(tmp_path / "in", [1, 2])
+    said = " ".join(
+        run("append", str(tmp_path / "virt.json"), *map(str, granules), "--virtual").stdout.split()
+    )
+    assert "holds 2 chunk references" in said and "Parquet reference set" in said
+    quiet = run("append", str(tmp_path / "virt.parq"), *map(str, granules), "--virtual")
+    assert "Parquet reference set opens" not in quiet.stdout

@@ -141,6 +141,10 @@ def append_virtual(
 
 _V2_KEYS = {"name": "v2", "separator": "."}
 
+# Past this many chunk references a JSON set is slow to open (every reader parses all of it;
+# bench_virtual.py --scale), and ``append`` suggests a Parquet set.
+LARGE_JSON_SET = 100_000
+
 
 def _first(coordinate: np.ndarray) -> Any:
     return coordinate[0] if len(coordinate) else np.inf
