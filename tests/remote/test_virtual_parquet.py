@@ -119,7 +119,9 @@ def test_appending_adds_rows_only_and_is_idempotent(tmp_path):
     out = tmp_path / "virt.parq"
     accumulus.append_virtual(out, granules[:2])
     before = _chunk_refs(out, 2)
+    static = (out / "lat" / "refs.0.parq").stat().st_ino
     result = accumulus.append_virtual(out, granules[1:])  # one already referenced
+    assert (out / "lat" / "refs.0.parq").stat().st_ino == static  # unchanged, not rewritten
     assert result.appended == tuple(str(g) for g in granules[2:])
     assert [why for _, why in result.skipped] == ["already referenced"]
     after = _chunk_refs(out, 4)
@@ -131,6 +133,25 @@ def test_appending_adds_rows_only_and_is_idempotent(tmp_path):
     assert again.appended == () and again.extent == (120, 120)
     assert snapshot(out) == files  # nothing rewritten
     assert not list(tmp_path.glob(".virt.parq.*"))  # no staging left behind
+
+
+def test_appends_across_reference_files(tmp_path, monkeypatch):
+    """Daily chunks, 7 references a file: each append fills the last file of the set
+    (fsspec merges the rows it keeps) and starts new ones; rows never move."""
+    from accumulus.ingest import reference_parquet
+
+    monkeypatch.setattr(reference_parquet, "RECORD_SIZE", 7)
+    granules = monthly_granules(tmp_path / "in", [1, 2, 3], chunk_time=1)
+    out = tmp_path / "virt.parq"
+    for granule in granules:
+        accumulus.append_virtual(out, [granule])
+    files = {p.name for p in (out / VAR).iterdir()}
+    assert files == {f"refs.{n}.parq" for n in range(13)}  # 90 days in files of 7
+    refs = LazyReferenceMapper(str(out))
+    for day, date in enumerate(xr.open_mfdataset(granules).time.values):
+        url, _, _ = refs[f"{VAR}/{day}.0.0"]
+        assert url == str(granules[int(str(date)[5:7]) - 1].resolve())
+    same_as_granules(open_parquet(out), granules)
 
 
 def _chunk_refs(out: Path, months: int) -> dict[str, list]:

@@ -116,10 +116,16 @@ def _reference_set(
     )
 
 
-def write_atomically(target: str, refs: Mapping[str, Any], storage_options: dict | None) -> None:
-    """Replace the reference set: a reader gets the old or the new one."""
+def write_atomically(
+    target: str,
+    refs: Mapping[str, Any],
+    storage_options: dict | None,
+    previous: ReferenceSet | None = None,
+) -> None:
+    """Replace the reference set (``previous``, when there is one): a reader gets the old or
+    the new one."""
     if is_parquet_references(target):
-        write_parquet_set(target, refs, storage_options)
+        write_parquet_set(target, refs, storage_options, previous.refs if previous else None)
         return
     document = json.dumps({"version": REFERENCE_VERSION, "refs": dict(refs)}).encode()
     if url_scheme(target):

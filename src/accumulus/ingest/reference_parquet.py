@@ -64,28 +64,40 @@ def read_parquet_set(target: str, storage_options: dict | None) -> dict[str, Any
     return refs
 
 
-def write_parquet_set(target: str, refs: Mapping[str, Any], storage_options: dict | None) -> None:
+def write_parquet_set(
+    target: str,
+    refs: Mapping[str, Any],
+    storage_options: dict | None,
+    previous: Mapping[str, Any] | None = None,
+) -> None:
     """Write the reference set ``refs`` (kerchunk's JSON form) as Parquet at ``target``,
-    replacing the set there so that a reader sees the old one or the new one."""
+    replacing the set there so that a reader sees the old one or the new one. ``previous``
+    (the set there, as ``read_parquet_set`` gave it): only the reference files holding rows
+    that differ from it are written; fsspec merges them with the rows they keep."""
     import fsspec
     from fsspec.implementations.reference import LazyReferenceMapper
 
     metadata = {k: json.loads(v) for k, v in refs.items() if _is_metadata(k) and k != ".zmetadata"}
     grids = _grids(metadata, hints=True)
     existing = open_parquet_references(target, storage_options)
-    record_size = existing.record_size if existing is not None else RECORD_SIZE
     if existing is not None:
         _check_rows_stay(target, grids, _grids(existing.zmetadata))
     chunks = {k: v for k, v in refs.items() if not _is_metadata(k)}
     _check_complete(target, grids, chunks)
+    if existing is not None and previous is not None:
+        chunks = {k: v for k, v in chunks.items() if previous.get(k) != v}
     fs, root = fsspec.url_to_fs(target, **file_options(target, storage_options))
     root = root.rstrip("/")
     parent, _, name = root.rpartition("/")
     staging = f"{parent}/.{name}.{uuid.uuid4().hex[:12]}.staging"
     try:
-        mapper = LazyReferenceMapper.create(
-            staging, fs=fs, record_size=record_size, engine=PARQUET_ENGINE
-        )
+        if existing is None:
+            mapper = LazyReferenceMapper.create(
+                staging, fs=fs, record_size=RECORD_SIZE, engine=PARQUET_ENGINE
+            )
+        else:  # the set itself: the rows a file keeps are read from it
+            mapper = existing
+            fs.makedirs(staging, exist_ok=True)
         mapper.zmetadata.update(metadata)
         for array, counts in grids.items():
             if f"{array}/zarr.json" in metadata:  # v3: the grid's extent, for fsspec only
@@ -95,7 +107,7 @@ def write_parquet_set(target: str, refs: Mapping[str, Any], storage_options: dic
                 }
         for key in sorted(chunks):
             mapper[key] = chunks[key]
-        mapper.flush()
+        mapper.flush(base_url=None if existing is None else fs.unstrip_protocol(staging))
         _publish(fs, staging, root)
     except AccumulusError:
         raise

@@ -120,7 +120,7 @@ def append_virtual(
         # fsspec's Parquet layout parses chunk keys as "i.j.k" (Zarr v2's encoding).
         encoding = _V2_KEYS if parquet and fmt == 3 else None
         refs = compose(existing, definer, scanned, template, fmt, encoding)
-        write_atomically(target, refs, storage_options)
+        write_atomically(target, refs, storage_options, existing)
         references = sum(isinstance(v, list) for v in refs.values())
     else:
         references = sum(isinstance(v, list) for v in existing.refs.values()) if existing else 0
