@@ -13,10 +13,11 @@ extent in chunks only (``shape`` = chunks per axis, ``chunks`` = 1): zarr reads 
 
 Every chunk of every array is referenced: fsspec (under pandas 3) reads an unreferenced
 chunk of a Parquet set as a broken reference rather than as missing, so a set with one is
-refused. Writes go to a staging directory beside the set, then move in file by file,
-``.zmetadata`` last: a reader, or an append cut short, sees the old set or the new one. That
-holds because an append only adds rows after the existing ones (the append dimension is the
-arrays' first, or every axis before it is one chunk), which is checked.
+refused. Writes go to a staging directory beside the set (an append: only the reference
+files whose rows changed, which fsspec merges with the rows they keep), then move in file by
+file, ``.zmetadata`` last: a reader, or an append cut short, sees the old set or the new one.
+That holds because an append only adds rows after the existing ones (arrays grow along their
+first axis only), which is checked.
 """
 
 from __future__ import annotations
