@@ -331,3 +331,34 @@ def test_a_large_json_set_suggests_parquet(tmp_path, monkeypatch):
     assert "holds 2 chunk references" in said and "Parquet reference set" in said
     quiet = run("append", str(tmp_path / "virt.parq"), *map(str, granules), "--virtual")
     assert "Parquet reference set opens" not in quiet.stdout
+
+
+@pytest.mark.slow  # a moto server: minutes on a loaded machine
+def test_a_parquet_set_in_an_s3_bucket(tmp_path):
+    """Granules and the set both in a bucket (moto): written, extended and read by URL."""
+    import boto3
+
+    from servers import s3_server
+
+    granules = monthly_granules(tmp_path / "in", [1, 2, 3])
+    with s3_server() as endpoint:
+        credentials = {"key": "testing", "secret": "testing", "endpoint_url": endpoint}
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        s3.create_bucket(Bucket="archive")
+        for granule in granules:
+            s3.put_object(Bucket="archive", Key=granule.name, Body=granule.read_bytes())
+        urls = [f"s3://archive/{g.name}" for g in granules]
+        out = "s3://archive/virt.parq"
+        accumulus.append_virtual(out, urls[:2], storage_options=credentials)
+        accumulus.append_virtual(out, urls, storage_options=credentials)
+        keys = {o["Key"] for o in s3.list_objects_v2(Bucket="archive")["Contents"]}
+        assert f"virt.parq/{VAR}/refs.0.parq" in keys and "virt.parq/.zmetadata" in keys
+        assert not [k for k in keys if "staging" in k]
+        mapped = accumulus.average(out, VAR, "time", storage_options=credentials)
+    np.testing.assert_allclose(mapped.values, _time_mean(granules), rtol=1e-9)
