@@ -100,10 +100,10 @@ def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
         codecs = [numcodecs.get_codec(f.get_config()) for f in metadata.filters or ()]
         compressor = metadata.compressor
         shape, dtype = metadata.chunks, metadata.dtype.to_native_dtype()
-        items.append((key, compressor, codecs[::-1], shape, dtype, parts))
+        items.append((key, compressor, codecs[::-1], shape, dtype, parts, request.store or store))
 
     def decode_and_sum(item, buffer) -> None:
-        _, compressor, filters, shape, dtype, parts = item
+        _, compressor, filters, shape, dtype, parts, _ = item
         data = buffer.to_bytes()
         data = compressor.decode(data) if compressor is not None else data
         for codec in filters:
@@ -120,7 +120,8 @@ def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
 
     async def fetch_all():
         prototype = default_buffer_prototype()
-        return await asyncio.gather(*(store.get(item[0], prototype) for item in items))
+        # Each chunk from its own store: a sidecar's accumulations are beside the cube's.
+        return await asyncio.gather(*(item[6].get(item[0], prototype) for item in items))
 
     def run() -> None:
         buffers = sync(fetch_all())

@@ -2,27 +2,33 @@
 user would otherwise run (xarray + Dask: ``da.where(mask).weighted(cos lat).mean``), and
 against the floor (fetching and decoding exactly the chunks the plan reads, concurrently).
 
-The cubes hold the demo's synthetic daily precipitation (1° global, 3653 days, written by
-xarray) in two layouts real archives use: map chunks (365 days x 45° x 90°, about 6 MB: no
-chunk lies wholly inside a country) and time-series chunks (the whole period x 10° x 10°,
-about 1.4 MB: a country holds whole chunks, answered from the latitude x longitude
-accumulation). Shapes: Brazil from Natural Earth (the 110m countries file that pyogrio
-ships), and the IPCC AR6 region N.E.South-America.
+The cube is the realistic one of ``realistic.py`` (3650 days x 180 x 360 float32 at 1°,
+chunks 73 days x 90° x 90° = 2.4 MB, written by xarray; only read here). Its accumulations
+are written beside it (``accumulate --into``, one sidecar per way):
 
-Two xarray baselines: ``da.where(mask)`` over the whole grid, as written in most notebooks,
-and the careful version that first selects the shape's bounding box (``sel`` of the mask's
-window), so reads only the chunks the box touches.
+- ``none``: no accumulation, the shape's chunks read raw (accumulus' own scan);
+- ``chunk ends``: ZEP 5's default accumulations (time, lat, lon, lat+lon at chunk ends);
+- ``lat=1,lon=1``: the lat+lon accumulation with entries at every cell (prefix sums along
+  longitude, row by row): every run of the shape's cells along a row is two entries.
 
-Prints JSON: medians, ratios measured in this run, chunk, request and byte counts.
+Shapes: Brazil from Natural Earth (the 110m countries file that pyogrio ships) and the IPCC
+AR6 region Western Africa (``--region ar6:WAF``). Two xarray baselines: ``da.where(mask)``
+over the whole grid, as most notebooks write it, and the careful version that first selects
+the shape's bounding box. Queries go through an open datacube (its metadata read once), as
+the service and a notebook ask them; medians of ``--repeats``.
 
-    python benchmarks/bench_shapes.py [--days 3653] [--repeats 5]
+Prints JSON: medians, ratios measured in this run, chunks (raw and accumulation), requests,
+bytes, the planner's estimates, the largest difference from xarray, the machine's load.
+
+    python benchmarks/bench_shapes.py [--repeats 5] [--scan-repeats 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-from concurrent.futures import ThreadPoolExecutor
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +36,18 @@ import regionmask
 import xarray as xr
 
 import accumulus
-from accumulus.accumulation.query import Query, run_query
-from accumulus.cube import Cube
-from accumulus.demo import VARIABLE, DemoConfig
-from accumulus.regions import named_region, shape_from_file
+from accumulus.regions import Shape, named_region, shape_from_file
 from accumulus.storage import CountingStore, is_metadata_key, open_store
-from common import DEFAULT_DIR, cube, median_seconds, report
+from bench_average import floor_reader
+from common import DEFAULT_DIR, median_seconds, report
+from realistic import CHUNKS, SHAPE, VARIABLE, realistic_cube
+
+# name -> (combinations, positions) of ``accumulate``; None: no accumulation.
+WAYS = {
+    "none": None,
+    "chunk ends": (None, None),
+    "lat=1,lon=1": (["lat,lon"], {"lat": 1, "lon": 1}),
+}
 
 
 def natural_earth_countries() -> Path:
@@ -45,9 +57,22 @@ def natural_earth_countries() -> Path:
     return folder / "naturalearth_lowres" / "naturalearth_lowres.shp"
 
 
+def sidecar(cube: Path, directory: Path, name: str) -> tuple[Path, float | None]:
+    """The sidecar holding the accumulations of way ``name``, built when missing (and the
+    build's seconds then)."""
+    combos, at = WAYS[name]  # type: ignore[misc]
+    slug = name.replace(' ', '-').replace('=', '').replace(',', '-')
+    path = directory / f"{cube.stem}-shapes-{slug}.zarr"
+    if path.exists() and accumulus.open(str(path)).accumulation_group(VARIABLE) is not None:
+        return path, None
+    started = time.perf_counter()
+    accumulus.accumulate(str(cube), VARIABLE, combos, at=at, into=str(path))
+    return path, time.perf_counter() - started
+
+
 def xarray_series(store, geometry, *, window: bool):
     """The series as an xarray user computes it (``window``: within the mask's bounding
-    box only)."""
+    box only), and the shape's cell count."""
     ds = xr.open_zarr(store, consolidated=True)
     wrapped = (ds.lon.values + 180) % 360 - 180
     mask = regionmask.Regions([geometry]).mask(wrapped, ds.lat.values, wrap_lon=False) == 0
@@ -62,119 +87,118 @@ def xarray_series(store, geometry, *, window: bool):
     return data.weighted(np.cos(np.deg2rad(ds.lat))).mean(("lat", "lon")).compute(), int(mask.sum())
 
 
-def chunk_keys(store: CountingStore) -> list[str]:
-    return sorted(k for k in store.counts.reads if not is_metadata_key(k))
-
-
-def floor(path: Path, keys: list[str]) -> float:
-    """Fetch and decode exactly ``keys`` (array path + chunk coordinates) concurrently and
-    sum each: the least work the plan allows, without any planning or bookkeeping."""
-    import zarr
-
-    root = zarr.open_group(str(path), mode="r")
-
-    def one(key: str) -> float:
-        name, _, coords = key.rpartition("/")
-        if name.endswith("/c"):  # v3 keys: array/c/0/1/2
-            name, coords = name[:-2], key.split("/c/", 1)[1].replace("/", ".")
-        array = root[name]
-        index = tuple(int(c) for c in coords.split("."))
-        return float(np.nansum(array.blocks[index]))
-
-    with ThreadPoolExecutor(8) as pool:
-        return sum(pool.map(one, keys))
-
-
-def measure(path: Path, label: str, shape, repeats: int) -> dict:
-    def ours():
-        store = CountingStore(open_store(str(path)))
-        result = run_query(Cube(store, str(path)), Query(VARIABLE, ("lat", "lon"), shape=shape))
-        return result, store
-
-    def scan(window: bool):
-        store = CountingStore(open_store(str(path)))
-        return xarray_series(store, shape.geometry, window=window), store
-
-    seconds, (result, our_store) = median_seconds(ours, repeats)
-    scan_seconds, ((expected, cells), scan_store) = median_seconds(
-        lambda: scan(False), max(1, repeats // 2)
-    )
-    window_seconds, ((in_window, _), window_store) = median_seconds(lambda: scan(True), repeats)
-    keys = chunk_keys(our_store)
-    floor_seconds, _ = median_seconds(lambda: floor(path, keys), repeats)
-    return {
-        "shape": label,
-        "cells": cells,
-        "days": int(result.data.sizes["time"]),
-        "accumulus_seconds_median": round(seconds, 4),
-        "xarray_seconds_median": round(scan_seconds, 4),
-        "xarray_window_seconds_median": round(window_seconds, 4),
-        "floor_seconds_median": round(floor_seconds, 4),
-        "speedup_vs_xarray": round(scan_seconds / seconds, 1),
-        "speedup_vs_xarray_window": round(window_seconds / seconds, 1),
-        "ratio_to_floor": round(seconds / floor_seconds, 2),
-        "max_abs_difference": float(np.nanmax(np.abs(result.data.values - expected.values))),
-        "max_abs_difference_window": float(
-            np.nanmax(np.abs(result.data.values - in_window.values))
-        ),
-        "accumulus": {
-            "accumulation_chunks": result.stats.accumulation_chunks_read,
-            "raw_chunks": result.stats.raw_chunks_read,
-            "requests": our_store.counts.read_requests,
-            "bytes": our_store.counts.read_bytes,
-            "boxes_planned": len(result.plan.reads),
-        },
-        "xarray": reads(scan_store),
-        "xarray_window": reads(window_store),
-    }
-
-
 def reads(store: CountingStore) -> dict:
     return {
-        "chunks": len(chunk_keys(store)),
+        "chunks": len([k for k in store.counts.reads if not is_metadata_key(k)]),
         "requests": store.counts.read_requests,
         "bytes": store.counts.read_bytes,
     }
 
 
-LAYOUTS = {
-    "map chunks (365 days x 45° x 90°)": (365, 45, 90),
-    "time-series chunks (whole period x 10° x 10°)": (None, 10, 10),
-}
+def baselines(cube: Path, shape: Shape, args) -> dict:
+    """xarray over the whole grid and within the shape's bounding box."""
+    out = {}
+    for name, window, repeats in (
+        ("xarray", False, args.scan_repeats),
+        ("xarray_window", True, args.repeats),
+    ):
+
+        def scan(window=window):
+            store = CountingStore(open_store(str(cube)))
+            return xarray_series(store, shape.geometry, window=window), store
+
+        seconds, ((series, cells), store) = median_seconds(scan, repeats)
+        out[name] = {"seconds_median": round(seconds, 4), **reads(store)}
+        out[name]["series"], out["cells"] = series, cells
+    return out
+
+
+def measure(cube: Path, side: Path | None, shape: Shape, expected: dict, args) -> dict:
+    """The shape's series from an open datacube: warm medians, what the plan reads, its
+    floor, and the ratios to xarray and to the floor."""
+    handle = accumulus.open(str(side if side else cube))
+    use = side is not None
+
+    def ask():
+        return handle.query(VARIABLE, ("lat", "lon"), shape=shape, use_accumulation=use)
+
+    ask()  # warm-up: the snapshot is read once
+    seconds, result = median_seconds(ask, args.repeats)
+    floor_run = floor_reader(handle, result)
+    floor_seconds, _ = median_seconds(floor_run, args.repeats)
+    got = result.data.values
+    out = {
+        "seconds_median": round(seconds, 4),
+        "floor_seconds_median": round(floor_seconds, 4),
+        "over_floor": round(seconds / floor_seconds, 2),
+        "plan": {
+            "raw_chunks": result.stats.raw_chunks_read,
+            "accumulation_chunks": result.stats.accumulation_chunks_read,
+            "requests": result.stats.requests,
+            "bytes": result.stats.bytes_read,
+            "reads": len(result.plan.reads),
+            "accumulations": sorted({r.key for r in result.plan.accumulation_reads}),
+            "estimates": {k: c.to_dict() for k, c in result.costs.items()},
+            "note": result.note,
+        },
+    }
+    for name in ("xarray", "xarray_window"):
+        out[f"{name}_over_accumulus"] = round(expected[name]["seconds_median"] / seconds, 1)
+        want = expected[name]["series"].values
+        out[f"max_relative_difference_{name}"] = float(np.nanmax(np.abs(got - want) / want))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--days", type=int, default=3653)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--scan-repeats", type=int, default=2)
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     args = parser.parse_args()
+    load_before = os.getloadavg()
+    cube = realistic_cube(args.dir)
+    sides, builds = {}, {}
+    for name, way in WAYS.items():
+        sides[name], builds[name] = sidecar(cube, args.dir, name) if way else (None, None)
     shapes = [
-        (
-            "Brazil (Natural Earth 110m countries)",
-            shape_from_file(f"{natural_earth_countries()}:Brazil"),
-        ),
-        ("IPCC AR6 N.E.South-America (NES)", named_region("ar6:NES")),
+        ("Brazil (Natural Earth 110m)", shape_from_file(f"{natural_earth_countries()}:Brazil")),
+        ("IPCC AR6 Western Africa (ar6:WAF)", named_region("ar6:WAF")),
     ]
-    cubes = []
-    for layout, (days_per_chunk, lat, lon) in LAYOUTS.items():
-        config = DemoConfig(
-            days=args.days, resolution=1.0, chunks=(days_per_chunk or args.days, lat, lon)
-        )
-        path = cube(args.dir, config)
-        if accumulus.open(str(path)).accumulation_group(VARIABLE) is None:
-            accumulus.accumulate(str(path), VARIABLE)
-        cubes.append(
+    results = []
+    for label, shape in shapes:
+        expected = baselines(cube, shape, args)
+        ways = {name: measure(cube, sides[name], shape, expected, args) for name in WAYS}
+        results.append(
             {
-                "layout": layout,
-                "path": str(path),
-                "days": config.days,
-                "resolution_deg": 1.0,
-                "chunks": list(config.chunks),
-                "results": [measure(path, label, shape, args.repeats) for label, shape in shapes],
+                "shape": label,
+                "cells": expected["cells"],
+                **{k: {n: v for n, v in expected[k].items() if n != "series"}
+                   for k in ("xarray", "xarray_window")},
+                "accumulus": ways,
             }
-        )
-    report({"benchmark": "shape series", "cubes": cubes})
+        )  # fmt: skip
+    report(
+        {
+            "benchmark": "a shape's 10-year daily series: accumulus vs xarray where(mask)",
+            "cube": {
+                "store": str(cube),
+                "shape": list(SHAPE),
+                "chunks": list(CHUNKS),
+                "chunk_mib": round(int(np.prod(CHUNKS)) * 4 / 2**20, 2),
+            },
+            "accumulations": {
+                name: {
+                    "sidecar": str(sides[name]),
+                    "build_seconds": None if builds[name] is None else round(builds[name], 1),
+                }
+                for name in WAYS
+                if WAYS[name]
+            },
+            "results": results,
+            "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()},
+            "cpus": os.cpu_count(),
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -242,15 +242,17 @@ def _pick(frame: Any, wanted: str | None, where: str, filename: str) -> Shape:
         searched = [column] if column else columns
         if column and column not in columns:
             raise AccumulusError(f"{where}: no property {column!r}; properties: {columns}")
-        match = frame[searched].astype(str).eq(value).any(axis=1)
+        texts = frame[searched].astype(str)
+        match = texts.eq(value).any(axis=1)
         if not match.any():  # then any case
-            lowered = frame[searched].astype(str).apply(lambda c: c.str.lower())
-            match = lowered.eq(value.lower()).any(axis=1)
+            match = texts.apply(lambda c: c.str.lower()).eq(value.lower()).any(axis=1)
         if not match.any():
             raise AccumulusError(
                 f"{where}: no feature has a property equal to {value!r} (properties: {columns})"
             )
-        chosen, label = frame[match], f"{value} ({filename})"
+        # Named as the file spells it, whatever case the user typed.
+        spelled = next(t for t in texts[match].to_numpy().ravel() if t.lower() == value.lower())
+        chosen, label = frame[match], f"{spelled} ({filename})"
     import shapely
 
     geometry = _polygonal(shapely.union_all(list(chosen.geometry)), where)

@@ -1,6 +1,7 @@
 """Averages over shapes equal xarray's ``da.where(mask).weighted(w).mean(...)`` on the raw
 data, with the mask computed by regionmask (independently of accumulus), on random grids,
-chunkings and shapes; and only the chunks the shape's edge cuts are read raw."""
+chunkings and shapes, with chunk-level and with positioned accumulations (``--at``); only the
+chunks the shape's edge cuts are read raw, and none with entries at every element."""
 
 from __future__ import annotations
 
@@ -14,8 +15,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
+from accumulus.accumulation import statistics
+from accumulus.accumulation.cost import chunks_cost
+from accumulus.accumulation.execute import chunk_work
+from accumulus.accumulation.groups import AccumulationGroups
+from accumulus.accumulation.query import read_answer, usable_layouts
+from accumulus.accumulation.request import Query, resolve
+from accumulus.accumulation.shapes import shape_plans
+from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
-from accumulus.regions import named_region
+from accumulus.regions import as_shape, named_region
+from accumulus.storage import open_store
 from cubes import VAR, area_weights, write_cube
 
 
@@ -44,10 +54,11 @@ def regionmask_mask(geometry, ds) -> xr.DataArray:
     )
 
 
-def reference(ds, mask, over, stat, ranges):
+def reference(ds, mask, over, stat, ranges, weights="area"):
     data = ds[VAR].sel({d: slice(*r) for d, r in ranges.items()}).astype("f8")
     data = data.where(mask.sel(lat=data.lat, lon=data.lon))
-    weighted = data.weighted(area_weights(data))
+    w = area_weights(data) if weights == "area" else xr.ones_like(data.lat, dtype="f8")
+    weighted = data.weighted(w)
     if stat == "mean":
         return weighted.mean(over)
     if stat == "sum":
@@ -108,7 +119,9 @@ def test_shape_averages_equal_xarray_where_mask_long_run(tmp_path_factory, case)
     check_against_xarray(tmp_path_factory, case)
 
 
-def check_against_xarray(tmp_path_factory, case):
+def dataset_and_shape(case):
+    """The case's dataset, and its polygon as files and region sets give shapes: in
+    -180..180, the part east of 180°E moved a turn west."""
     nt, nlat, nlon = case["sizes"]
     ds = grid_dataset(
         nt,
@@ -119,25 +132,46 @@ def check_against_xarray(tmp_path_factory, case):
         descending=case["descending"],
         seed=case["seed"],
     )
-    # Shapes are drawn in -180..180, as files and region sets give them.
     polygon = case["polygon"]
     east_of_180 = shapely.intersection(polygon, shapely.box(180, -90, 540, 90))
     geometry = shapely.union(
         shapely.intersection(polygon, shapely.box(-180, -90, 180, 90)),
         shapely.affinity.translate(east_of_180, -360),
     )
+    return ds, geometry
+
+
+def time_ranges(ds, case):
+    if not case["time_range"]:
+        return {}
+    a, b = case["time_range"]
+    times, last = ds.time.values, ds.sizes["time"] - 1
+    return {"time": (str(times[min(a, last)])[:10], str(times[min(b, last)])[:10])}
+
+
+def assert_equal_to_reference(got, expected, stat):
+    expected = expected.sel({d: got[d] for d in got.dims}).transpose(*got.dims)
+    if stat == "mean":
+        np.testing.assert_allclose(got.values, expected.values, rtol=1e-9, equal_nan=True)
+    else:
+        # Sums and counts of cells outside the shape are missing, not 0 as xarray's.
+        inside = ~np.isnan(got.values)
+        np.testing.assert_allclose(
+            got.values[inside], np.asarray(expected.values)[inside], rtol=1e-9
+        )
+
+
+def check_against_xarray(tmp_path_factory, case):
+    ds, geometry = dataset_and_shape(case)
     mask = regionmask_mask(geometry, ds)
     if not mask.any():
         return  # the shape missed every centre: refused, tested below
     path = tmp_path_factory.mktemp("shape") / "cube.zarr"
     write_cube(ds, path, dict(zip(("time", "lat", "lon"), case["chunks"], strict=True)))
     accumulus.accumulate(str(path), VAR)
-    ranges = {}
-    if case["time_range"]:
-        a, b = case["time_range"]
-        times = ds.time.values
-        ranges["time"] = (str(times[min(a, nt - 1)])[:10], str(times[min(b, nt - 1)])[:10])
+    ranges = time_ranges(ds, case)
     cube = accumulus.open(str(path))
+    expected = reference(ds, mask, list(case["over"]), case["stat"], ranges)
     for use_accumulation in (True, False):
         result = cube.query(
             VAR,
@@ -147,17 +181,94 @@ def check_against_xarray(tmp_path_factory, case):
             shape=geometry,
             use_accumulation=use_accumulation,
         )
-        expected = reference(ds, mask, list(case["over"]), case["stat"], ranges)
-        got = result.data
-        expected = expected.sel({d: got[d] for d in got.dims}).transpose(*got.dims)
-        inside = ~np.isnan(got.values)
-        if case["stat"] == "mean":
-            np.testing.assert_allclose(got.values, expected.values, rtol=1e-9, equal_nan=True)
-        else:
-            # Sums and counts of cells outside the shape are missing, not 0 as xarray's.
-            np.testing.assert_allclose(
-                got.values[inside], np.asarray(expected.values)[inside], rtol=1e-9
-            )
+        assert_equal_to_reference(result.data, expected, case["stat"])
+
+
+# --------------------------------------------------------------------------------------------
+# Positioned accumulations: a mask is a union of row (or column) runs, each a box, so entries
+# at every element answer a shape without reading a raw chunk.
+
+
+@st.composite
+def positioned_cases(draw):
+    case = draw(cases())
+    at = {
+        "lat": draw(st.sampled_from([1, 1, 2, "chunk"])),
+        "lon": draw(st.sampled_from([1, 1, 3, "chunk"])),
+    }
+    if at == {"lat": "chunk", "lon": "chunk"}:
+        at["lat"] = 1
+    case["at"] = at
+    case["combos"] = draw(
+        st.sampled_from(
+            [["lat,lon"], ["lat", "lon"], ["lat", "lon", "lat,lon"], ["time", "lat,lon"]]
+        )
+    )
+    case["weights"] = draw(st.sampled_from(["area", "none"]))
+    return case
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=positioned_cases())
+def test_shapes_from_positioned_accumulations_equal_xarray(tmp_path_factory, case):
+    check_positioned(tmp_path_factory, case)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=positioned_cases())
+def test_shapes_from_positioned_accumulations_equal_xarray_long_run(tmp_path_factory, case):
+    check_positioned(tmp_path_factory, case)
+
+
+def check_positioned(tmp_path_factory, case):
+    """The query's answer (the cheapest plan, and the accumulations' plan) and the answer of
+    every way the planner offers equal xarray's; with entries at every element of the
+    dimensions averaged over, one of those ways reads no raw chunk."""
+    ds, geometry = dataset_and_shape(case)
+    mask = regionmask_mask(geometry, ds)
+    if not mask.any():
+        return
+    path = tmp_path_factory.mktemp("positioned") / "cube.zarr"
+    write_cube(ds, path, dict(zip(("time", "lat", "lon"), case["chunks"], strict=True)))
+    accumulus.accumulate(str(path), VAR, case["combos"], at=case["at"], weights=case["weights"])
+    over, stat, weights = list(case["over"]), case["stat"], case["weights"]
+    ranges = time_ranges(ds, case)
+    expected = reference(ds, mask, over, stat, ranges, weights)
+    cube = accumulus.open(str(path))
+    for plan in ("cheaper", "accumulation"):
+        result = cube.query(VAR, over, ranges, stat=stat, shape=geometry, plan=plan)
+        assert_equal_to_reference(result.data, expected, stat)
+
+    query = Query(VAR, tuple(over), ranges, stat, shape=as_shape(geometry))
+    plans = every_way(path, query, expected)
+    every_element = case["at"] == {"lat": 1, "lon": 1}
+    answerable = (
+        ("lat,lon" in case["combos"] and {"lat", "lon"} <= set(over))
+        or ("lat" in case["combos"] and "lat" in over)
+        or ("lon" in case["combos"] and "lon" in over)
+    )
+    if every_element and answerable:
+        assert any(not p.raw_reads for p in plans), [p.describe() for p in plans]
+
+
+def every_way(path, query, expected):
+    """Each plan ``shapes.shape_plans`` offers, read and finished into the statistic, equal
+    to ``expected``; the plans."""
+    cube = Cube(open_store(str(path)), str(path))
+    groups = AccumulationGroups(cube)
+    resolved = resolve(cube, query, groups)
+    var = resolved.variable
+    terms = statistics.STATISTICS[query.stat].sums_for(weighted=resolved.weights != "none")
+    layouts, _ = usable_layouts(groups, var, resolved.weights, terms)
+    edges = {d: b.edges for d, b in zip(var.dims, var.bounds, strict=True)}
+    plans = shape_plans(var.dims, resolved.ranges, resolved.over, layouts, resolved.mask, edges)
+    for plan in plans:
+        values, _ = read_answer(cube, groups, resolved, plan)
+        coords = {d: cube.decoded[d].values[slice(*resolved.ranges[d])] for d in resolved.kept}
+        got = xr.DataArray(values, dims=resolved.kept, coords=coords)
+        assert_equal_to_reference(got, expected, query.stat)
+    return plans
 
 
 def test_only_the_chunks_the_edge_cuts_are_read_raw(tmp_path):
@@ -260,3 +371,78 @@ def test_a_shape_with_a_range_across_the_seam_is_refused(tmp_path):
     got = accumulus.open(str(path)).query(VAR, "lat,lon", shape=across)
     expected = reference(ds, regionmask_mask(across, ds), ["lat", "lon"], "mean", {})
     np.testing.assert_allclose(got.data.values, expected.values, rtol=1e-9)
+
+
+def test_a_region_reads_no_raw_chunk_with_entries_at_every_cell(tmp_path):
+    """AR6 Western Africa's series on a 1° grid in chunks it does not fill. With entries at
+    every cell (``--at lat=1,lon=1``: prefix sums along longitude, row by row) one way to
+    answer reads no raw chunk: each run of its cells along a row (stacked while rows repeat
+    it) is two entries. The query runs whichever way reads least by the planner's estimate.
+    With chunk-end accumulations only the chunks its edge cuts are read raw."""
+    ds = grid_dataset(40, 120, 360, step=1.0, west=-180.0, descending=False, seed=7)
+    waf = named_region("ar6:WAF")
+    mask = regionmask_mask(waf.geometry, ds)
+    expected = reference(ds, mask, ["lat", "lon"], "mean", {})
+    chunks = {"time": 10, "lat": 30, "lon": 30}
+
+    path = tmp_path / "every-cell.zarr"
+    write_cube(ds, path, chunks)
+    accumulus.accumulate(str(path), VAR, ["lat,lon"], at={"lat": 1, "lon": 1})
+    plans = every_way(path, Query(VAR, ("lat", "lon"), shape=waf), expected)
+    runs = [p for p in plans if not p.raw_reads]
+    assert len(runs) == 1
+    rows = mask.values[:, mask.values.any(axis=0)][mask.values.any(axis=1)]
+    run_count = sum(1 + int(np.count_nonzero(np.diff(r.astype(int)) == 1)) for r in rows)
+    assert 0 < len(runs[0].reads) <= 2 * run_count  # two entries a run, fewer when stacked
+    result = accumulus.open(str(path)).query(VAR, "lat,lon", shape=waf, plan="accumulation")
+    np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
+    cube = Cube(open_store(str(path)), str(path))
+    groups = AccumulationGroups(cube)
+    var = cube.variable(VAR)
+    terms = statistics.STATISTICS["mean"].sums_for(weighted=True)
+    costs = [chunks_cost(r for r, _ in chunk_work(groups, var, p, terms).values()) for p in plans]
+    assert result.costs["accumulation"] == min(costs, key=lambda c: c.score)
+
+    path = tmp_path / "chunk-ends.zarr"
+    write_cube(ds, path, chunks)
+    accumulus.accumulate(str(path), VAR, ["lat,lon"])
+    result = accumulus.open(str(path)).query(VAR, "lat,lon", shape=waf, plan="accumulation")
+    np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
+    cells = mask.values.reshape(4, 30, 12, 30).sum(axis=(1, 3))
+    cut = int(((cells > 0) & (cells < 900)).sum())
+    assert result.stats.raw_chunks_read == cut * 4  # four time chunks
+
+
+def test_the_command_line_averages_over_a_region_and_a_shape_file(tmp_path):
+    """``average --region SET:NAME`` and ``--shape FILE:VALUE`` (a feature picked by a
+    property) as a user runs them: the JSON equals xarray's where(mask), its titles name the
+    shape and say centres decide, and the PNG is drawn."""
+    import json
+
+    from core.test_cli import run
+
+    ds = grid_dataset(12, 120, 360, step=1.0, west=-180.0, descending=False, seed=11)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 6, "lat": 30, "lon": 30})
+    run("accumulate", str(path), VAR, "--dims", "lat,lon", "--at", "lat=1,lon=1")
+    lake = shapely.Polygon([(30, -5), (36, -3), (34, 4), (29, 2)])
+    features = [
+        {"type": "Feature", "properties": {"name": name}, "geometry": shapely.geometry.mapping(g)}
+        for name, g in (("Victoria", lake), ("Elsewhere", shapely.box(-60, -30, -50, -20)))
+    ]
+    geojson = tmp_path / "lakes.geojson"
+    geojson.write_text(json.dumps({"type": "FeatureCollection", "features": features}))
+    for option, geometry, label in (
+        (("--region", "ar6:WAF"), named_region("ar6:WAF").geometry, "Western-Africa"),
+        (("--shape", f"{geojson}:victoria"), lake, "Victoria"),
+    ):
+        png = tmp_path / "series.png"
+        proc = run("average", str(path), VAR, "--over", "lat,lon", *option, "--json",
+                   "--png", str(png), "--plan", "accumulation")  # fmt: skip
+        out = json.loads(proc.stdout)
+        expected = reference(ds, regionmask_mask(geometry, ds), ["lat", "lon"], "mean", {})
+        np.testing.assert_allclose(out["values"], expected.values, rtol=1e-9)
+        assert out["plan"]["accumulation_chunks_read"] > 0
+        titles = " ".join(str(t) for t in out["titles"].values())
+        assert label in titles and "centre inside" in titles, titles
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

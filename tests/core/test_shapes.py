@@ -95,14 +95,15 @@ def masks_and_edges(draw):
     start = (draw(st.integers(0, 20)), draw(st.integers(0, 20)))
     lat_edges = draw(st.lists(st.integers(0, 60), max_size=12))
     lon_edges = draw(st.lists(st.integers(0, 60), max_size=12))
-    return CellMask("lat", "lon", start, cells), lat_edges, lon_edges
+    along = draw(st.sampled_from(["lon", "lat"]))
+    return CellMask("lat", "lon", start, cells), lat_edges, lon_edges, along
 
 
 @settings(max_examples=150, deadline=None)
 @given(masks_and_edges())
 def test_whole_and_cut_boxes_cover_every_cell_of_the_mask_once(case):
-    mask, lat_edges, lon_edges = case
-    parts = decompose(mask, lat_edges, lon_edges)
+    mask, lat_edges, lon_edges, along = case
+    parts = decompose(mask, lat_edges, lon_edges, along=along)
     (i0, j0), (rows, cols) = mask.start, mask.cells.shape
     covered = np.zeros((rows, cols), dtype=int)
     for box in parts.whole:
@@ -117,10 +118,33 @@ def test_whole_and_cut_boxes_cover_every_cell_of_the_mask_once(case):
         covered[a - i0 : b - i0, c - j0 : d - j0] += 1
     assert covered.max() <= 1  # no cell twice
     assert (covered[mask.cells] == 1).all()  # every cell of the shape once
-    # Cut boxes lie between consecutive edges along latitude (one row of blocks each).
+    # Cut boxes lie between consecutive edges across the runs (one row, or one column, of
+    # blocks each); whole boxes between edges everywhere (merged blocks).
+    across, edges = ("lat", lat_edges) if along == "lon" else ("lon", lon_edges)
     for box in parts.cut:
-        (a, b) = box["lat"]
-        assert not any(a < e < b for e in lat_edges)
+        (a, b) = box[across]
+        assert not any(a < e < b for e in edges)
+
+
+def test_runs_follow_rows_or_columns():
+    """An L: along longitude, its rows' runs (the foot's rows stacked into one box); along
+    latitude, its columns' runs (the stem's columns stacked)."""
+    cells = np.zeros((4, 5), dtype=bool)
+    cells[:, 0:2] = True  # the stem: rows 0-3, columns 0-1
+    cells[2:, 2:] = True  # the foot: rows 2-3, columns 2-4
+    mask = CellMask("lat", "lon", (10, 20), cells)
+    every = range(0, 100)
+    rows = decompose(mask, every, every)
+    assert rows.cut == ()
+    assert rows.whole == (
+        {"lat": (10, 12), "lon": (20, 22)},
+        {"lat": (12, 14), "lon": (20, 25)},
+    )
+    columns = decompose(mask, every, every, along="lat")
+    assert columns.whole == (
+        {"lat": (10, 14), "lon": (20, 22)},
+        {"lat": (12, 14), "lon": (22, 25)},
+    )
 
 
 def test_element_edges_cut_no_block():

@@ -198,10 +198,10 @@ def _add_corners(
     choices = []
     for dim in layout.dims:
         p, q = spans[dim]
-        index = {pos: k for k, pos in enumerate(layout.positions[dim])}
-        ends = [(index[q], 1)]
+        positions = layout.positions[dim]  # increasing; p and q among them (p may be 0)
+        ends = [(bisect.bisect_left(positions, q), 1)]
         if p > 0:
-            ends.append((index[p], -1))
+            ends.append((bisect.bisect_left(positions, p), -1))
         choices.append(ends)
     others = {d: r for d, r in box.items() if d not in layout.dims}
     for corner in itertools.product(*choices):

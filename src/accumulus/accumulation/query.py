@@ -21,6 +21,7 @@ from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.cost import PlanCost, chunks_cost, raw_cost
 from accumulus.accumulation.execute import (
+    ExecutedPlan,
     InfiniteEntriesError,
     Work,
     chunk_work,
@@ -31,7 +32,7 @@ from accumulus.accumulation.groups import AccumulationGroups, stride_unit_proble
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
 from accumulus.accumulation.request import Query, ResolvedQuery, answer_labels, resolve
 from accumulus.accumulation.selection import Extent, selection
-from accumulus.accumulation.shapes import kept_cells, plan_shape_query
+from accumulus.accumulation.shapes import kept_cells, shape_plans
 from accumulus.cube import Cube, VariableInfo
 
 
@@ -86,7 +87,7 @@ def run_query(
     infinite = statistics.can_be_infinite(var.array.dtype)
     terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
     if resolved.use_accumulation:
-        layouts, note = _usable_layouts(groups, var, weights, terms)
+        layouts, note = usable_layouts(groups, var, weights, terms)
     else:
         layouts, note = [], "accumulation not used (full scan requested)"
 
@@ -97,20 +98,14 @@ def run_query(
             f"({costs['accumulation']})"
         )
     try:
-        done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+        values, done = read_answer(cube, groups, resolved, plan, work, memory_bytes)
     except InfiniteEntriesError as problem:
         # A group built before infinities were tallied apart holds them in its sums: the
         # raw data answers instead.
-        plan = _plan(var, resolved, [])
+        (plan,) = _plans(var, resolved, [])
         work, costs = chunk_work(groups, var, plan, terms), {}
-        done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+        values, done = read_answer(cube, groups, resolved, plan, work, memory_bytes)
         note = f"{problem}; answered from the raw data"
-    sums = _weights_without_noise(terms, done.sums, noise_floor(done.entry_magnitude))
-    values = stat.answer(list(sums), weights != "none")
-    if resolved.mask is not None:
-        inside = kept_cells(resolved.mask, var.dims, resolved.over)
-        values = values if inside is None else np.where(inside, values, np.nan)
-
     coords = {d: (d, answer_labels(cube, resolved, d)) for d in resolved.kept}
     data = xr.DataArray(values, dims=resolved.kept, coords=coords, name=var.name)
     units = cube.raw[var.name].attrs.get("units")
@@ -134,17 +129,44 @@ def run_query(
     return QueryResult(resolved.query, data, plan, stats, weights, note, extents, costs)
 
 
+def read_answer(
+    cube: Cube,
+    groups: AccumulationGroups,
+    resolved: ResolvedQuery,
+    plan: QueryPlan,
+    work: Work | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> tuple[np.ndarray, ExecutedPlan]:
+    """The statistic ``resolved`` asks for, read through ``plan`` (``work``: its chunks,
+    when already listed): the answer's values (kept dimensions in the variable's order;
+    missing where a kept latitude or longitude holds no cell of a shape) and what was read."""
+    var, weights = resolved.variable, resolved.weights
+    stat = statistics.STATISTICS[resolved.stat]
+    infinite = statistics.can_be_infinite(var.array.dtype)
+    terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
+    done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+    sums = _weights_without_noise(terms, done.sums, noise_floor(done.entry_magnitude))
+    values = stat.answer(list(sums), weights != "none")
+    if resolved.mask is not None:
+        inside = kept_cells(resolved.mask, var.dims, resolved.over)
+        values = values if inside is None else np.where(inside, values, np.nan)
+    return values, done
+
+
 # --------------------------------------------------------------------------------------------
 # Choosing the plan
 
 
-def _plan(var: VariableInfo, resolved: ResolvedQuery, layouts: Sequence[AccumulationLayout]):
-    """The plan of ``resolved`` from ``layouts`` (none: the plain scan of its cells)."""
+def _plans(
+    var: VariableInfo, resolved: ResolvedQuery, layouts: Sequence[AccumulationLayout]
+) -> list[QueryPlan]:
+    """The plans of ``resolved`` from ``layouts`` (none: the plain scan of its cells): one
+    for a box, a few for a shape (``shapes.shape_plans``)."""
     if resolved.mask is None:
         sizes = dict(zip(var.dims, var.shape, strict=True))
-        return plan_query(var.dims, resolved.ranges, resolved.over, layouts, sizes)
+        return [plan_query(var.dims, resolved.ranges, resolved.over, layouts, sizes)]
     edges = {d: b.edges for d, b in zip(var.dims, var.bounds, strict=True)}
-    return plan_shape_query(var.dims, resolved.ranges, resolved.over, layouts, resolved.mask, edges)
+    return shape_plans(var.dims, resolved.ranges, resolved.over, layouts, resolved.mask, edges)
 
 
 def _cheapest_plan(
@@ -157,12 +179,18 @@ def _cheapest_plan(
     """The plan the accumulations allow or the plain scan of the same cells, whichever
     reads less (``cost``), with the chunks it reads and both estimates (none when the plan
     reads no accumulation: there is nothing to choose). A query asking for the
-    accumulations' plan gets it, with both estimates."""
-    plan = _plan(var, resolved, layouts)
-    work = chunk_work(groups, var, plan, terms)
+    accumulations' plan gets it, with both estimates. Of several ways the accumulations
+    answer (a shape's), the one that reads least is theirs."""
+    candidates = [
+        (plan, chunk_work(groups, var, plan, terms)) for plan in _plans(var, resolved, layouts)
+    ]
+    if len(candidates) > 1:
+        costs = [chunks_cost(request for request, _ in work.values()) for _, work in candidates]
+        candidates = [candidates[min(range(len(costs)), key=lambda k: costs[k].score)]]
+    plan, work = candidates[0]
     if not plan.accumulation_reads:
         return plan, work, {}
-    scan = _plan(var, resolved, [])
+    (scan,) = _plans(var, resolved, [])
     costs = {
         "accumulation": chunks_cost(request for request, _ in work.values()),
         "scan": raw_cost(var, [read.box for read in scan.reads]),
@@ -176,9 +204,12 @@ def _cheapest_plan(
 # Choosing accumulations
 
 
-def _usable_layouts(
+def usable_layouts(
     groups: AccumulationGroups, var: VariableInfo, weights: str, terms: Sequence[str]
 ) -> tuple[list[AccumulationLayout], str]:
+    """Where the entries of every accumulation of ``var`` that holds ``terms`` with
+    ``weights`` end (``AccumulationLayout``), within the extent they cover; none, and why,
+    when the group cannot answer."""
     group = groups.group(var.name)
     if group is None:
         return [], "no accumulation group"

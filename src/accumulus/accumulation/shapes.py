@@ -11,8 +11,14 @@ To answer from accumulations, the plane is cut into *blocks* at the chunk edges 
 accumulation positions along both axes. A block wholly inside the shape is a box the planner
 answers from accumulations (prefix-sum differences); whole blocks are merged into rectangles
 (runs along a row of blocks, stacked while rows repeat them) so a large shape is a few boxes.
-Only blocks the shape's edge cuts are read raw, with the mask applied to their values. With
-accumulation entries at every element the edge cuts no block, and no raw chunk is read.
+Only blocks the shape's edge cuts are read raw, with the mask applied to their values.
+
+A mask is also a union of row runs, each a box one row tall (stacked while rows repeat
+them). An accumulation that keeps latitude at full resolution (along longitude only, or
+``--at lat=1,lon=1`` with area weights, stored as prefix sums along longitude row by row)
+answers any such box from two entries per run when its entries are at every longitude: no
+raw chunk is read. Columns likewise, for accumulations that keep longitude. ``shape_plans``
+offers each way that applies; the query runs the one that reads least (``cost``).
 
 Everything here is pure: masks, blocks and plans are data you can print and test.
 """
@@ -20,7 +26,7 @@ Everything here is pure: masks, blocks and plans are data you can print and test
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -168,80 +174,129 @@ class Decomposition:
     cut: tuple[Box, ...]
 
 
-def decompose(mask: CellMask, lat_edges: Iterable[int], lon_edges: Iterable[int]) -> Decomposition:
+def decompose(
+    mask: CellMask,
+    lat_edges: Iterable[int],
+    lon_edges: Iterable[int],
+    *,
+    along: str | None = None,
+) -> Decomposition:
     """Cut the mask's window into blocks at the given edges and sort them: whole blocks
-    merged into rectangles, cut blocks merged along each row of blocks."""
+    merged into rectangles, cut blocks merged into runs. ``along``: the dimension the runs
+    follow: longitude (the default: runs along each row of blocks, stacked while the rows
+    below repeat them) or latitude (runs down each column, stacked across columns)."""
     window = mask.ranges()
-    rows = block_edges(*window[mask.lat], lat_edges)
-    cols = block_edges(*window[mask.lon], lon_edges)
-    i0, j0 = mask.start
-    whole_rects: list[list[int]] = []  # [row lo, row hi, col lo, col hi], open for stacking
+    rows = np.asarray(block_edges(*window[mask.lat], lat_edges)) - mask.start[0]
+    cols = np.asarray(block_edges(*window[mask.lon], lon_edges)) - mask.start[1]
+    states = _block_states(mask.cells, rows, cols)
+    across, run_dim = mask.lat, mask.lon
+    if along == mask.lat:
+        states, rows, cols = states.T, cols, rows
+        across, run_dim = mask.lon, mask.lat
+    origin = {mask.lat: mask.start[0], mask.lon: mask.start[1]}
+
+    def box(a: int, b: int, c: int, d: int) -> Box:
+        spans = {
+            across: (origin[across] + int(a), origin[across] + int(b)),
+            run_dim: (origin[run_dim] + int(c), origin[run_dim] + int(d)),
+        }
+        return {mask.lat: spans[mask.lat], mask.lon: spans[mask.lon]}
+
+    whole, cut = _rectangles(states, rows, cols)
+    return Decomposition(tuple(box(*r) for r in whole), tuple(box(*r) for r in cut))
+
+
+CUT, WHOLE = 1, 2  # block states (0: no cell of the shape)
+
+
+def _block_states(cells: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Per block (between consecutive ``rows`` and ``cols``, local indices): 0 when it holds
+    no cell of the shape, ``CUT`` when some, ``WHOLE`` when all."""
+    counts = np.add.reduceat(cells.astype(np.int64), rows[:-1], axis=0)
+    counts = np.add.reduceat(counts, cols[:-1], axis=1)
+    sizes = np.outer(np.diff(rows), np.diff(cols))
+    return np.where(counts == sizes, WHOLE, np.where(counts > 0, CUT, 0))
+
+
+def _rectangles(states: np.ndarray, rows: np.ndarray, cols: np.ndarray):
+    """Whole rectangles and cut runs, as (row lo, row hi, col lo, col hi): runs of equal
+    states along each row of blocks; a whole run is stacked onto the rectangle above when
+    that one spans the same columns and ends where the run's row begins."""
+    whole: list[list[int]] = []
+    cut: list[list[int]] = []
     open_rects: dict[tuple[int, int], list[int]] = {}
-    cut: list[Box] = []
-    for r in range(len(rows) - 1):
-        states = []
-        for c in range(len(cols) - 1):
-            block = mask.cells[rows[r] - i0 : rows[r + 1] - i0, cols[c] - j0 : cols[c + 1] - j0]
-            states.append(2 if block.all() else 1 if block.any() else 0)
+    for r in range(states.shape[0]):
         still_open = {}
-        for state, lo, hi in _runs(states):
-            span = (cols[lo], cols[hi])
-            if state == 1:
-                cut.append({mask.lat: (rows[r], rows[r + 1]), mask.lon: span})
-            elif state == 2:
+        for state, lo, hi in _runs(states[r]):
+            span = (int(cols[lo]), int(cols[hi]))
+            if state == CUT:
+                cut.append([int(rows[r]), int(rows[r + 1]), *span])
+            elif state == WHOLE:
                 rect = open_rects.get(span)
                 if rect is not None and rect[1] == rows[r]:
-                    rect[1] = rows[r + 1]  # the same run as the row above: stack it
+                    rect[1] = int(rows[r + 1])  # the same run as the row above: stack it
                 else:
-                    rect = [rows[r], rows[r + 1], *span]
-                    whole_rects.append(rect)
+                    rect = [int(rows[r]), int(rows[r + 1]), *span]
+                    whole.append(rect)
                 still_open[span] = rect
         open_rects = still_open
-    whole = tuple({mask.lat: (a, b), mask.lon: (c, d)} for a, b, c, d in whole_rects)
-    return Decomposition(whole, tuple(cut))
+    return whole, cut
 
 
-def _runs(states: Sequence[int]) -> list[tuple[int, int, int]]:
-    """Runs of equal states: (state, first index, end index)."""
-    runs = []
-    start = 0
-    for k in range(1, len(states) + 1):
-        if k == len(states) or states[k] != states[start]:
-            runs.append((states[start], start, k))
-            start = k
-    return runs
+def _runs(states: np.ndarray) -> list[tuple[int, int, int]]:
+    """Runs of equal nonzero states: (state, first index, end index)."""
+    change = np.flatnonzero(np.diff(states)) + 1
+    starts, ends = np.r_[0, change], np.r_[change, len(states)]
+    return [
+        (int(states[a]), int(a), int(b)) for a, b in zip(starts, ends, strict=True) if states[a]
+    ]
 
 
-def plan_shape_query(
+def shape_plans(
     dims: Sequence[str],
     ranges: Mapping[str, tuple[int, int]],
     over: Iterable[str],
     layouts: Sequence[AccumulationLayout],
     mask: CellMask,
     chunk_edges: Mapping[str, Sequence[int]],
-) -> QueryPlan:
-    """Plan the sums over the shape's cells within ``ranges``: whole blocks through the
-    planner (accumulations where they span them), cut blocks as masked raw reads. When both
-    latitude and longitude are kept (a map), every cell stays apart: the window is planned as
-    a box and the answer masked afterwards."""
+) -> list[QueryPlan]:
+    """The ways to sum the shape's cells within ``ranges`` (the query runs the cheapest).
+
+    - **Blocks**, always: the window cut at the chunk edges and the positions of the
+      accumulations along latitude and longitude; whole blocks through the planner
+      (accumulations where they span them), cut blocks as masked raw reads.
+    - **Row runs**, when an accumulation keeps latitude at full resolution (an accumulation
+      along longitude only, or ``--at lat=1,lon=1`` with area weights, which stores prefix
+      sums along longitude row by row): every row's runs of cells, stacked while rows repeat
+      them, each a box through the planner. Entries at every longitude then answer every
+      run, and no raw chunk is read.
+    - **Column runs**, likewise, when an accumulation keeps longitude at full resolution.
+
+    When both latitude and longitude are kept (a map), every cell stays apart: the window
+    is planned as a box and the answer masked afterwards."""
     over = tuple(over)
     box = {**ranges, **mask.ranges()}
     if mask.lat not in over and mask.lon not in over:
-        return _with_mask(plan_query(dims, box, over, layouts), mask)
-    edges = {}
-    for dim in (mask.lat, mask.lon):
-        positions = {p for lay in layouts if dim in lay.dims for p in lay.positions[dim]}
-        edges[dim] = set(chunk_edges[dim]) | positions
-    parts = decompose(mask, edges[mask.lat], edges[mask.lon])
-    reads: list[Read] = []
-    for whole in parts.whole:
-        reads += plan_query(dims, {**box, **whole}, over, layouts).reads
-    reads += [Read((), 1, {}, {**box, **cut}) for cut in parts.cut]
-    plan = QueryPlan(tuple(dims), tuple(d for d in dims if d in over), box, tuple(reads))
-    return _with_mask(plan, mask)
-
-
-def _with_mask(plan: QueryPlan, mask: CellMask) -> QueryPlan:
-    from dataclasses import replace
-
-    return replace(plan, mask=mask)
+        return [replace(plan_query(dims, box, over, layouts), mask=mask)]
+    usable = [lay for lay in layouts if set(lay.dims) <= set(over)]
+    edges = {
+        dim: set(chunk_edges[dim]).union(*(lay.positions[dim] for lay in usable if dim in lay.dims))
+        for dim in (mask.lat, mask.lon)
+    }
+    ways = [decompose(mask, edges[mask.lat], edges[mask.lon])]
+    every = {dim: range(*span) for dim, span in mask.ranges().items()}
+    for kept, along in ((mask.lat, mask.lon), (mask.lon, mask.lat)):
+        if any(kept not in lay.dims for lay in usable):
+            runs = decompose(mask, every[mask.lat], every[mask.lon], along=along)
+            if runs not in ways:
+                ways.append(runs)
+    plans = []
+    for parts in ways:
+        reads: list[Read] = []
+        for whole in parts.whole:
+            reads += plan_query(dims, {**box, **whole}, over, layouts).reads
+        reads += [Read((), 1, {}, {**box, **cut}) for cut in parts.cut]
+        plans.append(
+            QueryPlan(tuple(dims), tuple(d for d in dims if d in over), box, tuple(reads), mask)
+        )
+    return plans
