@@ -25,7 +25,7 @@ from accumulus.accumulation.chunk_check import chunk_problem_text
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.plan import QueryPlan, Read
 from accumulus.accumulation.sums import reduce_terms
-from accumulus.accumulation.weights import weight_values
+from accumulus.accumulation.weights import varying_dims, weight_values
 from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulationReadError, AccumulusError
@@ -190,13 +190,14 @@ def chunk_work(
     """Every stored chunk the plan reads (by key, in plan order) and what it contributes."""
     work: Work = {}
     index = 0
+    weights_memo: dict = {}  # a shape's many reads share the weights of their slabs
     for read in plan.reads:
         if read.is_raw:
             pieces = _raw_parts(var, plan, read)
         else:
             group = groups.group(var.name)
             assert group is not None
-            pieces = _entry_parts(groups, var, group, read, plan, terms)
+            pieces = _entry_parts(groups, var, group, read, plan, terms, weights_memo)
         for request, make_part in pieces:
             work.setdefault(request.key, (request, []))[1].append(make_part(index))
             index += 1
@@ -256,8 +257,11 @@ def _entry_parts(
     read: Read,
     plan: QueryPlan,
     terms: Sequence[str],
+    weights_memo: dict,
 ):
-    """The accumulation chunks holding a read's entries, and the slab of each it reads."""
+    """The accumulation chunks holding a read's entries, and the slab of each it reads.
+    ``weights_memo``: the weights of slabs already listed, by what they depend on (the
+    slab's dimensions and its ranges along those the weights vary along)."""
     acc = group.by_key(read.key) if read.key else group.find(read.source)
     assert acc is not None
     remaining = [d for d in acc.array_dims if d not in read.entries]
@@ -267,6 +271,14 @@ def _entry_parts(
     tallied = all(t in acc.arrays for t in spec.TALLIES) or not statistics.can_be_infinite(
         var.array.dtype
     )
+    varying = varying_dims(groups.cube.decoded, group.weights, var.dims)
+
+    def slab_weights(box: Mapping[str, tuple[int, int]]) -> np.ndarray | float:
+        key = (tuple(remaining), tuple((d, box.get(d)) for d in varying))
+        if key not in weights_memo:
+            weights_memo[key] = _slab_weights(groups.cube, var, group.weights, remaining, box)
+        return weights_memo[key]
+
     for t, term in enumerate(terms):
         held = statistics.held_term(acc, term)
         if term in spec.TALLIES and (held is None or not group.infinities):
@@ -294,7 +306,7 @@ def _entry_parts(
             local = tuple(selection for _, selection, _ in combo)
             box = {d: span for d, (_, _, span) in zip(acc.array_dims, combo, strict=True) if span}
             out = (t, *_out(plan, var, box))
-            w = _slab_weights(groups.cube, var, group.weights, remaining, box) if weighted else None
+            w = slab_weights(box) if weighted else None
             yield (
                 ChunkRequest(array, coords, groups.store),
                 partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
