@@ -61,7 +61,7 @@ def sidecar(cube: Path, directory: Path, name: str) -> tuple[Path, float | None]
     """The sidecar holding the accumulations of way ``name``, built when missing (and the
     build's seconds then)."""
     combos, at = WAYS[name]  # type: ignore[misc]
-    slug = name.replace(' ', '-').replace('=', '').replace(',', '-')
+    slug = name.replace(" ", "-").replace("=", "").replace(",", "-")
     path = directory / f"{cube.stem}-shapes-{slug}.zarr"
     if path.exists() and accumulus.open(str(path)).accumulation_group(VARIABLE) is not None:
         return path, None
