@@ -119,6 +119,13 @@ def test_inspect_and_verify(cube):
         (["average", "{path}", VAR, "--over", "time", "--range", "lat=abc/2"], "not a number"),
         (["average", "{path}", VAR, "--over", "time", "--range", "lat=1"], "start/end"),
         (["average", "{path}", VAR, "--over", "time", "--stat", "median"], "unknown stat"),
+        (["average", "{path}", VAR, "--over", "lat,lon", "--region", "ar6:Atlantis"], "no region"),
+        (["average", "{path}", VAR, "--over", "lat,lon", "--region", "ar6:NZ"], "no cell centre"),
+        (["average", "{path}", VAR, "--over", "lat,lon", "--shape", "{path}.json"], "no such file"),
+        (
+            ["average", "{path}", VAR, "--over", "lat,lon", "--shape", "a.json", "--region", "x:y"],
+            "not both",
+        ),
         (["accumulate", "{path}", VAR, "--dims", "depth", "--rebuild"], "not among"),
         (["accumulate", "{path}", VAR, "--stride", "time=0", "--rebuild"], "positive integer"),
         (["accumulate", "{path}", VAR, "--weights", "nothing", "--rebuild"], "no array"),
