@@ -261,7 +261,8 @@ def every_way(path, query, expected):
     groups = AccumulationGroups(cube)
     resolved = resolve(cube, query, groups)
     var = resolved.variable
-    terms = statistics.STATISTICS[query.stat].sums_for(weighted=resolved.weights != "none")
+    stat = statistics.STATISTICS[query.stat]
+    terms = stat.sums_for(weighted=resolved.weights != "none", infinite=True)
     layouts, _ = usable_layouts(groups, var, resolved.weights, terms)
     edges = {d: b.edges for d, b in zip(var.dims, var.bounds, strict=True)}
     plans = shape_plans(var.dims, resolved.ranges, resolved.over, layouts, resolved.mask, edges)
@@ -401,7 +402,7 @@ def test_a_region_reads_no_raw_chunk_with_entries_at_every_cell(tmp_path):
     cube = Cube(open_store(str(path)), str(path))
     groups = AccumulationGroups(cube)
     var = cube.variable(VAR)
-    terms = statistics.STATISTICS["mean"].sums_for(weighted=True)
+    terms = statistics.STATISTICS["mean"].sums_for(weighted=True, infinite=True)
     costs = [chunks_cost(r for r, _ in chunk_work(groups, var, p, terms).values()) for p in plans]
     assert result.costs["accumulation"] == min(costs, key=lambda c: c.score)
 
