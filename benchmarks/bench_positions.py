@@ -1,56 +1,91 @@
-"""Positioned accumulations (``--at``) against chunk-end ones (ZEP 5) and xarray's full scan.
+"""Positioned accumulations (``--at``) against chunk-end ones (ZEP 5), xarray's full scan and
+the floor.
 
-On the realistic cube of ``realistic.py`` (daily 1-degree float32, chunks 73 x 90 x 90 =
-2.4 MB written by xarray; ``--days`` shortens it), for each way of placing entries:
+On the realistic cube of ``realistic.py`` (ten years of daily 1-degree float32, 3650 x 180 x
+360, chunks 73 x 90 x 90 = 2.4 MB written by xarray, 0.95 GB; ``--days`` cuts it shorter),
+for each way of placing entries:
 
 - ``chunk``: ZEP 5 as written (time, and latitude+longitude, at chunk ends);
 - ``time=1``: entries at every day (any period);
 - ``time=month``: entries at month boundaries (whole months), on 73-day chunks;
 - ``lat=1,lon=1``: entries at every cell (any box);
 
-it builds the accumulation (seconds, against one full read of the raw data: a build's floor),
-reports its stored bytes against the raw array's, and asks the questions it is for: medians
-of an open datacube answering again, xarray + Dask's full scan of the same selection, their
-ratio, the plan's raw and accumulation chunks, requests and bytes counted at the store, and
-the largest difference from xarray's answer.
+it builds the accumulation into a sidecar store beside the cube (``accumulate --into``: the
+cube itself is never written; a sidecar already built with the same settings is reused unless
+``--rebuild``), reports its stored bytes against the raw array's, and asks the questions it
+is for. For each question, medians of:
 
-    python benchmarks/bench_positions.py [--days 3650] [--repeats 5] [--scan-repeats 3]
+- ``warm``: an open datacube (``accumulus.open``) answering again;
+- ``floor``: a bare loop fetching exactly the chunks the plan names, concurrently, and
+  decoding them with the arrays' numcodecs codecs on a thread pool (the least work the plan
+  allows);
+- ``xarray``: xarray + Dask's full scan of the same selection (``weighted(cos lat).mean``);
+
+with their ratios, the plan's raw and accumulation chunks, requests and bytes counted at the
+stores, and the largest relative difference from xarray's answer. For ``time=month`` every
+whole-month range of the cube is also planned (not run), counting those that would read a
+raw chunk.
+
+    python benchmarks/bench_positions.py [--days 3650] [--repeats 7] [--scan-repeats 3]
+        [--variants 'time=1;lat=1,lon=1'] [--rebuild]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numcodecs
 import numpy as np
+import pandas as pd
 import xarray as xr
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
 import accumulus
+from accumulus.accumulation.execute import chunk_work
+from accumulus.accumulation.query import _plan, _usable_layouts
+from accumulus.accumulation.request import Query
 from accumulus.storage import CountingStore, is_metadata_key, open_store
 from common import DEFAULT_DIR, median_seconds, report
-from realistic import CHUNKS, SHAPE, VARIABLE, dataset
+from realistic import CHUNKS, SHAPE, VARIABLE, dataset, realistic_cube
 
+POOL = ThreadPoolExecutor(4)
+
+# Time chunks of 73 days from 2001-01-01; lat and lon chunks of 90 cells (1-degree cells
+# centred on half degrees). Every range below ends inside a chunk unless it says "months".
 QUESTIONS = {
-    # Time chunks of 73 days from 2001-01-01; lat and lon chunks of 90 cells.
-    "map, unaligned ends": (("time",), {"time": ("2001-02-15", "2002-07-20")}),
-    "map, whole months": (("time",), {"time": ("2001-02-01", "2002-06-30")}),
-    "series, unaligned box": (("lat", "lon"), {"lat": (-35, 37), "lon": (-17, 51)}),
+    "map, 17 months, unaligned ends": (("time",), {"time": ("2001-02-15", "2002-07-20")}),
+    "map, 8.5 years, unaligned ends": (("time",), {"time": ("2001-05-17", "2009-11-02")}),
+    "map, whole months (17)": (("time",), {"time": ("2001-02-01", "2002-06-30")}),
+    "map, whole months (8 years)": (("time",), {"time": ("2002-03-01", "2010-02-28")}),
+    "series, unaligned box (continent)": (("lat", "lon"), {"lat": (-35, 37), "lon": (-17, 51)}),
+    "series, unaligned box (region)": (("lat", "lon"), {"lat": (3, 24), "lon": (-18, 37)}),
 }
+MAPS = [q for q, (over, _) in QUESTIONS.items() if over == ("time",)]
+SERIES = [q for q, (over, _) in QUESTIONS.items() if over == ("lat", "lon")]
 
 VARIANTS = [
     # (name, combinations, at, questions it is for)
     ("chunk", ["time", "lat,lon"], None, list(QUESTIONS)),
-    ("time=1", ["time"], {"time": 1}, ["map, unaligned ends", "map, whole months"]),
-    ("time=month", ["time"], {"time": "month"}, ["map, whole months", "map, unaligned ends"]),
-    ("lat=1,lon=1", ["lat,lon"], {"lat": 1, "lon": 1}, ["series, unaligned box"]),
+    ("time=1", ["time"], {"time": 1}, MAPS),
+    ("time=month", ["time"], {"time": "month"}, MAPS),
+    ("lat=1,lon=1", ["lat,lon"], {"lat": 1, "lon": 1}, SERIES),
 ]
 
 
-def realistic_cube(directory: Path, days: int) -> Path:
-    """The realistic cube cut to ``days`` days (same chunks), written once."""
+def cube_path(directory: Path, days: int) -> Path:
+    """The realistic cube (``realistic.realistic_cube``), or a cut of it to ``days`` days
+    (same chunks) written once beside it."""
+    if days == SHAPE[0]:
+        return realistic_cube(directory)
     path = directory / f"realistic-{days}x{SHAPE[1]}x{SHAPE[2]}-{'x'.join(map(str, CHUNKS))}.zarr"
     marker = path.with_suffix(".config.json")
     wanted = json.dumps({"days": days, "chunks": CHUNKS, "version": 1})
@@ -76,23 +111,64 @@ def xarray_scan(store, over, ranges) -> xr.DataArray:
     return data.weighted(np.cos(np.deg2rad(ds["lat"]))).mean(list(over)).compute()
 
 
-def counted(store: CountingStore) -> dict:
+def counted(*stores: CountingStore) -> dict:
     return {
-        "requests": store.counts.read_requests,
-        "chunks": len([k for k in store.counts.reads if not is_metadata_key(k)]),
-        "bytes": store.counts.read_bytes,
+        "requests": sum(s.counts.read_requests for s in stores),
+        "chunks": sum(len([k for k in s.counts.reads if not is_metadata_key(k)]) for s in stores),
+        "bytes": sum(s.counts.read_bytes for s in stores),
     }
 
 
-def ask(path: Path, name: str, args) -> dict:
+def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
+    """A bare loop over exactly the chunks ``result``'s plan names: fetch them all at once
+    (each from its store: the cube's raw chunks, the sidecar's accumulation chunks) and
+    decode each with its array's numcodecs filters and compressor on a thread pool."""
+    snapshot = handle.snapshot()
+    var = snapshot.cube.variable(result.query.variable)
+    terms = ("wsum", "wcount") if result.weights != "none" else ("sum", "count")
+    items = []
+    for request, _ in chunk_work(snapshot.groups, var, result.plan, terms).values():
+        metadata = request.array.metadata
+        filters = [numcodecs.get_codec(f.get_config()) for f in metadata.filters or ()]
+        store = request.store or request.array.store_path.store
+        shape, dtype = metadata.chunks, metadata.dtype.to_native_dtype()
+        items.append((store, request.store_key, metadata.compressor, filters[::-1], shape, dtype))
+
+    def decode(item, buffer) -> np.ndarray:
+        _, _, compressor, filters, shape, dtype = item
+        data = buffer.to_bytes()
+        data = compressor.decode(data) if compressor is not None else data
+        for codec in filters:
+            data = codec.decode(data)
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+    async def fetch_all():
+        prototype = default_buffer_prototype()
+        return await asyncio.gather(*(store.get(key, prototype) for store, key, *_ in items))
+
+    def run() -> None:
+        buffers = sync(fetch_all())
+        list(POOL.map(decode, items, buffers))
+
+    return run
+
+
+def ask(path: Path, side: Path, name: str, args) -> dict:
     over, ranges = QUESTIONS[name]
     store = CountingStore(open_store(str(path)))
-    handle = accumulus.open(store)
+    side_store = CountingStore(open_store(str(side)))
+    handle = accumulus.open(store, accumulations=side_store)
     handle.query(VARIABLE, over, ranges)  # warm-up: the snapshot is read once
-    store.reset()
+    store.reset(), side_store.reset()
     result = handle.query(VARIABLE, over, ranges)
-    warm_counts = counted(store)
+    warm_counts = counted(store, side_store)
     warm, result = median_seconds(lambda: handle.query(VARIABLE, over, ranges), args.repeats)
+
+    floor_run = floor_reader(handle, result)
+    store.reset(), side_store.reset()
+    floor_run()
+    floor_counts = counted(store, side_store)
+    floor, _ = median_seconds(floor_run, args.repeats)
 
     def scan():
         fresh = CountingStore(open_store(str(path)))
@@ -111,32 +187,63 @@ def ask(path: Path, name: str, args) -> dict:
             "accumulations": sorted({r.key for r in result.plan.accumulation_reads}),
         },
         "warm_seconds": round(warm, 5),
+        "floor_seconds": round(floor, 5),
         "xarray_seconds": round(scan_seconds, 4),
         "xarray_over_warm": round(scan_seconds / warm, 1),
+        "warm_over_floor": round(warm / floor, 2),
         "warm": warm_counts,
+        "floor": floor_counts,
         "xarray": counted(scan_store),
         "max_relative_difference": float(np.nanmax(np.abs(got - want) / np.abs(want))),
     }
+
+
+def whole_month_ranges(path: Path, side: Path) -> dict:
+    """Plan (without running) every range of whole months the cube holds, and count those
+    whose plan reads a raw chunk."""
+    handle = accumulus.open(str(path), accumulations=str(side))
+    snapshot = handle.snapshot()
+    days = pd.DatetimeIndex(snapshot.cube.index("time"))
+    starts = days[days.is_month_start]
+    ends = days[days.is_month_end]
+    var = snapshot.cube.variable(VARIABLE)
+    weights = snapshot.groups.recorded_weights(VARIABLE)
+    layouts, _ = _usable_layouts(snapshot.groups, var, weights, ("wsum", "wcount"))
+    ranges, with_raw = 0, 0
+    for start in starts:
+        for end in ends[ends > start]:
+            query = Query(VARIABLE, ("time",), {"time": (str(start.date()), str(end.date()))})
+            plan = _plan(var, snapshot.resolve(query), layouts)
+            ranges += 1
+            with_raw += bool(plan.raw_reads)
+    return {"whole_month_ranges": ranges, "reading_raw_chunks": with_raw}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--days", type=int, default=SHAPE[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--scan-repeats", type=int, default=3)
     parser.add_argument("--variants", default=";".join(v[0] for v in VARIANTS), help="; between")
+    parser.add_argument("--rebuild", action="store_true", help="rebuild sidecars built before")
+    parser.add_argument("--no-full-read", action="store_true", help="skip the build's floor")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
-    path = realistic_cube(args.dir, args.days)
-    read_seconds = full_read(path)
-    results = []
+    path = cube_path(args.dir, args.days)
+    read_seconds = None if args.no_full_read else full_read(path)
+    results, raw_stored = [], None
     for name, combos, at, questions in VARIANTS:
         if name not in args.variants.split(";"):
             continue
+        slug = name.replace("=", "").replace(",", "-")
+        side = args.dir / f"{path.stem}.positions-{slug}.side.zarr"
         started = time.perf_counter()
-        built = accumulus.accumulate(str(path), VARIABLE, combos, at=at, rebuild=True)
+        built = accumulus.accumulate(
+            str(path), VARIABLE, combos, at=at, into=str(side), rebuild=args.rebuild
+        )
         build_seconds = time.perf_counter() - started
+        raw_stored = built.raw_stored
         storage = {
             acc.key: {
                 "bytes_stored": built.stored.get(acc.key),
@@ -146,15 +253,16 @@ def main() -> None:
             }
             for acc in built.group.accumulations
         }
-        results.append(
-            {
-                "at": name,
-                "build_seconds": round(build_seconds, 2),
-                "build_over_full_read": round(build_seconds / read_seconds, 2),
-                "storage": storage,
-                "questions": [ask(path, q, args) for q in questions],
-            }
-        )
+        entry = {"at": name, "sidecar": str(side), "build": built.action}
+        if built.action != "up to date":  # built in this run: timed
+            entry["build_seconds"] = round(build_seconds, 2)
+            if read_seconds:
+                entry["build_over_full_read"] = round(build_seconds / read_seconds, 2)
+        entry["storage"] = storage
+        entry["questions"] = [ask(path, side, q, args) for q in questions]
+        if name == "time=month":
+            entry["every_whole_month_range"] = whole_month_ranges(path, side)
+        results.append(entry)
     report(
         {
             "benchmark": "positioned accumulations vs chunk ends vs xarray + Dask full scan",
@@ -163,9 +271,10 @@ def main() -> None:
                 "shape": [args.days, SHAPE[1], SHAPE[2]],
                 "chunks": list(CHUNKS),
                 "chunk_mib": round(int(np.prod(CHUNKS)) * 4 / 2**20, 2),
-                "raw_bytes_stored": built.raw_stored if results else None,
+                "raw_bytes_stored": raw_stored,
             },
-            "full_read_seconds": round(read_seconds, 2),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "full_read_seconds": None if read_seconds is None else round(read_seconds, 2),
             "variants": results,
         }
     )

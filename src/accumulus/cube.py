@@ -212,6 +212,7 @@ class Cube:
                 ) from None
             self.raw = self._with_inherited_coordinates(base, self.raw)
         self.consolidated = self.root.metadata.consolidated_metadata is not None
+        self._variables: dict[str, VariableInfo] = {}
 
     @classmethod
     def open(
@@ -257,6 +258,11 @@ class Cube:
         return [str(v) for v in self.raw.data_vars]
 
     def variable(self, name: str) -> VariableInfo:
+        """``name`` as this snapshot holds it, opened once (every query of the snapshot
+        asks for it)."""
+        found = self._variables.get(name)
+        if found is not None:
+            return found
         if name not in self.raw.data_vars:
             raise AccumulusError(
                 f"{self.label}: no variable {name!r}; data variables are {self.data_variables}"
@@ -264,7 +270,7 @@ class Cube:
         raw = self.raw[name]
         array = self.root[name]
         assert isinstance(array, zarr.Array)
-        return VariableInfo(
+        found = VariableInfo(
             name=name,
             dims=tuple(str(d) for d in raw.dims),
             shape=tuple(raw.shape),
@@ -272,6 +278,8 @@ class Cube:
             array=array,
             decoding_attrs={k: raw.attrs[k] for k in _DECODING_ATTRS if k in raw.attrs},
         )
+        self._variables[name] = found
+        return found
 
     # ----------------------------------------------------------------------------------------
     # Coordinates

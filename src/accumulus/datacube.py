@@ -39,7 +39,13 @@ from accumulus.hierarchy import find_cube_group, group_label
 from accumulus.inference import InferredConventionsStore
 from accumulus.regions import as_shape
 from accumulus.scope import accumulus_scope, scoped
-from accumulus.snapshot import MetadataSnapshot, SnapshotStore, read_snapshot, with_coordinates
+from accumulus.snapshot import (
+    MetadataSnapshot,
+    SnapshotStore,
+    read_snapshot,
+    read_snapshots,
+    with_coordinates,
+)
 from accumulus.storage import open_store, remote_errors, store_label
 
 
@@ -184,14 +190,17 @@ class Datacube:
         with self._lock:
             self._reads += 1
             read = self._reads
+        # The cube's and a sidecar's documents in one batch, once the sidecar is known.
+        stores = [self.store] if self.sidecar_store is None else [self.store, self.sidecar_store]
+        found = read_snapshots(*stores)
         with remote_errors(self.label):
-            metadata = read_snapshot(self.store)
+            metadata = _raised(found[0])
         if self._current is None and self.sidecar_store is None:
             metadata = self._follow_sidecar(metadata)
         side = None
         if self.sidecar_store is not None:
             with remote_errors(self._sidecar_label):
-                side = read_snapshot(self.sidecar_store)
+                side = _raised(found[1]) if len(found) > 1 else read_snapshot(self.sidecar_store)
         token = metadata.token if side is None else f"{metadata.token}+{side.token}"
         if not metadata.documents:
             if self._current is None:
@@ -339,3 +348,10 @@ class Datacube:
             memory_bytes=memory_bytes,
             shape=shape,
         ).data
+
+
+def _raised(found: MetadataSnapshot | Exception) -> MetadataSnapshot:
+    """A snapshot read by ``read_snapshots``, or what reading it raised, raised."""
+    if isinstance(found, Exception):
+        raise found
+    return found

@@ -33,6 +33,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from itertools import accumulate
 from typing import Any
 
@@ -96,7 +97,7 @@ class ChunkBounds:
     def n_chunks(self) -> int:
         return len(self.edges) - 1
 
-    @property
+    @cached_property
     def sizes(self) -> tuple[int, ...]:
         return tuple(b - a for a, b in zip(self.edges, self.edges[1:], strict=False))
 
@@ -202,9 +203,29 @@ def read_grid(metadata: ArrayMetadata) -> ChunkGrid:
 
 def array_bounds(array: zarr.Array) -> tuple[ChunkBounds, ...]:
     """Chunk bounds of every dimension of a zarr array (regular or rectilinear); the inner
-    chunks of a sharded array (``read_grid``)."""
-    grid = read_grid(array.metadata)
-    return tuple(ChunkBounds.from_sizes(sizes) for sizes in grid.chunk_sizes)
+    chunks of a sharded array (``read_grid``). Kept for the last arrays asked about (by
+    their metadata, which zarr never changes in place): a query asks for the bounds of the
+    arrays it reads several times, and an accumulation at every element has as many chunks
+    along time as the raw data has days."""
+    metadata = array.metadata
+    cached = _BOUNDS.get(id(metadata))
+    if cached is not None and cached[0] is metadata:
+        return cached[1]
+    bounds = tuple(_dimension_bounds(d) for d in read_grid(metadata).dimensions)
+    if len(_BOUNDS) >= _BOUNDS_KEPT:
+        _BOUNDS.pop(next(iter(_BOUNDS)), None)
+    _BOUNDS[id(metadata)] = (metadata, bounds)  # holding it keeps its id from being reused
+    return bounds
+
+
+_BOUNDS: dict[int, tuple[ArrayMetadata, tuple[ChunkBounds, ...]]] = {}
+_BOUNDS_KEPT = 256
+
+
+def _dimension_bounds(dimension: DimensionGrid) -> ChunkBounds:
+    if isinstance(dimension, FixedDimension):
+        return ChunkBounds.regular(dimension.extent, dimension.size)
+    return ChunkBounds.from_sizes([dimension.data_size(i) for i in range(dimension.nchunks)])
 
 
 def regular_chunk_size(array: zarr.Array, axis: int) -> int | None:

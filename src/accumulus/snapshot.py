@@ -20,6 +20,7 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Any
 
 import zarr
 from zarr.abc.store import ByteRequest, Store
@@ -73,11 +74,36 @@ class MetadataSnapshot:
 def read_snapshot(store: Store) -> MetadataSnapshot:
     """Read the metadata snapshot of ``store`` now. A document that is not JSON, not a file,
     or too slow to read is an ``AccumulusError`` naming it."""
-    root = _read_documents(store, ROOT_DOCUMENTS)
-    if _is_consolidated(root):
-        return MetadataSnapshot(root, complete=False)
-    keys = [k for k in collect_aiterator(store.list()) if is_metadata_key(k)]
-    return MetadataSnapshot(_read_documents(store, keys), complete=True)
+    (found,) = read_snapshots(store)
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+def read_snapshots(*stores: Store) -> list[MetadataSnapshot | Exception]:
+    """Read the snapshots of several stores now, their root documents in one batch of
+    requests (a cube and its sidecar: one round trip). For each store, its snapshot or the
+    exception reading it raised, so that the caller can say which store failed."""
+
+    async def roots() -> list[Any]:
+        reads = (_documents(store, ROOT_DOCUMENTS) for store in stores)
+        return await asyncio.gather(*reads, return_exceptions=True)
+
+    found: list[MetadataSnapshot | Exception] = []
+    for store, root in zip(stores, sync(roots()), strict=True):
+        if isinstance(root, BaseException) and not isinstance(root, Exception):
+            raise root
+        try:
+            if isinstance(root, Exception):
+                raise root
+            if _is_consolidated(_checked(root)):
+                found.append(MetadataSnapshot(root, complete=False))
+                continue
+            keys = [k for k in collect_aiterator(store.list()) if is_metadata_key(k)]
+            found.append(MetadataSnapshot(_read_documents(store, keys), complete=True))
+        except Exception as exc:
+            found.append(exc)
+    return found
 
 
 def with_coordinates(store: Store, snapshot: MetadataSnapshot) -> MetadataSnapshot:
@@ -98,18 +124,24 @@ def with_coordinates(store: Store, snapshot: MetadataSnapshot) -> MetadataSnapsh
 
 
 def _read_documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[str, bytes]:
+    return _checked(sync(_documents(store, keys)))
+
+
+async def _documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[str, bytes]:
+    """The objects at ``keys`` that exist, read concurrently."""
     root = local_root(store)
+    prototype = default_buffer_prototype()
+    values = await asyncio.gather(
+        *(read_with_limits(store, root, k, prototype, None, READ_SECONDS) for k in keys)
+    )
+    return {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
 
-    async def read_all() -> list[Buffer | None]:
-        prototype = default_buffer_prototype()
-        return await asyncio.gather(
-            *(read_with_limits(store, root, k, prototype, None, READ_SECONDS) for k in keys)
-        )
 
-    values = sync(read_all())
-    documents = {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
+def _checked(documents: dict[str, bytes]) -> dict[str, bytes]:
+    """``documents``, each metadata document among them parsed (coordinate chunks are read
+    with them too): one that is not valid is an ``AccumulusError`` naming it."""
     for key, content in documents.items():
-        if is_metadata_key(key):  # coordinate chunks are read here too
+        if is_metadata_key(key):
             parse_metadata(key, content)
     return documents
 

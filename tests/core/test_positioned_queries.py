@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
+from accumulus.accumulation import placement
 from accumulus.accumulation.query import run_query
 from accumulus.accumulation.request import Query
 from accumulus.cube import Cube
@@ -233,3 +234,33 @@ def test_chunk_end_and_positioned_accumulations_in_one_group(tmp_path):
     assert by_at["lat=1,lon=1"]["entries"] == {"lon": 7}
     raw = info["accumulations"][0]["raw_bytes_stored"]
     assert raw > 0 and all(a["bytes_stored"] > 0 for a in info["accumulations"])
+
+
+def test_arrays_are_chunked_for_how_they_are_read(tmp_path, monkeypatch):
+    """A map reads one entry of the whole space: one chunk per entry. A series reads a few
+    entries along longitude over the box's rows, for all time: chunks as long in time as
+    the build holds back, of as many rows as ``SERIES_CHUNK`` allows, so a box reads the
+    chunks of its rows only."""
+    monkeypatch.setattr(placement, "SERIES_CHUNK", 8 * 40 * 3)  # 3 rows of a whole series
+    ds, path = _daily(
+        tmp_path, 40, {"time": 10, "lat": 4, "lon": 4}, dims=("time", "lat", "lon"), lat=9, lon=10
+    )
+    at = {"time": 1, "lat": 1, "lon": 1}
+    accumulus.accumulate(str(path), VAR, ["time", "lat,lon"], weights="area", at=at)
+    group = accumulus.open(str(path)).accumulation_group(VAR)
+    root = zarr.open_group(path, mode="r")[f"{VAR}_accumulation_group"]
+    chunks = {
+        acc.key: {root[name].chunks for name in acc.arrays.values()} for acc in group.accumulations
+    }
+    assert chunks == {"time@1": {(1, 9, 10)}, "lat,lon@1,1": {(40, 3, 1)}}
+    result = _check(
+        path, ds, ["lat", "lon"], {"time": slice(0, 40), "lat": slice(3, 6), "lon": slice(1, 8)},
+        weights="area",
+    )  # fmt: skip
+    # Two entries along longitude, one chunk of rows, Σx and the count: 4 chunks.
+    assert (result.stats.raw_chunks_read, result.stats.accumulation_chunks_read) == (0, 4)
+    for lat in (slice(0, 9), slice(2, 7), slice(5, 6)):
+        isel = {"time": slice(0, 40), "lat": lat, "lon": slice(0, 10)}
+        assert _check(path, ds, ["lat", "lon"], isel, weights="area").stats.raw_chunks_read == 0
+    result = _check(path, ds, ["time"], {"time": slice(7, 33)}, weights="area")
+    assert (result.stats.raw_chunks_read, result.stats.accumulation_chunks_read) == (0, 4)

@@ -495,7 +495,7 @@ def target_chunks(
     batch = stream.batch_dimension(var)
     slab = stream.chunks_per_slab(var, batch, group) * raw_chunk[batch]
     if acc.placement is not None:
-        return placement.chunks(var, acc, batch, slab, len(set(acc.arrays.values())))
+        return placement.chunks(var, acc, batch, slab)
     limits = []
     for dim, size in zip(acc.array_dims, shape, strict=True):
         if dim == batch and dim not in acc.dims:

@@ -18,8 +18,9 @@ many entries as the raw data has values, so how it is stored is what it costs:
 - **chunks** follow how queries read them (``chunks``): an accumulation along the batch
   dimension (time) is read one entry at a time for a map, so a chunk is one entry and the
   whole space (``MAP_CHUNK``); one that keeps time is read as long series at a few entries
-  (a box's corners or rows), so a chunk is one entry long in time (as long as the build can
-  hold back, ``BUFFER_BYTES``) and as wide as ``SERIES_CHUNK`` allows.
+  (a box's corners along longitude, over its rows of latitude), so a chunk is one entry,
+  as long in time as the build can hold back (``BUFFER_BYTES``), and as many rows as
+  ``SERIES_CHUNK`` allows: a box reads about the rows it covers, in few objects.
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ import zarr
 from numcodecs import CRC32C, Blosc
 from zarr.codecs import Crc32cCodec
 
-from accumulus.accumulation import spec
+from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.positions import CHUNK, entry_positions, final_entries
 from accumulus.accumulation.weights import varying_dims
 from accumulus.cube import Cube, VariableInfo
 
 MAP_CHUNK = 4 * 2**20  # bytes of float64 entries per chunk of a map-like array, at most
-SERIES_CHUNK = 2 * 2**20  # the same for arrays read as long series
+SERIES_CHUNK = 256 * 2**10  # the same for arrays read as long series (a box's rows)
 BUFFER_BYTES = 384 * 2**20  # entries a build holds back to write long series chunks whole
 
 
@@ -126,31 +127,32 @@ def is_series(acc: spec.Accumulation, batch: str) -> bool:
     return batch not in acc.prefix_dims
 
 
-def chunks(
-    var: VariableInfo, acc: spec.Accumulation, batch: str, slab: int, arrays: int
-) -> tuple[int, ...]:
+def chunks(var: VariableInfo, acc: spec.Accumulation, batch: str, slab: int) -> tuple[int, ...]:
     """Chunk shape of a positioned accumulation's arrays (array_dims order). ``batch``: the
-    dimension the build walks in slabs of ``slab`` indices; ``arrays``: how many arrays the
-    accumulation has (all held back together when series chunks span several slabs)."""
+    dimension the build walks in slabs of ``slab`` indices."""
     extent = dict(zip(acc.array_dims, shape(var, acc), strict=True))
     size = {d: 1 if d in acc.prefix_dims else extent[d] for d in acc.array_dims}
     rows = [d for d in acc.array_dims if d not in acc.prefix_dims and d != batch]
     series = is_series(acc, batch)
     if series:
+        # As long in time as the build can hold back (every entry of the space, of all the
+        # arrays, until a chunk row is whole): a series is then read in few objects.
+        held = prod(n for d, n in extent.items() if d != batch) * entry_bytes(var, acc)
         size[batch] = min(slab, extent[batch])
+        while size[batch] < extent[batch] and size[batch] * 2 * held <= BUFFER_BYTES:
+            size[batch] *= 2
     budget = SERIES_CHUNK if series else MAP_CHUNK
-    # Whole rows (space) per chunk, halved while a chunk is over the budget.
+    # Whole rows (space) per chunk, halved while a chunk is over the budget: a box then
+    # reads about the rows it needs.
     while prod(size.values()) * 8 > budget and any(size[d] > 1 for d in rows):
         widest = max(rows, key=lambda d: size[d])
         size[widest] = (size[widest] + 1) // 2
-    if series:
-        # As long in time as the budget allows and the build can hold back: a series is
-        # then read in few objects.
-        held = prod(n for d, n in extent.items() if d != batch) * 8 * arrays
-        while (
-            size[batch] < extent[batch]
-            and prod(size.values()) * 2 * 8 <= budget
-            and size[batch] * 2 * held <= BUFFER_BYTES
-        ):
-            size[batch] *= 2
     return tuple(max(1, size[d]) for d in acc.array_dims)
+
+
+def entry_bytes(var: VariableInfo, acc: spec.Accumulation) -> int:
+    """Bytes of one entry of all of ``acc``'s arrays together, each in its stored type."""
+    names = {}
+    for term, name in acc.arrays.items():
+        names[name] = names.get(name, False) or statistics.SUMS[term].is_count
+    return sum(dtype_and_fill(var, acc, count)[0].itemsize for count in names.values())

@@ -9,6 +9,7 @@ unweighted). The counts of chunks and bytes read are measured at the store, not 
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -240,11 +241,16 @@ def usable_layouts(
             # ones only (an open month is provisional), within the final extent.
             placed = acc.placement
             positions = {
-                d: tuple(p for p in placed.positions[d][: placed.final[d]] if p <= covered[d])
+                d: _final_within(placed.positions[d], placed.final[d], covered[d])
                 for d in placed.accumulated
             }
         layouts.append(AccumulationLayout(acc.prefix_dims, positions, dict(covered), acc.key))
     return layouts, "" if layouts else "no accumulation holds the sums this query needs"
+
+
+def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[int, ...]:
+    """The first ``final`` of ``positions`` (increasing) that end within ``covered``."""
+    return tuple(positions[: min(final, bisect.bisect_right(positions, covered))])
 
 
 def _weights_without_noise(terms: Sequence[str], sums: np.ndarray, noise: np.ndarray) -> np.ndarray:
