@@ -74,8 +74,8 @@ Work = dict[str, tuple[ChunkRequest, list[Part]]]  # chunk key -> the chunk, its
 @dataclass
 class ExecutedPlan:
     sums: np.ndarray  # (len(terms), *answer shape)
-    # Σ |entries| added into each sum: a difference of prefix sums cancels to within a few
-    # ulps of this, not always to 0 (``noise_floor``).
+    # Σ |entries| added into each sum of weights (0 for the other sums): a difference of
+    # prefix sums cancels to within a few ulps of this, not always to 0 (``noise_floor``).
     entry_magnitude: np.ndarray
     counts: ReadCounts
     accumulation_chunks: int
@@ -105,7 +105,10 @@ def execute(
         )
     )
     reduce_axes = tuple(var.axis(d) for d in plan.over)
+    # Σ |entries| of the sums of weights, whose differences may leave rounding noise where
+    # no value is valid (``noise_floor``); the other sums need none.
     magnitude = np.zeros(total.shape, dtype="f8")
+    noisy = {t for t in terms if statistics.SUMS[t].value_power == 0}
     lock = threading.Lock()
 
     def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
@@ -121,8 +124,9 @@ def execute(
                 if part.summed:
                     sums = sums.sum(axis=part.summed)
                 sums = sums.transpose(part.order)
-                with lock:
-                    magnitude[part.out] += np.abs(sums)
+                if part.term in noisy:
+                    with lock:
+                        magnitude[part.out] += np.abs(sums)
             total.add(part.index, part.out, part.sign * sums)
 
     try:

@@ -208,4 +208,3 @@ def _add_corners(
         sign = prod(s for _, s in corner)
         entries = {d: k for d, (k, _) in zip(layout.dims, corner, strict=True)}
         reads.append(Read(layout.dims, sign, entries, others, layout.key))
-

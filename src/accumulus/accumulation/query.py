@@ -146,8 +146,8 @@ def read_answer(
     infinite = statistics.can_be_infinite(var.array.dtype)
     terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
     done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
-    sums = _weights_without_noise(terms, done.sums, noise_floor(done.entry_magnitude))
-    values = stat.answer(list(sums), weights != "none")
+    sums = _weights_without_noise(terms, done.sums, done.entry_magnitude)
+    values = stat.answer(sums, weights != "none")
     if resolved.mask is not None:
         inside = kept_cells(resolved.mask, var.dims, resolved.over)
         values = values if inside is None else np.where(inside, values, np.nan)
@@ -253,11 +253,15 @@ def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[i
     return tuple(positions[: min(final, bisect.bisect_right(positions, covered))])
 
 
-def _weights_without_noise(terms: Sequence[str], sums: np.ndarray, noise: np.ndarray) -> np.ndarray:
-    """Sums of weights (Σw, Σ1) within ``noise`` of 0 are 0: prefix-sum differences over
-    no valid value, which would otherwise make a mean of 0/1e-17 instead of NaN."""
-    sums = sums.copy()
-    for k, name in enumerate(terms):
-        if statistics.SUMS[name].value_power == 0:
-            sums[k] = np.where(np.abs(sums[k]) <= noise[k], 0.0, sums[k])
-    return sums
+def _weights_without_noise(
+    terms: Sequence[str], sums: np.ndarray, magnitude: np.ndarray
+) -> list[np.ndarray]:
+    """The sums, those of weights (Σw, Σ1) within the noise of 0 (``noise_floor`` of the
+    ``magnitude`` of the entries added into them) set to 0: prefix-sum differences over no
+    valid value, which would otherwise make a mean of 0/1e-17 instead of NaN."""
+    return [
+        np.where(np.abs(sums[k]) <= noise_floor(magnitude[k]), 0.0, sums[k])
+        if statistics.SUMS[name].value_power == 0
+        else sums[k]
+        for k, name in enumerate(terms)
+    ]
