@@ -219,6 +219,20 @@ def whole_month_ranges(path: Path, side: Path) -> dict:
     return {"whole_month_ranges": ranges, "reading_raw_chunks": with_raw}
 
 
+def storage(side: Path) -> tuple[dict, int | None]:
+    """Stored bytes of each accumulation in ``side`` (as ``inspect`` reports them), alone
+    and over the raw array's, and the raw array's."""
+    [group] = accumulus.inspect(str(side))["accumulation_groups"]
+    out, raw = {}, None
+    for acc in group["accumulations"]:
+        raw, stored = acc["raw_bytes_stored"], acc["bytes_stored"]
+        out[f"{','.join(acc['dims'])} at {acc['at']}"] = {
+            "bytes_stored": stored,
+            "over_raw": round(stored / raw, 3) if stored and raw else None,
+        }
+    return out, raw
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
@@ -243,22 +257,12 @@ def main() -> None:
             str(path), VARIABLE, combos, at=at, into=str(side), rebuild=args.rebuild
         )
         build_seconds = time.perf_counter() - started
-        raw_stored = built.raw_stored
-        storage = {
-            acc.key: {
-                "bytes_stored": built.stored.get(acc.key),
-                "over_raw": round(built.stored[acc.key] / built.raw_stored, 3)
-                if built.stored.get(acc.key) and built.raw_stored
-                else None,
-            }
-            for acc in built.group.accumulations
-        }
         entry = {"at": name, "sidecar": str(side), "build": built.action}
         if built.action != "up to date":  # built in this run: timed
             entry["build_seconds"] = round(build_seconds, 2)
             if read_seconds:
                 entry["build_over_full_read"] = round(build_seconds / read_seconds, 2)
-        entry["storage"] = storage
+        entry["storage"], raw_stored = storage(side)
         entry["questions"] = [ask(path, side, q, args) for q in questions]
         if name == "time=month":
             entry["every_whole_month_range"] = whole_month_ranges(path, side)
