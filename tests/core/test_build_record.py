@@ -9,10 +9,8 @@ lost chunk as missing values unless ``--allow-missing-chunks``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,36 +19,12 @@ from fastapi.testclient import TestClient
 
 import accumulus
 from accumulus.accumulation import spec
-from accumulus.cli import main
 from accumulus.service import create_app
+from command_line import files, refused, run
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 CHUNKS = {"time": 5, "lat": 4, "lon": 5}
 TIME = ("2001-01-02", "2001-01-18")
-
-
-def run(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["accumulus", *args])
-    with pytest.raises(SystemExit) as stopped:
-        main()
-    out, err = capsys.readouterr()
-    return stopped.value.code or 0, out, err
-
-
-def refused(capsys, monkeypatch, *args: str) -> str:
-    """A command that must fail in one line with exit status 2: its message."""
-    code, _, err = run(capsys, monkeypatch, *args)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
-
-
-def files(path: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(path)): hashlib.sha1(p.read_bytes()).hexdigest()
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
 
 
 def built(tmp_path: Path, kind: str):

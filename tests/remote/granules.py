@@ -11,6 +11,7 @@ import h5py
 import netCDF4
 import numpy as np
 import pandas as pd
+import xarray as xr
 
 VAR = "precip"
 FILL = -9999.0
@@ -119,3 +120,11 @@ def monthly_granules(
             h5py_granule(path, year, month, seed=month, **options)
         paths.append(path)
     return paths
+
+
+def same_as_granules(virtual: xr.Dataset, granules: list[Path]) -> None:
+    with xr.open_mfdataset(granules) as expected:
+        expected = expected.load()
+    virtual = virtual.copy()
+    virtual.attrs.pop("accumulus", None)
+    xr.testing.assert_identical(virtual, expected)

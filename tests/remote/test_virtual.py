@@ -30,6 +30,7 @@ from .granules import (
     month_values,
     monthly_granules,
     netcdf4_granule,
+    same_as_granules,
 )
 
 
@@ -41,14 +42,6 @@ def open_references(path: Path, **options) -> xr.Dataset:
             engine="zarr",
             backend_kwargs={"consolidated": False, "storage_options": {"fo": str(path), **options}},
         ).load()
-
-
-def same_as_granules(virtual: xr.Dataset, granules: list[Path]) -> None:
-    with xr.open_mfdataset(granules) as expected:
-        expected = expected.load()
-    virtual = virtual.copy()
-    virtual.attrs.pop("accumulus", None)
-    xr.testing.assert_identical(virtual, expected)
 
 
 @pytest.mark.parametrize("writer", ["netcdf4", "h5py"])

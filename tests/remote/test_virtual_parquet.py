@@ -26,7 +26,17 @@ from accumulus.cli import app
 from accumulus.service import create_app
 from servers import http_server
 
-from .granules import LAT, LON, NLAT, NLON, VAR, month_values, monthly_granules, netcdf4_granule
+from .granules import (
+    LAT,
+    LON,
+    NLAT,
+    NLON,
+    VAR,
+    month_values,
+    monthly_granules,
+    netcdf4_granule,
+    same_as_granules,
+)
 
 
 def open_parquet(path: Path) -> xr.Dataset:
@@ -38,14 +48,6 @@ def open_parquet(path: Path) -> xr.Dataset:
             engine="zarr",
             backend_kwargs={"consolidated": False, "storage_options": options},
         ).load()
-
-
-def same_as_granules(virtual: xr.Dataset, granules: list[Path]) -> None:
-    with xr.open_mfdataset(granules) as expected:
-        expected = expected.load()
-    virtual = virtual.copy()
-    virtual.attrs.pop("accumulus", None)
-    xr.testing.assert_identical(virtual, expected)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
