@@ -84,6 +84,20 @@ def median(action: Callable[[], Any], repeats: int) -> tuple[float, Any]:
 # The floor
 
 
+def sum_parts(chunk: np.ndarray, parts, over: tuple[int, ...]) -> None:
+    """The floor's arithmetic on one decoded chunk: each part of the plan it serves summed
+    (a raw part: its valid values and their count over ``over``; an accumulation part: its
+    entries over the dimensions the part sums)."""
+    for part in parts:
+        x = chunk[part.local]
+        if hasattr(part, "box"):  # raw
+            valid = ~np.isnan(x)
+            np.sum(np.where(valid, x, 0), axis=over, dtype="f8")
+            np.count_nonzero(valid, axis=over)
+        else:
+            x.sum(axis=part.summed)
+
+
 def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
     """A bare loop over exactly the chunks ``result``'s plan reads: fetch them all at once,
     decode each with its array's numcodecs filters and compressor, and sum the part read
@@ -108,15 +122,7 @@ def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
         data = compressor.decode(data) if compressor is not None else data
         for codec in filters:
             data = codec.decode(data)
-        chunk = np.frombuffer(data, dtype=dtype).reshape(shape)
-        for part in parts:
-            x = chunk[part.local]
-            if hasattr(part, "box"):  # raw
-                valid = ~np.isnan(x)
-                np.sum(np.where(valid, x, 0), axis=over, dtype="f8")
-                np.count_nonzero(valid, axis=over)
-            else:
-                x.sum(axis=part.summed)
+        sum_parts(np.frombuffer(data, dtype=dtype).reshape(shape), parts, over)
 
     async def fetch_all():
         prototype = default_buffer_prototype()

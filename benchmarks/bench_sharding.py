@@ -59,7 +59,7 @@ import accumulus
 from accumulus.accumulation.execute import chunk_work
 from accumulus.grid import sharding_of
 from accumulus.storage import CountingStore, is_metadata_key, open_store
-from bench_average import realistic_questions, xarray_scan
+from bench_average import realistic_questions, sum_parts, xarray_scan
 from common import DEFAULT_DIR, report
 from realistic import CHUNKS, SHAPE, START, VARIABLE, _block, realistic_cube
 
@@ -149,16 +149,6 @@ def floor_reader(handle: accumulus.Datacube, result):
             prototype=prototype,
         )
 
-    def add_up(request, parts, chunk: np.ndarray) -> None:
-        for part in parts:
-            x = chunk[part.local]
-            if hasattr(part, "box"):  # raw
-                valid = ~np.isnan(x)
-                np.sum(np.where(valid, x, 0), axis=over, dtype="f8")
-                np.count_nonzero(valid, axis=over)
-            else:
-                x.sum(axis=part.summed)
-
     async def index(key: str, per_shard) -> np.ndarray:
         n = int(np.prod(per_shard))
         buffer = await store.get(key, prototype, SuffixByteRequest(16 * n + 4))
@@ -179,7 +169,7 @@ def floor_reader(handle: accumulus.Datacube, result):
             pipeline, shape = sharding.codec_pipeline, sharding.chunk_shape
         (decoded,) = await pipeline.decode([(buffer, spec(metadata, shape))])
         chunk = decoded.as_numpy_array().reshape(shape)
-        await asyncio.to_thread(add_up, request, parts, chunk)
+        await asyncio.to_thread(sum_parts, chunk, parts, over)
 
     async def run_all() -> None:
         shards = {r.store_key: place(r)[1] for r, _ in work if sharding_of(r.array.metadata)}

@@ -71,13 +71,7 @@ def choose_chunks(
     empty, with one step there. ``year``: how many steps of the archive's cadence make a
     calendar year; chunks chosen from bytes hold no more (``ingest/cadence.py``)."""
     given = dict(given or {})
-    known = {d for spec in arrays.values() for d in spec.dims}
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise AccumulusError(
-            f"--chunks names dimension(s) {unknown} that the granule does not have; "
-            f"its dimensions are {sorted(known)}"
-        )
+    _check_dimensions("--chunks", given, arrays)
     for d, size in given.items():
         if int(size) < 1:
             raise AccumulusError(f"--chunks {d}={size}: a chunk size must be a positive integer")
@@ -109,6 +103,19 @@ def choose_chunks(
     return ChunkChoice(chunks, reason)
 
 
+def _check_dimensions(
+    option: str, given: Mapping[str, int], arrays: Mapping[str, ArraySpec]
+) -> None:
+    """Every dimension ``option`` names is one of the granule's."""
+    known = {d for spec in arrays.values() for d in spec.dims}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise AccumulusError(
+            f"{option} names dimension(s) {unknown} that the granule does not have; "
+            f"its dimensions are {sorted(known)}"
+        )
+
+
 def choose_shards(
     choice: ChunkChoice,
     arrays: Mapping[str, ArraySpec],
@@ -120,13 +127,7 @@ def choose_shards(
     whole chunks: every size must be a multiple of the chunk size along its dimension."""
     if not given:
         return choice
-    known = {d for spec in arrays.values() for d in spec.dims}
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise AccumulusError(
-            f"--shards names dimension(s) {unknown} that the granule does not have; "
-            f"its dimensions are {sorted(known)}"
-        )
+    _check_dimensions("--shards", given, arrays)
     for d, size in given.items():
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise AccumulusError(f"--shards {d}={size}: a shard size must be a positive integer")
