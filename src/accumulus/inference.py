@@ -145,6 +145,9 @@ class InferredConventionsStore(WrapperStore[Store]):
     def __init__(self, store: Store) -> None:
         super().__init__(store)
         self.inferred: Inferred | None = None  # None until a root array lacks dimensions
+        # The last consolidated document read, what was served for it and inferred from it:
+        # an open datacube reads it for every query, and the same bytes present the same.
+        self._consolidated: tuple[bytes, bytes, Inferred | None] | None = None
 
     def _with_store(self, store: Store) -> InferredConventionsStore:
         return type(self)(store)
@@ -155,11 +158,19 @@ class InferredConventionsStore(WrapperStore[Store]):
         value = await self._store.get(key, prototype, byte_range)
         if byte_range is not None or not _is_metadata(key):
             return value
-        document = parse_metadata(key, value.to_bytes()) if value is not None else None
+        content = value.to_bytes() if value is not None else None
+        last = self._consolidated
+        if key == ".zmetadata" and last is not None and last[0] == content:
+            self.inferred = last[2]
+            return value if last[1] is last[0] else prototype.buffer.from_bytes(last[1])
+        document = parse_metadata(key, content) if content is not None else None
         presented = await self._present(key, document)
-        if presented == document:
+        result = content if presented == document else json.dumps(presented).encode()
+        if key == ".zmetadata" and content is not None and result is not None:
+            self._consolidated = (content, result, self.inferred)
+        if result is content:
             return value
-        return prototype.buffer.from_bytes(json.dumps(presented).encode())
+        return prototype.buffer.from_bytes(result)
 
     async def getsize(self, key: str) -> int:
         # A chunk's size is asked of the store: zarr's default would read the whole chunk.

@@ -30,9 +30,16 @@ def parse_metadata(key: str, content: bytes) -> Any:
 
 
 class MetadataRewritingStore(WrapperStore[Store]):
-    """Serves the metadata documents named in ``documents`` through ``rewrite``."""
+    """Serves the metadata documents named in ``documents`` through ``rewrite``. A document
+    read again with the same bytes (an open datacube reads the root documents for every
+    query) is served as it was, without parsing it again."""
 
     documents: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        # The last bytes read at each metadata key and the bytes served for them.
+        self._served: dict[str, tuple[bytes, bytes]] = {}
 
     def rewrite(self, key: str, document: dict[str, Any]) -> dict[str, Any]:
         """The document as zarr should see it (``document`` itself when nothing changes)."""
@@ -74,10 +81,14 @@ class MetadataRewritingStore(WrapperStore[Store]):
         name = key.rsplit("/", 1)[-1]
         if value is None or byte_range is not None or name not in METADATA_DOCUMENTS:
             return value
-        document = parse_metadata(key, value.to_bytes())
-        if name not in self.documents:
-            return value
-        fixed = self.rewrite(key, document)
-        if fixed == document:
-            return value
-        return prototype.buffer.from_bytes(json.dumps(fixed).encode())
+        content = value.to_bytes()
+        served = self._served.get(key)
+        if served is not None and served[0] == content:
+            return value if served[1] is served[0] else prototype.buffer.from_bytes(served[1])
+        document = parse_metadata(key, content)
+        fixed = document if name not in self.documents else self.rewrite(key, document)
+        result = content if fixed == document else json.dumps(fixed).encode()
+        if len(self._served) >= 64:
+            self._served.clear()
+        self._served[key] = (content, result)
+        return value if result is content else prototype.buffer.from_bytes(result)

@@ -137,12 +137,20 @@ async def _documents(store: Store, keys: list[str] | tuple[str, ...]) -> dict[st
     return {k: v.to_bytes() for k, v in zip(keys, values, strict=True) if v is not None}
 
 
+# Documents already parsed once (an open datacube reads the same root documents for every
+# query): the same bytes are valid again.
+_VALID: dict[tuple[str, bytes], None] = {}
+
+
 def _checked(documents: dict[str, bytes]) -> dict[str, bytes]:
     """``documents``, each metadata document among them parsed (coordinate chunks are read
     with them too): one that is not valid is an ``AccumulusError`` naming it."""
     for key, content in documents.items():
-        if is_metadata_key(key):
+        if is_metadata_key(key) and (key, content) not in _VALID:
             parse_metadata(key, content)
+            if len(_VALID) >= 64:
+                _VALID.clear()
+            _VALID[key, content] = None
     return documents
 
 
