@@ -10,11 +10,11 @@ It knows nothing of accumulations: it is the Zarr and xarray view of a store, no
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 # Values per Dask task when reading many stored chunks (16 MiB as float64).
 BLOCK_VALUES = 2**21
+
+T = TypeVar("T")
 
 # CF attributes xarray's decoding reads; the rest of a variable's attributes are not needed
 # to turn stored values into physical ones.
@@ -213,6 +215,8 @@ class Cube:
             self.raw = self._with_inherited_coordinates(base, self.raw)
         self.consolidated = self.root.metadata.consolidated_metadata is not None
         self._variables: dict[str, VariableInfo] = {}
+        self._indexes: dict[str, pd.Index] = {}
+        self._remembered: dict[Hashable, Any] = {}
 
     @classmethod
     def open(
@@ -255,7 +259,15 @@ class Cube:
 
     @property
     def data_variables(self) -> list[str]:
-        return [str(v) for v in self.raw.data_vars]
+        return list(self.remembered("data variables", lambda: [str(v) for v in self.raw.data_vars]))
+
+    def remembered(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``, computed once for this snapshot under ``key``: for what depends on
+        the snapshot's metadata and coordinates only, which every query of an open datacube
+        would otherwise work out again. A ``compute`` that raises is not remembered."""
+        if key not in self._remembered:
+            self._remembered[key] = compute()
+        return self._remembered[key]
 
     def variable(self, name: str) -> VariableInfo:
         """``name`` as this snapshot holds it, opened once (every query of the snapshot
@@ -286,9 +298,15 @@ class Cube:
 
     def index(self, dim: str) -> pd.Index:
         """The decoded coordinate of ``dim`` as a pandas index (positions when it has none)."""
-        if dim in self.decoded.indexes:
-            return self.decoded.indexes[dim]
-        return pd.RangeIndex(self.decoded.sizes[dim], name=dim)
+        found = self._indexes.get(dim)
+        if found is None:
+            indexes = self.decoded.indexes
+            if dim in indexes:
+                found = indexes[dim]
+            else:
+                found = pd.RangeIndex(self.decoded.sizes[dim], name=dim)
+            self._indexes[dim] = found
+        return found
 
     def coordinate(self, dim: str, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.index(dim)[start:stop])

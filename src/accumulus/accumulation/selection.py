@@ -33,6 +33,10 @@ class Extent:
 
 def dimension_kind(cube: Cube, dim: str) -> str | None:
     """ "time", "latitude", "longitude" or None: how maps and series draw a dimension."""
+    return cube.remembered(("kind", dim), lambda: _kind(cube, dim))
+
+
+def _kind(cube: Cube, dim: str) -> str | None:
     if isinstance(cube.index(dim), pd.DatetimeIndex | xr.CFTimeIndex):
         return "time"
     if find_latitude(cube.raw, [dim]):
