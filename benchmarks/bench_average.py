@@ -27,6 +27,7 @@ import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from accumulus.accumulation.execute import chunk_work
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
 from accumulus.storage import CountingStore, is_metadata_key, open_store
-from common import DEFAULT_DIR, cube, report
+from common import DEFAULT_DIR, SMALL_CHUNKS, cube, report
 from realistic import CHUNKS as REALISTIC_CHUNKS
 from realistic import VARIABLE as REALISTIC_VARIABLE
 from realistic import realistic_cube
@@ -245,7 +246,7 @@ def main() -> None:
                        REALISTIC_VARIABLE, REALISTIC_CHUNKS, realistic_questions(), args)
         )  # fmt: skip
     if args.small_days:
-        config = DemoConfig(days=args.small_days)
+        config = replace(SMALL_CHUNKS, days=args.small_days)
         path = cube(args.dir, config)
         cubes.append(
             bench_cube("small chunks (54 KB: Dask's per-task cost dominates the scan)", path,

@@ -22,7 +22,7 @@ REALISTIC = DemoConfig(
 )
 # The small-chunk cube of the first release: chunks of 30 x 15 x 30 (54 KB), where Dask's
 # per-task overhead dominates any full scan. Reported as a second, labelled case.
-SMALL_CHUNKS = DemoConfig(days=4018)
+SMALL_CHUNKS = DemoConfig(days=4018, chunks=(30, 15, 30))
 
 
 def cube(directory: Path, config: DemoConfig) -> Path:

@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from accumulus.ingest.layout import ArraySpec, choose_chunks
+
 VARIABLE = "precip"
 
 
@@ -27,7 +29,9 @@ VARIABLE = "precip"
 class DemoConfig:
     days: int = 1461  # four years, 2000-01-01 .. 2003-12-31
     resolution: float = 1.0  # degrees
-    chunks: tuple[int, int, int] = (30, 15, 30)  # time, lat, lon: a month x 15° x 30°
+    # time, lat, lon; None: what ``append`` chooses for daily granules of this grid (the
+    # 10-100 MiB rule, at most a year per chunk: 365 x 180 x 360, 95 MB, at 1°).
+    chunks: tuple[int, int, int] | None = None
     start: str = "2000-01-01"
     view_limit: float = 50.0  # degrees of latitude: no data poleward (a satellite's view)
     missing: float = 0.03  # fraction of values missing at random (swaths, bad retrievals)
@@ -39,6 +43,17 @@ class DemoConfig:
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape)) * 4
+
+    @property
+    def chunk_shape(self) -> tuple[int, int, int]:
+        if self.chunks is not None:
+            return self.chunks
+        _, ny, nx = self.shape
+        spec = ArraySpec(
+            dims=("time", "lat", "lon"), shape=(1, ny, nx), itemsize=4, is_coordinate=False
+        )
+        steps, *_ = choose_chunks({VARIABLE: spec}, "time", year=365).chunks[VARIABLE]
+        return (min(steps, self.days), ny, nx)
 
 
 def _block(block_info: dict | None = None, *, config: DemoConfig) -> np.ndarray:
@@ -67,7 +82,7 @@ def _block(block_info: dict | None = None, *, config: DemoConfig) -> np.ndarray:
 def demo_dataset(config: DemoConfig) -> xr.Dataset:
     nt, ny, nx = config.shape
     data = da.map_blocks(
-        _block, config=config, chunks=da.core.normalize_chunks(config.chunks, config.shape),
+        _block, config=config, chunks=da.core.normalize_chunks(config.chunk_shape, config.shape),
         dtype="f4", meta=np.array((), dtype="f4"),
     )  # fmt: skip
     res = config.resolution
@@ -86,7 +101,7 @@ def demo_dataset(config: DemoConfig) -> xr.Dataset:
         },
         attrs={"title": "accumulus demo: synthetic TRMM-like daily precipitation"},
     )
-    ds[VARIABLE].encoding = {"chunks": config.chunks, "_FillValue": -9999.0}
+    ds[VARIABLE].encoding = {"chunks": config.chunk_shape, "_FillValue": -9999.0}
     ds["time"].encoding = {"units": f"days since {config.start}", "calendar": "standard"}
     return ds
 
@@ -159,13 +174,23 @@ def compare(path: Path, name: str, over: list[str], ranges: dict) -> tuple[Compa
 
 
 def map_period(config: DemoConfig) -> tuple[str, str]:
-    """The period of the map question: two years from March of the second year when the
-    series holds them (the demo's usual four years), else its middle half."""
+    """The period of the map question, in whole months (the month-end entries the demo
+    builds answer it without raw chunks): two years from March of the second year when the
+    series holds them (the demo's usual four years), else the whole months of its middle
+    half (the half itself when it holds no whole month)."""
     days = pd.date_range(config.start, periods=config.days, freq="D")
     start = pd.Timestamp(year=days[0].year + 1, month=3, day=1)
     end = pd.Timestamp(year=start.year + 2, month=2, day=28)
     if end > days[-1]:
-        start, end = days[len(days) // 4], days[max(len(days) // 4, 3 * len(days) // 4 - 1)]
+        first, last = days[len(days) // 4], days[max(len(days) // 4, 3 * len(days) // 4 - 1)]
+        start = first if first.is_month_start else first + pd.offsets.MonthBegin()
+        end = last + pd.offsets.MonthEnd(0)
+        if end > days[-1]:
+            end = (
+                last - pd.offsets.MonthBegin(0 if last.is_month_start else 1) - pd.Timedelta(days=1)
+            )
+        if start > end:  # no whole month in the middle half: the half itself
+            start, end = first, last
     return start.strftime("%Y-%m-%d"), end.strftime("%Y-%m-%d")
 
 
@@ -186,7 +211,7 @@ def run_demo(
     if fresh or not (path / ".zmetadata").exists():
         say(
             f"writing a {config.nbytes / 2**20:.0f} MiB synthetic daily precipitation cube "
-            f"{config.shape} (chunks {config.chunks}) to {path} ..."
+            f"{config.shape} (chunks {config.chunk_shape}) to {path} ..."
         )
         started = time.perf_counter()
         write_demo_cube(path, config)
@@ -194,8 +219,10 @@ def run_demo(
     else:
         say(f"reusing {path} (run with --fresh to regenerate)")
 
-    built = api.accumulate(str(path), VARIABLE, progress=progress)
-    combos = ", ".join("+".join(a.dims) for a in built.group.accumulations)
+    # Entries at month ends along time (the map's period is whole months), at chunk ends
+    # along latitude and longitude (ZEP 5 as written).
+    built = api.accumulate(str(path), VARIABLE, at={"time": "month"}, progress=progress)
+    combos = ", ".join(f"{'+'.join(a.dims)} at {a.rule_text()}" for a in built.group.accumulations)
     say(
         f"accumulations: {built.action} ({combos}; weights {built.group.weights}) "
         f"in {built.seconds:.1f} s"
@@ -236,4 +263,12 @@ def run_demo(
             f"  agreement: max |difference| = {comparison.max_abs_difference:.2e} mm/day; "
             f"speed-up x{comparison.speedup:.0f}; plot: {directory / png}"
         )
+        if comparison.raw_chunks and not comparison.accumulation_chunks:
+            say(
+                "  (the box cuts the cube's chunks, so entries at chunk ends cannot answer it "
+                "and a scan is cheapest; entries at every cell answer any box without raw "
+                f"chunks: `accumulus accumulate {path} {VARIABLE} --dims lat,lon --at "
+                f"lat=1,lon=1 --into {directory / 'cells.zarr'}`, then ask "
+                f"{directory / 'cells.zarr'}; see docs/accumulation.md)"
+            )
     return comparisons

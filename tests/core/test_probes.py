@@ -126,11 +126,14 @@ def test_other_scripts_digits_are_not_numbers(capsys, monkeypatch, cube):
 
 def test_the_demo_chooses_its_map_period_from_the_cube(capsys, monkeypatch, tmp_path):
     assert map_period(DemoConfig(days=1461)) == ("2001-03-01", "2003-02-28")
-    assert map_period(DemoConfig(days=425)) == ("2000-04-16", "2000-11-13")
+    assert map_period(DemoConfig(days=425)) == ("2000-05-01", "2000-11-30")
     code, out, err = run(
         capsys, monkeypatch, "demo", "--days", "425", "--resolution", "6", "--dir",
         str(tmp_path),
     )  # fmt: skip
     assert code == 0, err
-    assert "time-averaged map, 2000-04-16 to 2000-11-13" in out
+    assert "time-averaged map, 2000-05-01 to 2000-11-30" in out
+    # Whole months from the month-end entries the demo builds: no raw chunk.
+    map_answer = out[out.index("time-averaged map") :]
+    assert "4 accumulation + 0 raw chunks" in map_answer, map_answer
     assert (tmp_path / "map.png").stat().st_size > 0

@@ -39,7 +39,7 @@ def free_port() -> int:
 
 def test_fifty_concurrent_full_scans(tmp_path: Path):
     cube = tmp_path / "demo.zarr"
-    write_demo_cube(cube, DemoConfig(days=425, resolution=2.0))
+    write_demo_cube(cube, DemoConfig(days=425, resolution=2.0, chunks=(30, 15, 30)))
     api.accumulate(str(cube), "precip")
     port = free_port()
     server = subprocess.Popen(
