@@ -107,8 +107,12 @@ def run_query(
         work, costs = chunk_work(groups, var, plan, terms), {}
         values, done = read_answer(cube, groups, resolved, plan, work, memory_bytes)
         note = f"{problem}; answered from the raw data"
-    coords = {d: (d, answer_labels(cube, resolved, d)) for d in resolved.kept}
-    data = xr.DataArray(values, dims=resolved.kept, coords=coords, name=var.name)
+    data = _data_array(
+        values,
+        resolved.kept,
+        {d: answer_labels(cube, resolved, d) for d in resolved.kept},
+        var.name,
+    )
     units = cube.raw[var.name].attrs.get("units")
     if units is not None and stat.has_units:
         data.attrs["units"] = units
@@ -251,6 +255,18 @@ def usable_layouts(
 def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[int, ...]:
     """The first ``final`` of ``positions`` (increasing) that end within ``covered``."""
     return tuple(positions[: min(final, bisect.bisect_right(positions, covered))])
+
+
+def _data_array(
+    values: np.ndarray, dims: Sequence[str], labels: Mapping[str, np.ndarray], name: str
+) -> xr.DataArray:
+    """The answer as a DataArray, from NumPy values and labels wrapped as xarray variables
+    first: given bare arrays, xarray asks whether each is a Dask array, which imports
+    ``dask.array`` (and SciPy with it: about 0.3 s of a command's start) when Dask is
+    installed."""
+    variable = xr.Variable(tuple(dims), values, fastpath=True)
+    coords = {d: xr.Variable((d,), labels[d], fastpath=True) for d in dims}
+    return xr.DataArray(variable, coords=coords, name=name)
 
 
 def _weights_without_noise(
