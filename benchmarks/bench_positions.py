@@ -51,7 +51,7 @@ from zarr.core.sync import sync
 
 import accumulus
 from accumulus.accumulation.execute import chunk_work
-from accumulus.accumulation.query import _plan, _usable_layouts
+from accumulus.accumulation.query import _plans, usable_layouts
 from accumulus.accumulation.request import Query
 from accumulus.storage import CountingStore, is_metadata_key, open_store
 from common import DEFAULT_DIR, median_seconds, report
@@ -208,12 +208,12 @@ def whole_month_ranges(path: Path, side: Path) -> dict:
     ends = days[days.is_month_end]
     var = snapshot.cube.variable(VARIABLE)
     weights = snapshot.groups.recorded_weights(VARIABLE)
-    layouts, _ = _usable_layouts(snapshot.groups, var, weights, ("wsum", "wcount"))
+    layouts, _ = usable_layouts(snapshot.groups, var, weights, ("wsum", "wcount"))
     ranges, with_raw = 0, 0
     for start in starts:
         for end in ends[ends > start]:
             query = Query(VARIABLE, ("time",), {"time": (str(start.date()), str(end.date()))})
-            plan = _plan(var, snapshot.resolve(query), layouts)
+            (plan,) = _plans(var, snapshot.resolve(query), layouts)
             ranges += 1
             with_raw += bool(plan.raw_reads)
     return {"whole_month_ranges": ranges, "reading_raw_chunks": with_raw}

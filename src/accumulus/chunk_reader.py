@@ -7,6 +7,13 @@ chunk with its array's own codec pipeline as it arrives, and hands it to the cal
 plan costs one round trip (up to ``MAX_IN_FLIGHT`` requests at a time), and memory holds only
 the chunks in flight, whatever the number of chunks read.
 
+A store that can be read without zarr's event loop (a local directory or memory, seen
+through wrappers that pass synchronous reads through, ``storage.reads_synchronously``) is
+read in the calling thread instead: a plan of a few chunks then costs no hand-over between
+threads at all, and a larger one is split into a few runs of chunks read side by side on a
+small thread pool. Requests that count, delay or guard (object storage, the benchmarks'
+counting store, the service's guard) always go through the event loop.
+
 A sharded array's chunks are its inner chunks (``grid.read_grid``): each is read as a byte
 range of its shard by zarr's sharding codec (``decode_partial``), after the shard's index,
 which is fetched once per shard for all the inner chunks a batch reads from it.
@@ -17,8 +24,11 @@ Requests are counted here, at the store: every request made and the bytes it ret
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import cached_property
 from math import prod
 
 import numpy as np
@@ -33,10 +43,16 @@ from zarr.core.metadata import ArrayMetadata
 from zarr.core.sync import sync
 
 from accumulus.grid import read_grid, sharding_of
+from accumulus.storage import reads_synchronously
 
 # Store requests in flight at once: enough for a plan's reads to go out together, few enough
 # that a full scan holds a bounded number of chunks in memory.
 MAX_IN_FLIGHT = 128
+# Read in the calling thread: a batch of at most this many decoded bytes (larger ones are
+# split into runs read side by side, one per worker, the calling thread taking one).
+IN_THREAD_BYTES = 2 * 2**20
+WORKERS = max(2, min(4, os.cpu_count() or 1))
+_POOL = ThreadPoolExecutor(WORKERS - 1, thread_name_prefix="accumulus-read")
 
 
 @dataclass(frozen=True)
@@ -50,7 +66,7 @@ class ChunkRequest:
     coords: tuple[int, ...]
     store: Store | None = None
 
-    @property
+    @cached_property
     def store_key(self) -> str:
         """The key of the object holding the chunk (its shard, for a sharded array)."""
         place = _place_in_shard(self.array.metadata, self.coords)
@@ -59,7 +75,7 @@ class ChunkRequest:
         chunk = self.array.metadata.encode_chunk_key(coords)
         return f"{path}/{chunk}" if path else chunk
 
-    @property
+    @cached_property
     def key(self) -> str:
         """The chunk's name: its store key, followed by its place in the shard when the
         array is sharded (``temp/c/0/1/2[3,0,1]``)."""
@@ -129,11 +145,100 @@ def read_chunks(
     (one at least, whatever its size). ``store``: read every key (``ChunkRequest.key``)
     through it instead of the arrays' own store (a wrapper of it, such as the service's
     guard)."""
-    unique = {r.key: r for r in requests}
+    unique = list({r.key: r for r in requests}.values())
     counts = ReadCounts()
-    if unique:
-        sync(_read_all(list(unique.values()), consume, counts, memory_bytes, store))
+    if unique and all(_in_thread(r, store) for r in unique):
+        _read_here(unique, consume, counts, store)
+    elif unique:
+        sync(_read_all(unique, consume, counts, memory_bytes, store))
     return counts
+
+
+# --------------------------------------------------------------------------------------------
+# Without the event loop
+
+
+def _in_thread(request: ChunkRequest, store: Store | None) -> bool:
+    """Whether ``request`` can be read by ``get_sync`` in the calling thread: a stored chunk
+    (not an inner chunk of a shard), every codec synchronous, a store that allows it."""
+    target = request.store or store or request.array.store_path.store
+    if not reads_synchronously(target):
+        return False
+    array = request.array.async_array
+    grids = _grids(array.metadata, array)
+    return grids.transform is not None and sharding_of(array.metadata) is None
+
+
+def _read_here(
+    requests: Sequence[ChunkRequest],
+    consume: Callable[[ChunkRequest, np.ndarray], None],
+    counts: ReadCounts,
+    store: Store | None,
+) -> None:
+    """Read, decode and consume ``requests`` without the event loop: in the calling thread
+    when they are few, else in runs side by side. Each run holds one chunk at a time, so
+    the chunks held are one per worker, whatever the memory allowed."""
+    total = sum(_decoded_bytes(r) for r in requests)
+    runs = min(WORKERS, len(requests), max(1, -(-total // IN_THREAD_BYTES)))
+    if runs == 1:
+        _read_run(requests, consume, counts, store)
+        return
+    size = -(-len(requests) // runs)
+    parts = [requests[i : i + size] for i in range(0, len(requests), size)]
+    tallies = [ReadCounts() for _ in parts]
+    futures = [
+        _POOL.submit(_read_run, part, consume, tally, store)
+        for part, tally in zip(parts[1:], tallies[1:], strict=True)
+    ]
+    failed: BaseException | None = None
+    try:
+        _read_run(parts[0], consume, tallies[0], store)
+    except BaseException as exc:  # the others still finish before it is raised
+        failed = exc
+    for future in futures:
+        try:
+            future.result()
+        except BaseException as exc:
+            failed = failed or exc
+    for tally in tallies:
+        counts.requests += tally.requests
+        counts.bytes += tally.bytes
+    if failed is not None:
+        raise failed
+
+
+def _read_run(
+    requests: Sequence[ChunkRequest],
+    consume: Callable[[ChunkRequest, np.ndarray], None],
+    counts: ReadCounts,
+    store: Store | None,
+) -> None:
+    for request in requests:
+        try:
+            consume(request, _read_now(request, store, counts))
+        except ChunkReadError:
+            raise
+        except Exception as exc:
+            raise ChunkReadError(request, exc) from exc
+
+
+def _read_now(request: ChunkRequest, store: Store | None, counts: ReadCounts) -> np.ndarray:
+    """One chunk fetched by ``get_sync`` and decoded by its array's codecs."""
+    array = request.array.async_array
+    transform = _grids(array.metadata, array).transform
+    assert transform is not None
+    spec = _chunk_spec(array.metadata, request.coords)
+    target = request.store or store or request.array.store_path.store
+    buffer = target.get_sync(request.store_key, prototype=spec.prototype)
+    counts.requests += 1
+    if buffer is None:
+        return _filled(spec)
+    counts.bytes += len(buffer)
+    return transform.decode_chunk(buffer, spec).as_numpy_array().reshape(spec.shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Through zarr's event loop
 
 
 class _Held:

@@ -3,10 +3,11 @@
 A ``Datacube`` keeps the metadata snapshot of its store (see ``snapshot``) together with
 everything read from it: the ``Cube`` (arrays, coordinates, CF attributes) and the
 accumulation groups with their arrays. Each query first reads the store's root metadata
-documents (one round trip) and compares their token with the one it holds: while the store
-is unchanged every query reuses what was read, and once a writer has published a new
-snapshot (an append, a rebuilt accumulation) the next query reads it and uses it whole. A
-query never mixes two snapshots.
+documents (one round trip; in the calling thread for a local store) and compares them byte
+for byte with those it holds (``snapshot.root_documents``): while the store is unchanged
+every query reuses what was read, without parsing anything again, and once a writer has
+published a new snapshot (an append, a rebuilt accumulation) the next query reads it and
+uses it whole. A query never mixes two snapshots.
 
 Writers rewrite the root document without consolidated metadata while they work and
 consolidate when they are done; until then the last consolidated snapshot stays in use.
@@ -44,6 +45,8 @@ from accumulus.snapshot import (
     SnapshotStore,
     read_snapshot,
     read_snapshots,
+    root_documents,
+    stored_roots,
     with_coordinates,
 )
 from accumulus.storage import open_store, remote_errors, store_label
@@ -120,6 +123,10 @@ class Datacube:
         self.group: str | None = None  # known once the first snapshot is read
         self.label = self._store_label
         self._current: CubeSnapshot | None = None
+        # The root documents of the stores as stored when the current snapshot was read
+        # (the cube's, then a sidecar's): while they are the same, so is the snapshot.
+        # None: not known, or not enough to tell (a store without consolidated metadata).
+        self._roots: tuple[dict[str, bytes], ...] | None = None
         self._pinned = False
         self._reads = 0
         self._lock = threading.Lock()
@@ -190,8 +197,12 @@ class Datacube:
         with self._lock:
             self._reads += 1
             read = self._reads
-        # The cube's and a sidecar's documents in one batch, once the sidecar is known.
+            current, known = self._current, self._roots
+        # The cube's and a sidecar's documents, once the sidecar is known.
         stores = [self.store] if self.sidecar_store is None else [self.store, self.sidecar_store]
+        roots = _root_documents(stores) if current is not None else None
+        if roots is not None and roots == known:
+            return current
         found = read_snapshots(*stores)
         with remote_errors(self.label):
             metadata = _raised(found[0])
@@ -202,6 +213,13 @@ class Datacube:
             with remote_errors(self._sidecar_label):
                 side = _raised(found[1]) if len(found) > 1 else read_snapshot(self.sidecar_store)
         token = metadata.token if side is None else f"{metadata.token}+{side.token}"
+        if roots is None:  # the documents just read, when they are the stored ones
+            read_roots = [stored_roots(self.store, metadata)]
+            if side is not None:
+                read_roots.append(stored_roots(self.sidecar_store, side))
+            roots = None if None in read_roots else tuple(read_roots)
+        if metadata.complete or (side is not None and side.complete):
+            roots = None  # the root documents do not hold the whole snapshot
         if not metadata.documents:
             if self._current is None:
                 raise AccumulusError(
@@ -220,6 +238,8 @@ class Datacube:
                 # A writer at work: the last consolidated snapshot is the datacube.
                 or (current.cube.consolidated and metadata.complete)
             ):
+                if current.token == token and roots is not None:
+                    self._roots = roots  # read with the same snapshot: they name it now
                 return current
         if self.group is None:
             self._find_group(metadata)
@@ -235,7 +255,7 @@ class Datacube:
         fresh = CubeSnapshot.of(cube, token, generation=read, sidecar=sidecar)
         with self._lock:
             if self._current is None or self._current.generation < read:
-                self._current = fresh
+                self._current, self._roots = fresh, roots
             return self._current
 
     def _follow_sidecar(self, metadata: MetadataSnapshot) -> MetadataSnapshot:
@@ -348,6 +368,15 @@ class Datacube:
             memory_bytes=memory_bytes,
             shape=shape,
         ).data
+
+
+def _root_documents(stores: list[Store]) -> tuple[dict[str, bytes], ...] | None:
+    """The stores' root documents as stored now (None when they cannot be read so:
+    reading the snapshot then says what is wrong)."""
+    try:
+        return tuple(root_documents(*stores))
+    except Exception:
+        return None
 
 
 def _raised(found: MetadataSnapshot | Exception) -> MetadataSnapshot:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import xarray as xr
 import zarr
@@ -64,6 +64,8 @@ def split_view(store: Store) -> tuple[Store, str]:
 
 class GroupStore(WrapperStore[Store]):
     """``store`` with ``prefix/`` added to every key: the group at ``prefix`` as a root."""
+
+    sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
 
     def __init__(self, store: Store, prefix: str) -> None:
         super().__init__(store)

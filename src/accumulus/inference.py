@@ -28,7 +28,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
@@ -141,6 +141,9 @@ def _is_number(value: Any) -> bool:
 
 class InferredConventionsStore(WrapperStore[Store]):
     """A read-through wrapper presenting inferred attributes (see the module docstring)."""
+
+    sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
+    rewrites_metadata_only: ClassVar[bool] = True  # see snapshot.root_documents
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)

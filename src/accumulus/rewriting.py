@@ -34,6 +34,9 @@ class MetadataRewritingStore(WrapperStore[Store]):
     read again with the same bytes (an open datacube reads the root documents for every
     query) is served as it was, without parsing it again."""
 
+    sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
+    rewrites_metadata_only: ClassVar[bool] = True  # see snapshot.root_documents
+
     documents: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, store: Store) -> None:

@@ -8,6 +8,11 @@ at once: one round trip), hashes it into a token, and opens the ``Cube`` on a st
 that answers metadata reads from exactly the bytes that were hashed: the token and the cube
 cannot disagree even when a writer replaces the document between two reads.
 
+While a datacube's snapshot is current, checking that it still is costs little: its root
+documents are read as stored (``root_documents``: below accumulus's own metadata-rewriting
+wrappers, in the calling thread from a local directory) and compared byte for byte with
+those the snapshot was read from; only a store whose documents changed is parsed again.
+
 A store without consolidated metadata has no single document; its snapshot is then every
 metadata document of the store, found by listing it (slower on stores with many chunks).
 """
@@ -20,7 +25,7 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 import zarr
 from zarr.abc.store import ByteRequest, Store
@@ -29,9 +34,9 @@ from zarr.core.sync import collect_aiterator, sync
 from zarr.storage import WrapperStore
 
 from accumulus.rewriting import parse_metadata
-from accumulus.safe_reads import local_root, read_with_limits
+from accumulus.safe_reads import check_regular_file, local_root, read_with_limits
 from accumulus.scope import accumulus_scope
-from accumulus.storage import dimension_names, is_metadata_key
+from accumulus.storage import dimension_names, is_metadata_key, reads_synchronously
 
 READ_SECONDS = 10.0  # the longest one metadata document may take to read
 
@@ -173,6 +178,8 @@ class SnapshotStore(WrapperStore[Store]):
     arrays or shapes.
     """
 
+    sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
+
     def __init__(self, store: Store, snapshot: MetadataSnapshot) -> None:
         super().__init__(store)
         self.snapshot = snapshot
@@ -226,3 +233,47 @@ async def _names_under(documents: Mapping[str, bytes], prefix: str) -> AsyncIter
     names = {k.removeprefix(start).split("/")[0] for k in documents if k.startswith(start)}
     for name in sorted(names):
         yield name
+
+
+def root_documents(*stores: Store) -> list[dict[str, bytes]]:
+    """The root documents of each store as stored, to tell whether a snapshot read from
+    them is still current: read below the wrappers that only rewrite what they serve
+    (``rewrites_metadata_only``), in the calling thread where the store allows it
+    (``storage.reads_synchronously``: no hand-over to zarr's event loop), else all in one
+    batch. Documents are not parsed; errors propagate."""
+    bases = [_below_rewriting(store) for store in stores]
+    if all(reads_synchronously(base) for base in bases):
+        return [_documents_now(base, ROOT_DOCUMENTS) for base in bases]
+
+    async def every() -> list[dict[str, bytes]]:
+        return list(await asyncio.gather(*(_documents(b, ROOT_DOCUMENTS) for b in bases)))
+
+    return sync(every())
+
+
+def stored_roots(store: Store, snapshot: MetadataSnapshot) -> dict[str, bytes] | None:
+    """The root documents ``root_documents`` would read from ``store``, when ``snapshot``
+    (read from it) holds them as stored: no wrapper rewrote them, and they hold the whole
+    snapshot (consolidated metadata). None otherwise."""
+    if snapshot.complete or _below_rewriting(store) is not store:
+        return None
+    return dict(snapshot.documents)
+
+
+def _below_rewriting(store: Store) -> Store:
+    while getattr(type(store), "rewrites_metadata_only", False):
+        store = store._store
+    return store
+
+
+def _documents_now(store: Store, keys: tuple[str, ...]) -> dict[str, bytes]:
+    """The objects at ``keys`` that exist, read in this thread (only regular files)."""
+    root = local_root(store)
+    found = {}
+    for key in keys:
+        if root is not None:
+            check_regular_file(root, key)
+        value = store.get_sync(key)
+        if value is not None:
+            found[key] = value.to_bytes()
+    return found

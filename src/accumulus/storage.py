@@ -27,7 +27,7 @@ from zarr.core.array import AsyncArray
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.metadata import ArrayMetadata
 from zarr.core.sync import sync
-from zarr.storage import FsspecStore, LocalStore, StorePath, WrapperStore, ZipStore
+from zarr.storage import FsspecStore, LocalStore, MemoryStore, StorePath, WrapperStore, ZipStore
 
 from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
@@ -370,6 +370,16 @@ def store_label(store: Store) -> str:
         protocol = inner.fs.protocol
         return f"{protocol[0] if isinstance(protocol, tuple) else protocol}://{inner.path}"
     return str(inner)
+
+
+def reads_synchronously(store: Store) -> bool:
+    """Whether ``store`` is read as well by ``get_sync`` in the calling thread as through
+    zarr's event loop: a local directory or memory, seen only through wrappers that say
+    their synchronous reads are their asynchronous ones (``sync_reads_pass_through``) — not
+    through one that counts, delays or guards its requests."""
+    while getattr(type(store), "sync_reads_pass_through", False):
+        store = store._store
+    return type(store) in (LocalStore, MemoryStore)
 
 
 # --------------------------------------------------------------------------------------------

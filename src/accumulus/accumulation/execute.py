@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from math import prod
 
 import numpy as np
 
@@ -73,6 +74,8 @@ Work = dict[str, tuple[ChunkRequest, list[Part]]]  # chunk key -> the chunk, its
 
 @dataclass
 class ExecutedPlan:
+    terms: tuple[str, ...]  # the sums, in order: those asked for, without the tallies when
+    # nothing read could hold an infinity (no raw chunk, no tally of an accumulation)
     sums: np.ndarray  # (len(terms), *answer shape)
     # Σ |entries| added into each sum of weights (0 for the other sums): a difference of
     # prefix sums cancels to within a few ulps of this, not always to 0 (``noise_floor``).
@@ -98,18 +101,15 @@ def execute(
     if work is None:
         work = chunk_work(groups, var, plan, terms)
     budget = read_budget(memory_bytes)
-    total = _OrderedTotal(
-        (
-            len(terms),
-            *(plan.ranges[d][1] - plan.ranges[d][0] for d in var.dims if d not in plan.over),
-        )
-    )
-    reduce_axes = tuple(var.axis(d) for d in plan.over)
+    kept = [plan.ranges[d][1] - plan.ranges[d][0] for d in var.dims if d not in plan.over]
     # Σ |entries| of the sums of weights, whose differences may leave rounding noise where
-    # no value is valid (``noise_floor``); the other sums need none.
-    magnitude = np.zeros(total.shape, dtype="f8")
+    # no value is valid (``noise_floor``), is kept beside them; the other sums need none.
     noisy = {t for t in terms if statistics.SUMS[t].value_power == 0}
-    lock = threading.Lock()
+    rows = (
+        tuple(terms) if _reads_tallies(work) else tuple(t for t in terms if t not in spec.TALLIES)
+    )
+    total = _OrderedTotal((len(rows), *kept))
+    reduce_axes = tuple(var.axis(d) for d in plan.over)
 
     def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
         for part in work[request.key][1]:
@@ -117,17 +117,11 @@ def execute(
                 sums = _raw_sums(
                     cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan
                 )
+                total.add(part.index, part.out, part.sign, sums)
             else:
-                sums = _checked_entries(groups.label, request, chunk[part.local], part.tallied)
-                if part.weights is not None:
-                    sums = sums * part.weights
-                if part.summed:
-                    sums = sums.sum(axis=part.summed)
-                sums = sums.transpose(part.order)
-                if part.term in noisy:
-                    with lock:
-                        magnitude[part.out] += np.abs(sums)
-            total.add(part.index, part.out, part.sign * sums)
+                slab = _checked_entries(groups.label, request, chunk[part.local], part.tallied)
+                total.add(part.index, part.out, part.sign, _entry_sums(slab, part),
+                          noisy=part.term in noisy)  # fmt: skip
 
     try:
         counts = read_chunks(
@@ -140,7 +134,17 @@ def execute(
         raise _read_error(cube, var, failed, groups.label) from None
     raw_prefix = var.array.store_path.path + "/"
     raw = sum(key.startswith(raw_prefix) for key in work)
-    return ExecutedPlan(total.result(), magnitude, counts, len(work) - raw, raw)
+    return ExecutedPlan(rows, total.result(), total.magnitude, counts, len(work) - raw, raw)
+
+
+def _reads_tallies(work: Work) -> bool:
+    """Whether any chunk read can hold an infinity: a raw chunk, or an accumulation's tally
+    (tallies come after the other sums, so the others keep their rows without them)."""
+    return any(
+        isinstance(part, RawPart) or part.term in spec.TALLIES
+        for _, parts in work.values()
+        for part in parts
+    )
 
 
 def noise_floor(magnitude: np.ndarray) -> np.ndarray:
@@ -208,25 +212,74 @@ def chunk_work(
     return work
 
 
+def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
+    """An entry slab's contribution (before its sign): weighted, summed along the
+    dimensions averaged over and in the variable's order, converted to float64 in the same
+    pass. The slab is the decoded chunk's, left unchanged (other parts may read it); the
+    result may be this thread's scratch space (``_scratch``), to be added before the next."""
+    if part.weights is not None:
+        shape = np.broadcast_shapes(slab.shape, np.shape(part.weights))
+        values = np.multiply(slab, part.weights, out=_scratch(shape, 0), dtype="f8")
+        if part.summed:
+            values = values.sum(axis=part.summed)
+    elif part.summed:
+        values = slab.sum(axis=part.summed, dtype="f8")
+    else:
+        values = slab  # converted as it is added
+    return values.transpose(part.order)
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(shape: tuple[int, ...], which: int) -> np.ndarray:
+    """Float64 working space of ``shape`` kept by this thread for the next query: memory a
+    query would otherwise ask of the system again and again (on a virtual machine, each
+    page of it a fault), for values added to the total before the space is used again."""
+    spaces = getattr(_SCRATCH, "spaces", None)
+    if spaces is None:
+        spaces = _SCRATCH.spaces = [np.empty(0), np.empty(0)]
+    size = prod(shape)
+    if spaces[which].size < size:
+        spaces[which] = np.empty(size)
+    return spaces[which][:size].reshape(shape)
+
+
 class _OrderedTotal:
     """The running total, adding parts in plan order whatever order they arrive in: the
-    same question gives the same bits every time. A part that arrives early waits (they are
-    small: already reduced) until those before it are in."""
+    same question gives the same bits every time. A part that arrives early waits (a copy:
+    they are small, already reduced) until those before it are in. Beside it, Σ |part| of
+    the parts marked ``noisy`` (``ExecutedPlan.entry_magnitude``)."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:
         self.shape = shape
         self._total = np.zeros(shape, dtype="f8")
-        self._waiting: dict[int, tuple[tuple, np.ndarray]] = {}
+        self.magnitude = np.zeros(shape, dtype="f8")
+        self._waiting: dict[int, tuple[tuple, int, np.ndarray, bool]] = {}
         self._next = 0
         self._lock = threading.Lock()
 
-    def add(self, index: int, where: tuple, value: np.ndarray) -> None:
+    def add(
+        self, index: int, where: tuple, sign: int, value: np.ndarray, *, noisy: bool = False
+    ) -> None:
         with self._lock:
-            self._waiting[index] = (where, value)
+            if index != self._next:
+                self._waiting[index] = (where, sign, np.array(value), noisy)
+                return
+            self._add(where, sign, value, noisy)
             while self._next in self._waiting:
-                where, value = self._waiting.pop(self._next)
-                self._total[where] += value
-                self._next += 1
+                self._add(*self._waiting.pop(self._next))
+
+    def _add(self, where: tuple, sign: int, value: np.ndarray, noisy: bool) -> None:
+        where = (*where, ...)  # a view, also of a single value
+        into = self._total[where]
+        (np.add if sign > 0 else np.subtract)(into, value, out=into, casting="unsafe")
+        if noisy:
+            size = self.magnitude[where]
+            if value.dtype.kind != "u":
+                value = np.abs(value, out=_scratch(value.shape, 1), dtype="f8")
+            np.add(size, value, out=size, casting="unsafe")
+        self._next += 1
 
     def result(self) -> np.ndarray:
         assert not self._waiting
@@ -359,7 +412,7 @@ class InfiniteEntriesError(AccumulationReadError):
 def _checked_entries(
     label: str, request: ChunkRequest, slab: np.ndarray, tallied: bool = True
 ) -> np.ndarray:
-    """Entries as float64, refusing the fill value of a chunk that is not stored (NaN, -1
+    """Entries as stored, refusing the fill value of a chunk that is not stored (NaN, -1
     for int64 counts, the type's largest value for unsigned ones): a missing chunk must never
     read as zero. Sums are finite (infinities are tallied apart); a non-finite entry of a
     group built before that (not ``tallied``) is an infinity summed in (NaN: both signs),
@@ -381,7 +434,7 @@ def _checked_entries(
             f"{label}: accumulation array {request.array.path} has a missing chunk "
             f"({request.key}); run `accumulus verify` or rebuild"
         )
-    return np.asarray(slab, dtype="f8")
+    return slab
 
 
 def _read_error(

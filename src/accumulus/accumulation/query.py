@@ -150,7 +150,7 @@ def read_answer(
     infinite = statistics.can_be_infinite(var.array.dtype)
     terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
     done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
-    sums = _weights_without_noise(terms, done.sums, done.entry_magnitude)
+    sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
     values = stat.answer(sums, weights != "none")
     if resolved.mask is not None:
         inside = kept_cells(resolved.mask, var.dims, resolved.over)
@@ -271,13 +271,12 @@ def _data_array(
 
 def _weights_without_noise(
     terms: Sequence[str], sums: np.ndarray, magnitude: np.ndarray
-) -> list[np.ndarray]:
+) -> np.ndarray:
     """The sums, those of weights (Σw, Σ1) within the noise of 0 (``noise_floor`` of the
-    ``magnitude`` of the entries added into them) set to 0: prefix-sum differences over no
-    valid value, which would otherwise make a mean of 0/1e-17 instead of NaN."""
-    return [
-        np.where(np.abs(sums[k]) <= noise_floor(magnitude[k]), 0.0, sums[k])
-        if statistics.SUMS[name].value_power == 0
-        else sums[k]
-        for k, name in enumerate(terms)
-    ]
+    ``magnitude`` of the entries added into them) set to 0 in place: prefix-sum differences
+    over no valid value, which would otherwise make a mean of 0/1e-17 instead of NaN."""
+    for k, name in enumerate(terms):
+        if statistics.SUMS[name].value_power == 0:
+            limit, row = noise_floor(magnitude[k]), sums[k, ...]  # a view, also of one value
+            row[(row <= limit) & (row >= -limit)] = 0.0
+    return sums

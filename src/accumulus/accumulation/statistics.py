@@ -137,15 +137,21 @@ class Statistic:
 def with_infinities(values: np.ndarray, posinf: np.ndarray, neginf: np.ndarray) -> np.ndarray:
     """``values`` (from the finite values) where the range holds no infinity; otherwise what
     xarray's sum of them all comes to: +inf, -inf, or NaN when it holds both."""
-    values = np.where(posinf > 0, np.inf, values)
-    values = np.where(neginf > 0, -np.inf, values)
-    return np.where((posinf > 0) & (neginf > 0), np.nan, values)
+    positive, negative = np.asarray(posinf > 0), np.asarray(neginf > 0)
+    if not (positive.any() or negative.any()):
+        return values
+    values = np.array(values, dtype="f8")
+    values[positive] = np.inf
+    values[negative] = -np.inf
+    values[positive & negative] = np.nan
+    return values
 
 
 def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     """numerator / denominator, NaN where the denominator is 0 (no valid value)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denominator != 0, numerator / denominator, np.nan)
+    out = np.full(np.shape(numerator), np.nan)
+    np.divide(numerator, denominator, out=out, where=np.asarray(denominator != 0))
+    return out
 
 
 def _mean(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:

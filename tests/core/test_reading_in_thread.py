@@ -1,0 +1,79 @@
+"""Chunks of a local store are read in the calling thread (``chunk_reader``), those of any
+other store through zarr's event loop: both ways give the same bits and read the same
+chunks, whether a plan is read in one run or in runs side by side."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from zarr.storage import MemoryStore, WrapperStore
+
+import accumulus
+from accumulus import chunk_reader
+from accumulus.storage import CountingStore, open_store, reads_synchronously
+from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
+
+SIZES = {"time": 60, "lat": 18, "lon": 24}
+CHUNKS = {"time": 10, "lat": 6, "lon": 8}
+QUESTIONS = [
+    (("time",), {"time": ("2001-01-11", "2001-02-09")}),  # aligned: accumulations only
+    (("time",), {"time": ("2001-01-04", "2001-02-23")}),  # unaligned ends: raw chunks too
+    (("lat", "lon"), {"lat": (-50.0, 40.0), "lon": (5.0, 100.0)}),  # unaligned box
+]
+
+
+@pytest.fixture(scope="module")
+def cube_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("in-thread") / "cube.zarr"
+    ds = synthetic_dataset(SIZES, seed=11)
+    write_cube(ds, path, CHUNKS)
+    accumulus.accumulate(str(path), VAR)
+    return path, ds
+
+
+class _Guard(WrapperStore):
+    """A wrapper that does not say it passes synchronous reads through (like the service's
+    guard): its requests must go through its own ``get``."""
+
+
+def test_which_stores_are_read_in_the_calling_thread(cube_path):
+    path, _ = cube_path
+    local = open_store(str(path))
+    assert reads_synchronously(local)
+    assert reads_synchronously(MemoryStore())
+    assert not reads_synchronously(CountingStore(local))
+    assert not reads_synchronously(_Guard(local))
+
+
+@pytest.mark.parametrize(("over", "ranges"), QUESTIONS)
+def test_both_ways_give_the_same_bits_and_chunks(cube_path, over, ranges, monkeypatch):
+    path, ds = cube_path
+    in_thread = accumulus.open(str(path)).query(VAR, over, ranges)
+    through_loop = accumulus.open(CountingStore(open_store(str(path)))).query(VAR, over, ranges)
+    monkeypatch.setattr(chunk_reader, "IN_THREAD_BYTES", 1)  # every plan in runs
+    in_runs = accumulus.open(str(path)).query(VAR, over, ranges)
+    for other in (through_loop, in_runs):
+        np.testing.assert_array_equal(in_thread.data.values, other.data.values)
+        assert other.stats.raw_chunks_read == in_thread.stats.raw_chunks_read
+        assert other.stats.accumulation_chunks_read == in_thread.stats.accumulation_chunks_read
+        assert other.stats.requests == in_thread.stats.requests
+        assert other.stats.bytes_read == in_thread.stats.bytes_read
+    expected = xarray_reference(
+        ds[VAR].sel({d: slice(*r) for d, r in ranges.items()}), list(over), "area", "mean"
+    )
+    np.testing.assert_allclose(in_thread.data.values, expected.values, rtol=1e-9)
+
+
+def test_a_missing_chunk_read_in_the_calling_thread_is_refused(cube_path, tmp_path):
+    path, _ = cube_path
+    copy = tmp_path / "cube.zarr"
+    shutil.copytree(path, copy)
+    handle = accumulus.open(str(copy))
+    over, ranges = QUESTIONS[0]
+    handle.query(VAR, over, ranges)
+    for chunk in (copy / f"{VAR}_accumulation_group").glob("*time*/[0-9]*"):
+        chunk.unlink()  # the chunks, not the arrays' metadata
+    with pytest.raises(accumulus.AccumulusError, match="missing chunk"):
+        handle.query(VAR, over, ranges)
