@@ -132,10 +132,13 @@ def test_appends_keep_the_tallies_current(tmp_path):
     path = str(tmp_path / "c.zarr")
     accumulus.append(path, first, chunks={"time": 3, "lat": 3, "lon": 5})
     built = accumulus.accumulate(path, VAR)
-    assert built.group.infinities is False  # the first days hold none
-    accumulus.append(path, second)
+    assert built.group.infinities is False  # the first days hold none: no tally written
+    assert not _tally_arrays(built.group)
+    assert not [n for n in zarr.open_group(path)[spec.group_name(VAR)] if "inf" in n]
+    accumulus.append(path, second)  # the first infinity: built again, with tallies
     group = accumulus.open(path).snapshot().groups.group(VAR)
     assert group is not None and group.infinities is True
+    assert len(_tally_arrays(group)) == 2 * len(group.accumulations)
     check_answers(path, ds)
     (report,) = accumulus.verify(path)
     assert report.ok, report.problems
@@ -202,3 +205,7 @@ def test_integer_data_keeps_no_tallies(tmp_path):
     got = accumulus.average(path, VAR, ["time"], {"time": ("2001-01-02", "2001-01-11")})
     expected = xarray_reference(ds[VAR].isel(time=slice(1, 11)), ["time"], "area", "mean")
     np.testing.assert_allclose(got.values, expected.values, rtol=1e-9)
+
+
+def _tally_arrays(group: spec.AccumulationGroup) -> set[str]:
+    return {n for acc in group.accumulations for t, n in acc.arrays.items() if t in spec.TALLIES}

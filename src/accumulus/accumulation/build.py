@@ -152,26 +152,34 @@ def _build(
             raise
         existing = None  # damaged (e.g. attributes edited): replaced below
     action = "built" if stored.get(spec.group_name(variable)) is None else "rebuilt"
+    met = False  # an infinity met by an update of a group keeping no tallies
     if existing is not None and not rebuild:
-        # A group built before tallies of infinities were kept is brought up to date as it
-        # is (queries read it, and answer from raw data where it met infinities); --rebuild
-        # adds them.
-        wanted = _without_missing_tallies(wanted, existing)
+        # A group keeping no tallies of infinities (none met yet, or built before tallies
+        # were kept) is brought up to date as it is, until new data hold an infinity.
+        full, wanted = wanted, _without_missing_tallies(wanted, existing)
         same = existing.producer == "accumulus" and existing.config() == wanted.config()
         if same and existing.complete:
             if dict(existing.coverage) == coverage and _placed(existing) == _placed(wanted):
                 return BuildResult(variable, "up to date", existing, (), 0.0)
             grown = _grown_dimension(existing, wanted)
             if grown is not None and _counts_fit(stored, var, existing, wanted):
-                arrays, seen = _update(
-                    cube, var, existing, wanted, grown, scheduler, progress, target
-                )
-                done = replace(wanted, complete=True, infinities=_infinities(wanted, seen))
-                if existing.infinities:
-                    done = replace(done, infinities=True)
-                made = build_record(cube, var, done, previous, existing.coverage)
-                _publish(cube, var, done, target, made)
-                return BuildResult(variable, "updated", done, arrays, time.perf_counter() - started)
+                try:
+                    arrays, seen = _update(
+                        cube, var, existing, wanted, grown, scheduler, progress, target
+                    )
+                except stream.InfinityMet:
+                    # The first infinity, in a group keeping no tallies: built again with them.
+                    wanted, met = full, True
+                else:
+                    infinities = _infinities(wanted, seen, existing.infinities)
+                    done = replace(wanted, complete=True, infinities=infinities)
+                    if existing.infinities:
+                        done = replace(done, infinities=True)
+                    made = build_record(cube, var, done, previous, existing.coverage)
+                    _publish(cube, var, done, target, made)
+                    return BuildResult(
+                        variable, "updated", done, arrays, time.perf_counter() - started
+                    )
         elif existing.complete:
             raise AccumulusError(
                 f"{variable!r} already has accumulations ({_describe(existing)}); asked for "
@@ -184,19 +192,41 @@ def _build(
 
     root = _writable_root(target)
     sharded = _sharded_accumulations(cube, var, request)
-    group = _create_group(root, wanted)
-    targets = _create_arrays(group, var, wanted, sharded)
-    if target.consolidated:
-        # Readers see the group at once, marked incomplete, and ignore it until it is done.
-        consolidate(target.store)
-    seen = stream.fill(
-        root, var, wanted, weights_of(cube, var, wanted), 0, None, scheduler, progress
-    )
-    done = replace(wanted, complete=True, infinities=_infinities(wanted, seen))
+    # Tallies of infinities are written only once an infinity is met: most data hold none,
+    # and two more arrays per accumulation would double what is written at every element.
+    lean = wanted if met else _without_tallies(wanted)
+    try:
+        done, targets = _fill_new(cube, var, lean, root, sharded, scheduler, progress, target)
+    except stream.InfinityMet:
+        if lean is wanted:
+            raise
+        done, targets = _fill_new(cube, var, wanted, root, sharded, scheduler, progress, target)
     _publish(cube, var, done, target, build_record(cube, var, done))
     return BuildResult(
         variable, action, done, tuple(sorted(targets)), time.perf_counter() - started
     )
+
+
+def _fill_new(
+    cube: Cube,
+    var: VariableInfo,
+    group: spec.AccumulationGroup,
+    root: zarr.Group,
+    sharded: bool,
+    scheduler: str | None,
+    progress: compute.Progress | None,
+    target: _Target,
+) -> tuple[spec.AccumulationGroup, dict[str, zarr.Array]]:
+    """Create ``group`` afresh and compute every entry; the group as done, and its arrays."""
+    made = _create_group(root, group)
+    targets = _create_arrays(made, var, group, sharded)
+    if target.consolidated:
+        # Readers see the group at once, marked incomplete, and ignore it until it is done.
+        consolidate(target.store)
+    seen = stream.fill(root, var, group, weights_of(cube, var, group), 0, None, scheduler, progress)
+    untallied = False if statistics.can_be_infinite(var.array.dtype) else None
+    done = replace(group, complete=True, infinities=_infinities(group, seen, untallied))
+    return done, targets
 
 
 def final_coverage(cube: Cube, var: VariableInfo) -> dict[str, int]:
@@ -249,25 +279,34 @@ def _refuse_missing_chunks(var: VariableInfo, previous: dict[str, Any] | None) -
         )
 
 
-def _infinities(group: spec.AccumulationGroup, seen: bool) -> bool | None:
-    """What the group records about infinities: whether its tallies count any (None when
-    it keeps no tallies)."""
-    if not any(t in acc.arrays for acc in group.accumulations for t in spec.TALLIES):
-        return None
-    return seen
+def _has_tallies(group: spec.AccumulationGroup) -> bool:
+    return any(t in acc.arrays for acc in group.accumulations for t in spec.TALLIES)
+
+
+def _infinities(group: spec.AccumulationGroup, seen: bool, untallied: bool | None) -> bool | None:
+    """What the group records about infinities: whether its tallies count any; without
+    tallies, ``untallied``: False when none was met (tallies are written once one is), None
+    for a group built before tallies were kept."""
+    return seen if _has_tallies(group) else untallied
+
+
+def _without_tallies(group: spec.AccumulationGroup) -> spec.AccumulationGroup:
+    """``group`` keeping no tally arrays (itself when it keeps none)."""
+    if not _has_tallies(group):
+        return group
+    stripped = tuple(
+        replace(acc, arrays={t: n for t, n in acc.arrays.items() if t not in spec.TALLIES})
+        for acc in group.accumulations
+    )
+    return replace(group, accumulations=stripped)
 
 
 def _without_missing_tallies(
     wanted: spec.AccumulationGroup, existing: spec.AccumulationGroup
 ) -> spec.AccumulationGroup:
-    """``wanted`` without the tally arrays ``existing`` (built before them) lacks."""
-    if any(t in acc.arrays for acc in existing.accumulations for t in spec.TALLIES):
-        return wanted
-    stripped = tuple(
-        replace(acc, arrays={t: n for t, n in acc.arrays.items() if t not in spec.TALLIES})
-        for acc in wanted.accumulations
-    )
-    return replace(wanted, accumulations=stripped)
+    """``wanted`` without the tally arrays ``existing`` lacks (no infinity met yet, or built
+    before tallies were kept)."""
+    return wanted if _has_tallies(existing) else _without_tallies(wanted)
 
 
 def _placed(group: spec.AccumulationGroup) -> dict[str, spec.Placement | None]:

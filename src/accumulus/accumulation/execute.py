@@ -325,8 +325,12 @@ def _entry_parts(
     summed = tuple(remaining.index(d) for d in plan.over if d in remaining)
     kept_order = [d for d in remaining if d not in plan.over]
     order = tuple(kept_order.index(d) for d in var.dims if d in kept_order)
-    tallied = all(t in acc.arrays for t in spec.TALLIES) or not statistics.can_be_infinite(
-        var.array.dtype
+    # Sums are finite unless the group was built before infinities were tallied apart (it
+    # keeps no tallies and records nothing; a group that met none records False).
+    tallied = (
+        all(t in acc.arrays for t in spec.TALLIES)
+        or group.infinities is False
+        or not statistics.can_be_infinite(var.array.dtype)
     )
     varying = varying_dims(groups.cube.decoded, group.weights, var.dims)
 

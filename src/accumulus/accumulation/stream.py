@@ -42,6 +42,11 @@ SLAB_BYTES = 128 * 2**20  # stored bytes of raw data per slab
 SUMS_BYTES = 96 * 2**20  # per-segment sums (float64) per slab
 
 
+class InfinityMet(Exception):
+    """The raw data holds an infinity, and the group being written keeps no tallies of them
+    (they are written only once an infinity is met): it must be built with them."""
+
+
 def batch_dimension(var: VariableInfo) -> str:
     """The dimension walked slab by slab: the one with the most chunks."""
     return max(var.dims, key=lambda d: var.bounds[var.axis(d)].n_chunks)
@@ -67,9 +72,10 @@ def sums_per_value(var: VariableInfo, group: spec.AccumulationGroup) -> float:
     the number of sums stored per value at every element; a few per chunk at chunk ends)."""
     bounds = dict(zip(var.dims, var.bounds, strict=True))
     terms = statistics.stored_sums(group.weights)
+    infinite = statistics.can_be_infinite(var.array.dtype)
     total = 0.0
     for acc in group.accumulations:
-        count = float(len(stored_terms(acc, terms)))
+        count = float(len(computed_terms(acc, terms, infinite)))
         for dim, positions in acc.entry_positions(bounds).items():
             count *= max(len(positions), 1) / max(var.shape[var.axis(dim)], 1)
         total += count
@@ -83,6 +89,16 @@ def stored_terms(acc: spec.Accumulation, terms: Sequence[str]) -> tuple[str, ...
         if term in acc.arrays:
             named.setdefault(acc.arrays[term], term)
     return tuple(named.values())
+
+
+def computed_terms(acc: spec.Accumulation, terms: Sequence[str], infinite: bool) -> tuple[str, ...]:
+    """The sums a build computes for ``acc``: those it stores and, over values that can be
+    ``infinite``, the tallies of +inf and -inf even where it keeps no tally arrays (a group
+    writes them only once an infinity is met: ``InfinityMet``)."""
+    stored = stored_terms(acc, terms)
+    if not infinite:
+        return stored
+    return (*stored, *(t for t in spec.TALLIES if t not in acc.arrays))
 
 
 @dataclass(frozen=True)
@@ -112,7 +128,8 @@ def fill(
     """Write every entry of ``group`` that depends on raw indices from ``start`` on along
     ``dim`` (default: the batch dimension; ``start`` must be a chunk edge there). Entries
     that end before ``start`` are kept and continued from. Returns whether any tally
-    written counts an infinity."""
+    written counts an infinity; raises ``InfinityMet`` when the raw data holds one and the
+    group keeps no tally arrays."""
     dim = dim or batch_dimension(var)
     axis = var.axis(dim)
     bounds = var.bounds[axis]
@@ -132,8 +149,9 @@ def fill(
     )
     terms = statistics.stored_sums(group.weights)
     chunk_bounds = dict(zip(var.dims, var.bounds, strict=True))
+    infinite = statistics.can_be_infinite(var.array.dtype)
     accumulations = [
-        (acc, acc.entry_positions(chunk_bounds), stored_terms(acc, terms))
+        (acc, acc.entry_positions(chunk_bounds), computed_terms(acc, terms, infinite))
         for acc in group.accumulations
     ]
     # Along ``dim``, blocks stay single chunks: a slab (or an update) reads nothing outside.
@@ -319,6 +337,8 @@ def _write_entries(
         if d == dim and work.first > 0:
             first = entries[(slice(None),) * (axis + 1) + (slice(0, 1),)]
             for t, term in enumerate(work.terms):
+                if term not in acc.arrays:
+                    continue  # a tally not kept: 0 so far
                 before = writer.entry(acc.arrays[term], t_axis, work.first - 1)
                 first[t] += before.transpose(np.argsort(order))
         positions = work.positions[d]
@@ -329,8 +349,11 @@ def _write_entries(
     for t, term in enumerate(work.terms):
         values = entries[t].transpose(order)
         if term in spec.TALLIES and values.any():
+            if term not in acc.arrays:
+                raise InfinityMet(f"{var.name} holds an infinity")
             writer.infinities = True
-        writer.write(acc.arrays[term], t_axis, work.first, values)
+        if term in acc.arrays:
+            writer.write(acc.arrays[term], t_axis, work.first, values)
 
 
 class _Writer:
