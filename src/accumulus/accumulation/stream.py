@@ -72,10 +72,9 @@ def sums_per_value(var: VariableInfo, group: spec.AccumulationGroup) -> float:
     the number of sums stored per value at every element; a few per chunk at chunk ends)."""
     bounds = dict(zip(var.dims, var.bounds, strict=True))
     terms = statistics.stored_sums(group.weights)
-    infinite = statistics.can_be_infinite(var.array.dtype)
     total = 0.0
     for acc in group.accumulations:
-        count = float(len(computed_terms(acc, terms, infinite)))
+        count = float(len(stored_terms(acc, terms)))
         for dim, positions in acc.entry_positions(bounds).items():
             count *= max(len(positions), 1) / max(var.shape[var.axis(dim)], 1)
         total += count
@@ -89,16 +88,6 @@ def stored_terms(acc: spec.Accumulation, terms: Sequence[str]) -> tuple[str, ...
         if term in acc.arrays:
             named.setdefault(acc.arrays[term], term)
     return tuple(named.values())
-
-
-def computed_terms(acc: spec.Accumulation, terms: Sequence[str], infinite: bool) -> tuple[str, ...]:
-    """The sums a build computes for ``acc``: those it stores and, over values that can be
-    ``infinite``, the tallies of +inf and -inf even where it keeps no tally arrays (a group
-    writes them only once an infinity is met: ``InfinityMet``)."""
-    stored = stored_terms(acc, terms)
-    if not infinite:
-        return stored
-    return (*stored, *(t for t in spec.TALLIES if t not in acc.arrays))
 
 
 @dataclass(frozen=True)
@@ -149,11 +138,15 @@ def fill(
     )
     terms = statistics.stored_sums(group.weights)
     chunk_bounds = dict(zip(var.dims, var.bounds, strict=True))
-    infinite = statistics.can_be_infinite(var.array.dtype)
     accumulations = [
-        (acc, acc.entry_positions(chunk_bounds), computed_terms(acc, terms, infinite))
+        (acc, acc.entry_positions(chunk_bounds), stored_terms(acc, terms))
         for acc in group.accumulations
     ]
+    # A group keeps tallies of infinities only once one is met: until then, every block
+    # summed is checked to hold none.
+    refuse_infinities = statistics.can_be_infinite(var.array.dtype) and not any(
+        t in acc.arrays for acc in group.accumulations for t in spec.TALLIES
+    )
     # Along ``dim``, blocks stay single chunks: a slab (or an update) reads nothing outside.
     x = var.dask_array(var.grouped_blocks(keep=dim), as_summed=True)
 
@@ -166,7 +159,7 @@ def fill(
         regions = sorted({(w.raw_start, w.raw_stop) for w in work})
         in_region = [[w for w in work if (w.raw_start, w.raw_stop) == r] for r in regions]
         tasks = [
-            _region_tasks(x, var, dim, region, weights, items)
+            _region_tasks(x, var, dim, region, weights, items, refuse_infinities)
             for region, items in zip(regions, in_region, strict=True)
         ]
         slab_chunks = len(bounds.chunks_overlapping(slab_start, slab_stop))
@@ -212,10 +205,12 @@ def _region_tasks(
     region: tuple[int, int],
     weights: np.ndarray | float,
     work: Sequence[_Work],
+    refuse_infinities: bool = False,
 ) -> tuple[np.ndarray, list[list[tuple[int, int]]]]:
     """Delayed per-block sums of raw ``region`` along ``dim``: an array shaped like the
     block grid of tasks, each returning every work item's per-segment sums
-    (``_block_sums``), and where the blocks lie along each axis."""
+    (``_block_sums``; raising ``InfinityMet`` at an infinity if ``refuse_infinities``),
+    and where the blocks lie along each axis."""
     axis = var.axis(dim)
     index = [slice(None)] * x.ndim
     index[axis] = slice(*region)
@@ -236,7 +231,7 @@ def _region_tasks(
                       for (lo, hi), n in zip(location, weights.shape, strict=True))
             ]  # fmt: skip
         tasks[block_index] = dask.delayed(_block_sums, pure=True)(
-            blocks[block_index], w, _calls(var, work, location), len(work)
+            blocks[block_index], w, _calls(var, work, location), len(work), refuse_infinities
         )
     return tasks, locations
 
@@ -268,8 +263,16 @@ def _calls(var: VariableInfo, work: Sequence[_Work], location: Sequence[tuple[in
     ]
 
 
-def _block_sums(block: np.ndarray, w: np.ndarray | float, calls: Sequence[Call], items: int):
+def _block_sums(
+    block: np.ndarray,
+    w: np.ndarray | float,
+    calls: Sequence[Call],
+    items: int,
+    refuse_infinities: bool = False,
+):
     """Every work item's per-segment sums of one block."""
+    if refuse_infinities and np.isinf(block).any():
+        raise InfinityMet("the data hold an infinity")
     out: list[np.ndarray | None] = [None] * items
     for terms, edges, members in calls:
         sums = chunk_sums(block, w, terms, [axes for _, axes in members], edges)
@@ -337,8 +340,6 @@ def _write_entries(
         if d == dim and work.first > 0:
             first = entries[(slice(None),) * (axis + 1) + (slice(0, 1),)]
             for t, term in enumerate(work.terms):
-                if term not in acc.arrays:
-                    continue  # a tally not kept: 0 so far
                 before = writer.entry(acc.arrays[term], t_axis, work.first - 1)
                 first[t] += before.transpose(np.argsort(order))
         positions = work.positions[d]
@@ -349,11 +350,8 @@ def _write_entries(
     for t, term in enumerate(work.terms):
         values = entries[t].transpose(order)
         if term in spec.TALLIES and values.any():
-            if term not in acc.arrays:
-                raise InfinityMet(f"{var.name} holds an infinity")
             writer.infinities = True
-        if term in acc.arrays:
-            writer.write(acc.arrays[term], t_axis, work.first, values)
+        writer.write(acc.arrays[term], t_axis, work.first, values)
 
 
 class _Writer:
