@@ -5,11 +5,15 @@ chunks 73 x 90 x 90 = 2.4 MB, 10 % missing) and the small-chunk one (the demo's 
 chunks 30 x 15 x 30 = 54 KB, where xarray + Dask pays its per-task cost on every chunk).
 For each question, medians of:
 
-- ``warm``: an open datacube (``accumulus.open``) answering again (its snapshot is current);
+- ``warm``: an open datacube (``accumulus.open``) answering again (its snapshot is current),
+  wall and CPU time (of every thread); on a plain local store, as a user opens it (its
+  requests are counted by asking the same question of a second handle on a counting store);
 - ``cold``: the one-shot ``accumulus.query(path, ...)`` (opens the store every time);
 - ``floor``: a bare loop fetching exactly the chunks the plan reads, concurrently, through
   the store, decoding them with the array's codecs (numcodecs) on a thread pool and summing
-  them: the least work the question allows with this plan;
+  them: the least work the question allows with this plan; and ``floor_in_thread``, the same
+  chunks read one after another in the calling thread (``get_sync``), as accumulus reads a
+  local store, which on a small plan costs less than handing the reads to threads;
 - ``xarray``: xarray + Dask full scan of the same selection (``weighted(...).mean``).
 
 Ratios are measured in this run: warm / floor, floor / xarray, xarray / warm. Requests and
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -41,7 +46,7 @@ import accumulus
 from accumulus.accumulation.execute import chunk_work
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.storage import CountingStore, is_metadata_key, open_store, reads_synchronously
 from common import DEFAULT_DIR, SMALL_CHUNKS, cube, report
 from realistic import CHUNKS as REALISTIC_CHUNKS
 from realistic import VARIABLE as REALISTIC_VARIABLE
@@ -73,12 +78,20 @@ def small_questions(config: DemoConfig) -> list[tuple[str, tuple[str, ...], dict
 
 
 def median(action: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    times, result = [], None
+    wall, _, result = median_with_cpu(action, repeats)
+    return wall, result
+
+
+def median_with_cpu(action: Callable[[], Any], repeats: int) -> tuple[float, float, Any]:
+    """Median wall and CPU seconds (every thread of the process) of ``repeats`` runs, and
+    the last run's result."""
+    walls, cpus, result = [], [], None
     for _ in range(repeats):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = action()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), result
+        walls.append(time.perf_counter() - started)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus), result
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,6 +150,35 @@ def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
     return run
 
 
+def floor_in_thread_reader(handle: accumulus.Datacube, result) -> Callable[[], None] | None:
+    """The same bare loop with the chunks read one after another in the calling thread
+    (``get_sync``, no event loop, no thread pool); None when a store cannot be read so."""
+    snapshot = handle.snapshot()
+    var = snapshot.cube.variable(result.query.variable)
+    terms = ("wsum", "wcount") if result.weights != "none" else ("sum", "count")
+    work = chunk_work(snapshot.groups, var, result.plan, terms)
+    over = tuple(var.axis(d) for d in result.plan.over)
+    items = []
+    for key, (request, parts) in work.items():
+        store = request.store or var.array.store_path.store
+        if not reads_synchronously(store):
+            return None
+        metadata = request.array.metadata
+        codecs = [numcodecs.get_codec(f.get_config()) for f in metadata.filters or ()]
+        shape, dtype = metadata.chunks, metadata.dtype.to_native_dtype()
+        items.append((store, key, metadata.compressor, codecs[::-1], shape, dtype, parts))
+
+    def run() -> None:
+        for store, key, compressor, filters, shape, dtype, parts in items:
+            data = store.get_sync(key).to_bytes()
+            data = compressor.decode(data) if compressor is not None else data
+            for codec in filters:
+                data = codec.decode(data)
+            sum_parts(np.frombuffer(data, dtype=dtype).reshape(shape), parts, over)
+
+    return run
+
+
 # --------------------------------------------------------------------------------------------
 # Measuring one question
 
@@ -159,20 +201,24 @@ def counted(store: CountingStore) -> dict:
 
 def measure(path: Path, variable: str, name, over, ranges, args, latency: float = 0.0) -> dict:
     store = CountingStore(open_store(str(path)), latency=latency)
-    handle = accumulus.open(store)
-    handle.query(variable, over, ranges)  # warm-up: the snapshot is read once
+    counted_handle = accumulus.open(store)
+    # Timed as a user opens a local store; through the counting store when it adds latency.
+    handle = counted_handle if latency else accumulus.open(str(path))
+    for opened in {id(h): h for h in (handle, counted_handle)}.values():
+        opened.query(variable, over, ranges)  # warm-up: the snapshot is read once
     repeats = args.repeats if not latency else max(3, args.repeats // 2)
 
     store.reset()
-    result = handle.query(variable, over, ranges)
+    result = counted_handle.query(variable, over, ranges)
     warm_counts = counted(store)
-    warm, result = median(lambda: handle.query(variable, over, ranges), repeats)
+    warm, warm_cpu, result = median_with_cpu(lambda: handle.query(variable, over, ranges), repeats)
 
-    floor_run = floor_reader(handle, result)
     store.reset()
-    floor_run()
+    floor_reader(counted_handle, result)()
     floor_counts = counted(store)
-    floor, _ = median(floor_run, repeats)
+    floor, floor_cpu, _ = median_with_cpu(floor_reader(handle, result), repeats)
+    in_thread = floor_in_thread_reader(handle, result)
+    floor_here = median(in_thread, repeats)[0] if in_thread is not None else None
 
     def cold():
         fresh = CountingStore(open_store(str(path)), latency=latency)
@@ -190,10 +236,14 @@ def measure(path: Path, variable: str, name, over, ranges, args, latency: float 
         "over": list(over),
         "ranges": {d: [str(a), str(b)] for d, (a, b) in ranges.items()},
         "warm_seconds": round(warm, 5),
+        "warm_cpu_seconds": round(warm_cpu, 5),
         "floor_seconds": round(floor, 5),
+        "floor_cpu_seconds": round(floor_cpu, 5),
+        "floor_in_thread_seconds": None if floor_here is None else round(floor_here, 5),
         "cold_seconds": round(cold_seconds, 5),
         "xarray_seconds": round(scan_seconds, 5),
         "warm_over_floor": round(warm / floor, 2),
+        "warm_over_floor_in_thread": None if floor_here is None else round(warm / floor_here, 2),
         "floor_over_xarray": round(floor / scan_seconds, 3),
         "xarray_over_warm": round(scan_seconds / warm, 1),
         "xarray_over_cold": round(scan_seconds / cold_seconds, 1),
@@ -210,7 +260,12 @@ def measure(path: Path, variable: str, name, over, ranges, args, latency: float 
 
 
 def bench_cube(label: str, path: Path, variable: str, chunks, questions, args) -> dict:
-    built = accumulus.accumulate(str(path), variable)
+    # The group the cube holds is used as it is (the realistic cube may be shared, read
+    # only); a cube without one gets the default accumulations.
+    if accumulus.open(str(path)).accumulation_group(variable) is None:
+        built = accumulus.accumulate(str(path), variable).action
+    else:
+        built = "used as stored"
     local = [measure(path, variable, name, over, ranges, args) for name, over, ranges in questions]
     remote = [
         measure(path, variable, name, over, ranges, args, latency=args.latency)
@@ -221,7 +276,7 @@ def bench_cube(label: str, path: Path, variable: str, chunks, questions, args) -
         "store": str(path),
         "chunks": list(chunks),
         "chunk_mib": round(int(np.prod(chunks)) * 4 / 2**20, 3),
-        "accumulate": built.action,
+        "accumulate": built,
         "local": local,
         "with_latency": {"seconds_per_request": args.latency, "results": remote},
     }
@@ -252,7 +307,13 @@ def main() -> None:
             bench_cube("small chunks (54 KB: Dask's per-task cost dominates the scan)", path,
                        DEMO_VARIABLE, config.chunks, small_questions(config), args)
         )  # fmt: skip
-    report({"benchmark": "average: warm, cold, floor and xarray + Dask", "cubes": cubes})
+    report(
+        {
+            "benchmark": "average: warm, cold, floor and xarray + Dask",
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "cubes": cubes,
+        }
+    )
 
 
 if __name__ == "__main__":

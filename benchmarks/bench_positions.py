@@ -15,10 +15,13 @@ cube itself is never written; a sidecar already built with the same settings is 
 ``--rebuild``), reports its stored bytes against the raw array's, and asks the questions it
 is for. For each question, medians of:
 
-- ``warm``: an open datacube (``accumulus.open``) answering again;
-- ``floor``: a bare loop fetching exactly the chunks the plan names, concurrently, and
-  decoding them with the arrays' numcodecs codecs on a thread pool (the least work the plan
-  allows);
+- ``warm``: an open datacube (``accumulus.open`` of the cube and its sidecar, as a user
+  opens them) answering again, wall and CPU time; its requests and bytes are counted by
+  asking the same question of a second handle on counting stores;
+- ``floor``: a bare loop fetching exactly the chunks the plan names, concurrently, decoding
+  them with the arrays' numcodecs codecs on a thread pool and summing them (the least work
+  the plan allows: ``bench_average.floor_reader``), and ``floor_in_thread``, the same chunks
+  read one after another in the calling thread, as accumulus reads a local store;
 - ``xarray``: xarray + Dask's full scan of the same selection (``weighted(cos lat).mean``);
 
 with their ratios, the plan's raw and accumulation chunks, requests and bytes counted at the
@@ -33,31 +36,23 @@ raw chunk.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numcodecs
 import numpy as np
 import pandas as pd
 import xarray as xr
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 
 import accumulus
-from accumulus.accumulation.execute import chunk_work
 from accumulus.accumulation.query import _plans, usable_layouts
 from accumulus.accumulation.request import Query
 from accumulus.storage import CountingStore, is_metadata_key, open_store
+from bench_average import floor_in_thread_reader, floor_reader, median_with_cpu
 from common import DEFAULT_DIR, median_seconds, report
 from realistic import CHUNKS, SHAPE, VARIABLE, dataset, realistic_cube
-
-POOL = ThreadPoolExecutor(4)
 
 # Time chunks of 73 days from 2001-01-01; lat and lon chunks of 90 cells (1-degree cells
 # centred on half degrees). Every range below ends inside a chunk unless it says "months".
@@ -119,56 +114,27 @@ def counted(*stores: CountingStore) -> dict:
     }
 
 
-def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
-    """A bare loop over exactly the chunks ``result``'s plan names: fetch them all at once
-    (each from its store: the cube's raw chunks, the sidecar's accumulation chunks) and
-    decode each with its array's numcodecs filters and compressor on a thread pool."""
-    snapshot = handle.snapshot()
-    var = snapshot.cube.variable(result.query.variable)
-    terms = ("wsum", "wcount") if result.weights != "none" else ("sum", "count")
-    items = []
-    for request, _ in chunk_work(snapshot.groups, var, result.plan, terms).values():
-        metadata = request.array.metadata
-        filters = [numcodecs.get_codec(f.get_config()) for f in metadata.filters or ()]
-        store = request.store or request.array.store_path.store
-        shape, dtype = metadata.chunks, metadata.dtype.to_native_dtype()
-        items.append((store, request.store_key, metadata.compressor, filters[::-1], shape, dtype))
-
-    def decode(item, buffer) -> np.ndarray:
-        _, _, compressor, filters, shape, dtype = item
-        data = buffer.to_bytes()
-        data = compressor.decode(data) if compressor is not None else data
-        for codec in filters:
-            data = codec.decode(data)
-        return np.frombuffer(data, dtype=dtype).reshape(shape)
-
-    async def fetch_all():
-        prototype = default_buffer_prototype()
-        return await asyncio.gather(*(store.get(key, prototype) for store, key, *_ in items))
-
-    def run() -> None:
-        buffers = sync(fetch_all())
-        list(POOL.map(decode, items, buffers))
-
-    return run
-
-
 def ask(path: Path, side: Path, name: str, args) -> dict:
     over, ranges = QUESTIONS[name]
     store = CountingStore(open_store(str(path)))
     side_store = CountingStore(open_store(str(side)))
-    handle = accumulus.open(store, accumulations=side_store)
-    handle.query(VARIABLE, over, ranges)  # warm-up: the snapshot is read once
+    counted_handle = accumulus.open(store, accumulations=side_store)
+    handle = accumulus.open(str(path), accumulations=str(side))  # as a user opens them
+    for opened in (handle, counted_handle):
+        opened.query(VARIABLE, over, ranges)  # warm-up: the snapshot is read once
     store.reset(), side_store.reset()
-    result = handle.query(VARIABLE, over, ranges)
+    result = counted_handle.query(VARIABLE, over, ranges)
     warm_counts = counted(store, side_store)
-    warm, result = median_seconds(lambda: handle.query(VARIABLE, over, ranges), args.repeats)
+    warm, warm_cpu, result = median_with_cpu(
+        lambda: handle.query(VARIABLE, over, ranges), args.repeats
+    )
 
-    floor_run = floor_reader(handle, result)
     store.reset(), side_store.reset()
-    floor_run()
+    floor_reader(counted_handle, result)()
     floor_counts = counted(store, side_store)
-    floor, _ = median_seconds(floor_run, args.repeats)
+    floor, floor_cpu, _ = median_with_cpu(floor_reader(handle, result), args.repeats)
+    in_thread = floor_in_thread_reader(handle, result)
+    floor_here = median_seconds(in_thread, args.repeats)[0] if in_thread is not None else None
 
     def scan():
         fresh = CountingStore(open_store(str(path)))
@@ -187,10 +153,14 @@ def ask(path: Path, side: Path, name: str, args) -> dict:
             "accumulations": sorted({r.key for r in result.plan.accumulation_reads}),
         },
         "warm_seconds": round(warm, 5),
+        "warm_cpu_seconds": round(warm_cpu, 5),
         "floor_seconds": round(floor, 5),
+        "floor_cpu_seconds": round(floor_cpu, 5),
+        "floor_in_thread_seconds": None if floor_here is None else round(floor_here, 5),
         "xarray_seconds": round(scan_seconds, 4),
         "xarray_over_warm": round(scan_seconds / warm, 1),
         "warm_over_floor": round(warm / floor, 2),
+        "warm_over_floor_in_thread": None if floor_here is None else round(warm / floor_here, 2),
         "warm": warm_counts,
         "floor": floor_counts,
         "xarray": counted(scan_store),

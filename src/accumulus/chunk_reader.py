@@ -27,7 +27,7 @@ import asyncio
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from math import prod
 
@@ -35,6 +35,7 @@ import numpy as np
 import zarr
 from zarr import AsyncArray
 from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarr.codecs import ShardingCodec
 from zarr.core.array_spec import ArrayConfig, ArraySpec
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.chunk_grids import ChunkGrid
@@ -96,7 +97,7 @@ class _ShardPlace:
 
 
 def _place_in_shard(metadata, coords: tuple[int, ...]) -> _ShardPlace | None:
-    sharding = sharding_of(metadata)
+    sharding = _grids(metadata).sharding
     if sharding is None:
         return None
     shards = _stored_grid(metadata).dimensions
@@ -147,8 +148,9 @@ def read_chunks(
     guard)."""
     unique = list({r.key: r for r in requests}.values())
     counts = ReadCounts()
-    if unique and all(_in_thread(r, store) for r in unique):
-        _read_here(unique, consume, counts, store)
+    here = _readable_here(unique, store) if unique else None
+    if here is not None:
+        _read_here(here, consume, counts)
     elif unique:
         sync(_read_all(unique, consume, counts, memory_bytes, store))
     return counts
@@ -158,41 +160,62 @@ def read_chunks(
 # Without the event loop
 
 
-def _in_thread(request: ChunkRequest, store: Store | None) -> bool:
-    """Whether ``request`` can be read by ``get_sync`` in the calling thread: a stored chunk
-    (not an inner chunk of a shard), every codec synchronous, a store that allows it."""
-    target = request.store or store or request.array.store_path.store
-    if not reads_synchronously(target):
-        return False
-    array = request.array.async_array
-    grids = _grids(array.metadata, array)
-    return grids.transform is not None and sharding_of(array.metadata) is None
+@dataclass(frozen=True)
+class _Here:
+    """A chunk to read in the calling thread: from ``store`` by ``get_sync``, decoded by
+    ``transform`` as ``spec`` says."""
+
+    request: ChunkRequest
+    store: Store
+    spec: ArraySpec
+    transform: ChunkTransform
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.spec.shape) * self.spec.dtype.to_native_dtype().itemsize
+
+
+def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> list[_Here] | None:
+    """The requests as chunks to read by ``get_sync`` in the calling thread, when every one
+    can be: a stored chunk (not an inner chunk of a shard), every codec synchronous, from a
+    store that allows it (``storage.reads_synchronously``); None otherwise."""
+    here, allowed = [], {}
+    for request in requests:
+        target = request.store or store or request.array.store_path.store
+        if id(target) not in allowed:
+            allowed[id(target)] = reads_synchronously(target)
+        array = request.array.async_array
+        grids = _grids(array.metadata, array)
+        if not allowed[id(target)] or grids.transform is None or grids.sharding is not None:
+            return None
+        spec = _chunk_spec(array.metadata, request.coords)
+        here.append(_Here(request, target, spec, grids.transform))
+    return here
 
 
 def _read_here(
-    requests: Sequence[ChunkRequest],
+    chunks: Sequence[_Here],
     consume: Callable[[ChunkRequest, np.ndarray], None],
     counts: ReadCounts,
-    store: Store | None,
 ) -> None:
-    """Read, decode and consume ``requests`` without the event loop: in the calling thread
+    """Read, decode and consume ``chunks`` without the event loop: in the calling thread
     when they are few, else in runs side by side. Each run holds one chunk at a time, so
     the chunks held are one per worker, whatever the memory allowed."""
-    total = sum(_decoded_bytes(r) for r in requests)
-    runs = min(WORKERS, len(requests), max(1, -(-total // IN_THREAD_BYTES)))
+    total = sum(chunk.nbytes for chunk in chunks)
+    runs = min(WORKERS, len(chunks), max(1, -(-total // IN_THREAD_BYTES)))
     if runs == 1:
-        _read_run(requests, consume, counts, store)
+        _read_run(chunks, consume, counts)
         return
-    size = -(-len(requests) // runs)
-    parts = [requests[i : i + size] for i in range(0, len(requests), size)]
+    size = -(-len(chunks) // runs)
+    parts = [chunks[i : i + size] for i in range(0, len(chunks), size)]
     tallies = [ReadCounts() for _ in parts]
     futures = [
-        _POOL.submit(_read_run, part, consume, tally, store)
+        _POOL.submit(_read_run, part, consume, tally)
         for part, tally in zip(parts[1:], tallies[1:], strict=True)
     ]
     failed: BaseException | None = None
     try:
-        _read_run(parts[0], consume, tallies[0], store)
+        _read_run(parts[0], consume, tallies[0])
     except BaseException as exc:  # the others still finish before it is raised
         failed = exc
     for future in futures:
@@ -208,33 +231,28 @@ def _read_here(
 
 
 def _read_run(
-    requests: Sequence[ChunkRequest],
+    chunks: Sequence[_Here],
     consume: Callable[[ChunkRequest, np.ndarray], None],
     counts: ReadCounts,
-    store: Store | None,
 ) -> None:
-    for request in requests:
+    for chunk in chunks:
         try:
-            consume(request, _read_now(request, store, counts))
+            consume(chunk.request, _read_now(chunk, counts))
         except ChunkReadError:
             raise
         except Exception as exc:
-            raise ChunkReadError(request, exc) from exc
+            raise ChunkReadError(chunk.request, exc) from exc
 
 
-def _read_now(request: ChunkRequest, store: Store | None, counts: ReadCounts) -> np.ndarray:
+def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
     """One chunk fetched by ``get_sync`` and decoded by its array's codecs."""
-    array = request.array.async_array
-    transform = _grids(array.metadata, array).transform
-    assert transform is not None
-    spec = _chunk_spec(array.metadata, request.coords)
-    target = request.store or store or request.array.store_path.store
-    buffer = target.get_sync(request.store_key, prototype=spec.prototype)
+    spec = chunk.spec
+    buffer = chunk.store.get_sync(chunk.request.store_key, prototype=spec.prototype)
     counts.requests += 1
     if buffer is None:
         return _filled(spec)
     counts.bytes += len(buffer)
-    return transform.decode_chunk(buffer, spec).as_numpy_array().reshape(spec.shape)
+    return chunk.transform.decode_chunk(buffer, spec).as_numpy_array().reshape(spec.shape)
 
 
 # --------------------------------------------------------------------------------------------
@@ -409,26 +427,41 @@ def _filled(spec: ArraySpec) -> np.ndarray:
 
 def _decoded_bytes(request: ChunkRequest) -> int:
     metadata = request.array.metadata
-    chunk = _read_grid(metadata)[request.coords]
-    shape = chunk.codec_shape if chunk is not None else ()
-    return prod(shape) * metadata.dtype.to_native_dtype().itemsize
+    return prod(_codec_shape(metadata, request.coords)) * metadata.dtype.to_native_dtype().itemsize
 
 
-def _chunk_spec(metadata, coords: tuple[int, ...]) -> ArraySpec:
+def _codec_shape(metadata: ArrayMetadata, coords: tuple[int, ...]) -> tuple[int, ...]:
+    """The declared shape of the chunk at ``coords`` (the same for every chunk of a regular
+    grid); an ``IndexError`` outside the grid."""
+    grids = _grids(metadata)
+    if grids.regular is not None:
+        if len(coords) == len(grids.regular) and all(
+            0 <= c < n for c, n in zip(coords, grids.read.grid_shape, strict=True)
+        ):
+            return grids.regular
+    else:
+        chunk = grids.read[coords]
+        if chunk is not None:
+            return chunk.codec_shape
+    raise IndexError(f"chunk {coords} is outside the grid {grids.read.grid_shape}")
+
+
+def _chunk_spec(metadata: ArrayMetadata, coords: tuple[int, ...]) -> ArraySpec:
     """How zarr decodes the chunk at ``coords``: its declared shape, dtype, fill value and
-    memory order."""
-    grid = _read_grid(metadata)
-    chunk = grid[coords]
-    if chunk is None:
-        raise IndexError(f"chunk {coords} is outside the grid {grid.grid_shape}")
-    order = metadata.order if metadata.zarr_format == 2 else "C"
-    return ArraySpec(
-        shape=chunk.codec_shape,
-        dtype=metadata.dtype,
-        fill_value=metadata.fill_value,
-        config=ArrayConfig.from_dict({"order": order}),
-        prototype=default_buffer_prototype(),
-    )
+    memory order (made once per shape of each array's chunks)."""
+    shape = _codec_shape(metadata, coords)
+    specs = _grids(metadata).specs
+    spec = specs.get(shape)
+    if spec is None:
+        order = metadata.order if metadata.zarr_format == 2 else "C"
+        spec = specs[shape] = ArraySpec(
+            shape=shape,
+            dtype=metadata.dtype,
+            fill_value=metadata.fill_value,
+            config=ArrayConfig.from_dict({"order": order}),
+            prototype=default_buffer_prototype(),
+        )
+    return spec
 
 
 @dataclass(frozen=True)
@@ -436,10 +469,14 @@ class _Grids:
     metadata: ArrayMetadata
     read: ChunkGrid  # the chunks read one at a time (``grid.read_grid``)
     stored: ChunkGrid  # the objects stored (shards of a sharded array)
+    # The shape of every chunk read when the read grid is regular (None otherwise).
+    regular: tuple[int, ...] | None = None
     # The array's codecs as one synchronous chain, when every codec can run without zarr's
     # event loop (None otherwise); ``known``: whether that was looked at (an array given).
     transform: ChunkTransform | None = None
     known: bool = False
+    specs: dict[tuple[int, ...], ArraySpec] = field(default_factory=dict)  # by chunk shape
+    sharding: ShardingCodec | None = None  # ``grid.sharding_of``
 
 
 # By the metadata object's identity: hashing zarr's metadata serializes it, which costs more
@@ -452,7 +489,15 @@ def _grids(metadata: ArrayMetadata, array: AsyncArray | None = None) -> _Grids:
     if found is None or found.metadata is not metadata:
         if len(_GRIDS) >= 256:
             _GRIDS.clear()
-        found = _Grids(metadata, read_grid(metadata), ChunkGrid.from_metadata(metadata))
+        read = read_grid(metadata)
+        regular = tuple(read.chunk_shape) if read.is_regular else None
+        found = _Grids(
+            metadata,
+            read,
+            ChunkGrid.from_metadata(metadata),
+            regular,
+            sharding=sharding_of(metadata),
+        )
         _GRIDS[id(metadata)] = found
     if array is not None and not found.known:
         found = replace(found, transform=_sync_transform(array), known=True)

@@ -307,6 +307,3 @@ class Cube:
                 found = pd.RangeIndex(self.decoded.sizes[dim], name=dim)
             self._indexes[dim] = found
         return found
-
-    def coordinate(self, dim: str, start: int, stop: int) -> np.ndarray:
-        return np.asarray(self.index(dim)[start:stop])

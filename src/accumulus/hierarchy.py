@@ -144,7 +144,9 @@ class GroupStore(WrapperStore[Store]):
         prototype: BufferPrototype | None = None,
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
-        return super().get_sync(self._key(key), prototype=prototype, byte_range=byte_range)
+        return self._store.get_sync(  # type: ignore[attr-defined]
+            self._key(key), prototype=prototype, byte_range=byte_range
+        )
 
     def set_sync(self, key: str, value: Buffer) -> None:
         super().set_sync(self._key(key), value)

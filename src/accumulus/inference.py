@@ -189,7 +189,9 @@ class InferredConventionsStore(WrapperStore[Store]):
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
         if byte_range is not None or not _is_metadata(key):  # chunks: zarr's sync fast path
-            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+            return self._store.get_sync(  # type: ignore[attr-defined]
+                key, prototype=prototype, byte_range=byte_range
+            )
         return sync(self.get(key, prototype or default_buffer_prototype(), byte_range))
 
     async def _present(self, key: str, document: dict | None) -> dict | None:

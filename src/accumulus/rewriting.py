@@ -71,7 +71,9 @@ class MetadataRewritingStore(WrapperStore[Store]):
         prototype: BufferPrototype | None = None,
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
-        value = super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        value = self._store.get_sync(  # type: ignore[attr-defined]
+            key, prototype=prototype, byte_range=byte_range
+        )
         return self._rewritten(key, value, prototype or default_buffer_prototype(), byte_range)
 
     def _rewritten(

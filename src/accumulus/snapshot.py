@@ -213,7 +213,9 @@ class SnapshotStore(WrapperStore[Store]):
         if byte_range is None and key in self.snapshot.chunks:
             prototype = prototype or default_buffer_prototype()
             return prototype.buffer.from_bytes(self.snapshot.chunks[key])
-        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        return self._store.get_sync(  # type: ignore[attr-defined]
+            key, prototype=prototype, byte_range=byte_range
+        )
 
     async def exists(self, key: str) -> bool:
         if self.snapshot.pinned(key):

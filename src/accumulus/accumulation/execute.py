@@ -66,6 +66,8 @@ class EntryPart:
     # False for a group built before infinities were tallied apart, over values that can
     # be infinite: a non-finite entry may be an infinity summed in, not a missing chunk.
     tallied: bool = True
+    # ``weights`` as (axis, values) when they vary along one summed axis (``_contraction``).
+    contract: tuple[int, np.ndarray] | None = None
 
 
 Part = RawPart | EntryPart
@@ -76,7 +78,9 @@ Work = dict[str, tuple[ChunkRequest, list[Part]]]  # chunk key -> the chunk, its
 class ExecutedPlan:
     terms: tuple[str, ...]  # the sums, in order: those asked for, without the tallies when
     # nothing read could hold an infinity (no raw chunk, no tally of an accumulation)
-    sums: np.ndarray  # (len(terms), *answer shape)
+    # (len(terms), *answer shape). This thread's working space (``_scratch``): valid until
+    # it executes another plan, so answers made from it are copies.
+    sums: np.ndarray
     # Σ |entries| added into each sum of weights (0 for the other sums): a difference of
     # prefix sums cancels to within a few ulps of this, not always to 0 (``noise_floor``).
     entry_magnitude: np.ndarray
@@ -94,10 +98,17 @@ def execute(
     weights: str,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     work: Work | None = None,
+    *,
+    checked: bool = False,
 ) -> ExecutedPlan:
     """Σ over the plan's reads of sign x sums, holding about ``memory_bytes`` at most: the
     chunks in flight are bounded by their decoded size, and a raw chunk is summed slab by
-    slab (see ``budget``). ``work``: the plan's ``chunk_work``, when already listed."""
+    slab (see ``budget``). ``work``: the plan's ``chunk_work``, when already listed.
+
+    Floating-point entries are checked (``_checked_entries``) only when the answer is not
+    finite: a missing chunk's NaN, or an infinity summed in, reaches every sum it is added
+    to, so the plan is then read again with every slab ``checked``, which says which chunk
+    it was. Integer entries (counts) are always checked: their fill value is a number."""
     if work is None:
         work = chunk_work(groups, var, plan, terms)
     budget = read_budget(memory_bytes)
@@ -119,7 +130,9 @@ def execute(
                 )
                 total.add(part.index, part.out, part.sign, sums)
             else:
-                slab = _checked_entries(groups.label, request, chunk[part.local], part.tallied)
+                slab = chunk[part.local]
+                if checked or slab.dtype.kind != "f":
+                    slab = _checked_entries(groups.label, request, slab, part.tallied)
                 total.add(part.index, part.out, part.sign, _entry_sums(slab, part),
                           noisy=part.term in noisy)  # fmt: skip
 
@@ -132,9 +145,12 @@ def execute(
         )
     except ChunkReadError as failed:
         raise _read_error(cube, var, failed, groups.label) from None
+    sums = total.result()
+    if not checked and not np.isfinite(sums).all():
+        return execute(cube, groups, var, plan, terms, weights, memory_bytes, work, checked=True)
     raw_prefix = var.array.store_path.path + "/"
     raw = sum(key.startswith(raw_prefix) for key in work)
-    return ExecutedPlan(rows, total.result(), total.magnitude, counts, len(work) - raw, raw)
+    return ExecutedPlan(rows, sums, total.magnitude, counts, len(work) - raw, raw)
 
 
 def _reads_tallies(work: Work) -> bool:
@@ -199,6 +215,7 @@ def chunk_work(
     work: Work = {}
     index = 0
     weights_memo: dict = {}  # a shape's many reads share the weights of their slabs
+    requests: dict[tuple[int, tuple[int, ...]], tuple[ChunkRequest, list[Part]]] = {}
     for read in plan.reads:
         if read.is_raw:
             pieces = _raw_parts(var, plan, read)
@@ -206,18 +223,28 @@ def chunk_work(
             group = groups.group(var.name)
             assert group is not None
             pieces = _entry_parts(groups, var, group, read, plan, terms, weights_memo)
-        for request, make_part in pieces:
-            work.setdefault(request.key, (request, []))[1].append(make_part(index))
+        for array, coords, store, make_part in pieces:
+            known = requests.get((id(array), coords))
+            if known is None:
+                request = ChunkRequest(array, coords, store)
+                known = requests[id(array), coords] = work.setdefault(request.key, (request, []))
+            known[1].append(make_part(index))
             index += 1
     return work
 
 
 def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     """An entry slab's contribution (before its sign): weighted, summed along the
-    dimensions averaged over and in the variable's order, converted to float64 in the same
-    pass. The slab is the decoded chunk's, left unchanged (other parts may read it); the
+    dimensions averaged over and in the variable's order, converted to float64 as it is
+    computed. The slab is the decoded chunk's, left unchanged (other parts may read it); the
     result may be this thread's scratch space (``_scratch``), to be added before the next."""
-    if part.weights is not None:
+    if part.contract is not None:  # weights along one summed axis: Σ w·x in one product
+        axis, weights = part.contract
+        values = np.tensordot(slab, weights, axes=([axis], [0]))
+        rest = tuple(a - (a > axis) for a in part.summed if a != axis)
+        if rest:
+            values = values.sum(axis=rest)
+    elif part.weights is not None:
         shape = np.broadcast_shapes(slab.shape, np.shape(part.weights))
         values = np.multiply(slab, part.weights, out=_scratch(shape, 0), dtype="f8")
         if part.summed:
@@ -229,20 +256,50 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     return values.transpose(part.order)
 
 
+def _contraction(
+    weights: np.ndarray | float | None, summed: tuple[int, ...]
+) -> tuple[int, np.ndarray] | None:
+    """(axis, weights along it) when slab weights vary along one axis only, and the slab
+    is summed along it (a series' latitude rows): multiplying and summing are then one
+    matrix-vector product."""
+    if not isinstance(weights, np.ndarray):
+        return None
+    varying = [a for a, n in enumerate(weights.shape) if n > 1]
+    if len(varying) != 1 or varying[0] not in summed:
+        return None
+    return varying[0], np.ascontiguousarray(weights.reshape(-1), dtype="f8")
+
+
 _SCRATCH = threading.local()
+# The most working space a thread keeps for the next query, per use (float64 values).
+SCRATCH_VALUES = 2**20
 
 
 def _scratch(shape: tuple[int, ...], which: int) -> np.ndarray:
-    """Float64 working space of ``shape`` kept by this thread for the next query: memory a
-    query would otherwise ask of the system again and again (on a virtual machine, each
-    page of it a fault), for values added to the total before the space is used again."""
+    """Float64 working space of ``shape`` (uninitialised) kept by this thread for its next
+    use: memory a query would otherwise ask of the system again and again (on a virtual
+    machine each new page is a fault, as costly as summing it), for values that are used
+    before the same space is asked for again. Uses: 0 and 1 an entry slab's weighted values
+    and their magnitudes, 2 and 3 the total and its magnitude (``_zeroed``). Larger than
+    ``SCRATCH_VALUES``: fresh memory, not kept."""
+    size = prod(shape)
+    if size > SCRATCH_VALUES:
+        return np.empty(shape)
     spaces = getattr(_SCRATCH, "spaces", None)
     if spaces is None:
-        spaces = _SCRATCH.spaces = [np.empty(0), np.empty(0)]
-    size = prod(shape)
+        spaces = _SCRATCH.spaces = [np.empty(0) for _ in range(4)]
     if spaces[which].size < size:
         spaces[which] = np.empty(size)
     return spaces[which][:size].reshape(shape)
+
+
+def _zeroed(shape: tuple[int, ...], which: int) -> np.ndarray:
+    """``_scratch`` space filled with zeros."""
+    if prod(shape) > SCRATCH_VALUES:
+        return np.zeros(shape)
+    space = _scratch(shape, which)
+    space.fill(0.0)
+    return space
 
 
 class _OrderedTotal:
@@ -253,8 +310,8 @@ class _OrderedTotal:
 
     def __init__(self, shape: tuple[int, ...]) -> None:
         self.shape = shape
-        self._total = np.zeros(shape, dtype="f8")
-        self.magnitude = np.zeros(shape, dtype="f8")
+        self._total = _zeroed(shape, 2)
+        self.magnitude = _zeroed(shape, 3)
         self._waiting: dict[int, tuple[tuple, int, np.ndarray, bool]] = {}
         self._next = 0
         self._lock = threading.Lock()
@@ -302,7 +359,9 @@ def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read):
         box = {d: (a, b) for d, (_, a, b, _) in zip(var.dims, combo, strict=True)}
         out = (slice(None), *_out(plan, var, box))
         yield (
-            ChunkRequest(var.array, coords),
+            var.array,
+            coords,
+            None,
             partial(RawPart, sign=read.sign, local=local, box=box, out=out),
         )
 
@@ -334,10 +393,12 @@ def _entry_parts(
     )
     varying = varying_dims(groups.cube.decoded, group.weights, var.dims)
 
-    def slab_weights(box: Mapping[str, tuple[int, int]]) -> np.ndarray | float:
-        key = (tuple(remaining), tuple((d, box.get(d)) for d in varying))
+    def slab_weights(box: Mapping[str, tuple[int, int]]):
+        """The slab's weights, and as ``_contraction`` gives them."""
+        key = (tuple(remaining), summed, tuple((d, box.get(d)) for d in varying))
         if key not in weights_memo:
-            weights_memo[key] = _slab_weights(groups.cube, var, group.weights, remaining, box)
+            w = _slab_weights(groups.cube, var, group.weights, remaining, box)
+            weights_memo[key] = w, _contraction(w, summed)
         return weights_memo[key]
 
     for t, term in enumerate(terms):
@@ -367,11 +428,11 @@ def _entry_parts(
             local = tuple(selection for _, selection, _ in combo)
             box = {d: span for d, (_, _, span) in zip(acc.array_dims, combo, strict=True) if span}
             out = (t, *_out(plan, var, box))
-            w = slab_weights(box) if weighted else None
+            w, contract = slab_weights(box) if weighted else (None, None)
             yield (
-                ChunkRequest(array, coords, groups.store),
+                array, coords, groups.store,
                 partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
-                        order=order, out=out, weights=w, tallied=tallied),
+                        order=order, out=out, weights=w, tallied=tallied, contract=contract),
             )  # fmt: skip
 
 

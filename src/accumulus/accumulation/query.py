@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
+from xarray.indexes import PandasIndex
 
 from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
@@ -31,7 +33,7 @@ from accumulus.accumulation.execute import (
 )
 from accumulus.accumulation.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
-from accumulus.accumulation.request import Query, ResolvedQuery, answer_labels, resolve
+from accumulus.accumulation.request import Query, ResolvedQuery, answer_index, resolve
 from accumulus.accumulation.selection import Extent, selection
 from accumulus.accumulation.shapes import kept_cells, shape_plans
 from accumulus.cube import Cube, VariableInfo
@@ -110,14 +112,14 @@ def run_query(
     data = _data_array(
         values,
         resolved.kept,
-        {d: answer_labels(cube, resolved, d) for d in resolved.kept},
+        {d: answer_index(cube, resolved, d) for d in resolved.kept},
         var.name,
     )
-    units = cube.raw[var.name].attrs.get("units")
-    if units is not None and stat.has_units:
-        data.attrs["units"] = units
-    if "long_name" in cube.raw[var.name].attrs:
-        data.attrs["long_name"] = cube.raw[var.name].attrs["long_name"]
+    attributes = cube.raw.variables[var.name].attrs
+    if attributes.get("units") is not None and stat.has_units:
+        data.attrs["units"] = attributes["units"]
+    if "long_name" in attributes:
+        data.attrs["long_name"] = attributes["long_name"]
     stats = QueryStats(
         accumulation_chunks_read=done.accumulation_chunks,
         raw_chunks_read=done.raw_chunks,
@@ -152,6 +154,8 @@ def read_answer(
     done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
     sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
     values = stat.answer(sums, weights != "none")
+    if np.may_share_memory(values, sums):  # the sums are working space (``execute``)
+        values = np.array(values)
     if resolved.mask is not None:
         inside = kept_cells(resolved.mask, var.dims, resolved.over)
         values = values if inside is None else np.where(inside, values, np.nan)
@@ -258,15 +262,16 @@ def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[i
 
 
 def _data_array(
-    values: np.ndarray, dims: Sequence[str], labels: Mapping[str, np.ndarray], name: str
+    values: np.ndarray, dims: Sequence[str], indexes: Mapping[str, pd.Index], name: str
 ) -> xr.DataArray:
-    """The answer as a DataArray, from NumPy values and labels wrapped as xarray variables
-    first: given bare arrays, xarray asks whether each is a Dask array, which imports
-    ``dask.array`` (and SciPy with it: about 0.3 s of a command's start) when Dask is
-    installed."""
+    """The answer as a DataArray, from NumPy values wrapped as an xarray variable first
+    (given bare arrays, xarray asks whether each is a Dask array, which imports
+    ``dask.array``, and SciPy with it: about 0.3 s of a command's start, when Dask is
+    installed) and coordinates from the labels' pandas indexes (not built again)."""
     variable = xr.Variable(tuple(dims), values, fastpath=True)
-    coords = {d: xr.Variable((d,), labels[d], fastpath=True) for d in dims}
-    return xr.DataArray(variable, coords=coords, name=name)
+    xindexes = {d: PandasIndex(indexes[d], d) for d in dims}
+    variables = {k: v for index in xindexes.values() for k, v in index.create_variables().items()}
+    return xr.DataArray(variable, coords=xr.Coordinates(variables, xindexes), name=name)
 
 
 def _weights_without_noise(

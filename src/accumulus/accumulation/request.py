@@ -252,15 +252,17 @@ def index_range(
     raise _selects_nothing(index, dim, start, stop)
 
 
-def answer_labels(cube: Cube, resolved: ResolvedQuery, dim: str) -> np.ndarray:
-    """The coordinate labels of a kept dimension in the answer: the cube's own, or along a
-    longitude range across the grid's seam, continuing past it (``longitude.labels``)."""
+def answer_index(cube: Cube, resolved: ResolvedQuery, dim: str) -> pd.Index:
+    """The coordinate labels of a kept dimension in the answer: the cube's own (a slice of
+    its index), or along a longitude range across the grid's seam, continuing past it
+    (``longitude.labels``)."""
     lo, hi = resolved.ranges[dim]
     index = cube.index(dim)
     if hi <= len(index):
-        return cube.coordinate(dim, lo, hi)
+        return index[lo:hi]
     west = resolved.query.ranges[dim][0]
-    return longitude.labels(np.asarray(index), lo, hi, None if west is None else float(west))
+    labels = longitude.labels(np.asarray(index), lo, hi, None if west is None else float(west))
+    return pd.Index(labels, name=dim)
 
 
 def _is_longitude(cube: Cube, dim: str) -> bool:
@@ -286,7 +288,9 @@ def _reaches_past(index: pd.Index, start: Bound, stop: Bound) -> bool:
     step past its label (so ``lat=-90/90`` does not reach past cells centred on ±89.5), and
     1% of a step more: labels stored as float32 are rounded (-89.95 is -89.94999694...)."""
     try:
-        labels = np.sort(np.asarray(index))
+        labels = np.asarray(index)  # monotonic (``index_range``): sorted one way or the other
+        if len(labels) > 1 and labels[0] > labels[-1]:
+            labels = labels[::-1]
         below = (labels[1] - labels[0]) * 0.51 if len(labels) > 1 else labels[0] - labels[0]
         above = (labels[-1] - labels[-2]) * 0.51 if len(labels) > 1 else below
         low, high = _comparable(index, start), _comparable(index, stop)
