@@ -49,10 +49,15 @@ class Variable:
         (CF: a float32 scale factor, and an offset of the same type if any, make float32
         the unpacked type), which int32, uint32 and float64 values do not all survive:
         then a fill value of the type may mark nothing, or several values."""
-        scale, offset = self.attrs.get("scale_factor"), self.attrs.get("add_offset")
-        if not isinstance(scale, np.float32) or not isinstance(offset, np.float32 | None):
-            return False
-        return self.dtype.itemsize == 8 if self.dtype.kind == "f" else self.dtype.itemsize == 4
+        return compares_in_float32(self.attrs, self.dtype)
+
+
+def compares_in_float32(attrs: dict[str, Any], dtype: np.dtype) -> bool:
+    """See ``Variable.masks_in_float32``."""
+    scale, offset = attrs.get("scale_factor"), attrs.get("add_offset")
+    if not isinstance(scale, np.float32) or not isinstance(offset, np.float32 | None):
+        return False
+    return dtype.itemsize == 8 if dtype.kind == "f" else dtype.itemsize == 4
 
 
 @dataclass(frozen=True)
@@ -231,7 +236,11 @@ def unholdable(attrs: dict[str, Any], base: np.dtype, view: np.dtype) -> tuple[A
     """(attribute, value) of each fill value that no stored value equals, by CF's and
     xarray's reading: ``missing_value`` is compared with the values as ``_Unsigned`` makes
     them; ``_FillValue`` too, except that with ``_Unsigned`` xarray first casts it to the
-    stored type (so only NaN marks nothing). NaN on floats needs no mask: not counted."""
+    stored type (so only NaN marks nothing). NaN on floats needs no mask: not counted.
+    Where xarray compares in float32 (``compares_in_float32``), an integer fill value is
+    held when it equals a value of the type cast to float32: int32's 2**31 - 1 becomes
+    2**31, so a ``_FillValue`` of 2147483648.0 on int32 marks it."""
+    in_float32 = compares_in_float32(attrs, base)
     out = []
     for key in ("_FillValue", "missing_value"):
         for value in np.ravel(np.asarray(attrs.get(key, []))):
@@ -242,7 +251,11 @@ def unholdable(attrs: dict[str, Any], base: np.dtype, view: np.dtype) -> tuple[A
                 held = not np.isnan(number)
             elif view.kind in "iu":
                 info = np.iinfo(view)
-                held = np.isfinite(number) and number.is_integer() and info.min <= value <= info.max
+                low, high = info.min, info.max
+                if in_float32:  # the values as float32 (exact, since they are integers)
+                    low, high = float(np.float32(low)), float(np.float32(high))
+                    number = number if float(np.float32(number)) == number else np.nan
+                held = np.isfinite(number) and number.is_integer() and low <= value <= high
             else:
                 with np.errstate(over="ignore"):
                     held = bool(view.type(value) == value)

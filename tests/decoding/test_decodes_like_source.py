@@ -177,6 +177,15 @@ _UNSIGNED_FALSE = {
     "_FillValue": np.uint8(201),
 }
 
+# int32 decoded in float32 again: 2**31 - 1 becomes 2**31 in float32, so a _FillValue of
+# 2147483648.0 (out of int32's range; scipy writes it as float64) marks it: nothing dropped.
+_EDGES_IN_FLOAT32 = np.zeros((3, 2, 5), dtype="i4")
+_EDGES_IN_FLOAT32[0, 0, :2], _EDGES_IN_FLOAT32[2, 1, 4] = [2**31 - 1, 2**31 - 128], -(2**31)
+_OUT_OF_INT32_IN_FLOAT32 = {
+    "scale_factor": np.float32(0.01),
+    "_FillValue": np.float64(2**31),
+}
+
 
 @FEW
 @example(_found({"v": Variable(np.dtype(">i2"), _SWAPPED, _UNSIGNED_BIG_ENDIAN)}), 2)
@@ -187,6 +196,10 @@ _UNSIGNED_FALSE = {
     3,
 )
 @example(_found({"v": Variable(np.dtype("u1"), _SIGNED_BYTES, _UNSIGNED_FALSE)}), 3)
+@example(
+    _found({"v": Variable(np.dtype("<i4"), _EDGES_IN_FLOAT32, _OUT_OF_INT32_IN_FLOAT32)}, "scipy"),
+    2,
+)
 @given(cf_files(), st.sampled_from([2, 3]))
 def test_cube_decodes_like_its_source(spec, zarr_format):
     check(spec, zarr_format)
