@@ -28,13 +28,15 @@ def label(value: Any) -> Any:
 
 def _values(values: np.ndarray) -> Any:
     """Nested lists with None where the value is missing (NaN) and the strings "inf" and
-    "-inf" for infinities (JSON has no number for them), as CSV cells show them."""
-    if values.ndim == 0:
-        v = values.item()
-        if isinstance(v, float) and not math.isfinite(v):
-            return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
-        return v
-    return [_values(v) for v in values]
+    "-inf" for infinities (JSON has no number for them), as CSV cells show them. One
+    ``tolist`` for the whole array: a map's 65,000 values are 0.2 s one by one."""
+    if values.dtype.kind not in "fc" or np.isfinite(values).all():
+        return values.tolist()
+    cells = values.astype(object)
+    cells[np.isnan(values)] = None
+    cells[values == np.inf] = "inf"
+    cells[values == -np.inf] = "-inf"
+    return cells.tolist()
 
 
 def result_json(result: QueryResult) -> dict[str, Any]:

@@ -16,12 +16,12 @@ HEAVY = ("xarray", "zarr", "dask", "numpy", "numba", "distributed", "fastapi", "
 # What a query does not use: builds and ingestion (distributed, h5py and hdf5plugin, netCDF4),
 # the service (FastAPI, uvicorn), pictures (matplotlib) and shapes (shapely, geopandas,
 # regionmask), Dask's arrays (xarray imports dask.array, and SciPy with it, when it is given a
-# bare array while Dask is installed; answers are made from xarray variables). xarray, zarr and
-# NumPy it needs.
+# bare array while Dask is installed; answers are made from xarray variables), numba (the build's
+# compiled loop: a query sums its few raw chunks with NumPy). xarray, zarr and NumPy it needs.
 NOT_FOR_QUERIES = (
     "distributed", "h5py", "hdf5plugin", "netCDF4", "h5netcdf", "fastapi", "uvicorn",
     "starlette", "matplotlib", "shapely", "geopandas", "regionmask", "pyproj", "s3fs",
-    "dask.array",
+    "dask.array", "numba",
 )  # fmt: skip
 
 
@@ -68,8 +68,8 @@ def test_public_names_load_when_first_used():
 
 def test_average_json_loads_only_what_a_query_uses(tmp_path: Path):
     """``average --json``, answered from accumulations and from raw chunks: the answer is
-    printed, and nothing of builds, ingestion, the service, pictures or shapes was loaded
-    (nor numba when no raw chunk is summed)."""
+    printed, and nothing of builds, ingestion, the service, pictures or shapes was loaded,
+    nor numba (a query sums its raw chunks with NumPy)."""
     path = tmp_path / "cube.zarr"
     chunks = {"time": 10, "lat": 6, "lon": 8}
     write_cube(synthetic_dataset({"time": 40, "lat": 12, "lon": 16}), path, chunks)
@@ -81,6 +81,5 @@ def test_average_json_loads_only_what_a_query_uses(tmp_path: Path):
         assert (answer["plan"]["raw_chunks_read"] > 0) is raw, answer["plan"]
         assert answer["plan"]["accumulation_chunks_read"] > 0 or raw, answer["plan"]
         assert [m for m in NOT_FOR_QUERIES if m in loaded] == []
-        assert ("numba" in loaded) is raw
         assert raw or "scipy" not in loaded
         assert "accumulus.accumulation.build" not in loaded
