@@ -7,6 +7,7 @@ printed on one line with a non-zero exit status; nothing else is caught.
 
 from __future__ import annotations
 
+import gc
 import sys
 import warnings
 
@@ -34,6 +35,12 @@ def main() -> None:
     except AccumulusError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    finally:
+        # The interpreter's last collections at exit walk every object the libraries made
+        # (0.15-0.2 s of CPU after xarray, zarr and pandas are imported) and find nothing
+        # worth freeing in a process that is ending: they are skipped. Finalizers, atexit
+        # handlers and closing files are not affected.
+        gc.freeze()
 
 
 _show_other_warning = warnings.showwarning
