@@ -2,10 +2,12 @@
 
 For values x (NaN where missing) and weights w, an accumulation holds sums Σ w^a·x^b over
 the valid values (``statistics.SUMS``: Σ w·x, Σ w, Σ x and Σ 1). A block's sums per raw
-chunk (``chunk_sums``) are taken by a compiled loop (``kernel.axis_sums``), every sum in
-one pass along one axis, without a copy of the block per sum; prefix sums of per-segment
-sums, taken where entries end (every ``stride`` chunks for ZEP 5, at the positions of an
-``--at`` rule otherwise), are the accumulation entries (``prefix_entries``).
+chunk (``chunk_sums``) are taken by a compiled loop (``kernel.block_sums``), every sum in
+one pass, without a copy of the block per sum; prefix sums of per-segment sums, taken where
+entries end (every ``stride`` chunks for ZEP 5, at the positions of an ``--at`` rule
+otherwise), are the accumulation entries (``prefix_entries``). A query's sums of a raw chunk
+over whole axes (``reduce_terms``) are taken with NumPy: a query sums a few chunks, and
+loading the compiled loop costs a fresh process more than it saves.
 """
 
 from __future__ import annotations
