@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from math import prod
 from typing import Any
 
@@ -137,7 +138,10 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
         )
     var = cube.variable(query.variable)
     try:
-        check_numeric(cube.raw, cube.decoded, var.name, "a variable to average")
+        cube.remembered(
+            ("numeric", var.name),
+            lambda: check_numeric(cube.raw, cube.decoded, var.name, "a variable to average"),
+        )
     except AccumulusError as exc:
         raise ParameterError("variable", str(exc)) from None
     over = _check_over(var, query.over)
@@ -169,7 +173,8 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
         # The weights the accumulations were built with, so both ways agree by default.
         weights = (groups or AccumulationGroups(cube)).recorded_weights(var.name)
     try:
-        weights = resolve_weights(cube.decoded, var.name, weights)
+        chosen = partial(resolve_weights, cube.decoded, var.name, weights)
+        weights = cube.remembered(("weights", var.name, weights), chosen)
     except AccumulusError as exc:
         raise ParameterError("weights", str(exc)) from None
     mask = None
@@ -267,9 +272,13 @@ def answer_index(cube: Cube, resolved: ResolvedQuery, dim: str) -> pd.Index:
 
 def _is_longitude(cube: Cube, dim: str) -> bool:
     """A longitude coordinate whose labels can be compared modulo 360."""
-    if dim not in cube.decoded.indexes or find_longitude(cube.raw, [dim]) is None:
-        return False
-    return longitude.is_circular(np.asarray(cube.index(dim)))
+
+    def circular() -> bool:
+        if dim not in cube.decoded.indexes or find_longitude(cube.raw, [dim]) is None:
+            return False
+        return longitude.is_circular(np.asarray(cube.index(dim)))
+
+    return cube.remembered(("circular longitude", dim), circular)
 
 
 def _is_number(bound: Bound) -> bool:
