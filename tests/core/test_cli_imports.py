@@ -83,3 +83,13 @@ def test_average_json_loads_only_what_a_query_uses(tmp_path: Path):
         assert [m for m in NOT_FOR_QUERIES if m in loaded] == []
         assert raw or "scipy" not in loaded
         assert "accumulus.accumulation.build" not in loaded
+
+
+def test_commands_collect_garbage_after_their_imports():
+    """The collector is paused only while a command imports ``accumulus.api``: a long
+    command (a build, the service) still collects its own cycles."""
+    lines, _ = _run_then_list_modules(
+        "import gc\nfrom accumulus.cli import _api\n"
+        "print(_api().__name__, gc.isenabled(), gc.get_freeze_count() > 100_000)"
+    )
+    assert lines == ["accumulus.api True True"]
