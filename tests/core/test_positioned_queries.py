@@ -11,9 +11,11 @@ box with ``--at lat=1,lon=1``.
 from __future__ import annotations
 
 import itertools
+from math import prod
 
 import numpy as np
 import pandas as pd
+import pytest
 import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -264,3 +266,33 @@ def test_arrays_are_chunked_for_how_they_are_read(tmp_path, monkeypatch):
         assert _check(path, ds, ["lat", "lon"], isel, weights="area").stats.raw_chunks_read == 0
     result = _check(path, ds, ["time"], {"time": slice(7, 33)}, weights="area")
     assert (result.stats.raw_chunks_read, result.stats.accumulation_chunks_read) == (0, 4)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_blosc_shuffles_the_stored_values(tmp_path, zarr_format):
+    """Each chunk is Blosc-compressed as values of its type, then checksummed: in Zarr v2
+    Blosc is the first filter, so its shuffle sees 8-byte sums (a compressor after a
+    checksum filter sees bytes, and shuffling bytes does nothing). The float64 prefix sums
+    of float32 values keep zero low bytes, which the shuffle makes runs of."""
+    ds = synthetic_dataset({"time": 60, "lat": 6, "lon": 40}, seed=3)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 20, "lat": 3, "lon": 10}, zarr_format=zarr_format)
+    at = {"time": 1, "lat": 1, "lon": 1}
+    accumulus.accumulate(str(path), VAR, ["time", "lat,lon"], weights="area", at=at)
+    root = zarr.open_group(path, mode="r")[f"{VAR}_accumulation_group"]
+    names = [n for n in root.array_keys() if "_at_" in n]
+    assert len(names) == 4  # Σx and counts of both
+    for name in names:
+        array = root[name]
+        directory = path / f"{VAR}_accumulation_group" / name
+        stored = sorted(
+            p for p in directory.rglob("*") if p.is_file() and not p.name.startswith((".", "zarr"))
+        )
+        assert stored, name
+        for chunk in stored[:3]:
+            frame = chunk.read_bytes()[:-4]  # the crc32c follows the compressed bytes
+            # A Blosc frame's header: version, format version, flags, type size (bytes 0-3).
+            assert frame[3] == array.dtype.itemsize, (name, chunk.name)
+        if array.dtype == np.float64:
+            raw = sum(prod(array.chunks) * 8 for _ in stored)
+            assert sum(p.stat().st_size for p in stored) < 0.75 * raw, name
