@@ -854,8 +854,9 @@ def _zarr_format(asked: int | None, rule: ChunkRule | None, sharded: bool = Fals
     variable = isinstance(rule, str)
     if variable and sharded:
         raise AccumulusError(
-            f"--shards with --chunking {rule}: shards are cut on a regular chunk grid; "
-            "give --chunking a size (or --chunks) to shard, or drop --shards"
+            f"--shards with --chunking {rule}: zarr's sharding codec cuts every shard into "
+            f"inner chunks of one size, and {rule} chunks vary in length; give --chunking a "
+            "size (or --chunks) to shard, or drop --shards"
         )
     if asked is None:
         return 3 if variable or sharded else 2
