@@ -16,6 +16,7 @@ from accumulus.ingest.layout import (
     TARGET_CHUNK_BYTES,
     ArraySpec,
     choose_chunks,
+    choose_shards,
 )
 
 from .helpers import FILL, SCALE, UNITS, VAR, truth, write_granules
@@ -128,6 +129,17 @@ def test_rule_of_thumb_splits_a_step_larger_than_the_target():
     arrays = {"v": ArraySpec(("time", "y", "x"), (1, 8192, 8192), 4, False)}
     steps, y, x = choose_chunks(arrays, "time").chunks["v"]
     assert (steps, y, x) == (1, 4096, 4096)  # 64 MiB: halved twice, largest side first
+
+
+@pytest.mark.parametrize(("shard_steps", "warned"), [(8, False), (2, True)])
+def test_small_chunks_are_warned_about_by_the_size_of_their_shards(shard_steps, warned):
+    """Sharded, the objects stored are shards: chunks of 2 MiB in shards of 16 MiB are not
+    small objects, shards of 4 MiB are."""
+    arrays = {"v": ArraySpec(("time", "y", "x"), (1, 512, 1024), 4, False)}
+    choice = choose_chunks(arrays, "time", {"time": 1})
+    assert "below 10 MiB" in choice.reason  # 2 MiB chunks, unsharded
+    sharded = choose_shards(choice, arrays, "time", {"time": shard_steps})
+    assert ("below 10 MiB" in sharded.reason) is warned
 
 
 def test_given_chunks_are_kept_and_checked():

@@ -151,10 +151,13 @@ def choose_shards(
     spec = arrays[name]
     text = ", ".join(f"{d}={n}" for d, n in zip(spec.dims, shards[name], strict=True))
     inner = prod(s // c for s, c in zip(shards[name], choice.chunks[name], strict=True))
-    size = _mib(prod(shards[name]) * spec.itemsize)
+    shard_bytes = prod(shards[name]) * spec.itemsize
+    # Objects are shards now: warn about their size, not the chunks'.
+    small = SMALL_OBJECTS if shard_bytes < MIN_CHUNK_BYTES else ""
     reason = (
-        f"{choice.reason}; data in shards {text} ({inner} chunks of {name} per shard, {size}: "
-        "one object each, its chunks read one by one)"
+        f"{choice.reason.replace(SMALL_OBJECTS, '')}; data in shards {text} ({inner} chunks "
+        f"of {name} per shard, {_mib(shard_bytes)}: one object each, its chunks read one by "
+        f"one{small})"
     )
     return replace(choice, shards=shards, reason=reason)
 
@@ -224,10 +227,13 @@ def _reason(
         )
     total = step_bytes[largest] * steps
     if total < MIN_CHUNK_BYTES and not (year is not None and steps == year):
-        why += "; below 10 MiB, reads from object storage will pay many requests"
+        why += SMALL_OBJECTS
     elif total > TARGET_CHUNK_BYTES:
         why += "; above 100 MiB, few chunks fit in memory at once"
     return f"chunks {text} ({why}); coordinates along {dim} in chunks of about 1 MiB"
+
+
+SMALL_OBJECTS = "; below 10 MiB, reads from object storage will pay many requests"
 
 
 def _mib(n: float) -> str:
