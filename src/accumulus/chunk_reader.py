@@ -16,7 +16,14 @@ counting store, the service's guard) always go through the event loop.
 
 A sharded array's chunks are its inner chunks (``grid.read_grid``): each is read as a byte
 range of its shard by zarr's sharding codec (``decode_partial``), after the shard's index,
-which is fetched once per shard for all the inner chunks a batch reads from it.
+which is fetched once per shard for all the inner chunks a batch reads from it. A shard cut
+by the array's end is the one an append rewrites (with the new steps): a reader that fetched
+its index just before the rewrite would read byte ranges of the new object at the old
+object's offsets (another chunk's bytes, or a cut in one). So after reading from such a
+shard, its index is read again: if it changed, the chunk is read again with the new index
+(the values the reader's snapshot covers are the same in the new shard); if it did not, the
+bytes read were that index's. One more small request per inner chunk read from a partial
+shard, none for the others.
 
 Requests are counted here, at the store: every request made and the bytes it returned.
 """
@@ -49,6 +56,9 @@ from accumulus.storage import reads_synchronously
 # Store requests in flight at once: enough for a plan's reads to go out together, few enough
 # that a full scan holds a bounded number of chunks in memory.
 MAX_IN_FLIGHT = 128
+# Reads of an inner chunk of a partial shard, each followed by a check that the shard's index
+# did not change meanwhile: a shard rewritten this many times during one read is an error.
+SHARD_READS = 3
 # Read in the calling thread: a batch of at most this many decoded bytes (larger ones are
 # split into runs read side by side, one per worker, the calling thread taking one).
 IN_THREAD_BYTES = 2 * 2**20
@@ -346,6 +356,16 @@ class _Fetcher:
             return await asyncio.shield(task)
         return await self._get(request, key, prototype, byte_range)
 
+    async def read_index_again(
+        self, request: ChunkRequest, prototype: BufferPrototype, byte_range: ByteRequest
+    ) -> Buffer | None:
+        """A shard's index read again, not the one shared; later reads of that shard in
+        this batch share the new one."""
+        key = request.store_key
+        task = asyncio.ensure_future(self._get(request, key, prototype, byte_range))
+        self._indexes[key, byte_range] = task
+        return await asyncio.shield(task)
+
     async def _get(
         self,
         request: ChunkRequest,
@@ -368,17 +388,62 @@ def _is_index_range(byte_range: ByteRequest | None, index_location: str) -> bool
     return isinstance(byte_range, SuffixByteRequest)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _ShardBytes:
-    """The bytes of one shard, as zarr's sharding codec reads them (a ByteGetter)."""
+    """The bytes of one shard, as zarr's sharding codec reads them (a ByteGetter); keeps
+    the index it was given."""
 
     fetcher: _Fetcher
     request: ChunkRequest
+    sharding: ShardingCodec
+    index: tuple[ByteRequest, BufferPrototype, Buffer | None] | None = None
 
     async def get(
         self, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        return await self.fetcher.get(self.request, prototype, byte_range)
+        value = await self.fetcher.get(self.request, prototype, byte_range)
+        if byte_range is not None and _is_index_range(byte_range, self.sharding.index_location):
+            self.index = (byte_range, prototype, value)
+        return value
+
+    async def index_unchanged(self) -> bool:
+        """Whether the shard's index, read again now, is the one the chunk was read with."""
+        if self.index is None:
+            return True
+        byte_range, prototype, used = self.index
+        fresh = await self.fetcher.read_index_again(self.request, prototype, byte_range)
+        if fresh is None or used is None:
+            return fresh is None and used is None
+        return fresh.to_bytes() == used.to_bytes()
+
+
+class ShardRewrittenError(Exception):
+    """A shard's index changed after every one of ``SHARD_READS`` reads of one of its chunks."""
+
+
+async def _read_inner(
+    request: ChunkRequest,
+    fetcher: _Fetcher,
+    sharding: ShardingCodec,
+    selection: tuple[slice, ...],
+    shard_spec: ArraySpec,
+    partial: bool,
+) -> Buffer | None:
+    """An inner chunk decoded (None: no shard stored). ``partial``: the shard is cut by the
+    array's end, so an append may rewrite it while it is read (see the module's notes)."""
+    for _ in range(SHARD_READS if partial else 1):
+        shard = _ShardBytes(fetcher, request, sharding)
+        try:
+            (decoded,) = await sharding.decode_partial([(shard, selection, shard_spec)])
+        except Exception:
+            if partial and not await shard.index_unchanged():
+                continue  # read with an index the shard no longer has
+            raise
+        if not partial or await shard.index_unchanged():
+            return decoded
+    raise ShardRewrittenError(
+        f"its shard {request.store_key} was rewritten during each of {SHARD_READS} reads"
+    )
 
 
 async def _fetch(request: ChunkRequest, fetcher: _Fetcher) -> Callable[[], np.ndarray]:
@@ -411,8 +476,8 @@ async def _fetch_decode(request: ChunkRequest, fetcher: _Fetcher) -> np.ndarray:
         shard_spec = replace(spec, shape=shard.codec_shape)
         sharding = sharding_of(array.metadata)
         assert sharding is not None
-        (decoded,) = await sharding.decode_partial(
-            [(_ShardBytes(fetcher, request), place.selection, shard_spec)]
+        decoded = await _read_inner(
+            request, fetcher, sharding, place.selection, shard_spec, shard.is_boundary
         )
         if decoded is None:  # no shard stored
             return _filled(spec)
