@@ -72,3 +72,39 @@ def test_kill_during_build(tmp_path):
     result = accumulus.query(str(path), VAR, ["lat", "lon"])
     assert result.stats.raw_chunks_read == 0
     np.testing.assert_allclose(result.data, expected, rtol=1e-9)
+
+
+class Stopped(Exception):
+    """Where a kill -9 lands, made deterministic."""
+
+
+def test_a_rebuild_stopped_once_the_old_group_is_deleted(tmp_path, monkeypatch):
+    """The narrow window of a rebuild (or of an append meeting the first infinity): the
+    old group's arrays deleted, the new group not yet written. Readers must not take the
+    old group's chunks for missing ones: it is withdrawn first, so they read the raw data."""
+    from accumulus.accumulation import build
+
+    ds = synthetic_dataset({"time": 40, "lat": 6, "lon": 10}, seed=4)
+    path = tmp_path / "c.zarr"
+    write_cube(ds, path, {"time": 5, "lat": 3, "lon": 5})
+    accumulus.accumulate(str(path), VAR)
+    expected = xarray_reference(ds[VAR], ["lat", "lon"], "area", "mean")
+
+    def deleted_then_killed(root, group):
+        del root[group.path]
+        raise Stopped
+
+    monkeypatch.setattr(build, "_create_group", deleted_then_killed)
+    with pytest.raises(Stopped):
+        accumulus.accumulate(str(path), VAR, rebuild=True)
+    monkeypatch.undo()
+    result = accumulus.query(str(path), VAR, ["lat", "lon"])
+    assert result.stats.accumulation_chunks_read == 0
+    np.testing.assert_allclose(result.data, expected, rtol=1e-9)
+
+    assert accumulus.accumulate(str(path), VAR).action in ("built", "rebuilt")
+    [report] = accumulus.verify(str(path), VAR)
+    assert report.ok, report.problems
+    result = accumulus.query(str(path), VAR, ["lat", "lon"])
+    assert result.stats.raw_chunks_read == 0
+    np.testing.assert_allclose(result.data, expected, rtol=1e-9)

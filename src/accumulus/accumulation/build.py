@@ -218,6 +218,7 @@ def _fill_new(
     target: _Target,
 ) -> tuple[spec.AccumulationGroup, dict[str, zarr.Array]]:
     """Create ``group`` afresh and compute every entry; the group as done, and its arrays."""
+    _withdraw(root, group.path, target)
     made = _create_group(root, group)
     targets = _create_arrays(made, var, group, sharded)
     if target.consolidated:
@@ -463,6 +464,20 @@ def _writable_root(target: _Target) -> zarr.Group:
     if target.store.read_only:
         raise AccumulusError(f"{target.label} is opened read-only; cannot write accumulations")
     return zarr.open_group(target.store, mode="r+", use_consolidated=False)
+
+
+def _withdraw(root: zarr.Group, path: str, target: _Target) -> None:
+    """Mark a group built before as not complete, where readers look (its attributes, the
+    consolidated metadata), before its arrays are deleted: readers then answer from the raw
+    data, never from a group whose chunks are going (a build killed in between leaves the
+    group withdrawn, and the next build or append makes it again)."""
+    node = root.get(path)
+    extension = node.attrs.get(spec.EXTENSION_KEY) if isinstance(node, zarr.Group) else None
+    if not isinstance(extension, dict) or extension.get("complete") is not True:
+        return
+    node.attrs[spec.EXTENSION_KEY] = {**extension, "complete": False}
+    if target.consolidated:
+        consolidate(target.store)
 
 
 def _create_group(root: zarr.Group, group: spec.AccumulationGroup) -> zarr.Group:
