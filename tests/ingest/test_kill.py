@@ -172,3 +172,45 @@ def test_kill_minus_9_during_month_appends(tmp_path):
         assert all(r.ok for r in accumulus.verify(str(store), VAR)), trial
 
     assert killed_mid_append >= 2, f"only {killed_mid_append} kills landed mid-append"
+
+
+INFINITE_TRIALS = 8
+
+
+@pytest.mark.slow
+def test_kill_minus_9_while_the_first_infinity_rebuilds_the_group(tmp_path):
+    """A group built without tallies (no infinity yet) meets its first infinities in an
+    append, which builds the group again with tallies: after each kill the visible cube's
+    averages equal xarray's, and a re-run ends with tallies, verify passing."""
+    from core.test_infinities import check_answers, infinite_dataset
+
+    ds = infinite_dataset(seed=6)  # +inf at step 8, -inf at step 12, of 20
+    name = next(iter(ds.data_vars))
+    granules = []
+    for start in range(0, ds.sizes["time"], 2):
+        path = tmp_path / "in" / f"g{start:02d}.nc"
+        path.parent.mkdir(exist_ok=True)
+        ds.isel(time=slice(start, start + 2)).to_netcdf(path)
+        granules.append(str(path))
+    base = tmp_path / "base.zarr"
+    accumulus.append(str(base), granules[0], chunks={"time": 4, "lat": 3, "lon": 5})
+    assert accumulus.accumulate(str(base), name).group.infinities is False
+
+    killed_mid_append = 0
+    for trial, store in enumerate(killed_appends(base, granules, INFINITE_TRIALS, seed=7)):
+        n = Cube.open(str(store)).variable(name).shape[0]
+        assert n % 2 == 0, f"trial {trial}: {n} steps visible, not whole granules"
+        killed_mid_append += 2 < n < ds.sizes["time"]
+        for over in (("lat", "lon"), ("time",)):
+            got = accumulus.average(str(store), name, over)
+            want = xarray_reference(ds[name].isel(time=slice(0, n)), over, "area", "mean")
+            np.testing.assert_allclose(got.values, want.values, rtol=1e-9, equal_nan=True)
+
+        rerun = cli("append", str(store), *granules)
+        assert rerun.returncode == 0, f"trial {trial}: {rerun.stderr}"
+        group = accumulus.open(str(store)).snapshot().groups.group(name)
+        assert group is not None and group.infinities is True, f"trial {trial}"
+        check_answers(str(store), ds)
+        (report,) = accumulus.verify(str(store), name)
+        assert report.ok, (trial, report.problems)
+    assert killed_mid_append >= INFINITE_TRIALS // 4, f"only {killed_mid_append} mid-append"
