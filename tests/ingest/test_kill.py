@@ -1,5 +1,5 @@
 """kill -9 at random moments of ``accumulus append`` (24 trials, 12 more into a sharded
-cube, and 8 more under the month rule): each time the store opens, readers see a prefix of
+cube, 8 more under the month rule, and 8 while the first infinities rebuild a group): each time the store opens, readers see a prefix of
 the data whose averages (accumulations included) equal xarray's, and re-running the same
 command completes the work, every granule once, ``verify`` passing."""
 
