@@ -1,7 +1,8 @@
 """kill -9 at random moments of ``accumulus append`` (24 trials, 12 more into a sharded
-cube, 8 more under the month rule, and 8 while the first infinities rebuild a group): each time the store opens, readers see a prefix of
-the data whose averages (accumulations included) equal xarray's, and re-running the same
-command completes the work, every granule once, ``verify`` passing."""
+cube, 8 more under the month rule, and 8 while the first infinities add tallies to a
+group): each time the store opens, readers see a prefix of the data whose averages
+(accumulations included) equal xarray's, and re-running the same command completes the
+work, every granule once, ``verify`` passing."""
 
 from __future__ import annotations
 
@@ -180,8 +181,8 @@ INFINITE_TRIALS = 8
 @pytest.mark.slow
 def test_kill_minus_9_while_the_first_infinity_rebuilds_the_group(tmp_path):
     """A group built without tallies (no infinity yet) meets its first infinities in an
-    append, which builds the group again with tallies: after each kill the visible cube's
-    averages equal xarray's, and a re-run ends with tallies, verify passing."""
+    append, which adds its tally arrays (0 before them) and updates it: after each kill the
+    visible cube's averages equal xarray's, and a re-run ends with tallies, verify passing."""
     from core.test_infinities import check_answers, infinite_dataset
 
     ds = infinite_dataset(seed=6)  # +inf at step 8, -inf at step 12, of 20

@@ -1,7 +1,7 @@
 """Appends keep positioned accumulations (``--at``) current: a new month adds an entry, the
 open month's entry is provisional (queries and verify leave it out) until the next month
-starts, entries every N elements grow with the data, and a count that outgrows its integer
-type has the group built again."""
+starts, entries every N elements grow with the data, a count that outgrows its integer
+type has the group built again, and the first infinity adds tally arrays beside the others."""
 
 from __future__ import annotations
 
@@ -96,3 +96,47 @@ def test_labels_past_the_data_wait_for_it(tmp_path):
     assert placement(store, "time@labels").final["time"] == 2
     [report] = accumulus.verify(str(store))
     assert report.ok, report.problems
+
+
+def test_the_first_infinity_adds_tallies_without_rewriting_what_readers_use(tmp_path):
+    """An append whose data hold the group's first infinity adds the tally arrays (0 over
+    what the group held before) and updates the group: the arrays the published group
+    names are not rewritten, so its readers never meet a missing or changed chunk; the
+    answers then equal xarray's, infinities included, and verify passes."""
+    from core.test_infinities import check_answers, infinite_dataset
+
+    ds = infinite_dataset(seed=8)  # +inf at step 8, -inf at step 12, of 20
+    store = tmp_path / "cube.zarr"
+    accumulus.append(str(store), ds.isel(time=slice(0, 8)), chunks={"time": 4, "lat": 3})
+    at = {"time": 1, "lat": 1, "lon": 1}
+    built = accumulus.accumulate(str(store), VAR, ["time", "lat,lon"], at=at)
+    assert built.group.infinities is False
+    before = {p: _written(p) for p in _chunk_files(store)}
+    assert len(before) > 10
+
+    result = accumulus.append(str(store), ds.isel(time=slice(8, 20)))
+    assert result.accumulations == (VAR,)
+    group = read_group(Cube.open(str(store)), VAR)
+    assert group is not None and group.infinities is True
+    for acc in group.accumulations:
+        assert {"posinf", "neginf"} <= set(acc.arrays)
+    # Every chunk the group held before is the same file, never written again (building the
+    # group again would delete and rewrite them all).
+    assert {p: _written(p) for p in before if p.exists()} == before
+    check_answers(str(store), ds)
+    reports = accumulus.verify(str(store))
+    assert reports and all(r.ok for r in reports), [r.problems for r in reports]
+
+
+def _chunk_files(store):
+    return [
+        p
+        for p in (store / f"{VAR}_accumulation_group").rglob("*")
+        if p.is_file() and not p.name.startswith(".") and p.name != "zarr.json"
+    ]
+
+
+def _written(path) -> tuple[int, int, bytes]:
+    """A file as written: its inode, its modification time and its bytes."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_mtime_ns, path.read_bytes()

@@ -168,9 +168,20 @@ def _build(
                         cube, var, existing, wanted, grown, scheduler, progress, target
                     )
                 except stream.InfinityMet:
-                    # The first infinity, in a group keeping no tallies: built again with them.
-                    wanted, met = full, True
-                else:
+                    if existing.infinities is not False:
+                        # Built before tallies were kept: infinities are in its sums.
+                        wanted, met = full, True
+                    else:
+                        # The first infinity: the tallies are 0 up to here, so they are
+                        # added as such and the update goes on with them. Building the
+                        # group again would delete the arrays under the readers of the
+                        # published group (until the next consolidation, or a kill).
+                        _add_zero_tallies(var, existing, full, target)
+                        wanted = full
+                        arrays, seen = _update(
+                            cube, var, existing, wanted, grown, scheduler, progress, target
+                        )
+                if not met:
                     infinities = _infinities(wanted, seen, existing.infinities)
                     done = replace(wanted, complete=True, infinities=infinities)
                     if existing.infinities:
@@ -641,7 +652,6 @@ def _create_arrays(
     group: zarr.Group, var: VariableInfo, wanted: spec.AccumulationGroup, sharded: bool
 ) -> dict[str, zarr.Array]:
     targets: dict[str, zarr.Array] = {}
-    v3 = group.metadata.zarr_format == 3
     for acc in wanted.accumulations:
         shape = accumulation_shape(var, acc)
         chunks = target_chunks(var, acc, wanted)
@@ -650,27 +660,69 @@ def _create_arrays(
             if name in targets:
                 continue
             count = any(statistics.SUMS[t].is_count for t, n in acc.arrays.items() if n == name)
-            # A fill value no real sum can take: a missing chunk is detected, not read as 0.
-            # A checksum per chunk: bytes changed on disk fail loudly, not as wrong sums.
-            extra = checksummed_codecs(3 if v3 else 2)
-            if acc.placement is None:
-                dtype, fill = ("int64", -1) if count else ("float64", np.nan)
-            else:
-                dtype, fill = placement.dtype_and_fill(var, acc, count)
-                series = placement.is_series(acc, stream.batch_dimension(var))
-                extra = placement.codecs(3 if v3 else 2, dtype, series)
-            targets[name] = group.create_array(
-                name,
-                shape=shape,
-                chunks=chunks,
-                shards=shards,
-                dtype=dtype,
-                fill_value=fill,
-                attributes=spec.array_attributes(acc),
-                dimension_names=acc.array_dims if v3 else None,
-                **extra,
-            )
+            targets[name] = _create_array(group, var, acc, name, count, shape, chunks, shards)
     return targets
+
+
+def _create_array(
+    group: zarr.Group,
+    var: VariableInfo,
+    acc: spec.Accumulation,
+    name: str,
+    count: bool,
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    shards: tuple[int, ...] | None,
+) -> zarr.Array:
+    """One accumulation array of ``acc``, holding sums (or counts, ``count``)."""
+    v3 = group.metadata.zarr_format == 3
+    # A fill value no real sum can take: a missing chunk is detected, not read as 0.
+    # A checksum per chunk: bytes changed on disk fail loudly, not as wrong sums.
+    extra = checksummed_codecs(3 if v3 else 2)
+    if acc.placement is None:
+        dtype, fill = ("int64", -1) if count else ("float64", np.nan)
+    else:
+        dtype, fill = placement.dtype_and_fill(var, acc, count)
+        series = placement.is_series(acc, stream.batch_dimension(var))
+        extra = placement.codecs(3 if v3 else 2, dtype, series)
+    return group.create_array(
+        name,
+        shape=shape,
+        chunks=chunks,
+        shards=shards,
+        dtype=dtype,
+        fill_value=fill,
+        attributes=spec.array_attributes(acc),
+        dimension_names=acc.array_dims if v3 else None,
+        overwrite=True,
+        **extra,
+    )
+
+
+def _add_zero_tallies(
+    var: VariableInfo, old: spec.AccumulationGroup, group: spec.AccumulationGroup, target: _Target
+) -> None:
+    """Create the tally arrays of ``group`` that ``old`` (which met no infinity) lacks, 0
+    everywhere, beside its arrays: shaped, chunked and sharded as the other arrays of their
+    accumulation, typed and compressed as a build makes them. Arrays the published group
+    names are not touched."""
+    node = _writable_root(target)[group.path]
+    assert isinstance(node, zarr.Group)
+    made: set[str] = set()
+    for acc in group.accumulations:
+        held = {n for t, n in acc.arrays.items() if t not in spec.TALLIES}
+        sibling = node[sorted(held)[0]]
+        assert isinstance(sibling, zarr.Array)
+        for term in spec.TALLIES:
+            name = acc.arrays.get(term)
+            if name is None or name in made:
+                continue
+            # Replacing what a run killed while adding them left (the group named none).
+            array = _create_array(
+                node, var, acc, name, True, sibling.shape, sibling.chunks, sibling.shards
+            )
+            array[...] = 0  # a scalar: written chunk by chunk
+            made.add(name)
 
 
 def weights_of(cube: Cube, var: VariableInfo, group: spec.AccumulationGroup):
