@@ -3,7 +3,11 @@ that rewrites that shard (the cube's last, partial shard). The race is made dete
 by interposing on the store: right after the reader's index request for the partial shard
 is answered, the shard object is replaced by the one the append writes. The reader holds
 the old metadata snapshot (7 steps) and must answer as xarray does on those 7 steps —
-neither fail nor return values of the new file read with the old index."""
+neither fail nor return values of the new file read with the old index. Fixed twice: by
+the append's shard layout (``ingest/shard_layout.py``: old inner chunks keep their offsets,
+so any reader, xarray's too, reads right values), and, for shards rewritten by other
+writers, by accumulus checking the index of a partial shard again after reading from it
+(``chunk_reader``)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import shutil
 
 import numpy as np
 import xarray as xr
+import zarr
 from zarr.abc.store import SuffixByteRequest
 from zarr.storage import LocalStore, WrapperStore
 
@@ -43,11 +48,17 @@ class RewriteAfterIndex(WrapperStore[LocalStore]):
         if key == PARTIAL and isinstance(byte_range, SuffixByteRequest) and not self.swapped:
             self.swapped = True
             path = self._store.root / PARTIAL
-            path.write_bytes(self.new)
+            # Replaced in one piece, as the append does (other threads read it meanwhile).
+            path.with_suffix(".new").write_bytes(self.new)
+            path.with_suffix(".new").replace(path)
         return value
 
 
-def test_reader_holding_an_old_index_while_an_append_rewrites_the_shard(tmp_path):
+def race(tmp_path, rewrite: str):
+    """A cube of 7 steps and the bytes of its partial last shard once steps 7..11 are
+    appended: by ``accumulus.append`` (``rewrite="accumulus"``) or written into the array
+    by zarr-python itself ("zarr", which lays the shard out afresh). Also the values the
+    7-step snapshot holds, as xarray reads them before any rewrite."""
     t = truth(12)
     old = tmp_path / "old.zarr"
     accumulus.append(
@@ -56,14 +67,46 @@ def test_reader_holding_an_old_index_while_an_append_rewrites_the_shard(tmp_path
     new = tmp_path / "new.zarr"
     shutil.copytree(old, new)
     accumulus.append(str(new), write_granule(tmp_path / "b.nc", t, 7, 12))
+    if rewrite == "zarr":
+        stored = zarr.open_array(new / VAR, mode="r")[7:12]
+        shutil.rmtree(new)
+        shutil.copytree(old, new)
+        array = zarr.open_array(new / VAR, mode="r+")
+        array.resize((12, *array.shape[1:]))
+        array[7:12] = stored
     rewritten = (new / PARTIAL).read_bytes()
     assert rewritten != (old / PARTIAL).read_bytes()
+    return old, rewritten, xr.open_zarr(old)[VAR].load()
 
-    expected = xr.open_zarr(old)[VAR].load()  # the 7 steps the reader's snapshot holds
+
+def test_reader_holding_an_old_index_while_an_append_rewrites_the_shard(tmp_path):
+    old, rewritten, expected = race(tmp_path, "accumulus")
     want = xarray_reference(expected, ("time",), "area", "mean")
     store = RewriteAfterIndex(LocalStore(old, read_only=True), rewritten)
     got = accumulus.average(store, VAR, ("time",), {}, use_accumulation=False)
     assert store.swapped  # the race happened: ranges were read from the rewritten shard
+    np.testing.assert_allclose(got.values, want.values, rtol=1e-9, equal_nan=True)
+
+
+def test_xarray_holding_an_old_index_while_an_append_rewrites_the_shard(tmp_path):
+    """The rewritten shard keeps every old inner chunk in place: readers other than
+    accumulus (zarr-python, through xarray) read the old snapshot right too."""
+    old, rewritten, expected = race(tmp_path, "accumulus")
+    store = RewriteAfterIndex(LocalStore(old, read_only=True), rewritten)
+    got = xr.open_zarr(store)[VAR].load()
+    assert store.swapped
+    xr.testing.assert_identical(got, expected)
+
+
+def test_reader_reads_again_when_another_writer_moved_the_inner_chunks(tmp_path):
+    """A shard rewritten by zarr-python itself (inner chunks moved): accumulus sees the
+    index changed and reads again with the new one, which holds the old snapshot's values
+    at the same places (an append changes nothing before its start)."""
+    old, rewritten, expected = race(tmp_path, "zarr")
+    want = xarray_reference(expected, ("time",), "area", "mean")
+    store = RewriteAfterIndex(LocalStore(old, read_only=True), rewritten)
+    got = accumulus.average(store, VAR, ("time",), {}, use_accumulation=False)
+    assert store.swapped
     np.testing.assert_allclose(got.values, want.values, rtol=1e-9, equal_nan=True)
 
 

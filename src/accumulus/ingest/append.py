@@ -99,6 +99,7 @@ from accumulus.ingest.journal import (
     write_journal,
 )
 from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, choose_shards
+from accumulus.ingest.shard_layout import StableShardStore
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.locking import StoreLock
 from accumulus.nczarr import record_dimension_size
@@ -183,6 +184,8 @@ def append(
     group = resolve_group(items[0], dim, group, storage_options)
     items = [_in_group(item, group, dim) for item in items]
     target_store, new_directory = _open_target(store, label, storage_options)
+    # Shards rewritten keep their old inner chunks in place, for readers of the old index.
+    target_store = StableShardStore(target_store)
     # A group of the cube is a store of its own: journal, lock and metadata inside it.
     target_store, label = group_view(target_store, group), group_label(label, group)
     try:

@@ -16,7 +16,9 @@ For a sharded array the grid is the shards' (``append._chunk_along``): a shard i
 once it is full, and a partial one is rewritten whole by zarr, which reads it back and keeps
 the inner chunks the write does not cover. Those are either committed values (before the
 start of the write) or past the view's shape, where no reader looks: what a killed run left
-there is replaced when the array grows over it. Writes in flight never share a shard.
+there is replaced when the array grows over it. Writes in flight never share a shard. The
+append's store lays a rewritten shard out so that its stored inner chunks keep their offsets
+(``shard_layout.py``): a reader holding the old index reads right values.
 """
 
 from __future__ import annotations
