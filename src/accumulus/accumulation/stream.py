@@ -25,7 +25,7 @@ import bisect
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 import dask
@@ -354,19 +354,34 @@ def _write_entries(
         writer.write(acc.arrays[term], t_axis, work.first, values)
 
 
+@dataclass
+class _Row:
+    """Entries of one array waiting for a whole chunk row along the batch dimension: its
+    space allocated once, at the row's length, and filled as slabs make them."""
+
+    axis: int
+    start: int  # first entry of the row
+    stop: int  # entries filled so far end here
+    end: int  # the row ends here (a chunk boundary, or the array's end)
+    values: np.ndarray
+
+
 class _Writer:
     """Writes entries as slabs make them, in a thread of its own (in order, a few writes
     behind), so the next slab's entries are computed meanwhile. Along the batch dimension an
-    array may be chunked longer than a slab: its entries wait here until a whole chunk row
-    is ready (or the build ends), so each chunk is written once. The last entry written is
-    kept, to continue the next slab's prefix sums from."""
+    array may be chunked longer than a slab: its entries wait here, in space allocated once
+    per chunk row (``_Row``), until the row is whole (or the build ends), so each chunk is
+    written once. A row is written in pieces of at most ``PIECE_BYTES`` across the other
+    dimensions, so zarr's copies of what it encodes stay small beside the row. The last
+    entry written is kept, to continue the next slab's prefix sums from."""
 
     IN_FLIGHT = 4  # writes queued at most (each holds its entries)
+    PIECE_BYTES = 32 * 2**20
 
     def __init__(self, targets: Mapping[str, zarr.Array]) -> None:
         # Prefix sums are never all fill values: write every chunk without comparing.
         self.targets = {n: a.with_config({"write_empty_chunks": True}) for n, a in targets.items()}
-        self._pending: dict[str, tuple[int, int, int, list[np.ndarray]]] = {}
+        self._pending: dict[str, _Row] = {}
         self._last: dict[str, tuple[int, np.ndarray]] = {}
         self._thread = ThreadPoolExecutor(1)
         self._writes: list[Future] = []
@@ -389,37 +404,75 @@ class _Writer:
         return np.asarray(target[tuple(window)], dtype="f8")
 
     def write(self, name: str, axis: int, first: int, values: np.ndarray) -> None:
-        target = self.targets[name]
         n = values.shape[axis]
         if n == 0:
             return
         self._last[name] = (first + n - 1, values.take([n - 1], axis=axis).astype("f8"))
-        if target.dtype.kind in "iu":
-            values = values.astype(target.dtype)  # counts: sums of ones, exact in float64
-        _, start, stop, parts = self._pending.pop(name, (axis, first, first, []))
-        assert stop == first, f"{name}: entries written out of order"
-        parts.append(values)
-        stop += n
-        if stop % target.chunks[axis] == 0 or stop >= target.shape[axis]:
-            self._store(name, axis, start, stop, parts)
-        else:
-            self._pending[name] = (axis, start, stop, parts)
+        done = 0
+        while done < n:
+            row = self._pending.pop(name, None) or self._new_row(name, axis, first + done)
+            assert row.stop == first + done, f"{name}: entries written out of order"
+            take = min(n - done, row.end - row.stop)
+            # Counts arrive as float64 sums of ones (exact): cast on assignment.
+            _along(row.values, axis, row.stop - row.start, take)[...] = _along(
+                values, axis, done, take
+            )
+            row.stop += take
+            done += take
+            if row.stop == row.end:
+                self._store(name, row)
+            else:
+                self._pending[name] = row
 
     def flush(self) -> None:
         """Write what waits, and wait for every write (raising the first that failed)."""
         for name in list(self._pending):
-            self._store(name, *self._pending.pop(name))
+            row = self._pending.pop(name)
+            self._store(
+                name, replace(row, values=_along(row.values, row.axis, 0, row.stop - row.start))
+            )
         while self._writes:
             self._writes.pop(0).result()
 
-    def _store(self, name: str, axis: int, start: int, stop: int, parts: list) -> None:
+    def _new_row(self, name: str, axis: int, start: int) -> _Row:
         target = self.targets[name]
-        window = [slice(None)] * target.ndim
-        window[axis] = slice(start, stop)
-        values = parts[0] if len(parts) == 1 else np.concatenate(parts, axis)
+        chunk = target.chunks[axis]
+        end = min((start // chunk + 1) * chunk, target.shape[axis])
+        shape = list(target.shape)
+        shape[axis] = end - start
+        return _Row(axis, start, start, end, np.empty(shape, dtype=target.dtype))
+
+    def _store(self, name: str, row: _Row) -> None:
         while len(self._writes) >= self.IN_FLIGHT:
             self._writes.pop(0).result()
-        self._writes.append(self._thread.submit(target.__setitem__, tuple(window), values))
+        target = self.targets[name]
+        self._writes.append(self._thread.submit(_write_pieces, target, row, self.PIECE_BYTES))
+
+
+def _along(values: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
+    """The view of ``values`` from ``start`` along ``axis``, ``length`` long."""
+    window = [slice(None)] * values.ndim
+    window[axis] = slice(start, start + length)
+    return values[tuple(window)]
+
+
+def _write_pieces(target: zarr.Array, row: _Row, piece_bytes: int) -> None:
+    """Write a row's entries, whole chunks at a time, in pieces of about ``piece_bytes``
+    cut along the widest other dimension at chunk edges."""
+    length = row.values.shape[row.axis]
+    window = [slice(None)] * target.ndim
+    window[row.axis] = slice(row.start, row.start + length)
+    others = [d for d in range(target.ndim) if d != row.axis]
+    if not others or row.values.nbytes <= piece_bytes:
+        target[tuple(window)] = row.values
+        return
+    cut = max(others, key=lambda d: target.shape[d] // target.chunks[d])
+    per_chunk = row.values.nbytes * target.chunks[cut] // max(target.shape[cut], 1)
+    step = target.chunks[cut] * max(1, piece_bytes // max(per_chunk, 1))
+    for lo in range(0, target.shape[cut], step):
+        hi = min(lo + step, target.shape[cut])
+        window[cut] = slice(lo, hi)
+        target[tuple(window)] = _along(row.values, cut, lo, hi - lo)
 
 
 def _scaled(
