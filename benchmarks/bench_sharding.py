@@ -30,7 +30,9 @@ this run.
 Appends: each layout is copied and adopted by ``accumulus append``, then appended to
 (``APPENDS``: 10 days into a new shard, 10 more, 280 more, then one day into a shard already
 holding 300 days; a Dataset per append, values from the same generator), counting the
-objects and bytes written and read, and the time (accumulations updated in the same run).
+objects and bytes written and read, the time (accumulations updated in the same run), and
+the bytes the data objects written hold, of which dead (superseded inner chunks an append
+keeps in place for readers of the old index, ``ingest/shard_layout.py``).
 
     python benchmarks/bench_sharding.py [--repeats 5] [--scan-repeats 2] [--latency 0.05]
         [--no-appends] [--rebuild]
@@ -301,6 +303,26 @@ def days(start: int, count: int) -> xr.Dataset:
     )
 
 
+def stored_bytes(path: Path, keys: list[str]) -> dict:
+    """Of the data objects ``keys`` an append wrote: the bytes stored, and for shards the
+    bytes no inner chunk of the index uses (``dead``: superseded versions an append kept in
+    place for readers of the old index) besides the index itself."""
+    stored = dead = 0
+    metadata = json.loads((path / VARIABLE / "zarr.json").read_text())
+    codec = metadata["codecs"][0]
+    for key in keys:
+        data = (path / key).read_bytes()
+        stored += len(data)
+        if codec["name"] == "sharding_indexed":
+            shard = metadata["chunk_grid"]["configuration"]["chunk_shape"]
+            inner = codec["configuration"]["chunk_shape"]
+            n = int(np.prod([s // c for s, c in zip(shard, inner, strict=True)]))
+            index = np.frombuffer(data[-(16 * n + 4) : -4], "<u8").reshape(n, 2)
+            used = index[index[:, 0] != np.iinfo(np.uint64).max, 1].sum()
+            dead += len(data) - int(used) - (16 * n + 4)
+    return {"data_bytes_stored": stored, "data_dead_bytes": dead}
+
+
 def appends(paths: dict[str, Path], directory: Path, sizes: tuple[int, ...]) -> dict:
     """Copies of the cubes appended to ``sizes`` days at a time (the first append adopts
     the copy): what each append wrote and read, and how long it took."""
@@ -323,6 +345,7 @@ def appends(paths: dict[str, Path], directory: Path, sizes: tuple[int, ...]) -> 
             steps.append(
                 {
                     "extent": list(result.extent),
+                    **stored_bytes(path, data),
                     "seconds": round(seconds, 2),
                     "data_objects_written": sorted(data),
                     "data_bytes_written": sum(counts.writes[k] for k in data),
