@@ -457,8 +457,9 @@ def _along(values: np.ndarray, axis: int, start: int, length: int) -> np.ndarray
 
 
 def _write_pieces(target: zarr.Array, row: _Row, piece_bytes: int) -> None:
-    """Write a row's entries, whole chunks at a time, in pieces of about ``piece_bytes``
-    cut along the widest other dimension at chunk edges."""
+    """Write a row's entries, whole objects at a time, in pieces of about ``piece_bytes``
+    cut along the widest other dimension at the edges of what is stored (shards when the
+    array is sharded: a piece cutting a shard would make zarr read and rewrite it)."""
     length = row.values.shape[row.axis]
     window = [slice(None)] * target.ndim
     window[row.axis] = slice(row.start, row.start + length)
@@ -466,9 +467,10 @@ def _write_pieces(target: zarr.Array, row: _Row, piece_bytes: int) -> None:
     if not others or row.values.nbytes <= piece_bytes:
         target[tuple(window)] = row.values
         return
-    cut = max(others, key=lambda d: target.shape[d] // target.chunks[d])
-    per_chunk = row.values.nbytes * target.chunks[cut] // max(target.shape[cut], 1)
-    step = target.chunks[cut] * max(1, piece_bytes // max(per_chunk, 1))
+    stored = target.shards or target.chunks
+    cut = max(others, key=lambda d: target.shape[d] // stored[d])
+    per_object = row.values.nbytes * stored[cut] // max(target.shape[cut], 1)
+    step = stored[cut] * max(1, piece_bytes // max(per_object, 1))
     for lo in range(0, target.shape[cut], step):
         hi = min(lo + step, target.shape[cut])
         window[cut] = slice(lo, hi)
