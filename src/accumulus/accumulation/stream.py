@@ -376,6 +376,7 @@ class _Writer:
     entry written is kept, to continue the next slab's prefix sums from."""
 
     IN_FLIGHT = 4  # writes queued at most (each holds its entries)
+    QUEUED_BYTES = 256 * 2**20  # and entries they hold at most (a larger write goes alone)
     PIECE_BYTES = 32 * 2**20
 
     def __init__(self, targets: Mapping[str, zarr.Array]) -> None:
@@ -384,7 +385,7 @@ class _Writer:
         self._pending: dict[str, _Row] = {}
         self._last: dict[str, tuple[int, np.ndarray]] = {}
         self._thread = ThreadPoolExecutor(1)
-        self._writes: list[Future] = []
+        self._writes: list[tuple[Future, int]] = []
         self.infinities = False  # whether a tally written counts an infinity
 
     def __enter__(self) -> _Writer:
@@ -432,7 +433,7 @@ class _Writer:
                 name, replace(row, values=_along(row.values, row.axis, 0, row.stop - row.start))
             )
         while self._writes:
-            self._writes.pop(0).result()
+            self._writes.pop(0)[0].result()
 
     def _new_row(self, name: str, axis: int, start: int) -> _Row:
         target = self.targets[name]
@@ -443,10 +444,18 @@ class _Writer:
         return _Row(axis, start, start, end, np.empty(shape, dtype=target.dtype))
 
     def _store(self, name: str, row: _Row) -> None:
-        while len(self._writes) >= self.IN_FLIGHT:
-            self._writes.pop(0).result()
+        # The writer may be slower than the slabs: rows held back are large, so what waits
+        # to be written is bounded by bytes too (the slabs then wait for the writes).
+        size = row.values.nbytes
+        while self._writes and (
+            len(self._writes) >= self.IN_FLIGHT
+            or sum(n for _, n in self._writes) + size > self.QUEUED_BYTES
+        ):
+            self._writes.pop(0)[0].result()
         target = self.targets[name]
-        self._writes.append(self._thread.submit(_write_pieces, target, row, self.PIECE_BYTES))
+        self._writes.append(
+            (self._thread.submit(_write_pieces, target, row, self.PIECE_BYTES), size)
+        )
 
 
 def _along(values: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
