@@ -35,6 +35,7 @@ import zarr
 
 from accumulus import compute
 from accumulus.accumulation import spec, statistics
+from accumulus.accumulation.chunk_writes import write_region
 from accumulus.accumulation.sums import chunk_sums, load_kernel, prefix_entries
 from accumulus.cube import VariableInfo
 
@@ -474,7 +475,7 @@ def _write_pieces(target: zarr.Array, row: _Row, piece_bytes: int) -> None:
     window[row.axis] = slice(row.start, row.start + length)
     others = [d for d in range(target.ndim) if d != row.axis]
     if not others or row.values.nbytes <= piece_bytes:
-        target[tuple(window)] = row.values
+        write_region(target, window, row.values)
         return
     stored = target.shards or target.chunks
     cut = max(others, key=lambda d: target.shape[d] // stored[d])
@@ -483,7 +484,7 @@ def _write_pieces(target: zarr.Array, row: _Row, piece_bytes: int) -> None:
     for lo in range(0, target.shape[cut], step):
         hi = min(lo + step, target.shape[cut])
         window[cut] = slice(lo, hi)
-        target[tuple(window)] = _along(row.values, cut, lo, hi - lo)
+        write_region(target, window, _along(row.values, cut, lo, hi - lo))
 
 
 def _scaled(
