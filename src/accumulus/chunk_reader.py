@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from itertools import product
 from math import prod
 
 import numpy as np
@@ -50,7 +51,7 @@ from zarr.core.chunk_utils import ChunkTransform
 from zarr.core.metadata import ArrayMetadata
 from zarr.core.sync import sync
 
-from accumulus.grid import read_grid, sharding_of
+from accumulus.grid import array_bounds, read_grid, sharding_of
 from accumulus.storage import reads_synchronously
 
 # Store requests in flight at once: enough for a plan's reads to go out together, few enough
@@ -164,6 +165,33 @@ def read_chunks(
     elif unique:
         sync(_read_all(unique, consume, counts, memory_bytes, store))
     return counts
+
+
+def read_region(array: zarr.Array, region: Sequence[slice]) -> np.ndarray:
+    """``array[region]`` (one slice of step 1 per axis) with every chunk it touches read in
+    one batch (``read_chunks``) and copied into place: what ``zarr.Array.__getitem__``
+    returns, without its per-call selection machinery and event-loop round trip when the
+    store is read in this thread. A build reads every raw chunk this way."""
+    bounds = array_bounds(array)
+    starts = [s.start for s in region]
+    out = np.empty([s.stop - s.start for s in region], dtype=array.dtype)
+    if out.size == 0:
+        return out
+    overlapping = [
+        b.chunks_overlapping(s.start, s.stop) for b, s in zip(bounds, region, strict=True)
+    ]
+
+    def place(request: ChunkRequest, chunk: np.ndarray) -> None:
+        inside, at = [], []
+        for axis, c in enumerate(request.coords):
+            lo, hi = bounds[axis].edges[c], bounds[axis].edges[c + 1]
+            start, stop = max(lo, region[axis].start), min(hi, region[axis].stop)
+            inside.append(slice(start - lo, stop - lo))
+            at.append(slice(start - starts[axis], stop - starts[axis]))
+        out[tuple(at)] = chunk[tuple(inside)]
+
+    read_chunks((ChunkRequest(array, coords) for coords in product(*overlapping)), place)
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -165,7 +165,24 @@ class StoredValues:
         return self.array.ndim
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        return self.array[key]
+        # Dask asks for blocks of whole chunks: read them in one batch, past zarr's
+        # per-call path (a build reads every chunk so).
+        region = _slices(key, self.array.shape)
+        if region is None:
+            return self.array[key]
+        from accumulus.chunk_reader import read_region
+
+        return read_region(self.array, region)
+
+
+def _slices(key: Any, shape: tuple[int, ...]) -> list[slice] | None:
+    """``key`` as one slice of step 1 per axis within ``shape``, or None if it is not one."""
+    if not isinstance(key, tuple) or len(key) != len(shape):
+        return None
+    if not all(isinstance(k, slice) and k.step in (None, 1) for k in key):
+        return None
+    region = [slice(*k.indices(n)[:2]) for k, n in zip(key, shape, strict=True)]
+    return region if all(s.start <= s.stop for s in region) else None
 
 
 class Cube:

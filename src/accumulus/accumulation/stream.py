@@ -35,8 +35,8 @@ import zarr
 
 from accumulus import compute
 from accumulus.accumulation import spec, statistics
-from accumulus.accumulation.chunk_writes import write_region
 from accumulus.accumulation.sums import chunk_sums, load_kernel, prefix_entries
+from accumulus.chunk_writer import write_region
 from accumulus.cube import VariableInfo
 
 SLAB_BYTES = 128 * 2**20  # stored bytes of raw data per slab

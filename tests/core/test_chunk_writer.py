@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
-from accumulus.accumulation.chunk_writes import write_region
+from accumulus.chunk_writer import write_region
 
 CASES = {
     "sums": ("float64", np.nan, [numcodecs.Fletcher32()], numcodecs.Blosc("lz4", 5), "."),

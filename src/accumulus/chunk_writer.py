@@ -1,16 +1,15 @@
-"""Writing a region of whole chunks of a Zarr v2 array as encoded bytes, past zarr's
-per-chunk write path.
+"""Writing a region of whole chunks of an unsharded Zarr v2 array as encoded bytes, past
+zarr's per-chunk write path (the counterpart of ``chunk_reader`` for a build's writes).
 
 A build writes about a thousand chunks per accumulation group, a positioned one tens of
 thousands. Through ``zarr.Array.__setitem__`` each chunk costs about 0.9 ms of CPU beside
 its codecs' 0.3 ms (selection and scatter into a chunk buffer, an event-loop round trip
-per chunk, a thread hop to the store), and more under a build's load, where those hops
-wait for the interpreter lock (docs/benchmarks.md). For an unsharded Zarr v2 array the
-spec fixes a chunk's bytes completely: the chunk's values, padded with the fill value to
-the whole chunk shape, in the array's order, through its filters then its compressor —
-the numcodecs objects zarr itself calls. Such chunks are encoded here and handed to the
-store together (directly when it writes synchronously, else in one batch on zarr's event
-loop). Every other array (Zarr v3, sharded) is written through zarr.
+per chunk), and more under a build's load (docs/benchmarks.md). For an unsharded Zarr v2
+array the spec fixes a chunk's bytes completely: its values, padded with the fill value to
+the whole chunk shape, in C order, through the array's filters then its compressor (the
+numcodecs objects zarr itself calls). Such chunks are encoded here and handed to the store
+together, in one round of zarr's event loop. Other arrays (Zarr v3, sharded, Fortran
+order) and regions that cut a chunk are written through zarr.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from itertools import product
 import numpy as np
 import zarr
 from numcodecs.compat import ensure_bytes
-from zarr.abc.store import Store, _store_supports_sync_io
+from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV2Metadata
 from zarr.core.sync import sync
@@ -86,13 +85,10 @@ def _encode(metadata: ArrayV2Metadata, dtype: np.dtype, values: np.ndarray) -> b
 
 
 def _put(store: Store, items: list[tuple[str, bytes]]) -> None:
-    """Store every ``(key, bytes)``: one call after the other when the store writes
-    synchronously (a local directory), else concurrently in one round of zarr's loop."""
+    """Store every ``(key, bytes)`` concurrently, in one round of zarr's event loop. Through
+    the store's ``set``, which wrappers (counting, stable shard layouts) override; its
+    synchronous twin would bypass them."""
     buffer = default_buffer_prototype().buffer
-    if _store_supports_sync_io(store):
-        for key, data in items:
-            store.set_sync(key, buffer.from_bytes(data))  # type: ignore[attr-defined]
-        return
 
     async def put_all() -> None:
         await asyncio.gather(*(store.set(key, buffer.from_bytes(data)) for key, data in items))
