@@ -442,17 +442,25 @@ class _Writer:
         end = min((start // chunk + 1) * chunk, target.shape[axis])
         shape = list(target.shape)
         shape[axis] = end - start
+        # A new row is allocated only once it fits beside the writes queued: a long series
+        # row (378 MB for lat=1,lon=1 on the bench cube) is never held twice.
+        self._wait_for_writes(prod(shape) * target.dtype.itemsize)
         return _Row(axis, start, start, end, np.empty(shape, dtype=target.dtype))
+
+    def _wait_for_writes(self, nbytes: int, most: int | None = None) -> None:
+        """Wait for the oldest writes while those queued and ``nbytes`` more would hold more
+        than ``QUEUED_BYTES`` (or be more than ``most`` writes), or none is left."""
+        while self._writes and (
+            (most is not None and len(self._writes) >= most)
+            or sum(n for _, n in self._writes) + nbytes > self.QUEUED_BYTES
+        ):
+            self._writes.pop(0)[0].result()
 
     def _store(self, name: str, row: _Row) -> None:
         # The writer may be slower than the slabs: rows held back are large, so what waits
         # to be written is bounded by bytes too (the slabs then wait for the writes).
         size = row.values.nbytes
-        while self._writes and (
-            len(self._writes) >= self.IN_FLIGHT
-            or sum(n for _, n in self._writes) + size > self.QUEUED_BYTES
-        ):
-            self._writes.pop(0)[0].result()
+        self._wait_for_writes(size, self.IN_FLIGHT)
         target = self.targets[name]
         self._writes.append(
             (self._thread.submit(_write_pieces, target, row, self.PIECE_BYTES), size)

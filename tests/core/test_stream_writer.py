@@ -1,0 +1,51 @@
+"""The build's writer: entries given slab by slab land where they belong, whether a chunk row
+is given whole, in parts (held in one buffer until whole), from inside a chunk (an update),
+or past a chunk row's end; counts are stored in their integer type. In Zarr v2 (chunks
+encoded by the build) and v3 (written by zarr), and with the writes queued bounded to a
+few bytes (every new row then waits for the writes before it)."""
+
+import numpy as np
+import pytest
+import zarr
+
+from accumulus.accumulation.stream import _Writer
+
+
+@pytest.mark.parametrize(
+    ("first", "sizes"),
+    [
+        (0, [4, 4, 4, 4, 4]),  # parts of chunk rows of 8, the last row short
+        (0, [8, 8, 4]),  # whole chunk rows
+        (3, [5, 4, 4, 4]),  # an update from inside a chunk
+        (0, [3, 6, 11]),  # parts that cross chunk rows' ends
+    ],
+)
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("queued_bytes", [_Writer.QUEUED_BYTES, 1])
+def test_entries_land_where_they_belong(
+    monkeypatch, first: int, sizes: list[int], zarr_format: int, queued_bytes: int
+) -> None:
+    monkeypatch.setattr(_Writer, "QUEUED_BYTES", queued_bytes)
+    root = zarr.open_group(zarr.storage.MemoryStore(), mode="w", zarr_format=zarr_format)
+    shape = (first + sum(sizes), 3, 2)
+    sums = root.create_array("sums", shape=shape, chunks=(8, 2, 1), dtype="f8", fill_value=np.nan)
+    counts = root.create_array("n", shape=shape, chunks=(8, 2, 1), dtype="u2", fill_value=65535)
+    before = np.full((first, 3, 2), 7.0)
+    if first:
+        sums[:first] = before
+        counts[:first] = before
+    rng = np.random.default_rng(first + len(sizes))
+    values = rng.random(shape)
+    whole = np.floor(values * 1000)
+    with _Writer({"sums": sums, "n": counts}) as writer:
+        at = first
+        for n in sizes:
+            writer.write("sums", 0, at, values[at : at + n])
+            writer.write("n", 0, at, whole[at : at + n])
+            assert np.array_equal(writer.entry("sums", 0, at + n - 1), values[at + n - 1 : at + n])
+            at += n
+        writer.flush()
+    np.testing.assert_array_equal(sums[:first], before)
+    np.testing.assert_array_equal(sums[first:], values[first:])
+    np.testing.assert_array_equal(counts[first:], whole[first:].astype("u2"))
+    np.testing.assert_array_equal(counts[:first], before.astype("u2"))
