@@ -22,6 +22,8 @@ time) are written a whole chunk row at a time (``_Writer``), so no chunk is writ
 from __future__ import annotations
 
 import bisect
+import ctypes
+import platform
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -120,6 +122,7 @@ def fill(
     that end before ``start`` are kept and continued from. Returns whether any tally
     written counts an infinity; raises ``InfinityMet`` when the raw data holds one and the
     group keeps no tally arrays."""
+    _large_arrays_from_the_system()
     dim = dim or batch_dimension(var)
     axis = var.axis(dim)
     bounds = var.bounds[axis]
@@ -197,6 +200,27 @@ def fill(
                 _write_entries(var, item, dim, per_segment, locations, writer)
         writer.flush()
     return writer.infinities
+
+
+MMAP_THRESHOLD = 16 * 2**20  # bytes: larger arrays are the system's pages, given back when freed
+
+
+def _large_arrays_from_the_system() -> None:
+    """Make large temporary arrays (a slab's sums, grouped raw blocks) go back to the system
+    when freed. glibc raises its threshold for that as large blocks are freed (up to 32 MiB),
+    after which such arrays are carved from the heaps of the threads that made them and
+    their memory stays with the process: about 220 MB more peak RSS for a build at every
+    element of the 0.8 GB bench cube (docs/benchmarks.md). A fixed threshold stops it (for
+    the whole process: glibc has no other way); 16 MiB, not lower, as each fresh page is a
+    fault (1 MiB: the same build's system time doubled). Elsewhere than glibc nothing is
+    done."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
 
 
 def _region_tasks(
