@@ -2,9 +2,9 @@
 zarr's per-chunk write path (the counterpart of ``chunk_reader`` for a build's writes).
 
 A build writes about a thousand chunks per accumulation group, a positioned one tens of
-thousands. Through ``zarr.Array.__setitem__`` each chunk costs about 0.9 ms of CPU beside
-its codecs' 0.3 ms (selection and scatter into a chunk buffer, an event-loop round trip
-per chunk), and more under a build's load (docs/benchmarks.md). For an unsharded Zarr v2
+thousands. Through ``zarr.Array.__setitem__`` each chunk costs about 0.9 ms of CPU, of which
+its codecs take 0.3 ms (the rest: selection and scatter into a chunk buffer, an event-loop
+round trip per chunk), and more under a build's load (docs/benchmarks.md). For an unsharded Zarr v2
 array the spec fixes a chunk's bytes completely: its values, padded with the fill value to
 the whole chunk shape, in C order, through the array's filters then its compressor (the
 numcodecs objects zarr itself calls). Such chunks are encoded here and handed to the store

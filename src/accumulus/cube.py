@@ -23,6 +23,7 @@ import zarr
 from xarray.backends.zarr import ZarrStore
 from zarr.abc.store import Store
 
+from accumulus.chunk_reader import read_region
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
 from accumulus.hierarchy import (
@@ -170,8 +171,6 @@ class StoredValues:
         region = _slices(key, self.array.shape)
         if region is None:
             return self.array[key]
-        from accumulus.chunk_reader import read_region
-
         return read_region(self.array, region)
 
 
