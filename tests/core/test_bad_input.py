@@ -102,6 +102,16 @@ def test_corrupt_accumulation_chunk(cube):
     assert not report.ok
 
 
+def test_corrupt_raw_chunk_stops_a_build_naming_it(cube):
+    path, _ = cube
+    (path / VAR / "1.0.0").write_bytes(b"this is not a compressed chunk")
+    with pytest.raises(AccumulusError) as stopped:
+        accumulus.accumulate(str(path), VAR, [("time",)])
+    message = str(stopped.value)
+    assert f"cannot read '{VAR}': chunk {VAR}/1.0.0 cannot be read" in message
+    assert "the build stopped there" in message and "\n" not in message
+
+
 def test_interrupted_build_is_ignored_then_completed(cube, monkeypatch):
     path, ds = cube
 

@@ -29,7 +29,7 @@ from zarr.core.chunk_grids import ChunkGrid
 
 from accumulus import compute
 from accumulus.accumulation import placement, spec, statistics, stream
-from accumulus.accumulation.chunk_check import checksummed_codecs
+from accumulus.accumulation.chunk_check import checksummed_codecs, chunk_problem_text
 from accumulus.accumulation.groups import read_group, stride_unit
 from accumulus.accumulation.record import (
     RECORD_KEY,
@@ -39,6 +39,7 @@ from accumulus.accumulation.record import (
 )
 from accumulus.accumulation.sidecar import SOURCE_KEY, Sidecar, StaleSidecarError, fingerprint
 from accumulus.accumulation.weights import weight_values
+from accumulus.chunk_reader import ChunkReadError
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial, sharding_of
@@ -235,7 +236,7 @@ def _fill_new(
     if target.consolidated:
         # Readers see the group at once, marked incomplete, and ignore it until it is done.
         consolidate(target.store)
-    seen = stream.fill(root, var, group, weights_of(cube, var, group), 0, None, scheduler, progress)
+    seen = _fill(cube, var, root, group, weights_of(cube, var, group), 0, None, scheduler, progress)
     untallied = False if statistics.can_be_infinite(var.array.dtype) else None
     done = replace(group, complete=True, infinities=_infinities(group, seen, untallied))
     return done, targets
@@ -418,8 +419,21 @@ def _update(
             names.append(name)
     weights = weights_of(cube, var, group)
     start = _update_start(old, dim)
-    seen = stream.fill(root, var, group, weights, start, dim, scheduler, progress)
+    seen = _fill(cube, var, root, group, weights, start, dim, scheduler, progress)
     return tuple(sorted(names)), seen
+
+
+def _fill(cube: Cube, var: VariableInfo, root: zarr.Group, group: spec.AccumulationGroup, *args):
+    """``stream.fill``, a raw chunk that cannot be read said in one line naming it."""
+    try:
+        return stream.fill(root, var, group, *args)
+    except ChunkReadError as failed:
+        reason = " ".join(str(failed.cause).split()) or type(failed.cause).__name__
+        problem = chunk_problem_text([(failed.request.key, reason)])
+        raise AccumulusError(
+            f"{cube.label}: cannot read {var.name!r}: {problem}; the build stopped there "
+            "(restore the chunk, then run it again)"
+        ) from None
 
 
 MAX_STRIDE = 1_000_000  # chunks per entry
