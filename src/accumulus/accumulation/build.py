@@ -29,7 +29,7 @@ from zarr.core.chunk_grids import ChunkGrid
 
 from accumulus import compute
 from accumulus.accumulation import placement, spec, statistics, stream
-from accumulus.accumulation.chunk_check import checksummed_codecs, chunk_problem_text
+from accumulus.accumulation.chunk_check import checksummed_codecs, read_problem_text
 from accumulus.accumulation.groups import read_group, stride_unit
 from accumulus.accumulation.record import (
     RECORD_KEY,
@@ -428,11 +428,9 @@ def _fill(cube: Cube, var: VariableInfo, root: zarr.Group, group: spec.Accumulat
     try:
         return stream.fill(root, var, group, *args)
     except ChunkReadError as failed:
-        reason = " ".join(str(failed.cause).split()) or type(failed.cause).__name__
-        problem = chunk_problem_text([(failed.request.key, reason)])
         raise AccumulusError(
-            f"{cube.label}: cannot read {var.name!r}: {problem}; the build stopped there "
-            "(restore the chunk, then run it again)"
+            f"{cube.label}: cannot read {var.name!r}: {read_problem_text(failed)}; the build "
+            "stopped there (restore the chunk, then run it again)"
         ) from None
 
 

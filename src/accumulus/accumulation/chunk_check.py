@@ -17,6 +17,8 @@ import numcodecs
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
+from accumulus.chunk_reader import ChunkReadError
+
 
 def checksummed_codecs(zarr_format: int) -> dict:
     """Arguments of ``create_array`` that make every chunk carry a checksum, in the form
@@ -57,6 +59,13 @@ def failing_chunks(
             reason = " ".join(str(exc).split())  # one line (fletcher32's message has two)
             failing.append((f"{array.path}/{key}", reason or type(exc).__name__))
     return failing
+
+
+def read_problem_text(failed: ChunkReadError) -> str:
+    """One line naming the chunk a batch read could not read, and why."""
+    # One line (fletcher32's message has two).
+    reason = " ".join(str(failed.cause).split()) or type(failed.cause).__name__
+    return chunk_problem_text([(failed.request.key, reason)])
 
 
 def chunk_problem_text(failing: list[tuple[str, str]]) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 
 from accumulus.accumulation import spec, statistics
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
-from accumulus.accumulation.chunk_check import chunk_problem_text
+from accumulus.accumulation.chunk_check import read_problem_text
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.plan import QueryPlan, Read
 from accumulus.accumulation.sums import reduce_terms
@@ -507,9 +507,7 @@ def _read_error(
 ) -> AccumulusError:
     if isinstance(failed.cause, AccumulusError):
         return failed.cause
-    # One line (fletcher32's message has two), naming the chunk.
-    reason = " ".join(str(failed.cause).split()) or type(failed.cause).__name__
-    problem = chunk_problem_text([(failed.request.key, reason)])
+    problem = read_problem_text(failed)
     if failed.request.array.path == var.array.path:
         return AccumulusError(f"{cube.label}: cannot read {var.name!r}: {problem}")
     return AccumulationReadError(
