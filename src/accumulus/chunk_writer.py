@@ -7,8 +7,8 @@ its codecs take 0.3 ms (the rest: selection and scatter into a chunk buffer, an 
 round trip per chunk), and more under a build's load (docs/benchmarks.md). For an unsharded Zarr v2
 array the spec fixes a chunk's bytes completely: its values, padded with the fill value to
 the whole chunk shape, in C order, through the array's filters then its compressor (the
-numcodecs objects zarr itself calls). Such chunks are encoded here and handed to the store
-together, in one round of zarr's event loop. Other arrays (Zarr v3, sharded, Fortran
+numcodecs objects zarr itself calls). Such chunks are encoded here and stored together
+(``_put``). Other arrays (Zarr v3, sharded, Fortran
 order) and regions that cut a chunk are written through zarr.
 """
 
@@ -25,6 +25,8 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV2Metadata
 from zarr.core.sync import sync
+
+from accumulus.storage import writes_synchronously
 
 
 def write_region(array: zarr.Array, window: Sequence[slice], values: np.ndarray) -> None:
@@ -85,10 +87,16 @@ def _encode(metadata: ArrayV2Metadata, dtype: np.dtype, values: np.ndarray) -> b
 
 
 def _put(store: Store, items: list[tuple[str, bytes]]) -> None:
-    """Store every ``(key, bytes)`` concurrently, in one round of zarr's event loop. Through
-    the store's ``set``, which wrappers (counting, stable shard layouts) override; its
-    synchronous twin would bypass them."""
+    """Store every ``(key, bytes)``: into a local directory or memory one after the other in
+    this thread (``storage.writes_synchronously``: through zarr's event loop each write
+    is a task, a worker thread and a wake-up, which cost a build at every element more
+    than the files themselves); elsewhere concurrently, in one round of zarr's event loop,
+    through the store's ``set``, which wrappers (counting, stable shard layouts) override."""
     buffer = default_buffer_prototype().buffer
+    if writes_synchronously(store):
+        for key, data in items:
+            store.set_sync(key, buffer.from_bytes(data))
+        return
 
     async def put_all() -> None:
         await asyncio.gather(*(store.set(key, buffer.from_bytes(data)) for key, data in items))

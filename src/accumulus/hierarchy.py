@@ -66,6 +66,7 @@ class GroupStore(WrapperStore[Store]):
     """``store`` with ``prefix/`` added to every key: the group at ``prefix`` as a root."""
 
     sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
+    sync_writes_pass_through: ClassVar[bool] = True  # see storage.writes_synchronously
 
     def __init__(self, store: Store, prefix: str) -> None:
         super().__init__(store)

@@ -35,6 +35,7 @@ class MetadataRewritingStore(WrapperStore[Store]):
     query) is served as it was, without parsing it again."""
 
     sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
+    sync_writes_pass_through: ClassVar[bool] = True  # see storage.writes_synchronously
     rewrites_metadata_only: ClassVar[bool] = True  # see snapshot.root_documents
 
     documents: ClassVar[frozenset[str]] = frozenset()

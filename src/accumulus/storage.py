@@ -382,6 +382,16 @@ def reads_synchronously(store: Store) -> bool:
     return type(store) in (LocalStore, MemoryStore)
 
 
+def writes_synchronously(store: Store) -> bool:
+    """Whether ``store`` is written as well by ``set_sync`` in the calling thread as through
+    zarr's event loop: a local directory or memory, seen only through wrappers whose
+    ``set_sync`` does what their ``set`` does (``sync_writes_pass_through``) — not through
+    one that counts, delays or lays out what is written."""
+    while getattr(type(store), "sync_writes_pass_through", False):
+        store = store._store
+    return type(store) in (LocalStore, MemoryStore)
+
+
 # --------------------------------------------------------------------------------------------
 # Counting
 

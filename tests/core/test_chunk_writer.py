@@ -11,6 +11,8 @@ import pytest
 import zarr
 
 from accumulus.chunk_writer import write_region
+from accumulus.hierarchy import GroupStore
+from accumulus.storage import CountingStore, is_metadata_key, writes_synchronously
 
 CASES = {
     "sums": ("float64", np.nan, [numcodecs.Fletcher32()], numcodecs.Blosc("lz4", 5), "."),
@@ -81,3 +83,23 @@ def test_zarr_v3_arrays_are_written_by_zarr(tmp_path):
     values = np.arange(48.0).reshape(8, 6)
     write_region(array, (slice(0, 8), slice(0, 6)), values)
     np.testing.assert_array_equal(array[...], values)
+
+
+def test_writes_go_through_wrappers_that_change_them(tmp_path):
+    """Into a local directory, chunks are written in the calling thread (``set_sync``) only
+    through wrappers that write as the directory does: one that counts still sees every
+    write, one that adds a prefix still adds it."""
+    local = zarr.storage.LocalStore(tmp_path / "g.zarr")
+    counting = CountingStore(local)
+    prefixed = GroupStore(local, "inner")
+    assert writes_synchronously(local) and writes_synchronously(prefixed)
+    assert not writes_synchronously(counting)
+    values = np.arange(13 * 7 * 10.0).reshape(13, 7, 10)
+    for store, name in [(counting, "counted"), (prefixed, "prefixed")]:
+        array = _array(zarr.open_group(store, mode="a", zarr_format=2), name, "sums")
+        write_region(array, (slice(0, 13), slice(0, 7), slice(0, 10)), values)
+        np.testing.assert_array_equal(array[...], values)
+    chunks = 4 * 3 * 2
+    assert sum(not is_metadata_key(k) for k in counting.counts.writes) == chunks
+    stored = _stored(tmp_path / "g.zarr" / "inner", "prefixed")
+    assert sum(not key.startswith(".") for key in stored) == chunks
