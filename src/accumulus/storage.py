@@ -672,12 +672,30 @@ def dimension_names(array: zarr.Array) -> tuple[str, ...]:
 def bytes_stored(array: zarr.Array) -> int | None:
     """The array's stored bytes, or None where the store cannot list them (HTTP servers
     without directory listings, reference sets whose chunks live in other files)."""
+    directory = _local_directory(array)
     try:
+        if directory is not None:
+            # What zarr's nbytes_stored adds up, without its task per file (0.2 s of a
+            # 3 s build for the 1,700 objects of the bench cube's default group).
+            return sum(
+                os.path.getsize(os.path.join(top, name))
+                for top, _, names in os.walk(directory)
+                for name in names
+            )
         return int(array.nbytes_stored())
     except Exception:  # listing failures come in many kinds (403 from a web server, ...)
         return None
     finally:
         _forget_listings(array.store_path.store)
+
+
+def _local_directory(array: zarr.Array) -> Path | None:
+    """The directory holding ``array``'s objects, when its store is a local directory seen
+    only through wrappers that keep its keys (``rewrites_metadata_only``)."""
+    store = array.store_path.store
+    while getattr(type(store), "rewrites_metadata_only", False):
+        store = store._store
+    return store.root / array.store_path.path if type(store) is LocalStore else None
 
 
 def _forget_listings(store: Store) -> None:
