@@ -696,7 +696,7 @@ def _create_array(
     else:
         dtype, fill = placement.dtype_and_fill(var, acc, count)
         series = placement.is_series(acc, stream.batch_dimension(var))
-        extra = placement.codecs(3 if v3 else 2, dtype, series)
+        extra = placement.codecs(3 if v3 else 2, series)
     return group.create_array(
         name,
         shape=shape,
