@@ -8,8 +8,8 @@ round trip per chunk), and more under a build's load (docs/benchmarks.md). For a
 array the spec fixes a chunk's bytes completely: its values, padded with the fill value to
 the whole chunk shape, in C order, through the array's filters then its compressor (the
 numcodecs objects zarr itself calls). Such chunks are encoded here and stored together
-(``_put``). Other arrays (Zarr v3, sharded, Fortran
-order) and regions that cut a chunk are written through zarr.
+(``_put``). Other arrays (Zarr v3, sharded, Fortran order) and regions that cut a chunk are
+written through zarr.
 """
 
 from __future__ import annotations
