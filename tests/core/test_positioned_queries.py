@@ -290,7 +290,7 @@ def test_blosc_shuffles_the_stored_values(tmp_path, zarr_format):
         )
         assert stored, name
         for chunk in stored[:3]:
-            frame = chunk.read_bytes()[:-4]  # the crc32c follows the compressed bytes
+            frame = chunk.read_bytes()[:-4]  # the checksum follows the compressed bytes
             # A Blosc frame's header: version, format version, flags, type size (bytes 0-3).
             assert frame[3] == array.dtype.itemsize, (name, chunk.name)
         if array.dtype == np.float64:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import zarr
-from numcodecs import CRC32C, Blosc
+from numcodecs import Blosc, Fletcher32
 from zarr.codecs import Crc32cCodec
 
 from accumulus.accumulation import spec, statistics
@@ -110,18 +110,19 @@ def codecs(zarr_format: int, series: bool) -> dict[str, Any]:
     smaller form, LZ4 with bit shuffle (for counts Zstandard with byte shuffle stores 0.7
     of that but encodes 4x slower, which a build at every element pays on every entry);
     for series, of which a box reads many chunks, the fastest to decode (LZ4 with byte
-    shuffle). A crc32c checksum per chunk, as every accumulation chunk carries
-    (``chunk_check``), over the compressed bytes: in Zarr v2 Blosc is then the first filter
-    (filters come before the compressor), where it sees the array's elements; as a
-    compressor after a checksum filter it would see bytes, and its shuffle would do
-    nothing (sums stored 0.83-0.98 of their size instead of 0.44-0.52)."""
+    shuffle). A checksum per chunk over the compressed bytes, as every accumulation chunk
+    carries (``chunk_check``): crc32c in Zarr v3; in v2 Fletcher-32, which netcdf-c reads
+    (it has no crc32c filter), after Blosc as the first filter (filters come before the
+    compressor), where Blosc sees the array's elements; as a compressor after a checksum
+    filter it would see bytes, and its shuffle would do nothing (sums stored 0.83-0.98 of
+    their size instead of 0.44-0.52)."""
     cname, shuffle = "lz4", "shuffle" if series else "bitshuffle"
     if zarr_format == 3:
         blosc = zarr.codecs.BloscCodec(cname=cname, clevel=1, shuffle=shuffle)
         return {"compressors": [blosc, Crc32cCodec()]}
     number = Blosc.BITSHUFFLE if shuffle == "bitshuffle" else Blosc.SHUFFLE
     blosc = Blosc(cname=cname, clevel=1, shuffle=number)
-    return {"filters": [blosc, CRC32C()], "compressors": None}
+    return {"filters": [blosc, Fletcher32()], "compressors": None}
 
 
 def is_series(acc: spec.Accumulation, batch: str) -> bool:
