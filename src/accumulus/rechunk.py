@@ -39,8 +39,10 @@ from zarr.storage import LocalStore
 
 from accumulus import compute, storage
 from accumulus.accumulation import spec
+from accumulus.accumulation.chunk_check import read_problem_text
 from accumulus.accumulation.groups import read_group
 from accumulus.api import accumulate
+from accumulus.chunk_reader import ChunkReadError
 from accumulus.cube import Cube, StoredValues
 from accumulus.errors import AccumulusError
 from accumulus.filters import join_v2, join_v3, numcodecs_codec, split_v2, v3_codecs
@@ -141,7 +143,13 @@ def rechunk(
     consolidated = root.metadata.consolidated_metadata is not None
 
     with _destination(dest, source_label, storage_options) as dest_store:
-        _write(root, plan, dest_store, fmt, consolidated, scheduler, progress)
+        try:
+            _write(root, plan, dest_store, fmt, consolidated, scheduler, progress)
+        except ChunkReadError as failed:  # the destination is removed on the way out
+            raise AccumulusError(
+                f"{source_label}: {read_problem_text(failed)}; nothing was written (restore "
+                "the chunk, then run it again)"
+            ) from None
         for config in configs:
             accumulate(
                 dest_store,

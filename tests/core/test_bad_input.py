@@ -112,6 +112,16 @@ def test_corrupt_raw_chunk_stops_a_build_naming_it(cube):
     assert "the build stopped there" in message and "\n" not in message
 
 
+def test_corrupt_raw_chunk_stops_a_rechunk_naming_it(cube, tmp_path):
+    path, _ = cube
+    (path / VAR / "1.0.0").write_bytes(b"this is not a compressed chunk")
+    with pytest.raises(AccumulusError) as stopped:
+        accumulus.rechunk(str(path), str(tmp_path / "out.zarr"), "time=12")
+    message = str(stopped.value)
+    assert f"chunk {VAR}/1.0.0 cannot be read" in message and "\n" not in message
+    assert "nothing was written" in message and not (tmp_path / "out.zarr").exists()
+
+
 def test_interrupted_build_is_ignored_then_completed(cube, monkeypatch):
     path, ds = cube
 
