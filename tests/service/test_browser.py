@@ -296,3 +296,30 @@ def test_a_named_region_and_a_geojson_file_average_within_the_shape(page, servic
         "#series circle.point", "cs => cs.map(c => Number(c.dataset.value))"
     )
     assert posted == values
+
+
+def test_the_region_chosen_last_wins_over_a_slower_answer(page):
+    """Choosing a set asks for its first region, choosing a region then asks for that one:
+    when the first answer comes back last, the region chosen last stays (it did not, under
+    load: the page drew the set's first region and the test above waited for WAF)."""
+    tab = page
+    tab.evaluate(
+        """() => {
+          const original = window.fetch;
+          window.fetch = (url, ...rest) => {
+            const late = String(url).includes("/api/regions/ar6/") && !String(url).endsWith("/WAF");
+            return late ? new Promise((r) => setTimeout(r, 1500)).then(() => original(url, ...rest))
+              : original(url, ...rest);
+          };
+        }"""
+    )
+    tab.select_option("#shape-set", "ar6")
+    tab.select_option("#shape-region", "WAF")
+    tab.wait_for_function(
+        "document.querySelector('#series-cost a.json-link')?.href.includes('shape=ar6%3AWAF')"
+    )
+    tab.wait_for_timeout(2500)  # the slower answer for the set's first region has come back
+    tab.wait_for_selector("body[data-state=drawn]")
+    link = tab.get_attribute("#series-cost a.json-link", "href")
+    assert "shape=ar6%3AWAF" in link
+    assert "WAF" in tab.inner_text("#series-subtitle")

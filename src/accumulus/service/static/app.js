@@ -324,6 +324,9 @@ async function chooseRegion() {
   const set = $("shape-set").value, region = $("shape-region").value;
   try {
     const { body } = await api(`/api/regions/${encodeURIComponent(set)}/${encodeURIComponent(region)}`);
+    // An answer for an earlier choice (the set's first region, asked when the set was
+    // chosen) may come back after the one chosen since: it must not replace it.
+    if ($("shape-set").value !== set || $("shape-region").value !== region) return;
     setShape({ name: body.name, label: body.label, geometry: body.geometry, bounds: body.bounds });
   } catch (error) {
     say(error.message, true, "shape");
