@@ -36,7 +36,12 @@ from zarr.storage import WrapperStore
 from accumulus.rewriting import parse_metadata
 from accumulus.safe_reads import check_regular_file, local_root, read_with_limits
 from accumulus.scope import accumulus_scope
-from accumulus.storage import dimension_names, is_metadata_key, reads_synchronously
+from accumulus.storage import (
+    below_wrappers,
+    dimension_names,
+    is_metadata_key,
+    reads_synchronously,
+)
 
 READ_SECONDS = 10.0  # the longest one metadata document may take to read
 
@@ -243,7 +248,7 @@ def root_documents(*stores: Store) -> list[dict[str, bytes]]:
     (``rewrites_metadata_only``), in the calling thread where the store allows it
     (``storage.reads_synchronously``: no hand-over to zarr's event loop), else all in one
     batch. Documents are not parsed; errors propagate."""
-    bases = [_below_rewriting(store) for store in stores]
+    bases = [below_wrappers(store, "rewrites_metadata_only") for store in stores]
     if all(reads_synchronously(base) for base in bases):
         return [_documents_now(base, ROOT_DOCUMENTS) for base in bases]
 
@@ -257,15 +262,9 @@ def stored_roots(store: Store, snapshot: MetadataSnapshot) -> dict[str, bytes] |
     """The root documents ``root_documents`` would read from ``store``, when ``snapshot``
     (read from it) holds them as stored: no wrapper rewrote them, and they hold the whole
     snapshot (consolidated metadata). None otherwise."""
-    if snapshot.complete or _below_rewriting(store) is not store:
+    if snapshot.complete or below_wrappers(store, "rewrites_metadata_only") is not store:
         return None
     return dict(snapshot.documents)
-
-
-def _below_rewriting(store: Store) -> Store:
-    while getattr(type(store), "rewrites_metadata_only", False):
-        store = store._store
-    return store
 
 
 def _documents_now(store: Store, keys: tuple[str, ...]) -> dict[str, bytes]:

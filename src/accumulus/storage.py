@@ -377,9 +377,7 @@ def reads_synchronously(store: Store) -> bool:
     zarr's event loop: a local directory or memory, seen only through wrappers that say
     their synchronous reads are their asynchronous ones (``sync_reads_pass_through``) — not
     through one that counts, delays or guards its requests."""
-    while getattr(type(store), "sync_reads_pass_through", False):
-        store = store._store
-    return type(store) in (LocalStore, MemoryStore)
+    return type(below_wrappers(store, "sync_reads_pass_through")) in (LocalStore, MemoryStore)
 
 
 def writes_synchronously(store: Store) -> bool:
@@ -387,9 +385,15 @@ def writes_synchronously(store: Store) -> bool:
     zarr's event loop: a local directory or memory, seen only through wrappers whose
     ``set_sync`` does what their ``set`` does (``sync_writes_pass_through``) — not through
     one that counts, delays or lays out what is written."""
-    while getattr(type(store), "sync_writes_pass_through", False):
+    return type(below_wrappers(store, "sync_writes_pass_through")) in (LocalStore, MemoryStore)
+
+
+def below_wrappers(store: Store, marked: str) -> Store:
+    """``store`` under the wrappers whose class sets the flag ``marked`` (a ClassVar such
+    as ``rewrites_metadata_only``), down to the first that does not."""
+    while getattr(type(store), marked, False):
         store = store._store
-    return type(store) in (LocalStore, MemoryStore)
+    return store
 
 
 # --------------------------------------------------------------------------------------------
@@ -692,9 +696,7 @@ def bytes_stored(array: zarr.Array) -> int | None:
 def _local_directory(array: zarr.Array) -> Path | None:
     """The directory holding ``array``'s objects, when its store is a local directory seen
     only through wrappers that keep its keys (``rewrites_metadata_only``)."""
-    store = array.store_path.store
-    while getattr(type(store), "rewrites_metadata_only", False):
-        store = store._store
+    store = below_wrappers(array.store_path.store, "rewrites_metadata_only")
     return store.root / array.store_path.path if type(store) is LocalStore else None
 
 
