@@ -18,6 +18,7 @@ from accumulus.accumulation.stream import _Writer
         (0, [8, 8, 4]),  # whole chunk rows
         (3, [5, 4, 4, 4]),  # an update from inside a chunk
         (0, [3, 6, 11]),  # parts that cross chunk rows' ends
+        (0, [4, 20]),  # a part, then the rest of its row and whole rows (written uncopied)
     ],
 )
 @pytest.mark.parametrize("zarr_format", [2, 3])

@@ -436,6 +436,19 @@ class _Writer:
         self._last[name] = (first + n - 1, values.take([n - 1], axis=axis).astype("f8"))
         done = 0
         while done < n:
+            start = first + done
+            whole = 0 if name in self._pending else self._whole_rows(name, axis, start, n - done)
+            if whole:
+                # Whole chunk rows are written from ``values`` itself (the write keeps it
+                # alive): entries at every element of time, one per chunk, are not copied.
+                self._store(
+                    name,
+                    _Row(
+                        axis, start, start + whole, start + whole, _along(values, axis, done, whole)
+                    ),
+                )
+                done += whole
+                continue
             row = self._pending.pop(name, None) or self._new_row(name, axis, first + done)
             assert row.stop == first + done, f"{name}: entries written out of order"
             take = min(n - done, row.end - row.stop)
@@ -459,6 +472,19 @@ class _Writer:
             )
         while self._writes:
             self._writes.pop(0)[0].result()
+
+    def _whole_rows(self, name: str, axis: int, start: int, available: int) -> int:
+        """How many entries from ``start`` make whole chunk rows of ``name`` along ``axis``
+        (ending at a chunk boundary or the array's end) within ``available``: 0 if
+        ``start`` is not a chunk boundary or no row is whole."""
+        target = self.targets[name]
+        chunk = target.chunks[axis]
+        if start % chunk:
+            return 0
+        stop = min(start + available, target.shape[axis])
+        if stop < target.shape[axis]:
+            stop -= stop % chunk
+        return max(stop - start, 0)
 
     def _new_row(self, name: str, axis: int, start: int) -> _Row:
         target = self.targets[name]
