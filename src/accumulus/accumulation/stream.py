@@ -25,7 +25,7 @@ import bisect
 import ctypes
 import platform
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from math import prod
@@ -37,12 +37,15 @@ import zarr
 
 from accumulus import compute
 from accumulus.accumulation import spec, statistics
+from accumulus.accumulation.buffers import Buffers
 from accumulus.accumulation.sums import chunk_sums, load_kernel, prefix_entries
 from accumulus.chunk_writer import write_region
 from accumulus.cube import VariableInfo
 
 SLAB_BYTES = 128 * 2**20  # stored bytes of raw data per slab
 SUMS_BYTES = 96 * 2**20  # per-segment sums (float64) per slab
+KEPT_BYTES = 192 * 2**20  # arrays kept for the next slab to fill, at most (``Buffers``)
+KEPT_LEAST_BYTES = 16 * 2**20  # and not smaller ones (``MMAP_THRESHOLD``: malloc reuses them)
 
 
 class InfinityMet(Exception):
@@ -153,6 +156,9 @@ def fill(
     )
     # Along ``dim``, blocks stay single chunks: a slab (or an update) reads nothing outside.
     x = var.dask_array(var.grouped_blocks(keep=dim), as_summed=True)
+    # Blocks summed in this process fill arrays the slab before filled (not new memory).
+    in_process = scheduler in (None, "threads", "synchronous")
+    buffers = Buffers(KEPT_BYTES, least_bytes=KEPT_LEAST_BYTES)
 
     def slab_sums(done: int) -> list[tuple[_Work, np.ndarray, list[list[tuple[int, int]]]]]:
         """Each accumulation's per-segment sums over slab ``done`` (one pass over its data),
@@ -162,8 +168,9 @@ def fill(
         work = [w for w in work if w.raw_stop > w.raw_start]
         regions = sorted({(w.raw_start, w.raw_stop) for w in work})
         in_region = [[w for w in work if (w.raw_start, w.raw_stop) == r] for r in regions]
+        empty = buffers.empty if in_process else None
         tasks = [
-            _region_tasks(x, var, dim, region, weights, items, refuse_infinities)
+            _region_tasks(x, var, dim, region, weights, items, refuse_infinities, empty)
             for region, items in zip(regions, in_region, strict=True)
         ]
         slab_chunks = len(bounds.chunks_overlapping(slab_start, slab_stop))
@@ -180,7 +187,9 @@ def fill(
             for index in np.ndindex(region_tasks.shape):
                 results[index] = next(computed)
             for n, item in enumerate(items):
-                sums.append((item, _concatenate(results, n), locations))
+                sums.append((item, _concatenate(results, n, buffers.empty), locations))
+            if results.size > 1:  # every block's sums were copied: they are done with
+                buffers.give(_owners(results))
         return sums
 
     # The next slab is read and summed while this one's entries are computed and the one
@@ -188,7 +197,7 @@ def fill(
     # the last entry of the one before.
     with ThreadPoolExecutor(1) as reader, writer:
         pending = reader.submit(slab_sums, 0) if slabs else None
-        if scheduler in (None, "threads", "synchronous"):
+        if in_process:
             # Blocks are summed in this process: the compiled loop is loaded meanwhile.
             threading.Thread(target=load_kernel, args=(x.dtype,), daemon=True).start()
         for done in range(len(slabs)):
@@ -197,7 +206,11 @@ def fill(
             if done + 1 < len(slabs):
                 pending = reader.submit(slab_sums, done + 1)
             for item, per_segment, locations in ready:
-                _write_entries(var, item, dim, per_segment, locations, writer)
+                if _write_entries(var, item, dim, per_segment, locations, writer):
+                    writer.after_writes(buffers.give, [per_segment])  # written from it
+                else:
+                    buffers.give([per_segment])
+            del ready
         writer.flush()
     return writer.infinities
 
@@ -231,11 +244,12 @@ def _region_tasks(
     weights: np.ndarray | float,
     work: Sequence[_Work],
     refuse_infinities: bool = False,
+    empty: Callable[[int], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, list[list[tuple[int, int]]]]:
     """Delayed per-block sums of raw ``region`` along ``dim``: an array shaped like the
     block grid of tasks, each returning every work item's per-segment sums
     (``_block_sums``; raising ``InfinityMet`` at an infinity if ``refuse_infinities``),
-    and where the blocks lie along each axis."""
+    and where the blocks lie along each axis. ``empty(n)``: where a task's sums go."""
     axis = var.axis(dim)
     index = [slice(None)] * x.ndim
     index[axis] = slice(*region)
@@ -256,7 +270,12 @@ def _region_tasks(
                       for (lo, hi), n in zip(location, weights.shape, strict=True))
             ]  # fmt: skip
         tasks[block_index] = dask.delayed(_block_sums, pure=True)(
-            blocks[block_index], w, _calls(var, work, location), len(work), refuse_infinities
+            blocks[block_index],
+            w,
+            _calls(var, work, location),
+            len(work),
+            refuse_infinities,
+            empty,
         )
     return tasks, locations
 
@@ -294,13 +313,14 @@ def _block_sums(
     calls: Sequence[Call],
     items: int,
     refuse_infinities: bool = False,
+    empty: Callable[[int], np.ndarray] | None = None,
 ):
     """Every work item's per-segment sums of one block."""
     if refuse_infinities and np.isinf(block).any():
         raise InfinityMet("the data hold an infinity")
     out: list[np.ndarray | None] = [None] * items
     for terms, edges, members in calls:
-        sums = chunk_sums(block, w, terms, [axes for _, axes in members], edges)
+        sums = chunk_sums(block, w, terms, [axes for _, axes in members], edges, empty)
         for n, axes in members:
             out[n] = sums[axes]
     return out
@@ -319,9 +339,11 @@ def segment_ends(lo: int, hi: int, positions: Sequence[int]) -> list[int]:
     return [*inside, hi]
 
 
-def _concatenate(results: np.ndarray, item: int) -> np.ndarray:
+def _concatenate(
+    results: np.ndarray, item: int, empty: Callable[..., np.ndarray] = np.empty
+) -> np.ndarray:
     """One work item's per-segment sums over a region, from its blocks' results (copied once
-    into an array of the region's shape)."""
+    into an array of the region's shape, made by ``empty(shape, dtype)``)."""
     parts = np.empty(results.shape, dtype=object)
     for index in np.ndindex(results.shape):
         parts[index] = results[index][item]
@@ -335,11 +357,21 @@ def _concatenate(results: np.ndarray, item: int) -> np.ndarray:
     ]  # fmt: skip
     starts = [np.cumsum([0, *s]).tolist() for s in sizes]
     first = parts.flat[0]
-    out = np.empty((first.shape[0], *(st[-1] for st in starts)), dtype=first.dtype)
+    out = empty((first.shape[0], *(st[-1] for st in starts)), first.dtype)
     for index in np.ndindex(parts.shape):
         where = tuple(slice(starts[a][i], starts[a][i + 1]) for a, i in enumerate(index))
         out[(slice(None), *where)] = parts[index]
     return out
+
+
+def _owners(results: np.ndarray) -> list[np.ndarray]:
+    """The arrays holding the blocks' sums in ``results`` (each once)."""
+    owners: dict[int, np.ndarray] = {}
+    for parts in results.flat:
+        for part in parts:
+            owner = part if part.base is None else part.base
+            owners[id(owner)] = owner
+    return list(owners.values())
 
 
 def _write_entries(
@@ -349,10 +381,10 @@ def _write_entries(
     per_segment: np.ndarray,
     locations: Sequence[Sequence[tuple[int, int]]],
     writer: _Writer,
-) -> None:
+) -> bool:
     """Prefix-sum one accumulation's per-segment sums over a region into its entries (the
     sums ending where entries end), continue them from the entry before ``work.first``, and
-    write them."""
+    write them. Returns whether writes queued are to be made from ``per_segment`` itself."""
     acc = work.acc
     order = [var.axis(d) for d in acc.array_dims]
     t_axis = acc.array_dims.index(dim)
@@ -372,11 +404,13 @@ def _write_entries(
         wanted = set(positions)
         keep = [i for i, e in enumerate(ends) if e in wanted]
         entries = prefix_entries(entries, axis + 1, keep, in_place=entries.dtype == "f8")
+    uncopied = False
     for t, term in enumerate(work.terms):
         values = entries[t].transpose(order)
         if term in spec.TALLIES and values.any():
             writer.infinities = True
-        writer.write(acc.arrays[term], t_axis, work.first, values)
+        uncopied |= writer.write(acc.arrays[term], t_axis, work.first, values)
+    return uncopied and entries is per_segment
 
 
 @dataclass
@@ -429,10 +463,14 @@ class _Writer:
         window[axis] = slice(index, index + 1)
         return np.asarray(target[tuple(window)], dtype="f8")
 
-    def write(self, name: str, axis: int, first: int, values: np.ndarray) -> None:
+    def write(self, name: str, axis: int, first: int, values: np.ndarray) -> bool:
+        """Write entries from ``first`` on along ``axis``. Returns whether a write queued is
+        made from ``values`` itself (whole chunk rows, not copied): then ``values`` must stay
+        as it is until those writes are done (``after_writes``)."""
         n = values.shape[axis]
         if n == 0:
-            return
+            return False
+        uncopied = False
         self._last[name] = (first + n - 1, values.take([n - 1], axis=axis).astype("f8"))
         done = 0
         while done < n:
@@ -448,6 +486,7 @@ class _Writer:
                     ),
                 )
                 done += whole
+                uncopied = True
                 continue
             row = self._pending.pop(name, None) or self._new_row(name, axis, first + done)
             assert row.stop == first + done, f"{name}: entries written out of order"
@@ -462,6 +501,11 @@ class _Writer:
                 self._store(name, row)
             else:
                 self._pending[name] = row
+        return uncopied
+
+    def after_writes(self, call: Callable[..., object], *args: object) -> None:
+        """``call(*args)`` in the writer's thread once the writes queued so far are done."""
+        self._thread.submit(call, *args)
 
     def flush(self) -> None:
         """Write what waits, and wait for every write (raising the first that failed)."""
