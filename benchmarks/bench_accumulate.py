@@ -79,6 +79,10 @@ def builds(lat: str, lon: str) -> dict[str, tuple[list[str] | None, dict | None]
 
 def run_child(path: Path, variable: str, what: str, dims=None, at=None, into=None) -> dict:
     args = [str(path), variable, what, json.dumps(dims), json.dumps(at), str(into)]
+    # Each measurement starts without the dirty pages of the build before (a gigabyte for a
+    # build at every element), written back here, untimed: otherwise the kernel's
+    # write-back of one build lands in the next one's time, as a user's build does not pay.
+    os.sync()
     out = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"{what} of {path} failed:\n{out.stderr}")
