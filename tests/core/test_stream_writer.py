@@ -21,16 +21,18 @@ from accumulus.accumulation.stream import _Writer
         (0, [4, 20]),  # a part, then the rest of its row and whole rows (written uncopied)
     ],
 )
-@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize(("zarr_format", "shards"), [(2, None), (3, None), (3, (16, 2, 2))])
 @pytest.mark.parametrize("queued_bytes", [_Writer.QUEUED_BYTES, 1])
 def test_entries_land_where_they_belong(
-    monkeypatch, first: int, sizes: list[int], zarr_format: int, queued_bytes: int
+    monkeypatch, first: int, sizes: list[int], zarr_format: int, shards, queued_bytes: int
 ) -> None:
+    """(Sharded: a shard holds two chunk rows, written by different threads, one at a time.)"""
     monkeypatch.setattr(_Writer, "QUEUED_BYTES", queued_bytes)
     root = zarr.open_group(zarr.storage.MemoryStore(), mode="w", zarr_format=zarr_format)
     shape = (first + sum(sizes), 3, 2)
-    sums = root.create_array("sums", shape=shape, chunks=(8, 2, 1), dtype="f8", fill_value=np.nan)
-    counts = root.create_array("n", shape=shape, chunks=(8, 2, 1), dtype="u2", fill_value=65535)
+    layout = {"chunks": (8, 2, 1), "shards": shards}
+    sums = root.create_array("sums", shape=shape, dtype="f8", fill_value=np.nan, **layout)
+    counts = root.create_array("n", shape=shape, dtype="u2", fill_value=65535, **layout)
     before = np.full((first, 3, 2), 7.0)
     if first:
         sums[:first] = before

@@ -445,14 +445,21 @@ class _Row:
 
 
 class _Writer:
-    """Writes entries as slabs make them, in a thread of its own (in order, a few writes
+    """Writes entries as slabs make them, in threads of its own (``THREADS``, a few writes
     behind), so the next slab's entries are computed meanwhile. Along the batch dimension an
     array may be chunked longer than a slab: its entries wait here, in space allocated once
     per chunk row (``_Row``), until the row is whole (or the build ends), so each chunk is
     written once. A row is written in pieces of at most ``PIECE_BYTES`` across the other
     dimensions, so zarr's copies of what it encodes stay small beside the row. The last
-    entry written is kept, to continue the next slab's prefix sums from."""
+    entry written is kept, to continue the next slab's prefix sums from.
 
+    No two writes store the same chunk (rows are whole chunk rows, or end where the array
+    ends), so they run side by side, except into a sharded array, where rows of one shard are
+    written one after the other (each reads and rewrites the shard)."""
+
+    # Two: a write waiting on the file system lets the other encode (one build at every
+    # element spends about half its writer's time in system calls on this VM).
+    THREADS = 2
     IN_FLIGHT = 4  # writes queued at most (each holds its entries)
     QUEUED_BYTES = 256 * 2**20  # and entries they hold at most (a larger write goes alone)
     PIECE_BYTES = 32 * 2**20
@@ -462,7 +469,8 @@ class _Writer:
         self.targets = {n: a.with_config({"write_empty_chunks": True}) for n, a in targets.items()}
         self._pending: dict[str, _Row] = {}
         self._last: dict[str, tuple[int, np.ndarray]] = {}
-        self._thread = ThreadPoolExecutor(1)
+        self._thread = ThreadPoolExecutor(self.THREADS)
+        self._shard_locks = {n: threading.Lock() for n, a in targets.items() if a.shards}
         self._writes: list[tuple[Future, int]] = []
         self.infinities = False  # whether a tally written counts an infinity
 
@@ -523,8 +531,23 @@ class _Writer:
         return uncopied
 
     def after_writes(self, call: Callable[..., object], *args: object) -> None:
-        """``call(*args)`` in the writer's thread once the writes queued so far are done."""
-        self._thread.submit(call, *args)
+        """``call(*args)`` once the writes queued so far are done (in the thread of the last
+        to finish, or here if none is left)."""
+        queued = [future for future, _ in self._writes if not future.done()]
+        left = [len(queued)]
+        lock = threading.Lock()
+
+        def one_done(_: Future) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                call(*args)
+
+        if not queued:
+            call(*args)
+        for future in queued:
+            future.add_done_callback(one_done)
 
     def flush(self) -> None:
         """Write what waits, and wait for every write (raising the first that failed)."""
@@ -574,10 +597,15 @@ class _Writer:
         # to be written is bounded by bytes too (the slabs then wait for the writes).
         size = row.values.nbytes
         self._wait_for_writes(size, self.IN_FLIGHT)
+        self._writes.append((self._thread.submit(self._write_row, name, row), size))
+
+    def _write_row(self, name: str, row: _Row) -> None:
         target = self.targets[name]
-        self._writes.append(
-            (self._thread.submit(_write_pieces, target, row, self.PIECE_BYTES), size)
-        )
+        if name not in self._shard_locks:
+            _write_pieces(target, row, self.PIECE_BYTES)
+            return
+        with self._shard_locks[name]:
+            _write_pieces(target, row, self.PIECE_BYTES)
 
 
 def _along(values: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
