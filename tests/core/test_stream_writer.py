@@ -40,7 +40,7 @@ def test_entries_land_where_they_belong(
     rng = np.random.default_rng(first + len(sizes))
     values = rng.random(shape)
     whole = np.floor(values * 1000)
-    with _Writer({"sums": sums, "n": counts}) as writer:
+    with _Writer({"sums": sums, "n": counts}, threads=2) as writer:
         at = first
         for n in sizes:
             writer.write("sums", 0, at, values[at : at + n])
