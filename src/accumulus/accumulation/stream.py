@@ -44,7 +44,7 @@ from accumulus.accumulation.sums import chunk_sums, load_kernel, prefix_entries
 from accumulus.chunk_writer import write_region
 from accumulus.cube import VariableInfo
 
-SLAB_BYTES = 128 * 2**20  # stored bytes of raw data per slab
+SLAB_BYTES = 256 * 2**20  # stored bytes of raw data per slab, at most
 SUMS_BYTES = 96 * 2**20  # per-segment sums (float64) per slab
 KEPT_BYTES = 320 * 2**20  # arrays kept for the next slab to fill, at most (``Buffers``)
 WRITES_BOUND = 0.5  # sums per value from which a build is bound by its writes
