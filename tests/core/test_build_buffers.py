@@ -32,14 +32,18 @@ def test_arrays_given_back_are_handed_out_again_within_bounds():
 
 
 @pytest.mark.parametrize(
-    ("dims", "at"),
+    ("dims", "at", "scheduler"),
     [
-        (["time"], {"time": 1}),
-        (["lat,lon"], {"lat": 1, "lon": 1}),
-        (["time", "lat,lon"], None),
+        (["time"], {"time": 1}, "threads"),
+        (["lat,lon"], {"lat": 1, "lon": 1}, "threads"),
+        (["time", "lat,lon"], None, "threads"),
+        # Blocks' sums come back from worker processes (not kept: only the slabs' are).
+        (["time"], {"time": 1}, "processes"),
     ],
 )
-def test_entries_are_exact_when_every_slab_reuses_arrays(tmp_path, monkeypatch, dims, at):
+def test_entries_are_exact_when_every_slab_reuses_arrays(
+    tmp_path, monkeypatch, dims, at, scheduler
+):
     # Slabs of one time chunk, of several blocks (whose sums are copied into the slab's):
     # each slab fills the arrays the slab before filled.
     monkeypatch.setattr(stream, "SLAB_BYTES", 1)
@@ -62,7 +66,7 @@ def test_entries_are_exact_when_every_slab_reuses_arrays(tmp_path, monkeypatch, 
     ds = synthetic_dataset({"time": 60, "lat": 6, "lon": 8}, seed=3)
     path = tmp_path / "cube.zarr"
     write_cube(ds, path, {"time": 7, "lat": 3, "lon": 4})
-    accumulus.accumulate(str(path), VAR, dims, weights="none", at=at)
+    accumulus.accumulate(str(path), VAR, dims, weights="none", at=at, scheduler=scheduler)
     assert any(reused)
 
     x = ds[VAR].transpose("time", "lat", "lon").values.astype("f8")

@@ -391,12 +391,14 @@ def _concatenate(
 
 
 def _owners(results: np.ndarray) -> list[np.ndarray]:
-    """The arrays holding the blocks' sums in ``results`` (each once)."""
+    """The arrays holding the blocks' sums in ``results`` (each once; sums that came from
+    another process may be views of the bytes they came in, which are not kept)."""
     owners: dict[int, np.ndarray] = {}
     for parts in results.flat:
         for part in parts:
             owner = part if part.base is None else part.base
-            owners[id(owner)] = owner
+            if isinstance(owner, np.ndarray):
+                owners[id(owner)] = owner
     return list(owners.values())
 
 
