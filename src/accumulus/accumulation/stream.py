@@ -47,8 +47,8 @@ from accumulus.cube import VariableInfo
 SLAB_BYTES = 256 * 2**20  # stored bytes of raw data per slab, at most
 SUMS_BYTES = 96 * 2**20  # per-segment sums (float64) per slab
 KEPT_BYTES = 320 * 2**20  # arrays kept for the next slab to fill, at most (``Buffers``)
-WRITES_BOUND = 0.5  # sums per value from which a build is bound by its writes
 KEPT_LEAST_BYTES = 16 * 2**20  # and not smaller ones (``MMAP_THRESHOLD``: malloc reuses them)
+WRITES_BOUND = 0.5  # sums per value from which a build is bound by its writes
 
 
 class InfinityMet(Exception):
@@ -512,17 +512,13 @@ class _Writer:
             if whole:
                 # Whole chunk rows are written from ``values`` itself (the write keeps it
                 # alive): entries at every element of time, one per chunk, are not copied.
-                self._store(
-                    name,
-                    _Row(
-                        axis, start, start + whole, start + whole, _along(values, axis, done, whole)
-                    ),
-                )
+                stop = start + whole
+                self._store(name, _Row(axis, start, stop, stop, _along(values, axis, done, whole)))
                 done += whole
                 uncopied = True
                 continue
-            row = self._pending.pop(name, None) or self._new_row(name, axis, first + done)
-            assert row.stop == first + done, f"{name}: entries written out of order"
+            row = self._pending.pop(name, None) or self._new_row(name, axis, start)
+            assert row.stop == start, f"{name}: entries written out of order"
             take = min(n - done, row.end - row.stop)
             # Counts arrive as float64 sums of ones (exact): cast on assignment.
             _along(row.values, axis, row.stop - row.start, take)[...] = _along(
