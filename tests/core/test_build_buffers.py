@@ -1,7 +1,10 @@
-"""A build fills arrays the slab before filled (``buffers.Buffers``): entries stay exact when
-every slab reuses them, and what is kept is bounded."""
+"""A build's memory: it fills arrays the slab before filled (``buffers.Buffers``): entries
+stay exact when every slab reuses them, and what is kept is bounded; Python's cycle
+collector skips the objects made before the build while it runs."""
 
 from __future__ import annotations
+
+import gc
 
 import numpy as np
 import pytest
@@ -86,3 +89,21 @@ def test_entries_are_exact_when_every_slab_reuses_arrays(
             stored = root[f"{group.path}/{acc.arrays[term]}"][...]
             order = [axes[d] for d in acc.array_dims]
             np.testing.assert_allclose(stored, expected.transpose(order), rtol=1e-12)
+
+
+def test_the_collector_skips_objects_made_before_the_build(tmp_path, monkeypatch):
+    ds = synthetic_dataset({"time": 20, "lat": 4, "lon": 5}, seed=1)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 5, "lat": 2, "lon": 5})
+    before = ["made before the build"]  # a container: tracked by the collector
+    seen = []
+    write_entries = stream._write_entries
+
+    def spy(*args, **kwargs):
+        seen.append(any(o is before for o in gc.get_objects()))
+        return write_entries(*args, **kwargs)
+
+    monkeypatch.setattr(stream, "_write_entries", spy)
+    accumulus.accumulate(str(path), VAR, ["time"])
+    assert seen and not any(seen)  # frozen while the slabs were written
+    assert any(o is before for o in gc.get_objects())  # collected as usual afterwards
