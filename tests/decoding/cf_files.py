@@ -53,11 +53,16 @@ class Variable:
 
 
 def compares_in_float32(attrs: dict[str, Any], dtype: np.dtype) -> bool:
-    """See ``Variable.masks_in_float32``."""
+    """See ``Variable.masks_in_float32``. As xarray chooses the unpacked type
+    (``xarray.coding.variables._choose_float_dtype``): a float32 scale factor alone makes it
+    float32; with a float32 offset too, 4-byte integers are unpacked to float64 (where
+    nothing is lost) and float64 values to float32."""
     scale, offset = attrs.get("scale_factor"), attrs.get("add_offset")
     if not isinstance(scale, np.float32) or not isinstance(offset, np.float32 | None):
         return False
-    return dtype.itemsize == 8 if dtype.kind == "f" else dtype.itemsize == 4
+    if dtype.kind == "f":
+        return dtype.itemsize == 8
+    return dtype.itemsize == 4 and offset is None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import accumulus
 from accumulus.errors import AccumulusWarning
 from accumulus.ingest.convert import convert
 
-from .cf_files import CFFile, Variable, cf_files, write
+from .cf_files import CFFile, Variable, cf_files, unholdable, write
 
 # xarray's own notes on the sources' fill values (and the cubes', which keep them) are
 # expected; scipy's reader casts a NaN fill value to the type when it closes a file.
@@ -186,9 +186,34 @@ _OUT_OF_INT32_IN_FLOAT32 = {
     "_FillValue": np.float64(2**31),
 }
 
+# int32 with a float32 scale and offset is unpacked to float64 (not float32: xarray's
+# _choose_float_dtype), so a missing_value of 2**24 + 1 marks exactly its values, warned of by
+# nothing (the test once expected a warning; the cube did as xarray does).
+_NEAR_2_24 = np.zeros((3, 2, 5), dtype="i4")
+_NEAR_2_24[0, 0, :3], _NEAR_2_24[2, 1, 4] = [2**24 + 1, 2**24, 2**24 + 2], 2**24 + 1
+_UNSIGNED_PACKED_IN_FLOAT64 = {
+    "_Unsigned": "true",
+    "scale_factor": np.float32(0.01),
+    "add_offset": np.float32(66825.5),
+    "missing_value": np.int32(2**24 + 1),
+}
+
 
 @FEW
 @example(_found({"v": Variable(np.dtype(">i2"), _SWAPPED, _UNSIGNED_BIG_ENDIAN)}), 2)
+@example(
+    _found(
+        {
+            "v": Variable(
+                np.dtype("<i4"),
+                _NEAR_2_24,
+                _UNSIGNED_PACKED_IN_FLOAT64,
+                unholdable(_UNSIGNED_PACKED_IN_FLOAT64, np.dtype("i4"), np.dtype("u4")),
+            )
+        }
+    ),
+    2,
+)
 @example(
     _found(
         {"v": Variable(np.dtype("<i4"), np.full((3, 2, 5), 599839454, "i4"), _INT32_IN_FLOAT32)}
