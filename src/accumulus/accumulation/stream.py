@@ -28,7 +28,7 @@ import platform
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from math import prod
 
@@ -600,12 +600,8 @@ class _Writer:
         self._writes.append((self._thread.submit(self._write_row, name, row), size))
 
     def _write_row(self, name: str, row: _Row) -> None:
-        target = self.targets[name]
-        if name not in self._shard_locks:
-            _write_pieces(target, row, self.PIECE_BYTES)
-            return
-        with self._shard_locks[name]:
-            _write_pieces(target, row, self.PIECE_BYTES)
+        with self._shard_locks.get(name, nullcontext()):
+            _write_pieces(self.targets[name], row, self.PIECE_BYTES)
 
 
 def _along(values: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:
