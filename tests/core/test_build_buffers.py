@@ -11,7 +11,7 @@ import pytest
 import zarr
 
 import accumulus
-from accumulus.accumulation import stream
+from accumulus.accumulation import placement, stream
 from accumulus.accumulation.buffers import Buffers
 from accumulus.accumulation.spec import COUNT, SUM
 from accumulus.cube import VariableInfo
@@ -107,3 +107,39 @@ def test_the_collector_skips_objects_made_before_the_build(tmp_path, monkeypatch
     accumulus.accumulate(str(path), VAR, ["time"])
     assert seen and not any(seen)  # frozen while the slabs were written
     assert any(o is before for o in gc.get_objects())  # collected as usual afterwards
+
+
+def test_series_rows_reuse_the_space_of_the_rows_written_before(tmp_path, monkeypatch):
+    # Slabs of one time chunk (7), series chunks of 14 along time: every row is filled by two
+    # slabs, and five rows take turns in the space of the array's row written before.
+    monkeypatch.setattr(stream, "SLAB_BYTES", 1)
+    monkeypatch.setattr(stream, "SUMS_BYTES", 1)
+    monkeypatch.setattr(placement, "BUFFER_BYTES", 14 * 6 * 8 * 9)  # 14 entries
+    rows: dict[str, list[int]] = {}
+    new_row = stream._Writer._new_row
+
+    def spy(self, name, axis, start):
+        row = new_row(self, name, axis, start)
+        rows.setdefault(name, []).append(id(row.values))
+        return row
+
+    monkeypatch.setattr(stream._Writer, "_new_row", spy)
+    ds = synthetic_dataset({"time": 66, "lat": 6, "lon": 8}, seed=5)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 7, "lat": 3, "lon": 4})
+    accumulus.accumulate(str(path), VAR, ["lat,lon"], weights="none", at={"lat": 1, "lon": 1})
+
+    group = accumulus.open(str(path)).accumulation_group(VAR)
+    (acc,) = group.accumulations
+    root = zarr.open_group(path, mode="r")
+    assert root[f"{group.path}/{acc.arrays[SUM]}"].chunks[0] == 14
+    assert all(len(made) == 5 and len(set(made)) < 5 for made in rows.values()), rows
+    x = ds[VAR].transpose("time", "lat", "lon").values.astype("f8")
+    summands = {SUM: np.where(np.isnan(x), 0.0, x), COUNT: (~np.isnan(x)).astype("f8")}
+    axes = {"time": 0, "lat": 1, "lon": 2}
+    for term in (SUM, COUNT):
+        expected = summands[term]
+        for dim in acc.prefix_dims:
+            expected = np.cumsum(expected, axis=axes[dim])
+        stored = root[f"{group.path}/{acc.arrays[term]}"][...]
+        np.testing.assert_allclose(stored, expected, rtol=1e-12)

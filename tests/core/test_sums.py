@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accumulus.accumulation import statistics
-from accumulus.accumulation.sums import chunk_sums, prefix_entries, reduce_terms
+from accumulus.accumulation.sums import LONG_AXIS, chunk_sums, prefix_entries, reduce_terms
 
 SQUARES = {"sumsq": statistics.Sum("sumsq", 0, 2), "wsumsq": statistics.Sum("wsumsq", 1, 2)}
 
@@ -102,6 +102,22 @@ def test_prefix_entries_are_cumulative_sums_where_kept(ndim, n, stride, seed):
         range(stride - 1, n - n % stride, stride), axis=axis
     )
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_prefix_entries_along_a_long_last_axis_add_as_numpy_does(layout):
+    # Entries at every element along a long last axis: the compiled loop (contiguous rows)
+    # or NumPy (others) adds in order, so the sums equal np.cumsum's to the last bit.
+    rng = np.random.default_rng(7)
+    sums = rng.normal(size=(2, 5, 3, 2 * (LONG_AXIS + 3))) * 1e3
+    if layout == "strided":
+        sums = sums[..., ::2]
+    n = sums.shape[-1]
+    expected = np.cumsum(sums, axis=-1)
+    assert np.array_equal(prefix_entries(sums, 3, range(n)), expected)
+    kept = [0, 5, n - 1]
+    assert np.array_equal(prefix_entries(sums, 3, kept), expected.take(kept, axis=3))
+    assert np.array_equal(prefix_entries(sums.copy(), 3, range(n), in_place=True), expected)
 
 
 def test_a_large_block_is_summed_without_per_sum_copies():

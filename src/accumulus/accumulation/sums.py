@@ -238,9 +238,14 @@ def prefix_entries(
     prefix = segment_sums if in_place else np.array(segment_sums, dtype="f8")
     if axis == prefix.ndim - 1 and prefix.shape[axis] > LONG_AXIS:
         # Along a long last axis (entries at every element) each row is contiguous and
-        # long: NumPy's cumulative sum walks it once (slice by slice, every slice would be
-        # strided: twice the time).
-        np.cumsum(prefix, axis=axis, out=prefix)
+        # long: walked once, row by row (slice by slice, every slice would be strided:
+        # twice the time), by the compiled loop when the rows are contiguous.
+        if prefix.flags.c_contiguous:
+            from accumulus.accumulation.kernel import prefix_rows  # numba: loaded by builds
+
+            prefix_rows(prefix.reshape(-1, prefix.shape[axis]))
+        else:
+            np.cumsum(prefix, axis=axis, out=prefix)
     else:
         # Slice by slice: as fast along a short axis (a few chunks) as along a long one,
         # where np.cumsum walks every short row on its own (4 times slower for 4 chunks).
