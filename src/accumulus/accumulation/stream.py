@@ -591,20 +591,24 @@ class _Writer:
             spare = np.empty(shape, dtype=target.dtype)
         return _Row(axis, start, start, end, spare)
 
-    def _wait_for_writes(self, nbytes: int, most: int | None = None) -> None:
+    def _wait_for_writes(self, nbytes: int | None, most: int | None = None) -> None:
         """Wait for the oldest writes while those queued and ``nbytes`` more would hold more
-        than ``QUEUED_BYTES`` (or be more than ``most`` writes), or none is left."""
+        than ``QUEUED_BYTES`` (unless ``nbytes`` is None), or be more than ``most`` writes,
+        or none is left."""
         while self._writes and (
             (most is not None and len(self._writes) >= most)
-            or sum(n for _, n in self._writes) + nbytes > self.QUEUED_BYTES
+            or (nbytes is not None and sum(n for _, n in self._writes) + nbytes > self.QUEUED_BYTES)
         ):
             self._writes.pop(0)[0].result()
 
     def _store(self, name: str, row: _Row) -> None:
-        # The writer may be slower than the slabs: rows held back are large, so what waits
-        # to be written is bounded by bytes too (the slabs then wait for the writes).
+        # The writer may be slower than the slabs: what waits to be written is bounded by
+        # bytes too (the slabs then wait for the writes). A row of the writer's own is in
+        # memory already, and the next is made only once the writes leave room for it
+        # (``_new_row``): it is queued at once, beside the other arrays' rows (the counts of
+        # lat=1,lon=1 on the bench cube waited for its sums: 1.35 s per row instead of 0.95).
         size = row.values.nbytes
-        self._wait_for_writes(size, self.IN_FLIGHT)
+        self._wait_for_writes(None if row.held else size, self.IN_FLIGHT)
         self._writes.append((self._thread.submit(self._write_row, name, row), size))
 
     def _write_row(self, name: str, row: _Row) -> None:
