@@ -271,7 +271,9 @@ def _data_array(
     variable = xr.Variable(tuple(dims), values, fastpath=True)
     xindexes = {d: PandasIndex(indexes[d], d) for d in dims}
     variables = {k: v for index in xindexes.values() for k, v in index.create_variables().items()}
-    return xr.DataArray(variable, coords=xr.Coordinates(variables, xindexes), name=name)
+    # Variables and indexes made here, for this answer alone: xarray's direct construction
+    # (without it, xarray deep-copies every coordinate: 0.35 ms of a 4 ms warm query).
+    return xr.DataArray(variable, coords=variables, name=name, indexes=xindexes, fastpath=True)
 
 
 def _weights_without_noise(
