@@ -143,3 +143,40 @@ def test_series_rows_reuse_the_space_of_the_rows_written_before(tmp_path, monkey
             expected = np.cumsum(expected, axis=axes[dim])
         stored = root[f"{group.path}/{acc.arrays[term]}"][...]
         np.testing.assert_allclose(stored, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "synchronous"])
+def test_a_build_along_one_dimension_at_every_element_walks_tiles(tmp_path, monkeypatch, scheduler):
+    # Area weights at every cell: sums along longitude only. Walked along longitude, one raw
+    # chunk at a time, in tiles of 14 days (a series chunk) x 6 rows of latitude: every
+    # slab's entries are whole chunks, carried along longitude from slab to slab.
+    monkeypatch.setattr(stream, "SLAB_BYTES", 1)  # series chunks grow from one raw chunk
+    monkeypatch.setattr(placement, "BUFFER_BYTES", 14 * 12 * 20 * 9)  # to 14 entries
+    monkeypatch.setattr(placement, "SERIES_CHUNK", 14 * 6 * 8)  # of 6 rows
+    walks = []
+    tiled = stream.tiled_walk
+
+    def spy(*args):
+        walks.append(tiled(*args))
+        return walks[-1]
+
+    monkeypatch.setattr(stream, "tiled_walk", spy)
+    ds = synthetic_dataset({"time": 66, "lat": 12, "lon": 20}, seed=11)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 7, "lat": 3, "lon": 5})
+    accumulus.accumulate(str(path), VAR, ["lat,lon"], at={"lat": 1, "lon": 1}, scheduler=scheduler)
+
+    ((dim, tiles),) = walks
+    assert dim == "lon" and len(tiles) == 5 * 2
+    group = accumulus.open(str(path)).accumulation_group(VAR)
+    (acc,) = group.accumulations
+    assert acc.prefix_dims == ("lon",)
+    root = zarr.open_group(path, mode="r")
+    assert root[f"{group.path}/{acc.arrays[SUM]}"].chunks == (14, 6, 1)
+    x = ds[VAR].transpose("time", "lat", "lon").values.astype("f8")
+    summands = {SUM: np.where(np.isnan(x), 0.0, x), COUNT: (~np.isnan(x)).astype("f8")}
+    for term in (SUM, COUNT):
+        stored = root[f"{group.path}/{acc.arrays[term]}"][...]
+        np.testing.assert_allclose(stored, np.cumsum(summands[term], axis=2), rtol=1e-12)
+    (report,) = accumulus.verify(str(path), VAR)
+    assert report.ok, report.problems

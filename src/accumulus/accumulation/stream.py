@@ -26,11 +26,12 @@ import ctypes
 import gc
 import platform
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
-from math import prod
+from itertools import accumulate, product
+from math import lcm, prod
 
 import dask
 import dask.array as da
@@ -74,6 +75,77 @@ def chunks_per_slab(var: VariableInfo, dim: str, group: spec.AccumulationGroup |
     ):
         count *= 2
     return count
+
+
+def tiled_walk(
+    var: VariableInfo, group: spec.AccumulationGroup, targets: Mapping[str, zarr.Array]
+) -> tuple[str, list[dict[str, tuple[int, int]]]] | None:
+    """The dimension to walk and the tiles of the others, for a build whose accumulations all
+    prefix-sum one same dimension other than the batch one, at every element of it (chunks
+    one entry wide there): ``--at lat=1,lon=1`` with area weights sums along longitude only.
+    Walked along the batch dimension, its series chunks (584 days of every cell on the bench
+    cube) are held back until whole, and their writes wait for the next row's entries (and
+    those for the writes). Walked along that dimension instead, one raw chunk at a time,
+    within tiles of the other dimensions that hold whole chunks of every array and of the raw
+    data (prefix sums carried from one slab to the next within a tile), every slab's entries
+    are whole chunks, written as soon as they are summed. None when that does not apply (or a
+    tile's sums would pass ``SUMS_BYTES``)."""
+    prefixed = {acc.prefix_dims for acc in group.accumulations}
+    if len(prefixed) != 1:
+        return None
+    (walked,) = prefixed
+    if len(walked) != 1 or walked[0] == batch_dimension(var):
+        return None
+    (dim,) = walked
+    sides: dict[str, int] = {}
+    for acc in group.accumulations:
+        for name in set(acc.arrays.values()):
+            chunks = dict(zip(acc.array_dims, targets[name].chunks, strict=True))
+            if chunks[dim] != 1 or targets[name].shards:
+                return None
+            for d in var.dims:
+                if d != dim:
+                    sides[d] = lcm(sides.get(d, 1), chunks[d])
+    for d in sides:
+        sizes = var.bounds[var.axis(d)].sizes
+        if len(set(sizes[:-1])) > 1 or not sizes:
+            return None  # raw chunks of varying size: no tile holds whole ones
+        sides[d] = lcm(sides[d], sizes[0])
+    along = max(var.bounds[var.axis(dim)].sizes, default=1)
+    terms = max(len(set(acc.arrays.values())) for acc in group.accumulations)
+    if prod(min(n, var.shape[var.axis(d)]) for d, n in sides.items()) * along * terms * 8 > (
+        SUMS_BYTES
+    ):
+        return None
+    ranges = [
+        [(lo, min(lo + n, var.shape[var.axis(d)])) for lo in range(0, var.shape[var.axis(d)], n)]
+        for d, n in sides.items()
+    ]
+    return dim, [dict(zip(sides, corner, strict=True)) for corner in product(*ranges)]
+
+
+def _tile_blocks(
+    var: VariableInfo, dim: str, tiles: Sequence[Mapping[str, tuple[int, int]]]
+) -> tuple[tuple[int, ...], ...]:
+    """Dask blocks of a tiled walk: raw chunks along ``dim``, tiles along the others."""
+    blocks = []
+    for d, bounds in zip(var.dims, var.bounds, strict=True):
+        if d == dim:
+            blocks.append(bounds.sizes)
+        else:
+            edges = sorted({tile[d] for tile in tiles})
+            blocks.append(tuple(hi - lo for lo, hi in edges))
+    return tuple(blocks)
+
+
+def _raw_chunks(
+    var: VariableInfo, dim: str, lo: int, hi: int, tile: Mapping[str, tuple[int, int]]
+) -> int:
+    """Raw chunks a slab reads: ``[lo, hi)`` along ``dim``, ``tile`` (or all) along others."""
+    return prod(
+        len(bounds.chunks_overlapping(*((lo, hi) if d == dim else tile.get(d, (0, n)))))
+        for d, bounds, n in zip(var.dims, var.bounds, var.shape, strict=True)
+    )
 
 
 def sums_per_value(var: VariableInfo, group: spec.AccumulationGroup) -> float:
@@ -129,29 +201,36 @@ def fill(
     written counts an infinity; raises ``InfinityMet`` when the raw data holds one and the
     group keeps no tally arrays."""
     _large_arrays_from_the_system()
-    dim = dim or batch_dimension(var)
+    targets = {
+        name: root[f"{group.path}/{name}"]
+        for acc in group.accumulations
+        for name in set(acc.arrays.values())
+    }
+    # Blocks summed in this process fill arrays the slab before filled (not new memory).
+    in_process = scheduler in (None, "threads", "synchronous")
+    # Tiles make many small slabs: each is a graph run, which another scheduler starts
+    # anew (a pool of processes per run).
+    tiled = tiled_walk(var, group, targets) if dim is None and start == 0 and in_process else None
+    dim, tiles = tiled if tiled is not None else (dim or batch_dimension(var), [{}])
     axis = var.axis(dim)
     bounds = var.bounds[axis]
     edges = [start, *(e for e in bounds.edges if e > start)]
-    per_slab = chunks_per_slab(var, dim, group)
+    per_slab = 1 if tiled is not None else chunks_per_slab(var, dim, group)
     slabs = [
-        (edges[i], edges[min(i + per_slab, len(edges) - 1)])
+        (tile, edges[i], edges[min(i + per_slab, len(edges) - 1)])
+        for tile in tiles
         for i in range(0, len(edges) - 1, per_slab)
     ]
-    total = len(edges) - 1
+    # Progress in raw chunks: those before each slab, and all.
+    widths = [_raw_chunks(var, dim, lo, hi, tile) for tile, lo, hi in slabs]
+    before = list(accumulate(widths, initial=0))
+    total = before[-1]
     # A build storing about as many sums as values (entries at every element) is bound by
     # its writes: two threads, so that a write waiting on the file system lets the other
     # encode. Otherwise one: a second would take the cores from the reads, which bound it
     # (the default build: 3.3 s with one, 3.55 s with two on the bench cube).
     writes_bound = sums_per_value(var, group) >= WRITES_BOUND
-    writer = _Writer(
-        {
-            name: root[f"{group.path}/{name}"]
-            for acc in group.accumulations
-            for name in set(acc.arrays.values())
-        },
-        threads=2 if writes_bound else 1,
-    )
+    writer = _Writer(targets, threads=2 if writes_bound else 1)
     terms = statistics.stored_sums(group.weights)
     chunk_bounds = dict(zip(var.dims, var.bounds, strict=True))
     accumulations = [
@@ -164,30 +243,29 @@ def fill(
         t in acc.arrays for acc in group.accumulations for t in spec.TALLIES
     )
     # Along ``dim``, blocks stay single chunks: a slab (or an update) reads nothing outside.
-    x = var.dask_array(var.grouped_blocks(keep=dim), as_summed=True)
-    # Blocks summed in this process fill arrays the slab before filled (not new memory).
-    in_process = scheduler in (None, "threads", "synchronous")
+    # Tiled, a block is a tile (one task per slab, reading nothing outside its tile).
+    blocks = var.grouped_blocks(keep=dim) if tiled is None else _tile_blocks(var, dim, tiles)
+    x = var.dask_array(blocks, as_summed=True)
     buffers = Buffers(KEPT_BYTES, least_bytes=KEPT_LEAST_BYTES)
 
     def slab_sums(done: int) -> list[tuple[_Work, np.ndarray, list[list[tuple[int, int]]]]]:
         """Each accumulation's per-segment sums over slab ``done`` (one pass over its data),
         with where the blocks summed lie."""
-        slab_start, slab_stop = slabs[done]
+        tile, slab_start, slab_stop = slabs[done]
         work = [_work(*item, dim, slab_start, slab_stop) for item in accumulations]
         work = [w for w in work if w.raw_stop > w.raw_start]
         regions = sorted({(w.raw_start, w.raw_stop) for w in work})
         in_region = [[w for w in work if (w.raw_start, w.raw_stop) == r] for r in regions]
         empty = buffers.empty if in_process else None
         tasks = [
-            _region_tasks(x, var, dim, region, weights, items, refuse_infinities, empty)
+            _region_tasks(x, var, dim, region, weights, items, refuse_infinities, empty, tile)
             for region, items in zip(regions, in_region, strict=True)
         ]
-        slab_chunks = len(bounds.chunks_overlapping(slab_start, slab_stop))
         computed = iter(
             compute.run(
                 [t for ts, _ in tasks for t in ts.ravel()],
                 scheduler,
-                _scaled(progress, done * per_slab, slab_chunks, total),
+                _scaled(progress, before[done], widths[done], total),
             )
         )
         sums = []
@@ -198,7 +276,7 @@ def fill(
             for n, item in enumerate(items):
                 sums.append((item, _concatenate(results, n, buffers.empty), locations))
             if results.size > 1:  # every block's sums were copied: they are done with
-                buffers.give(_owners(results))
+                buffers.give(_owners(part for parts in results.flat for part in parts))
         return sums
 
     # The next slab is read and summed while this one's entries are computed and the one
@@ -214,12 +292,19 @@ def fill(
             ready = pending.result()
             if done + 1 < len(slabs):
                 pending = reader.submit(slab_sums, done + 1)
+            tile = slabs[done][0]
+            written_from = False
             for item, per_segment, locations in ready:
-                if _write_entries(var, item, dim, per_segment, locations, writer):
-                    writer.after_writes(buffers.give, [per_segment])  # written from it
-                else:
-                    buffers.give([per_segment])
-            del ready
+                written_from |= _write_entries(var, item, dim, per_segment, locations, writer, tile)
+            # The slab's sums (a block's sums are views of the array the compiled loop
+            # filled, shared by the accumulations summed alike) are filled again by a later
+            # slab once every write made from them is done.
+            owners = _owners(per_segment for _, per_segment, _ in ready)
+            if written_from:
+                writer.after_writes(buffers.give, owners)
+            else:
+                buffers.give(owners)
+            del ready, owners
         writer.flush()
     return writer.infinities
 
@@ -269,16 +354,18 @@ def _region_tasks(
     work: Sequence[_Work],
     refuse_infinities: bool = False,
     empty: Callable[[int], np.ndarray] | None = None,
+    tile: Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple[np.ndarray, list[list[tuple[int, int]]]]:
-    """Delayed per-block sums of raw ``region`` along ``dim``: an array shaped like the
-    block grid of tasks, each returning every work item's per-segment sums
-    (``_block_sums``; raising ``InfinityMet`` at an infinity if ``refuse_infinities``),
-    and where the blocks lie along each axis. ``empty(n)``: where a task's sums go."""
-    axis = var.axis(dim)
-    index = [slice(None)] * x.ndim
-    index[axis] = slice(*region)
-    x = x[tuple(index)]
-    offsets = [region[0] if a == axis else 0 for a in range(x.ndim)]
+    """Delayed per-block sums of raw ``region`` along ``dim`` (within ``tile`` along the
+    dimensions it names): an array shaped like the block grid of tasks, each returning every
+    work item's per-segment sums (``_block_sums``; raising ``InfinityMet`` at an infinity if
+    ``refuse_infinities``), and where the blocks lie along each axis. ``empty(n)``: where a
+    task's sums go."""
+    ranges = {d: (0, n) for d, n in zip(var.dims, var.shape, strict=True)}
+    ranges.update(tile or {})
+    ranges[dim] = region
+    x = x[tuple(slice(*ranges[d]) for d in var.dims)]
+    offsets = [ranges[d][0] for d in var.dims]
     starts = [np.cumsum((o, *c[:-1])).tolist() for o, c in zip(offsets, x.chunks, strict=True)]
     locations = [
         [(s, s + n) for s, n in zip(starts[a], x.chunks[a], strict=True)] for a in range(x.ndim)
@@ -388,15 +475,14 @@ def _concatenate(
     return out
 
 
-def _owners(results: np.ndarray) -> list[np.ndarray]:
-    """The arrays holding the blocks' sums in ``results`` (each once; sums that came from
-    another process may be views of the bytes they came in, which are not kept)."""
+def _owners(arrays: Iterable[np.ndarray]) -> list[np.ndarray]:
+    """The arrays holding ``arrays`` (each once: views of one array share it; sums that came
+    from another process may be views of the bytes they came in, which are not kept)."""
     owners: dict[int, np.ndarray] = {}
-    for parts in results.flat:
-        for part in parts:
-            owner = part if part.base is None else part.base
-            if isinstance(owner, np.ndarray):
-                owners[id(owner)] = owner
+    for array in arrays:
+        owner = array if array.base is None else array.base
+        if isinstance(owner, np.ndarray):
+            owners[id(owner)] = owner
     return list(owners.values())
 
 
@@ -407,13 +493,16 @@ def _write_entries(
     per_segment: np.ndarray,
     locations: Sequence[Sequence[tuple[int, int]]],
     writer: _Writer,
+    tile: Mapping[str, tuple[int, int]] | None = None,
 ) -> bool:
-    """Prefix-sum one accumulation's per-segment sums over a region into its entries (the
-    sums ending where entries end), continue them from the entry before ``work.first``, and
-    write them. Returns whether writes queued are to be made from ``per_segment`` itself."""
+    """Prefix-sum one accumulation's per-segment sums over a region (within ``tile``) into
+    its entries (the sums ending where entries end), continue them from the entry before
+    ``work.first``, and write them. Returns whether writes queued are to be made from
+    ``per_segment`` itself."""
     acc = work.acc
     order = [var.axis(d) for d in acc.array_dims]
     t_axis = acc.array_dims.index(dim)
+    window = tuple(slice(*tile[d]) if tile and d in tile else slice(None) for d in acc.array_dims)
     entries = per_segment
     # The batch dimension last: the entry before ``work.first`` (the previous slab's last,
     # or the last one an earlier build wrote) is added to the first segment before that
@@ -423,7 +512,7 @@ def _write_entries(
         if d == dim and work.first > 0:
             first = entries[(slice(None),) * (axis + 1) + (slice(0, 1),)]
             for t, term in enumerate(work.terms):
-                before = writer.entry(acc.arrays[term], t_axis, work.first - 1)
+                before = writer.entry(acc.arrays[term], t_axis, work.first - 1, window)
                 first[t] += before.transpose(np.argsort(order))
         positions = work.positions[d]
         ends = [e for lo, hi in locations[axis] for e in segment_ends(lo, hi, positions)]
@@ -435,7 +524,7 @@ def _write_entries(
         values = entries[t].transpose(order)
         if term in spec.TALLIES and values.any():
             writer.infinities = True
-        uncopied |= writer.write(acc.arrays[term], t_axis, work.first, values)
+        uncopied |= writer.write(acc.arrays[term], t_axis, work.first, values, window)
     return uncopied and entries is per_segment
 
 
@@ -450,6 +539,8 @@ class _Row:
     end: int  # the row ends here (a chunk boundary, or the array's end)
     values: np.ndarray
     held: bool = True  # the writer's own space (not a view of entries it was given)
+    # Where it lies along the other dimensions (a tile of them; None: their whole extent).
+    window: tuple[slice, ...] | None = None
 
 
 class _Writer:
@@ -487,22 +578,35 @@ class _Writer:
         # On an error, writes already queued finish (or fail) before it propagates.
         self._thread.shutdown(wait=True)
 
-    def entry(self, name: str, axis: int, index: int) -> np.ndarray:
-        """Entry ``index`` along ``axis`` of array ``name`` (float64, the axis kept)."""
+    def entry(
+        self, name: str, axis: int, index: int, window: tuple[slice, ...] | None = None
+    ) -> np.ndarray:
+        """Entry ``index`` along ``axis`` of array ``name`` (float64, the axis kept), within
+        ``window`` along the other axes (default: all of them)."""
         if name in self._last and self._last[name][0] == index:
             return self._last[name][1]
         target = self.targets[name]
-        window = [slice(None)] * target.ndim
-        window[axis] = slice(index, index + 1)
-        return np.asarray(target[tuple(window)], dtype="f8")
+        where = list(window or [slice(None)] * target.ndim)
+        where[axis] = slice(index, index + 1)
+        return np.asarray(target[tuple(where)], dtype="f8")
 
-    def write(self, name: str, axis: int, first: int, values: np.ndarray) -> bool:
-        """Write entries from ``first`` on along ``axis``. Returns whether a write queued is
-        made from ``values`` itself (whole chunk rows, not copied): then ``values`` must stay
-        as it is until those writes are done (``after_writes``)."""
+    def write(
+        self,
+        name: str,
+        axis: int,
+        first: int,
+        values: np.ndarray,
+        window: tuple[slice, ...] | None = None,
+    ) -> bool:
+        """Write entries from ``first`` on along ``axis``, within ``window`` along the other
+        axes (a tile of whole chunks; default: all of them). Returns whether a write queued
+        is made from ``values`` itself (whole chunk rows, not copied): then ``values`` must
+        stay as it is until those writes are done (``after_writes``)."""
         n = values.shape[axis]
         if n == 0:
             return False
+        if window is not None and all(w == slice(None) for w in window):
+            window = None
         uncopied = False
         self._last[name] = (first + n - 1, values.take([n - 1], axis=axis).astype("f8"))
         done = 0
@@ -514,10 +618,14 @@ class _Writer:
                 # alive): entries at every element of time, one per chunk, are not copied.
                 stop = start + whole
                 whole_rows = _along(values, axis, done, whole)
-                self._store(name, _Row(axis, start, stop, stop, whole_rows, held=False))
+                self._store(
+                    name, _Row(axis, start, stop, stop, whole_rows, held=False, window=window)
+                )
                 done += whole
                 uncopied = True
                 continue
+            # A tiled walk's slabs end at chunk edges along ``axis``: they hold whole rows.
+            assert window is None, f"{name}: a tile's entries do not end at a chunk edge"
             row = self._pending.pop(name, None) or self._new_row(name, axis, start)
             assert row.stop == start, f"{name}: entries written out of order"
             take = min(n - done, row.end - row.stop)
@@ -630,19 +738,21 @@ def _write_pieces(target: zarr.Array, row: _Row, piece_bytes: int) -> None:
     cut along the widest other dimension at the edges of what is stored (shards when the
     array is sharded: a piece cutting a shard would make zarr read and rewrite it)."""
     length = row.values.shape[row.axis]
-    window = [slice(None)] * target.ndim
+    window = list(row.window or [slice(None)] * target.ndim)
     window[row.axis] = slice(row.start, row.start + length)
     others = [d for d in range(target.ndim) if d != row.axis]
     if not others or row.values.nbytes <= piece_bytes:
         write_region(target, window, row.values)
         return
     stored = target.shards or target.chunks
-    cut = max(others, key=lambda d: target.shape[d] // stored[d])
-    per_object = row.values.nbytes * stored[cut] // max(target.shape[cut], 1)
+    extent = row.values.shape
+    cut = max(others, key=lambda d: extent[d] // stored[d])
+    per_object = row.values.nbytes * stored[cut] // max(extent[cut], 1)
     step = stored[cut] * max(1, piece_bytes // max(per_object, 1))
-    for lo in range(0, target.shape[cut], step):
-        hi = min(lo + step, target.shape[cut])
-        window[cut] = slice(lo, hi)
+    offset = window[cut].start or 0
+    for lo in range(0, extent[cut], step):
+        hi = min(lo + step, extent[cut])
+        window[cut] = slice(offset + lo, offset + hi)
         write_region(target, window, _along(row.values, cut, lo, hi - lo))
 
 
