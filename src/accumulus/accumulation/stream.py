@@ -129,11 +129,11 @@ def _tile_blocks(
 ) -> tuple[tuple[int, ...], ...]:
     """Dask blocks of a tiled walk: raw chunks along ``dim``, tiles along the others."""
     blocks = []
-    for d, bounds in zip(var.dims, var.bounds, strict=True):
+    for d, bounds, n in zip(var.dims, var.bounds, var.shape, strict=True):
         if d == dim:
             blocks.append(bounds.sizes)
         else:
-            edges = sorted({tile[d] for tile in tiles})
+            edges = sorted({tile.get(d, (0, n)) for tile in tiles})
             blocks.append(tuple(hi - lo for lo, hi in edges))
     return tuple(blocks)
 
@@ -243,8 +243,12 @@ def fill(
         t in acc.arrays for acc in group.accumulations for t in spec.TALLIES
     )
     # Along ``dim``, blocks stay single chunks: a slab (or an update) reads nothing outside.
-    # Tiled, a block is a tile (one task per slab, reading nothing outside its tile).
-    blocks = var.grouped_blocks(keep=dim) if tiled is None else _tile_blocks(var, dim, tiles)
+    # Where a slab's sums are as large as its data, a block spans its tile (all of the other
+    # dimensions, untiled): one task per raw chunk along ``dim``, whose sums are the slab's
+    # as they are, not copied together from many blocks' (time=1 on the bench cube: 76 MB
+    # per slab, 1.9 s of its copies; 5.31 -> 4.46 s, alternating runs).
+    whole = writes_bound and in_process
+    blocks = _tile_blocks(var, dim, tiles) if whole else var.grouped_blocks(keep=dim)
     x = var.dask_array(blocks, as_summed=True)
     buffers = Buffers(KEPT_BYTES, least_bytes=KEPT_LEAST_BYTES)
 
