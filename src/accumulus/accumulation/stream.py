@@ -17,6 +17,11 @@ update after the data grew (starting at the old coverage).
 
 Arrays whose chunks span several slabs along the batch dimension (long series, read along
 time) are written a whole chunk row at a time (``_Writer``), so no chunk is written twice.
+A build whose sums all run along one other dimension at every element (``--at lat=1,lon=1``
+with area weights: longitude) walks that dimension instead, within tiles of the others that
+hold whole chunks (``tiled_walk``): its entries are carried from slab to slab within a tile,
+and every slab writes whole chunks at once. Where a slab's sums are as large as its data
+(builds at every element), a block is the slab's whole tile: its sums are the slab's.
 """
 
 from __future__ import annotations
@@ -127,7 +132,8 @@ def tiled_walk(
 def _tile_blocks(
     var: VariableInfo, dim: str, tiles: Sequence[Mapping[str, tuple[int, int]]]
 ) -> tuple[tuple[int, ...], ...]:
-    """Dask blocks of a tiled walk: raw chunks along ``dim``, tiles along the others."""
+    """Dask blocks of one per slab: raw chunks along ``dim``, the tiles (or, for a tile that
+    does not name a dimension, its whole extent) along the others."""
     blocks = []
     for d, bounds, n in zip(var.dims, var.bounds, var.shape, strict=True):
         if d == dim:
@@ -694,7 +700,8 @@ class _Writer:
         shape = list(target.shape)
         shape[axis] = end - start
         # A new row is allocated only once it fits beside the writes queued: a long series
-        # row (378 MB for lat=1,lon=1 on the bench cube) is never held twice. It takes the
+        # row (378 MB for lat=1,lon=1 on the bench cube, walked along time: an update, or
+        # blocks summed in other processes) is never held twice. It takes the
         # space of the array's row written before when that is done with and alike (the
         # system zeroes every page of new space: 10 % of the CPU of that build).
         self._wait_for_writes(prod(shape) * target.dtype.itemsize)
