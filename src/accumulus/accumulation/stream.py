@@ -144,13 +144,24 @@ def _tile_blocks(
     return tuple(blocks)
 
 
+def _slab_ranges(
+    var: VariableInfo, dim: str, region: tuple[int, int], tile: Mapping[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """The raw index range a slab covers along each dimension: ``region`` along ``dim``,
+    ``tile`` along the dimensions it names, the whole extent along the others."""
+    ranges = {d: tile.get(d, (0, n)) for d, n in zip(var.dims, var.shape, strict=True)}
+    ranges[dim] = region
+    return ranges
+
+
 def _raw_chunks(
-    var: VariableInfo, dim: str, lo: int, hi: int, tile: Mapping[str, tuple[int, int]]
+    var: VariableInfo, dim: str, region: tuple[int, int], tile: Mapping[str, tuple[int, int]]
 ) -> int:
-    """Raw chunks a slab reads: ``[lo, hi)`` along ``dim``, ``tile`` (or all) along others."""
+    """Raw chunks a slab reads."""
+    ranges = _slab_ranges(var, dim, region, tile)
     return prod(
-        len(bounds.chunks_overlapping(*((lo, hi) if d == dim else tile.get(d, (0, n)))))
-        for d, bounds, n in zip(var.dims, var.bounds, var.shape, strict=True)
+        len(bounds.chunks_overlapping(*ranges[d]))
+        for d, bounds in zip(var.dims, var.bounds, strict=True)
     )
 
 
@@ -228,7 +239,7 @@ def fill(
         for i in range(0, len(edges) - 1, per_slab)
     ]
     # Progress in raw chunks: those before each slab, and all.
-    widths = [_raw_chunks(var, dim, lo, hi, tile) for tile, lo, hi in slabs]
+    widths = [_raw_chunks(var, dim, (lo, hi), tile) for tile, lo, hi in slabs]
     before = list(accumulate(widths, initial=0))
     total = before[-1]
     # A build storing about as many sums as values (entries at every element) is bound by
@@ -371,9 +382,7 @@ def _region_tasks(
     work item's per-segment sums (``_block_sums``; raising ``InfinityMet`` at an infinity if
     ``refuse_infinities``), and where the blocks lie along each axis. ``empty(n)``: where a
     task's sums go."""
-    ranges = {d: (0, n) for d, n in zip(var.dims, var.shape, strict=True)}
-    ranges.update(tile or {})
-    ranges[dim] = region
+    ranges = _slab_ranges(var, dim, region, tile or {})
     x = x[tuple(slice(*ranges[d]) for d in var.dims)]
     offsets = [ranges[d][0] for d in var.dims]
     starts = [np.cumsum((o, *c[:-1])).tolist() for o, c in zip(offsets, x.chunks, strict=True)]
@@ -512,7 +521,10 @@ def _write_entries(
     acc = work.acc
     order = [var.axis(d) for d in acc.array_dims]
     t_axis = acc.array_dims.index(dim)
-    window = tuple(slice(*tile[d]) if tile and d in tile else slice(None) for d in acc.array_dims)
+    # Where a tile lies in the arrays (None: their whole extent, untiled).
+    window = None
+    if tile:
+        window = tuple(slice(*tile[d]) if d in tile else slice(None) for d in acc.array_dims)
     entries = per_segment
     # The batch dimension last: the entry before ``work.first`` (the previous slab's last,
     # or the last one an earlier build wrote) is added to the first segment before that
@@ -615,8 +627,6 @@ class _Writer:
         n = values.shape[axis]
         if n == 0:
             return False
-        if window is not None and all(w == slice(None) for w in window):
-            window = None
         uncopied = False
         self._last[name] = (first + n - 1, values.take([n - 1], axis=axis).astype("f8"))
         done = 0
