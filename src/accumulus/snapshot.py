@@ -37,6 +37,7 @@ from accumulus.rewriting import parse_metadata
 from accumulus.safe_reads import check_regular_file, local_root, read_with_limits
 from accumulus.scope import accumulus_scope
 from accumulus.storage import (
+    LeanLocalStore,
     below_wrappers,
     dimension_names,
     is_metadata_key,
@@ -269,7 +270,8 @@ def stored_roots(store: Store, snapshot: MetadataSnapshot) -> dict[str, bytes] |
 
 def _documents_now(store: Store, keys: tuple[str, ...]) -> dict[str, bytes]:
     """The objects at ``keys`` that exist, read in this thread (only regular files)."""
-    root = local_root(store)
+    # A lean local store refuses other files itself, without a stat of its own.
+    root = None if isinstance(store, LeanLocalStore) else local_root(store)
     found = {}
     for key in keys:
         if root is not None:

@@ -13,10 +13,11 @@ import io
 import json
 import os
 import threading
+import uuid
 import zipfile
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -33,6 +34,7 @@ from accumulus.errors import AccumulusError
 from accumulus.filters.nczarr import NCZarrCompatStore
 from accumulus.inference import InferredConventionsStore
 from accumulus.nczarr import write_nczarr_metadata
+from accumulus.safe_reads import read_regular_file
 from accumulus.scope import accumulus_scope
 from accumulus.zep3 import Zep3DraftStore
 
@@ -84,7 +86,63 @@ def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Stor
         raise StoreNotFoundError(f"store not found: {text} (no such directory)")
     if not must_exist:
         path.mkdir(parents=True, exist_ok=True)
-    return LocalStore(path, read_only=read_only)
+    return LeanLocalStore(path, read_only=read_only)
+
+
+class LeanLocalStore(LocalStore):
+    """zarr's ``LocalStore`` whose synchronous whole-object reads and writes are a few os
+    calls (open, fstat, read; open, write, rename) instead of pathlib, a buffered file and,
+    per write, a ``mkdir`` of the parent: 36 µs instead of 47 a read, and about as much less
+    a write, around the data. A warm query reads a few objects, a build at every element
+    writes 20,000. Only regular files are read (``safe_reads.read_regular_file``); a write
+    is atomic as ``LocalStore``'s is (a temporary file renamed into place)."""
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        if byte_range is not None or not self._is_open:
+            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        data = read_regular_file(str(self.root), key)
+        if data is None:
+            return None
+        return (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        if not self._is_open or self.read_only or not isinstance(value, Buffer):
+            super().set_sync(key, value)  # opens the root, or raises what LocalStore raises
+            return
+        write_file_atomically(os.path.join(self.root, key), value.as_buffer_like())
+
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def write_file_atomically(path: str, data: Any) -> None:
+    """Write ``data`` (any buffer) to ``path`` by a temporary file beside it renamed into
+    place, so that a reader sees the old object or the new one; the parent directories are
+    made when missing."""
+    temporary = f"{path}.{uuid.uuid4().hex}.partial"
+    try:
+        fd = os.open(temporary, _WRITE_FLAGS, 0o666)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(temporary, _WRITE_FLAGS, 0o666)
+    try:
+        try:
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def local_path(url: str | os.PathLike[str]) -> Path | None:
@@ -377,7 +435,7 @@ def reads_synchronously(store: Store) -> bool:
     zarr's event loop: a local directory or memory, seen only through wrappers that say
     their synchronous reads are their asynchronous ones (``sync_reads_pass_through``) — not
     through one that counts, delays or guards its requests."""
-    return type(below_wrappers(store, "sync_reads_pass_through")) in (LocalStore, MemoryStore)
+    return isinstance(below_wrappers(store, "sync_reads_pass_through"), (LocalStore, MemoryStore))
 
 
 def writes_synchronously(store: Store) -> bool:
@@ -385,7 +443,7 @@ def writes_synchronously(store: Store) -> bool:
     zarr's event loop: a local directory or memory, seen only through wrappers whose
     ``set_sync`` does what their ``set`` does (``sync_writes_pass_through``) — not through
     one that counts, delays or lays out what is written."""
-    return type(below_wrappers(store, "sync_writes_pass_through")) in (LocalStore, MemoryStore)
+    return isinstance(below_wrappers(store, "sync_writes_pass_through"), (LocalStore, MemoryStore))
 
 
 def below_wrappers(store: Store, marked: str) -> Store:
@@ -697,7 +755,7 @@ def _local_directory(array: zarr.Array) -> Path | None:
     """The directory holding ``array``'s objects, when its store is a local directory seen
     only through wrappers that keep its keys (``rewrites_metadata_only``)."""
     store = below_wrappers(array.store_path.store, "rewrites_metadata_only")
-    return store.root / array.store_path.path if type(store) is LocalStore else None
+    return store.root / array.store_path.path if isinstance(store, LocalStore) else None
 
 
 def _forget_listings(store: Store) -> None:

@@ -1,0 +1,71 @@
+"""The local store every path opens (``storage.LeanLocalStore``): its lean synchronous
+reads and writes answer as zarr's ``LocalStore`` does, refuse what is not a regular file
+without blocking, and write atomically."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import LocalStore
+
+from accumulus.safe_reads import StoreReadError
+from accumulus.storage import LeanLocalStore, open_store, write_file_atomically
+
+
+def _buffer(data: bytes):
+    return default_buffer_prototype().buffer.from_bytes(data)
+
+
+def test_paths_open_lean_stores(tmp_path):
+    # So every test of a local cube reads and writes through it.
+    (tmp_path / "cube").mkdir()
+    store = open_store(tmp_path / "cube", "r+")
+    while hasattr(store, "_store"):
+        store = store._store
+    assert type(store) is LeanLocalStore
+
+
+def test_reads_and_writes_as_local_store_does(tmp_path):
+    lean, plain = LeanLocalStore(tmp_path), LocalStore(tmp_path)
+    lean.set_sync("a/b/c.0", _buffer(b"x" * 100_000))  # parents made
+    assert plain.get_sync("a/b/c.0").to_bytes() == b"x" * 100_000
+    plain.set_sync("d", _buffer(b"plain"))
+    assert lean.get_sync("d").to_bytes() == b"plain"
+    assert lean.get_sync("missing") is None and lean.get_sync("d/under-a-file") is None
+    assert lean.get_sync("a") is None  # a directory, as LocalStore answers
+    assert lean.get_sync("a/b/c.0", byte_range=None).to_bytes()[:3] == b"xxx"
+    assert sorted(os.listdir(tmp_path / "a" / "b")) == ["c.0"]  # no temporary file left
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    lean = LeanLocalStore(tmp_path)
+    lean.set_sync("zarr.json", _buffer(b"{}"))
+    os.mkfifo(tmp_path / "0.0")
+    done = []
+    reader = threading.Thread(target=lambda: done.append(_refusal(lean, "0.0")), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert done == ["cannot read 0.0: it is not a regular file"]
+
+
+def _refusal(store: LeanLocalStore, key: str) -> str:
+    with pytest.raises(StoreReadError) as refused:
+        store.get_sync(key)
+    return str(refused.value)
+
+
+def test_a_failed_write_leaves_the_old_object(tmp_path, monkeypatch):
+    target = tmp_path / "0.0"
+    write_file_atomically(str(target), b"old")
+
+    def failing_write(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", failing_write)
+    with pytest.raises(OSError, match="No space"):
+        write_file_atomically(str(target), b"new")
+    monkeypatch.undo()
+    assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["0.0"]
