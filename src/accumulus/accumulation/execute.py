@@ -186,7 +186,7 @@ def _raw_sums(
     arrays stay within the budget whatever the chunk's size. With a shape (``plan.mask``)
     only its cells count: the others are NaN, as missing values are."""
     box = {d: slice(*part.box[d]) for d in var.dims}
-    w = weight_values(cube.decoded, weights, var.dims, box)
+    w = _weights_over(cube, var, weights, box)
     inside = None if plan.mask is None else plan.mask.window(var.dims, part.box)
     kept = [a for a in range(stored.ndim) if a not in axes]
     sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
@@ -391,7 +391,10 @@ def _entry_parts(
         or group.infinities is False
         or not statistics.can_be_infinite(var.array.dtype)
     )
-    varying = varying_dims(groups.cube.decoded, group.weights, var.dims)
+    varying = groups.cube.remembered(
+        ("weights vary along", group.weights, tuple(var.dims)),
+        lambda: varying_dims(groups.cube.decoded, group.weights, var.dims),
+    )
 
     def slab_weights(box: Mapping[str, tuple[int, int]]):
         """The slab's weights, and as ``_contraction`` gives them."""
@@ -447,12 +450,30 @@ def _slab_weights(
     accumulation whose weights factor out: they do not vary along its entries' dimensions,
     so any index along those (0) gives them."""
     where = {d: slice(*box[d]) if d in box else slice(0, 1) for d in var.dims}
-    w = weight_values(cube.decoded, weights, var.dims, where)
+    w = _weights_over(cube, var, weights, where)
     if not isinstance(w, np.ndarray):
         return w
     w = w.reshape([n for d, n in zip(var.dims, w.shape, strict=True) if d in slab_dims])
     in_var_order = [d for d in var.dims if d in slab_dims]
     return w.transpose([in_var_order.index(d) for d in slab_dims])
+
+
+def _weights_over(
+    cube: Cube, var: VariableInfo, weights: str, box: Mapping[str, slice]
+) -> np.ndarray | float:
+    """``weight_values`` over an index box. Area weights are cut from the whole latitude
+    column's, worked out once per snapshot (``Cube.remembered``): every query weighs its
+    slabs, and each of them looked the coordinate up in the dataset again."""
+    if weights != "area":
+        return weight_values(cube.decoded, weights, var.dims, box)
+    everywhere = dict.fromkeys(var.dims, slice(None))
+    whole = cube.remembered(
+        ("area weights", tuple(var.dims)),
+        lambda: weight_values(cube.decoded, weights, var.dims, everywhere),
+    )
+    assert isinstance(whole, np.ndarray)
+    sizes = zip(var.dims, whole.shape, strict=True)
+    return whole[tuple(box[d] if n > 1 else slice(None) for d, n in sizes)]
 
 
 def _out(

@@ -18,6 +18,7 @@ Text as users type it (``"lat,lon"``, ``"2001-01-01/2001-12-31"``) is split here
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -238,6 +239,10 @@ def index_range(
     descending = len(index) > 1 and not index.is_monotonic_increasing
 
     def positions(a: Bound, b: Bound) -> tuple[int, int]:
+        if isinstance(index, pd.DatetimeIndex) and not descending:
+            found = date_positions(index, a, b)
+            if found is not None:
+                return found
         try:
             sl = index.slice_indexer(b, a) if descending else index.slice_indexer(a, b)
         except (KeyError, ValueError, TypeError) as exc:
@@ -255,6 +260,39 @@ def index_range(
                 f"range {dim}={start}/{stop} is reversed: its start comes after its end"
             )
     raise _selects_nothing(index, dim, start, stop)
+
+
+# A date as ISO 8601 writes it, down to the second: the forms NumPy and pandas read alike.
+_ISO_DATE = re.compile(r"\d{4}(-\d{2}(-\d{2}(T\d{2}(:\d{2}(:\d{2})?)?)?)?)?")
+
+
+def date_positions(index: pd.DatetimeIndex, start: Bound, stop: Bound) -> tuple[int, int] | None:
+    """The positions ``index.slice_indexer(start, stop)`` selects on an ascending index
+    for ISO dates (or None for an open end), each date standing for its whole period (a
+    year, a month, a day, …) as pandas reads a partial date: two binary searches, where
+    pandas' own parsing into periods took a tenth of a warm query. None for anything else
+    (pandas answers)."""
+    if index.tz is not None:
+        return None
+    values = index.asi8
+    unit = np.datetime_data(index.dtype)[0]
+    found = []
+    for bound, after in ((start, False), (stop, True)):
+        if bound is None:
+            found.append(len(values) if after else 0)
+            continue
+        if not isinstance(bound, str) or not _ISO_DATE.fullmatch(bound):
+            return None
+        period = np.datetime64(bound)  # in the unit of the date's last field
+        if after:  # the stop's period ends where the next one begins
+            period = period + np.timedelta64(1, np.datetime_data(period.dtype)[0])
+        try:
+            at = period.astype(f"M8[{unit}]")
+        except OverflowError:
+            return None  # beyond what the index's unit holds
+        found.append(int(np.searchsorted(values, at.astype("i8"))))
+    lo, hi = found
+    return lo, max(lo, hi)
 
 
 def answer_index(cube: Cube, resolved: ResolvedQuery, dim: str) -> pd.Index:

@@ -1,0 +1,61 @@
+"""Date ranges resolved by binary search (``request.date_positions``) select what pandas'
+``slice_indexer`` selects (what ``DataArray.sel(time=slice(a, b))`` selects), for partial
+ISO dates of every resolution on indexes of several steps and units."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accumulus.accumulation.request import date_positions, index_range
+
+STEPS = ["6h", "D", "7D", "MS", "YS", "17min"]
+UNITS = ["s", "ms", "us", "ns"]
+# Dates of every resolution, a year to a second.
+FORMATS = ["%Y", "%Y-%m", "%Y-%m-%d", "%Y-%m-%dT%H", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"]
+
+
+@st.composite
+def bounds(draw) -> str | None:
+    if draw(st.integers(0, 9)) == 0:
+        return None  # an open end
+    seconds = draw(st.integers(0, 40 * 365 * 86400))
+    stamp = pd.Timestamp("1990-01-01") + pd.Timedelta(seconds=seconds)
+    return stamp.strftime(draw(st.sampled_from(FORMATS)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    step=st.sampled_from(STEPS),
+    unit=st.sampled_from(UNITS),
+    size=st.integers(1, 400),
+    first=st.integers(0, 20 * 365),
+    start=bounds(),
+    stop=bounds(),
+)
+def test_date_positions_match_pandas(step, unit, size, first, start, stop):
+    start_at = pd.Timestamp("1995-03-01") + pd.Timedelta(days=first)
+    periods = min(size, 200)  # yearly steps stay before 2262 (the end of nanoseconds)
+    index = pd.date_range(start_at, periods=periods, freq=step, unit=unit)
+    found = date_positions(index, start, stop)
+    assert found is not None
+    lo, hi, _ = index.slice_indexer(start, stop).indices(len(index))
+    assert found == (lo, max(lo, hi))
+
+
+def test_other_bounds_are_left_to_pandas():
+    index = pd.date_range("2000-01-01", periods=10, freq="D")
+    assert date_positions(index, "2000-01-03 12:00", None) is None  # a space, not a T
+    assert date_positions(index, "20000103", None) is None
+    assert date_positions(index.tz_localize("UTC"), "2000-01-03", None) is None
+    # Still resolved as pandas resolves them.
+    assert index_range(index, "time", "2000-01-03 12:00", "2000-01-05")[0] == (3, 5)
+
+
+def test_dates_beyond_the_index_unit_are_left_to_pandas():
+    index = pd.date_range("2000-01-01", periods=10, freq="D").as_unit("ns")
+    assert date_positions(index, "2000-01-03", "2300-01-01") is None  # past 2262 in ns
+    assert date_positions(index.as_unit("s"), "2000-01-03", "2300-01-01") == (2, 10)
+    assert np.datetime64("2300-01-01") > index.as_unit("s")[-1]
