@@ -705,8 +705,7 @@ def _create_array(
         dtype, fill = ("int64", -1) if count else ("float64", np.nan)
     else:
         dtype, fill = placement.dtype_and_fill(var, acc, count)
-        series = placement.is_series(acc, stream.batch_dimension(var))
-        extra = placement.codecs(3 if v3 else 2, series)
+        extra = placement.codecs(3 if v3 else 2)
     return group._async_group.create_array(
         name,
         shape=shape,
