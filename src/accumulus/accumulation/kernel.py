@@ -9,6 +9,8 @@ of x, in a third when asked for). Where a reduction keeps the last axis the adds
 along contiguous memory (which LLVM vectorizes); where it sums the last axis they are
 per-segment totals. Which output row an input row adds to, per reduction, is a table made
 with NumPy (``sums._row_table``), so the loop knows nothing of the block's other axes.
+Where nothing is summed (entries at every element) each output row is one input row's,
+zeroed by the loop just before it is added to.
 Nothing the size of the block is allocated. Compiled by numba, cached on disk.
 """
 
@@ -32,6 +34,7 @@ def block_sums(
     n_terms: np.ndarray,  # (K,): sums of each reduction
     offsets: np.ndarray,  # (K,): where each reduction's (T, n_rows, n_columns) sums start
     out: np.ndarray,  # flat float64, added to
+    fresh: bool,  # out is not zeroed: no reduction sums anything, each row is zeroed here
 ) -> None:
     n_rows_in, q_len = rows.shape
     value = np.empty(q_len)
@@ -52,10 +55,12 @@ def block_sums(
         for k in range(row_to.shape[0]):
             for t in range(n_terms[k]):
                 a, b = powers[k, t, 0], powers[k, t, 1]
-                if b < 0 and infinite == 0.0:
-                    continue  # a tally of a row without infinities adds nothing
                 at = offsets[k] + (t * n_rows[k] + row_to[k, r]) * n_columns[k]
                 o = out[at : at + n_columns[k]]
+                if fresh:  # while it is in cache, not in a pass over all of out before
+                    o[:] = 0.0
+                if b < 0 and infinite == 0.0:
+                    continue  # a tally of a row without infinities adds nothing
                 if b >= 2:
                     for q in range(q_len):
                         power[q] = value[q] ** b
