@@ -10,39 +10,24 @@ service goes idle returns what is left. Elsewhere than glibc this does nothing.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import sys
+from accumulus.glibc import M_ARENA_MAX, M_MMAP_THRESHOLD, allocator
 
-_M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
 MMAP_THRESHOLD = 1 * 2**20  # arrays of 1 MiB and more are mapped and unmapped whole
 ARENAS = 4
 
 
-def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
-
-
-_LIBC = _libc()
-
-
 def tune_allocator() -> bool:
     """Make large allocations return to the system when freed; True when it applied."""
-    if _LIBC is None:
+    libc = allocator()
+    if libc is None:
         return False
-    return bool(_LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        _LIBC.mallopt(_M_ARENA_MAX, ARENAS)
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        libc.mallopt(M_ARENA_MAX, ARENAS)
     )
 
 
 def release_free_memory() -> None:
     """Return freed heap memory to the system (call when no computation is running)."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+    libc = allocator()
+    if libc is not None:
+        libc.malloc_trim(0)
