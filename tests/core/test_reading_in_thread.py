@@ -53,6 +53,7 @@ def test_both_ways_give_the_same_bits_and_chunks(cube_path, over, ranges, monkey
     in_thread = accumulus.open(str(path)).query(VAR, over, ranges)
     through_loop = accumulus.open(CountingStore(open_store(str(path)))).query(VAR, over, ranges)
     monkeypatch.setattr(chunk_reader, "IN_THREAD_BYTES", 1)  # every plan in runs
+    monkeypatch.setattr(chunk_reader, "SIDE_BY_SIDE_CHUNK", 0)
     in_runs = accumulus.open(str(path)).query(VAR, over, ranges)
     for other in (through_loop, in_runs):
         np.testing.assert_array_equal(in_thread.data.values, other.data.values)
