@@ -20,9 +20,10 @@ Each measurement runs in a fresh process, which reports its wall time, CPU time 
 thread) and peak RSS (``getrusage``); modules are imported before the clock, as a user's
 session has them. Each build is a first build into a sidecar store beside the cube
 (``accumulate --into``: the cube is only read, so a shared copy of it is never written; the
-build reads, sums and writes exactly as in place), a new one for every build, all removed
-at the end (writing where a sidecar was just deleted cost ~1 s more on the benchmark
-machine, a VM reclaiming freed memory; a user's first build does not pay that). Reads
+build reads, sums and writes exactly as in place), removed once measured, then written
+back and left to settle for a second (untimed): kept until the end, the sidecars of the
+builds before filled the page cache and each build paid more system time than the one
+before. Reads
 and builds alternate within each repeat, so both see the same machine; medians over
 ``--repeats``. The machine's load average (``os.getloadavg``) is recorded before and after.
 Prints JSON.
@@ -40,6 +41,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -77,6 +79,9 @@ def builds(lat: str, lon: str) -> dict[str, tuple[list[str] | None, dict | None]
     }
 
 
+SETTLE_SECONDS = 1.0
+
+
 def run_child(path: Path, variable: str, what: str, dims=None, at=None, into=None) -> dict:
     args = [str(path), variable, what, json.dumps(dims), json.dumps(at), str(into)]
     # Each measurement starts without the dirty pages of the build before (a gigabyte for a
@@ -99,27 +104,31 @@ def load() -> list[float]:
 
 def measure(path: Path, variable: str, wanted: dict, repeats: int) -> dict:
     """Reads and every wanted build, alternating, ``repeats`` times."""
-    # Every build writes a new sidecar, all removed at the end: a build writing where the
-    # previous one was just deleted paid ~1 s more system time on the benchmark machine (a
-    # VM reclaiming freed memory), which a user's first build does not.
-    made: list[Path] = []
+    # Every build writes a new sidecar, removed (untimed) once it is measured, then a pause
+    # for the machine to settle: kept until the end, the sidecars of the builds before
+    # filled the page cache (8 GB over a run) and each build paid more system time than the
+    # one before (a time=1 build 4.1 s in the first repeat, 5.6-5.8 s in the next ones),
+    # which a user's build does not.
+    sidecar = path.with_name(f"{path.stem}-bench-sidecar.zarr")
 
-    def into() -> Path:
-        made.append(path.with_name(f"{path.stem}-bench-sidecar-{len(made)}.zarr"))
-        shutil.rmtree(made[-1], ignore_errors=True)
-        return made[-1]
+    def build(dims, at) -> dict:
+        shutil.rmtree(sidecar, ignore_errors=True)
+        try:
+            return run_child(path, variable, "build", dims, at, sidecar)
+        finally:
+            shutil.rmtree(sidecar, ignore_errors=True)
+            os.sync()
+            time.sleep(SETTLE_SECONDS)
 
     for dims, at in wanted.values():  # warm: the kernel is compiled once per machine, cached
-        run_child(path, variable, "build", dims, at, into())
+        build(dims, at)
     reads: list[dict] = []
     runs: dict[str, list[dict]] = {name: [] for name in wanted}
     load_before = load()
     for _ in range(repeats):
         for name, (dims, at) in wanted.items():
             reads.append(run_child(path, variable, "read"))
-            runs[name].append(run_child(path, variable, "build", dims, at, into()))
-    for sidecar in made:
-        shutil.rmtree(sidecar, ignore_errors=True)
+            runs[name].append(build(dims, at))
     read_s, read_cpu = median(reads, "seconds"), median(reads, "cpu_seconds")
     result: dict = {
         "load_average_before": load_before,
