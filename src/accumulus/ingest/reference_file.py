@@ -6,8 +6,6 @@ reader opens the set before or after an append, never half of one."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from accumulus.storage import (
     is_parquet_references,
     open_reference_store,
     url_scheme,
+    write_file_atomically,
 )
 
 VIRTUAL_KEY = "virtual"
@@ -137,7 +136,4 @@ def write_atomically(
     path = Path(target).expanduser()
     if not path.parent.is_dir():
         raise AccumulusError(f"cannot write {target}: directory {path.parent} does not exist")
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
-        f.write(document)
-        temporary = f.name
-    os.replace(temporary, path)
+    write_file_atomically(str(path), document)
