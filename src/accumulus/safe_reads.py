@@ -55,8 +55,12 @@ def check_regular_file(root: Path, key: str) -> None:
     except OSError as exc:
         raise StoreReadError(f"cannot read {key}: {_os_reason(exc)}") from None
     if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise StoreReadError(f"cannot read {key}: it is {kind}")
+        raise _not_regular(key, mode)
+
+
+def _not_regular(key: str, mode: int) -> StoreReadError:
+    kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+    return StoreReadError(f"cannot read {key}: it is {kind}")
 
 
 # Opened without blocking: a FIFO opened to read would wait for a writer (regular files
@@ -77,7 +81,7 @@ def read_regular_file(root: str, key: str) -> bytes | None:
         if stat.S_ISDIR(info.st_mode):
             return None
         if not stat.S_ISREG(info.st_mode):
-            raise StoreReadError(f"cannot read {key}: it is not a regular file")
+            raise _not_regular(key, info.st_mode)
         data = os.read(fd, info.st_size)
         if len(data) < info.st_size:  # a short read (a file over 2 GiB): read to the end
             rest = [data]
