@@ -158,8 +158,8 @@ def read_chunks(
     requested twice. Raises ``ChunkReadError`` naming the first chunk that failed.
 
     ``memory_bytes`` bounds the chunks held at once (fetched, decoded or being consumed) by
-    twice their decoded size: many small chunks go out together, large ones a few at a time
-    (one at least, whatever its size). ``store``: read every key (``ChunkRequest.key``)
+    their decoded size: many small chunks go out together, large ones a few at a time (one
+    at least, whatever its size). ``store``: read every key (``ChunkRequest.key``)
     through it instead of the arrays' own store (a wrapper of it, such as the service's
     guard)."""
     unique = list({r.key: r for r in requests}.values())
@@ -339,16 +339,17 @@ async def _read_all(
     fetcher = _Fetcher(store, counts)
 
     async def one(request: ChunkRequest) -> None:
-        # The stored bytes and the decoded chunk, held until it is consumed.
-        cost = 2 * _decoded_bytes(request)
+        # Its stored bytes until it is decoded (no more than its decoded size, for a codec
+        # that compresses), then its values until they are summed.
+        cost = _decoded_bytes(request)
         try:
             await held.take(cost)
             try:
                 async with limit:
-                    decoded = await _fetch(request, fetcher)
+                    fetched = await _fetch(request, fetcher)
                 # Decoded (when zarr can decode it without its event loop) and consumed
                 # in one worker thread: one hand-over per chunk instead of two.
-                await asyncio.to_thread(lambda: consume(request, decoded()))
+                await asyncio.to_thread(lambda: consume(request, fetched.decoded()))
             finally:
                 await held.give_back(cost)
         except ChunkReadError:
@@ -481,19 +482,33 @@ async def _read_inner(
     )
 
 
-async def _fetch(request: ChunkRequest, fetcher: _Fetcher) -> Callable[[], np.ndarray]:
-    """Fetch a chunk; return what gives it decoded: the codecs run synchronously when
-    called (zarr's ``ChunkTransform``, for codecs that can), else it is decoded already."""
+class _Fetched:
+    """A fetched chunk, decoded once: its stored bytes are dropped as it is."""
+
+    def __init__(self, decode: Callable[[], np.ndarray]) -> None:
+        self._decode: Callable[[], np.ndarray] | None = decode
+
+    def decoded(self) -> np.ndarray:
+        decode, self._decode = self._decode, None
+        assert decode is not None, "a fetched chunk is decoded once"
+        return decode()
+
+
+async def _fetch(request: ChunkRequest, fetcher: _Fetcher) -> _Fetched:
+    """Fetch a chunk, to be decoded when asked: the codecs run synchronously then (zarr's
+    ``ChunkTransform``, for codecs that can), else it is decoded already."""
     array = request.array.async_array
     transform = _grids(array.metadata, array).transform
     if transform is None or _place_in_shard(array.metadata, request.coords) is not None:
         chunk = await _fetch_decode(request, fetcher)
-        return lambda: chunk
+        return _Fetched(lambda: chunk)
     spec = _chunk_spec(array.metadata, request.coords)
     buffer = await fetcher.get(request, spec.prototype)
     if buffer is None:
-        return lambda: _filled(spec)
-    return lambda: transform.decode_chunk(buffer, spec).as_numpy_array().reshape(spec.shape)
+        return _Fetched(lambda: _filled(spec))
+    return _Fetched(
+        lambda: transform.decode_chunk(buffer, spec).as_numpy_array().reshape(spec.shape)
+    )
 
 
 async def _fetch_decode(request: ChunkRequest, fetcher: _Fetcher) -> np.ndarray:

@@ -250,13 +250,21 @@ def root_documents(*stores: Store) -> list[dict[str, bytes]]:
     (``storage.reads_synchronously``: no hand-over to zarr's event loop), else all in one
     batch. Documents are not parsed; errors propagate."""
     bases = [below_wrappers(store, "rewrites_metadata_only") for store in stores]
-    if all(reads_synchronously(base) for base in bases):
+    if roots_read_here(*stores):
         return [_documents_now(base, ROOT_DOCUMENTS) for base in bases]
 
     async def every() -> list[dict[str, bytes]]:
         return list(await asyncio.gather(*(_documents(b, ROOT_DOCUMENTS) for b in bases)))
 
     return sync(every())
+
+
+def roots_read_here(*stores: Store) -> bool:
+    """Whether ``root_documents`` reads the stores' root documents in the calling thread
+    (else through zarr's event loop, as object storage is read)."""
+    return all(
+        reads_synchronously(below_wrappers(store, "rewrites_metadata_only")) for store in stores
+    )
 
 
 def stored_roots(store: Store, snapshot: MetadataSnapshot) -> dict[str, bytes] | None:
