@@ -394,9 +394,10 @@ class Datacube:
         ).data
 
 
-# Freshness checks sent while a query reads (``Datacube._answer``): a few threads, each
-# waiting on zarr's event loop.
-_CHECKS = ThreadPoolExecutor(2, thread_name_prefix="accumulus-check")
+# Freshness checks sent while a query reads (``Datacube._answer``), each a thread waiting on
+# zarr's event loop: as many as queries a program asks at once, so that none waits behind
+# another's check (threads are started as needed, and reused).
+_CHECKS = ThreadPoolExecutor(32, thread_name_prefix="accumulus-check")
 
 
 def _root_documents(stores: list[Store]) -> tuple[dict[str, bytes], ...] | None:
