@@ -112,6 +112,17 @@ def sum_parts(chunk: np.ndarray, parts, over: tuple[int, ...]) -> None:
             x.sum(axis=part.summed)
 
 
+def decoded(buffer, compressor, filters, shape, dtype, fill) -> np.ndarray:
+    """A chunk's values from its stored bytes (None: not stored, its fill value)."""
+    if buffer is None:
+        return np.full(shape, fill, dtype=dtype)
+    data = buffer.to_bytes()
+    data = compressor.decode(data) if compressor is not None else data
+    for codec in filters:
+        data = codec.decode(data)
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
 def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
     """A bare loop over exactly the chunks ``result``'s plan reads: fetch them all at once,
     decode each with its array's numcodecs filters and compressor, and sum the part read
@@ -128,15 +139,13 @@ def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
         codecs = [numcodecs.get_codec(f.get_config()) for f in metadata.filters or ()]
         compressor = metadata.compressor
         shape, dtype = metadata.chunks, metadata.dtype.to_native_dtype()
-        items.append((key, compressor, codecs[::-1], shape, dtype, parts, request.store or store))
+        fill = metadata.fill_value
+        store_of = request.store or store
+        items.append((key, compressor, codecs[::-1], shape, dtype, parts, store_of, fill))
 
     def decode_and_sum(item, buffer) -> None:
-        _, compressor, filters, shape, dtype, parts, _ = item
-        data = buffer.to_bytes()
-        data = compressor.decode(data) if compressor is not None else data
-        for codec in filters:
-            data = codec.decode(data)
-        sum_parts(np.frombuffer(data, dtype=dtype).reshape(shape), parts, over)
+        _, compressor, filters, shape, dtype, parts, _, fill = item
+        sum_parts(decoded(buffer, compressor, filters, shape, dtype, fill), parts, over)
 
     async def fetch_all():
         prototype = default_buffer_prototype()
@@ -166,15 +175,13 @@ def floor_in_thread_reader(handle: accumulus.Datacube, result) -> Callable[[], N
         metadata = request.array.metadata
         codecs = [numcodecs.get_codec(f.get_config()) for f in metadata.filters or ()]
         shape, dtype = metadata.chunks, metadata.dtype.to_native_dtype()
-        items.append((store, key, metadata.compressor, codecs[::-1], shape, dtype, parts))
+        compressor, fill = metadata.compressor, metadata.fill_value
+        items.append((store, key, compressor, codecs[::-1], shape, dtype, parts, fill))
 
     def run() -> None:
-        for store, key, compressor, filters, shape, dtype, parts in items:
-            data = store.get_sync(key).to_bytes()
-            data = compressor.decode(data) if compressor is not None else data
-            for codec in filters:
-                data = codec.decode(data)
-            sum_parts(np.frombuffer(data, dtype=dtype).reshape(shape), parts, over)
+        for store, key, compressor, filters, shape, dtype, parts, fill in items:
+            chunk = decoded(store.get_sync(key), compressor, filters, shape, dtype, fill)
+            sum_parts(chunk, parts, over)
 
     return run
 

@@ -1,11 +1,11 @@
 """Reading a set of chunks, of any arrays, in one batch.
 
 A query plan names every chunk it needs before any is read, so all of them are requested at
-once: one call into zarr's event loop issues every store request concurrently, decodes each
-chunk with its array's own codec pipeline as it arrives, and hands it to the caller's
-``consume`` in a worker thread, where it is reduced and dropped. On object storage the whole
-plan costs one round trip (up to ``MAX_IN_FLIGHT`` requests at a time), and memory holds only
-the chunks in flight, whatever the number of chunks read.
+once: one call into zarr's event loop issues every store request concurrently and, as chunks
+arrive, hands those that arrived together to a worker thread, where each is decoded with its
+array's own codec pipeline, given to the caller's ``consume``, reduced and dropped. On object
+storage the whole plan costs one round trip (up to ``MAX_IN_FLIGHT`` requests at a time, and
+as many chunks as the memory allowed hold at once), whatever the number of chunks read.
 
 A store that can be read without zarr's event loop (a local directory or memory, seen
 through wrappers that pass synchronous reads through, ``storage.reads_synchronously``) is
@@ -54,9 +54,10 @@ from zarr.core.sync import sync
 from accumulus.grid import array_bounds, read_grid, sharding_of
 from accumulus.storage import reads_synchronously
 
-# Store requests in flight at once: enough for a plan's reads to go out together, few enough
-# that a full scan holds a bounded number of chunks in memory.
-MAX_IN_FLIGHT = 128
+# Store requests in flight at once: enough for a plan of small chunks to go out together
+# (846 chunks of 54 KB: 7 sequential round trips with 128 at a time); what they hold is
+# bounded by the query's memory (``memory_bytes``).
+MAX_IN_FLIGHT = 1024
 # Reads of an inner chunk of a partial shard, each followed by a check that the shard's index
 # did not change meanwhile: a shard rewritten this many times during one read is an error.
 SHARD_READS = 3
@@ -70,6 +71,10 @@ IN_THREAD_BYTES = 2 * 2**20
 SIDE_BY_SIDE_CHUNK = 2**20
 WORKERS = max(2, min(4, os.cpu_count() or 1))
 _POOL = ThreadPoolExecutor(WORKERS - 1, thread_name_prefix="accumulus-read")
+# Chunks fetched through the event loop are decoded and summed by this many tasks at once,
+# each in a worker thread, taking the chunks that arrived together (4 and 6 measured alike
+# on 2 cores; 2 slower: 0.55 s instead of 0.43 for 200 chunks of 2.4 MB).
+CONSUMERS = 4
 
 
 @dataclass(frozen=True)
@@ -334,36 +339,74 @@ async def _read_all(
     memory_bytes: int | None,
     store: Store | None,
 ) -> None:
+    """Fetch every chunk concurrently; decode and consume them in worker threads as they
+    arrive, those that arrived together in one hand-over (up to ``IN_THREAD_BYTES`` decoded):
+    a plan of many small chunks then costs a few hand-overs, not two per chunk (846 chunks
+    of 54 KB: 0.7 s of CPU one by one)."""
     limit = asyncio.Semaphore(MAX_IN_FLIGHT)
     held = _Held(memory_bytes)
     fetcher = _Fetcher(store, counts)
+    arrived: asyncio.Queue[tuple[ChunkRequest, _Fetched, int] | None] = asyncio.Queue()
+    consumers = min(CONSUMERS, len(requests))
+    left = [len(requests)]
 
-    async def one(request: ChunkRequest) -> None:
+    async def fetch(request: ChunkRequest) -> None:
         # Its stored bytes until it is decoded (no more than its decoded size, for a codec
         # that compresses), then its values until they are summed.
         cost = _decoded_bytes(request)
+        await held.take(cost)
         try:
-            await held.take(cost)
-            try:
-                async with limit:
-                    fetched = await _fetch(request, fetcher)
-                # Decoded (when zarr can decode it without its event loop) and consumed
-                # in one worker thread: one hand-over per chunk instead of two.
-                await asyncio.to_thread(lambda: consume(request, fetched.decoded()))
-            finally:
-                await held.give_back(cost)
-        except ChunkReadError:
-            raise
+            async with limit:
+                fetched = await _fetch(request, fetcher)
         except Exception as exc:
+            await held.give_back(cost)
+            if isinstance(exc, ChunkReadError):
+                raise
             raise ChunkReadError(request, exc) from exc
+        arrived.put_nowait((request, fetched, cost))
+        left[0] -= 1
+        if left[0] == 0:  # every chunk fetched: the consumers stop once they are consumed
+            for _ in range(consumers):
+                arrived.put_nowait(None)
 
-    tasks = [asyncio.ensure_future(one(r)) for r in requests]
+    async def consumer() -> None:
+        while (first := await arrived.get()) is not None:
+            batch, nbytes = [first], first[2]
+            while not arrived.empty() and nbytes < IN_THREAD_BYTES:
+                item = arrived.get_nowait()
+                if item is None:  # the end: for this consumer or another
+                    arrived.put_nowait(None)
+                    break
+                batch.append(item)
+                nbytes += item[2]
+            try:
+                await asyncio.to_thread(_consume_all, batch, consume)
+            finally:
+                await held.give_back(sum(cost for _, _, cost in batch))
+
+    tasks = [asyncio.ensure_future(fetch(r)) for r in requests]
+    tasks += [asyncio.ensure_future(consumer()) for _ in range(consumers)]
     try:
         await asyncio.gather(*tasks)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _consume_all(
+    batch: Sequence[tuple[ChunkRequest, _Fetched, int]],
+    consume: Callable[[ChunkRequest, np.ndarray], None],
+) -> None:
+    """Decode (when zarr can decode a chunk without its event loop) and consume each fetched
+    chunk of ``batch``, in this worker thread."""
+    for request, fetched, _ in batch:
+        try:
+            consume(request, fetched.decoded())
+        except ChunkReadError:
+            raise
+        except Exception as exc:
+            raise ChunkReadError(request, exc) from exc
 
 
 class _Fetcher:

@@ -7,17 +7,19 @@ number to the chunks in flight (their decoded size each, which bounds their stor
 too; one chunk at least, whatever its size) and a quarter to the slabs of the threads
 summing them, so that a full scan of any cube stays near that number whatever the cube's
 size. Chunks in flight get the larger share because on object storage they are what hides
-the latency: with 50 ms per request, a series over 200 chunks of 2.4 MB went out in 6
-sequential round trips with 54 chunks in flight, in 3 with 89.
+the latency: with 50 ms per request, a series over 200 chunks of 2.4 MB went out in 5
+sequential round trips with 60 chunks in flight, in 3 with 89.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accumulus.chunk_reader import CONSUMERS
+
 DEFAULT_MEMORY_BYTES = 256 * 2**20
-# Threads summing chunks at once: asyncio's default executor on a small machine.
-SUMMING_THREADS = 6
+# Threads summing chunks at once (``chunk_reader``).
+SUMMING_THREADS = CONSUMERS
 # Working memory per value while a slab is decoded and summed: the float64 values, the
 # validity mask, the cleaned values and one float64 summand per sum (two for a mean) plus
 # NumPy's temporaries. Measured with tracemalloc on a weighted mean (about 40 B).

@@ -1,0 +1,89 @@
+"""Chunks read through zarr's event loop (object storage, counting or guarding wrappers):
+every chunk requested at once, consumed once, in batches of those that arrived together, with
+no more chunks held than the memory allowed, and a failure named by its chunk."""
+
+from __future__ import annotations
+
+import threading
+import time
+from itertools import product
+
+import numpy as np
+import pytest
+import zarr
+
+from accumulus.chunk_reader import ChunkReadError, ChunkRequest, read_chunks
+from accumulus.storage import CountingStore, open_store
+
+SHAPE, CHUNKS = (40, 30, 24), (4, 5, 6)  # 10 x 6 x 4 = 240 chunks of 120 values
+
+
+@pytest.fixture
+def stored(tmp_path):
+    values = np.random.default_rng(5).random(SHAPE).astype("f4")
+    array = zarr.create_array(
+        str(tmp_path / "a.zarr"), shape=SHAPE, chunks=CHUNKS, dtype="f4", zarr_format=2
+    )
+    array[...] = values
+    store = CountingStore(open_store(str(tmp_path / "a.zarr")))  # through the event loop
+    opened = zarr.open_array(store, mode="r")
+    store.reset()  # its metadata read: only chunk reads are counted
+    return opened, store, values
+
+
+def _requests(array: zarr.Array) -> list[ChunkRequest]:
+    grid = [range(-(-n // c)) for n, c in zip(SHAPE, CHUNKS, strict=True)]
+    return [ChunkRequest(array, coords) for coords in product(*grid)]
+
+
+def _where(coords: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(i * c, (i + 1) * c) for i, c in zip(coords, CHUNKS, strict=True))
+
+
+def test_every_chunk_is_consumed_once_with_its_values(stored):
+    array, store, values = stored
+    seen: dict[tuple[int, ...], np.ndarray] = {}
+    threads, lock = set(), threading.Lock()
+
+    def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
+        with lock:
+            assert request.coords not in seen
+            seen[request.coords] = chunk.copy()
+            threads.add(threading.get_ident())
+
+    counts = read_chunks(_requests(array), consume)
+    assert len(seen) == 240 and counts.requests == 240
+    for coords, chunk in seen.items():
+        np.testing.assert_array_equal(chunk, values[_where(coords)])
+    assert threading.get_ident() not in threads  # consumed in worker threads
+    assert store.counts.round_trips == 1  # all requested at once
+
+
+def test_the_memory_allowed_bounds_the_chunks_held(stored):
+    array, store, _ = stored
+    chunk_bytes = int(np.prod(CHUNKS)) * 4
+    held, most, lock = [0], [0], threading.Lock()
+
+    def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
+        with lock:
+            held[0] += 1
+            most[0] = max(most[0], held[0])
+        time.sleep(0.001)  # held a while: others arrive meanwhile
+        with lock:
+            held[0] -= 1
+
+    read_chunks(_requests(array), consume, memory_bytes=3 * chunk_bytes)
+    assert store.counts.max_in_flight <= 3
+    assert most[0] <= 3
+    assert store.counts.read_requests == 240
+
+
+def test_a_chunk_that_cannot_be_summed_is_named(stored):
+    array, _, _ = stored
+
+    def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
+        if request.coords == (7, 2, 3):
+            raise ValueError("not a number")
+
+    with pytest.raises(ChunkReadError, match=r"chunk 7\.2\.3: not a number"):
+        read_chunks(_requests(array), consume)
