@@ -119,3 +119,22 @@ def test_a_one_shot_query_from_a_cold_start(cube_path, query, limit):
     over, ranges = query
     accumulus.query(store, VAR, over, ranges)
     assert store.counts.round_trips <= limit
+
+
+def test_a_query_failing_on_a_snapshot_replaced_meanwhile_is_asked_again(tmp_path):
+    """The old snapshot's plan reads accumulation chunks the rewritten cube no longer has
+    (its group is gone): that failure is not the answer, the new cube's scan is."""
+    path = tmp_path / "cube.zarr"
+    write_cube(synthetic_dataset(SIZES, seed=3), path, CHUNKS)
+    accumulus.accumulate(str(path), VAR)
+    store = CountingStore(open_store(str(path)))  # through the event loop, as object storage
+    handle = accumulus.open(store)
+    over, ranges = ALIGNED_MAP
+    assert handle.query(VAR, over, ranges).stats.accumulation_chunks_read > 0
+    new = synthetic_dataset({**SIZES, "time": 50}, seed=4)
+    write_cube(new, path, CHUNKS)  # no accumulations
+    result = handle.query(VAR, over, ranges)
+    assert result.stats.accumulation_chunks_read == 0
+    selection = {d: slice(*r) for d, r in ranges.items()}
+    expected = xarray_reference(new[VAR].sel(selection), list(over), "area", "mean")
+    np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
