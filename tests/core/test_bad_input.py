@@ -85,8 +85,10 @@ def test_missing_accumulation_chunk(cube):
     accumulus.accumulate(str(path), VAR, [("time",)])
     chunk = next((path / f"{VAR}_accumulation_group" / "acc_time").glob("0.*"))
     chunk.unlink()
+    # Over latitude too, so that the weighted sums are read (a map over time alone divides
+    # the weights out and reads the unweighted ones).
     with pytest.raises(AccumulusError, match="acc_time has a missing chunk"):
-        accumulus.average(str(path), VAR, ["time"])
+        accumulus.average(str(path), VAR, ["time", "lat"])
     [report] = accumulus.verify(str(path), VAR)
     assert any("acc_time" in p and "differ" in p for p in report.problems)
 
@@ -97,7 +99,7 @@ def test_corrupt_accumulation_chunk(cube):
     chunk = next((path / f"{VAR}_accumulation_group" / "acc_wt_time").glob("0.*"))
     chunk.write_bytes(b"this is not a compressed chunk")
     with pytest.raises(AccumulusError, match=r"cannot read accumulation array .*acc_wt_time"):
-        accumulus.average(str(path), VAR, ["time"])
+        accumulus.average(str(path), VAR, ["time", "lat"])
     [report] = accumulus.verify(str(path), VAR)
     assert not report.ok
 

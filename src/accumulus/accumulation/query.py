@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_quer
 from accumulus.accumulation.request import Query, ResolvedQuery, answer_index, resolve
 from accumulus.accumulation.selection import Extent, selection
 from accumulus.accumulation.shapes import kept_cells, shape_plans
+from accumulus.accumulation.weights import varying_dims
 from accumulus.cube import Cube, VariableInfo
 
 
@@ -93,6 +94,15 @@ def run_query(
         layouts, note = usable_layouts(groups, var, weights, terms)
     else:
         layouts, note = [], "accumulation not used (full scan requested)"
+    if _weights_cancel(cube, resolved) and _weights_applied(groups, var, layouts):
+        # The weights divide out, and would be multiplied in as the sums are read (raw
+        # values; the entries of accumulations whose weights factor out): the same
+        # accumulations give the sums without weights.
+        plain = stat.sums_for(weighted=False, infinite=infinite)
+        plain_layouts = usable_layouts(groups, var, "none", plain)[0] if layouts else []
+        if [layout.key for layout in plain_layouts] == [layout.key for layout in layouts]:
+            resolved = replace(resolved, weights="none")
+            terms, layouts = plain, plain_layouts
 
     plan, work, costs = _cheapest_plan(groups, var, resolved, layouts, terms)
     if costs and not plan.accumulation_reads:
@@ -134,6 +144,33 @@ def run_query(
     extents = selection(cube, var.dims, resolved.ranges)
     note = "; ".join([*resolved.notes, *([note] if note else [])])
     return QueryResult(resolved.query, data, plan, stats, weights, note, extents, costs)
+
+
+def _weights_cancel(cube: Cube, resolved: ResolvedQuery) -> bool:
+    """Whether ``resolved`` is a weighted mean whose weights vary only along dimensions
+    its answer keeps (area weights, along latitude, in a map averaged over time): each of
+    its cells is then Σ w·x / Σ w·n with one weight w, which is Σ x / n. Summed without
+    weights, a warm ``time=1`` map took 2.59 ms instead of 2.97, the answers 4.4e-16 apart.
+    Shapes are left as they are."""
+    if resolved.weights == "none" or resolved.stat != "mean" or resolved.mask is not None:
+        return False
+    var = resolved.variable
+    varying = cube.remembered(
+        ("weights vary along", resolved.weights, tuple(var.dims)),
+        lambda: varying_dims(cube.decoded, resolved.weights, var.dims),
+    )
+    return not set(varying) & set(resolved.over)
+
+
+def _weights_applied(
+    groups: AccumulationGroups, var: VariableInfo, layouts: Sequence[AccumulationLayout]
+) -> bool:
+    """Whether every accumulation of ``layouts`` stores its sums without weights (they
+    factor out): its entries are multiplied by the weights as they are read. Where the
+    weighted sums are stored, they are read as they are (the default group's aligned map,
+    read from its unweighted arrays instead, took 3.7 ms instead of 3.6)."""
+    group = groups.group(var.name)
+    return all(group is not None and group.by_key(layout.key).factored for layout in layouts)
 
 
 def read_answer(
