@@ -35,7 +35,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import product
 from math import prod
 
@@ -286,12 +286,7 @@ def _read_run(
     counts: ReadCounts,
 ) -> None:
     for chunk in chunks:
-        try:
-            consume(chunk.request, _read_now(chunk, counts))
-        except ChunkReadError:
-            raise
-        except Exception as exc:
-            raise ChunkReadError(chunk.request, exc) from exc
+        _consume_one(chunk.request, consume, partial(_read_now, chunk, counts))
 
 
 def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
@@ -401,12 +396,22 @@ def _consume_all(
     """Decode (when zarr can decode a chunk without its event loop) and consume each fetched
     chunk of ``batch``, in this worker thread."""
     for request, fetched, _ in batch:
-        try:
-            consume(request, fetched.decoded())
-        except ChunkReadError:
-            raise
-        except Exception as exc:
-            raise ChunkReadError(request, exc) from exc
+        _consume_one(request, consume, fetched.decoded)
+
+
+def _consume_one(
+    request: ChunkRequest,
+    consume: Callable[[ChunkRequest, np.ndarray], None],
+    chunk: Callable[[], np.ndarray],
+) -> None:
+    """``consume(request, chunk())``: whatever fails, reading or summing, is raised as a
+    ``ChunkReadError`` naming the chunk."""
+    try:
+        consume(request, chunk())
+    except ChunkReadError:
+        raise
+    except Exception as exc:
+        raise ChunkReadError(request, exc) from exc
 
 
 class _Fetcher:

@@ -200,8 +200,7 @@ class Datacube:
             self._reads += 1
             read = self._reads
             current, known = self._current, self._roots
-        # The cube's and a sidecar's documents, once the sidecar is known.
-        stores = [self.store] if self.sidecar_store is None else [self.store, self.sidecar_store]
+        stores = self._stores()
         roots = _root_documents(stores) if current is not None else None
         if roots is not None and roots == known:
             return current
@@ -259,6 +258,11 @@ class Datacube:
             if self._current is None or self._current.generation < read:
                 self._current, self._roots = fresh, roots
             return self._current
+
+    def _stores(self) -> list[Store]:
+        """The stores whose root documents make a snapshot: the cube's, then a sidecar's
+        once the sidecar is known."""
+        return [self.store] if self.sidecar_store is None else [self.store, self.sidecar_store]
 
     def _follow_sidecar(self, metadata: MetadataSnapshot) -> MetadataSnapshot:
         """When the store opened is a sidecar, open the source it names instead and read
@@ -348,7 +352,7 @@ class Datacube:
         asked again of the new one."""
         with self._lock:
             current, known = self._current, self._roots
-        stores = [self.store] if self.sidecar_store is None else [self.store, self.sidecar_store]
+        stores = self._stores()
         if self._pinned or current is None or known is None or roots_read_here(*stores):
             return self.snapshot().query(request, memory_bytes)
         check = _CHECKS.submit(_root_documents, stores)

@@ -249,8 +249,8 @@ def root_documents(*stores: Store) -> list[dict[str, bytes]]:
     (``rewrites_metadata_only``), in the calling thread where the store allows it
     (``storage.reads_synchronously``: no hand-over to zarr's event loop), else all in one
     batch. Documents are not parsed; errors propagate."""
-    bases = [below_wrappers(store, "rewrites_metadata_only") for store in stores]
-    if roots_read_here(*stores):
+    bases = _bases(stores)
+    if all(reads_synchronously(base) for base in bases):
         return [_documents_now(base, ROOT_DOCUMENTS) for base in bases]
 
     async def every() -> list[dict[str, bytes]]:
@@ -262,9 +262,12 @@ def root_documents(*stores: Store) -> list[dict[str, bytes]]:
 def roots_read_here(*stores: Store) -> bool:
     """Whether ``root_documents`` reads the stores' root documents in the calling thread
     (else through zarr's event loop, as object storage is read)."""
-    return all(
-        reads_synchronously(below_wrappers(store, "rewrites_metadata_only")) for store in stores
-    )
+    return all(reads_synchronously(base) for base in _bases(stores))
+
+
+def _bases(stores: tuple[Store, ...]) -> list[Store]:
+    """The stores below the wrappers that only rewrite what they serve."""
+    return [below_wrappers(store, "rewrites_metadata_only") for store in stores]
 
 
 def stored_roots(store: Store, snapshot: MetadataSnapshot) -> dict[str, bytes] | None:

@@ -391,10 +391,7 @@ def _entry_parts(
         or group.infinities is False
         or not statistics.can_be_infinite(var.array.dtype)
     )
-    varying = groups.cube.remembered(
-        ("weights vary along", group.weights, tuple(var.dims)),
-        lambda: varying_dims(groups.cube.decoded, group.weights, var.dims),
-    )
+    varying = weights_vary_along(groups.cube, group.weights, var)
 
     def slab_weights(box: Mapping[str, tuple[int, int]]):
         """The slab's weights, and as ``_contraction`` gives them."""
@@ -437,6 +434,14 @@ def _entry_parts(
                 partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
                         order=order, out=out, weights=w, tallied=tallied, contract=contract),
             )  # fmt: skip
+
+
+def weights_vary_along(cube: Cube, weights: str, var: VariableInfo) -> tuple[str, ...]:
+    """The dimensions of ``var`` that ``weights`` vary along, worked out once per snapshot."""
+    return cube.remembered(
+        ("weights vary along", weights, tuple(var.dims)),
+        lambda: varying_dims(cube.decoded, weights, var.dims),
+    )
 
 
 def _slab_weights(

@@ -30,13 +30,13 @@ from accumulus.accumulation.execute import (
     chunk_work,
     execute,
     noise_floor,
+    weights_vary_along,
 )
 from accumulus.accumulation.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
 from accumulus.accumulation.request import Query, ResolvedQuery, answer_index, resolve
 from accumulus.accumulation.selection import Extent, selection
 from accumulus.accumulation.shapes import kept_cells, shape_plans
-from accumulus.accumulation.weights import varying_dims
 from accumulus.cube import Cube, VariableInfo
 
 
@@ -154,11 +154,7 @@ def _weights_cancel(cube: Cube, resolved: ResolvedQuery) -> bool:
     Shapes are left as they are."""
     if resolved.weights == "none" or resolved.stat != "mean" or resolved.mask is not None:
         return False
-    var = resolved.variable
-    varying = cube.remembered(
-        ("weights vary along", resolved.weights, tuple(var.dims)),
-        lambda: varying_dims(cube.decoded, resolved.weights, var.dims),
-    )
+    varying = weights_vary_along(cube, resolved.weights, resolved.variable)
     return not set(varying) & set(resolved.over)
 
 
