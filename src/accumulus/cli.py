@@ -862,8 +862,8 @@ def serve(
     computations: int = typer.Option(
         2, "--computations", min=1, help="Answers computed at once; others wait, then get 503."
     ),
-    memory_mb: int = typer.Option(
-        256, "--memory-mb", min=16, help="Memory one computation's raw reads may hold."
+    memory_mb: int = typer.Option(  # budget.DEFAULT_MEMORY_BYTES (not imported: zarr)
+        512, "--memory-mb", min=16, help="Memory one computation's raw reads may hold."
     ),
     queue_seconds: float = typer.Option(
         10.0, "--queue-seconds", min=0.1, help="How long a request waits for a computation."

@@ -122,3 +122,15 @@ def test_serve_refuses_a_store_it_cannot_read(tmp_path: Path, workers: str):
     assert result.returncode == 2
     assert "store not found" in result.stderr
     assert "Started" not in result.stderr  # no process was started for it
+
+
+def test_serve_memory_default_is_the_query_default():
+    """The command line names its --memory-mb default as a number (importing the budget
+    would import zarr for every command): it must be the one a query uses."""
+    import inspect
+
+    from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
+    from accumulus.cli import serve
+
+    option = inspect.signature(serve).parameters["memory_mb"].default
+    assert option.default * 2**20 == DEFAULT_MEMORY_BYTES

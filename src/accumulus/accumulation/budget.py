@@ -9,6 +9,10 @@ summing them, so that a full scan of any cube stays near that number whatever th
 size. Chunks in flight get the larger share because on object storage they are what hides
 the latency: with 50 ms per request, a series over 200 chunks of 2.4 MB went out in 9-10
 sequential round trips with 28 chunks in flight, 5 with 89, 4 with 131 and 2 with 174.
+
+The default is 512 MiB: that series then goes out in 2 round trips (5 with 256 MiB, 4 with
+384), in the same time where there is no latency, as its chunks are decoded at the same pace
+either way; it holds about 460 MiB at its peak instead of 310 (docs/benchmarks.md, session 12).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 
 from accumulus.chunk_reader import CONSUMERS
 
-DEFAULT_MEMORY_BYTES = 256 * 2**20
+DEFAULT_MEMORY_BYTES = 512 * 2**20  # the command line's --memory-mb default too
 # Threads summing chunks at once (``chunk_reader``).
 SUMMING_THREADS = CONSUMERS
 # Working memory per value while a slab is decoded and summed: the float64 values, the
