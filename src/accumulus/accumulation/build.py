@@ -705,7 +705,8 @@ def _create_array(
         dtype, fill = ("int64", -1) if count else ("float64", np.nan)
     else:
         dtype, fill = placement.dtype_and_fill(var, acc, count)
-        extra = placement.codecs(3 if v3 else 2)
+        bits = placement.bit_shuffled(acc, stream.batch_dimension(var), count)
+        extra = placement.codecs(3 if v3 else 2, bits)
     return group._async_group.create_array(
         name,
         shape=shape,
