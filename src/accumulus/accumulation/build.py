@@ -53,6 +53,10 @@ from accumulus.storage import consolidate
 # a time series reads few objects, small enough that reading one entry reads little else.
 CHUNK_BUDGET = 256 * 2**10
 MIN_CHUNK = 64 * 2**10
+# Entries of one accumulation's arrays a build holds back per chunk row along the dimension
+# it walks, at most (see ``target_chunks``): about what a row of the latitude accumulation
+# of a small-chunk cube holds (33 MB on the benchmark's), which an append rewrites too.
+HELD_ROW_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True)
@@ -566,9 +570,14 @@ def target_chunks(
 
     Along the dimension the build walks in slabs (``batch``, usually time), full-resolution
     chunks grow up to one slab, so each slab writes whole chunks and a long series is read
-    in few requests. When that dimension is kept at full resolution, the others keep the raw
-    chunk size: such arrays answer thin strips at a box's edges, and wider chunks would be
-    read for nothing. Otherwise (e.g. the time accumulation, read for maps) they grow too.
+    in few requests; further (doubling) while a chunk row of all the accumulation's arrays
+    stays within ``HELD_ROW_BYTES``, as the build's writer holds its entries back until a
+    row is whole: the small arrays of corners a box's series reads (latitude and longitude
+    together: 3650 x 2 x 4 entries on the 10-year cube) are then read in one object per
+    corner instead of one per slab. When that dimension is kept at full resolution, the
+    others keep the raw chunk size: such arrays answer thin strips at a box's edges, and
+    wider chunks would be read for nothing. Otherwise (e.g. the time accumulation, read for
+    maps) they grow too.
     """
     raw_chunk = {d: max(b.sizes, default=1) for d, b in zip(var.dims, var.bounds, strict=True)}
     shape = accumulation_shape(var, acc)
@@ -576,20 +585,33 @@ def target_chunks(
     slab = stream.chunks_per_slab(var, batch, group) * raw_chunk[batch]
     if acc.placement is not None:
         return placement.chunks(var, acc, batch, slab)
+    extent = dict(zip(acc.array_dims, shape, strict=True))
     limits = []
-    for dim, size in zip(acc.array_dims, shape, strict=True):
+    for dim in acc.array_dims:
         if dim == batch and dim not in acc.dims:
-            limits.append(slab)
+            arrays = len(set(acc.arrays.values()))
+            limits.append(_held_row_length(extent, batch, arrays, slab))
         elif dim not in acc.dims and batch not in acc.dims:
             limits.append(raw_chunk[dim])
         else:
-            limits.append(size)
+            limits.append(extent[dim])
     return accumulation_chunks(
         shape,
         [d in acc.dims for d in acc.array_dims],
         [raw_chunk[d] for d in acc.array_dims],
         limits,
     )
+
+
+def _held_row_length(extent: dict[str, int], batch: str, arrays: int, slab: int) -> int:
+    """How long along ``batch`` a chunk of ``arrays`` arrays (8-byte entries) of ``extent``
+    may grow: one slab, doubled (up to the extent) while a chunk row of all of them stays
+    within ``HELD_ROW_BYTES``."""
+    step = prod(n for d, n in extent.items() if d != batch) * 8 * arrays
+    length = slab
+    while length < extent[batch] and min(2 * length, extent[batch]) * step <= HELD_ROW_BYTES:
+        length = min(2 * length, extent[batch])
+    return length
 
 
 def accumulation_shards(
