@@ -5,6 +5,7 @@ corners in few objects; builds, appends and answers stay exact."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import zarr
 
 import accumulus
@@ -32,7 +33,10 @@ def _check(path, full, over, isel):
     return result
 
 
-def test_small_corner_arrays_are_chunked_past_a_slab_and_stay_exact(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("zarr_format", "shards"), [(2, None), (3, True)])
+def test_small_corner_arrays_are_chunked_past_a_slab_and_stay_exact(
+    tmp_path, monkeypatch, zarr_format, shards
+):
     # Slabs of one raw chunk (6 days); rows of latitude-longitude corners (4 arrays of 3 x 4
     # entries per day: 384 B) fit the budget for the whole series, rows of the latitude
     # accumulation (4 x 3 x 20 entries: 1920 B per day) only for 2 slabs.
@@ -41,11 +45,17 @@ def test_small_corner_arrays_are_chunked_past_a_slab_and_stay_exact(tmp_path, mo
     monkeypatch.setattr(build, "HELD_ROW_BYTES", 20 * 1920)
     full = synthetic_dataset({"time": 80, "lat": 12, "lon": 20}, seed=5)
     path = tmp_path / "c.zarr"
-    write_cube(full.isel(time=slice(0, 45)), path, CHUNKS)
-    accumulus.accumulate(str(path), VAR, [("lat", "lon"), ("lat",)])
+    write_cube(full.isel(time=slice(0, 45)), path, CHUNKS, zarr_format=zarr_format)
+    dims = [("lat", "lon"), ("lat",)]
+    accumulus.accumulate(str(path), VAR, dims, shards=shards)
     group = zarr.open_group(path, mode="r")[f"{VAR}_accumulation_group"]
     assert group["acc_lat_lon"].chunks[0] == 45  # the whole series, over 8 slabs
     assert group["acc_lat"].chunks[0] == 12  # two slabs: a row of 24 days would not fit
+    if shards:  # a shard is never longer along time than a chunk row the build holds
+        assert group["acc_lat"].shards is not None
+        for name in ("acc_lat_lon", "acc_lat"):
+            array = group[name]
+            assert array.shards is None or array.shards[0] == array.chunks[0], name
 
     # An aligned box reads one object per corner (and array), not one per slab.
     result = _check(path, full.isel(time=slice(0, 45)), ["lat", "lon"], {"lat": slice(4, 12)})
@@ -55,9 +65,7 @@ def test_small_corner_arrays_are_chunked_past_a_slab_and_stay_exact(tmp_path, mo
     # Appends rewrite the held rows they end in, and answers stay exact.
     for stop in (50, 80):
         _grow(path, full, 45 if stop == 50 else 50, stop)
-        assert accumulus.accumulate(str(path), VAR, [("lat", "lon"), ("lat",)]).action == (
-            "updated"
-        )
+        assert accumulus.accumulate(str(path), VAR, dims, shards=shards).action == "updated"
         [report] = accumulus.verify(str(path), VAR)
         assert report.ok, report.problems
         grown = full.isel(time=slice(0, stop))
