@@ -14,7 +14,7 @@ many entries as the raw data has values, so how it is stored is what it costs:
 - **compression** chosen by measurement on prefix sums of daily gridded data (``codecs``,
   ``bit_shuffled``, docs/accumulation.md): Blosc LZ4 after a shuffle, as the float64 prefix
   sums of float32 values keep few significant bits when they are exact and shuffling turns
-  the zero bits into long runs (about half the bytes; counts a quarter);
+  the zero bits into long runs (about half the bytes);
 - **chunks** follow how queries read them (``chunks``): an accumulation along the batch
   dimension (time) is read one entry at a time for a map, so a chunk is one entry and the
   whole space (``MAP_CHUNK``); one that keeps time is read as long series at a few entries
@@ -123,14 +123,15 @@ def codecs(zarr_format: int, bit_shuffle: bool) -> dict[str, Any]:
 
 
 def bit_shuffled(acc: spec.Accumulation, batch: str, is_count: bool) -> bool:
-    """Whether an array of ``acc`` is compressed after a bit shuffle rather than a byte one.
-    Measured on the 10-year cube's chunks (docs/accumulation.md, LZ4 in one thread): bit
-    shuffle encodes counts 2-3 times as fast (a map's 130 KB: 63 instead of 195 us), decodes
-    them as fast, and stores them in 0.23-0.28 of their size instead of 0.36-0.42; series
-    sums (210 KB) it encodes in 110 instead of 190 us, decodes as fast and stores in 0.45
-    instead of 0.51. Map sums (518 KB) it encodes as slowly and decodes in 249 instead of
-    139 us, which every map query pays: they keep the byte shuffle."""
-    return is_count or is_series(acc, batch)
+    """Whether an array of ``acc`` is compressed after a bit shuffle rather than a byte one:
+    the counts of a map-like accumulation only. Measured on 300-600 chunks drawn at random
+    from the 10-year cube's (docs/accumulation.md, LZ4 in one thread): map counts encode
+    and decode as fast either way and take 0.45 of their size instead of 0.54. Series sums
+    encode in 118 instead of 194 us and take 0.40 of their size instead of 0.48, but a box's
+    series read them 6 % slower (10.1 instead of 9.4 ms, alternating queries), series counts
+    decode in 34 instead of 28 us, and map sums in 305 instead of 289: queries pay those on
+    every read, so they keep the byte shuffle."""
+    return is_count and not is_series(acc, batch)
 
 
 def is_series(acc: spec.Accumulation, batch: str) -> bool:
