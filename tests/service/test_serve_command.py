@@ -1,7 +1,9 @@
-"""`accumulus serve`: starts on loopback, answers, and refuses stores it cannot read."""
+"""`accumulus serve`: starts on loopback, answers, refuses stores it cannot read, and holds
+what a query holds by default."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import subprocess
@@ -14,6 +16,8 @@ import psutil
 import pytest
 
 import accumulus
+from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
+from accumulus.cli import serve
 
 SOURCES = str(Path(accumulus.__file__).parents[1])
 
@@ -127,10 +131,5 @@ def test_serve_refuses_a_store_it_cannot_read(tmp_path: Path, workers: str):
 def test_serve_memory_default_is_the_query_default():
     """The command line names its --memory-mb default as a number (importing the budget
     would import zarr for every command): it must be the one a query uses."""
-    import inspect
-
-    from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-    from accumulus.cli import serve
-
     option = inspect.signature(serve).parameters["memory_mb"].default
     assert option.default * 2**20 == DEFAULT_MEMORY_BYTES
