@@ -3,7 +3,8 @@
 Two cubes: the realistic one (``realistic.py``: 3650 x 180 x 360 float32 written by xarray,
 chunks 73 x 90 x 90 = 2.4 MB, 10 % missing) and the small-chunk one (the demo's generator,
 chunks 30 x 15 x 30 = 54 KB, where xarray + Dask pays its per-task cost on every chunk).
-For each question, medians of:
+For each question, medians (of ``--repeats`` runs at least, lasting half a second together:
+``common.MIN_SECONDS``) of:
 
 - ``warm``: an open datacube (``accumulus.open``) answering again (its snapshot is current),
   wall and CPU time (of every thread); on a plain local store, as a user opens it (its
@@ -28,13 +29,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numcodecs
 import numpy as np
@@ -47,7 +45,7 @@ from accumulus.accumulation.execute import chunk_work
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
 from accumulus.storage import CountingStore, is_metadata_key, open_store, reads_synchronously
-from common import DEFAULT_DIR, SMALL_CHUNKS, cube, report
+from common import DEFAULT_DIR, SMALL_CHUNKS, cube, median_seconds, median_with_cpu, report
 from realistic import CHUNKS as REALISTIC_CHUNKS
 from realistic import VARIABLE as REALISTIC_VARIABLE
 from realistic import realistic_cube
@@ -75,23 +73,6 @@ def small_questions(config: DemoConfig) -> list[tuple[str, tuple[str, ...], dict
         ("series, unaligned box", ("lat", "lon"), {"lat": (-35, 37), "lon": (-17, 51)}),
         ("series, unaligned region", ("lat", "lon"), {"lat": (0, 25), "lon": (-20, 40)}),
     ]
-
-
-def median(action: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    wall, _, result = median_with_cpu(action, repeats)
-    return wall, result
-
-
-def median_with_cpu(action: Callable[[], Any], repeats: int) -> tuple[float, float, Any]:
-    """Median wall and CPU seconds (every thread of the process) of ``repeats`` runs, and
-    the last run's result."""
-    walls, cpus, result = [], [], None
-    for _ in range(repeats):
-        started, cpu = time.perf_counter(), time.process_time()
-        result = action()
-        walls.append(time.perf_counter() - started)
-        cpus.append(time.process_time() - cpu)
-    return statistics.median(walls), statistics.median(cpus), result
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,19 +206,19 @@ def measure(path: Path, variable: str, name, over, ranges, args, latency: float 
     floor_counts = counted(store)
     floor, floor_cpu, _ = median_with_cpu(floor_reader(handle, result), repeats)
     in_thread = floor_in_thread_reader(handle, result)
-    floor_here = median(in_thread, repeats)[0] if in_thread is not None else None
+    floor_here = median_seconds(in_thread, repeats)[0] if in_thread is not None else None
 
     def cold():
         fresh = CountingStore(open_store(str(path)), latency=latency)
         return accumulus.query(fresh, variable, over, ranges), fresh
 
-    cold_seconds, (_, cold_store) = median(cold, max(3, repeats // 2))
+    cold_seconds, (_, cold_store) = median_seconds(cold, max(3, repeats // 2))
 
     def scan():
         fresh = CountingStore(open_store(str(path)), latency=latency)
         return xarray_scan(fresh, variable, over, ranges), fresh
 
-    scan_seconds, (expected, scan_store) = median(scan, args.scan_repeats)
+    scan_seconds, (expected, scan_store) = median_seconds(scan, args.scan_repeats)
     return {
         "question": name,
         "over": list(over),

@@ -13,7 +13,8 @@ for each way of placing entries:
 it builds the accumulation into a sidecar store beside the cube (``accumulate --into``: the
 cube itself is never written; a sidecar already built with the same settings is reused unless
 ``--rebuild``), reports its stored bytes against the raw array's, and asks the questions it
-is for. For each question, medians of:
+is for. For each question, medians (of ``--repeats`` runs at least, lasting half a second
+together: ``common.MIN_SECONDS``) of:
 
 - ``warm``: an open datacube (``accumulus.open`` of the cube and its sidecar, as a user
   opens them) answering again, wall and CPU time; its requests and bytes are counted by
@@ -50,8 +51,8 @@ import accumulus
 from accumulus.accumulation.query import _plans, usable_layouts
 from accumulus.accumulation.request import Query
 from accumulus.storage import CountingStore, is_metadata_key, open_store
-from bench_average import floor_in_thread_reader, floor_reader, median_with_cpu
-from common import DEFAULT_DIR, median_seconds, report
+from bench_average import floor_in_thread_reader, floor_reader
+from common import DEFAULT_DIR, median_seconds, median_with_cpu, report
 from realistic import CHUNKS, SHAPE, VARIABLE, dataset, realistic_cube
 
 # Time chunks of 73 days from 2001-01-01; lat and lon chunks of 90 cells (1-degree cells

@@ -44,7 +44,6 @@ import argparse
 import asyncio
 import json
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -62,7 +61,7 @@ from accumulus.accumulation.execute import chunk_work
 from accumulus.grid import sharding_of
 from accumulus.storage import CountingStore, is_metadata_key, open_store
 from bench_average import realistic_questions, sum_parts, xarray_scan
-from common import DEFAULT_DIR, report
+from common import DEFAULT_DIR, median_seconds, report
 from realistic import CHUNKS, SHAPE, START, VARIABLE, _block, realistic_cube
 
 SHARDS = (365, 180, 360)
@@ -198,12 +197,8 @@ def counted(store: CountingStore) -> dict:
 
 
 def median(action, repeats: int):
-    times, result = [], None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = action()
-        times.append(time.perf_counter() - started)
-    return round(statistics.median(times), 5), result
+    seconds, result = median_seconds(action, repeats)
+    return round(seconds, 5), result
 
 
 def measure(path: Path, over, ranges, args, latency: float) -> dict:
