@@ -1,3 +1,3 @@
-from accumulus.cli import main
+from accumulus.cli import script
 
-main()
+script()

@@ -17,11 +17,13 @@ HEAVY = ("xarray", "zarr", "dask", "numpy", "numba", "distributed", "fastapi", "
 # the service (FastAPI, uvicorn), pictures (matplotlib) and shapes (shapely, geopandas,
 # regionmask), Dask's arrays (xarray imports dask.array, and SciPy with it, when it is given a
 # bare array while Dask is installed; answers are made from xarray variables), numba (the build's
-# compiled loop: a query sums its few raw chunks with NumPy). xarray, zarr and NumPy it needs.
+# compiled loop: a query sums its few raw chunks with NumPy), rich (plain JSON needs no console)
+# and pydantic (typer 0.29 and later build every option through it). xarray, zarr and NumPy
+# it needs.
 NOT_FOR_QUERIES = (
     "distributed", "h5py", "hdf5plugin", "netCDF4", "h5netcdf", "fastapi", "uvicorn",
     "starlette", "matplotlib", "shapely", "geopandas", "regionmask", "pyproj", "s3fs",
-    "dask.array", "numba",
+    "dask.array", "numba", "rich", "pydantic",
 )  # fmt: skip
 
 
@@ -93,3 +95,35 @@ def test_commands_collect_garbage_after_their_imports():
         "print(_api().__name__, gc.isenabled(), gc.get_freeze_count() > 100_000)"
     )
     assert lines == ["accumulus.api True True"]
+
+
+def _script(*args: str) -> subprocess.CompletedProcess:
+    """``accumulus ARGS`` through the console script's function, with an atexit handler
+    that prints "teardown" when the interpreter's teardown runs."""
+    code = (
+        "import atexit, sys\natexit.register(print, 'teardown')\n"
+        f"from accumulus.cli import script\nsys.argv = ['accumulus', *{list(args)!r}]\nscript()"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_a_query_ends_without_the_teardown_other_commands_keep_it(tmp_path: Path):
+    """After ``average`` (nothing left to finish) the console script ends the process at
+    once: the whole answer is printed, the exit status is 0, and no atexit handler runs.
+    Other commands, and a query that fails, end through the interpreter's teardown."""
+    path = tmp_path / "cube.zarr"
+    chunks = {"time": 10, "lat": 6, "lon": 8}
+    write_cube(synthetic_dataset({"time": 40, "lat": 12, "lon": 16}), path, chunks)
+    query = ["average", str(path), "precip", "--over", "lat,lon", "--json"]
+    answered = _script(*query)
+    assert answered.returncode == 0, answered.stderr
+    assert len(json.loads(answered.stdout)["values"]) == 40
+    assert "teardown" not in answered.stdout
+
+    inspected = _script("inspect", str(path))
+    assert inspected.returncode == 0, inspected.stderr
+    assert inspected.stdout.rstrip().endswith("teardown")
+
+    failed = _script("average", str(path), "nope", "--over", "lat,lon", "--json")
+    assert failed.returncode == 2
+    assert "nope" in failed.stderr and failed.stdout == "teardown\n"
