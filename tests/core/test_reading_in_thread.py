@@ -5,6 +5,7 @@ chunks, whether a plan is read in one run or in runs side by side."""
 from __future__ import annotations
 
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -78,3 +79,23 @@ def test_a_missing_chunk_read_in_the_calling_thread_is_refused(cube_path, tmp_pa
         chunk.unlink()  # the chunks, not the arrays' metadata
     with pytest.raises(accumulus.AccumulusError, match="missing chunk"):
         handle.query(VAR, over, ranges)
+
+
+def test_runs_side_by_side_are_read_by_workers(cube_path, monkeypatch):
+    """Runs side by side are all read by the reader's workers, none by the calling thread
+    (Blosc decodes with threads of its own in the main thread, which competed with them)."""
+    path, _ = cube_path
+    monkeypatch.setattr(chunk_reader, "IN_THREAD_BYTES", 1)
+    monkeypatch.setattr(chunk_reader, "SIDE_BY_SIDE_CHUNK", 0)
+    threads = []
+    read_run = chunk_reader._read_run
+
+    def recorded(*args):
+        threads.append(threading.current_thread())
+        return read_run(*args)
+
+    monkeypatch.setattr(chunk_reader, "_read_run", recorded)
+    over, ranges = QUESTIONS[2]
+    accumulus.open(str(path)).query(VAR, over, ranges)
+    assert len(threads) >= 2
+    assert threading.main_thread() not in threads
