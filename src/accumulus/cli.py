@@ -340,7 +340,6 @@ def average(
     ),
 ) -> None:
     """Average (or sum, or count) a variable over dimensions and label ranges, or a shape."""
-    import json
     from pathlib import Path
 
     api = _api()
@@ -363,7 +362,7 @@ def average(
     if png:
         Path(png).write_bytes(output.result_png(result))
     if as_json:
-        print(json.dumps(output.result_json(result)))
+        print(output.result_json_bytes(result).decode())
     elif as_csv:
         print(output.result_csv(result), end="")
     else:

@@ -3,12 +3,11 @@ exactly as ``accumulus average --json/--csv/--png`` renders it."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.errors import AccumulationReadError
-from accumulus.output import result_csv, result_json, result_png
+from accumulus.output import result_csv, result_json_bytes, result_png
 from accumulus.service.datasets import Snapshot
 from accumulus.service.parameters import AverageRequest
 
@@ -43,7 +42,7 @@ def compute_answer(
             result, note=f"accumulations could not be read ({exc}); answered from the raw data"
         )
     if request.format == "json":
-        body = json.dumps(result_json(result), allow_nan=False).encode()
+        body = result_json_bytes(result)
     elif request.format == "csv":
         body = result_csv(result).encode()
     else:
