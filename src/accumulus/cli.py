@@ -13,10 +13,14 @@ import sys
 import warnings
 from importlib import import_module
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import typer
 
 from accumulus.errors import AccumulusError, AccumulusWarning
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 app = typer.Typer(
     name="accumulus",
@@ -31,12 +35,12 @@ class _Console:
     """A rich ``Console`` made when first used: a command that prints plain JSON (``average
     --json``) then never imports rich, 0.02-0.03 s of its start."""
 
-    def __init__(self, **options) -> None:
+    def __init__(self, **options: bool) -> None:
         self._options = options
-        self._console = None
+        self._console: Console | None = None
 
     @property
-    def rich(self):
+    def rich(self) -> Console:
         """The ``Console`` itself (for rich's own objects that take one)."""
         if self._console is None:
             from rich.console import Console
@@ -78,6 +82,8 @@ def script() -> None:
 def main() -> None:
     """The command line, run in this process (the tests call it; the console script runs
     ``script``)."""
+    global _nothing_to_finish
+    _nothing_to_finish = False
     warnings.showwarning = _show_warning
     try:
         app()
