@@ -81,21 +81,30 @@ def test_a_missing_chunk_read_in_the_calling_thread_is_refused(cube_path, tmp_pa
         handle.query(VAR, over, ranges)
 
 
-def test_runs_side_by_side_are_read_by_workers(cube_path, monkeypatch):
-    """Runs side by side are all read by the reader's workers, none by the calling thread
-    (Blosc decodes with threads of its own in the main thread, which competed with them)."""
+def test_runs_side_by_side_leave_the_main_thread_waiting(cube_path, monkeypatch):
+    """Runs side by side are read by the reader's workers and the calling thread, except the
+    main thread, which waits (Blosc decodes with threads of its own there, which competed
+    with the workers); another thread (the service's) reads its share."""
     path, _ = cube_path
     monkeypatch.setattr(chunk_reader, "IN_THREAD_BYTES", 1)
     monkeypatch.setattr(chunk_reader, "SIDE_BY_SIDE_CHUNK", 0)
-    threads = []
+    readers = []
     read_run = chunk_reader._read_run
 
     def recorded(*args):
-        threads.append(threading.current_thread())
+        readers.append(threading.current_thread())
         return read_run(*args)
 
     monkeypatch.setattr(chunk_reader, "_read_run", recorded)
     over, ranges = QUESTIONS[2]
-    accumulus.open(str(path)).query(VAR, over, ranges)
-    assert len(threads) >= 2
-    assert threading.main_thread() not in threads
+    cube = accumulus.open(str(path))
+    cube.query(VAR, over, ranges)
+    assert len(readers) >= 2
+    assert threading.main_thread() not in readers
+
+    readers.clear()
+    caller = threading.Thread(target=cube.query, args=(VAR, over, ranges))
+    caller.start()
+    caller.join()
+    assert len(readers) >= 2
+    assert caller in readers
