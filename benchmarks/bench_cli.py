@@ -13,6 +13,11 @@ load average is printed beside each command: wall times on a shared machine move
 CPU times much less.
 
     python benchmarks/bench_cli.py [--repeats 7]
+
+It measures the accumulus of the interpreter that runs it: as a user installs it (without
+the development extras, whose packages each library's entry-point scan reads too),
+
+    python -m venv /tmp/v && /tmp/v/bin/pip install . && /tmp/v/bin/python benchmarks/bench_cli.py
 """
 
 from __future__ import annotations
