@@ -10,13 +10,20 @@ the whole chunk shape, in C order, through the array's filters then its compress
 numcodecs objects zarr itself calls). Such chunks are encoded here and stored together
 (``_put``). Other arrays (Zarr v3, sharded, Fortran order) and regions that cut a chunk are
 written through zarr.
+
+Chunks one value wide along the last axis (entries at every element of it, read as long
+series: ``--at lat=1,lon=1``) are not gathered one by one from the region: each would read
+one value per cache line of it. The region is first copied into chunk order in one compiled
+pass (``kernel.chunk_order``), into space each writing thread keeps for the next region.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from itertools import product
+from math import prod
 
 import numpy as np
 import zarr
@@ -50,14 +57,50 @@ def write_region(array: zarr.Array, window: Sequence[slice], values: np.ndarray)
         range(s // c, -(-(s + n) // c))
         for s, c, n in zip(starts, chunks, values.shape, strict=True)
     ]
-    for index in product(*grid):
-        part = tuple(
-            slice(i * c - s, min((i + 1) * c - s, n))
-            for i, c, s, n in zip(index, chunks, starts, values.shape, strict=True)
-        )
+    ordered = _in_chunk_order(values, metadata, dtype)
+    for k, index in enumerate(product(*grid)):
+        if ordered is not None:
+            chunk = ordered[k]
+        else:
+            part = tuple(
+                slice(i * c - s, min((i + 1) * c - s, n))
+                for i, c, s, n in zip(index, chunks, starts, values.shape, strict=True)
+            )
+            chunk = values[part]
         key = f"{array.path}/{metadata.encode_chunk_key(index)}"
-        encoded.append((key, _encode(metadata, dtype, values[part])))
+        encoded.append((key, _encode(metadata, dtype, chunk)))
     _put(array.store, encoded)
+
+
+_kept = threading.local()  # each thread's space for regions in chunk order
+
+
+def _in_chunk_order(
+    values: np.ndarray, metadata: ArrayV2Metadata, dtype: np.dtype
+) -> np.ndarray | None:
+    """The region's chunks, each whole and contiguous, in the order of the chunk grid
+    (``(chunk count, *chunk shape)``; padded with the fill value where the region ends inside
+    a chunk), for chunks ``(CA, CB, 1)`` several along the last axis, numbers in the
+    machine's byte order; None for others. Kept in space of the calling thread's, reused for
+    the next region (a build writes hundreds, and new memory costs a zeroed page per page)."""
+    chunks = metadata.chunks
+    if values.ndim != 3 or chunks[2] != 1 or values.shape[2] < 2:
+        return None
+    if not all(d.kind in "fiu" and d.isnative for d in (values.dtype, dtype)):
+        return None
+    from accumulus.accumulation.kernel import chunk_order  # numba: loaded by builds
+
+    grid = [-(-n // c) for n, c in zip(values.shape, chunks, strict=True)]
+    shape = (grid[0], grid[1], grid[2], chunks[0], chunks[1])
+    nbytes = prod(shape) * dtype.itemsize
+    space = getattr(_kept, "space", None)
+    if space is None or space.nbytes < nbytes:
+        space = _kept.space = np.empty(nbytes, dtype="u1")
+    out = space[:nbytes].view(dtype).reshape(shape)
+    if any(n % c for n, c in zip(values.shape, chunks, strict=True)):
+        out.fill(metadata.fill_value)
+    chunk_order(values, out)
+    return out.reshape(-1, *chunks)
 
 
 def _whole_chunks(

@@ -103,3 +103,52 @@ def test_writes_go_through_wrappers_that_change_them(tmp_path):
     assert sum(not is_metadata_key(k) for k in counting.counts.writes) == chunks
     stored = _stored(tmp_path / "g.zarr" / "inner", "prefixed")
     assert sum(not key.startswith(".") for key in stored) == chunks
+
+
+@pytest.mark.parametrize("dtype, fill", [("float64", np.nan), ("uint16", 65535)])
+@pytest.mark.parametrize(
+    "window",
+    [
+        (slice(0, 13), slice(0, 7), slice(0, 10)),  # edge chunks partial along two axes
+        (slice(4, 12), slice(3, 6), slice(2, 9)),  # whole chunks only
+        (slice(8, 13), slice(0, 7), slice(9, 10)),  # one chunk along the last axis
+    ],
+)
+def test_chunks_one_value_wide_are_copied_in_chunk_order(
+    tmp_path, monkeypatch, dtype, fill, window
+):
+    """Chunks one value wide along the last axis (a build's series at every element) are
+    taken from a copy of the region in chunk order; the stored bytes are still zarr's, for
+    a region given as a strided view of float64 entries (as a build holds them), cast to
+    the array's type, ending inside chunks or not."""
+    from accumulus import chunk_writer
+
+    ordered = []
+    in_chunk_order = chunk_writer._in_chunk_order
+    monkeypatch.setattr(
+        chunk_writer,
+        "_in_chunk_order",
+        lambda *args: ordered.append(in_chunk_order(*args)) or ordered[-1],
+    )
+    rng = np.random.default_rng(window[2].start)
+    shape = tuple(w.stop - w.start for w in window)
+    held = np.floor(rng.random(shape[::-1]) * 4000.0)  # laid out last axis first
+    values = held.transpose(2, 1, 0)
+    assert not values.flags.c_contiguous
+    root = zarr.open_group(tmp_path / "g.zarr", mode="w", zarr_format=2)
+    kwargs = dict(
+        shape=(13, 7, 10),
+        chunks=(4, 3, 1),
+        dtype=dtype,
+        fill_value=fill,
+        filters=[numcodecs.Blosc("lz4", 1, numcodecs.Blosc.SHUFFLE), numcodecs.Fletcher32()],
+        compressors=None,
+        config={"write_empty_chunks": True},
+    )
+    by_zarr = root.create_array("by_zarr", **kwargs)
+    by_us = root.create_array("by_us", **kwargs)
+    by_zarr[window] = values
+    write_region(by_us, window, values)
+    assert (ordered[-1] is not None) == (shape[2] > 1)
+    assert _stored(tmp_path / "g.zarr", "by_us") == _stored(tmp_path / "g.zarr", "by_zarr")
+    np.testing.assert_array_equal(by_us[window], values.astype(dtype))

@@ -12,6 +12,10 @@ with NumPy (``sums._row_table``), so the loop knows nothing of the block's other
 Where nothing is summed (entries at every element) each output row is one input row's,
 zeroed by the loop just before it is added to.
 Nothing the size of the block is allocated. Compiled by numba, cached on disk.
+
+Beside it, the build's other compiled loops: long prefix sums (``prefix_rows``), and the
+copy of a region of entries into chunk order for its writes (``chunk_order``, used by
+``chunk_writer``).
 """
 
 from __future__ import annotations
@@ -130,3 +134,23 @@ def prefix_rows(rows: np.ndarray) -> None:
         for q in range(rows.shape[1]):
             total += rows[r, q]
             rows[r, q] = total
+
+
+@numba.njit(nogil=True, cache=True)
+def chunk_order(values: np.ndarray, out: np.ndarray) -> None:
+    """Copy ``values`` (``(A, B, Q)``, any strides) into ``out`` (``(GA, GB, Q, CA, CB)``,
+    C-ordered) chunk by chunk, for chunks ``(CA, CB, 1)``, each then contiguous, in the order
+    a chunk grid is walked (the last axis fastest): ``out[i, j, q, a, b] = values[i*CA + a,
+    j*CB + b, q]``, cast to ``out``'s type. Taken one chunk at a time, such a chunk reads one
+    value per cache line of ``values``; here each ``(B, Q)`` slice is read once, while it is
+    in cache, and written to the ``Q`` chunks it feeds in runs of ``CB`` values. Where
+    ``values`` ends inside a chunk, the rest of ``out`` is left as it is."""
+    n_a, n_b, n_q = values.shape
+    side_a, side_b = out.shape[3], out.shape[4]
+    for a in range(n_a):
+        i, row = a // side_a, a % side_a
+        for q in range(n_q):
+            for j in range(out.shape[1]):
+                lo = j * side_b
+                for b in range(min(side_b, n_b - lo)):
+                    out[i, j, q, row, b] = values[a, lo + b, q]
