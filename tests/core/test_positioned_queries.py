@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
-from accumulus.accumulation import placement
+from accumulus.accumulation import placement, stream
 from accumulus.accumulation.query import run_query
 from accumulus.accumulation.request import Query
 from accumulus.cube import Cube
@@ -266,6 +266,37 @@ def test_arrays_are_chunked_for_how_they_are_read(tmp_path, monkeypatch):
         assert _check(path, ds, ["lat", "lon"], isel, weights="area").stats.raw_chunks_read == 0
     result = _check(path, ds, ["time"], {"time": slice(7, 33)}, weights="area")
     assert (result.stats.raw_chunks_read, result.stats.accumulation_chunks_read) == (0, 4)
+
+
+def test_series_counts_take_as_many_bytes_per_chunk_as_the_sums(tmp_path, monkeypatch):
+    """Counts are small integers (here one byte each): a series' counts take more rows per
+    chunk than its sums, as long as they divide the raw chunk's rows (a build's tiles stay
+    whole raw chunks, and hold whole chunks of every array). A box reads the chunks of its
+    rows in each array, and answers as xarray does."""
+    monkeypatch.setattr(placement, "SERIES_CHUNK", 8 * 40 * 3)  # 3 rows of a whole series
+    ds, path = _daily(
+        tmp_path, 40, {"time": 10, "lat": 6, "lon": 4}, dims=("time", "lat", "lon"), lat=12, lon=10
+    )
+    accumulus.accumulate(str(path), VAR, ["lat,lon"], weights="area", at={"lat": 1, "lon": 1})
+    (acc,) = accumulus.open(str(path)).accumulation_group(VAR).accumulations
+    root = zarr.open_group(path, mode="r")[f"{VAR}_accumulation_group"]
+    by_type = {root[name].dtype.kind: root[name].chunks for name in acc.arrays.values()}
+    assert by_type == {"f": (40, 3, 1), "u": (40, 6, 1)}
+    targets = {name: root[name] for name in acc.arrays.values()}
+    cube = Cube.open(str(path))
+    group = accumulus.open(str(path)).accumulation_group(VAR)
+    assert stream.tiled_walk(cube.variable(VAR), group, targets) is not None
+    for lat, chunks in [
+        (slice(3, 6), 2 * (1 + 1)),
+        (slice(2, 9), 2 * (3 + 2)),
+        (slice(0, 12), 2 * (4 + 2)),
+    ]:
+        isel = {"time": slice(0, 40), "lat": lat, "lon": slice(1, 8)}
+        result = _check(path, ds, ["lat", "lon"], isel, weights="area")
+        assert (result.stats.raw_chunks_read, result.stats.accumulation_chunks_read) == (
+            0,
+            chunks,
+        ), lat
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])

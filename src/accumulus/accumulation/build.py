@@ -564,9 +564,10 @@ def accumulation_chunks(
 
 
 def target_chunks(
-    var: VariableInfo, acc: spec.Accumulation, group: spec.AccumulationGroup
+    var: VariableInfo, acc: spec.Accumulation, group: spec.AccumulationGroup, count: bool = False
 ) -> tuple[int, ...]:
-    """Chunk shape of an accumulation array (array_dims order).
+    """Chunk shape of an accumulation array (array_dims order), of sums or of counts
+    (``count``: positioned accumulations chunk their counts apart, ``placement.chunks``).
 
     Along the dimension the build walks in slabs (``batch``, usually time), full-resolution
     chunks grow up to one slab, so each slab writes whole chunks and a long series is read
@@ -584,7 +585,7 @@ def target_chunks(
     batch = stream.batch_dimension(var)
     slab = stream.chunks_per_slab(var, batch, group) * raw_chunk[batch]
     if acc.placement is not None:
-        return placement.chunks(var, acc, batch, slab)
+        return placement.chunks(var, acc, batch, slab, count)
     extent = dict(zip(acc.array_dims, shape, strict=True))
     limits = []
     for dim in acc.array_dims:
@@ -691,12 +692,12 @@ def _create_arrays(
     made: dict[str, Coroutine[Any, Any, AsyncArray]] = {}
     for acc in wanted.accumulations:
         shape = accumulation_shape(var, acc)
-        chunks = target_chunks(var, acc, wanted)
-        shards = target_shards(var, acc, chunks, wanted) if sharded else None
         for name in acc.arrays.values():
             if name in made:
                 continue
             count = any(statistics.SUMS[t].is_count for t, n in acc.arrays.items() if n == name)
+            chunks = target_chunks(var, acc, wanted, count)
+            shards = target_shards(var, acc, chunks, wanted) if sharded else None
             made[name] = _create_array(group, var, acc, name, count, shape, chunks, shards)
 
     async def every() -> list:

@@ -20,7 +20,8 @@ many entries as the raw data has values, so how it is stored is what it costs:
   whole space (``MAP_CHUNK``); one that keeps time is read as long series at a few entries
   (a box's corners along longitude, over its rows of latitude), so a chunk is one entry,
   as long in time as the build can hold back (``BUFFER_BYTES``), and as many rows as
-  ``SERIES_CHUNK`` allows: a box reads about the rows it covers, in few objects.
+  ``SERIES_CHUNK`` allows: a box reads about the rows it covers, in few objects. Counts,
+  small integers, take as many bytes per chunk as the sums (more rows, within a raw chunk).
 """
 
 from __future__ import annotations
@@ -139,9 +140,12 @@ def is_series(acc: spec.Accumulation, batch: str) -> bool:
     return batch not in acc.prefix_dims
 
 
-def chunks(var: VariableInfo, acc: spec.Accumulation, batch: str, slab: int) -> tuple[int, ...]:
-    """Chunk shape of a positioned accumulation's arrays (array_dims order). ``batch``: the
-    dimension the build walks in slabs of ``slab`` indices."""
+def chunks(
+    var: VariableInfo, acc: spec.Accumulation, batch: str, slab: int, count: bool = False
+) -> tuple[int, ...]:
+    """Chunk shape of a positioned accumulation's arrays of sums, or of its counts
+    (``count``), in array_dims order. ``batch``: the dimension the build walks in slabs of
+    ``slab`` indices."""
     extent = dict(zip(acc.array_dims, shape(var, acc), strict=True))
     size = {d: 1 if d in acc.prefix_dims else extent[d] for d in acc.array_dims}
     rows = [d for d in acc.array_dims if d not in acc.prefix_dims and d != batch]
@@ -159,6 +163,21 @@ def chunks(var: VariableInfo, acc: spec.Accumulation, batch: str, slab: int) -> 
     while prod(size.values()) * 8 > budget and any(size[d] > 1 for d in rows):
         widest = max(rows, key=lambda d: size[d])
         size[widest] = (size[widest] + 1) // 2
+    if count and series:
+        # Counts (small integers) as many bytes per chunk as the sums beside them: rows
+        # doubled while they still divide the raw chunk's, so that the tiles a build sums
+        # at once (whole raw chunks, whole chunks of every array) stay as they are. On the
+        # bench cube, --at lat=1,lon=1 counts (2 bytes each) take 90 rows instead of 45: a
+        # quarter fewer objects (15,129 instead of 20,169) for a build to create.
+        sums_bytes = prod(size.values()) * 8
+        itemsize = dtype_and_fill(var, acc, True)[0].itemsize
+        raw = {d: max(var.bounds[var.axis(d)].sizes, default=1) for d in rows}
+        while True:
+            wider = [d for d in rows if raw[d] % (2 * size[d]) == 0 and 2 * size[d] <= extent[d]]
+            if not wider or 2 * prod(size.values()) * itemsize > sums_bytes:
+                break
+            widest = max(wider, key=lambda d: extent[d] / size[d])
+            size[widest] *= 2
     return tuple(max(1, size[d]) for d in acc.array_dims)
 
 
