@@ -57,7 +57,7 @@ def write_region(array: zarr.Array, window: Sequence[slice], values: np.ndarray)
         range(s // c, -(-(s + n) // c))
         for s, c, n in zip(starts, chunks, values.shape, strict=True)
     ]
-    ordered = _in_chunk_order(values, metadata, dtype)
+    ordered = _in_chunk_order(values, metadata, dtype, [len(r) for r in grid])
     for k, index in enumerate(product(*grid)):
         if ordered is not None:
             chunk = ordered[k]
@@ -76,13 +76,14 @@ _kept = threading.local()  # each thread's space for regions in chunk order
 
 
 def _in_chunk_order(
-    values: np.ndarray, metadata: ArrayV2Metadata, dtype: np.dtype
+    values: np.ndarray, metadata: ArrayV2Metadata, dtype: np.dtype, grid: Sequence[int]
 ) -> np.ndarray | None:
-    """The region's chunks, each whole and contiguous, in the order of the chunk grid
-    (``(chunk count, *chunk shape)``; padded with the fill value where the region ends inside
-    a chunk), for chunks ``(CA, CB, 1)`` several along the last axis, numbers in the
-    machine's byte order; None for others. Kept in space of the calling thread's, reused for
-    the next region (a build writes hundreds, and new memory costs a zeroed page per page)."""
+    """The region's chunks (``grid`` of them along each axis), each whole and contiguous, in
+    the order of the chunk grid (``(chunk count, *chunk shape)``; padded with the fill value
+    where the region ends inside a chunk), for chunks ``(CA, CB, 1)`` several along the last
+    axis, numbers in the machine's byte order; None for others. Kept in space of the calling
+    thread's, reused for the next region (a build writes hundreds, and new memory costs a
+    zeroed page per page)."""
     chunks = metadata.chunks
     if values.ndim != 3 or chunks[2] != 1 or values.shape[2] < 2:
         return None
@@ -90,8 +91,7 @@ def _in_chunk_order(
         return None
     from accumulus.accumulation.kernel import chunk_order  # numba: loaded by builds
 
-    grid = [-(-n // c) for n, c in zip(values.shape, chunks, strict=True)]
-    shape = (grid[0], grid[1], grid[2], chunks[0], chunks[1])
+    shape = (*grid, chunks[0], chunks[1])
     nbytes = prod(shape) * dtype.itemsize
     space = getattr(_kept, "space", None)
     if space is None or space.nbytes < nbytes:
