@@ -21,12 +21,13 @@ thread) and peak RSS (``getrusage``); modules are imported before the clock, as 
 session has them. Each build is a first build into a sidecar store beside the cube
 (``accumulate --into``: the cube is only read, so a shared copy of it is never written; the
 build reads, sums and writes exactly as in place), removed once measured, then written
-back and left to settle for a second (untimed): kept until the end, the sidecars of the
-builds before filled the page cache and each build paid more system time than the one
-before. Reads
-and builds alternate within each repeat, so both see the same machine; medians over
-``--repeats``. The machine's load average (``os.getloadavg``) is recorded before and after.
-Prints JSON.
+back, the kernel's clean caches dropped and the cube and the files the measured processes
+ran from read again where the benchmark may (root on Linux: ``forget_deleted_files``;
+reported as ``caches_dropped_after_each_build``), and left to settle for a second
+(untimed): kept until the end, the sidecars of the builds before filled the page cache and
+each build paid more system time than the one before. Reads and builds alternate within
+each repeat, so both see the same machine; medians over ``--repeats``. The machine's load
+average (``os.getloadavg``) is recorded before and after. Prints JSON.
 
     python benchmarks/bench_accumulate.py [--repeats 3] [--cubes realistic,small]
         [--builds default,time=1,lat=1,lon=1] [--sidecar-dir DIR]
@@ -34,8 +35,8 @@ Prints JSON.
 Builds write beside the cube, on its file system; ``--sidecar-dir /dev/shm`` writes them to
 memory, which separates what a build computes from what its file system costs: on this
 project's machines (ext4 without a journal) creating a build's 15,000 files costs seconds of
-system time, more when as many were deleted in the last minute (the allocator looks up each
-recently freed inode before it takes another).
+system time, more when as many were deleted in the last minutes (the allocator looks up each
+recently freed inode before it takes another), which dropping the caches undoes.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,6 +57,7 @@ from common import DEFAULT_DIR, SMALL_CHUNKS, cube, report
 
 CHILD = """
 import json, os, resource, sys, time
+from pathlib import Path
 import dask.array, numpy, xarray as xr, zarr
 import accumulus, accumulus.api
 
@@ -71,8 +74,17 @@ else:
     accumulus.accumulate(path, variable, json.loads(dims), at=json.loads(at), into=into)
 end_wall, end_cpu = usage()
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# The files this process ran from: its modules, their compiled forms, every mapped library,
+# and accumulus's own files (numba's compiled loops are cached beside them).
+files = {f for m in list(sys.modules.values())
+         for f in (getattr(m, "__file__", None), getattr(m, "__cached__", None)) if f}
+if os.path.exists("/proc/self/maps"):  # Linux
+    with open("/proc/self/maps") as maps:
+        files |= {p[5] for p in (line.split(maxsplit=5) for line in maps)
+                  if len(p) == 6 and p[5].startswith("/")}
+files |= {str(p) for p in Path(accumulus.__file__).parent.rglob("*") if p.is_file()}
 print(json.dumps({"seconds": end_wall - wall, "cpu_seconds": end_cpu - cpu,
-                  "peak_rss_bytes": rss}))
+                  "peak_rss_bytes": rss, "files": sorted(files)}))
 """
 
 
@@ -86,6 +98,34 @@ def builds(lat: str, lon: str) -> dict[str, tuple[list[str] | None, dict | None]
 
 
 SETTLE_SECONDS = 1.0
+
+
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def caches_can_be_dropped() -> bool:
+    return os.access(DROP_CACHES, os.W_OK)
+
+
+def forget_deleted_files(cube_path: Path, used: set[str]) -> None:
+    """Leave the machine as it was before a sidecar was written and deleted: the kernel's
+    clean caches dropped (where this process may: root on Linux), then every file of the
+    cube and every file the measured processes ran from (``used``: modules, libraries,
+    numba's cached loops) read again, so that the next read or build finds them in memory as
+    before (a read right after a drop alone took 0.1-0.3 s more).
+
+    Without it, a build right after the deletion of the one before (15,000 files) is not a
+    user's build: on ext4 without a journal (this project's machines), each new file's
+    inode is taken only after the allocator has looked up, in the cached inode table, every
+    free inode deleted in the last minutes before it (``recently_deleted``), 5-8 % of a
+    ``lat=1,lon=1`` build's CPU in ``perf`` and 1-1.5 s of its wall time on the bench cube.
+    Those cached blocks go with the dropped caches."""
+    if not caches_can_be_dropped():
+        return
+    DROP_CACHES.write_text("1\n")
+    for file in [*sorted(p for p in cube_path.rglob("*") if p.is_file()), *map(Path, sorted(used))]:
+        with suppress(OSError):  # a file gone since (a temporary one)
+            file.read_bytes()
 
 
 def run_child(path: Path, variable: str, what: str, dims=None, at=None, into=None) -> dict:
@@ -120,23 +160,32 @@ def measure(
     # which a user's build does not.
     sidecar = (sidecar_dir or path.parent) / f"{path.stem}-bench-sidecar.zarr"
 
+    used: set[str] = set()  # the files the measured processes ran from
+
+    def child(*args) -> dict:
+        measured = run_child(path, variable, *args)
+        used.update(measured.pop("files"))
+        return measured
+
     def build(dims, at) -> dict:
         shutil.rmtree(sidecar, ignore_errors=True)
         try:
-            return run_child(path, variable, "build", dims, at, sidecar)
+            return child("build", dims, at, sidecar)
         finally:
             shutil.rmtree(sidecar, ignore_errors=True)
             os.sync()
+            forget_deleted_files(path, used)
             time.sleep(SETTLE_SECONDS)
 
-    for dims, at in wanted.values():  # warm: the kernel is compiled once per machine, cached
+    child("read")  # warm, as the builds: what it runs from is known before the first drop
+    for dims, at in wanted.values():  # the kernel is compiled once per machine, cached
         build(dims, at)
     reads: list[dict] = []
     runs: dict[str, list[dict]] = {name: [] for name in wanted}
     load_before = load()
     for _ in range(repeats):
         for name, (dims, at) in wanted.items():
-            reads.append(run_child(path, variable, "read"))
+            reads.append(child("read"))
             runs[name].append(build(dims, at))
     read_s, read_cpu = median(reads, "seconds"), median(reads, "cpu_seconds")
     result: dict = {
@@ -216,7 +265,10 @@ def main() -> None:
                 "raw_gib": round(4 * shape[0] * shape[1] * shape[2] / 2**30, 2),
             }
             | measure(path, variable, wanted, args.repeats, args.sidecar_dir)
-            | {"sidecar_dir": str(args.sidecar_dir or path.parent)}
+            | {
+                "sidecar_dir": str(args.sidecar_dir or path.parent),
+                "caches_dropped_after_each_build": caches_can_be_dropped(),
+            }
         )
     report(
         {
