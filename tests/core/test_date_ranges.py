@@ -4,12 +4,16 @@ ISO dates of every resolution on indexes of several steps and units."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accumulus.accumulation.request import date_positions, index_range
+from accumulus.errors import AccumulusError
 
 STEPS = ["6h", "D", "7D", "MS", "YS", "17min"]
 UNITS = ["s", "ms", "us", "ns"]
@@ -59,3 +63,13 @@ def test_dates_beyond_the_index_unit_are_left_to_pandas():
     assert date_positions(index, "2000-01-03", "2300-01-01") is None  # past 2262 in ns
     assert date_positions(index.as_unit("s"), "2000-01-03", "2300-01-01") == (2, 10)
     assert np.datetime64("2300-01-01") > index.as_unit("s")[-1]
+
+
+@pytest.mark.parametrize("date", ["0001-20", "2001-02-30", "2001-01-01T25"])
+def test_dates_written_as_iso_but_not_dates_are_a_clear_error(date):
+    # Found by the service's fuzzing: "0001-20" (month 20 for NumPy, 20 January of year 1
+    # for pandas) was a server error.
+    index = pd.date_range("2001-01-01", periods=40, freq="D")
+    assert date_positions(index, None, date) is None
+    with pytest.raises(AccumulusError, match=re.escape(date)):
+        index_range(index, "time", None, date)

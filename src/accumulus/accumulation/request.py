@@ -283,7 +283,10 @@ def date_positions(index: pd.DatetimeIndex, start: Bound, stop: Bound) -> tuple[
             continue
         if not isinstance(bound, str) or not _ISO_DATE.fullmatch(bound):
             return None
-        period = np.datetime64(bound)  # in the unit of the date's last field
+        try:
+            period = np.datetime64(bound)  # in the unit of the date's last field
+        except ValueError:
+            return None  # no such date ("2001-20"): pandas says what is wrong with it
         if after:  # the stop's period ends where the next one begins
             period = period + np.timedelta64(1, np.datetime_data(period.dtype)[0])
         try:
