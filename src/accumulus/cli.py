@@ -744,7 +744,7 @@ def append(
                 "--virtual keeps the granules' own chunks; --chunks, --chunking and --shards "
                 "do not apply"
             )
-        _append_virtual(store, granules, dim, zarr_format, skip_existing, options)
+        _append_virtual(store, granules, dim, zarr_format, skip_existing, options, group)
         return
     items = [item for text in chunks or [] for item in text.split(",") if item.strip()]
     sizes = {d: _positive_int(n, f"--chunks {d}") for d, n in _pairs(items, "--chunks").items()}
@@ -795,6 +795,7 @@ def _append_virtual(
     zarr_format: int | None,
     skip_existing: bool,
     options: dict | None,
+    group: str | None,
 ) -> None:
     from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
 
@@ -805,6 +806,7 @@ def _append_virtual(
         zarr_format=zarr_format,
         skip_existing=skip_existing,
         storage_options=options,
+        group=group,
     )
     for name, why in result.skipped:
         console.print(f"[dim]skipped {name}: {why}[/]", highlight=False)

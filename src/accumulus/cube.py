@@ -323,6 +323,8 @@ class Cube:
             if dim in indexes:
                 found = indexes[dim]
             else:
-                found = pd.RangeIndex(self.decoded.sizes[dim], name=dim)
+                # raw sizes: xarray decodes a char array's string dimension (string1 of a
+                # CF grid_mapping variable) away, so the decoded view may not have it.
+                found = pd.RangeIndex(self.raw.sizes[dim], name=dim)
             self._indexes[dim] = found
         return found

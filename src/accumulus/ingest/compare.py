@@ -27,6 +27,7 @@ import xarray as xr
 import zarr
 
 from accumulus.errors import AccumulusError
+from accumulus.ingest.times import readable_time_attrs
 from accumulus.scope import accumulus_scope
 from accumulus.storage import open_store
 
@@ -138,7 +139,35 @@ def _open_source(source: str, group: str) -> xr.Dataset:
                 return xr.open_zarr(source, group=group or None, chunks=None)
             return xr.open_dataset(source, group=group or None, cache=False)
         except Exception as exc:  # xarray and its backends raise many kinds
-            raise AccumulusError(f"source {source}: xarray cannot open it: {exc}") from None
+            readable = _with_readable_times(source, group)
+            if readable is None:
+                raise AccumulusError(f"source {source}: xarray cannot open it: {exc}") from None
+            return readable
+
+
+def _with_readable_times(source: str, group: str) -> xr.Dataset | None:
+    """The source decoded with its time units as append stores them (``times``: the same
+    meaning, in a spelling xarray reads), or None when that changes nothing or fails too."""
+    try:
+        dataset = xr.open_dataset(source, group=group or None, cache=False, decode_times=False)
+    except Exception:  # the first error is the one to report
+        return None
+    changed = False
+    for var in dataset.variables.values():
+        readable = readable_time_attrs(var.attrs)
+        if readable != var.attrs:
+            var.attrs = readable
+            changed = True
+    if not changed:
+        dataset.close()
+        return None
+    try:
+        return xr.decode_cf(
+            dataset, mask_and_scale=False, concat_characters=False, decode_coords=False
+        )
+    except Exception:
+        dataset.close()
+        return None
 
 
 def _open_cube(zstore, label: str, group: str) -> xr.Dataset:

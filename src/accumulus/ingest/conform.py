@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,8 +23,9 @@ import xarray as xr
 from xarray.coding.times import decode_cf_datetime, encode_cf_datetime
 
 from accumulus.errors import AccumulusError
-from accumulus.ingest.cf import StoredForm, stored_form, to_stored, warn_dropped
+from accumulus.ingest.cf import PACKING_ATTRS, StoredForm, stored_form, to_stored, warn_dropped
 from accumulus.ingest.granules import Granule
+from accumulus.ingest.times import check_decodable, readable_time_attrs
 
 # Attributes that change what stored numbers mean: they must agree between granule and cube.
 _MEANING_ATTRS = ("scale_factor", "add_offset", "_Unsigned", "units")
@@ -115,12 +116,17 @@ def template_of(dataset: xr.Dataset, dim: str, where: str, warn: bool = False) -
         form = stored_form(name, var.dtype, var.attrs, where, source_dtype=_on_disk(var))
         if warn:
             warn_dropped(where, name, form)
+        time = _time_encoding(dataset, name)
+        if time is not None:
+            # Refused here, before anything is written: a cube xarray cannot decode.
+            check_decodable(where, name, time.units, time.calendar)
+            form = replace(form, attrs=readable_time_attrs(form.attrs))
         variables[name] = VariableTemplate(
             name=name,
             dims=tuple(map(str, var.dims)),
             sizes={str(d): n for d, n in var.sizes.items() if d != dim},
             form=form,
-            time=_time_encoding(dataset, name),
+            time=time,
         )
         if dim not in var.dims:
             static[name] = to_stored(name, np.asarray(var.values), var.attrs, form)
@@ -148,7 +154,8 @@ def cube_dataset(dataset: xr.Dataset, template: Template) -> tuple[xr.Dataset, d
 
 def _time_encoding(dataset: xr.Dataset, name: str) -> TimeEncoding | None:
     """Times are numbers with units "<unit> since <date>"; CF bounds variables take the
-    units and calendar of the variable whose ``bounds`` they are."""
+    units and calendar of the variable whose ``bounds`` they are. Units and calendar as
+    xarray can read them (``times.readable_time_attrs``)."""
     attrs = dataset.variables[name].attrs
     units = attrs.get("units")
     if units is None:
@@ -159,6 +166,8 @@ def _time_encoding(dataset: xr.Dataset, name: str) -> TimeEncoding | None:
             return None
         attrs = parent.attrs
         units = attrs.get("units")
+    attrs = readable_time_attrs(attrs)
+    units = attrs.get("units")
     if not isinstance(units, str) or not _TIME_UNITS.match(units):
         return None
     calendar = attrs.get("calendar")
@@ -265,15 +274,35 @@ def conform(granule: Granule, template: Template) -> dict[str, np.ndarray]:
                 f"{where}: cannot read variable {name!r} (corrupt or truncated data?): {exc}"
             ) from None
         if ours.time is not None:
-            theirs = _time_encoding(granule.dataset, name)
-            assert theirs is not None
-            values = convert_times(values, theirs, ours.time, ours.dtype, granule.name, name)
+            values = times_in_cube(granule, name, values, ours)
         else:
             form = stored_form(name, var.dtype, var.attrs, where, source_dtype=_on_disk(var))
             values = to_stored(name, values, var.attrs, form)
             values = _map_fill(where, name, values, form.masked, ours)
         out[name] = values
     return out
+
+
+def times_in_cube(
+    granule: Granule, name: str, values: np.ndarray, ours: VariableTemplate
+) -> np.ndarray:
+    """A granule's stored times as the cube stores them: unpacked first where the cube
+    stores them decoded (float32 packing, as in RSS SSMIS's ``sst_dtime``: int16 tenths of
+    an hour), then in the cube's units; packed times the cube keeps packed must already be
+    in its units (converting them would need repacking, which is rarely exact)."""
+    where = f"granule {granule.name}"
+    var = granule.dataset.variables[name]
+    theirs = _time_encoding(granule.dataset, name)
+    assert theirs is not None and ours.time is not None
+    form = stored_form(name, var.dtype, var.attrs, where, source_dtype=_on_disk(var))
+    if form.unpacked:
+        values = to_stored(name, values, var.attrs, form)
+    elif any(key in var.attrs for key in PACKING_ATTRS) and theirs != ours.time:
+        raise AccumulusError(
+            f"{where}: variable {name!r} holds packed times in units {theirs.units!r}, the "
+            f"cube's are {ours.time.units!r}; packed times are appended only in the cube's units"
+        )
+    return convert_times(values, theirs, ours.time, ours.dtype, granule.name, name)
 
 
 def convert_times(

@@ -83,6 +83,9 @@ _INTERNAL_ATTRIBUTES = frozenset(
     }
 )
 _PURE_DIMENSION = b"This is a netCDF dimension but not a netCDF variable"
+# netcdf-c stores a variable named like a dimension it is not the coordinate of (CF bounds
+# "time_bnds" on a dimension "time_bnds", as xarray writes them) under this prefix.
+NON_COORDINATE_PREFIX = "_nc4_non_coord_"
 # The first four bytes of a NetCDF-3 file: "CDF" and the format version.
 NETCDF3_SIGNATURES = {
     b"CDF\x01": "NetCDF-3 classic",
@@ -379,6 +382,22 @@ def _plan_group(
             plan.arrays.append(_plan_array(item, plan, phony, overrides, default))
 
 
+def netcdf_path(hdf5_path: str) -> str:
+    """A dataset's path in an HDF5 file as netCDF-4 names the variable."""
+    parent, _, name = hdf5_path.strip("/").rpartition("/")
+    name = name.removeprefix(NON_COORDINATE_PREFIX)
+    return f"{parent}/{name}" if parent else name
+
+
+def hdf5_dataset(group: h5py.Group, name: str) -> h5py.Dataset | None:
+    """The dataset of netCDF-4 variable ``name`` in ``group``, or None."""
+    for key in (name, NON_COORDINATE_PREFIX + name):
+        item = group.get(key)
+        if isinstance(item, h5py.Dataset) and not _is_pure_dimension(item):
+            return item
+    return None
+
+
 def _plan_array(
     dataset: h5py.Dataset,
     plan: ConversionPlan,
@@ -386,7 +405,7 @@ def _plan_array(
     overrides: Mapping[str, list[CodecConfig]],
     default: list[CodecConfig] | None,
 ) -> ArrayPlan:
-    path = dataset.name.strip("/")
+    path = netcdf_path(dataset.name)
     where = f"{plan.source}: variable {path!r}"
     dtype = _zarr_dtype(dataset, where)
     text = dtype.kind == "O"
@@ -689,8 +708,16 @@ def _write(plan: ConversionPlan, source: Any, staging: Path) -> None:
         node.attrs.update(group.attributes)
     for array_plan in plan.arrays:
         array = create_zarr_array(root, array_plan, plan.zarr_format)
-        _copy_data(source[array_plan.path], array, array_plan, plan.source)
+        _copy_data(_source_variable(source, array_plan.path), array, array_plan, plan.source)
     consolidate(store)
+
+
+def _source_variable(source: Any, path: str) -> Any:
+    """The variable at ``path`` (as netCDF names it) of an open HDF5 or NetCDF-3 file."""
+    if not isinstance(source, h5py.File):
+        return source[path]
+    parent, _, name = path.rpartition("/")
+    return hdf5_dataset(source[parent] if parent else source, name)
 
 
 def create_zarr_array(

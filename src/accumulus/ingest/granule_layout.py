@@ -17,8 +17,9 @@ import numpy as np
 import xarray as xr
 
 from accumulus.errors import AccumulusError
-from accumulus.ingest.conform import Template, check_fits, convert_times, template_of
-from accumulus.ingest.convert import ConversionPlan, plan_file
+from accumulus.ingest.conform import Template, check_fits, template_of, times_in_cube
+from accumulus.hierarchy import normalize_group, pick_group
+from accumulus.ingest.convert import ArrayPlan, ConversionPlan, hdf5_dataset, plan_file
 from accumulus.ingest.granules import Granule
 from accumulus.storage import file_options, local_path, url_scheme
 
@@ -59,6 +60,12 @@ class ScannedGranule:
     chunks: Mapping[str, tuple[int, ...]]  # referenced array -> HDF5 chunk shape
     refs: Mapping[str, tuple[ChunkRef, ...]]  # referenced array -> its stored chunks
     bytes_read: int
+    group: str = ""  # the group of the file read ("" for the root); the cube keeps it
+
+    def array_plan(self, name: str) -> ArrayPlan:
+        """The conversion plan of variable ``name`` of the group read."""
+        path = f"{self.group}/{name}" if self.group else name
+        return next(a for a in self.plan.arrays if a.path == path)
 
 
 def granule_url(item: str) -> str:
@@ -165,8 +172,10 @@ def scan_granule(
     template: Template | None,
     zarr_format: int,
     storage_options: dict | None,
+    group: str | None = None,
 ) -> ScannedGranule:
-    """Read a granule's structure, coordinates and HDF5 chunk index (not its data)."""
+    """Read a granule's structure, coordinates and HDF5 chunk index (not its data), from
+    ``group`` of the file (by default the one group holding the dimension ``dim``)."""
     size, modified = _identity(item, url, storage_options)
     with _open_file(item, url, storage_options) as reader:
         try:
@@ -177,16 +186,19 @@ def scan_granule(
                 "chunks (append netCDF-3 granules without --virtual)"
             ) from None
         with file:
-            granule = _as_granule(item, size, reader)
+            group = _granule_group(file, dim, group, item)
+            node = file[group] if group else file
+            granule = _as_granule(item, size, reader, group)
             own = template_of(granule.dataset, dim, f"granule {item}")
             if template is not None:
                 check_fits(granule, template)
             template = template or own
-            plan = plan_file(file, item, zarr_format=zarr_format)
-            referenced = [n for n in template.data if n in file]
+            plan = plan_file(file, item, zarr_format=zarr_format, group=group)
             chunks, refs = {}, {}
-            for name in referenced:
-                chunks[name], refs[name] = _chunk_refs(file[name], item, name, dim, template)
+            for name in template.data:
+                dataset = hdf5_dataset(node, name)
+                if dataset is not None:
+                    chunks[name], refs[name] = _chunk_refs(dataset, item, name, dim, template)
             inline, static = _inline_values(granule, template, own)
     steps = int(granule.dataset.sizes[dim])
     return ScannedGranule(
@@ -200,16 +212,41 @@ def scan_granule(
         chunks=chunks,
         refs=refs,
         bytes_read=reader.bytes_read,
+        group=group,
     )
 
 
-def _as_granule(item: str, size: int, reader: _CountingReader) -> Granule:
+def _granule_group(file: h5py.File, dim: str, group: str | None, item: str) -> str:
+    """``group`` (which must exist), or the one group where the dimension ``dim`` is
+    defined (its nested groups use it too: the top one); the root when none is."""
+    if group is not None:
+        path = normalize_group(group)
+        if path and not isinstance(file.get(path), h5py.Group):
+            groups = ["/"]
+            file.visititems(lambda name, n: groups.append(name) if isinstance(n, h5py.Group) else None)
+            raise AccumulusError(f"granule {item}: no group {group!r}; its groups are {', '.join(groups)}")
+        return path
+    if dim in file:
+        return ""
+    holders: list[str] = []
+    file.visititems(
+        lambda name, n: holders.append(name) if isinstance(n, h5py.Group) and dim in n else None
+    )
+    top = [g for g in holders if not any(g.startswith(h + "/") for h in holders)]
+    if not top:
+        return ""  # the template names what is missing
+    return pick_group(top, f"the dimension {dim!r}", f"granule {item}")
+
+
+def _as_granule(item: str, size: int, reader: _CountingReader, group: str = "") -> Granule:
     """The granule as ``conform`` checks it: xarray's encoded view, through h5netcdf."""
     try:
-        dataset = xr.open_dataset(reader, engine="h5netcdf", decode_cf=False, chunks=None)
+        dataset = xr.open_dataset(
+            reader, engine="h5netcdf", group=group or None, decode_cf=False, chunks=None
+        )
     except Exception as exc:  # h5netcdf raises several kinds on files it cannot map
         raise AccumulusError(f"granule {item}: cannot read it as NetCDF4: {exc}") from None
-    return Granule(item, size, "", dataset, "netcdf", item)
+    return Granule(item, size, "", dataset, "netcdf", item, group)
 
 
 def _inline_values(
@@ -224,7 +261,7 @@ def _inline_values(
         ours, theirs = template.variables[name], own.variables[name]
         values = np.asarray(granule.dataset.variables[name].values)
         if ours.time is not None and theirs.time is not None:
-            values = convert_times(values, theirs.time, ours.time, ours.dtype, granule.name, name)
+            values = times_in_cube(granule, name, values, ours)
         inline[name] = values
     static = {name: np.asarray(v) for name, v in own.static.items()}
     return inline, static

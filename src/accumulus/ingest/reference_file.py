@@ -45,6 +45,7 @@ class ReferenceSet:
     coordinate: np.ndarray  # along the append dimension, as stored
     inline: Mapping[str, np.ndarray]  # inline arrays along the append dimension
     dim_chunks: Mapping[str, tuple[int, ...]]  # referenced array -> chunk sizes along dim
+    group: str = ""  # the group of the set that is the cube ("" for the root)
 
 
 @contextmanager
@@ -87,11 +88,15 @@ def _reference_set(
                 f"{target} is not a virtual cube appended along {dim!r} by accumulus"
                 + (f" (it is appended along {settings['append_dim']!r})" if settings else "")
             )
-        dataset = xr.open_dataset(store, engine="zarr", decode_cf=False, chunks=None)
+        group = str(settings.get("group", ""))
+        node = root[group] if group else root
+        dataset = xr.open_dataset(
+            store, engine="zarr", group=group or None, decode_cf=False, chunks=None
+        )
         template = template_of(dataset, dim, target)
         signatures = virtual.get("arrays", {})
         dim_chunks = {
-            name: array_bounds(root[name])[template.variables[name].dims.index(dim)].sizes
+            name: array_bounds(node[name])[template.variables[name].dims.index(dim)].sizes
             for name in signatures
         }
         inline = {
@@ -112,6 +117,7 @@ def _reference_set(
         coordinate=inline[dim],
         inline=inline,
         dim_chunks=dim_chunks,
+        group=group,
     )
 
 

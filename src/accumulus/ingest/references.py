@@ -31,7 +31,7 @@ from accumulus.storage import consolidate, is_metadata_key, store_metadata
 def _signature(granule: ScannedGranule, name: str, dim: str) -> dict[str, Any]:
     """What must agree between granules for their chunks to be read by one array: dtype,
     codecs, fill values, and the chunk shape off the append dimension."""
-    plan = next(a for a in granule.plan.arrays if a.path == name)
+    plan = granule.array_plan(name)
     axis = granule.template.variables[name].dims.index(dim)
     chunks = [c for a, c in enumerate(granule.chunks[name]) if a != axis]
     fills = granule.template.variables[name].fill_values
@@ -82,6 +82,8 @@ def compose(
     one all fill values, so that the set references every chunk of every array."""
     dim = template.dim
     signatures = _check_signatures(scanned, existing.signatures if existing else {}, dim)
+    group = existing.group if existing is not None else definer.group if definer else ""
+    prefix = f"{group}/" if group else ""
     store = MemoryStore()
     if existing is None:
         assert definer is not None
@@ -94,28 +96,35 @@ def compose(
         with zarr.config.set({"array.write_empty_chunks": True}):
             _extend(root, existing, scanned, template)
     records = [*(existing.granules if existing else ()), *(g.record for g in scanned)]
+    # The set's record stays in the root attributes, where readers of reference sets look
+    # for the granules it was made from, with the group the cube is in.
     settings = dict(root.attrs.get("accumulus", {}))
     settings["append_dim"] = dim
+    if group:
+        settings["group"] = group
     settings[VIRTUAL_KEY] = {
         "version": 1,
         "granules": [r.to_dict() for r in records],
         "arrays": signatures,
     }
     root.attrs["accumulus"] = settings
+    if group:  # what the cube's own group says of itself, as an append's does
+        node = root[group]
+        node.attrs["accumulus"] = {**dict(node.attrs.get("accumulus", {})), "append_dim": dim}
     with rectilinear_grids():
         consolidate(store)
     refs: dict[str, Any] = {key: _inline_ref(store, key) for key in _keys(store)}
     if existing is not None:
         refs.update({k: v for k, v in existing.refs.items() if isinstance(v, list)})
     for name in signatures:
-        metadata = root[name].metadata
+        metadata = root[prefix + name].metadata
         axis = template.variables[name].dims.index(dim)
         start = chunks_before.get(name, 0)
         for granule in scanned:
             for ref in granule.refs[name]:
                 index = list(ref.index)
                 index[axis] += start
-                key = f"{name}/{metadata.encode_chunk_key(tuple(index))}"
+                key = f"{prefix}{name}/{metadata.encode_chunk_key(tuple(index))}"
                 refs[key] = [granule.record.url, ref.offset, ref.size]
             start += granule.record.steps // granule.chunks[name][axis]
     return refs
@@ -138,12 +147,16 @@ def _create(
     """A new cube's metadata and inline arrays, from the plan of granule ``first``."""
     dim = template.dim
     root = zarr.open_group(store, mode="w", zarr_format=zarr_format)
-    root.attrs.update(next(g.attributes for g in first.plan.groups if g.path == ""))
+    for group in first.plan.groups:  # the cube's group and its ancestors, in that order
+        if group.path == "" or group.path == first.group or first.group.startswith(group.path + "/"):
+            node = root.require_group(group.path) if group.path else root
+            node.attrs.update(group.attributes)
+    prefix = f"{first.group}/" if first.group else ""
     along = {name: np.concatenate([g.inline[name] for g in scanned]) for name in first.inline}
     for plan in first.plan.arrays:
-        name = plan.path
-        if name not in template.variables:
-            continue  # variables of sub-groups are not part of the cube
+        name = plan.path.removeprefix(prefix)
+        if name not in template.variables or not plan.path.startswith(prefix):
+            continue  # variables of nested or other groups are not part of the cube
         if name in first.refs:
             axis = template.variables[name].dims.index(dim)
             sizes = [s for g in scanned for s in _dim_chunk_sizes(g, name, dim)]
@@ -194,9 +207,10 @@ def _extend(
     """Grow the referenced arrays' grids and the inline arrays along the dimension."""
     dim = template.dim
     fmt = existing.zarr_format
+    node = root[existing.group] if existing.group else root
     for name, old in existing.dim_chunks.items():
         sizes = [*old, *(s for g in scanned for s in _dim_chunk_sizes(g, name, dim))]
-        array = root[name]
+        array = node[name]
         axis = template.variables[name].dims.index(dim)
         grid = _grid_along(sizes, fmt, name, dim)
         with rectilinear_grids():
@@ -206,7 +220,7 @@ def _extend(
                 store_metadata(array, with_chunk_sizes(array.metadata, axis, sum(sizes), sizes))
     for name, values in existing.inline.items():
         new = np.concatenate([values, *(g.inline[name] for g in scanned)])
-        array = root[name]
+        array = node[name]
         axis = template.variables[name].dims.index(dim)
         array.resize(_replaced(array.shape, axis, new.shape[axis]))
         array[...] = new

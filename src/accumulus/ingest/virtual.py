@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from accumulus.errors import AccumulusError
+from accumulus.hierarchy import normalize_group
 from accumulus.ingest.conform import Template, time_labels
 from accumulus.ingest.granule_layout import (
     ScannedGranule,
@@ -69,12 +70,14 @@ def append_virtual(
     zarr_format: int | None = None,
     skip_existing: bool = False,
     storage_options: dict | None = None,
+    group: str | None = None,
 ) -> VirtualResult:
     """Create or extend the virtual cube ``out``, local or a URL: a ``.json`` reference file
     or a ``.parq``/``.parquet`` Parquet reference set, with references to the chunks of
     NetCDF4/HDF5 ``granules`` along ``dim``, in time order whatever the order given. Granule
-    paths may be local or URLs (read with ``storage_options``). Nothing is written unless
-    every granule fits."""
+    paths may be local or URLs (read with ``storage_options``). ``group``: the group of the
+    granules to reference (by default the one where ``dim`` is defined), kept at the same
+    place in the cube. Nothing is written unless every granule fits."""
     started = time.perf_counter()
     target = os.fspath(out)
     parquet = is_parquet_references(target)
@@ -91,6 +94,11 @@ def append_virtual(
         raise AccumulusError(
             f"{target} is Zarr v{existing.zarr_format}; it cannot be appended to as v{zarr_format}"
         )
+    if existing is not None and group is not None and normalize_group(group) != existing.group:
+        raise AccumulusError(
+            f"{target} references the granules' group {existing.group or '/'!r}, not {group!r}"
+        )
+    group = existing.group if existing is not None else group
     fmt = existing.zarr_format if existing else (zarr_format or 3)
     if fmt not in (2, 3):
         raise AccumulusError(f"zarr_format must be 2 or 3, got {fmt}")
@@ -104,8 +112,8 @@ def append_virtual(
             check_unchanged(item, url, known[url], storage_options)
             skipped.append((item, "already referenced"))
             continue
-        granule = scan_granule(item, url, dim, template, fmt, storage_options)
-        template = template or granule.template
+        granule = scan_granule(item, url, dim, template, fmt, storage_options, group)
+        template, group = template or granule.template, granule.group
         scanned.append(granule)
     before = len(existing.coordinate) if existing else 0
     # A new cube takes its metadata from the granule its template came from (the first given).
