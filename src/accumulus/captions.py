@@ -127,15 +127,26 @@ def extent_text(extent: Extent) -> str:
         a, b = time_text(first), time_text(last)
         return a if a == b else f"{a} – {b}"
     if extent.across_seam:  # west to east across the date line or 0°: 170°E–170°W
-        return f"{degrees_text(float(first), 'longitude')}–{degrees_text(float(last), 'longitude')}"
-    if extent.kind in ("latitude", "longitude"):
+        return _longitudes_text(float(first), float(last), wrap=True)
+    if extent.kind == "longitude":
         lo, hi = sorted((float(first), float(last)))
         # A 0..360 range across 180°E reads better in its own numbers (350°E, not 10°W).
-        wrap = not (extent.kind == "longitude" and lo < 180 < hi)
-        a, b = degrees_text(lo, extent.kind, wrap), degrees_text(hi, extent.kind, wrap)
+        return _longitudes_text(lo, hi, wrap=not lo < 180 < hi)
+    if extent.kind == "latitude":
+        lo, hi = sorted((float(first), float(last)))
+        a, b = degrees_text(lo, "latitude"), degrees_text(hi, "latitude")
         return a if a == b else f"{a}–{b}"
     a, b = _plain(first), _plain(last)
     return a if a == b else f"{a}–{b}"
+
+
+def _longitudes_text(west: float, east: float, wrap: bool) -> str:
+    """From ``west`` eastwards to ``east``: the date line is 180°W at a range's western end
+    and 180°E at its eastern end (-180..178 is 180°W–178°E, not 180°–178°E)."""
+    a, b = degrees_text(west, "longitude", wrap), degrees_text(east, "longitude", wrap)
+    if west == east:
+        return a
+    return f"{a}{'W' if a == '180°' else ''}–{b}{'E' if b == '180°' else ''}"
 
 
 def degrees_text(value: float, kind: str, wrap: bool = True) -> str:

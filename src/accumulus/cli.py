@@ -562,12 +562,15 @@ def _verify_sources(store: str, files: list[str], storage_options: dict | None) 
     for comparison in comparisons:
         if comparison.ok:
             steps = f", {comparison.steps} steps" if comparison.steps is not None else ""
+            noted = ", except as noted below" if comparison.notes else ""
             console.print(
                 f"{comparison.source}: OK ({len(comparison.variables)} variables{steps} as "
-                "xarray decodes the file)",
+                f"xarray decodes the file{noted})",
                 highlight=False,
                 soft_wrap=True,
             )
+        for note in comparison.notes:
+            console.print(f"{comparison.source}: {note}", highlight=False, soft_wrap=True)
         for difference in comparison.differences:
             text = escape(f"{comparison.source}: {difference.describe()}")
             err_console.print(f"[red]{text}[/]", soft_wrap=True)

@@ -320,11 +320,8 @@ class Cube:
         found = self._indexes.get(dim)
         if found is None:
             indexes = self.decoded.indexes
-            if dim in indexes:
-                found = indexes[dim]
-            else:
-                # raw sizes: xarray decodes a char array's string dimension (string1 of a
-                # CF grid_mapping variable) away, so the decoded view may not have it.
-                found = pd.RangeIndex(self.raw.sizes[dim], name=dim)
+            # Raw sizes: xarray decodes a char array's string dimension (string1 of a CF
+            # grid_mapping variable) away, so the decoded view may not have it.
+            found = indexes[dim] if dim in indexes else pd.RangeIndex(self.raw.sizes[dim], name=dim)
             self._indexes[dim] = found
         return found

@@ -174,6 +174,12 @@ def test_extents():
     assert extent_text(lat) == "0.5°N–24.5°N"
     pacific = Extent("longitude", 117.5, 262.5, 30, 30)  # 0..360 across 180°
     assert extent_text(pacific) == "117.5°E–262.5°E"
+    # The date line at either end says which side it is (IMERG: -180..178.125).
+    assert extent_text(Extent("longitude", -180.0, 178.125, 10, 10)) == "180°W–178.12°E"
+    assert extent_text(Extent("longitude", 178.125, -180.0, 10, 10)) == "180°W–178.12°E"
+    assert extent_text(Extent("longitude", -180.0, 180.0, 10, 10)) == "180°W–180°E"
+    assert extent_text(Extent("longitude", 0.0, 180.0, 10, 10)) == "0°–180°E"
+    assert extent_text(Extent("longitude", 170.0, -170.0, 10, 10, True)) == "170°E–170°W"
     day = Extent("time", pd.Timestamp("2001-03-01"), pd.Timestamp("2001-03-01 06:00"), 2, 8)
     assert extent_text(day) == "2001-03-01 – 2001-03-01 06:00"
     assert extent_text(Extent(None, 500.0, 850.0, 3, 17)) == "500–850"

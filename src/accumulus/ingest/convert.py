@@ -232,7 +232,7 @@ def plan_file(
     default = _as_chain(default_codec, "default") if default_codec is not None else None
     plan = ConversionPlan(source, zarr_format, source_format, warn=warn, unpack=unpack)
     if source_format == HDF5_FORMAT:
-        top = _source_group(file, group, source)
+        top = source_group(file, group, source)
         _plan_ancestors(top, plan, overrides, default)
         _plan_group(top, plan, overrides, default)
     elif normalize_group(group):
@@ -315,7 +315,7 @@ def _as_chain(spec: CodecSpec | None, label: str) -> list[CodecConfig]:
     return [dict(config) for config in chain]
 
 
-def _source_group(file: h5py.File, group: str | None, source: str) -> h5py.Group:
+def source_group(file: h5py.File, group: str | None, source: str) -> h5py.Group:
     path = normalize_group(group)
     node = file.get(path) if path else file
     if not isinstance(node, h5py.Group):

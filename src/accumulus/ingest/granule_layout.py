@@ -17,9 +17,15 @@ import numpy as np
 import xarray as xr
 
 from accumulus.errors import AccumulusError
-from accumulus.ingest.conform import Template, check_fits, template_of, times_in_cube
 from accumulus.hierarchy import normalize_group, pick_group
-from accumulus.ingest.convert import ArrayPlan, ConversionPlan, hdf5_dataset, plan_file
+from accumulus.ingest.conform import Template, check_fits, template_of, times_in_cube
+from accumulus.ingest.convert import (
+    ArrayPlan,
+    ConversionPlan,
+    hdf5_dataset,
+    plan_file,
+    source_group,
+)
 from accumulus.ingest.granules import Granule
 from accumulus.storage import file_options, local_path, url_scheme
 
@@ -220,12 +226,8 @@ def _granule_group(file: h5py.File, dim: str, group: str | None, item: str) -> s
     """``group`` (which must exist), or the one group where the dimension ``dim`` is
     defined (its nested groups use it too: the top one); the root when none is."""
     if group is not None:
-        path = normalize_group(group)
-        if path and not isinstance(file.get(path), h5py.Group):
-            groups = ["/"]
-            file.visititems(lambda name, n: groups.append(name) if isinstance(n, h5py.Group) else None)
-            raise AccumulusError(f"granule {item}: no group {group!r}; its groups are {', '.join(groups)}")
-        return path
+        source_group(file, group, f"granule {item}")  # it must exist
+        return normalize_group(group)
     if dim in file:
         return ""
     holders: list[str] = []

@@ -148,7 +148,7 @@ def _create(
     dim = template.dim
     root = zarr.open_group(store, mode="w", zarr_format=zarr_format)
     for group in first.plan.groups:  # the cube's group and its ancestors, in that order
-        if group.path == "" or group.path == first.group or first.group.startswith(group.path + "/"):
+        if group.path in ("", first.group) or first.group.startswith(group.path + "/"):
             node = root.require_group(group.path) if group.path else root
             node.attrs.update(group.attributes)
     prefix = f"{first.group}/" if first.group else ""
