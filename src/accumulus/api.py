@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import xarray as xr
@@ -41,7 +42,8 @@ from accumulus.accumulation.weights import find_latitude, find_longitude, resolv
 from accumulus.cube import Cube
 from accumulus.datacube import CubeSnapshot as CubeSnapshot  # re-exported
 from accumulus.datacube import Datacube
-from accumulus.errors import AccumulusError
+from accumulus.destinations import check_store, removed_on_failure
+from accumulus.errors import AccumulusError, Interrupted
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
@@ -161,43 +163,60 @@ def accumulate(
 
     if into is not None and not isinstance(store, str | os.PathLike):
         raise AccumulusError("into= needs the source as a path or URL, which it records")
-    cube = open_cube(store, "r" if into else "r+", storage_options, group=group, variable=variable)
-    var = cube.variable(variable)
-    check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
-    if dims is None:
-        lat, lon = find_latitude(cube.raw, var.dims), find_longitude(cube.raw, var.dims)
-        combos = spec.default_combinations(var.dims, lat, lon)
-    else:
-        combos = [_combination(c) for c in dims]
-    request = spec.BuildRequest(
-        combinations=tuple(combos),
-        strides=dict(strides or {}),
-        at=parse_at(at),
-        weights=resolve_weights(cube.decoded, variable, weights),
-        shards=shards,
+    created = check_store(into, "the sidecar") if into is not None else None
+    try:
+        with removed_on_failure(created):  # a sidecar made by a failed run is not left
+            cube = open_cube(
+                store, "r" if into else "r+", storage_options, group=group, variable=variable
+            )
+            var = cube.variable(variable)
+            check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
+            if dims is None:
+                lat, lon = find_latitude(cube.raw, var.dims), find_longitude(cube.raw, var.dims)
+                combos = spec.default_combinations(var.dims, lat, lon)
+            else:
+                combos = [_combination(c) for c in dims]
+            request = spec.BuildRequest(
+                combinations=tuple(combos),
+                strides=dict(strides or {}),
+                at=parse_at(at),
+                weights=resolve_weights(cube.decoded, variable, weights),
+                shards=shards,
+            )
+            sidecar = None
+            if into is not None:
+                check_request(var, request)  # before anything is written
+                side = open_store(into, "w", storage_options=storage_options)
+                sidecar = Sidecar.for_writing(side, os.fspath(into), os.fspath(store), cube)  # type: ignore[arg-type]
+            result = build_accumulations(
+                cube,
+                variable,
+                request,
+                rebuild=rebuild,
+                scheduler=scheduler,
+                progress=progress,
+                into=sidecar,
+                allow_missing_chunks=allow_missing_chunks,
+            )
+            if result.action == "up to date":
+                return result
+            if sidecar is None:
+                stored, raw = stored_bytes(cube.store, variable, result.group)
+            else:
+                stored, raw = stored_bytes(sidecar.store, variable, result.group, cube.store)
+            return replace(result, stored=stored, raw_stored=raw)
+    except KeyboardInterrupt:
+        raise Interrupted(_unfinished(variable, into, created)) from None
+
+
+def _unfinished(variable: str, into: Any, created: Path | None) -> str:
+    """What an interrupted ``accumulate`` leaves."""
+    if created is not None:
+        return f"the sidecar {os.fspath(into)} was not created; run the same command again"
+    return (
+        f"the accumulations of {variable} are unfinished (a group begun is marked incomplete, "
+        "and queries read the raw data instead); run the same command again to build them"
     )
-    sidecar = None
-    if into is not None:
-        check_request(var, request)  # before anything is written
-        side = open_store(into, "w", storage_options=storage_options)
-        sidecar = Sidecar.for_writing(side, os.fspath(into), os.fspath(store), cube)  # type: ignore[arg-type]
-    result = build_accumulations(
-        cube,
-        variable,
-        request,
-        rebuild=rebuild,
-        scheduler=scheduler,
-        progress=progress,
-        into=sidecar,
-        allow_missing_chunks=allow_missing_chunks,
-    )
-    if result.action == "up to date":
-        return result
-    if sidecar is None:
-        stored, raw = stored_bytes(cube.store, variable, result.group)
-    else:
-        stored, raw = stored_bytes(sidecar.store, variable, result.group, cube.store)
-    return replace(result, stored=stored, raw_stored=raw)
 
 
 def _combination(combo: Sequence[str] | str) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from accumulus.errors import AccumulusError, AccumulusWarning
+from accumulus.errors import AccumulusError, AccumulusWarning, Interrupted
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -90,6 +90,10 @@ def main() -> None:
     except AccumulusError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except KeyboardInterrupt as exc:  # Ctrl-C: what was kept, and how to go on, in one line
+        kept = f": {exc.kept}" if isinstance(exc, Interrupted) else ""
+        err_console.print(f"[yellow]interrupted[/]{kept}", highlight=False, soft_wrap=True)
+        sys.exit(130)
     finally:
         # The interpreter's last collections at exit walk every object the libraries made
         # (0.15-0.2 s of CPU after xarray, zarr and pandas are imported) and find nothing
@@ -346,8 +350,9 @@ def average(
     ),
 ) -> None:
     """Average (or sum, or count) a variable over dimensions and label ranges, or a shape."""
-    from pathlib import Path
+    from accumulus.destinations import check_file, write_file
 
+    picture = check_file(png, "the picture") if png else None  # before the query runs
     api = _api()
     from accumulus import output
 
@@ -365,8 +370,8 @@ def average(
         shape=_shape(shape, region),
         accumulations=accumulations,
     )
-    if png:
-        Path(png).write_bytes(output.result_png(result))
+    if picture is not None:
+        write_file(picture, output.result_png(result))
     if as_json:
         print(output.result_json_bytes(result).decode())
     elif as_csv:
@@ -800,17 +805,28 @@ def _append_virtual(
     options: dict | None,
     group: str | None,
 ) -> None:
+    from accumulus.destinations import check_file, check_store
     from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
+    from accumulus.storage import is_parquet_references, local_path
 
-    result = append_virtual(
-        out,
-        granules,
-        dim,
-        zarr_format=zarr_format,
-        skip_existing=skip_existing,
-        storage_options=options,
-        group=group,
-    )
+    if local_path(out) is not None:  # before any granule is read
+        check = check_store if is_parquet_references(out) else check_file
+        check(out, "the reference set")
+    try:
+        result = append_virtual(
+            out,
+            granules,
+            dim,
+            zarr_format=zarr_format,
+            skip_existing=skip_existing,
+            storage_options=options,
+            group=group,
+        )
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"{out} is unchanged (a reference set is replaced in one write, once every granule "
+            "is read); run the same command again"
+        ) from None
     for name, why in result.skipped:
         console.print(f"[dim]skipped {name}: {why}[/]", highlight=False)
     before, after = result.extent

@@ -15,6 +15,15 @@ class AccumulationReadError(AccumulusError):
     can still answer, more slowly."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a command that writes: still a ``KeyboardInterrupt``, which says in
+    ``kept`` what the store holds now and how to go on."""
+
+    def __init__(self, kept: str) -> None:
+        super().__init__(kept)
+        self.kept = kept
+
+
 class AccumulusWarning(UserWarning):
     """Something done to the user's data that they should know about (a fill value that
     marks nothing, dropped), explained in one line."""

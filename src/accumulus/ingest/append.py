@@ -31,7 +31,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,8 @@ from accumulus.accumulation.build import build_accumulations
 from accumulus.accumulation.groups import read_group
 from accumulus.compute import Progress
 from accumulus.cube import Cube
-from accumulus.errors import AccumulusError
+from accumulus.destinations import check_store
+from accumulus.errors import AccumulusError, Interrupted
 from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
 from accumulus.grid import (
     CALENDAR_RULES,
@@ -73,6 +75,7 @@ from accumulus.hierarchy import (
 from accumulus.ingest.cadence import step_seconds, steps_per_year
 from accumulus.ingest.conform import (
     Template,
+    blocks,
     check_fits,
     conform,
     cube_dataset,
@@ -106,7 +109,6 @@ from accumulus.nczarr import record_dimension_size
 from accumulus.scope import accumulus_scope
 from accumulus.storage import (
     dimension_names,
-    local_path,
     open_store,
     store_label,
 )
@@ -200,6 +202,8 @@ def append(
                     cube, choice = create(target, request, checked.batch)
                 written = write(target, request, cube, checked.batch)
             request.progress(request.steps, request.steps)
+    except KeyboardInterrupt:
+        raise Interrupted(_kept(target_store, label, dim)) from None
     finally:
         if new_directory is not None:
             _remove_if_empty(new_directory)
@@ -216,6 +220,18 @@ def append(
         accumulations=tuple(sorted(recovered.updated | (written.updated if written else set()))),
         recovered=recovered.note,
         seconds=time.perf_counter() - started,
+    )
+
+
+def _kept(store: Store, label: str, dim: str) -> str:
+    """What an interrupted append leaves: its journal's last commit."""
+    journal = read_journal(store, label)
+    if journal is None or journal.state == CREATING:
+        return f"{label} was not created (nothing was committed); run the same command again"
+    return (
+        f"{label} keeps its last commit, {dim} {journal.extent} steps from "
+        f"{len(journal.granules)} granule(s); run the same command again to append the rest "
+        "(granules already in the cube are skipped)"
     )
 
 
@@ -487,7 +503,10 @@ def check(
                 template = template_of(granule.dataset, target.dim, f"granule {granule.name}")
             first = item if first is None else first
             check_fits(granule, template)
-            coordinate = conform(granule, template)[target.dim]
+            # Every value is read and converted here, block by block, so that a granule
+            # that cannot be stored exactly is refused before anything is written.
+            steps = blocks(granule, template)
+            coordinate = np.concatenate([conform(granule, template, s)[target.dim] for s in steps])
             _check_increasing(granule.name, coordinate, template)
             planned.append(Planned(item, granule.name, granule.size, granule.checksum, coordinate))
         finally:
@@ -707,12 +726,14 @@ def write(target: Target, request: Request, cube: Committed, batch: Batch) -> Wr
     updated: frozenset[str] = frozenset()
     try:
         for done, plan in enumerate(batch.planned, start=1):
-            values = _read_again(plan, template, target.dim, request.storage_options)
+            new_steps = plan.coordinate[plan.keep]
             if isinstance(grid, VariableGrid):
-                grid.extend(_grid_coordinate(values[target.dim], template, cube.variable_rule))
+                grid.extend(_grid_coordinate(new_steps, template, cube.variable_rule))
             start = writer.size
-            writer.add(values)
-            labels = time_labels(values[target.dim][[0, -1]], template)
+            with _opened_again(plan, request.storage_options) as granule:
+                for steps in blocks(granule, template, first=plan.keep.start or 0):
+                    writer.add(conform(granule, template, steps))
+            labels = time_labels(new_steps[[0, -1]], template)
             records.append(
                 GranuleRecord(plan.name, plan.size, plan.checksum, start, writer.size, *labels)
             )
@@ -747,21 +768,18 @@ def _grid_coordinate(values: np.ndarray, template: Template, rule: str | None) -
     return decoded_times(values, template) if rule in CALENDAR_RULES else values
 
 
-def _read_again(
-    plan: Planned, template: Template, dim: str, storage_options: dict | None
-) -> dict[str, np.ndarray]:
-    """A checked granule's values to append, in the cube's encoding."""
+@contextmanager
+def _opened_again(plan: Planned, storage_options: dict | None) -> Iterator[Granule]:
+    """A checked granule opened again to write its values, unchanged since it was checked."""
     granule = open_granule(plan.item, storage_options)
     try:
         if granule.checksum != plan.checksum:
             raise AccumulusError(
                 f"granule {plan.name} changed while it was being appended; run again"
             )
-        values = conform(granule, template)
+        yield granule
     finally:
         granule.close()
-    axis = {n: template.variables[n].dims.index(dim) for n in values}
-    return {n: v[(slice(None),) * axis[n] + (plan.keep,)] for n, v in values.items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -978,14 +996,7 @@ def _open_target(
             f"{text}: zip stores cannot be appended to (objects are never replaced in a zip); "
             "append to a directory or s3:// store, and zip a copy"
         )
-    new_directory = None
-    path = local_path(text)
-    if path is not None and not path.exists():
-        if not path.parent.is_dir():
-            raise AccumulusError(
-                f"cannot create the cube {text}: directory {path.parent} does not exist"
-            )
-        new_directory = path
+    new_directory = check_store(text, "the cube")
     target = open_store(text, "w", storage_options=storage_options)
     inner = target
     while hasattr(inner, "_store"):

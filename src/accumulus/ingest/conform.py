@@ -13,6 +13,7 @@ cube's, never onto a valid value.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -259,28 +260,63 @@ def _equal_elements(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return equal
 
 
-def conform(granule: Granule, template: Template) -> dict[str, np.ndarray]:
-    """The granule's values of every variable along the append dimension, read whole and
-    encoded as the cube stores them (call ``check_fits`` first)."""
-    out = {}
-    where = f"granule {granule.name}"
+def blocks(granule: Granule, template: Template, first: int = 0) -> list[slice]:
+    """The blocks of steps along the append dimension, from step ``first`` on, in which
+    ``conform`` reads a granule: whatever its length, what is held at once stays about
+    ``BLOCK_BYTES`` (or one row of its stored chunks)."""
+    size = int(granule.dataset.sizes[template.dim])
+    steps = block_steps(granule, template)
+    return [slice(s, min(s + steps, size)) for s in range(first, size, steps)]
+
+
+def conform(granule: Granule, template: Template, steps: slice) -> dict[str, np.ndarray]:
+    """The granule's values of every variable along the append dimension at ``steps``
+    (one of ``blocks``), encoded as the cube stores them (call ``check_fits`` first)."""
+    return {name: _conformed(granule, template, name, steps) for name in template.appended}
+
+
+# Bytes of values (in the cube's types) read and converted at once, all variables together.
+BLOCK_BYTES = 64 * 2**20
+# A block spans whole stored chunks along the append dimension when a row of them holds at
+# most this many bytes: read in parts, each chunk would be decompressed once per part.
+CHUNK_ROW_BYTES = 2**30
+
+
+def block_steps(granule: Granule, template: Template) -> int:
+    """Steps per block: as many as ``BLOCK_BYTES`` hold (at least one), widened or cut to
+    whole stored chunks along the dimension when a row of them stays within
+    ``CHUNK_ROW_BYTES``."""
+    dim = template.dim
+    per_step, chunk = 0, 1
     for name in template.appended:
-        ours = template.variables[name]
         var = granule.dataset.variables[name]
-        try:
-            values = np.asarray(var.values)
-        except Exception as exc:  # a corrupt or truncated chunk: netCDF4/HDF5/zarr errors
-            raise AccumulusError(
-                f"{where}: cannot read variable {name!r} (corrupt or truncated data?): {exc}"
-            ) from None
-        if ours.time is not None:
-            values = times_in_cube(granule, name, values, ours)
-        else:
-            form = stored_form(name, var.dtype, var.attrs, where, source_dtype=_on_disk(var))
-            values = to_stored(name, values, var.attrs, form)
-            values = _map_fill(where, name, values, form.masked, ours)
-        out[name] = values
-    return out
+        values = math.prod(n for d, n in var.sizes.items() if d != dim)
+        itemsize = max(var.dtype.itemsize, template.variables[name].dtype.itemsize)
+        per_step += values * itemsize
+        stored = var.encoding.get("preferred_chunks", {}).get(dim)
+        chunk = max(chunk, int(stored or 1))
+    steps = max(1, BLOCK_BYTES // max(per_step, 1))
+    if chunk * per_step <= CHUNK_ROW_BYTES:
+        steps = max(chunk, steps // chunk * chunk)
+    return steps
+
+
+def _conformed(granule: Granule, template: Template, name: str, steps: slice) -> np.ndarray:
+    """One variable's values at ``steps`` (along the dimension), as the cube stores them."""
+    where = f"granule {granule.name}"
+    ours = template.variables[name]
+    var = granule.dataset.variables[name]
+    try:
+        values = np.asarray(var.isel({template.dim: steps}).values)
+    except Exception as exc:  # a corrupt or truncated chunk: netCDF4/HDF5/zarr errors
+        raise AccumulusError(
+            f"{where}: cannot read variable {name!r} (corrupt or truncated data?): {exc}"
+        ) from None
+    if ours.time is not None:
+        return times_in_cube(granule, name, values, ours)
+    form = stored_form(name, var.dtype, var.attrs, where, source_dtype=_on_disk(var))
+    values = to_stored(name, values, var.attrs, form)
+    return _map_fill(where, name, values, form.masked, ours)
 
 
 def times_in_cube(

@@ -39,7 +39,8 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from accumulus.errors import AccumulusError
+from accumulus.destinations import check_directory
+from accumulus.errors import AccumulusError, Interrupted
 from accumulus.filters import (
     ArrayLayout,
     CodecConfig,
@@ -63,6 +64,7 @@ from accumulus.ingest.cf import (
     stored_form,
     warn_dropped,
 )
+from accumulus.ingest.declared import DeclaredVariable, check_chunk, itemsize
 from accumulus.ingest.netcdf3 import HeaderError, declared_size
 from accumulus.storage import consolidate, local_path
 
@@ -159,6 +161,9 @@ def convert(
     plan = plan_conversion(
         src, zarr_format=zarr_format, codecs=codecs, default_codec=default_codec, group=group
     )
+    # Missing directories are made, in the nearest one that exists, which must take them.
+    nearest = next(p for p in (destination.parent, *destination.parent.parents) if p.exists())
+    check_directory(nearest, os.fspath(dest))
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:
@@ -170,8 +175,10 @@ def convert(
         if destination.exists():
             destination.rmdir()  # empty, checked above
         staging.rename(destination)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted(f"nothing was written to {dest}; run the command again") from None
         raise
     return plan
 
@@ -408,6 +415,8 @@ def _plan_array(
     path = netcdf_path(dataset.name)
     where = f"{plan.source}: variable {path!r}"
     dtype = _zarr_dtype(dataset, where)
+    declared = DeclaredVariable(path, (), dataset.shape, itemsize(dtype), dataset.chunks)
+    check_chunk(plan.source, declared)  # each is read whole, whatever part of it is asked
     text = dtype.kind == "O"
     pipeline = dataset_pipeline(dataset)
     for stage in pipeline:  # h5py must decode every stage to read the source at all

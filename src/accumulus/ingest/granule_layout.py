@@ -26,6 +26,7 @@ from accumulus.ingest.convert import (
     plan_file,
     source_group,
 )
+from accumulus.ingest.declared import DeclaredVariable, check_declared, itemsize
 from accumulus.ingest.granules import Granule
 from accumulus.storage import file_options, local_path, url_scheme
 
@@ -194,6 +195,7 @@ def scan_granule(
         with file:
             group = _granule_group(file, dim, group, item)
             node = file[group] if group else file
+            check_declared(f"granule {item}", _declared(node), dim)
             granule = _as_granule(item, size, reader, group)
             own = template_of(granule.dataset, dim, f"granule {item}")
             if template is not None:
@@ -220,6 +222,26 @@ def scan_granule(
         bytes_read=reader.bytes_read,
         group=group,
     )
+
+
+def _declared(node: h5py.Group) -> list[DeclaredVariable]:
+    """The datasets of ``node`` and of the groups above it (dimension scales xarray may
+    index) as the file declares them."""
+    out = []
+    while True:
+        for name, item in node.items():
+            if isinstance(item, h5py.Dataset) and item.shape is not None:
+                dims = tuple(
+                    scale[0].name.rpartition("/")[2] if len(scale) else f"phony_dim_{axis}"
+                    for axis, scale in enumerate(item.dims)
+                )
+                if item.attrs.get("CLASS") == b"DIMENSION_SCALE" and item.ndim == 1:
+                    dims = (name,)  # a coordinate (or a bare dimension)
+                size = itemsize(item.dtype)
+                out.append(DeclaredVariable(name, dims, item.shape, size, item.chunks))
+        if node.name == "/":
+            return out
+        node = node.parent
 
 
 def _granule_group(file: h5py.File, dim: str, group: str | None, item: str) -> str:

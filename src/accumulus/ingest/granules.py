@@ -41,6 +41,7 @@ from accumulus import keys
 from accumulus.errors import AccumulusError
 from accumulus.filters import FilterError, join_v2, join_v3
 from accumulus.hierarchy import ancestors_of, inherited_coordinates, normalize_group, pick_group
+from accumulus.ingest.declared import DeclaredVariable, check_declared, itemsize
 from accumulus.scope import accumulus_scope
 from accumulus.storage import dimension_names, local_path, open_store, store_label
 
@@ -141,6 +142,7 @@ def _open_netcdf(path: Path, name: str, group: str = "", dim: str | None = None)
     file = _netcdf_file(path, name)  # one handle for every group read
     try:
         layout = _netcdf_layout(file)
+        check_declared(f"granule {name}", _netcdf_declared(file, group), dim)
 
         def open_group(path_in_file: str) -> xr.Dataset:
             node = file[path_in_file] if path_in_file else file
@@ -187,6 +189,7 @@ def _open_zarr(
 ) -> Granule:
     name = granule_name(item)
     store = _zarr_store(item, storage_options, name)
+    check_declared(f"granule {name}", _zarr_declared(store, group, name), dim)
     digest = hashlib.sha256()
     size = 0
     for key in keys.list_keys(store):
@@ -198,6 +201,26 @@ def _open_zarr(
     return Granule(
         name, size, checksum, tree.dataset, "zarr", store, group, tree.paths, tree.group_attrs
     )
+
+
+def _zarr_declared(store: Store, group: str, name: str) -> list[DeclaredVariable]:
+    """The arrays a Zarr granule's metadata declares in and around ``group``."""
+    try:
+        with accumulus_scope():
+            members = list(zarr.open_group(store, mode="r").members(max_depth=None))
+    except Exception as exc:
+        raise AccumulusError(f"granule {name}: cannot read it as a Zarr dataset: {exc}") from None
+    return [
+        DeclaredVariable(
+            name=path.rpartition("/")[2],
+            dims=dimension_names(node),
+            shape=tuple(node.shape),
+            itemsize=itemsize(node.dtype),
+            chunks=tuple(node.shards or node.chunks) if node.ndim else None,
+        )
+        for path, node in members
+        if isinstance(node, zarr.Array) and _read_with(path.rpartition("/")[0], group)
+    ]
 
 
 def _zarr_store(item: str | os.PathLike[str] | Store, storage_options: dict | None, name: str):
@@ -288,6 +311,39 @@ def _existing_group(layout: Layout, group: str, where: str) -> str:
         listed = ", ".join(g or "/" for g in sorted(layout))
         raise AccumulusError(f"{where}: no group {group!r}; its groups are {listed}")
     return path
+
+
+def _netcdf_declared(file: Any, group: str) -> list[DeclaredVariable]:
+    """The variables of ``group``, its nested groups and its ancestors as the file's
+    metadata declares them (nothing is read)."""
+    out = []
+    pending = [file]
+    while pending:
+        node = pending.pop()
+        pending.extend(node.groups.values())
+        if not _read_with(node.path.strip("/"), group):
+            continue
+        for name, var in node.variables.items():
+            try:
+                chunking = var.chunking()
+            except Exception:  # netCDF-3: no chunks (some versions say None, others raise)
+                chunking = None
+            out.append(
+                DeclaredVariable(
+                    name=str(name),
+                    dims=_named(tuple(var.dimensions), getattr(var, "DimensionNames", None)),
+                    shape=tuple(int(n) for n in var.shape),
+                    itemsize=itemsize(var.dtype),
+                    chunks=tuple(chunking) if isinstance(chunking, list | tuple) else None,
+                )
+            )
+    return out
+
+
+def _read_with(path: str, group: str) -> bool:
+    """Whether reading ``group`` reads (some of) group ``path``: itself, a group nested in
+    it, or an ancestor (whose coordinates it may take)."""
+    return not group or path == group or path.startswith(group + "/") or path in ancestors_of(group)
 
 
 def _netcdf_layout(file: Any) -> Layout:

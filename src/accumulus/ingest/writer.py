@@ -23,6 +23,7 @@ append's store lays a rewritten shard out so that its stored inner chunks keep t
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,6 +39,8 @@ from accumulus.storage import array_with, dimension_names, store_metadata
 WRITE_THREADS = 4
 # Bytes of values waiting in the pool before the reader waits for writes to catch up.
 PENDING_BYTES = 256 * 2**20
+# Bytes of values one write submits (whole chunks, at least one).
+WRITE_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -60,14 +63,36 @@ class _Tail:
         return self.grid.metadata_at(self.array.metadata, self.axis, length)
 
     def take(self, end: int) -> np.ndarray:
-        """Remove and return the values before index ``end``."""
-        values = self.values()
-        cut = end - self.start
-        before = (slice(None),) * self.axis
-        head, rest = values[(*before, slice(None, cut))], values[(*before, slice(cut, None))]
-        self.parts = [rest] if rest.shape[self.axis] else []
+        """Remove and return the values before index ``end``, in an array of their own:
+        only the parts that hold them are joined, and a block of a granule is not kept
+        alive by a write of some of its steps."""
+        pieces, need = [], end - self.start
+        while need > 0:
+            part = self.parts[0]
+            length = part.shape[self.axis]
+            if length <= need:
+                pieces.append(self.parts.pop(0))
+            else:
+                pieces.append(_along(part, self.axis, slice(None, need)))
+                self.parts[0] = _along(part, self.axis, slice(need, None))
+            need -= min(length, need)
         self.start = end
-        return head
+        head = pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=self.axis)
+        return _own(head)
+
+    def detach(self) -> None:
+        """Keep the values not yet written in arrays of their own (less than a chunk), so
+        that the block of a granule they came from can be freed."""
+        self.parts = [_own(part) for part in self.parts]
+
+
+def _along(values: np.ndarray, axis: int, part: slice) -> np.ndarray:
+    return values[(slice(None),) * axis + (part,)]
+
+
+def _own(values: np.ndarray) -> np.ndarray:
+    """``values``, copied when they are a view of a larger array."""
+    return values.copy() if values.base is not None else values
 
 
 class ChunkWriter:
@@ -94,16 +119,30 @@ class ChunkWriter:
         self._pending_bytes = 0
 
     def add(self, values: Mapping[str, np.ndarray]) -> None:
-        """Append one granule's values (every array, equal lengths along the dimension)."""
+        """Append a block of steps (every array, equal lengths along the dimension); what
+        is held afterwards is the values of incomplete chunks and the writes in flight,
+        never ``values`` themselves."""
         lengths = {v.shape[self._tails[n].axis] for n, v in values.items()}
         assert len(lengths) == 1 and set(values) == set(self._tails), "one granule, all arrays"
         self.size += lengths.pop()
         for name, tail in self._tails.items():
             tail.parts.append(values[name])
-            end = tail.grid.complete_end(self.size)
-            if end > tail.start:
-                start = tail.start
-                self._submit(tail, start, tail.take(end))
+            self._write_complete(tail, tail.grid.complete_end(self.size))
+            tail.detach()
+
+    def _write_complete(self, tail: _Tail, end: int) -> None:
+        """Submit the complete chunks before ``end`` in writes of about ``WRITE_BYTES``
+        (whole chunks, at least one), so that what waits in the pool stays bounded."""
+        step = tail.array.dtype.itemsize * math.prod(
+            n for axis, n in enumerate(tail.array.shape) if axis != tail.axis
+        )
+        reach = max(1, WRITE_BYTES // max(step, 1))
+        while tail.start < end:
+            stop = tail.grid.complete_end(min(end, tail.start + reach))
+            while stop <= tail.start:  # chunks longer than ``reach``: the next edge
+                reach *= 2
+                stop = tail.grid.complete_end(min(end, tail.start + reach))
+            self._submit(tail, tail.start, tail.take(stop))
 
     def write_partial(self) -> None:
         """Write every array's partial last chunk (values stay buffered: the next complete
