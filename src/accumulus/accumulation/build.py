@@ -47,6 +47,7 @@ from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial, sharding_of
 from accumulus.locking import StoreLock
+from accumulus.names import check_component, check_names
 from accumulus.storage import consolidate
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
@@ -147,6 +148,8 @@ def _build(
     wanted = spec.make_group(
         variable, var.dims, request, coverage, holders, placements, stride_unit(var)
     )
+    for name in (wanted.path, *(a for acc in wanted.accumulations for a in acc.arrays.values())):
+        check_component(f"cannot accumulate {variable!r}", name)
     stored = target.root(cube)
     previous = _stored_record(stored, variable)
     try:
@@ -445,6 +448,8 @@ MAX_STRIDE = 1_000_000  # chunks per entry
 
 
 def check_request(var: VariableInfo, request: spec.BuildRequest) -> None:
+    # The group's paths are made of these names (a cube another tool wrote may have any).
+    check_names(f"cannot accumulate {var.name!r}", [var.name], var.dims)
     if not request.combinations:
         raise AccumulusError("no dimension combination to accumulate was given")
     for combo in request.combinations:

@@ -28,6 +28,7 @@ from accumulus.ingest.convert import (
 )
 from accumulus.ingest.declared import DeclaredVariable, check_declared, itemsize
 from accumulus.ingest.granules import Granule
+from accumulus.names import check_names
 from accumulus.storage import file_options, local_path, url_scheme
 
 
@@ -270,6 +271,7 @@ def _as_granule(item: str, size: int, reader: _CountingReader, group: str = "") 
         )
     except Exception as exc:  # h5netcdf raises several kinds on files it cannot map
         raise AccumulusError(f"granule {item}: cannot read it as NetCDF4: {exc}") from None
+    check_names(f"granule {item}", map(str, dataset.variables), map(str, dataset.dims))
     return Granule(item, size, "", dataset, "netcdf", item, group)
 
 

@@ -42,6 +42,7 @@ from accumulus.errors import AccumulusError
 from accumulus.filters import FilterError, join_v2, join_v3
 from accumulus.hierarchy import ancestors_of, inherited_coordinates, normalize_group, pick_group
 from accumulus.ingest.declared import DeclaredVariable, check_declared, itemsize
+from accumulus.names import check_names
 from accumulus.scope import accumulus_scope
 from accumulus.storage import dimension_names, local_path, open_store, store_label
 
@@ -409,6 +410,7 @@ def _tree_dataset(
         for path in [top, *nested]:
             dataset = _with_dimension_names(open_group(path))
             opened.append(dataset)
+            check_names(where, map(str, dataset.variables), map(str, dataset.dims))
             relative = path[len(top) :].strip("/")
             if relative:
                 group_attrs[relative] = dict(dataset.attrs)
@@ -485,6 +487,7 @@ def _open_dataset(dataset: xr.Dataset) -> Granule:
     """An in-memory Dataset is encoded the way ``to_zarr`` would encode it (its variables'
     ``encoding`` decides time units, dtypes, fill values)."""
     name = granule_name(dataset)
+    check_names(f"granule {name}", map(str, dataset.variables), map(str, dataset.dims))
     try:
         variables, attrs = xr.conventions.cf_encoder(dict(dataset.variables), dict(dataset.attrs))
         encoded = xr.Dataset(variables, attrs=attrs).load()
