@@ -20,11 +20,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 from xarray.coding.times import decode_cf_datetime, encode_cf_datetime
 
 from accumulus.errors import AccumulusError
-from accumulus.ingest.cf import PACKING_ATTRS, StoredForm, stored_form, to_stored, warn_dropped
+from accumulus.ingest.cf import (
+    LIMIT_ATTRS,
+    PACKING_ATTRS,
+    StoredForm,
+    stored_form,
+    to_stored,
+    warn_dropped,
+)
 from accumulus.ingest.granules import Granule
 from accumulus.ingest.times import check_decodable, readable_time_attrs
 
@@ -117,11 +125,13 @@ def template_of(dataset: xr.Dataset, dim: str, where: str, warn: bool = False) -
         form = stored_form(name, var.dtype, var.attrs, where, source_dtype=_on_disk(var))
         if warn:
             warn_dropped(where, name, form)
-        time = _time_encoding(dataset, name)
+        source = time = _time_encoding(dataset, name)
         if time is not None:
             # Refused here, before anything is written: a cube xarray cannot decode.
             check_decodable(where, name, time.units, time.calendar)
             form = replace(form, attrs=readable_time_attrs(form.attrs))
+            if form.unpacked:
+                form, time = _exact_times(form, time)
         variables[name] = VariableTemplate(
             name=name,
             dims=tuple(map(str, var.dims)),
@@ -130,8 +140,28 @@ def template_of(dataset: xr.Dataset, dim: str, where: str, warn: bool = False) -
             time=time,
         )
         if dim not in var.dims:
-            static[name] = to_stored(name, np.asarray(var.values), var.attrs, form)
+            values = to_stored(name, np.asarray(var.values), var.attrs, form)
+            if time is not None and source is not None and form.unpacked:
+                values = convert_times(values, source, time, form.dtype, where, name)
+            static[name] = values
     return Template(dim, variables, static)
+
+
+def _exact_times(form: StoredForm, time: TimeEncoding) -> tuple[StoredForm, TimeEncoding]:
+    """Packed times that the cube stores decoded (float32 packing, ``cf.stored_form``) are
+    stored as the instants xarray decodes from the source, exactly: integer nanoseconds
+    since the same date (microseconds in the calendars cftime decodes, its resolution).
+    Then a granule whose times count from another date (daily files, each from its own
+    midnight) converts to the cube's units exactly, which float32 hours could not."""
+    unit = "nanoseconds" if time.calendar in ("standard", "proleptic_gregorian") else "microseconds"
+    since = _TIME_UNITS.sub("", time.units, count=1)
+    units = f"{unit} since {since}"
+    attrs = {k: v for k, v in form.attrs.items() if k not in LIMIT_ATTRS}  # in the old units
+    attrs["units"] = units
+    missing = np.iinfo("i8").min  # NaT, as xarray encodes it
+    attrs["_FillValue"] = np.int64(missing)
+    exact = replace(form, dtype=np.dtype("i8"), attrs=attrs, masked=(missing,))
+    return exact, TimeEncoding(units, time.calendar)
 
 
 def cube_dataset(dataset: xr.Dataset, template: Template) -> tuple[xr.Dataset, dict[str, Any]]:
@@ -144,7 +174,10 @@ def cube_dataset(dataset: xr.Dataset, template: Template) -> tuple[xr.Dataset, d
         ours = template.variables[str(name)]
         if template.dim in var.dims:
             var = var.isel({template.dim: slice(0, 0)})
-        values = to_stored(str(name), np.asarray(var.values), var.attrs, ours.form)
+        if name in template.static:
+            values = template.static[str(name)]
+        else:
+            values = to_stored(str(name), np.asarray(var.values), var.attrs, ours.form)
         attrs = dict(ours.attrs)
         fills[str(name)] = attrs.pop("_FillValue", None)
         kind = "coords" if name in dataset.coords else "data"
@@ -338,7 +371,7 @@ def times_in_cube(
             f"{where}: variable {name!r} holds packed times in units {theirs.units!r}, the "
             f"cube's are {ours.time.units!r}; packed times are appended only in the cube's units"
         )
-    return convert_times(values, theirs, ours.time, ours.dtype, granule.name, name)
+    return convert_times(values, theirs, ours.time, ours.dtype, where, name)
 
 
 def convert_times(
@@ -349,13 +382,16 @@ def convert_times(
     granule: str,
     name: str,
 ) -> np.ndarray:
-    """Times in ``source`` units as numbers in ``target`` units, exactly, or an error."""
+    """Times in ``source`` units as numbers in ``target`` units, exactly, or an error
+    naming ``granule`` (as messages name it: "granule g.nc") and the variable."""
     if source == target and values.dtype == dtype:
         return values
-    where = f"granule {granule}: {name!r}"
+    where = f"{granule}: {name!r}"
+    # int64 (nanoseconds) encoded as integers: float64 has not their 64 bits.
+    encoded = np.dtype("i8") if dtype == np.dtype("i8") else np.dtype("f8")
     try:
         dates = decode_cf_datetime(values, source.units, source.calendar)
-        numbers, _, _ = encode_cf_datetime(dates, target.units, target.calendar, np.dtype("f8"))
+        numbers, _, _ = encode_cf_datetime(dates, target.units, target.calendar, encoded)
     except Exception as exc:  # cftime and pandas raise several kinds
         raise AccumulusError(
             f"{where}: cannot convert times from {source.units!r} ({source.calendar}) to the "
@@ -363,9 +399,11 @@ def convert_times(
         ) from None
     numbers = np.asarray(numbers)
     stored = (np.round(numbers) if dtype.kind in "iu" else numbers).astype(dtype)
-    back = decode_cf_datetime(stored, target.units, target.calendar)
-    if not np.array_equal(np.asarray(back), np.asarray(dates)):
-        bad = int(np.argmax(np.asarray(back) != np.asarray(dates)))
+    back = np.asarray(decode_cf_datetime(stored, target.units, target.calendar))
+    dates = np.asarray(dates)
+    differ = ~((back == dates) | (pd.isnull(back) & pd.isnull(dates)))
+    if differ.any():
+        bad = int(np.argmax(differ))
         raise AccumulusError(
             f"{where}: time {dates[bad]} cannot be stored exactly as {dtype} in the cube's "
             f"units {target.units!r}"
