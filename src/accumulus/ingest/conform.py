@@ -105,9 +105,13 @@ class Template:
         return [n for n in self.appended if n not in self.coordinates]
 
 
-def template_of(dataset: xr.Dataset, dim: str, where: str, warn: bool = False) -> Template:
+def template_of(
+    dataset: xr.Dataset, dim: str, where: str, warn: bool = False, unpack: bool = True
+) -> Template:
     """The template of a CF-encoded dataset (a cube's, or a first granule's). Fill values
-    its variables' types cannot hold are dropped (with a warning naming ``where``)."""
+    its variables' types cannot hold are dropped (with a warning naming ``where``).
+    ``unpack=False``: the stored numbers are kept even where Zarr readers decode them
+    otherwise (``cf.stored_form``; a virtual cube references the granules' bytes)."""
     if dim not in dataset.dims:
         raise AccumulusError(
             f"{where}: no dimension {dim!r} to append along; its dimensions are "
@@ -122,7 +126,9 @@ def template_of(dataset: xr.Dataset, dim: str, where: str, warn: bool = False) -
     static = {}
     for name, var in dataset.variables.items():
         name = str(name)
-        form = stored_form(name, var.dtype, var.attrs, where, source_dtype=_on_disk(var))
+        form = stored_form(
+            name, var.dtype, var.attrs, where, unpack=unpack, source_dtype=_on_disk(var)
+        )
         if warn:
             warn_dropped(where, name, form)
         source = time = _time_encoding(dataset, name)
@@ -208,12 +214,13 @@ def _time_encoding(dataset: xr.Dataset, name: str) -> TimeEncoding | None:
     return TimeEncoding(units, _SAME_CALENDARS.get(calendar, calendar))
 
 
-def check_fits(granule: Granule, template: Template) -> None:
+def check_fits(granule: Granule, template: Template, unpack: bool = True) -> None:
     """Raise ``AccumulusError`` (naming the granule) unless it fits the cube. Warns of
-    fill values the granule's types cannot hold (dropped)."""
+    fill values the granule's types cannot hold (dropped). ``unpack`` as in
+    ``template_of``."""
     where = f"granule {granule.name}"
     dim = template.dim
-    theirs = template_of(granule.dataset, dim, where, warn=True)
+    theirs = template_of(granule.dataset, dim, where, warn=True, unpack=unpack)
     missing = sorted(set(template.variables) - set(theirs.variables))
     extra = sorted(set(theirs.variables) - set(template.variables))
     if missing:

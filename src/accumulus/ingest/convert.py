@@ -66,6 +66,7 @@ from accumulus.ingest.cf import (
 )
 from accumulus.ingest.declared import DeclaredVariable, check_chunk, itemsize
 from accumulus.ingest.netcdf3 import HeaderError, declared_size
+from accumulus.ingest.times import readable_time_attrs
 from accumulus.storage import consolidate, local_path
 
 CodecSpec = Mapping[str, Any] | Sequence[Mapping[str, Any]]
@@ -446,7 +447,7 @@ def _plan_array(
     # depends on the chunk only when it holds fewer than 4096 values.
     layout = ArrayLayout(dtype, dataset.shape, dataset.chunks or dataset.shape)
     chain = _resolve_chain(path, where, layout, text, kept, overrides, default, plan.zarr_format)
-    attributes = _attributes(dataset, plan.source)
+    attributes = readable_time_attrs(_attributes(dataset, plan.source))
     if form is not None:
         attributes = _with_form(attributes, form)
     if text and plan.zarr_format == 2:
@@ -524,7 +525,7 @@ def _plan_netcdf3(
             default,
             plan.zarr_format,
         )
-        attributes = _netcdf3_attributes(variable)
+        attributes = readable_time_attrs(_netcdf3_attributes(variable))
         plan.arrays.append(
             ArrayPlan(
                 path=path,

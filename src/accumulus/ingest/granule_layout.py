@@ -198,9 +198,10 @@ def scan_granule(
             node = file[group] if group else file
             check_declared(f"granule {item}", _declared(node), dim)
             granule = _as_granule(item, size, reader, group)
-            own = template_of(granule.dataset, dim, f"granule {item}")
+            # As the references store them: packed numbers stay packed.
+            own = template_of(granule.dataset, dim, f"granule {item}", unpack=False)
             if template is not None:
-                check_fits(granule, template)
+                check_fits(granule, template, unpack=False)
             template = template or own
             plan = plan_file(file, item, zarr_format=zarr_format, group=group)
             chunks, refs = {}, {}

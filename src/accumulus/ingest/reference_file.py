@@ -93,7 +93,7 @@ def _reference_set(
         dataset = xr.open_dataset(
             store, engine="zarr", group=group or None, decode_cf=False, chunks=None
         )
-        template = template_of(dataset, dim, target)
+        template = template_of(dataset, dim, target, unpack=False)
         signatures = virtual.get("arrays", {})
         dim_chunks = {
             name: array_bounds(node[name])[template.variables[name].dims.index(dim)].sizes

@@ -35,12 +35,15 @@ def _signature(granule: ScannedGranule, name: str, dim: str) -> dict[str, Any]:
     axis = granule.template.variables[name].dims.index(dim)
     chunks = [c for a, c in enumerate(granule.chunks[name]) if a != axis]
     fills = granule.template.variables[name].fill_values
-    return {
+    signature = {
         "dtype": plan.dtype.str,
         "codecs": plan.codecs,
         "chunks": chunks,
         "fill_values": [repr(float(v)) for v in fills],
     }
+    if granule.template.variables[name].time is not None:  # numbers read as stored
+        signature["times"] = [plan.attributes.get("units"), plan.attributes.get("calendar")]
+    return signature
 
 
 def _check_signatures(
@@ -57,8 +60,11 @@ def _check_signatures(
                 ("codecs", "is compressed with"),
                 ("chunks", f"has chunks (off {dim!r}) of"),
                 ("fill_values", "marks missing values with"),
+                ("times", "holds times (units, calendar)"),
             ):
-                if theirs[key] != ours[key]:
+                if key not in ours and key == "times":
+                    continue  # a set made before times were recorded
+                if theirs.get(key) != ours[key]:
                     raise AccumulusError(
                         f"granule {granule.name}: variable {name!r} {what} {theirs[key]}, the "
                         f"cube's {ours[key]}; a virtual cube reads every granule's bytes with "
