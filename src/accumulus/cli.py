@@ -148,8 +148,9 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 
 
 class _ProgressBar:
-    """A rich progress bar on stderr, shown only once work starts (so an early error stays
-    one line). Call it as ``report(done, total)``; use it as a context manager."""
+    """A rich progress bar on stderr, shown only once work starts, and taken away when the
+    work fails or is interrupted (so that an error stays one line). Call it as
+    ``report(done, total)``; use it as a context manager."""
 
     def __init__(self, description: str) -> None:
         self.description = description
@@ -176,8 +177,10 @@ class _ProgressBar:
     def __enter__(self) -> _ProgressBar:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         if self._bar is not None:
+            if kind is not None:
+                self._bar.live.transient = True  # erased from a terminal, never printed
             self._bar.stop()
 
 
