@@ -90,16 +90,32 @@ def main() -> None:
     except AccumulusError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except KeyboardInterrupt as exc:  # Ctrl-C: what was kept, and how to go on, in one line
-        kept = f": {exc.kept}" if isinstance(exc, Interrupted) else ""
-        err_console.print(f"[yellow]interrupted[/]{kept}", highlight=False, soft_wrap=True)
-        sys.exit(130)
+    except SystemExit as exc:
+        # Ctrl-C: typer ends the command with exit status 130 and says nothing; the
+        # interruption, in the exception's chain, says what was kept and how to go on.
+        interruption = _interruption(exc)
+        if interruption is not None:
+            kept = f": {interruption.kept}" if isinstance(interruption, Interrupted) else ""
+            err_console.print(f"[yellow]interrupted[/]{kept}", highlight=False, soft_wrap=True)
+        raise
     finally:
         # The interpreter's last collections at exit walk every object the libraries made
         # (0.15-0.2 s of CPU after xarray, zarr and pandas are imported) and find nothing
         # worth freeing in a process that is ending: they are skipped. Finalizers, atexit
         # handlers and closing files are not affected.
         gc.freeze()
+
+
+def _interruption(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt that ``exc`` was raised from, if any."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _api() -> ModuleType:

@@ -183,14 +183,15 @@ def append(
         steps=2 * len(items),
     )
     label = store_label(store) if isinstance(store, Store) else os.fspath(store)
-    group = resolve_group(items[0], dim, group, storage_options)
-    items = [_in_group(item, group, dim) for item in items]
+    # The destination is checked before any granule is read.
     target_store, new_directory = _open_target(store, label, storage_options)
-    # Shards rewritten keep their old inner chunks in place, for readers of the old index.
-    target_store = StableShardStore(target_store)
-    # A group of the cube is a store of its own: journal, lock and metadata inside it.
-    target_store, label = group_view(target_store, group), group_label(label, group)
     try:
+        group = resolve_group(items[0], dim, group, storage_options)
+        items = [_in_group(item, group, dim) for item in items]
+        # Shards rewritten keep their old inner chunks in place, for readers of the old index.
+        target_store = StableShardStore(target_store)
+        # A group of the cube is a store of its own: journal, lock and metadata inside it.
+        target_store, label = group_view(target_store, group), group_label(label, group)
         with StoreLock(target_store, label) as lock:
             target = Target(target_store, label, dim, lock)
             recovered = recover(target, request)

@@ -159,12 +159,12 @@ def convert(
     destination = local_path(dest) or Path(dest)
     if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
         raise AccumulusError(f"{destination}: destination exists; remove it or choose another")
-    plan = plan_conversion(
-        src, zarr_format=zarr_format, codecs=codecs, default_codec=default_codec, group=group
-    )
     # Missing directories are made, in the nearest one that exists, which must take them.
     nearest = next(p for p in (destination.parent, *destination.parent.parents) if p.exists())
     check_directory(nearest, os.fspath(dest))
+    plan = plan_conversion(
+        src, zarr_format=zarr_format, codecs=codecs, default_codec=default_codec, group=group
+    )
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:
