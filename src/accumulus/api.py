@@ -154,8 +154,9 @@ def accumulate(
     ``rebuild=True``. Building a group again is refused where raw chunks are missing that
     were not missing when it was last built (they would be summed as missing values),
     unless ``allow_missing_chunks``.
-    ``into``: write them into this store (created if missing) beside ``store``, which is
-    then only read (a URL, a reference file, anything read-only). The store records
+    ``into``: write them into this store (created if missing, in an existing directory)
+    beside ``store``, which is then only read (a URL, a reference file, anything
+    read-only). The store records
     ``store`` and a fingerprint of what was summed; running again extends it after the
     source grew and rebuilds it when the source changed.
     """

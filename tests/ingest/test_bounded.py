@@ -21,23 +21,7 @@ import zarr
 from accumulus.ingest import conform, writer
 from command_line import files, refused, run
 from ingest.helpers import cli_env
-
-
-def declares_a_billion_squared(path: Path) -> Path:
-    """9.5 KB on disk: 10^9 latitudes and longitudes, coordinates included, none written."""
-    with netCDF4.Dataset(path, "w") as file:
-        file.createDimension("time", 1)
-        file.createDimension("lat", 10**9)
-        file.createDimension("lon", 10**9)
-        time = file.createVariable("time", "f8", ("time",))
-        time.units = "days since 2000-01-01"
-        time[:] = [0]
-        file.createVariable("lat", "f8", ("lat",))
-        file.createVariable("lon", "f8", ("lon",))
-        file.createVariable(
-            "x", "f4", ("time", "lat", "lon"), zlib=True, chunksizes=(1, 1000, 1000)
-        )
-    return path
+from ingest.inflating import declares_a_billion_squared
 
 
 def test_a_granule_declaring_a_billion_squared_is_refused(tmp_path, capsys, monkeypatch):

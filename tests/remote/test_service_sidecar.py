@@ -114,6 +114,7 @@ def test_slow_sidecar_reads_are_bounded_in_time(tmp_path):
     """A sidecar behind a slow server: each of its reads is bounded by the service's read
     time limit, like the source's."""
     source = make_cube(tmp_path / "data")
+    (tmp_path / "slow").mkdir()
     accumulus.accumulate(str(source), VAR, into=str(tmp_path / "slow" / "side.zarr"))
     with http_server(tmp_path / "slow", latency=1.0) as (url, log):
         limits = ServiceLimits(read_seconds=0.3)

@@ -147,7 +147,7 @@ def template_of(
         )
         if dim not in var.dims:
             values = to_stored(name, np.asarray(var.values), var.attrs, form)
-            if time is not None and source is not None and form.unpacked:
+            if source is not None and form.unpacked:  # times stored as exact instants
                 values = convert_times(values, source, time, form.dtype, where, name)
             static[name] = values
     return Template(dim, variables, static)
