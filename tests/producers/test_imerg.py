@@ -49,6 +49,8 @@ def check_answers(capsys, monkeypatch, cube: Path, granules: list[Path], *extra:
     )
     assert document["dims"] == ["lon", "lat"]
     assert_close(time_map, theirs.astype("f8").mean("time").values)
+    subtitle = document["titles"]["subtitle"]
+    assert "30.05°N–44.95°N, 29.95°W–15.05°W" in subtitle, subtitle
 
 
 @pytest.mark.parametrize("group", [[], ["--group", "Grid"]], ids=["found", "named"])
