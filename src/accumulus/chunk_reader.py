@@ -78,6 +78,13 @@ _POOL = ThreadPoolExecutor(WORKERS, thread_name_prefix="accumulus-read")
 # each in a worker thread, taking the chunks that arrived together (4 and 6 measured alike
 # on 2 cores; 2 slower: 0.55 s instead of 0.43 for 200 chunks of 2.4 MB).
 CONSUMERS = 4
+# Those worker threads are this module's own, never zarr's: a ``consume`` may itself wait on
+# zarr I/O (a query's array weights), and zarr's reads of a local store run on its event
+# loop's default thread pool. Consumers taking that pool's threads to wait there for reads
+# that need one of its threads wedged every one of them (two weighted queries were enough
+# on 2 cores: 8 consumers, 6 threads). No read needs this pool, so its size bounds only how
+# many batches are consumed at once.
+_CONSUME_POOL = ThreadPoolExecutor(2 * CONSUMERS, thread_name_prefix="accumulus-consume")
 
 
 @dataclass(frozen=True)
@@ -381,7 +388,7 @@ async def _read_all(
                 batch.append(item)
                 nbytes += item[2]
             try:
-                await asyncio.to_thread(_consume_all, batch, consume)
+                await _in_consume_pool(_consume_all, batch, consume)
             finally:
                 await held.give_back(sum(cost for _, _, cost in batch))
 
@@ -393,6 +400,19 @@ async def _read_all(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _in_consume_pool(function: Callable[..., None], *args: object) -> None:
+    """``function(*args)`` on a thread of ``_CONSUME_POOL``. Cancelled, it still waits for
+    the thread to finish (a thread cannot be stopped): a batch whose reading failed or was
+    stopped returns only once none of its chunks is being consumed any more."""
+    running = asyncio.get_running_loop().run_in_executor(_CONSUME_POOL, function, *args)
+    try:
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait([running])
+        running.exception()  # its failure, if any, is not what is raised: the cancellation is
+        raise
 
 
 def _consume_all(

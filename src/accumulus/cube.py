@@ -35,7 +35,7 @@ from accumulus.hierarchy import (
 )
 from accumulus.inference import MISSING_BELOW
 from accumulus.scope import accumulus_scope
-from accumulus.storage import Mode, open_store, remote_errors, store_label
+from accumulus.storage import Mode, array_with, open_store, remote_errors, store_label
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -326,3 +326,23 @@ class Cube:
                 found = pd.RangeIndex(self.decoded.sizes[dim], name=dim)
             self._indexes[dim] = found
         return found
+
+    # ----------------------------------------------------------------------------------------
+    # Values of other arrays
+
+    def decoded_values(self, name: str, box: Mapping[str, slice]) -> np.ndarray:
+        """The array ``name`` over ``box`` (index slices by dimension, whole where none is
+        given), CF-decoded as in ``decoded``, as float64 with NaN where missing. Read through
+        ``store``, the reader's (the service's guard: a time limit per read, stopped with its
+        request), not through the snapshot's xarray view, whose reads nothing bounds. An array
+        of an ancestor group (an inherited coordinate) is read through that view."""
+        raw = self.raw[name]
+        array = self.root.get(name)
+        where = {str(d): box.get(str(d), slice(None)) for d in raw.dims}
+        if not isinstance(array, zarr.Array):
+            return np.asarray(self.decoded[name].isel(where).values, dtype="f8")
+        if array.store_path.store is not self.store:
+            array = array_with(array, store=self.store)
+        stored = array[tuple(where[str(d)] for d in raw.dims)]
+        attrs = {k: raw.attrs[k] for k in _DECODING_ATTRS if k in raw.attrs}
+        return Decoder(name, tuple(str(d) for d in raw.dims), attrs)(stored)

@@ -125,26 +125,30 @@ def test_the_slot_queue_is_first_come_first_served_across_threads():
     order: list[int] = []
 
     async def take(k: int) -> None:
-        assert await slots.acquire(5)
+        slot = await slots.acquire(5)
+        assert slot is not None
         order.append(k)
         await asyncio.sleep(0.01)
-        slots.release()
+        slot.release()
+        slot.release()  # again: nothing more is given back
 
     async def main() -> None:
-        assert await slots.acquire(1)
+        first = await slots.acquire(1)
+        assert first is not None
         tasks = [asyncio.create_task(take(k)) for k in range(5)]
         await asyncio.sleep(0.05)
-        slots.release()
+        assert slots.busy == 1 and slots.held_longest() >= 0.05
+        first.release()
         await asyncio.gather(*tasks)
 
     asyncio.run(main())
-    assert order == [0, 1, 2, 3, 4] and slots.busy == 0
+    assert order == [0, 1, 2, 3, 4] and slots.busy == 0 and slots.held_longest() == 0
 
-    async def refused() -> bool:
-        assert await slots.acquire(1)
+    async def refused() -> object:
+        assert await slots.acquire(1) is not None
         return await slots.acquire(0.05)  # held: gives up
 
-    assert asyncio.run(refused()) is False
+    assert asyncio.run(refused()) is None
     assert slots.busy == 1
 
 

@@ -26,7 +26,7 @@ from accumulus.accumulation.chunk_check import read_problem_text
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.plan import QueryPlan, Read
 from accumulus.accumulation.sums import reduce_terms
-from accumulus.accumulation.weights import varying_dims, weight_values
+from accumulus.accumulation.weights import arranged_weights, varying_dims, weight_values
 from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulationReadError, AccumulusError
@@ -468,7 +468,13 @@ def _weights_over(
 ) -> np.ndarray | float:
     """``weight_values`` over an index box. Area weights are cut from the whole latitude
     column's, worked out once per snapshot (``Cube.remembered``): every query weighs its
-    slabs, and each of them looked the coordinate up in the dataset again."""
+    slabs, and each of them looked the coordinate up in the dataset again. An array's are
+    read through the reader's store (``Cube.decoded_values``): in the service, bounded and
+    stopped with their request like the chunks they weigh."""
+    if weights.startswith("array:"):
+        name = weights.removeprefix("array:")
+        values = cube.decoded_values(name, box)
+        return arranged_weights(name, values, cube.raw[name].dims, var.dims)
     if weights != "area":
         return weight_values(cube.decoded, weights, var.dims, box)
     everywhere = dict.fromkeys(var.dims, slice(None))

@@ -107,10 +107,18 @@ def weight_values(
         name = weights.removeprefix("array:")
         array = ds[name]
         values = array.isel({d: box[d] for d in array.dims}).values.astype("f8")
-        if np.isnan(values).any():
-            raise AccumulusError(f"weights array {name!r} has missing values; weights must not")
-        # Order its axes like the variable and add size-1 axes for the dimensions it lacks.
-        order = [d for d in dims if d in array.dims]
-        values = xr.DataArray(values, dims=array.dims).transpose(*order).values
-        return values.reshape([values.shape[order.index(d)] if d in order else 1 for d in dims])
+        return arranged_weights(name, values, array.dims, dims)
     raise AccumulusError(f"cannot compute weights {weights!r} (accumulation group of another tool)")
+
+
+def arranged_weights(
+    name: str, values: np.ndarray, array_dims: Sequence[str], dims: Sequence[str]
+) -> np.ndarray:
+    """The values of the weights array ``name`` (axes ``array_dims``, float64), refused where
+    missing, with their axes ordered like ``dims`` (a variable's) and size-1 axes added for
+    the dimensions the array lacks."""
+    if np.isnan(values).any():
+        raise AccumulusError(f"weights array {name!r} has missing values; weights must not")
+    order = [d for d in dims if d in array_dims]
+    values = xr.DataArray(values, dims=array_dims).transpose(*order).values
+    return values.reshape([values.shape[order.index(d)] if d in order else 1 for d in dims])

@@ -151,21 +151,34 @@ def create_app(
         str, Path(description="A dataset (store) name.", json_schema_extra={"enum": catalog.names})
     ]
 
-    @app.get("/api/health", response_model=schemas.Health, tags=["service"])
-    async def health_check() -> dict[str, Any]:
+    @app.get(
+        "/api/health",
+        response_model=schemas.Health,
+        responses={503: {"model": schemas.Health, "description": "A computation is stuck."}},
+        tags=["service"],
+    )
+    async def health_check() -> JSONResponse:
         """Whether every store can be read, with its current snapshot token, and how many
         computations run in the process that answered (``process``: one of ``serve --workers``).
         Answers at once even when the service is saturated (then with the tokens read by the
-        previous call)."""
+        previous call). A computation holding its slot past ``ServiceLimits.stuck_seconds``
+        makes it "unhealthy", with status 503: the process needs a restart."""
         wait = 0.0 if slots.busy else HEALTH_WAIT_IDLE_SECONDS
         tokens = await health.tokens(wait)
-        ok = not any(t.startswith("error: ") for t in tokens.values())
-        return {
-            "status": "ok" if ok else "degraded",
+        held = slots.held_longest()
+        status = "ok"
+        if any(t.startswith("error: ") for t in tokens.values()):
+            status = "degraded"
+        if held > limits.stuck_seconds:
+            status = "unhealthy"
+        body = {
+            "status": status,
             "datasets": tokens,
             "computations": slots.busy,
+            "longest_computation_seconds": round(held, 3),
             "process": os.getpid(),
         }
+        return JSONResponse(body, 503 if status == "unhealthy" else 200)
 
     @app.get(
         "/api/datasets",
@@ -316,7 +329,8 @@ def create_app(
     async def compute(request: Request, snapshot: Snapshot, checked: AverageRequest) -> Answer:
         """Compute on a worker thread once a slot is free; stop it when its time is up or its
         client leaves. The slot is given back by the thread, when the work has really ended."""
-        if not await slots.acquire(limits.queue_seconds):
+        slot = await slots.acquire(limits.queue_seconds)
+        if slot is None:
             retry = max(1, round(limits.queue_seconds))
             raise ServiceError(
                 f"the service is busy ({limits.computations} computations running and others "
@@ -325,24 +339,27 @@ def create_app(
                 {"Retry-After": str(retry)},
             )
         guard = RequestGuard(limits.request_seconds)
-        # The snapshot's metadata, its chunks (a sidecar's too) read through the guard.
-        guarded = snapshot.reading_through(
-            lambda store: GuardedStore(store, guard, limits.read_seconds)
-        )
-
         loop, finished = asyncio.get_running_loop(), asyncio.Event()
 
         def work() -> Answer:
             try:
+                # The snapshot's chunks (a sidecar's too) and arrays read through the guard.
+                guarded = snapshot.reading_through(
+                    lambda store: GuardedStore(store, guard, limits.read_seconds)
+                )
                 return compute_answer(guarded, checked, limits.memory_bytes)
             finally:
-                slots.release()
+                slot.release()
                 if not slots.busy:
                     release_free_memory()
                 with contextlib.suppress(RuntimeError):  # that request's loop is gone
                     loop.call_soon_threadsafe(finished.set)
 
-        running = workers.submit(work)
+        try:
+            running = workers.submit(work)
+        except BaseException:  # never started (the service is shutting down)
+            slot.release()
+            raise
         try:
             while not await _finished(finished, WATCH_SECONDS):
                 if guard.expired:
