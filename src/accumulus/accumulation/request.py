@@ -262,16 +262,20 @@ def index_range(
     raise _selects_nothing(index, dim, start, stop)
 
 
-# A date as ISO 8601 writes it, down to the second: the forms NumPy and pandas read alike.
-_ISO_DATE = re.compile(r"\d{4}(-\d{2}(-\d{2}(T\d{2}(:\d{2}(:\d{2})?)?)?)?)?")
+# A date as ISO 8601 writes it, down to the second, of a year from -9999 to 9999 (0000 is
+# 1 BC, as ISO 8601 and NumPy count): the forms NumPy and pandas read alike.
+_ISO_DATE = re.compile(r"-?[0-9]{4}(-[0-9]{2}(-[0-9]{2}([T ][0-9]{2}(:[0-9]{2}(:[0-9]{2})?)?)?)?)?")
+# Integer times past every other of their unit (the smallest int64 is NaT).
+_EARLIEST, _LATEST = np.iinfo(np.int64).min + 1, np.iinfo(np.int64).max
 
 
 def date_positions(index: pd.DatetimeIndex, start: Bound, stop: Bound) -> tuple[int, int] | None:
     """The positions ``index.slice_indexer(start, stop)`` selects on an ascending index
     for ISO dates (or None for an open end), each date standing for its whole period (a
     year, a month, a day, …) as pandas reads a partial date: two binary searches, where
-    pandas' own parsing into periods took a tenth of a warm query. None for anything else
-    (pandas answers)."""
+    pandas' own parsing into periods took a tenth of a warm query. A date the index's unit
+    cannot hold (before 1677 or after 2262 in nanoseconds) lies before or after all of it.
+    None for anything else (pandas answers)."""
     if index.tz is not None:
         return None
     values = index.asi8
@@ -281,21 +285,39 @@ def date_positions(index: pd.DatetimeIndex, start: Bound, stop: Bound) -> tuple[
         if bound is None:
             found.append(len(values) if after else 0)
             continue
-        if not isinstance(bound, str) or not _ISO_DATE.fullmatch(bound):
+        period = iso_period(bound)
+        if period is None:
             return None
-        try:
-            period = np.datetime64(bound)  # in the unit of the date's last field
-        except ValueError:
-            return None  # no such date ("2001-20"): pandas says what is wrong with it
-        if after:  # the stop's period ends where the next one begins
-            period = period + np.timedelta64(1, np.datetime_data(period.dtype)[0])
-        try:
-            at = period.astype(f"M8[{unit}]")
-        except OverflowError:
-            return None  # beyond what the index's unit holds
-        found.append(int(np.searchsorted(values, at.astype("i8"))))
+        # The stop's period ends where the next one begins.
+        found.append(int(np.searchsorted(values, in_unit(period[after], unit))))
     lo, hi = found
     return lo, max(lo, hi)
+
+
+def iso_period(bound: Bound) -> tuple[np.datetime64, np.datetime64] | None:
+    """The period an ISO date stands for (a year, a month, a day, …): its start and the start
+    of the next, in the unit of the date's last field, which holds any year; None for what
+    is not an ISO date (or names none, as "2001-20")."""
+    if not isinstance(bound, str) or not _ISO_DATE.fullmatch(bound):
+        return None
+    try:
+        start = np.datetime64(bound)
+    except ValueError:
+        return None
+    return start, start + np.timedelta64(1, np.datetime_data(start.dtype)[0])
+
+
+def in_unit(moment: np.datetime64, unit: str) -> int:
+    """``moment`` as an integer count of ``unit`` since 1970, saturated: a moment the unit
+    cannot hold is earlier (or later) than every one it can. NumPy converts a year or a
+    month to nanoseconds with a silent wrap-around (1417 became 2001-07-22)."""
+    try:
+        converted = moment.astype(f"M8[{unit}]")
+        if converted.astype(moment.dtype) == moment:
+            return int(converted.astype("i8"))
+    except OverflowError:
+        pass
+    return _LATEST if moment.astype("i8") > 0 else _EARLIEST
 
 
 def answer_index(cube: Cube, resolved: ResolvedQuery, dim: str) -> pd.Index:
@@ -356,6 +378,10 @@ def _comparable(index: pd.Index, bound: Bound) -> Bound:
     """A bound as something the index's labels compare with (dates as the index's type)."""
     if not isinstance(bound, str):
         return bound
+    period = iso_period(bound)
+    if isinstance(index, pd.DatetimeIndex) and index.tz is None and period is not None:
+        unit = np.datetime_data(index.dtype)[0]
+        return np.datetime64(in_unit(period[0], unit), unit)
     stamp = pd.Timestamp(bound)
     if isinstance(index, xr.CFTimeIndex):
         fields = ("year", "month", "day", "hour", "minute", "second", "microsecond")
@@ -394,6 +420,8 @@ def _coerce(index: pd.Index, dim: str, bound: Bound) -> Bound:
     if bound is None or (isinstance(bound, str) and not bound.strip()):
         return None
     if isinstance(index, pd.DatetimeIndex) and isinstance(bound, str):
+        if iso_period(bound) is not None:
+            return bound
         try:
             pd.Timestamp(bound)
         except ValueError:
