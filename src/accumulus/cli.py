@@ -937,6 +937,12 @@ def serve(
         "--accumulations",
         help="Read each cube's accumulations from this sidecar store (once per cube, in order).",
     ),
+    allowed_host: list[str] = typer.Option(
+        None,
+        "--allowed-host",
+        help="A Host name clients reach the service by, besides the loopback names and "
+        "--host (repeatable; *.example.org for subdomains, * for any): others get 400.",
+    ),
 ) -> None:
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
     from accumulus.service import serve as run_service
@@ -958,5 +964,6 @@ def serve(
         ),
         group=group,
         accumulations=accumulations or None,
+        allowed_hosts=allowed_host or (),
         **cells,
     )

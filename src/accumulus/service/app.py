@@ -29,6 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from accumulus.api import STATS, StaleSidecarError
 from accumulus.errors import AccumulusError
@@ -45,6 +46,7 @@ from accumulus.service.guard import (
     RequestGuard,
     ServiceLimits,
 )
+from accumulus.service.http import HeadAsGet
 from accumulus.service.memory import release_free_memory, tune_allocator
 from accumulus.service.parameters import (
     FORMATS,
@@ -100,13 +102,16 @@ def create_app(
     limits: ServiceLimits | None = None,
     group: str | None = None,
     accumulations: Sequence[str] | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
     """The service for ``stores`` (paths or URLs), each from its group ``group`` (by default
     the one group holding data variables). A store may be a sidecar (served for the source it
     names); ``accumulations`` gives each store a sidecar (one per store, in order). Each is
     opened now, so a store that cannot be read stops the start with an ``AccumulusError``.
     Answers larger than ``max_cells`` values are refused; up to ``cache_bytes`` of answers
-    are kept; ``limits`` bound the computations (see ``ServiceLimits``)."""
+    are kept; ``limits`` bound the computations (see ``ServiceLimits``). Requests whose
+    ``Host`` is not one of ``allowed_hosts`` (``http.allowed_hosts``) get 400; None answers
+    any (``serve`` gives the names the service is reached by)."""
     limits = limits or ServiceLimits()
     tune_allocator()
     sys.setswitchinterval(0.001)
@@ -136,6 +141,11 @@ def create_app(
     )
     app.state.slots = slots
     app.state.cache = cache
+    app.add_middleware(HeadAsGet)
+    if allowed_hosts is not None:
+        app.add_middleware(
+            TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False
+        )
     _add_error_handlers(app, public)
     app.include_router(geography)
 
