@@ -174,3 +174,18 @@ def test_health_is_unhealthy_while_a_slot_is_held_past_the_limits(cube, monkeypa
             time.sleep(0.05)
         health = client.get("/api/health")
         assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+def test_a_computation_that_fails_gives_its_slot_back(cube, monkeypatch):
+    """The outcome not covered by tests/service/test_limits.py (answers, timeouts and
+    clients gone are): an error raised by the computation is a 503, and the slot is free."""
+
+    def failing(snapshot, request, memory_bytes):
+        raise ValueError("a library failed on the store's content")
+
+    monkeypatch.setattr(app_module, "compute_answer", failing)
+    app = create_app([str(cube)])
+    with running(app) as base:
+        answer = httpx.get(base + AVERAGE.format(name="surface") + "?over=lat,lon")
+        assert answer.status_code == 503 and "ValueError" in answer.json()["error"]
+        assert app.state.slots.busy == 0 and app.state.slots.held_longest() == 0
