@@ -4,8 +4,10 @@ ISO dates of every resolution on indexes of several steps and units."""
 
 from __future__ import annotations
 
+import datetime
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -84,3 +86,13 @@ def test_dates_written_as_iso_but_not_dates_are_a_clear_error(date):
     assert date_positions(index, None, date) is None
     with pytest.raises(AccumulusError, match=re.escape(date)):
         index_range(index, "time", None, date)
+
+
+def test_python_dates_beyond_nanoseconds_are_clipped_with_a_note():
+    """Bounds given as Python or NumPy dates select as pandas does, and say they were
+    clipped (a ``datetime.date`` compared with no datetime64 before)."""
+    index = pd.date_range("2001-01-01", periods=730, freq="D")
+    for start in (datetime.date(1417, 1, 1), np.datetime64("1417"), pd.Timestamp("1417-01-01")):
+        assert index_range(index, "time", start, datetime.date(2001, 1, 3)) == ((0, 3), True)
+    stop = datetime.datetime(2300, 1, 1)
+    assert index_range(index, "time", np.datetime64("2002-12-25"), stop) == ((723, 730), True)

@@ -18,6 +18,7 @@ Text as users type it (``"lat,lon"``, ``"2001-01-01/2001-12-31"``) is split here
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -376,6 +377,8 @@ def _reaches_past(index: pd.Index, start: Bound, stop: Bound) -> bool:
 
 def _comparable(index: pd.Index, bound: Bound) -> Bound:
     """A bound as something the index's labels compare with (dates as the index's type)."""
+    if type(bound) is datetime.date:  # compares with no datetime64: as its midnight does
+        return pd.Timestamp(bound)
     if not isinstance(bound, str):
         return bound
     period = iso_period(bound)
