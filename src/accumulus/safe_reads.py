@@ -103,3 +103,51 @@ def local_root(store: Store) -> Path | None:
 
 def _os_reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
+
+
+class NotRegularFile(OSError):
+    """A path names something other than a regular file (a FIFO, socket, device or
+    directory), which is never read as data."""
+
+
+# A reference's path is resolved and checked before it is read (``reference_targets``):
+# it is opened without following a last symbolic link, so that a link put in its place
+# meanwhile is refused rather than followed.
+_TARGET_FLAGS = _READ_FLAGS | getattr(os, "O_NOFOLLOW", 0)
+
+
+def read_file_range(path: str, start: int | None, stop: int | None) -> bytes:
+    """Bytes ``[start, stop)`` of the regular file at ``path``, as a slice of its bytes
+    would be (negative positions count from its end; None: its start or its end), by one
+    open that cannot block, one fstat and positioned reads. Anything but a regular file
+    raises ``NotRegularFile`` before a byte is read."""
+    fd = os.open(path, _TARGET_FLAGS)
+    try:
+        size = _regular_size(fd)
+        first, last, _ = slice(start, stop).indices(size)
+        blocks = []
+        while first < last:
+            block = os.pread(fd, last - first, first)
+            if not block:
+                break
+            blocks.append(block)
+            first += len(block)
+        return b"".join(blocks)
+    finally:
+        os.close(fd)
+
+
+def regular_file_size(path: str) -> int:
+    """The size of the regular file at ``path`` (``NotRegularFile`` for anything else)."""
+    fd = os.open(path, _TARGET_FLAGS)
+    try:
+        return _regular_size(fd)
+    finally:
+        os.close(fd)
+
+
+def _regular_size(fd: int) -> int:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotRegularFile(0, "not a regular file")
+    return info.st_size

@@ -100,17 +100,19 @@ def create_app(
     limits: ServiceLimits | None = None,
     group: str | None = None,
     accumulations: Sequence[str] | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> FastAPI:
     """The service for ``stores`` (paths or URLs), each from its group ``group`` (by default
     the one group holding data variables). A store may be a sidecar (served for the source it
     names); ``accumulations`` gives each store a sidecar (one per store, in order). Each is
     opened now, so a store that cannot be read stops the start with an ``AccumulusError``.
     Answers larger than ``max_cells`` values are refused; up to ``cache_bytes`` of answers
-    are kept; ``limits`` bound the computations (see ``ServiceLimits``)."""
+    are kept; ``limits`` bound the computations (see ``ServiceLimits``). A store that is a
+    reference set reads only under its own location and ``allow_references``."""
     limits = limits or ServiceLimits()
     tune_allocator()
     sys.setswitchinterval(0.001)
-    catalog = Catalog(stores, storage_options, group, accumulations)
+    catalog = Catalog(stores, storage_options, group, accumulations, allow_references)
     first = [dataset.snapshot() for dataset in catalog]
     range_patterns = {
         str(d): range_pattern(s.cube.index(str(d)))
