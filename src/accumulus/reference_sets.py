@@ -45,8 +45,8 @@ from accumulus.storage import (
 
 # What a codec may add to a chunk's decoded bytes (headers, checksums, a shard's index, a
 # block that does not compress): a reference may read this much more than its chunk holds.
-_CODEC_SLACK_SHARE = 64
-_CODEC_SLACK_BYTES = 64 * 2**10
+CODEC_SLACK_SHARE = 64
+CODEC_SLACK_BYTES = 64 * 2**10
 # The most a reference to anything but a chunk of an array with fixed-size values (a
 # metadata document, a chunk of strings) may read.
 UNSIZED_LIMIT = 64 * 2**20
@@ -90,6 +90,10 @@ def open_reference_store(
         raise AccumulusError(f"{location}: not a kerchunk reference set")
     recorded = virtual_granules(references.zmetadata if lazy else _root_documents(refs))
     targets = ReferenceTargets.for_set(location, recorded, allow_references)
+    if not lazy:  # fsspec lists a JSON set's keys from every reference: each must be one
+        for key, reference in refs.items():
+            if isinstance(reference, list) and not _well_formed(reference):
+                raise _malformed(targets, key)
     try:
         fs = CheckedReferenceFileSystem(references, targets, storage_options)
     except Exception as exc:
@@ -135,7 +139,8 @@ class CheckedReferenceFileSystem(ReferenceFileSystem):
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         self.targets = targets
-        self.storage_options = storage_options
+        # Not ``storage_options``: fsspec keeps a filesystem's own options under that name.
+        self.target_options = storage_options
         self._local = LocalTargetFiles(asynchronous=True)
         self._remote: dict[tuple[str, bool], AsyncFileSystem] = {}
         self._limits: dict[str, int] = {}
@@ -158,9 +163,7 @@ class CheckedReferenceFileSystem(ReferenceFileSystem):
         except KeyError as exc:
             raise FileNotFoundError(key) from exc  # a missing key: zarr's fill value
         if isinstance(reference, list | tuple) and not _well_formed(reference):
-            raise self.targets.refused(
-                key, "is malformed (a reference is [URL] or [URL, offset, size], both >= 0)"
-            )
+            raise _malformed(self.targets, key)
         part, first, last = super()._cat_common(key, start, end)
         if isinstance(part, bytes):
             return part, first, last
@@ -210,7 +213,7 @@ class CheckedReferenceFileSystem(ReferenceFileSystem):
         given = self.targets.gets_options(target)
         fs = self._remote.get((protocol, given))
         if fs is None:
-            options = file_options(target.url, self.storage_options) if given else {}
+            options = file_options(target.url, self.target_options) if given else {}
             if protocol in ("http", "https"):
                 # aiohttp raises at the first redirect (followed, it could lead anywhere)
                 options["max_redirects"] = 1
@@ -229,7 +232,7 @@ class CheckedReferenceFileSystem(ReferenceFileSystem):
             decoded = _decoded_chunk_bytes(self.references, array)
             limit = UNSIZED_LIMIT
             if decoded is not None:
-                limit = decoded + decoded // _CODEC_SLACK_SHARE + _CODEC_SLACK_BYTES
+                limit = decoded + decoded // CODEC_SLACK_SHARE + CODEC_SLACK_BYTES
             self._limits[array] = limit
         return limit
 
@@ -252,6 +255,12 @@ class LocalTargetFiles(AsyncFileSystem):
     async def _info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         size = await asyncio.to_thread(regular_file_size, path)
         return {"name": path, "type": "file", "size": size}
+
+
+def _malformed(targets: ReferenceTargets, key: str) -> ReferenceRefused:
+    return targets.refused(
+        key, "is malformed (a reference is [URL] or [URL, offset, size], both >= 0)"
+    )
 
 
 def _well_formed(reference: Sequence[Any]) -> bool:

@@ -2,12 +2,13 @@
 regular files on a local disk (a FIFO would block a reader forever, a directory or a
 symlink loop gives OS errors naming server paths), and errors naming the key within the
 store. Used for every metadata snapshot (``snapshot``) and, in the service, every chunk
-(``service.guard``).
+(``service.guard``); and for every local file a reference set names (``reference_sets``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import stat
 from pathlib import Path
@@ -121,7 +122,7 @@ def read_file_range(path: str, start: int | None, stop: int | None) -> bytes:
     would be (negative positions count from its end; None: its start or its end), by one
     open that cannot block, one fstat and positioned reads. Anything but a regular file
     raises ``NotRegularFile`` before a byte is read."""
-    fd = os.open(path, _TARGET_FLAGS)
+    fd = _open_target(path)
     try:
         size = _regular_size(fd)
         first, last, _ = slice(start, stop).indices(size)
@@ -139,11 +140,20 @@ def read_file_range(path: str, start: int | None, stop: int | None) -> bytes:
 
 def regular_file_size(path: str) -> int:
     """The size of the regular file at ``path`` (``NotRegularFile`` for anything else)."""
-    fd = os.open(path, _TARGET_FLAGS)
+    fd = _open_target(path)
     try:
         return _regular_size(fd)
     finally:
         os.close(fd)
+
+
+def _open_target(path: str) -> int:
+    try:
+        return os.open(path, _TARGET_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket (or a FIFO without a writer, opened to write)
+            raise NotRegularFile(exc.errno, "not a regular file") from None
+        raise
 
 
 def _regular_size(fd: int) -> int:

@@ -459,11 +459,14 @@ class HealthMonitor:
 # An absolute path of two or more parts (not a range like 2001/2002 or units like mm/day).
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:=/-])(?:file://)?(?:/[\w.@+-]+){2,}/?")
 _STORE_REPR = re.compile(r"\b\w*Store\(")
+# A URL (s3://bucket/key, http://10.0.0.5:9000/…): an internal location a client need not see.
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()]*")
 
 
 class PublicText:
     """Error texts as clients see them: a served store's location becomes its dataset name,
-    other absolute paths and internal store objects (``LocalStore(...)``) are left out."""
+    other URLs, absolute paths and internal store objects (``LocalStore(...)``) are left
+    out."""
 
     def __init__(self, catalog: Catalog) -> None:
         forms: dict[str, str] = {}
@@ -477,7 +480,7 @@ class PublicText:
     def __call__(self, text: str) -> str:
         for form, name in self._forms:
             text = text.replace(form, name)
-        text = _without_store_reprs(text)
+        text = _URL.sub("<url>", _without_store_reprs(text))
         return _ABSOLUTE_PATH.sub("<path>", text)
 
 
