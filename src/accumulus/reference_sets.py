@@ -50,6 +50,7 @@ CODEC_SLACK_BYTES = 64 * 2**10
 # The most a reference to anything but a chunk of an array with fixed-size values (a
 # metadata document, a chunk of strings) may read.
 UNSIZED_LIMIT = 64 * 2**20
+_TARGETS_KEPT = 4096
 
 
 def open_reference_file(
@@ -144,6 +145,9 @@ class CheckedReferenceFileSystem(ReferenceFileSystem):
         self._local = LocalTargetFiles(asynchronous=True)
         self._remote: dict[tuple[str, bool], AsyncFileSystem] = {}
         self._limits: dict[str, int] = {}
+        # A set names few files (its granules) in many references: each is resolved (links
+        # followed, 30 us for a local path) and checked once.
+        self._targets: dict[str, Target] = {}
         # Only checked targets reach a filesystem: local ones this module's, remote ones
         # those ``_filesystem`` makes (fsspec would make one per protocol it finds).
         files = {None: self._local, "file": self._local, "local": self._local}
@@ -167,7 +171,13 @@ class CheckedReferenceFileSystem(ReferenceFileSystem):
         part, first, last = super()._cat_common(key, start, end)
         if isinstance(part, bytes):
             return part, first, last
-        return self.targets.resolve(key, part), first, last
+        target = self._targets.get(part) if isinstance(part, str) else None
+        if target is None:
+            target = self.targets.resolve(key, part)
+            if len(self._targets) >= _TARGETS_KEPT:
+                self._targets.clear()
+            self._targets[part] = target
+        return target, first, last
 
     async def _cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw):
         key = self._strip_protocol(path)
