@@ -276,10 +276,16 @@ def _malformed(targets: ReferenceTargets, key: str) -> ReferenceRefused:
 def _well_formed(reference: Sequence[Any]) -> bool:
     if len(reference) == 1:
         return True
-    return len(reference) == 3 and all(
-        isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 0
-        for n in reference[1:]
-    )
+    return len(reference) == 3 and _count(reference[1]) and _count(reference[2])
+
+
+def _count(value: Any) -> bool:
+    """A byte offset or size: an integer >= 0 (JSON's are ints, Parquet's NumPy's)."""
+    if type(value) is not int and (
+        not isinstance(value, numbers.Integral) or isinstance(value, bool)
+    ):
+        return False
+    return value >= 0
 
 
 def _span(first: int | None, last: int | None) -> int | None:
