@@ -100,7 +100,6 @@ class ReferenceTargets:
         location: str,
         recorded: Sequence[str] | None,
         allow: Iterable[str] = (),
-        label: str | None = None,
     ) -> ReferenceTargets:
         """The allow-list of the set at ``location`` (a path or URL), which records the
         granule URLs ``recorded`` (None: it records none), read with ``allow``."""
@@ -114,7 +113,7 @@ class ReferenceTargets:
         ]
         scheme = split_protocol(location)[0]
         return cls(
-            label=label or location,
+            label=location,
             locations=(*given, *derived),
             options_site=None if scheme in LOCAL_PROTOCOLS else _options_site(location),
         )
