@@ -828,6 +828,7 @@ def _append_virtual(
     options: dict | None,
 ) -> None:
     from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
+    from accumulus.reference_targets import directories_to_allow
 
     result = append_virtual(
         out,
@@ -851,6 +852,14 @@ def _append_virtual(
         f"{_size(result.granule_bytes)} ({share:.1%}) in {result.seconds:.1f} s",
         highlight=False,
     )
+    outside = directories_to_allow(out, result.appended)
+    if outside:
+        console.print(
+            f"[dim]{out} reads granules outside its own directory only where its readers "
+            f"allow them: --allow-references {' --allow-references '.join(outside)}[/]",
+            highlight=False,
+            soft_wrap=True,  # a command to copy, on one line
+        )
     if out.endswith(".json") and result.references > LARGE_JSON_SET:
         console.print(
             f"[dim]{out} holds {result.references:,} chunk references, which every reader "

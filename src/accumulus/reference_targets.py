@@ -141,6 +141,16 @@ class ReferenceTargets:
         return ReferenceRefused(f"{self.label}: reference {key} {why}")
 
 
+def directories_to_allow(location: str, urls: Iterable[str]) -> list[str]:
+    """The directories of the files ``urls`` that a reference set at ``location`` does not
+    read by itself (outside its own location): what its readers must allow."""
+    own = _own_location(location)
+    outside = {_directory(url) for url in urls if _parsable(url)}
+    return sorted(
+        (d.site + d.path if d.site else d.path) for d in outside if not own.holds(d.site, d.path)
+    )
+
+
 def _parsable(url: str) -> bool:
     """A single path or URL: fsspec's chained URLs (``simplecache::file://…``) and odd
     schemes are not checked, so not read."""

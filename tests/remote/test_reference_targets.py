@@ -293,6 +293,18 @@ def test_granules_elsewhere_are_read_once_allowed(tmp_path, capsys, monkeypatch)
             accumulus.average(str(out), VAR, "time", allow_references=[allowed[:-2]])
 
 
+def test_append_virtual_says_what_its_readers_must_allow(tmp_path, capsys, monkeypatch):
+    granules = monthly_granules(tmp_path / "archive", [1])
+    (tmp_path / "sets").mkdir()
+    apart = tmp_path / "sets" / "virt.json"
+    code, out, err = run(capsys, monkeypatch, "append", str(apart), str(granules[0]), "--virtual")
+    archive = os.path.realpath(tmp_path / "archive")
+    assert code == 0 and f"--allow-references {archive}/" in out, err
+    beside = tmp_path / "virt.json"  # the granules are below its directory: nothing to allow
+    code, out, err = run(capsys, monkeypatch, "append", str(beside), str(granules[0]), "--virtual")
+    assert code == 0 and "--allow-references" not in out, err
+
+
 def test_allowing_everything_still_never_reads_the_system_or_special_files(tmp_path):
     reference_set = virtual_set(tmp_path, ".json")
     targets = local_targets(tmp_path)
