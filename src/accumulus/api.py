@@ -24,6 +24,7 @@ import xarray as xr
 import zarr
 from zarr.abc.store import Store
 
+from accumulus import coordinates
 from accumulus.accumulation import spec
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.groups import AccumulationGroups
@@ -37,7 +38,7 @@ from accumulus.accumulation.request import malformed_range as malformed_range  #
 from accumulus.accumulation.request import split_range as split_range  # re-exported
 from accumulus.accumulation.sidecar import Sidecar, sidecar_settings
 from accumulus.accumulation.sidecar import StaleSidecarError as StaleSidecarError  # re-exported
-from accumulus.accumulation.weights import find_latitude, find_longitude, resolve_weights
+from accumulus.accumulation.weights import resolve_weights
 from accumulus.cube import Cube
 from accumulus.datacube import CubeSnapshot as CubeSnapshot  # re-exported
 from accumulus.datacube import Datacube
@@ -156,8 +157,10 @@ def accumulate(
 
     ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("latitude",
     "longitude")]`` (a string "latitude,longitude" also works); default every dimension alone
-    plus latitude+longitude together. ``weights``: "area" (cos latitude; the default when a
-    latitude dimension exists), "none", or the name of an array of the dataset.
+    plus the latitudes' and longitudes' dimensions together. ``weights``: "area" (cos
+    latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the name of an array of the
+    dataset; default the cell areas ``cell_measures`` names, else "area" where latitudes are
+    found, else "none".
     ``strides``: accumulate every k chunks along a dimension (default 1).
     ``at``: where entries end along a dimension instead of chunk ends, e.g.
     ``{"time": "month"}``, ``{"time": 1}`` (every element), ``{"lat": 1, "lon": 1}``,
@@ -188,8 +191,9 @@ def accumulate(
     var = cube.variable(variable)
     check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
     if dims is None:
-        lat, lon = find_latitude(cube.raw, var.dims), find_longitude(cube.raw, var.dims)
-        combos = spec.default_combinations(var.dims, lat, lon)
+        found = [coordinates.find(cube.raw, var.dims, k, variable) for k in coordinates.KINDS]
+        horizontal = [d for c in found for d in c.dims] if all(found) else []
+        combos = spec.default_combinations(var.dims, horizontal)
     else:
         combos = [_combination(c) for c in dims]
     request = spec.BuildRequest(
