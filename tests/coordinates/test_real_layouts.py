@@ -386,3 +386,32 @@ def test_virtual_cubes_of_the_same_layouts(capsys, monkeypatch, tmp_path, case):
     found = answer(capsys, monkeypatch, refs, variable, *args, "--accumulations", str(side))
     assert_matches(found, weighted_mean(data, weights, over))
     assert "OK" in ok(capsys, monkeypatch, "verify", str(refs), "--sources", str(granule))
+
+
+# --------------------------------------------------------------------------------------------
+# The service: the same labels, kinds and answers
+
+
+def test_the_service_describes_and_answers_by_the_coordinate_values(capsys, monkeypatch, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from accumulus.service import create_app
+
+    cube = tmp_path / "sst.zarr"
+    ok(capsys, monkeypatch, "append", str(cube), str(SST30E), "--chunks",
+       "time=1,latitude=20,longitude=50")  # fmt: skip
+    ok(capsys, monkeypatch, "accumulate", str(cube), "sst")
+    client = TestClient(create_app([str(cube)]))
+    (described,) = client.get("/api/datasets").json()["datasets"]
+    latitude = described["dimensions"]["latitude"]
+    assert latitude["kind"] == "latitude" and latitude["units"] == "degrees_north"
+    assert (latitude["first"], latitude["last"]) == (-90.0, 90.0)
+    assert described["dimensions"]["longitude"]["kind"] == "longitude"
+    response = client.get(
+        f"/api/datasets/{described['name']}/sst/average?over=latitude,longitude"
+        "&latitude=-30/30&longitude=-20/60"
+    )
+    assert response.status_code == 200, response.text
+    box = modulo_360(without_repeated_column(sst30e_dataset()["sst"], "lon"), "lon", -20, 60)
+    box = box.sel(lat=slice(-30, 30))
+    assert_matches(response.json(), weighted_mean(box, cos_lat(box["lat"]), ["lat", "lon"]))
