@@ -1,7 +1,8 @@
 """A property test over the ways files lay out latitudes and longitudes (issue 34): as dimension
 coordinates, as differently named 1-D variables (recognised by ``standard_name``, units,
 ``axis``, the ``coordinates`` attribute or the name), as 2-D variables of a curvilinear grid
-(with or without coordinates of their own dimensions), or not at all; latitudes ascending or
+(rotated-pole or projected in metres as ORNL's ABoVE grids, or on dimensions without labels),
+or not at all; latitudes ascending or
 descending; longitudes -180..180, 0..360, -0.5..359.5 and -180..180 repeating their first
 column, either way round. Weights and ranges always equal xarray's on the same values
 (rtol 1e-9, cos(latitude) in float64: the latitudes made the dimensions' coordinates, the
@@ -25,7 +26,7 @@ from accumulus.errors import AccumulusError
 from .test_real_layouts import modulo_360
 
 VAR = "field"
-LAYOUTS = ("dimension", "named", "curvilinear", "rotated", "bare")
+LAYOUTS = ("dimension", "named", "curvilinear", "rotated", "projected", "bare")
 # Longitudes: first label, and whether the last column repeats the first a turn later.
 CONVENTIONS = {"-180..180": (-180.0, False), "0..360": (0.0, False),
                "-0.5..359.5": (-0.5, True), "-180..180 repeated": (-180.0, True)}  # fmt: skip
@@ -64,7 +65,7 @@ class Case:
     def dims(self) -> tuple[str, str]:
         return {"dimension": ("lat", "lon"), "named": ("latitude", "longitude"),
                 "curvilinear": ("y", "x"), "rotated": ("rlat", "rlon"),
-                "bare": ("lat", "lon")}[self.layout]  # fmt: skip
+                "projected": ("y", "x"), "bare": ("lat", "lon")}[self.layout]  # fmt: skip
 
 
 @st.composite
@@ -116,7 +117,7 @@ def dataset(case: Case) -> tuple[xr.Dataset, xr.DataArray | None, xr.DataArray]:
     elif case.layout == "named":  # lat(latitude), lon(longitude), as NCAR's STR SST
         ds["lat"] = lat_values.assign_attrs(lat_attrs)
         ds["lon"] = lon_values.assign_attrs(lon_attrs)
-    elif case.layout in ("curvilinear", "rotated"):
+    elif case.layout in ("curvilinear", "rotated", "projected"):
         rows, cols = np.meshgrid(np.arange(lat.size), np.arange(lon.size), indexing="ij")
         lat2d = lat[:, None] + 2.0 * np.sin(cols)  # rows bend: no latitude is 1-D
         lon2d = lon[None, :] + 3.0 * np.cos(rows)
@@ -128,9 +129,16 @@ def dataset(case: Case) -> tuple[xr.Dataset, xr.DataArray | None, xr.DataArray]:
                                    xdim: np.round(np.linspace(-12, 12, lon.size), 1)})  # fmt: skip
             for dim, name in ((ydim, "grid_latitude"), (xdim, "grid_longitude")):
                 ds[dim].attrs.update(standard_name=name, units="degrees")
+        if case.layout == "projected":  # as ORNL's ABoVE grids: metres, north up, a crs
+            ds = ds.assign_coords({ydim: 4.2e6 - 30_000.0 * np.arange(lat.size),
+                                   xdim: -2.1e6 + 30_000.0 * np.arange(lon.size)})  # fmt: skip
+            for dim, name in ((ydim, "projection_y_coordinate"), (xdim, "projection_x_coordinate")):
+                ds[dim].attrs.update(standard_name=name, units="m")
+            ds["crs"] = ((), 0, {"grid_mapping_name": "albers_conical_equal_area"})
+            ds[VAR].attrs["grid_mapping"] = "crs"
     else:  # bare: positions only, whatever the dimensions are called
         lat_values = None
-    if case.listed and case.layout in ("named", "curvilinear", "rotated"):
+    if case.listed and case.layout in ("named", "curvilinear", "rotated", "projected"):
         ds = ds.set_coords(["lat", "lon"])  # xarray writes coordinates="lat lon" (or lon lat)
     return ds, lat_values, lon_values
 
@@ -182,26 +190,24 @@ def reduced(data: xr.DataArray, over: list[str], stat: str) -> xr.DataArray:
     return data.mean(over) if weighted is None else weighted.mean(over)
 
 
-def draw_ranges(data, case: Case) -> dict:
-    """Ranges as a user writes them: latitudes and rotated coordinates by value, longitudes
-    in any convention (across the seam or the date line too), positions on bare dimensions.
-    Bounds end in .37, which no label does."""
-    ydim, xdim = case.dims
+def draw_ranges(data, case: Case, ds: xr.Dataset) -> dict:
+    """Ranges as a user writes them: latitudes, rotated and projected coordinates by value
+    (reaching past them too), longitudes in any convention (across the seam or the date line
+    too), positions on dimensions without labels. Bounds end in .37, which no label does."""
     ranges = {}
-    if data.draw(st.booleans(), label="y range"):
+    for dim, name in zip(case.dims, ("y range", "x range"), strict=True):
+        if not data.draw(st.booleans(), label=name):
+            continue
         if case.positions:
-            ranges[ydim] = tuple(data.draw(st.integers(0, case.ny - 1)) for _ in "ab")
+            bounds = [data.draw(st.integers(0, ds.sizes[dim] - 1)) for _ in "ab"]
+        elif dim == case.dims[1] and case.layout in ("dimension", "named"):
+            bounds = [data.draw(st.integers(-200, 400)) + 0.37 for _ in "ab"]
         else:
-            span = 95 if case.layout in ("dimension", "named") else 10
-            ranges[ydim] = tuple(data.draw(st.integers(-span, span - 1)) + 0.37 for _ in "ab")
-    if data.draw(st.booleans(), label="x range"):
-        if case.positions:
-            columns = case.nx + case.repeated
-            ranges[xdim] = tuple(data.draw(st.integers(0, columns - 1)) for _ in "ab")
-        elif case.layout == "rotated":
-            ranges[xdim] = tuple(data.draw(st.integers(-13, 12)) + 0.37 for _ in "ab")
-        elif case.layout == "dimension" or case.layout == "named":
-            ranges[xdim] = tuple(data.draw(st.integers(-200, 400)) + 0.37 for _ in "ab")
+            labels = ds[dim].values if dim in ds else ds["lat"].values  # named: lat(latitude)
+            step = float(np.abs(np.diff(labels)).max())
+            lo, hi = int(labels.min() - step), int(labels.max() + step)
+            bounds = [data.draw(st.integers(lo, hi)) + 0.37 for _ in "ab"]
+        ranges[dim] = tuple(bounds)
     return ranges
 
 
@@ -238,7 +244,7 @@ def test_weights_and_ranges_equal_xarray_or_are_refused(tmp_path_factory, case, 
         ), label="over")  # fmt: skip
         stat = data.draw(st.sampled_from(["mean", "count"]), label="stat")
         plan = data.draw(st.sampled_from(["cheaper", "accumulation"]), label="plan")
-        ranges = draw_ranges(data, case)
+        ranges = draw_ranges(data, case, ds)
         cells = selected(case, ds, lat, lon, ranges)
         try:
             got = accumulus.average(path, VAR, over, ranges, stat=stat, plan=plan)
