@@ -28,6 +28,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import xarray as xr
 
 Kind = Literal["latitude", "longitude"]
@@ -97,9 +98,9 @@ def find(
 
 def labels_of(ds: xr.Dataset, dim: Hashable) -> str | None:
     """The variable whose values label ``dim``: its dimension coordinate, else the one 1-D
-    latitude or longitude variable on it (``lat(latitude)``), else None (positions only).
-    Two such variables on one dimension (``lat(obs)``, ``lon(obs)`` of scattered points)
-    label nothing: neither orders it."""
+    latitude or longitude variable on it (``lat(latitude)``) when its values are monotonic,
+    else None (positions only). Scattered points (``lat(obs)``, unordered, or with
+    ``lon(obs)`` beside it) label nothing: their coordinates do not order the dimension."""
     if dim in ds.variables and ds.variables[dim].dims == (dim,):
         return str(dim)
     found = {
@@ -109,7 +110,11 @@ def labels_of(ds: xr.Dataset, dim: Hashable) -> str | None:
         for kind in KINDS
         if is_kind(ds, name, kind)
     }
-    return found.pop() if len(found) == 1 else None
+    if len(found) != 1:
+        return None
+    (name,) = found
+    steps = np.diff(np.asarray(ds.variables[name].values, dtype="f8"))
+    return name if (steps > 0).all() or (steps < 0).all() else None
 
 
 def _candidates(

@@ -42,6 +42,14 @@ def ok(capsys, monkeypatch, *args: str) -> str:
     return out
 
 
+def built(capsys, monkeypatch, cube: Path, source: Path, variable: str, *options: str) -> Path:
+    """``cube`` appended from ``source`` (``options``: append's) and accumulated with the
+    defaults."""
+    ok(capsys, monkeypatch, "append", str(cube), str(source), *options)
+    ok(capsys, monkeypatch, "accumulate", str(cube), variable)
+    return cube
+
+
 def answer(capsys, monkeypatch, cube: Path, variable: str, *args: str) -> dict:
     """``average --json``'s answer."""
     return json.loads(ok(capsys, monkeypatch, "average", str(cube), variable, *args, "--json"))
@@ -107,9 +115,7 @@ def sst30e_dataset() -> xr.Dataset:
 
 def test_latitudes_on_a_differently_named_dimension(capsys, monkeypatch, tmp_path):
     cube = tmp_path / "sst.zarr"
-    ok(capsys, monkeypatch, "append", str(cube), str(SST30E), "--chunks",
-       "time=1,latitude=20,longitude=50")  # fmt: skip
-    ok(capsys, monkeypatch, "accumulate", str(cube), "sst")
+    built(capsys, monkeypatch, cube, SST30E, "sst", "--chunks", "time=1,latitude=20,longitude=50")
     ds = sst30e_dataset()
     sst = without_repeated_column(ds["sst"], "lon")
 
@@ -210,9 +216,8 @@ def test_a_dimension_without_coordinate_values_says_so(capsys, monkeypatch, tmp_
 
 def test_a_grid_repeating_its_seam_column(capsys, monkeypatch, tmp_path):
     cube = tmp_path / "ferret.zarr"
-    ok(capsys, monkeypatch, "append", str(cube), str(FERRET), "--dim", "TIME", "--chunks",
-       "TIME=1,LAT=16,LON=40")  # fmt: skip
-    ok(capsys, monkeypatch, "accumulate", str(cube), "TEMP")
+    built(capsys, monkeypatch, cube, FERRET, "TEMP", "--dim", "TIME", "--chunks",
+          "TIME=1,LAT=16,LON=40")  # fmt: skip
     temp = xr.open_dataset(FERRET)["TEMP"]
     distinct = without_repeated_column(temp, "LON")
 
@@ -251,9 +256,7 @@ def test_a_grid_repeating_its_seam_column(capsys, monkeypatch, tmp_path):
 
 def test_a_rotated_pole_grid_is_weighted_by_its_2d_latitudes(capsys, monkeypatch, tmp_path):
     cube = tmp_path / "hirham.zarr"
-    ok(capsys, monkeypatch, "append", str(cube), str(ROTATED), "--chunks",
-       "time=1,rlat=30,rlon=40")  # fmt: skip
-    ok(capsys, monkeypatch, "accumulate", str(cube), "pr")
+    built(capsys, monkeypatch, cube, ROTATED, "pr", "--chunks", "time=1,rlat=30,rlon=40")
     ds = xr.open_dataset(ROTATED)
     pr, weights = ds["pr"], cos_lat(ds["lat"])
 
@@ -308,8 +311,7 @@ def test_cell_measures_give_the_area_weights(capsys, monkeypatch, tmp_path):
         area[...] = rng.uniform(0.5e8, 2e8, (100, 100))
         nc["pr"].cell_measures = "area: cell_area"
     cube = tmp_path / "hirham.zarr"
-    ok(capsys, monkeypatch, "append", str(cube), str(source), "--chunks", "time=1,rlat=30,rlon=40")
-    ok(capsys, monkeypatch, "accumulate", str(cube), "pr")
+    built(capsys, monkeypatch, cube, source, "pr", "--chunks", "time=1,rlat=30,rlon=40")
     ds = xr.open_dataset(source)
     args = ["--over", "rlat,rlon"]
     expected = weighted_mean(ds["pr"], ds["cell_area"], ["rlat", "rlon"])
@@ -398,9 +400,7 @@ def test_the_service_describes_and_answers_by_the_coordinate_values(capsys, monk
     from accumulus.service import create_app
 
     cube = tmp_path / "sst.zarr"
-    ok(capsys, monkeypatch, "append", str(cube), str(SST30E), "--chunks",
-       "time=1,latitude=20,longitude=50")  # fmt: skip
-    ok(capsys, monkeypatch, "accumulate", str(cube), "sst")
+    built(capsys, monkeypatch, cube, SST30E, "sst", "--chunks", "time=1,latitude=20,longitude=50")
     client = TestClient(create_app([str(cube)]))
     (described,) = client.get("/api/datasets").json()["datasets"]
     latitude = described["dimensions"]["latitude"]
