@@ -33,23 +33,26 @@ CUTS = [
 
 
 def cut(source: Path, target: Path, ranges: dict[str, tuple[int, int]]) -> None:
-    with netCDF4.Dataset(source) as src, netCDF4.Dataset(target, "w", format=src.file_format) as out:
-        src.set_auto_maskandscale(False)
-        out.setncatts({k: src.getncattr(k) for k in src.ncattrs()})
-        for name, dim in src.dimensions.items():
-            lo, hi = ranges.get(name, (0, len(dim)))
-            out.createDimension(name, None if dim.isunlimited() else hi - lo)
-        for name, var in src.variables.items():
-            attrs = {k: var.getncattr(k) for k in var.ncattrs()}
-            fill = attrs.pop("_FillValue", None)
-            new = out.createVariable(name, var.dtype, var.dimensions, fill_value=fill)
-            new.set_auto_maskandscale(False)
-            # Attributes in their order, _FillValue at its place (createVariable wrote it).
-            for key in var.ncattrs():
-                if key != "_FillValue":
-                    new.setncattr(key, var.getncattr(key))
-            index = tuple(slice(*ranges.get(d, (None, None))) for d in var.dimensions)
-            new[...] = var[index] if var.dimensions else var.getValue()
+    with netCDF4.Dataset(source) as src:
+        file_format = src.file_format
+    with netCDF4.Dataset(source) as src, netCDF4.Dataset(target, "w", format=file_format) as out:
+        _copy(src, out, ranges)
+
+
+def _copy(src: netCDF4.Dataset, out: netCDF4.Dataset, ranges: dict[str, tuple[int, int]]) -> None:
+    src.set_auto_maskandscale(False)
+    out.setncatts({k: src.getncattr(k) for k in src.ncattrs()})
+    for name, dim in src.dimensions.items():
+        lo, hi = ranges.get(name, (0, len(dim)))
+        out.createDimension(name, None if dim.isunlimited() else hi - lo)
+    for name, var in src.variables.items():
+        attrs = {k: var.getncattr(k) for k in var.ncattrs()}
+        fill = attrs.pop("_FillValue", None)  # written first, by createVariable
+        new = out.createVariable(name, var.dtype, var.dimensions, fill_value=fill)
+        new.set_auto_maskandscale(False)
+        new.setncatts(attrs)  # the others in their order
+        index = tuple(slice(*ranges.get(d, (None, None))) for d in var.dimensions)
+        new[...] = var[index] if var.dimensions else var.getValue()
 
 
 def main(geocat: str, iris: str) -> None:
