@@ -52,6 +52,7 @@ from zarr.core.chunk_utils import ChunkTransform
 from zarr.core.metadata import ArrayMetadata
 from zarr.core.sync import sync
 
+from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, read_grid, sharding_of
 from accumulus.storage import reads_synchronously
 
@@ -151,6 +152,10 @@ class ReadCounts:
     bytes: int = 0
 
 
+class ChunkTooLarge(AccumulusError):
+    """A chunk declares more bytes decoded than the query may hold at once."""
+
+
 class ChunkReadError(Exception):
     """Reading or decoding ``request``'s chunk failed with ``cause``."""
 
@@ -173,11 +178,13 @@ def read_chunks(
     requested twice. Raises ``ChunkReadError`` naming the first chunk that failed.
 
     ``memory_bytes`` bounds the chunks held at once (fetched, decoded or being consumed) by
-    their decoded size: many small chunks go out together, large ones a few at a time (one
-    at least, whatever its size). ``store``: read every key (``ChunkRequest.key``)
-    through it instead of the arrays' own store (a wrapper of it, such as the service's
-    guard)."""
+    their decoded size: many small chunks go out together, large ones a few at a time, and
+    one that declares more (its shape × its dtype's size) is refused before anything is
+    read (``ChunkTooLarge``). ``store``: read every key (``ChunkRequest.key``) through it
+    instead of the arrays' own store (a wrapper of it, such as the service's guard)."""
     unique = list({r.key: r for r in requests}.values())
+    if memory_bytes is not None:
+        _check_sizes(unique, memory_bytes)
     counts = ReadCounts()
     here = _readable_here(unique, store) if unique else None
     if here is not None:
@@ -185,6 +192,23 @@ def read_chunks(
     elif unique:
         sync(_read_all(unique, consume, counts, memory_bytes, store))
     return counts
+
+
+def _check_sizes(requests: Sequence[ChunkRequest], memory_bytes: int) -> None:
+    """Refuse, before any is read, a chunk larger decoded than ``memory_bytes``: a store
+    may declare any shape (a reference set's 1 x 40000 x 40000 chunk of ``/dev/zero``)."""
+    for request in requests:
+        size = _decoded_bytes(request)
+        if size > memory_bytes:
+            metadata = request.array.metadata
+            shape = " x ".join(map(str, _codec_shape(metadata, request.coords)))
+            problem = ChunkTooLarge(
+                f"chunk {request.key} holds {size} bytes decoded ({shape} "
+                f"{metadata.dtype.to_native_dtype()}), more than the {memory_bytes} bytes the "
+                "query may hold in chunks at once; give it more memory (memory_bytes=, "
+                "--memory-mb)"
+            )
+            raise ChunkReadError(request, problem)
 
 
 def read_region(array: zarr.Array, region: Sequence[slice]) -> np.ndarray:
@@ -318,7 +342,7 @@ def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
 
 
 class _Held:
-    """Bytes held by chunks in flight, at most ``limit`` (one chunk may exceed it alone)."""
+    """Bytes held by chunks in flight, at most ``limit``."""
 
     def __init__(self, limit: int | None) -> None:
         self.limit = limit

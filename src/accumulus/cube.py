@@ -24,6 +24,7 @@ from xarray.backends.zarr import ZarrStore
 from zarr.abc.store import Store
 
 from accumulus.chunk_reader import read_region
+from accumulus.coordinates import labels_of
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
 from accumulus.hierarchy import (
@@ -316,16 +317,30 @@ class Cube:
     # Coordinates
 
     def index(self, dim: str) -> pd.Index:
-        """The decoded coordinate of ``dim`` as a pandas index (positions when it has none)."""
+        """The decoded labels of ``dim`` as a pandas index: its dimension coordinate's, or
+        those of the latitude or longitude variable on it (``lat(latitude)``,
+        ``coordinates.labels_of``), or positions when no variable holds them
+        (``labelled``)."""
         found = self._indexes.get(dim)
         if found is None:
+            name = self.labels_name(dim)
             indexes = self.decoded.indexes
-            if dim in indexes:
+            if name == dim and dim in indexes:
                 found = indexes[dim]
+            elif name is not None:
+                found = pd.Index(self.decoded.variables[name].values, name=dim)
             else:
                 found = pd.RangeIndex(self.decoded.sizes[dim], name=dim)
             self._indexes[dim] = found
         return found
+
+    def labels_name(self, dim: str) -> str | None:
+        """The variable holding the labels of ``dim``, or None when it has only positions."""
+        return self.remembered(("labels", dim), lambda: labels_of(self.raw, dim))
+
+    def labelled(self, dim: str) -> bool:
+        """Whether ``dim`` has labels of its own (else ``index`` gives positions)."""
+        return self.labels_name(dim) is not None
 
     # ----------------------------------------------------------------------------------------
     # Values of other arrays

@@ -142,6 +142,7 @@ def append(
     progress: Progress | None = None,
     group: str | None = None,
     shards: Mapping[str, int] | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> AppendResult:
     """Append ``granules`` (NetCDF4/HDF5 files, Zarr stores or ``xarray.Dataset`` objects)
     to the cube at ``store`` along ``dim``, creating it from the first granule if needed.
@@ -159,7 +160,9 @@ def append(
     group holding variables along ``dim``. ``shards`` ({dim: size}, Zarr v3, the default
     format with it): on creation, the data variables' chunks are packed in shards of these
     sizes (multiples of the chunk sizes; one chunk per shard along dimensions not named);
-    on an existing cube they must agree with its shards.
+    on an existing cube they must agree with its shards. ``allow_references``: where a
+    granule that is a reference set (``.parq``, or a ``.json`` URL) may read besides its own
+    location.
     """
     started = time.perf_counter()
     items = _as_list(granules)
@@ -177,11 +180,12 @@ def append(
         zarr_format=_zarr_format(zarr_format, rule, bool(shards)),
         skip_existing=skip_existing,
         storage_options=storage_options,
+        allow_references=tuple(allow_references or ()),
         progress=progress or (lambda done, total: None),
         steps=2 * len(items),
     )
     label = store_label(store) if isinstance(store, Store) else os.fspath(store)
-    group = resolve_group(items[0], dim, group, storage_options)
+    group = resolve_group(items[0], dim, group, storage_options, request.allow_references)
     items = [_in_group(item, group, dim) for item in items]
     target_store, new_directory = _open_target(store, label, storage_options)
     # Shards rewritten keep their old inner chunks in place, for readers of the old index.
@@ -243,6 +247,7 @@ class Request:
     zarr_format: int  # of a new cube
     skip_existing: bool
     storage_options: dict | None
+    allow_references: tuple[str, ...]  # where granules that are reference sets may read
     progress: Progress  # called with (done, steps)
     steps: int  # of progress: each granule is checked, then written
 
@@ -473,7 +478,7 @@ def check(
     skipped: list[tuple[str, str]] = []
     first = None
     for done, item in enumerate(items, start=1):
-        granule = open_granule(item, request.storage_options)
+        granule = open_granule(item, request.storage_options, request.allow_references)
         try:
             known = journal.find(granule.checksum) if journal else None
             if known is not None:
@@ -629,7 +634,7 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
     creates the cube again."""
     template, dim, store = batch.template, target.dim, target.store
     zarr_format, variable_rule = request.zarr_format, request.variable_rule
-    granule = open_granule(batch.first, request.storage_options)
+    granule = open_granule(batch.first, request.storage_options, request.allow_references)
     try:
         specs = {
             str(name): ArraySpec(
@@ -707,7 +712,7 @@ def write(target: Target, request: Request, cube: Committed, batch: Batch) -> Wr
     updated: frozenset[str] = frozenset()
     try:
         for done, plan in enumerate(batch.planned, start=1):
-            values = _read_again(plan, template, target.dim, request.storage_options)
+            values = _read_again(plan, template, target.dim, request)
             if isinstance(grid, VariableGrid):
                 grid.extend(_grid_coordinate(values[target.dim], template, cube.variable_rule))
             start = writer.size
@@ -748,10 +753,10 @@ def _grid_coordinate(values: np.ndarray, template: Template, rule: str | None) -
 
 
 def _read_again(
-    plan: Planned, template: Template, dim: str, storage_options: dict | None
+    plan: Planned, template: Template, dim: str, request: Request
 ) -> dict[str, np.ndarray]:
     """A checked granule's values to append, in the cube's encoding."""
-    granule = open_granule(plan.item, storage_options)
+    granule = open_granule(plan.item, request.storage_options, request.allow_references)
     try:
         if granule.checksum != plan.checksum:
             raise AccumulusError(

@@ -102,6 +102,7 @@ def create_app(
     limits: ServiceLimits | None = None,
     group: str | None = None,
     accumulations: Sequence[str] | None = None,
+    allow_references: Sequence[str] | None = None,
     allowed_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
     """The service for ``stores`` (paths or URLs), each from its group ``group`` (by default
@@ -109,13 +110,14 @@ def create_app(
     names); ``accumulations`` gives each store a sidecar (one per store, in order). Each is
     opened now, so a store that cannot be read stops the start with an ``AccumulusError``.
     Answers larger than ``max_cells`` values are refused; up to ``cache_bytes`` of answers
-    are kept; ``limits`` bound the computations (see ``ServiceLimits``). Requests whose
+    are kept; ``limits`` bound the computations (see ``ServiceLimits``). A store that is a
+    reference set reads only under its own location and ``allow_references``. Requests whose
     ``Host`` is not one of ``allowed_hosts`` (``http.allowed_hosts``) get 400; None answers
     any (``serve`` gives the names the service is reached by)."""
     limits = limits or ServiceLimits()
     tune_allocator()
     sys.setswitchinterval(0.001)
-    catalog = Catalog(stores, storage_options, group, accumulations)
+    catalog = Catalog(stores, storage_options, group, accumulations, allow_references)
     first = [dataset.snapshot() for dataset in catalog]
     range_patterns = {
         str(d): range_pattern(s.cube.index(str(d)))
@@ -484,11 +486,14 @@ class HealthMonitor:
 # An absolute path of two or more parts (not a range like 2001/2002 or units like mm/day).
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:=/-])(?:file://)?(?:/[\w.@+-]+){2,}/?")
 _STORE_REPR = re.compile(r"\b\w*Store\(")
+# A URL (s3://bucket/key, http://10.0.0.5:9000/…): an internal location a client need not see.
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()]*")
 
 
 class PublicText:
     """Error texts as clients see them: a served store's location becomes its dataset name,
-    other absolute paths and internal store objects (``LocalStore(...)``) are left out."""
+    other URLs, absolute paths and internal store objects (``LocalStore(...)``) are left
+    out."""
 
     def __init__(self, catalog: Catalog) -> None:
         forms: dict[str, str] = {}
@@ -502,7 +507,7 @@ class PublicText:
     def __call__(self, text: str) -> str:
         for form, name in self._forms:
             text = text.replace(form, name)
-        text = _without_store_reprs(text)
+        text = _URL.sub("<url>", _without_store_reprs(text))
         return _ABSOLUTE_PATH.sub("<path>", text)
 
 

@@ -68,9 +68,11 @@ def serve(
     limits: ServiceLimits | None = None,
     group: str | None = None,
     accumulations: Sequence[str] | None = None,
+    allow_references: Sequence[str] | None = None,
     allowed_hosts: Sequence[str] = (),
 ) -> None:
-    """Serve ``stores`` (from their group ``group``, with their sidecars ``accumulations``)
+    """Serve ``stores`` (from their group ``group``, with their sidecars ``accumulations``;
+    reference sets reading where ``allow_references`` allows besides their own location)
     on ``host:port`` until interrupted (loopback only unless ``host`` says otherwise),
     answering requests for the loopback names, ``host`` and ``allowed_hosts`` (``Host``).
 
@@ -85,6 +87,7 @@ def serve(
         "limits": asdict(limits or ServiceLimits()),
         "group": group,
         "accumulations": list(accumulations) if accumulations else None,
+        "allow_references": list(allow_references) if allow_references else None,
         "allowed_hosts": http.allowed_hosts(host, allowed_hosts),
     }
     options = {
@@ -97,7 +100,7 @@ def serve(
     if workers == 1:
         uvicorn.run(app_from_settings(settings), **options)
         return
-    for dataset in Catalog(stores, storage_options, group, accumulations):
+    for dataset in Catalog(stores, storage_options, group, accumulations, allow_references):
         dataset.snapshot()  # refused here, once, rather than by every worker
     os.environ[SETTINGS_VARIABLE] = json.dumps(settings)
     uvicorn.run(
