@@ -183,8 +183,13 @@ def main() -> None:
             "through_references": round(seconds_read_virtual, 3),
             "open_mfdataset": round(seconds_read_mf, 3),
         }
-    queries = sidecar_queries(base, work / "side.zarr", args.repeats) if args.sidecar else {}
-    parquet = parquet_against_json(files, base, work, args.repeats)
+    # The sets are written in a work directory, the granules cached elsewhere: a reference set
+    # reads outside its own directory only what the reader allows.
+    allowed = [str(files[0].parent)]
+    queries = (
+        sidecar_queries(base, work / "side.zarr", args.repeats, allowed) if args.sidecar else {}
+    )
+    parquet = parquet_against_json(files, base, work, args.repeats, allowed)
     scale = [synthetic_open(int(n), work, args.repeats) for n in args.scale.split(",") if n]
     report(
         {
@@ -244,7 +249,9 @@ def xarray_open(references: Path) -> xr.Dataset:
         )
 
 
-def parquet_against_json(files: list[Path], base: Path, work: Path, repeats: int) -> dict:
+def parquet_against_json(
+    files: list[Path], base: Path, work: Path, repeats: int, allowed: list[str]
+) -> dict:
     """The JSON set ``base`` (all granules but the last) against the same as Parquet."""
     parquet = work / "base.parq"
 
@@ -267,8 +274,10 @@ def parquet_against_json(files: list[Path], base: Path, work: Path, repeats: int
         xarray_open(path)  # warm-up: imports, caches of the filesystem
         xarray_seconds, ds = median_seconds(lambda p=path: xarray_open(p), repeats)
         assert ds.sizes["time"] == built.extent[1]
-        open_seconds, _ = median_seconds(lambda p=path: accumulus.open(str(p)), repeats)
-        handle = accumulus.open(str(path))
+        open_seconds, _ = median_seconds(
+            lambda p=path: accumulus.open(str(p), allow_references=allowed), repeats
+        )
+        handle = accumulus.open(str(path), allow_references=allowed)
         handle.average("precip", *question)  # warm-up: the snapshot, compiled kernels
         query_seconds, answer = median_seconds(
             lambda h=handle: h.average("precip", *question), repeats
@@ -396,13 +405,13 @@ def floor_reader(handle: accumulus.Datacube, result):
     return run
 
 
-def sidecar_queries(references: Path, side: Path, repeats: int) -> dict:
+def sidecar_queries(references: Path, side: Path, repeats: int, allowed: list[str]) -> dict:
     """Build the sidecar of ``references`` and ask the questions through it and by xarray."""
     with accumulus_scope():
         started = time.perf_counter()
-        accumulus.accumulate(str(references), "precip", into=str(side))
+        accumulus.accumulate(str(references), "precip", into=str(side), allow_references=allowed)
         build_seconds = time.perf_counter() - started
-        source = CountingStore(open_store(str(references)))
+        source = CountingStore(open_store(str(references), allow_references=allowed))
         sidecar = CountingStore(open_store(str(side)))
         handle = accumulus.open(source, accumulations=sidecar)
         last = pd.Timestamp(handle.cube.index("time")[-1])
@@ -419,7 +428,7 @@ def sidecar_queries(references: Path, side: Path, repeats: int) -> dict:
         floor, _ = median_seconds(floor_run, repeats)
 
         def scan():
-            fresh = CountingStore(open_store(str(references)))
+            fresh = CountingStore(open_store(str(references), allow_references=allowed))
             return xarray_scan(fresh, over, ranges), fresh  # noqa: B023
 
         scan_seconds, (expected, scan_store) = median_seconds(scan, max(1, repeats // 2))

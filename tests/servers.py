@@ -23,10 +23,12 @@ class HttpLog:
 
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     arrived: list[float] = field(default_factory=list)  # perf_counter() of each request
+    authorizations: list[str | None] = field(default_factory=list)  # each request's header
 
     def clear(self) -> None:
         self.requests.clear()
         self.arrived.clear()
+        self.authorizations.clear()
 
     def round_trips(self, gap: float) -> int:
         """Waves of requests: those arriving within ``gap`` seconds of the previous one
@@ -36,16 +38,22 @@ class HttpLog:
 
 
 @contextmanager
-def http_server(root: Path, latency: float = 0.0) -> Iterator[tuple[str, HttpLog]]:
-    """Serve ``root`` read-only over HTTP on a free loopback port; yields (base URL, log)."""
+def http_server(
+    root: Path, latency: float = 0.0, redirects: dict[str, str] | None = None
+) -> Iterator[tuple[str, HttpLog]]:
+    """Serve ``root`` read-only over HTTP on a free loopback port; yields (base URL, log).
+    ``redirects``: paths answered with a 302 to another URL instead."""
     log = HttpLog()
 
     @web.middleware
     async def slow_and_logged(request: web.Request, handler):
         log.requests.append((request.method, request.path, request.headers.get("Range")))
         log.arrived.append(time.perf_counter())
+        log.authorizations.append(request.headers.get("Authorization"))
         if latency:
             await asyncio.sleep(latency)
+        if request.path in (redirects or {}):
+            raise web.HTTPFound(redirects[request.path])
         return await handler(request)
 
     loop = asyncio.new_event_loop()

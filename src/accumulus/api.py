@@ -25,6 +25,7 @@ import xarray as xr
 import zarr
 from zarr.abc.store import Store
 
+from accumulus import coordinates
 from accumulus.accumulation import spec
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.groups import AccumulationGroups
@@ -38,7 +39,7 @@ from accumulus.accumulation.request import malformed_range as malformed_range  #
 from accumulus.accumulation.request import split_range as split_range  # re-exported
 from accumulus.accumulation.sidecar import Sidecar, sidecar_settings
 from accumulus.accumulation.sidecar import StaleSidecarError as StaleSidecarError  # re-exported
-from accumulus.accumulation.weights import find_latitude, find_longitude, resolve_weights
+from accumulus.accumulation.weights import resolve_weights
 from accumulus.cube import Cube
 from accumulus.datacube import CubeSnapshot as CubeSnapshot  # re-exported
 from accumulus.datacube import Datacube
@@ -69,12 +70,15 @@ def open(
     group: str | None = None,
     variable: str | None = None,
     accumulations: str | Store | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> Datacube:
     """Open a datacube for queries: its metadata is read once per snapshot, and
     ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one.
     ``accumulations``: a store holding its accumulation groups beside it (made with
-    ``accumulate(..., into=)``); a store so made may also be opened in place of the cube."""
-    handle = _datacube(store, storage_options, group, variable, accumulations)
+    ``accumulate(..., into=)``); a store so made may also be opened in place of the cube.
+    ``allow_references``: where a reference set (``.json``, ``.parq``) may read besides its
+    own location (directories and URL prefixes; see docs/remote.md)."""
+    handle = _datacube(store, storage_options, group, variable, accumulations, allow_references)
     handle.snapshot()  # a store that cannot be read is refused now
     return handle
 
@@ -85,6 +89,7 @@ def _datacube(
     group: str | None,
     variable: str | None,
     accumulations: str | Store | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> Datacube:
     if isinstance(store, Datacube | Cube) and accumulations is not None:
         raise AccumulusError("accumulations= is given with a store path or URL, not an open cube")
@@ -93,7 +98,12 @@ def _datacube(
     if isinstance(store, Cube):
         return Datacube.pinned(store)
     return Datacube.open(
-        store, storage_options, group=group, variable=variable, accumulations=accumulations
+        store,
+        storage_options,
+        group=group,
+        variable=variable,
+        accumulations=accumulations,
+        allow_references=allow_references,
     )
 
 
@@ -105,6 +115,7 @@ def open_cube(
     *,
     group: str | None = None,
     variable: str | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> Cube:
     """Open a datacube snapshot (reads its metadata once): the group ``group`` of the store,
     or the one group holding ``variable`` (or data variables). An open ``Datacube`` gives its
@@ -113,7 +124,12 @@ def open_cube(
         return store
     if isinstance(store, Datacube):
         return store.cube
-    opened = open_store(store, mode, storage_options=storage_options)  # type: ignore[arg-type]
+    opened = open_store(
+        store,  # type: ignore[arg-type]
+        mode,  # type: ignore[arg-type]
+        storage_options=storage_options,
+        allow_references=allow_references,
+    )
     label = None if isinstance(store, Store) else str(store)
     where = label or store_label(opened)
     path = find_cube_group(opened, group, variable, where)
@@ -137,13 +153,16 @@ def accumulate(
     group: str | None = None,
     into: str | os.PathLike[str] | None = None,
     allow_missing_chunks: bool = False,
+    allow_references: Sequence[str] | None = None,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
     ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("latitude",
     "longitude")]`` (a string "latitude,longitude" also works); default every dimension alone
-    plus latitude+longitude together. ``weights``: "area" (cos latitude; the default when a
-    latitude dimension exists), "none", or the name of an array of the dataset.
+    plus the latitudes' and longitudes' dimensions together. ``weights``: "area" (cos
+    latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the name of an array of the
+    dataset; default the cell areas ``cell_measures`` names, else "area" where latitudes are
+    found, else "none".
     ``strides``: accumulate every k chunks along a dimension (default 1).
     ``at``: where entries end along a dimension instead of chunk ends, e.g.
     ``{"time": "month"}``, ``{"time": 1}`` (every element), ``{"lat": 1, "lon": 1}``,
@@ -153,7 +172,7 @@ def accumulate(
     Re-running with the same configuration does nothing; another configuration needs
     ``rebuild=True``. Building a group again is refused where raw chunks are missing that
     were not missing when it was last built (they would be summed as missing values),
-    unless ``allow_missing_chunks``.
+    unless ``allow_missing_chunks``. ``allow_references``: as for ``open``.
     ``into``: write them into this store (created if missing, in an existing directory)
     beside ``store``, which is then only read (a URL, a reference file, anything
     read-only). The store records
@@ -168,13 +187,21 @@ def accumulate(
     try:
         with removed_on_failure(created):  # a sidecar made by a failed run is not left
             cube = open_cube(
-                store, "r" if into else "r+", storage_options, group=group, variable=variable
+                store,
+                "r" if into else "r+",
+                storage_options,
+                group=group,
+                variable=variable,
+                allow_references=allow_references,
             )
             var = cube.variable(variable)
             check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
             if dims is None:
-                lat, lon = find_latitude(cube.raw, var.dims), find_longitude(cube.raw, var.dims)
-                combos = spec.default_combinations(var.dims, lat, lon)
+                found = [
+                    coordinates.find(cube.raw, var.dims, k, variable) for k in coordinates.KINDS
+                ]
+                horizontal = [d for c in found for d in c.dims] if all(found) else []
+                combos = spec.default_combinations(var.dims, horizontal)
             else:
                 combos = [_combination(c) for c in dims]
             request = spec.BuildRequest(
@@ -243,11 +270,14 @@ def query(
     group: str | None = None,
     shape: Any = None,
     accumulations: str | Store | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> QueryResult:
     """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats.
-    Chunks are read and reduced within about ``memory_bytes``."""
+    Chunks are read and reduced within about ``memory_bytes``; a chunk larger than that is
+    refused before it is read."""
     # The store's snapshot is read once, by the query itself.
-    return _datacube(store, storage_options, group, variable, accumulations).query(
+    handle = _datacube(store, storage_options, group, variable, accumulations, allow_references)
+    return handle.query(
         variable,
         over,
         ranges,
@@ -275,6 +305,7 @@ def average(
     group: str | None = None,
     shape: Any = None,
     accumulations: str | Store | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> xr.DataArray:
     """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
     ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
@@ -299,6 +330,7 @@ def average(
         group=group,
         shape=shape,
         accumulations=accumulations,
+        allow_references=allow_references,
     ).data
 
 
@@ -310,16 +342,22 @@ def verify(
     storage_options: dict | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> list[VerifyReport]:
     """Recompute accumulations from the raw data and compare (all variables by default).
     A sidecar (or a cube with ``accumulations``) is verified against its source: a group
     whose source changed since it was built is reported stale, the others recomputed from
     the source's raw data."""
-    if accumulations is not None or _is_sidecar(store, storage_options):
-        snapshot = _datacube(store, storage_options, group, variable, accumulations).snapshot()
+    allowed = allow_references
+    if accumulations is not None or _is_sidecar(store, storage_options, allowed):
+        handle = _datacube(store, storage_options, group, variable, accumulations, allowed)
+        snapshot = handle.snapshot()
         cube, groups = snapshot.cube, snapshot.groups
     else:
-        cube, groups = open_cube(store, "r", storage_options, group=group, variable=variable), None
+        cube = open_cube(
+            store, "r", storage_options, group=group, variable=variable, allow_references=allowed
+        )
+        groups = None
     names = [variable] if variable else cube.data_variables
     reports = [_verify_one(cube, name, groups) for name in names]
     if variable is None:
@@ -345,13 +383,20 @@ def verify_sources(
     *,
     dim: str | None = None,
     storage_options: dict | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> list[SourceComparison]:
     """Compare the cube with the files it was made from, as xarray decodes them: every
     variable, value for value; differences by variable and index range. ``dim``: what the
     sources were appended along (default: the cube's; none for a converted file)."""
     from accumulus.ingest.compare import compare_sources
 
-    return compare_sources(store, sources, dim=dim, storage_options=storage_options)
+    return compare_sources(
+        store,
+        sources,
+        dim=dim,
+        storage_options=storage_options,
+        allow_references=allow_references,
+    )
 
 
 @scoped
@@ -361,21 +406,31 @@ def inspect(
     storage_options: dict | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube.
     For a sidecar (or with ``accumulations``): the source's, with the sidecar's groups, and
     under "sidecar" its source and whether each group still holds for it."""
-    if accumulations is not None or _is_sidecar(store, storage_options):
-        snapshot = _datacube(store, storage_options, group, None, accumulations).snapshot()
+    allowed = allow_references
+    if accumulations is not None or _is_sidecar(store, storage_options, allowed):
+        handle = _datacube(store, storage_options, group, None, accumulations, allowed)
+        snapshot = handle.snapshot()
         return describe_cube(snapshot.cube, snapshot.groups)
-    return describe_cube(open_cube(store, "r", storage_options, group=group))
+    return describe_cube(
+        open_cube(store, "r", storage_options, group=group, allow_references=allowed)
+    )
 
 
-def _is_sidecar(store: StoreLike, storage_options: dict | None) -> bool:
+def _is_sidecar(
+    store: StoreLike, storage_options: dict | None, allow_references: Sequence[str] | None
+) -> bool:
     if not isinstance(store, str | os.PathLike):
         return False
     try:
-        root = zarr.open_group(open_store(store, "r", storage_options=storage_options), mode="r")
+        opened = open_store(
+            store, "r", storage_options=storage_options, allow_references=allow_references
+        )
+        root = zarr.open_group(opened, mode="r")
         return sidecar_settings(dict(root.attrs)) is not None
     except Exception:  # not a readable group: the cube's own opening says what is wrong
         return False

@@ -100,9 +100,10 @@ def subtitle(result: QueryResult) -> str:
         parts.append(", ".join(region))
     parts += [f"{d} {extent_text(e)}" for d, e in extents.items() if e.kind is None]
     # Weights matter where values of different weights are averaged together: area weights
-    # (cos latitude) only across latitudes.
+    # (cos latitude) only across latitudes (across both axes of a curvilinear grid), and
+    # their absence there.
     over_latitude = any(extents[d].kind == "latitude" for d in result.query.over if d in extents)
-    if result.weights not in ("area", "none") or over_latitude:
+    if result.weights not in ("area", "none") or result.weighted_over or over_latitude:
         parts.append(_weights_text(result.weights))
     return " · ".join(parts)
 

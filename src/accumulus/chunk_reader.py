@@ -52,6 +52,7 @@ from zarr.core.chunk_utils import ChunkTransform
 from zarr.core.metadata import ArrayMetadata
 from zarr.core.sync import sync
 
+from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, read_grid, sharding_of
 from accumulus.storage import reads_synchronously
 
@@ -78,6 +79,13 @@ _POOL = ThreadPoolExecutor(WORKERS, thread_name_prefix="accumulus-read")
 # each in a worker thread, taking the chunks that arrived together (4 and 6 measured alike
 # on 2 cores; 2 slower: 0.55 s instead of 0.43 for 200 chunks of 2.4 MB).
 CONSUMERS = 4
+# Those worker threads are this module's own, never zarr's: a ``consume`` may itself wait on
+# zarr I/O (a query's array weights), and zarr's reads of a local store run on its event
+# loop's default thread pool. Consumers taking that pool's threads to wait there for reads
+# that need one of its threads wedged every one of them (two weighted queries were enough
+# on 2 cores: 8 consumers, 6 threads). No read needs this pool, so its size bounds only how
+# many batches are consumed at once.
+_CONSUME_POOL = ThreadPoolExecutor(2 * CONSUMERS, thread_name_prefix="accumulus-consume")
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,10 @@ class ReadCounts:
     bytes: int = 0
 
 
+class ChunkTooLarge(AccumulusError):
+    """A chunk declares more bytes decoded than the query may hold at once."""
+
+
 class ChunkReadError(Exception):
     """Reading or decoding ``request``'s chunk failed with ``cause``."""
 
@@ -166,11 +178,13 @@ def read_chunks(
     requested twice. Raises ``ChunkReadError`` naming the first chunk that failed.
 
     ``memory_bytes`` bounds the chunks held at once (fetched, decoded or being consumed) by
-    their decoded size: many small chunks go out together, large ones a few at a time (one
-    at least, whatever its size). ``store``: read every key (``ChunkRequest.key``)
-    through it instead of the arrays' own store (a wrapper of it, such as the service's
-    guard)."""
+    their decoded size: many small chunks go out together, large ones a few at a time, and
+    one that declares more (its shape × its dtype's size) is refused before anything is
+    read (``ChunkTooLarge``). ``store``: read every key (``ChunkRequest.key``) through it
+    instead of the arrays' own store (a wrapper of it, such as the service's guard)."""
     unique = list({r.key: r for r in requests}.values())
+    if memory_bytes is not None:
+        _check_sizes(unique, memory_bytes)
     counts = ReadCounts()
     here = _readable_here(unique, store) if unique else None
     if here is not None:
@@ -178,6 +192,23 @@ def read_chunks(
     elif unique:
         sync(_read_all(unique, consume, counts, memory_bytes, store))
     return counts
+
+
+def _check_sizes(requests: Sequence[ChunkRequest], memory_bytes: int) -> None:
+    """Refuse, before any is read, a chunk larger decoded than ``memory_bytes``: a store
+    may declare any shape (a reference set's 1 x 40000 x 40000 chunk of ``/dev/zero``)."""
+    for request in requests:
+        size = _decoded_bytes(request)
+        if size > memory_bytes:
+            metadata = request.array.metadata
+            shape = " x ".join(map(str, _codec_shape(metadata, request.coords)))
+            problem = ChunkTooLarge(
+                f"chunk {request.key} holds {size} bytes decoded ({shape} "
+                f"{metadata.dtype.to_native_dtype()}), more than the {memory_bytes} bytes the "
+                "query may hold in chunks at once; give it more memory (memory_bytes=, "
+                "--memory-mb)"
+            )
+            raise ChunkReadError(request, problem)
 
 
 def read_region(array: zarr.Array, region: Sequence[slice]) -> np.ndarray:
@@ -311,7 +342,7 @@ def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
 
 
 class _Held:
-    """Bytes held by chunks in flight, at most ``limit`` (one chunk may exceed it alone)."""
+    """Bytes held by chunks in flight, at most ``limit``."""
 
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
@@ -381,7 +412,7 @@ async def _read_all(
                 batch.append(item)
                 nbytes += item[2]
             try:
-                await asyncio.to_thread(_consume_all, batch, consume)
+                await _in_consume_pool(_consume_all, batch, consume)
             finally:
                 await held.give_back(sum(cost for _, _, cost in batch))
 
@@ -393,6 +424,19 @@ async def _read_all(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _in_consume_pool(function: Callable[..., None], *args: object) -> None:
+    """``function(*args)`` on a thread of ``_CONSUME_POOL``. Cancelled, it still waits for
+    the thread to finish (a thread cannot be stopped): a batch whose reading failed or was
+    stopped returns only once none of its chunks is being consumed any more."""
+    running = asyncio.get_running_loop().run_in_executor(_CONSUME_POOL, function, *args)
+    try:
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait([running])
+        running.exception()  # its failure, if any, is not what is raised: the cancellation is
+        raise
 
 
 def _consume_all(

@@ -152,6 +152,16 @@ def _group_option(what: str) -> typer.models.OptionInfo:
 CUBE_GROUP_HELP = "Group of the cube (e.g. Grid); default: the one group holding the variable."
 
 
+# Every command that opens a store: where the reference sets it opens (the store, a
+# sidecar's source, a granule) may read besides their own location.
+ALLOW_REFERENCES = typer.Option(
+    None,
+    "--allow-references",
+    help="A reference set (.json, .parq) may read chunks under this directory or URL "
+    "prefix besides its own location, e.g. /data/granules or https://host/data/ (repeatable).",
+)
+
+
 def _pairs(items: list[str], what: str) -> dict[str, str]:
     """Parse repeated `key=value` options."""
     out = {}
@@ -249,6 +259,7 @@ def accumulate(
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
     ),
+    allow_references: list[str] = ALLOW_REFERENCES,
 ) -> None:
     """Build the ZEP 5 accumulation group of a variable (chunk by chunk, with Dask)."""
     api = _api()
@@ -272,6 +283,7 @@ def accumulate(
             storage_options=_storage_options(endpoint_url, storage_option),
             group=group,
             into=into,
+            allow_references=allow_references or None,
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
@@ -367,6 +379,7 @@ def average(
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
     ),
+    allow_references: list[str] = ALLOW_REFERENCES,
 ) -> None:
     """Average (or sum, or count) a variable over dimensions and label ranges, or a shape."""
     from accumulus.destinations import check_file, write_file
@@ -388,6 +401,7 @@ def average(
         group=group,
         shape=_shape(shape, region),
         accumulations=accumulations,
+        allow_references=allow_references or None,
     )
     if picture is not None:
         write_file(picture, output.result_png(result))
@@ -438,6 +452,7 @@ def inspect(
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
     ),
+    allow_references: list[str] = ALLOW_REFERENCES,
 ) -> None:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
     import json
@@ -447,7 +462,10 @@ def inspect(
     api = _api()
 
     info = api.inspect(
-        store, storage_options=_storage_options(endpoint_url, storage_option), group=group
+        store,
+        storage_options=_storage_options(endpoint_url, storage_option),
+        group=group,
+        allow_references=allow_references or None,
     )
     if as_json:
         print(json.dumps(info, default=str))
@@ -545,6 +563,7 @@ def verify(
     accumulations: str = typer.Option(
         None, "--accumulations", help="Verify the accumulations in this sidecar store (--into)."
     ),
+    allow_references: list[str] = ALLOW_REFERENCES,
 ) -> None:
     """Recompute accumulations from the raw data; exit 1 on any mismatch (a sidecar: from
     its source's, and exit 1 when it is stale). With --sources FILES…: compare the cube's
@@ -552,14 +571,20 @@ def verify(
     api = _api()
 
     options = _storage_options(endpoint_url, storage_option)
+    allowed = allow_references or None
     if sources:
-        _verify_sources(store, names or [], options)
+        _verify_sources(store, names or [], options, allowed)
         return
     if len(names or []) > 1:
         raise AccumulusError(f"verify takes one variable, got {names}; to compare files: --sources")
     variable = names[0] if names else None
     reports = api.verify(
-        store, variable, storage_options=options, group=group, accumulations=accumulations
+        store,
+        variable,
+        storage_options=options,
+        group=group,
+        accumulations=accumulations,
+        allow_references=allowed,
     )
     failed = False
     for report in reports:
@@ -577,12 +602,16 @@ def verify(
         raise typer.Exit(1)
 
 
-def _verify_sources(store: str, files: list[str], storage_options: dict | None) -> None:
+def _verify_sources(
+    store: str, files: list[str], storage_options: dict | None, allowed: list[str] | None
+) -> None:
     from rich.markup import escape
 
     api = _api()
 
-    comparisons = api.verify_sources(store, files, storage_options=storage_options)
+    comparisons = api.verify_sources(
+        store, files, storage_options=storage_options, allow_references=allowed
+    )
     for comparison in comparisons:
         if comparison.ok:
             steps = f", {comparison.steps} steps" if comparison.steps is not None else ""
@@ -760,6 +789,7 @@ def append(
         help="Write references to the granules' chunks, no data copied: a .json reference "
         "file, or a .parq Parquet reference set (for large archives).",
     ),
+    allow_references: list[str] = ALLOW_REFERENCES,
 ) -> None:
     """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
     api = _api()
@@ -792,6 +822,7 @@ def append(
             progress=report,
             group=group,
             shards=shard_sizes or None,
+            allow_references=allow_references or None,
         )
     if result.recovered:
         console.print(f"[yellow]recovered:[/] {result.recovered}", highlight=False)
@@ -826,6 +857,7 @@ def _append_virtual(
 ) -> None:
     from accumulus.destinations import check_file, check_store
     from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
+    from accumulus.reference_targets import directories_to_allow
     from accumulus.storage import is_parquet_references, local_path
 
     if local_path(out) is not None:  # before any granule is read
@@ -860,6 +892,14 @@ def _append_virtual(
         f"{_size(result.granule_bytes)} ({share:.1%}) in {result.seconds:.1f} s",
         highlight=False,
     )
+    outside = directories_to_allow(out, result.appended)
+    if outside:
+        console.print(
+            f"[dim]{out} reads granules outside its own directory only where its readers "
+            f"allow them: --allow-references {' --allow-references '.join(outside)}[/]",
+            highlight=False,
+            soft_wrap=True,  # a command to copy, on one line
+        )
     if out.endswith(".json") and result.references > LARGE_JSON_SET:
         console.print(
             f"[dim]{out} holds {result.references:,} chunk references, which every reader "
@@ -892,6 +932,7 @@ def rechunk(
     storage_option: list[str] = typer.Option(
         None, "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
     ),
+    allow_references: list[str] = ALLOW_REFERENCES,
 ) -> None:
     """Copy a cube with other chunks (e.g. one chunk per month), rebuilding accumulations."""
     from accumulus.grid import parse_chunk_rules
@@ -906,6 +947,7 @@ def rechunk(
             scheduler=scheduler,
             progress=report,
             storage_options=_storage_options(endpoint_url, storage_option),
+            allow_references=allow_references or None,
         )
     named = set(parse_chunk_rules(chunks))
     for path, sizes in result.chunks.items():
@@ -977,6 +1019,13 @@ def serve(
         "--accumulations",
         help="Read each cube's accumulations from this sidecar store (once per cube, in order).",
     ),
+    allow_references: list[str] = ALLOW_REFERENCES,
+    allowed_host: list[str] = typer.Option(
+        None,
+        "--allowed-host",
+        help="A Host name clients reach the service by, besides the loopback names and "
+        "--host (repeatable; *.example.org for subdomains, * for any): others get 400.",
+    ),
 ) -> None:
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
     from accumulus.service import serve as run_service
@@ -998,5 +1047,7 @@ def serve(
         ),
         group=group,
         accumulations=accumulations or None,
+        allow_references=allow_references or None,
+        allowed_hosts=allowed_host or (),
         **cells,
     )

@@ -24,6 +24,7 @@ from xarray.backends.zarr import ZarrStore
 from zarr.abc.store import Store
 
 from accumulus.chunk_reader import read_region
+from accumulus.coordinates import labels_of
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
 from accumulus.hierarchy import (
@@ -35,7 +36,7 @@ from accumulus.hierarchy import (
 )
 from accumulus.inference import MISSING_BELOW
 from accumulus.scope import accumulus_scope
-from accumulus.storage import Mode, open_store, remote_errors, store_label
+from accumulus.storage import Mode, array_with, open_store, remote_errors, store_label
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -316,12 +317,49 @@ class Cube:
     # Coordinates
 
     def index(self, dim: str) -> pd.Index:
-        """The decoded coordinate of ``dim`` as a pandas index (positions when it has none)."""
+        """The decoded labels of ``dim`` as a pandas index: its dimension coordinate's, or
+        those of the latitude or longitude variable on it (``lat(latitude)``,
+        ``coordinates.labels_of``), or positions when no variable holds them
+        (``labelled``)."""
         found = self._indexes.get(dim)
         if found is None:
+            name = self.labels_name(dim)
             indexes = self.decoded.indexes
-            # Raw sizes: xarray decodes a char array's string dimension (string1 of a CF
-            # grid_mapping variable) away, so the decoded view may not have it.
-            found = indexes[dim] if dim in indexes else pd.RangeIndex(self.raw.sizes[dim], name=dim)
+            if name == dim and dim in indexes:
+                found = indexes[dim]
+            elif name is not None:
+                found = pd.Index(self.decoded.variables[name].values, name=dim)
+            else:
+                # Raw sizes: xarray decodes a char array's string dimension (string1 of a CF
+                # grid_mapping variable) away, so the decoded view may not have it.
+                found = pd.RangeIndex(self.raw.sizes[dim], name=dim)
             self._indexes[dim] = found
         return found
+
+    def labels_name(self, dim: str) -> str | None:
+        """The variable holding the labels of ``dim``, or None when it has only positions."""
+        return self.remembered(("labels", dim), lambda: labels_of(self.raw, dim))
+
+    def labelled(self, dim: str) -> bool:
+        """Whether ``dim`` has labels of its own (else ``index`` gives positions)."""
+        return self.labels_name(dim) is not None
+
+    # ----------------------------------------------------------------------------------------
+    # Values of other arrays
+
+    def decoded_values(self, name: str, box: Mapping[str, slice]) -> np.ndarray:
+        """The array ``name`` over ``box`` (index slices by dimension, whole where none is
+        given), CF-decoded as in ``decoded``, as float64 with NaN where missing. Read through
+        ``store``, the reader's (the service's guard: a time limit per read, stopped with its
+        request), not through the snapshot's xarray view, whose reads nothing bounds. An array
+        of an ancestor group (an inherited coordinate) is read through that view."""
+        raw = self.raw[name]
+        array = self.root.get(name)
+        where = {str(d): box.get(str(d), slice(None)) for d in raw.dims}
+        if not isinstance(array, zarr.Array):
+            return np.asarray(self.decoded[name].isel(where).values, dtype="f8")
+        if array.store_path.store is not self.store:
+            array = array_with(array, store=self.store)
+        stored = array[tuple(where[str(d)] for d in raw.dims)]
+        attrs = {k: raw.attrs[k] for k in _DECODING_ATTRS if k in raw.attrs}
+        return Decoder(name, tuple(str(d) for d in raw.dims), attrs)(stored)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -108,12 +108,14 @@ class Datacube:
         accumulations: Store | None = None,
         accumulations_label: str | None = None,
         storage_options: dict[str, Any] | None = None,
+        allow_references: Sequence[str] | None = None,
     ) -> None:
         """The cube is the group ``group`` of ``store``, or the one group holding
         ``variable`` (or data variables), found in the first snapshot (from its documents,
         without a request of its own); the root of a store without groups. Accumulation
         groups are read from ``accumulations`` (a sidecar store) when given; a sidecar
-        given as ``store`` answers for its source, opened with ``storage_options``."""
+        given as ``store`` answers for its source, opened with ``storage_options`` and
+        ``allow_references``."""
         self.store = store
         self._store_label = label or store_label(store)
         self._wanted = (group, variable)
@@ -122,6 +124,7 @@ class Datacube:
             store_label(accumulations) if accumulations is not None else ""
         )
         self._storage_options = storage_options
+        self._allow_references = allow_references
         self.group: str | None = None  # known once the first snapshot is read
         self.label = self._store_label
         self._current: CubeSnapshot | None = None
@@ -143,16 +146,21 @@ class Datacube:
         variable: str | None = None,
         label: str | None = None,
         accumulations: str | Store | None = None,
+        allow_references: Sequence[str] | None = None,
     ) -> Datacube:
         """The datacube at ``url``: its group ``group``, or the one group holding
         ``variable`` (or data variables); the root of a store without groups. ``label``:
         how messages name it (default: ``url``). ``accumulations``: a sidecar store holding
-        its accumulation groups (``url`` may also be a sidecar: its source is opened)."""
-        store = open_store(url, "r", storage_options=storage_options)
+        its accumulation groups (``url`` may also be a sidecar: its source is opened).
+        ``allow_references``: where a reference set may read besides its own location."""
+        allowed = allow_references
+        store = open_store(url, "r", storage_options=storage_options, allow_references=allowed)
         label = label or (None if isinstance(url, Store) else str(url))
         side = None
         if accumulations is not None:
-            side = open_store(accumulations, "r", storage_options=storage_options)
+            side = open_store(
+                accumulations, "r", storage_options=storage_options, allow_references=allowed
+            )
         side_label = None if side is None or side is accumulations else str(accumulations)
         return cls(
             store,
@@ -162,6 +170,7 @@ class Datacube:
             accumulations=side,
             accumulations_label=side_label,
             storage_options=storage_options,
+            allow_references=allow_references,
         )
 
     @classmethod
@@ -273,7 +282,12 @@ class Datacube:
         source = settings["source"]
         self.sidecar_store, self._sidecar_label = self.store, self._store_label
         try:
-            self.store = open_store(source, "r", storage_options=self._storage_options)
+            self.store = open_store(
+                source,
+                "r",
+                storage_options=self._storage_options,
+                allow_references=self._allow_references,
+            )
             with remote_errors(source):
                 found = read_snapshot(self.store)
         except AccumulusError as exc:

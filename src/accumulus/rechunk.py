@@ -124,17 +124,21 @@ def rechunk(
     scheduler: str | None = None,
     progress: compute.Progress | None = None,
     storage_options: dict | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> RechunkResult:
     """Copy the datacube ``src`` to ``dest`` (which must not exist) with the chunks
     ``chunks`` gives: ``"time=month"``, ``"time=31,28,31,...,lat=90"`` or a mapping such as
     ``{"time": "year", "lat": 90}`` (see ``accumulus.grid``). Dimensions not named keep
     their chunks. ``zarr_format``: 2 or 3; by default the source's, or 3 when the chunks
-    vary. Accumulation groups are rebuilt with the source's configuration."""
+    vary. Accumulation groups are rebuilt with the source's configuration.
+    ``allow_references``: where a reference set may read besides its own location."""
     started = time.perf_counter()
     rules = parse_chunk_rules(chunks)
     if zarr_format not in (None, 2, 3):
         raise AccumulusError(f"--zarr-format must be 2 or 3, got {zarr_format}")
-    source_store = open_store(src, "r", storage_options=storage_options)
+    source_store = open_store(
+        src, "r", storage_options=storage_options, allow_references=allow_references
+    )
     source_label = str(src) if not isinstance(src, Store) else store_label(src)
     root = _open_root(source_store, source_label)
     plan = plan_copies(root, rules)

@@ -204,15 +204,23 @@ def shape_from_geojson(document: str | bytes | Mapping[str, Any], name: str = "u
             )
         try:
             document = json.loads(document)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except ValueError as exc:  # not JSON, not UTF-8, or an integer of over 4300 digits
             raise AccumulusError(f"shape {name}: not JSON: {exc}") from None
+        except RecursionError:
+            raise AccumulusError(f"shape {name}: not GeoJSON: nested too deeply") from None
     if not isinstance(document, Mapping):
         raise AccumulusError(
             f"shape {name}: expected a GeoJSON object, got {type(document).__name__}"
         )
     kind = document.get("type")
     if kind == "FeatureCollection":
-        geometries = [f.get("geometry") for f in document.get("features") or []]
+        features = document.get("features") or []
+        if not isinstance(features, list) or not all(isinstance(f, Mapping) for f in features):
+            raise AccumulusError(
+                f"shape {name}: the features of a FeatureCollection must be a list of Feature "
+                "objects"
+            )
+        geometries = [f.get("geometry") for f in features]
     elif kind == "Feature":
         geometries = [document.get("geometry")]
     else:
@@ -222,7 +230,8 @@ def shape_from_geojson(document: str | bytes | Mapping[str, Any], name: str = "u
         try:
             shapes.append(shapely.from_geojson(json.dumps(geometry)))
         except Exception as exc:  # shapely.errors.GEOSException and friends
-            raise AccumulusError(f"shape {name}: not a GeoJSON geometry: {exc}") from None
+            problem = " ".join(str(exc).split())  # GEOS ends its messages with a newline
+            raise AccumulusError(f"shape {name}: not a GeoJSON geometry: {problem}") from None
     return _shape(name, name, _polygonal(shapely.union_all(shapes), f"shape {name}"))
 
 

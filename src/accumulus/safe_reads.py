@@ -2,12 +2,13 @@
 regular files on a local disk (a FIFO would block a reader forever, a directory or a
 symlink loop gives OS errors naming server paths), and errors naming the key within the
 store. Used for every metadata snapshot (``snapshot``) and, in the service, every chunk
-(``service.guard``).
+(``service.guard``); and for every local file a reference set names (``reference_sets``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import stat
 from pathlib import Path
@@ -103,3 +104,60 @@ def local_root(store: Store) -> Path | None:
 
 def _os_reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
+
+
+class NotRegularFile(OSError):
+    """A path names something other than a regular file (a FIFO, socket, device or
+    directory), which is never read as data."""
+
+
+# A reference's path is resolved and checked before it is read (``reference_targets``):
+# it is opened without following a last symbolic link, so that a link put in its place
+# meanwhile is refused rather than followed.
+_TARGET_FLAGS = _READ_FLAGS | getattr(os, "O_NOFOLLOW", 0)
+
+
+def read_file_range(path: str, start: int | None, stop: int | None) -> bytes:
+    """Bytes ``[start, stop)`` of the regular file at ``path``, as a slice of its bytes
+    would be (negative positions count from its end; None: its start or its end), by one
+    open that cannot block, one fstat and positioned reads. Anything but a regular file
+    raises ``NotRegularFile`` before a byte is read."""
+    fd = _open_target(path)
+    try:
+        size = _regular_size(fd)
+        first, last, _ = slice(start, stop).indices(size)
+        blocks = []
+        while first < last:
+            block = os.pread(fd, last - first, first)
+            if not block:
+                break
+            blocks.append(block)
+            first += len(block)
+        return b"".join(blocks)
+    finally:
+        os.close(fd)
+
+
+def regular_file_size(path: str) -> int:
+    """The size of the regular file at ``path`` (``NotRegularFile`` for anything else)."""
+    fd = _open_target(path)
+    try:
+        return _regular_size(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_target(path: str) -> int:
+    try:
+        return os.open(path, _TARGET_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket (or a FIFO without a writer, opened to write)
+            raise NotRegularFile(exc.errno, "not a regular file") from None
+        raise
+
+
+def _regular_size(fd: int) -> int:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotRegularFile(0, "not a regular file")
+    return info.st_size

@@ -9,7 +9,6 @@ zarr ``Store``, and offers ``CountingStore``, a thin wrapper that counts request
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
 import threading
@@ -51,32 +50,44 @@ def open_store(
     mode: Mode = "r",
     *,
     storage_options: dict[str, Any] | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> Store:
     """Return a zarr Store for ``url``.
 
     ``mode``: "r" read-only (the store must exist), "r+" read-write (must exist),
     "w" read-write, created if missing. ``storage_options`` go to fsspec for ``s3://``;
     the endpoint comes from ``endpoint_url`` there or ``AWS_ENDPOINT_URL``.
+    A reference set (``.json``, ``.parq``) reads its chunks only where it may: its own
+    location and the prefixes ``allow_references`` names (see ``reference_targets``).
     Stores written by netcdf-c (see ``filters.nczarr``), ZEP 3 draft chunk grids (see
     ``zep3``) and, read-only, stores without xarray's conventions written by the ZEP 5
     reference generator (see ``inference``) are read right.
     """
     if isinstance(url, Store):
         return url
-    store = _open(os.fspath(url), mode, storage_options)
+    store = _open(os.fspath(url), mode, storage_options, allow_references or ())
     if mode == "r":  # stores without xarray's conventions are read, never written
         store = InferredConventionsStore(store)
     return Zep3DraftStore(NCZarrCompatStore(store))
 
 
-def _open(text: str, mode: Mode, storage_options: dict[str, Any] | None) -> Store:
+def _open(
+    text: str, mode: Mode, storage_options: dict[str, Any] | None, allow_references: Sequence[str]
+) -> Store:
     read_only = mode == "r"
     must_exist = mode in ("r", "r+")
     scheme = url_scheme(text)
     if scheme == "memory":
         return _open_memory(text, must_exist, read_only)
     if text.endswith(".json") or is_parquet_references(text):
-        return _open_reference_file(text, mode, storage_options)
+        if mode != "r":
+            raise AccumulusError(
+                f"{text} is a virtual cube (a reference set): it is extended with "
+                "`append … --virtual`, and accelerated with `accumulate … --into SIDE.zarr`"
+            )
+        from accumulus.reference_sets import open_reference_file
+
+        return open_reference_file(text, storage_options, allow_references)
     path = local_path(text)
     if path is None:
         return _open_url(text, scheme, mode, storage_options)
@@ -204,7 +215,7 @@ def _open_url(
     except ImportError as exc:
         raise AccumulusError(f"cannot open {url}: {exc}") from None
     except Exception as exc:  # fsspec raises many kinds; the user needs the URL and the reason
-        raise AccumulusError(f"cannot open {url}: {_reason(exc)}") from None
+        raise AccumulusError(f"cannot open {url}: {reason(exc)}") from None
 
 
 @contextmanager
@@ -216,12 +227,12 @@ def remote_errors(label: str) -> Iterator[None]:
     except AccumulusError:
         raise
     except PermissionError as exc:
-        raise AccumulusError(f"{label}: access denied ({_reason(exc)})") from None
+        raise AccumulusError(f"{label}: access denied ({reason(exc)})") from None
     except (OSError, TimeoutError) as exc:
-        raise AccumulusError(f"cannot read {label}: {_reason(exc)}") from None
+        raise AccumulusError(f"cannot read {label}: {reason(exc)}") from None
     except Exception as exc:
         if _is_client_error(exc):
-            raise AccumulusError(f"cannot read {label}: {_reason(exc)}") from None
+            raise AccumulusError(f"cannot read {label}: {reason(exc)}") from None
         raise
 
 
@@ -238,35 +249,6 @@ def is_parquet_references(url: str) -> bool:
     """True for a Parquet reference set: a directory named ``*.parq`` or ``*.parquet``, the
     names fsspec's reference filesystem reads as one."""
     return url.rstrip("/").endswith((".parq", ".parquet"))
-
-
-def _open_reference_file(
-    url: str, mode: Mode, storage_options: dict[str, Any] | None
-) -> FsspecStore:
-    """A virtual cube: a kerchunk reference set (a JSON file or a Parquet directory),
-    read-only."""
-    if mode != "r":
-        raise AccumulusError(
-            f"{url} is a virtual cube (a reference set): it is extended with "
-            "`append … --virtual`, and accelerated with `accumulate … --into SIDE.zarr`"
-        )
-    if is_parquet_references(url):
-        references = open_parquet_references(url, storage_options)
-        if references is None:
-            raise StoreNotFoundError(f"store not found: {url} (no Parquet reference set there)")
-        return open_reference_store(references, storage_options, label=url)
-    import fsspec
-
-    try:
-        with fsspec.open(url, "rb", **file_options(url, storage_options)) as file:
-            document = json.load(file)
-    except FileNotFoundError:
-        raise StoreNotFoundError(f"store not found: {url} (no such reference file)") from None
-    except ValueError as exc:
-        raise AccumulusError(f"{url}: not a reference file (invalid JSON: {exc})") from None
-    except Exception as exc:
-        raise AccumulusError(f"cannot read {url}: {_reason(exc)}") from None
-    return open_reference_store(document, storage_options, label=url)
 
 
 # fsspec's reference filesystem reads Parquet reference sets with this engine; so does
@@ -287,88 +269,12 @@ def open_parquet_references(url: str, storage_options: dict[str, Any] | None) ->
         mapper = LazyReferenceMapper(root.rstrip("/"), fs=fs, engine=PARQUET_ENGINE)
         mapper.setup()
     except ValueError as exc:
-        raise AccumulusError(f"{url}: not a Parquet reference set ({_reason(exc)})") from None
+        raise AccumulusError(f"{url}: not a Parquet reference set ({reason(exc)})") from None
     except Exception as exc:
-        raise AccumulusError(f"cannot read {url}: {_reason(exc)}") from None
+        raise AccumulusError(f"cannot read {url}: {reason(exc)}") from None
     if not isinstance(mapper.zmetadata, dict):
         raise AccumulusError(f"{url}: not a Parquet reference set (no metadata in .zmetadata)")
     return mapper
-
-
-def _reference_protocols(refs: Any) -> set[str]:
-    """The protocols of the files a reference set's chunks are byte ranges of. A Parquet set
-    made by accumulus lists its granules in its root attributes; another's are taken from
-    the first reference file of each array (what fsspec itself does: the first URL found),
-    so that opening a large set reads none of the rest."""
-    from fsspec.implementations.reference import LazyReferenceMapper
-
-    if not isinstance(refs, LazyReferenceMapper):
-        urls = {v[0] for v in refs.values() if isinstance(v, list) and v and isinstance(v[0], str)}
-        return {url_scheme(u) for u in urls}
-    listed = _virtual_granules(refs.zmetadata)
-    if listed is not None:
-        return {url_scheme(u) for u in listed}
-    import pandas as pd
-
-    protocols = set()
-    for key in refs.zmetadata:
-        array, _, leaf = key.rpartition("/")
-        first = f"{refs.root}/{array}/refs.0.parq"
-        if leaf != ".zarray" or not refs.fs.exists(first):
-            continue
-        data = io.BytesIO(refs.fs.cat_file(first))
-        column = pd.read_parquet(data, columns=["path"], engine=PARQUET_ENGINE)["path"]
-        protocols |= {url_scheme(u) for u in column.dropna().unique() if isinstance(u, str)}
-    return protocols
-
-
-def _virtual_granules(documents: dict[str, Any]) -> list[str] | None:
-    """The granule URLs an accumulus virtual cube records in its root attributes
-    (``accumulus.virtual.granules``, see ``ingest.virtual``), None when it records none."""
-    root = documents.get("zarr.json", {}).get("attributes") or documents.get(".zattrs") or {}
-    settings = root.get("accumulus") if isinstance(root, dict) else None
-    virtual = settings.get("virtual") if isinstance(settings, dict) else None
-    granules = virtual.get("granules") if isinstance(virtual, dict) else None
-    if not isinstance(granules, list):
-        return None
-    return [g["url"] for g in granules if isinstance(g, dict) and isinstance(g.get("url"), str)]
-
-
-def open_reference_store(
-    references: Any, storage_options: dict[str, Any] | None = None, label: str = ""
-) -> FsspecStore:
-    """A read-only zarr store over a kerchunk reference set: a JSON document (version 1, or
-    the bare key -> reference mapping of version 0) or a Parquet set's lazy mapping. Chunks
-    that are byte ranges of other files are read with fsspec, one filesystem per protocol
-    the references use, each given ``storage_options``."""
-    import fsspec
-    from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
-    from fsspec.implementations.reference import LazyReferenceMapper, ReferenceFileSystem
-
-    lazy = isinstance(references, LazyReferenceMapper)
-    refs = references if lazy else _json_refs(references)
-    if refs is None:
-        raise AccumulusError(f"{label or 'reference set'}: not a kerchunk reference set")
-    try:
-        protocols = _reference_protocols(refs) - {"", "file"}
-    except Exception as exc:
-        raise AccumulusError(f"cannot read {label or 'reference set'}: {_reason(exc)}") from None
-    # Given filesystems are used as they are: each must be asynchronous, as zarr reads.
-    local = AsyncFileSystemWrapper(fsspec.filesystem("file"), asynchronous=True)
-    filesystems: dict[str | None, Any] = {None: local, "file": local}
-    for protocol in protocols:
-        options = file_options(f"{protocol}://", storage_options)
-        filesystems[protocol] = fsspec.filesystem(protocol, asynchronous=True, **options)
-    try:
-        fs = ReferenceFileSystem(references, fs=filesystems, asynchronous=True)
-    except Exception as exc:
-        raise AccumulusError(f"{label or 'reference set'}: {_reason(exc)}") from None
-    return FsspecStore(fs, read_only=True, path="")
-
-
-def _json_refs(document: Any) -> dict[str, Any] | None:
-    refs = document.get("refs", document) if isinstance(document, dict) else None
-    return refs if isinstance(refs, dict) else None
 
 
 def file_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -383,7 +289,7 @@ def file_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, 
     return options
 
 
-def _reason(exc: BaseException) -> str:
+def reason(exc: BaseException) -> str:
     """One line saying why a remote request failed, without internal class names."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if isinstance(exc, ValueError) and text.startswith("Protocol not known"):

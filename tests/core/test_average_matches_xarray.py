@@ -12,6 +12,7 @@ import itertools
 
 import numpy as np
 import pytest
+import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -159,3 +160,26 @@ def test_weights_from_an_array_of_the_dataset(tmp_path):
         expected = getattr(selected.weighted(ds["cell_area"]), reduce)(["lat", "lon"])
         np.testing.assert_allclose(got.values, expected.values, rtol=1e-9)
         assert got.attrs["weights"] == "array:cell_area"
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_weights_stored_packed_are_decoded_as_xarray_decodes_them(tmp_path, zarr_format):
+    """A weights array stored as scaled integers (CF scale_factor, add_offset, _FillValue),
+    chunked unlike the variable, weighs raw reads (no accumulation holds these weights) as
+    its decoded values: the weights a raw chunk needs are read through the store the query
+    reads its chunks from."""
+    ds = synthetic_dataset({"time": 12, "lat": 9, "lon": 8}, seed=11)
+    rng = np.random.default_rng(2)
+    ds["w"] = (("time", "lat"), rng.uniform(0.5, 3.0, (12, 9)).round(2))
+    ds["w"].encoding = {"dtype": "i2", "scale_factor": 0.01, "add_offset": 0.5,
+                        "_FillValue": -1, "chunks": (5, 4)}  # fmt: skip
+    write_cube(ds, tmp_path / "c.zarr", {"time": 5, "lat": 4, "lon": 3}, zarr_format=zarr_format)
+    accumulus.accumulate(str(tmp_path / "c.zarr"), VAR)
+    decoded = xr.open_zarr(tmp_path / "c.zarr")
+    assert decoded.w.encoding["dtype"] == "i2"  # stored packed
+    box = {"time": ("2001-01-02", "2001-01-10"), "lat": (float(ds.lat[1]), float(ds.lat[6]))}
+    selected = decoded[VAR].sel(time=slice(*box["time"]), lat=slice(*box["lat"])).astype("f8")
+    got = accumulus.average(str(tmp_path / "c.zarr"), VAR, ["time", "lat"], box, weights="w")
+    expected = selected.weighted(decoded.w.astype("f8")).mean(["time", "lat"])
+    np.testing.assert_allclose(got.values, expected.values, rtol=1e-12)
+    assert got.attrs["raw_chunks_read"] > 0

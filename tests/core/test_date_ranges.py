@@ -4,6 +4,7 @@ ISO dates of every resolution on indexes of several steps and units."""
 
 from __future__ import annotations
 
+import datetime
 import re
 
 import numpy as np
@@ -18,7 +19,8 @@ from accumulus.errors import AccumulusError
 STEPS = ["6h", "D", "7D", "MS", "YS", "17min"]
 UNITS = ["s", "ms", "us", "ns"]
 # Dates of every resolution, a year to a second.
-FORMATS = ["%Y", "%Y-%m", "%Y-%m-%d", "%Y-%m-%dT%H", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"]
+FORMATS = ["%Y", "%Y-%m", "%Y-%m-%d", "%Y-%m-%dT%H", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S",
+           "%Y-%m-%d %H", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"]  # fmt: skip
 
 
 @st.composite
@@ -51,18 +53,29 @@ def test_date_positions_match_pandas(step, unit, size, first, start, stop):
 
 def test_other_bounds_are_left_to_pandas():
     index = pd.date_range("2000-01-01", periods=10, freq="D")
-    assert date_positions(index, "2000-01-03 12:00", None) is None  # a space, not a T
     assert date_positions(index, "20000103", None) is None
+    assert date_positions(index, "2000-01-03T12:00:00.5", None) is None
     assert date_positions(index.tz_localize("UTC"), "2000-01-03", None) is None
     # Still resolved as pandas resolves them.
-    assert index_range(index, "time", "2000-01-03 12:00", "2000-01-05")[0] == (3, 5)
+    assert index_range(index, "time", "20000103", "2000-01-05")[0] == (2, 5)
 
 
-def test_dates_beyond_the_index_unit_are_left_to_pandas():
-    index = pd.date_range("2000-01-01", periods=10, freq="D").as_unit("ns")
-    assert date_positions(index, "2000-01-03", "2300-01-01") is None  # past 2262 in ns
-    assert date_positions(index.as_unit("s"), "2000-01-03", "2300-01-01") == (2, 10)
-    assert np.datetime64("2300-01-01") > index.as_unit("s")[-1]
+@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize(
+    ("start", "stop", "selected"),
+    [
+        ("2000-01-03", "2300-01-01", (2, 10)),  # past 2262, the end of nanoseconds
+        ("2000-01-03", "2300", (2, 10)),  # a year: NumPy wraps it around in nanoseconds
+        ("1417", "2000-01-02", (0, 2)),  # 1417 was 2001-07-22 in nanoseconds
+        ("1677-09", "2000-01-02", (0, 2)),  # a month that begins before nanoseconds do
+        ("-9999", "9999-12-31T23:59:59", (0, 10)),
+        ("0000-01", "2000-01-01 12", (0, 1)),  # year 0 (1 BC)
+    ],
+)
+def test_dates_beyond_the_index_unit_lie_before_or_after_it(unit, start, stop, selected):
+    index = pd.date_range("2000-01-01", periods=10, freq="D").as_unit(unit)
+    assert date_positions(index, start, stop) == selected
+    assert index_range(index, "time", start, stop) == (selected, True)  # clipped
 
 
 @pytest.mark.parametrize("date", ["0001-20", "2001-02-30", "2001-01-01T25"])
@@ -73,3 +86,13 @@ def test_dates_written_as_iso_but_not_dates_are_a_clear_error(date):
     assert date_positions(index, None, date) is None
     with pytest.raises(AccumulusError, match=re.escape(date)):
         index_range(index, "time", None, date)
+
+
+def test_python_dates_beyond_nanoseconds_are_clipped_with_a_note():
+    """Bounds given as Python or NumPy dates select as pandas does, and say they were
+    clipped (a ``datetime.date`` compared with no datetime64 before)."""
+    index = pd.date_range("2001-01-01", periods=730, freq="D")
+    for start in (datetime.date(1417, 1, 1), np.datetime64("1417"), pd.Timestamp("1417-01-01")):
+        assert index_range(index, "time", start, datetime.date(2001, 1, 3)) == ((0, 3), True)
+    stop = datetime.datetime(2300, 1, 1)
+    assert index_range(index, "time", np.datetime64("2002-12-25"), stop) == ((723, 730), True)

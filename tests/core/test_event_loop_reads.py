@@ -4,6 +4,7 @@ no more chunks held than the memory allowed, and a failure named by its chunk.""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from itertools import product
@@ -87,3 +88,36 @@ def test_a_chunk_that_cannot_be_summed_is_named(stored):
 
     with pytest.raises(ChunkReadError, match=r"chunk 7\.2\.3: not a number"):
         read_chunks(_requests(array), consume)
+
+
+def test_consumers_may_wait_on_zarr_reads_whatever_their_number(stored, tmp_path):
+    """Each consume reads another zarr array (as a query reads its weights array), in more
+    concurrent batches than zarr's I/O pool has threads: consumers run on threads of their
+    own, so the reads they wait for always find a thread of zarr's (issue 35: they once took
+    all of them and waited forever)."""
+    array, _, values = stored
+    weights = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")  # a local store's reads
+    zarr_threads = zarr.config.get("threading.max_workers") or min(32, (os.cpu_count() or 1) + 4)
+    batches = zarr_threads + 1  # each with a consumer at least, waiting on a read
+    sums, lock = [0.0] * batches, threading.Lock()
+
+    def read_weighted(k: int) -> None:
+        def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
+            time.sleep(0.01)  # the other consumers start meanwhile
+            w = weights[_where(request.coords)]
+            with lock:
+                sums[k] += float((chunk * w).sum(dtype="f8"))
+
+        read_chunks(_requests(array), consume)
+
+    threads = [
+        threading.Thread(target=read_weighted, args=(k,), daemon=True) for k in range(batches)
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 60
+    for thread in threads:
+        thread.join(max(0, deadline - time.monotonic()))
+    assert not any(thread.is_alive() for thread in threads), "reads never ended"
+    expected = float((values.astype("f8") * values).sum())
+    np.testing.assert_allclose(sums, [expected] * batches, rtol=1e-9)

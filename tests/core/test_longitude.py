@@ -7,7 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from accumulus.accumulation.longitude import is_circular, labels, longitude_range, pieces
+from accumulus.accumulation.longitude import (
+    is_circular,
+    labels,
+    longitude_range,
+    period,
+    pieces,
+)
 from accumulus.accumulation.request import index_range
 from accumulus.errors import AccumulusError
 
@@ -24,7 +30,11 @@ def by_repeating(lons: np.ndarray, west: float, east: float) -> list[int]:
 
 
 def selected(lons: np.ndarray, lo: int, hi: int) -> list[int]:
-    return [i for a, b in pieces(lo, hi, lons.size) for i in range(a, b)]
+    return selected_within(lo, hi, lons.size)
+
+
+def selected_within(lo: int, hi: int, size: int) -> list[int]:
+    return [i for a, b in pieces(lo, hi, size) for i in range(a, b)]
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -95,9 +105,35 @@ def test_a_regional_grid_clips_with_a_note():
 def test_which_coordinates_compare_modulo_360():
     assert is_circular(np.arange(0, 360, 0.25))
     assert is_circular(np.arange(180, -180, -1.0))
-    assert not is_circular(np.arange(0, 361, 1.0))  # repeats its seam: read as written
+    assert is_circular(np.arange(0, 361, 1.0))  # repeats its seam: its first 360 columns
+    assert not is_circular(np.arange(0, 362, 1.0))  # more than a turn: read as written
     assert not is_circular(np.array([0.0, 10.0, 5.0]))
     assert not is_circular(np.array(["a", "b"]))
+
+
+def test_a_repeated_seam_column_counts_once():
+    """FERRET's -0.5..359.5 (sst.nc), NCAR's 30..390 (sst30e_netcdf.nc), 0..360 and its
+    descending form: the last column is the first a turn later, never selected."""
+    for lons in (
+        np.arange(-0.5, 360, 2.0),
+        np.arange(30, 391, 2.0).astype("f4"),
+        np.arange(360, -1, -1.0),
+        np.linspace(-180, 180, 577),
+    ):
+        n = lons.size
+        assert period(lons) == n - 1
+        assert longitude_range(lons, 0, 360) == ((0, n - 1), False)  # the whole circle once
+        assert longitude_range(lons, None, None) == ((0, n - 1), False)
+        (lo, hi), clipped = longitude_range(lons, -20, 60)
+        got = sorted(lons[selected_within(lo, hi, n - 1)] % 360)
+        want = sorted(x % 360 for x in lons[: n - 1] if (x + 20) % 360 <= 80)
+        np.testing.assert_allclose(got, want)
+        assert not clipped
+    assert period(np.arange(0, 360, 1.0)) == 360
+    assert period(np.arange(0, 362, 1.0)) == 362
+    # A turn apart to within 1% of a step: float32 labels are rounded.
+    imerg_with_cyclic_point = (-179.95 + 0.1 * np.arange(3601)).astype("f4")
+    assert period(imerg_with_cyclic_point) == 3600
 
 
 def test_float32_labels_of_a_global_grid_are_not_past_anything():

@@ -152,7 +152,11 @@ def test_granules_read_over_http(tmp_path):
         assert result.bytes_read < sum(g.stat().st_size for g in granules)
         refs = json.loads(out.read_text())["refs"]
         assert refs[f"{VAR}/c/0/0/0"][0] == urls[0]
-        mapped = accumulus.average(out, VAR, "time")
+        # A host is read only when the reader allows it (the set lives on the local disk).
+        with pytest.raises(AccumulusError, match=f"reference {VAR}/c/0/0/0 points outside") as no:
+            accumulus.average(out, VAR, "time")
+        assert "127.0.0.1" not in str(no.value)
+        mapped = accumulus.average(out, VAR, "time", allow_references=[f"{url}/"])
     with xr.open_mfdataset(granules) as ds:
         expected = ds[VAR].astype("f8").mean("time").values
     np.testing.assert_allclose(mapped.values, expected, rtol=1e-9)

@@ -247,7 +247,11 @@ def test_granules_read_over_http(tmp_path):
         urls = [f"{url}/{g.name}" for g in granules]
         accumulus.append_virtual(out, urls)
         assert LazyReferenceMapper(str(out))[f"{VAR}/0.0.0"][0] == urls[0]
-        mapped = accumulus.average(out, VAR, "time")
+        # A host is read only when the reader allows it (the set lives on the local disk).
+        with pytest.raises(AccumulusError, match=f"reference {VAR}/0.0.0 points outside") as no:
+            accumulus.average(out, VAR, "time")
+        assert "127.0.0.1" not in str(no.value)
+        mapped = accumulus.average(out, VAR, "time", allow_references=[url])
     np.testing.assert_allclose(mapped.values, _time_mean(granules), rtol=1e-9)
 
 

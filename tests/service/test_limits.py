@@ -27,6 +27,9 @@ from accumulus.service.guard import ComputeSlots, ServiceLimits
 from accumulus.service.server import LOGGED_TARGET_CHARS, ShortTargets, running
 
 SCAN = "/api/datasets/{name}/tas/average?over=time,lat,lon&accumulation=false"
+# A memory budget whose share for chunks in flight (three quarters) holds one raw chunk of
+# the test cube (float32) and not two: a scan reads its chunks one after the other.
+ONE_CHUNK = int(np.prod(CHUNKS)) * 4 * 4 // 3
 
 
 @pytest.fixture
@@ -70,7 +73,7 @@ def wait_until(condition, seconds: float = 10.0) -> bool:
 
 def test_excess_requests_wait_then_get_503_with_retry_after(own_cube, monkeypatch):
     SlowReads(monkeypatch, 0.05)
-    limits = ServiceLimits(computations=1, queue_seconds=0.3, memory_bytes=1)
+    limits = ServiceLimits(computations=1, queue_seconds=0.3, memory_bytes=ONE_CHUNK)
     app = create_app([str(own_cube)], limits=limits)
     with running(app) as base, httpx.Client(base_url=base, timeout=60) as client:
         first = threading.Thread(target=client.get, args=(SCAN.format(name="own"),))
@@ -94,7 +97,7 @@ def test_excess_requests_wait_then_get_503_with_retry_after(own_cube, monkeypatc
 
 def test_a_computation_past_its_time_is_stopped_with_504(own_cube, monkeypatch):
     slow = SlowReads(monkeypatch, 0.05)
-    limits = ServiceLimits(computations=1, request_seconds=0.5, memory_bytes=1)
+    limits = ServiceLimits(computations=1, request_seconds=0.5, memory_bytes=ONE_CHUNK)
     app = create_app([str(own_cube)], limits=limits)
     with running(app) as base, httpx.Client(base_url=base, timeout=60) as client:
         response = client.get(SCAN.format(name="own"))
@@ -110,7 +113,7 @@ def test_a_computation_past_its_time_is_stopped_with_504(own_cube, monkeypatch):
 
 def test_work_is_abandoned_when_the_client_goes_away(own_cube, monkeypatch):
     slow = SlowReads(monkeypatch, 0.05)
-    app = create_app([str(own_cube)], limits=ServiceLimits(computations=1, memory_bytes=1))
+    app = create_app([str(own_cube)], limits=ServiceLimits(computations=1, memory_bytes=ONE_CHUNK))
     with running(app) as base:
         with pytest.raises(httpx.ReadTimeout):
             httpx.get(base + SCAN.format(name="own"), timeout=0.3)
@@ -125,26 +128,30 @@ def test_the_slot_queue_is_first_come_first_served_across_threads():
     order: list[int] = []
 
     async def take(k: int) -> None:
-        assert await slots.acquire(5)
+        slot = await slots.acquire(5)
+        assert slot is not None
         order.append(k)
         await asyncio.sleep(0.01)
-        slots.release()
+        slot.release()
+        slot.release()  # again: nothing more is given back
 
     async def main() -> None:
-        assert await slots.acquire(1)
+        first = await slots.acquire(1)
+        assert first is not None
         tasks = [asyncio.create_task(take(k)) for k in range(5)]
         await asyncio.sleep(0.05)
-        slots.release()
+        assert slots.busy == 1 and slots.held_longest() >= 0.05
+        first.release()
         await asyncio.gather(*tasks)
 
     asyncio.run(main())
-    assert order == [0, 1, 2, 3, 4] and slots.busy == 0
+    assert order == [0, 1, 2, 3, 4] and slots.busy == 0 and slots.held_longest() == 0
 
-    async def refused() -> bool:
-        assert await slots.acquire(1)
+    async def refused() -> object:
+        assert await slots.acquire(1) is not None
         return await slots.acquire(0.05)  # held: gives up
 
-    assert asyncio.run(refused()) is False
+    assert asyncio.run(refused()) is None
     assert slots.busy == 1
 
 

@@ -52,7 +52,16 @@ def start(process: subprocess.Popen, base: str, seconds: float = 120) -> httpx.R
 def test_serve_answers_on_loopback(cube: Path):
     port = free_port()
     process = subprocess.Popen(
-        accumulus_command("serve", str(cube), "--port", str(port), "--max-cells", "50"),
+        accumulus_command(
+            "serve",
+            str(cube),
+            "--port",
+            str(port),
+            "--max-cells",
+            "50",
+            "--allowed-host",
+            "data.example.org",
+        ),
         env=environment(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -67,6 +76,10 @@ def test_serve_answers_on_loopback(cube: Path):
         assert series.status_code == 200 and len(series.json()["values"]) == 40
         too_big = httpx.get(f"{base}/api/datasets/surface/tas/average?over=time")
         assert too_big.status_code == 422 and "limit of 50" in too_big.json()["error"]
+        # Its own names and the one allowed are answered, any other Host is refused.
+        for host, status in [("localhost", 200), ("data.example.org", 200), ("evil.test", 400)]:
+            assert httpx.get(f"{base}/", headers={"Host": host}).status_code == status
+        assert httpx.head(f"{base}/api/health").status_code == 200
     finally:
         process.terminate()
         output, _ = process.communicate(timeout=30)

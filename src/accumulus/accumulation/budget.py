@@ -4,11 +4,12 @@ A query's chunks are fetched and decoded concurrently (``chunk_reader``): each h
 stored bytes until it is decoded, then its values until they are summed. Raw chunks are
 summed slab by slab, in float64 working arrays. The budget gives three quarters of one
 number to the chunks in flight (their decoded size each, which bounds their stored bytes
-too; one chunk at least, whatever its size) and a quarter to the slabs of the threads
-summing them, so that a full scan of any cube stays near that number whatever the cube's
-size. Chunks in flight get the larger share because on object storage they are what hides
-the latency: with 50 ms per request, a series over 200 chunks of 2.4 MB went out in 9-10
-sequential round trips with 28 chunks in flight, 5 with 89, 4 with 131 and 2 with 174.
+too; a chunk larger than that share alone is refused before it is read) and a quarter to
+the slabs of the threads summing them, so that a full scan of any cube stays near that
+number whatever the cube's size. Chunks in flight get the larger share because on object
+storage they are what hides the latency: with 50 ms per request, a series over 200 chunks
+of 2.4 MB went out in 9-10 sequential round trips with 28 chunks in flight, 5 with 89, 4
+with 131 and 2 with 174.
 
 The default is 512 MiB: that series then goes out in 2 round trips (5 with 256 MiB, 4 with
 384), in the same time where there is no latency, as its chunks are decoded at the same pace

@@ -783,4 +783,4 @@ def weights_of(cube: Cube, var: VariableInfo, group: spec.AccumulationGroup):
     """The group's weights over the whole variable (broadcastable; small unless the weights
     are an array of the variable's full shape)."""
     full = {d: slice(0, n) for d, n in zip(var.dims, var.shape, strict=True)}
-    return weight_values(cube.decoded, group.weights, var.dims, full)
+    return weight_values(cube.decoded, group.weights, var.name, full)

@@ -26,7 +26,7 @@ from accumulus.accumulation.chunk_check import read_problem_text
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.plan import QueryPlan, Read
 from accumulus.accumulation.sums import reduce_terms
-from accumulus.accumulation.weights import varying_dims, weight_values
+from accumulus.accumulation.weights import arranged_weights, varying_dims, weight_values
 from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulationReadError, AccumulusError
@@ -439,8 +439,8 @@ def _entry_parts(
 def weights_vary_along(cube: Cube, weights: str, var: VariableInfo) -> tuple[str, ...]:
     """The dimensions of ``var`` that ``weights`` vary along, worked out once per snapshot."""
     return cube.remembered(
-        ("weights vary along", weights, tuple(var.dims)),
-        lambda: varying_dims(cube.decoded, weights, var.dims),
+        ("weights vary along", weights, var.name),
+        lambda: varying_dims(cube.decoded, weights, var.name),
     )
 
 
@@ -468,13 +468,19 @@ def _weights_over(
 ) -> np.ndarray | float:
     """``weight_values`` over an index box. Area weights are cut from the whole latitude
     column's, worked out once per snapshot (``Cube.remembered``): every query weighs its
-    slabs, and each of them looked the coordinate up in the dataset again."""
+    slabs, and each of them looked the coordinate up in the dataset again. An array's are
+    read through the reader's store (``Cube.decoded_values``): in the service, bounded and
+    stopped with their request like the chunks they weigh."""
+    if weights.startswith("array:"):
+        name = weights.removeprefix("array:")
+        values = cube.decoded_values(name, box)
+        return arranged_weights(name, values, cube.raw[name].dims, var.dims)
     if weights != "area":
-        return weight_values(cube.decoded, weights, var.dims, box)
+        return weight_values(cube.decoded, weights, var.name, box)
     everywhere = dict.fromkeys(var.dims, slice(None))
     whole = cube.remembered(
-        ("area weights", tuple(var.dims)),
-        lambda: weight_values(cube.decoded, weights, var.dims, everywhere),
+        ("area weights", var.name),
+        lambda: weight_values(cube.decoded, weights, var.name, everywhere),
     )
     assert isinstance(whole, np.ndarray)
     sizes = zip(var.dims, whole.shape, strict=True)
@@ -484,9 +490,10 @@ def _weights_over(
 def _out(
     plan: QueryPlan, var: VariableInfo, box: Mapping[str, tuple[int, int]]
 ) -> tuple[slice, ...]:
-    """Where a box lands in the answer (its kept dimensions): modulo the axis' size, so
-    that the part of a longitude range past the grid's seam follows the part before it."""
-    sizes = dict(zip(var.dims, var.shape, strict=True))
+    """Where a box lands in the answer (its kept dimensions): modulo the axis' size (where
+    the plan's ranges wrap), so that the part of a longitude range past the grid's seam
+    follows the part before it."""
+    sizes = {**dict(zip(var.dims, var.shape, strict=True)), **plan.sizes}
     out = []
     for d in plan.dims:
         if d not in plan.over:

@@ -24,7 +24,7 @@ from zarr.abc.store import Store
 from accumulus.accumulation import spec
 from accumulus.accumulation.record import RECORD_KEY, BuildRecordError, attributes_problem
 from accumulus.accumulation.sidecar import Sidecar, StaleSidecarError
-from accumulus.accumulation.weights import find_latitude
+from accumulus.accumulation.weights import latitude_of
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.filters.accumulation_delta import with_chunk_shape
@@ -217,7 +217,7 @@ def _foreign_coverage(
                     covered = shape[dim]
                 coverage[dim] = min(coverage[dim], covered)
     # The ZEP 5 generator weights by cos(latitude) where there is a latitude dimension.
-    weights = "area" if find_latitude(cube.raw, variable.dims) else "none"
+    weights = "area" if latitude_of(cube.raw, variable.name) else "none"
     return spec.AccumulationGroup(
         variable=group.variable,
         variable_dims=group.variable_dims,

@@ -11,6 +11,12 @@ one run of indices in circular order. It is written as a half-open range ``(lo, 
 ``hi`` passes the end of the axis when the run crosses the grid's seam (from its last cell
 back to its first): ``(lo, hi)`` then stands for ``[lo, size)`` followed by
 ``[0, hi - size)`` (``pieces``), in that order in the answer.
+
+A grid whose last longitude repeats its first a turn later (``-0.5..359.5`` as FERRET writes
+it, ``0..360``, ``30..390``: a cyclic point added for plotting) holds one column twice. Its
+circle is its first ``period`` columns, every other one once: ranges are runs within them,
+``size`` above is ``period``, and the repeated column is never selected (it would count
+twice in the whole circle, and once too often wherever its twin is inside a box).
 """
 
 from __future__ import annotations
@@ -24,24 +30,40 @@ from accumulus.errors import AccumulusError
 TOLERANCE = 1e-9
 
 
+def period(values: np.ndarray) -> int:
+    """How many distinct longitudes the grid holds around the circle: its size, or one
+    fewer when its last longitude repeats its first a turn later (within 1% of a step, as
+    float32 labels are rounded)."""
+    if values.dtype.kind not in "iuf" or values.size < 3 or not np.isfinite(values).all():
+        return values.size
+    lons = values.astype("f8")
+    step = float(np.abs(np.diff(lons)).min())
+    repeats = abs(abs(lons[-1] - lons[0]) - 360) <= step * 0.01
+    return values.size - 1 if repeats and _monotonic(lons) else values.size
+
+
 def is_circular(values: np.ndarray) -> bool:
     """Whether a longitude coordinate can be compared modulo 360: numbers, monotonic, over
-    less than a full turn (a grid repeating its seam, 0..360 inclusive, is read as written)."""
+    less than a full turn once a repeated last column is left out (``period``)."""
     if values.dtype.kind not in "iuf" or values.size == 0 or not np.isfinite(values).all():
         return False
-    steps = np.diff(values.astype("f8"))
-    monotonic = bool((steps > 0).all() or (steps < 0).all())
-    return monotonic and float(values.max()) - float(values.min()) < 360 - TOLERANCE
+    lons = values[: period(values)].astype("f8")
+    return _monotonic(lons) and float(lons.max()) - float(lons.min()) < 360 - TOLERANCE
+
+
+def _monotonic(lons: np.ndarray) -> bool:
+    steps = np.diff(lons)
+    return bool((steps > 0).all() or (steps < 0).all())
 
 
 def longitude_range(
     values: np.ndarray, west: float | None, east: float | None
 ) -> tuple[tuple[int, int], bool]:
-    """The cells of the box ``west/east`` as ``(lo, hi)`` (``hi`` past the end when the run
-    crosses the grid's seam), and whether the box reaches past a regional grid's cells (so
-    the answer must say that it was clipped). An open end is the grid's own first or last
-    longitude. Raises ``AccumulusError`` when no cell is inside."""
-    lons = values.astype("f8")
+    """The cells of the box ``west/east`` as ``(lo, hi)`` (``hi`` past the grid's ``period``
+    when the run crosses its seam), and whether the box reaches past a regional grid's
+    cells (so the answer must say that it was clipped). An open end is the grid's own first
+    or last longitude. Raises ``AccumulusError`` when no cell is inside."""
+    lons = values[: period(values)].astype("f8")
     west = float(lons.min()) if west is None else float(west)
     east = float(lons.max()) if east is None else float(east)
     if west <= east and east - west >= 360 - TOLERANCE:
@@ -70,7 +92,7 @@ def labels(values: np.ndarray, lo: int, hi: int, west: float | None) -> np.ndarr
     """The longitudes of the answer: the grid's own, or for a run across the seam, written
     from the box's west edge on so that they keep running the grid's way (170..190 for
     ``170/-170`` on a -180..180 grid, -20..50 for ``-20/50`` on a 0..360 grid)."""
-    size = values.size
+    size = period(values)
     taken = np.concatenate([values[a:b] for a, b in pieces(lo, hi, size)])
     if hi <= size:
         return taken

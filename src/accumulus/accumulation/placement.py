@@ -50,7 +50,7 @@ def placements(
 ) -> dict[tuple[str, ...], spec.Placement]:
     """Where the entries of every positioned combination of ``request`` end, and how its
     sums are stored (combinations in the variable's order)."""
-    weight_dims = varying_dims(cube.decoded, request.weights, var.dims)
+    weight_dims = varying_dims(cube.decoded, request.weights, var.name)
     settings = cube.root.attrs.get("accumulus", {})
     appended = settings.get("append_dim") if isinstance(settings, dict) else None
     out = {}

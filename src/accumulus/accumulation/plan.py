@@ -72,6 +72,8 @@ class QueryPlan:
     reads: tuple[Read, ...] = field(default_factory=tuple)
     # A shape's cells (``shapes.CellMask``): raw reads sum only these; None for a box.
     mask: Any = None
+    # Where ranges wrap round (``plan_query``'s ``sizes``); the axis' size where not given.
+    sizes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def raw_reads(self) -> list[Read]:
@@ -97,22 +99,25 @@ def plan_query(
     Only accumulations whose dimensions are all in ``over`` can help: the others would sum
     away a dimension the answer keeps.
 
-    A range whose end passes its dimension's size (``sizes``) runs across the seam of a
-    longitude: it is the box up to the end of the axis and the box from its start, each
-    planned like any box. One plan holds both, so their chunks are read in one batch and
-    each part lands at its place in the answer (``execute`` places it modulo the size).
+    A range whose end passes its dimension's size (``sizes``: a longitude's distinct
+    columns, ``longitude.period``) runs across the seam of a longitude: it is the box up to
+    that size and the box from the axis' start, each planned like any box. One plan holds
+    both, so their chunks are read in one batch and each part lands at its place in the
+    answer (``execute`` places it modulo the size).
     """
     over_set = set(over)
     box: Box = {d: tuple(ranges[d]) for d in dims}
     reads: list[Read] = []
+    kept = tuple(d for d in dims if d in over_set)
+    sizes = dict(sizes or {})
     if any(b <= a for a, b in box.values()):
-        return QueryPlan(tuple(dims), tuple(d for d in dims if d in over_set), dict(box), ())
+        return QueryPlan(tuple(dims), kept, dict(box), (), sizes=sizes)
     usable = [lay for lay in layouts if set(lay.dims) <= over_set]
-    for part in _across_seams(box, sizes or {}):
+    for part in _across_seams(box, sizes):
         inside = _split_off_uncovered(part, usable, reads)
         if inside is not None:
             _plan_box(inside, usable, reads)
-    return QueryPlan(tuple(dims), tuple(d for d in dims if d in over_set), dict(box), tuple(reads))
+    return QueryPlan(tuple(dims), kept, dict(box), tuple(reads), sizes=sizes)
 
 
 def _across_seams(box: Box, sizes: Mapping[str, int]) -> list[Box]:

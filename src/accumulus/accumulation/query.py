@@ -71,6 +71,9 @@ class QueryResult:
     selection: Mapping[str, Extent] = field(default_factory=dict)  # what was averaged, by dim
     # What the planner estimated its candidate plans would read (``cost``), when it chose.
     costs: Mapping[str, PlanCost] = field(default_factory=dict)
+    # The dimensions averaged over that the weights vary along: where they change the answer
+    # (latitude for area weights; both axes of a curvilinear grid).
+    weighted_over: tuple[str, ...] = ()
 
 
 def run_query(
@@ -141,9 +144,13 @@ def run_query(
         {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over)}
         | stats.to_dict()
     )
-    extents = selection(cube, var.dims, resolved.ranges)
+    extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
     note = "; ".join([*resolved.notes, *([note] if note else [])])
-    return QueryResult(resolved.query, data, plan, stats, weights, note, extents, costs)
+    varying = () if weights == "none" else weights_vary_along(cube, weights, var)
+    weighted_over = tuple(d for d in varying if d in resolved.over)
+    return QueryResult(
+        resolved.query, data, plan, stats, weights, note, extents, costs, weighted_over
+    )
 
 
 def _weights_cancel(cube: Cube, resolved: ResolvedQuery) -> bool:
@@ -205,8 +212,7 @@ def _plans(
     """The plans of ``resolved`` from ``layouts`` (none: the plain scan of its cells): one
     for a box, a few for a shape (``shapes.shape_plans``)."""
     if resolved.mask is None:
-        sizes = dict(zip(var.dims, var.shape, strict=True))
-        return [plan_query(var.dims, resolved.ranges, resolved.over, layouts, sizes)]
+        return [plan_query(var.dims, resolved.ranges, resolved.over, layouts, resolved.sizes)]
     edges = {d: b.edges for d, b in zip(var.dims, var.bounds, strict=True)}
     return shape_plans(var.dims, resolved.ranges, resolved.over, layouts, resolved.mask, edges)
 

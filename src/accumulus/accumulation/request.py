@@ -18,6 +18,8 @@ Text as users type it (``"lat,lon"``, ``"2001-01-01/2001-12-31"``) is split here
 
 from __future__ import annotations
 
+import datetime
+import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -29,10 +31,11 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from accumulus import coordinates
 from accumulus.accumulation import longitude, statistics
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.shapes import CellMask, shape_cells
-from accumulus.accumulation.weights import find_longitude, resolve_weights
+from accumulus.accumulation.weights import no_latitude, resolve_weights
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.numeric import check_numeric
@@ -77,6 +80,9 @@ class ResolvedQuery:
     weights: str
     notes: tuple[str, ...] = ()
     mask: CellMask | None = None  # the shape's cells; ranges are then its window
+    # Longitudes whose last column repeats their first: their distinct columns
+    # (``longitude.period``), past which ranges wrap; other dimensions wrap at their size.
+    periods: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def stat(self) -> str:
@@ -89,6 +95,12 @@ class ResolvedQuery:
     def without_accumulation(self) -> ResolvedQuery:
         """The same question, answered from the raw data alone."""
         return replace(self, query=replace(self.query, use_accumulation=False))
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Per dimension, the index past which a range wraps round (``longitude.pieces``)."""
+        sizes = zip(self.variable.dims, self.variable.shape, strict=True)
+        return {d: self.periods.get(d, n) for d, n in sizes}
 
     @property
     def kept(self) -> tuple[str, ...]:
@@ -145,30 +157,41 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
         )
     except AccumulusError as exc:
         raise ParameterError("variable", str(exc)) from None
-    over = _check_over(var, query.over)
+    over = _check_over(cube, var, query.over)
     if query.stat not in statistics.STATISTICS:
         known = ", ".join(statistics.STATISTICS)
         raise ParameterError("stat", f"unknown stat {query.stat!r}: use one of {known}")
     if query.plan not in PLANS:
         raise ParameterError("plan", f"unknown plan {query.plan!r}: use one of {', '.join(PLANS)}")
-    ranges = {d: (0, n) for d, n in zip(var.dims, var.shape, strict=True)}
+    periods = {
+        d: p for d, n in zip(var.dims, var.shape, strict=True) if (p := _period(cube, d)) < n
+    }
+    ranges = {d: (0, periods.get(d, n)) for d, n in zip(var.dims, var.shape, strict=True)}
     notes = []
     for dim, (start, stop) in query.ranges.items():
         if dim not in var.dims:
             raise ParameterError(
                 dim,
                 f"range given for {dim!r}, which is not a dimension of {var.name!r} "
-                f"{list(var.dims)}",
+                f"{list(var.dims)}{_coordinate_hint(cube, var, dim)}",
             )
         index = cube.index(dim)
         try:
-            ranges[dim], clipped = index_range(
-                index, dim, start, stop, circular=_is_longitude(cube, dim)
-            )
+            if cube.labelled(dim):
+                ranges[dim], clipped = index_range(
+                    index, dim, start, stop, circular=_is_longitude(cube, dim)
+                )
+            else:
+                ranges[dim], clipped = position_range(dim, len(index), start, stop), False
+                notes.append(_positions_note(dim, ranges[dim]))
         except AccumulusError as exc:
             raise ParameterError(dim, str(exc)) from None
         if clipped:
-            notes.append(_clip_note(index, dim, start, stop, ranges[dim]))
+            notes.append(_clip_note(index, dim, start, stop, ranges[dim], periods.get(dim)))
+    for dim, size in periods.items():
+        lo, hi = ranges[dim]
+        if lo == 0 or hi > size:  # the repeated column's twin is selected
+            notes.append(_repeat_note(cube.index(dim), dim))
     weights = query.weights
     if weights is None:
         # The weights the accumulations were built with, so both ways agree by default.
@@ -178,18 +201,22 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
         weights = cube.remembered(("weights", var.name, weights), chosen)
     except AccumulusError as exc:
         raise ParameterError("weights", str(exc)) from None
+    if weights == "none" and query.weights is None:
+        notes += _unweighted_note(cube, var, over)
     mask = None
     if query.shape is not None:
-        mask = shape_cells(cube, var, _within_axes(ranges, var), query.shape)
+        mask = shape_cells(cube, var, _within_axes(ranges, var, periods), query.shape)
         ranges = {**ranges, **mask.ranges()}
-    return ResolvedQuery(query, var, over, ranges, weights, tuple(notes), mask)
+    return ResolvedQuery(query, var, over, ranges, weights, tuple(notes), mask, periods)
 
 
-def _within_axes(ranges: Mapping[str, tuple[int, int]], var: VariableInfo):
+def _within_axes(
+    ranges: Mapping[str, tuple[int, int]], var: VariableInfo, periods: Mapping[str, int]
+):
     """``ranges``, refused with a shape when one runs across a longitude's seam: the shape
     picks its own cells on either side of the seam, so give it alone."""
     for dim, size in zip(var.dims, var.shape, strict=True):
-        if ranges[dim][1] > size:
+        if ranges[dim][1] > periods.get(dim, size):
             raise ParameterError(
                 "shape",
                 f"a shape and a range of {dim!r} across the grid's seam: give the shape "
@@ -198,7 +225,7 @@ def _within_axes(ranges: Mapping[str, tuple[int, int]], var: VariableInfo):
     return ranges
 
 
-def _check_over(var: VariableInfo, over: Iterable[str]) -> tuple[str, ...]:
+def _check_over(cube: Cube, var: VariableInfo, over: Iterable[str]) -> tuple[str, ...]:
     names = split_list(over)
     if not names:
         raise ParameterError("over", "name at least one dimension to average over")
@@ -206,7 +233,8 @@ def _check_over(var: VariableInfo, over: Iterable[str]) -> tuple[str, ...]:
     if unknown:
         raise ParameterError(
             "over",
-            f"cannot average {var.name!r} over {unknown}: its dimensions are {list(var.dims)}",
+            f"cannot average {var.name!r} over {unknown}: its dimensions are "
+            f"{list(var.dims)}{_coordinate_hint(cube, var, unknown[0])}",
         )
     return tuple(d for d in var.dims if d in names)
 
@@ -262,16 +290,20 @@ def index_range(
     raise _selects_nothing(index, dim, start, stop)
 
 
-# A date as ISO 8601 writes it, down to the second: the forms NumPy and pandas read alike.
-_ISO_DATE = re.compile(r"\d{4}(-\d{2}(-\d{2}(T\d{2}(:\d{2}(:\d{2})?)?)?)?)?")
+# A date as ISO 8601 writes it, down to the second, of a year from -9999 to 9999 (0000 is
+# 1 BC, as ISO 8601 and NumPy count): the forms NumPy and pandas read alike.
+_ISO_DATE = re.compile(r"-?[0-9]{4}(-[0-9]{2}(-[0-9]{2}([T ][0-9]{2}(:[0-9]{2}(:[0-9]{2})?)?)?)?)?")
+# Integer times past every other of their unit (the smallest int64 is NaT).
+_EARLIEST, _LATEST = np.iinfo(np.int64).min + 1, np.iinfo(np.int64).max
 
 
 def date_positions(index: pd.DatetimeIndex, start: Bound, stop: Bound) -> tuple[int, int] | None:
     """The positions ``index.slice_indexer(start, stop)`` selects on an ascending index
     for ISO dates (or None for an open end), each date standing for its whole period (a
     year, a month, a day, …) as pandas reads a partial date: two binary searches, where
-    pandas' own parsing into periods took a tenth of a warm query. None for anything else
-    (pandas answers)."""
+    pandas' own parsing into periods took a tenth of a warm query. A date the index's unit
+    cannot hold (before 1677 or after 2262 in nanoseconds) lies before or after all of it.
+    None for anything else (pandas answers)."""
     if index.tz is not None:
         return None
     values = index.asi8
@@ -281,21 +313,39 @@ def date_positions(index: pd.DatetimeIndex, start: Bound, stop: Bound) -> tuple[
         if bound is None:
             found.append(len(values) if after else 0)
             continue
-        if not isinstance(bound, str) or not _ISO_DATE.fullmatch(bound):
+        period = iso_period(bound)
+        if period is None:
             return None
-        try:
-            period = np.datetime64(bound)  # in the unit of the date's last field
-        except ValueError:
-            return None  # no such date ("2001-20"): pandas says what is wrong with it
-        if after:  # the stop's period ends where the next one begins
-            period = period + np.timedelta64(1, np.datetime_data(period.dtype)[0])
-        try:
-            at = period.astype(f"M8[{unit}]")
-        except OverflowError:
-            return None  # beyond what the index's unit holds
-        found.append(int(np.searchsorted(values, at.astype("i8"))))
+        # The stop's period ends where the next one begins.
+        found.append(int(np.searchsorted(values, in_unit(period[after], unit))))
     lo, hi = found
     return lo, max(lo, hi)
+
+
+def iso_period(bound: Bound) -> tuple[np.datetime64, np.datetime64] | None:
+    """The period an ISO date stands for (a year, a month, a day, …): its start and the start
+    of the next, in the unit of the date's last field, which holds any year; None for what
+    is not an ISO date (or names none, as "2001-20")."""
+    if not isinstance(bound, str) or not _ISO_DATE.fullmatch(bound):
+        return None
+    try:
+        start = np.datetime64(bound)
+    except ValueError:
+        return None
+    return start, start + np.timedelta64(1, np.datetime_data(start.dtype)[0])
+
+
+def in_unit(moment: np.datetime64, unit: str) -> int:
+    """``moment`` as an integer count of ``unit`` since 1970, saturated: a moment the unit
+    cannot hold is earlier (or later) than every one it can. NumPy converts a year or a
+    month to nanoseconds with a silent wrap-around (1417 became 2001-07-22)."""
+    try:
+        converted = moment.astype(f"M8[{unit}]")
+        if converted.astype(moment.dtype) == moment:
+            return int(converted.astype("i8"))
+    except OverflowError:
+        pass
+    return _LATEST if moment.astype("i8") > 0 else _EARLIEST
 
 
 def answer_index(cube: Cube, resolved: ResolvedQuery, dim: str) -> pd.Index:
@@ -304,7 +354,7 @@ def answer_index(cube: Cube, resolved: ResolvedQuery, dim: str) -> pd.Index:
     (``longitude.labels``)."""
     lo, hi = resolved.ranges[dim]
     index = cube.index(dim)
-    if hi <= len(index):
+    if hi <= resolved.sizes[dim]:
         return index[lo:hi]
     west = resolved.query.ranges[dim][0]
     labels = longitude.labels(np.asarray(index), lo, hi, None if west is None else float(west))
@@ -315,11 +365,88 @@ def _is_longitude(cube: Cube, dim: str) -> bool:
     """A longitude coordinate whose labels can be compared modulo 360."""
 
     def circular() -> bool:
-        if dim not in cube.decoded.indexes or find_longitude(cube.raw, [dim]) is None:
+        name = cube.labels_name(dim)
+        if name is None or not coordinates.is_kind(cube.raw, name, "longitude"):
             return False
         return longitude.is_circular(np.asarray(cube.index(dim)))
 
     return cube.remembered(("circular longitude", dim), circular)
+
+
+def _period(cube: Cube, dim: str) -> int:
+    """The distinct columns of a longitude around the circle (``longitude.period``); the
+    size of any other dimension."""
+
+    def period() -> int:
+        index = cube.index(dim)
+        return longitude.period(np.asarray(index)) if _is_longitude(cube, dim) else len(index)
+
+    return cube.remembered(("longitude period", dim), period)
+
+
+def position_range(dim: str, size: int, start: Bound, stop: Bound) -> tuple[int, int]:
+    """The half-open index range of inclusive positions ``start``/``stop`` along a dimension
+    without labels (``Cube.labelled``), as if it were labelled 0 .. size-1; a bound that is
+    no such position is refused, naming what is missing: ``latitude=-30/30`` on a dimension
+    without latitudes must not select rows 0..30."""
+    found = []
+    for bound in (start, stop):
+        text = str(bound).strip() if bound is not None else ""
+        if not text:
+            found.append(None)
+            continue
+        if isinstance(bound, str):  # ASCII digits only: int() reads ١٠ and 1_0 as 10 too
+            position = int(text) if re.fullmatch(r"[0-9]+", text) else None
+        else:
+            try:
+                position = operator.index(bound)
+            except TypeError:
+                position = None
+        if position is None or not 0 <= position < size:
+            raise AccumulusError(
+                f"range {dim}={_text(start, '')}/{_text(stop, '')}: {dim!r} has no coordinate "
+                f"values (no variable holds its labels), so a range selects positions 0 to "
+                f"{size - 1}, and {text!r} is not one"
+            )
+        found.append(position)
+    lo, hi = (0 if found[0] is None else found[0]), (size - 1 if found[1] is None else found[1])
+    lo, hi = min(lo, hi), max(lo, hi)
+    return lo, hi + 1
+
+
+def _positions_note(dim: str, selected: tuple[int, int]) -> str:
+    lo, hi = selected
+    return f"{dim} has no coordinate values: positions {lo} to {hi - 1} selected"
+
+
+def _repeat_note(index: pd.Index, dim: str) -> str:
+    return (
+        f"{dim}: its last longitude ({_text(index[-1])}) repeats its first "
+        f"({_text(index[0])}), counted once"
+    )
+
+
+def _unweighted_note(cube: Cube, var: VariableInfo, over: Iterable[str]) -> list[str]:
+    """What an answer unweighted by default must say when it averages over a dimension
+    named like a latitude whose latitudes were not found."""
+    named = [d for d in over if coordinates.named_like(d, "latitude")]
+    return [f"unweighted: {no_latitude(cube.raw, var.name)}"] if named else []
+
+
+def _coordinate_hint(cube: Cube, var: VariableInfo, name: str) -> str:
+    """For a name given where a dimension belongs: the dimension(s) it is a coordinate of."""
+    for kind in coordinates.KINDS:
+        found = coordinates.find(cube.raw, var.dims, kind, var.name)
+        if found is None or found.name != name:
+            continue
+        if not found.curvilinear:
+            dim = found.dims[0]
+            return f"; {name!r} holds the {kind}s of dimension {dim!r}: give {dim!r} instead"
+        return (
+            f"; {name!r} holds 2-D {kind}s on {list(found.dims)} (a curvilinear grid): "
+            "average over and select along those dimensions, or give a shape"
+        )
+    return ""
 
 
 def _is_number(bound: Bound) -> bool:
@@ -354,8 +481,14 @@ def _reaches_past(index: pd.Index, start: Bound, stop: Bound) -> bool:
 
 def _comparable(index: pd.Index, bound: Bound) -> Bound:
     """A bound as something the index's labels compare with (dates as the index's type)."""
+    if type(bound) is datetime.date:  # compares with no datetime64: as its midnight does
+        return pd.Timestamp(bound)
     if not isinstance(bound, str):
         return bound
+    period = iso_period(bound)
+    if isinstance(index, pd.DatetimeIndex) and index.tz is None and period is not None:
+        unit = np.datetime_data(index.dtype)[0]
+        return np.datetime64(in_unit(period[0], unit), unit)
     stamp = pd.Timestamp(bound)
     if isinstance(index, xr.CFTimeIndex):
         fields = ("year", "month", "day", "hour", "minute", "second", "microsecond")
@@ -364,12 +497,18 @@ def _comparable(index: pd.Index, bound: Bound) -> Bound:
 
 
 def _clip_note(
-    index: pd.Index, dim: str, start: Bound, stop: Bound, selected: tuple[int, int]
+    index: pd.Index,
+    dim: str,
+    start: Bound,
+    stop: Bound,
+    selected: tuple[int, int],
+    period: int | None = None,
 ) -> str:
     lo, hi = selected
+    size = period or len(index)
     span = f"{_text(index.min())} to {_text(index.max())}"
-    first, last = index[lo % len(index)], index[(hi - 1) % len(index)]
-    if hi <= len(index) and first > last:
+    first, last = index[lo % size], index[(hi - 1) % size]
+    if hi <= size and first > last:
         first, last = last, first  # a descending coordinate: name the cells low to high
     return (
         f"{dim}={_text(start, '')}/{_text(stop, '')} reaches past the coordinate ({span}): "
@@ -394,6 +533,8 @@ def _coerce(index: pd.Index, dim: str, bound: Bound) -> Bound:
     if bound is None or (isinstance(bound, str) and not bound.strip()):
         return None
     if isinstance(index, pd.DatetimeIndex) and isinstance(bound, str):
+        if iso_period(bound) is not None:
+            return bound
         try:
             pd.Timestamp(bound)
         except ValueError:

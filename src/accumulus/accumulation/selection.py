@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import xarray as xr
 
-from accumulus.accumulation.weights import find_latitude, find_longitude
+from accumulus.coordinates import KINDS, is_kind
 from accumulus.cube import Cube
 
 
@@ -39,26 +39,28 @@ def dimension_kind(cube: Cube, dim: str) -> str | None:
 def _kind(cube: Cube, dim: str) -> str | None:
     if isinstance(cube.index(dim), pd.DatetimeIndex | xr.CFTimeIndex):
         return "time"
-    if find_latitude(cube.raw, [dim]):
-        return "latitude"
-    if find_longitude(cube.raw, [dim]):
-        return "longitude"
-    return None
+    name = cube.labels_name(dim)  # the dimension's own labels: lat(latitude) as well
+    return next((k for k in KINDS if name is not None and is_kind(cube.raw, name, k)), None)
 
 
 def selection(
-    cube: Cube, dims: Sequence[str], ranges: Mapping[str, tuple[int, int]]
+    cube: Cube,
+    dims: Sequence[str],
+    ranges: Mapping[str, tuple[int, int]],
+    sizes: Mapping[str, int] | None = None,
 ) -> dict[str, Extent]:
-    """The extent of each of ``dims`` within the index ``ranges`` (half-open)."""
+    """The extent of each of ``dims`` within the index ``ranges`` (half-open; ``sizes``:
+    where they wrap round, as ``ResolvedQuery.sizes``)."""
     extents = {}
     for dim in dims:
         start, stop = ranges[dim]
         index = cube.index(dim)
         if stop <= start:
             continue
-        seam = stop > len(index)  # a longitude range across the grid's seam
-        last = index[(stop - 1) % len(index)]
+        size = (sizes or {}).get(dim, len(index))
+        seam = stop > size  # a longitude range across the grid's seam
+        last = index[(stop - 1) % size]
         extents[dim] = Extent(
-            dimension_kind(cube, dim), index[start], last, stop - start, len(index), seam
+            dimension_kind(cube, dim), index[start], last, stop - start, size, seam
         )
     return extents

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from accumulus import coordinates
 from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, Read, plan_query
-from accumulus.accumulation.weights import find_latitude, find_longitude
 from accumulus.errors import ParameterError
 
 # regionmask's nudge, so that centres on a boundary go the same way.
@@ -82,7 +82,8 @@ class CellMask:
 
 def centre_mask(geometry: Any, lats: np.ndarray, lons: np.ndarray) -> np.ndarray:
     """(len(lats), len(lons)) booleans: cells whose centre lies in ``geometry`` (a shapely
-    polygon in longitude/latitude degrees)."""
+    polygon in longitude/latitude degrees). A curvilinear grid's centres are given as two
+    arrays of the grid's shape instead, and so is the mask."""
     import shapely
 
     lats = np.asarray(lats, dtype="f8")
@@ -90,7 +91,7 @@ def centre_mask(geometry: Any, lats: np.ndarray, lons: np.ndarray) -> np.ndarray
     wrapped = 180.0 - (180.0 - lons) % 360.0  # into (-180, 180]
     x = wrapped - NUDGE_LON
     y = np.where(lats <= -90.0, -90.0 + NUDGE_LAT, lats - NUDGE_LAT)
-    xx, yy = np.meshgrid(x, y)
+    xx, yy = (x, y) if lats.ndim == 2 else np.meshgrid(x, y)
     shapely.prepare(geometry)
     inside = shapely.contains_xy(geometry, xx, yy)
     west, _, east, _ = geometry.bounds
@@ -110,9 +111,14 @@ def cell_mask(
     ranges: Mapping[str, tuple[int, int]],
 ) -> CellMask:
     """The shape's cells within ``ranges`` of the grid whose cell centres are ``lats`` and
-    ``lons`` (whole coordinates), cut to the smallest window holding them all."""
+    ``lons`` (whole coordinates; 2-D on (``lat``, ``lon``) for a curvilinear grid, whose
+    rows and columns ``lat`` and ``lon`` then name), cut to the smallest window holding
+    them all."""
     (a, b), (c, d) = ranges[lat], ranges[lon]
-    inside = centre_mask(geometry, lats[a:b], lons[c:d])
+    if lats.ndim == 2:
+        inside = centre_mask(geometry, lats[a:b, c:d], lons[a:b, c:d])
+    else:
+        inside = centre_mask(geometry, lats[a:b], lons[c:d])
     rows, cols = np.flatnonzero(inside.any(axis=1)), np.flatnonzero(inside.any(axis=0))
     if not rows.size:
         return CellMask(lat, lon, (a, c), np.zeros((0, 0), dtype=bool))
@@ -124,15 +130,24 @@ def shape_cells(cube: Any, var: Any, ranges: Mapping[str, tuple[int, int]], shap
     """The cells of ``var`` (a ``cube.VariableInfo``) within ``ranges`` whose centres
     ``shape`` (a ``regions.Shape``) holds; a ``ParameterError`` naming ``shape`` when the
     variable has no latitude/longitude or the shape holds no cell centre."""
-    lat, lon = find_latitude(cube.raw, var.dims), find_longitude(cube.raw, var.dims)
-    if lat is None or lon is None:
+    lat, lon = (coordinates.find(cube.raw, var.dims, k, var.name) for k in coordinates.KINDS)
+    if lat is None or lon is None or lat.curvilinear != lon.curvilinear:
         raise ParameterError(
             "shape",
-            f"a shape needs latitude and longitude dimensions; {var.name!r} has {list(var.dims)}",
+            f"a shape needs the latitudes and longitudes of {var.name!r} (both 1-D, or both "
+            f"2-D); found {_named(lat, 'no latitudes')} and {_named(lon, 'no longitudes')}",
         )
-    lats = np.asarray(cube.index(lat), dtype="f8")
-    lons = np.asarray(cube.index(lon), dtype="f8")
-    mask = cell_mask(shape.geometry, lat, lon, lats, lons, ranges)
+    if lat.curvilinear:  # rows and columns: the dimensions of the 2-D latitudes
+        rows, cols = lat.dims
+        lats, lons = (
+            np.asarray(cube.decoded[c.name].transpose(rows, cols).values, dtype="f8")
+            for c in (lat, lon)
+        )
+    else:
+        rows, cols = lat.dims[0], lon.dims[0]
+        lats = np.asarray(cube.index(rows), dtype="f8")
+        lons = np.asarray(cube.index(cols), dtype="f8")
+    mask = cell_mask(shape.geometry, rows, cols, lats, lons, ranges)
     if mask.count == 0:
         raise ParameterError(
             "shape",
@@ -141,6 +156,10 @@ def shape_cells(cube: Any, var: Any, ranges: Mapping[str, tuple[int, int]], shap
             f"{lons.max():g}; shape bounds {', '.join(f'{b:g}' for b in shape.geometry.bounds)})",
         )
     return mask
+
+
+def _named(found: Any, missing: str) -> str:
+    return missing if found is None else f"{found.name}{list(found.dims)}"
 
 
 def kept_cells(mask: CellMask, dims: Sequence[str], over: Sequence[str]) -> np.ndarray | None:

@@ -597,9 +597,11 @@ def _parse_placement(
     return Accumulation(combo, strides, arrays, array_dims, placement)
 
 
-def default_combinations(dims: Sequence[str], lat: str | None, lon: str | None) -> list[tuple]:
-    """Every dimension alone, plus latitude+longitude together when both exist."""
+def default_combinations(dims: Sequence[str], horizontal: Sequence[str]) -> list[tuple]:
+    """Every dimension alone, plus the ``horizontal`` ones (those of the latitudes and
+    longitudes: ``lat, lon``, or ``rlat, rlon`` of a curvilinear grid) together."""
     combos: list[tuple[str, ...]] = [(d,) for d in dims]
-    if lat and lon:
-        combos.append(tuple(d for d in dims if d in (lat, lon)))
+    together = tuple(d for d in dims if d in horizontal)
+    if len(together) > 1:
+        combos.append(together)
     return combos

@@ -193,7 +193,7 @@ def _compare(
     per_slab = stream.chunks_per_slab(var, dim, group)
     stop = max(_raw_extent(c, dim) for c in checks)
     weights = weight_values(
-        cube.decoded, group.weights, var.dims, {d: slice(None) for d in var.dims}
+        cube.decoded, group.weights, var.name, {d: slice(None) for d in var.dims}
     )
     x = var.dask_array(var.grouped_blocks(keep=dim))
     totals: dict[tuple[str, bool], np.ndarray] = {}  # running sums along dim, before the slab

@@ -1,58 +1,56 @@
 """Which weights a variable is averaged with, and their values over any index box.
 
 Three kinds, as ZEP 5 and Giovanni use them:
-- "area": cos(latitude), the usual weight of a regular latitude/longitude grid;
+- "area": cos(latitude), the usual weight of a regular latitude/longitude grid, from the
+  variable's latitudes wherever they are (``coordinates``: ``lat(latitude)``, or
+  ``lat(rlat, rlon)`` of a curvilinear grid, whose weights then vary along both);
 - "none": every valid value weighs 1 (then Σw is a count);
 - "array:<name>": an array of the dataset broadcastable to the variable (by dimension names).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 import xarray as xr
 
+from accumulus import coordinates
+from accumulus.coordinates import Coordinate
 from accumulus.errors import AccumulusError
 from accumulus.numeric import NUMERIC_KINDS
 
-_LAT_UNITS = {"degrees_north", "degree_north", "degree_n", "degrees_n", "degreen", "degreesn"}
-_LON_UNITS = {"degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese"}
-_LAT_NAMES = {"lat", "latitude", "nav_lat", "y_lat"}
-_LON_NAMES = {"lon", "long", "longitude", "nav_lon", "x_lon"}
+
+def latitude_of(ds: xr.Dataset, variable: str) -> Coordinate | None:
+    """The variable holding the latitudes of ``variable``'s grid (``coordinates.find``)."""
+    return coordinates.find(ds, ds[variable].dims, "latitude", variable)
 
 
-def _is_axis(ds: xr.Dataset, dim: str, standard_name: str, units: set, names: set) -> bool:
-    coord = ds.variables.get(dim)
-    attrs = coord.attrs if coord is not None else {}
-    if attrs.get("standard_name") == standard_name:
-        return True
-    if str(attrs.get("units", "")).lower() in units:
-        return True
-    return dim.lower() in names
-
-
-def find_latitude(ds: xr.Dataset, dims: Sequence[str]) -> str | None:
-    """The latitude dimension among ``dims``, recognised by CF attributes or by name."""
-    return next((d for d in dims if _is_axis(ds, d, "latitude", _LAT_UNITS, _LAT_NAMES)), None)
-
-
-def find_longitude(ds: xr.Dataset, dims: Sequence[str]) -> str | None:
-    return next((d for d in dims if _is_axis(ds, d, "longitude", _LON_UNITS, _LON_NAMES)), None)
+def cell_areas_of(ds: xr.Dataset, variable: str) -> str | None:
+    """The array of cell areas ``variable``'s ``cell_measures`` attribute names (``area:
+    NAME``), when the dataset holds it on the variable's dimensions."""
+    measures = str(ds[variable].attrs.get("cell_measures", "")).split()
+    for key, name in zip(measures[::2], measures[1::2], strict=False):
+        if key == "area:" and name in ds.variables and name != variable:
+            found = ds.variables[name]
+            if set(found.dims) <= set(ds[variable].dims) and found.dtype.kind in NUMERIC_KINDS:
+                return name
+    return None
 
 
 def resolve_weights(ds: xr.Dataset, variable: str, weights: str | None) -> str:
-    """Normalise a user's weights choice for ``variable``: None picks the default
-    ("area" when a latitude dimension is recognised, else "none")."""
+    """Normalise a user's weights choice for ``variable``: None picks the default (the cell
+    areas its ``cell_measures`` names, else "area" when its latitudes are found, else
+    "none")."""
     dims = ds[variable].dims
     if weights is None:
-        return "area" if find_latitude(ds, dims) else "none"
+        areas = cell_areas_of(ds, variable)
+        if areas is not None:
+            return f"array:{areas}"
+        return "area" if latitude_of(ds, variable) else "none"
     if weights in ("none", "area"):
-        if weights == "area" and find_latitude(ds, dims) is None:
-            raise AccumulusError(
-                f"weights 'area' need a latitude dimension, and {variable!r} has none among "
-                f"{list(dims)} (recognised by standard_name/units degrees_north or the name)"
-            )
+        if weights == "area" and latitude_of(ds, variable) is None:
+            raise AccumulusError(f"weights 'area' need latitudes: {no_latitude(ds, variable)}")
         return weights
     name = weights.removeprefix("array:")
     if name not in ds.variables:
@@ -74,14 +72,30 @@ def resolve_weights(ds: xr.Dataset, variable: str, weights: str | None) -> str:
     return f"array:{name}"
 
 
-def varying_dims(ds: xr.Dataset, weights: str, dims: Sequence[str]) -> tuple[str, ...]:
-    """The dimensions among ``dims`` that weights (as ``resolve_weights`` names them) vary
-    along: latitude for "area", none for "none", an array's own dimensions."""
+def no_latitude(ds: xr.Dataset, variable: str) -> str:
+    """Why ``variable`` has no latitudes, naming what is missing."""
+    dims = [str(d) for d in ds[variable].dims]
+    bare = [d for d in dims if coordinates.labels_of(ds, d) is None]
+    text = (
+        f"no variable on the dimensions {dims} of {variable!r} holds latitudes (CF: "
+        "standard_name latitude or units degrees_north, a dimension coordinate or one named "
+        "in its coordinates attribute)"
+    )
+    if bare:
+        text += f"; {', '.join(map(repr, bare))} {'has' if len(bare) == 1 else 'have'} no values"
+    return text
+
+
+def varying_dims(ds: xr.Dataset, weights: str, variable: str) -> tuple[str, ...]:
+    """The dimensions of ``variable`` that weights (as ``resolve_weights`` names them) vary
+    along, in its order: its latitude's for "area" (two on a curvilinear grid), none for
+    "none", an array's own dimensions."""
+    dims = [str(d) for d in ds[variable].dims]
     if weights == "none":
         return ()
     if weights == "area":
-        lat = find_latitude(ds, dims)
-        return (lat,) if lat else ()
+        lat = latitude_of(ds, variable)
+        return tuple(d for d in dims if lat is not None and d in lat.dims)
     if weights.startswith("array:"):
         array_dims = ds[weights.removeprefix("array:")].dims
         return tuple(d for d in dims if d in array_dims)
@@ -91,26 +105,46 @@ def varying_dims(ds: xr.Dataset, weights: str, dims: Sequence[str]) -> tuple[str
 def weight_values(
     ds: xr.Dataset,
     weights: str,
-    dims: Sequence[str],
+    variable: str,
     box: Mapping[str, slice],
 ) -> np.ndarray | float:
-    """Weights over an index box of a variable with dimensions ``dims``, as a float64 array
-    broadcastable to the box (size-1 axes where the weights do not vary), or the scalar 1.0."""
+    """Weights over an index box of ``variable``, as a float64 array broadcastable to the box
+    (size-1 axes where the weights do not vary), or the scalar 1.0."""
+    dims = [str(d) for d in ds[variable].dims]
     if weights == "none":
         return 1.0
     if weights == "area":
-        lat = find_latitude(ds, dims)
-        values = np.cos(np.deg2rad(np.asarray(ds[lat].values[box[lat]], dtype="f8")))
-        shape = [values.size if d == lat else 1 for d in dims]
-        return values.reshape(shape)
+        lat = latitude_of(ds, variable)
+        if lat is None:
+            raise AccumulusError(f"weights 'area' need latitudes: {no_latitude(ds, variable)}")
+        latitudes = ds.variables[lat.name]
+        values = latitudes[{d: box[d] for d in lat.dims}].values.astype("f8")
+        if np.isnan(values).any():
+            raise AccumulusError(f"latitude {lat.name!r} has missing values; area weights need all")
+        return _in_variable_order(np.cos(np.deg2rad(values)), lat.dims, dims)
     if weights.startswith("array:"):
         name = weights.removeprefix("array:")
         array = ds[name]
         values = array.isel({d: box[d] for d in array.dims}).values.astype("f8")
-        if np.isnan(values).any():
-            raise AccumulusError(f"weights array {name!r} has missing values; weights must not")
-        # Order its axes like the variable and add size-1 axes for the dimensions it lacks.
-        order = [d for d in dims if d in array.dims]
-        values = xr.DataArray(values, dims=array.dims).transpose(*order).values
-        return values.reshape([values.shape[order.index(d)] if d in order else 1 for d in dims])
+        return arranged_weights(name, values, array.dims, dims)
     raise AccumulusError(f"cannot compute weights {weights!r} (accumulation group of another tool)")
+
+
+def arranged_weights(
+    name: str, values: np.ndarray, array_dims: Sequence[Hashable], dims: Sequence[str]
+) -> np.ndarray:
+    """The values of the weights array ``name`` (axes ``array_dims``, float64), refused where
+    missing, in the variable's order (``_in_variable_order``)."""
+    if np.isnan(values).any():
+        raise AccumulusError(f"weights array {name!r} has missing values; weights must not")
+    return _in_variable_order(values, array_dims, dims)
+
+
+def _in_variable_order(
+    values: np.ndarray, own: Sequence[Hashable], dims: Sequence[str]
+) -> np.ndarray:
+    """``values`` on dimensions ``own``, with their axes in the variable's order and size-1
+    axes for the dimensions they lack."""
+    order = [d for d in dims if d in own]
+    values = np.transpose(values, [list(map(str, own)).index(d) for d in order])
+    return values.reshape([values.shape[order.index(d)] if d in order else 1 for d in dims])

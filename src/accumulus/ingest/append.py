@@ -144,6 +144,7 @@ def append(
     progress: Progress | None = None,
     group: str | None = None,
     shards: Mapping[str, int] | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> AppendResult:
     """Append ``granules`` (NetCDF4/HDF5 files, Zarr stores or ``xarray.Dataset`` objects)
     to the cube at ``store`` along ``dim``, creating it from the first granule if needed.
@@ -161,7 +162,9 @@ def append(
     group holding variables along ``dim``. ``shards`` ({dim: size}, Zarr v3, the default
     format with it): on creation, the data variables' chunks are packed in shards of these
     sizes (multiples of the chunk sizes; one chunk per shard along dimensions not named);
-    on an existing cube they must agree with its shards.
+    on an existing cube they must agree with its shards. ``allow_references``: where a
+    granule that is a reference set (``.parq``, or a ``.json`` URL) may read besides its own
+    location.
     """
     started = time.perf_counter()
     items = _as_list(granules)
@@ -179,6 +182,7 @@ def append(
         zarr_format=_zarr_format(zarr_format, rule, bool(shards)),
         skip_existing=skip_existing,
         storage_options=storage_options,
+        allow_references=tuple(allow_references or ()),
         progress=progress or (lambda done, total: None),
         steps=2 * len(items),
     )
@@ -186,7 +190,7 @@ def append(
     # The destination is checked before any granule is read.
     target_store, new_directory = _open_target(store, label, storage_options)
     try:
-        group = resolve_group(items[0], dim, group, storage_options)
+        group = resolve_group(items[0], dim, group, storage_options, request.allow_references)
         items = [_in_group(item, group, dim) for item in items]
         # Shards rewritten keep their old inner chunks in place, for readers of the old index.
         target_store = StableShardStore(target_store)
@@ -260,6 +264,7 @@ class Request:
     zarr_format: int  # of a new cube
     skip_existing: bool
     storage_options: dict | None
+    allow_references: tuple[str, ...]  # where granules that are reference sets may read
     progress: Progress  # called with (done, steps)
     steps: int  # of progress: each granule is checked, then written
 
@@ -490,7 +495,7 @@ def check(
     skipped: list[tuple[str, str]] = []
     first = None
     for done, item in enumerate(items, start=1):
-        granule = open_granule(item, request.storage_options)
+        granule = open_granule(item, request.storage_options, request.allow_references)
         try:
             known = journal.find(granule.checksum) if journal else None
             if known is not None:
@@ -649,7 +654,7 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
     creates the cube again."""
     template, dim, store = batch.template, target.dim, target.store
     zarr_format, variable_rule = request.zarr_format, request.variable_rule
-    granule = open_granule(batch.first, request.storage_options)
+    granule = open_granule(batch.first, request.storage_options, request.allow_references)
     try:
         specs = {
             str(name): ArraySpec(
@@ -731,7 +736,7 @@ def write(target: Target, request: Request, cube: Committed, batch: Batch) -> Wr
             if isinstance(grid, VariableGrid):
                 grid.extend(_grid_coordinate(new_steps, template, cube.variable_rule))
             start = writer.size
-            with _opened_again(plan, request.storage_options) as granule:
+            with _opened_again(plan, request) as granule:
                 for steps in blocks(granule, template, first=plan.keep.start or 0):
                     writer.add(conform(granule, template, steps))
             labels = time_labels(new_steps[[0, -1]], template)
@@ -770,9 +775,9 @@ def _grid_coordinate(values: np.ndarray, template: Template, rule: str | None) -
 
 
 @contextmanager
-def _opened_again(plan: Planned, storage_options: dict | None) -> Iterator[Granule]:
+def _opened_again(plan: Planned, request: Request) -> Iterator[Granule]:
     """A checked granule opened again to write its values, unchanged since it was checked."""
-    granule = open_granule(plan.item, storage_options)
+    granule = open_granule(plan.item, request.storage_options, request.allow_references)
     try:
         if granule.checksum != plan.checksum:
             raise AccumulusError(

@@ -78,13 +78,17 @@ def compare_sources(
     *,
     dim: str | None = None,
     storage_options: dict | None = None,
+    allow_references: Sequence[str] | None = None,
 ) -> list[SourceComparison]:
     """Compare the cube at ``store`` with each of ``sources`` as xarray decodes them.
     ``dim``: the dimension the sources were appended along (default: the cube's
-    ``append_dim``; none for a converted file, which must match the whole cube)."""
+    ``append_dim``; none for a converted file, which must match the whole cube).
+    ``allow_references``: where a reference set may read besides its own location."""
     if not sources:
         raise AccumulusError("no sources given to compare the cube with")
-    zstore = open_store(store, "r", storage_options=storage_options)
+    zstore = open_store(
+        store, "r", storage_options=storage_options, allow_references=allow_references
+    )
     with accumulus_scope():
         root = zarr.open_group(zstore, mode="r")
     label = os.fspath(store)

@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,8 +107,14 @@ def granule_name(item: GranuleLike) -> str:
     return os.fspath(item)
 
 
-def open_granule(item: GranuleLike, storage_options: dict | None = None) -> Granule:
-    """Open one granule; raises ``AccumulusError`` naming it when it cannot be read."""
+def open_granule(
+    item: GranuleLike,
+    storage_options: dict | None = None,
+    allow_references: Sequence[str] = (),
+) -> Granule:
+    """Open one granule; raises ``AccumulusError`` naming it when it cannot be read. A
+    granule that is a reference set reads where its own location and ``allow_references``
+    allow (``reference_targets``)."""
     group, dim = "", None
     if isinstance(item, InGroup):
         item, group, dim = item.item, normalize_group(item.group), item.dim
@@ -120,7 +126,7 @@ def open_granule(item: GranuleLike, storage_options: dict | None = None) -> Gran
         return _open_dataset(item)
     kind, where = _locate(item)
     if kind == "zarr":
-        return _open_zarr(where, storage_options, group, dim)
+        return _open_zarr(where, storage_options, allow_references, group, dim)
     return _open_netcdf(where, os.fspath(item), group, dim)
 
 
@@ -185,11 +191,12 @@ def _file_identity(path: Path) -> tuple[int, str]:
 def _open_zarr(
     item: str | os.PathLike[str] | Store,
     storage_options: dict | None,
+    allow_references: Sequence[str],
     group: str = "",
     dim: str | None = None,
 ) -> Granule:
     name = granule_name(item)
-    store = _zarr_store(item, storage_options, name)
+    store = _zarr_store(item, storage_options, allow_references, name)
     check_declared(f"granule {name}", _zarr_declared(store, group, name), dim)
     digest = hashlib.sha256()
     size = 0
@@ -224,9 +231,16 @@ def _zarr_declared(store: Store, group: str, name: str) -> list[DeclaredVariable
     ]
 
 
-def _zarr_store(item: str | os.PathLike[str] | Store, storage_options: dict | None, name: str):
+def _zarr_store(
+    item: str | os.PathLike[str] | Store,
+    storage_options: dict | None,
+    allow_references: Sequence[str],
+    name: str,
+) -> Store:
     try:
-        return open_store(item, "r", storage_options=storage_options)
+        return open_store(
+            item, "r", storage_options=storage_options, allow_references=allow_references
+        )
     except AccumulusError as exc:
         raise AccumulusError(f"granule {name}: {exc}") from None
 
@@ -272,7 +286,11 @@ class Tree:
 
 
 def resolve_group(
-    item: GranuleLike, dim: str, group: str | None, storage_options: dict | None = None
+    item: GranuleLike,
+    dim: str,
+    group: str | None,
+    storage_options: dict | None = None,
+    allow_references: Sequence[str] = (),
 ) -> str:
     """The group of ``item`` to append from: ``group`` when given (it must exist), else the
     one group holding variables along ``dim`` (nested groups come with their parent)."""
@@ -283,7 +301,8 @@ def resolve_group(
         return normalize_group(group) if group else ""
     kind, where = _locate(item)
     if kind == "zarr":
-        layout = _zarr_layout(_zarr_store(where, storage_options, name), f"granule {name}")
+        store = _zarr_store(where, storage_options, allow_references, name)
+        layout = _zarr_layout(store, f"granule {name}")
     else:
         with _netcdf_file(where, name) as file:
             layout = _netcdf_layout(file)

@@ -21,10 +21,10 @@ from accumulus.grid import array_bounds
 from accumulus.ingest.conform import Template, template_of
 from accumulus.ingest.granule_layout import GranuleRecord
 from accumulus.ingest.reference_parquet import read_parquet_set, write_parquet_set
+from accumulus.reference_sets import open_reference_store
 from accumulus.storage import (
     file_options,
     is_parquet_references,
-    open_reference_store,
     url_scheme,
     write_file_atomically,
 )
@@ -78,7 +78,7 @@ def read_reference_set(target: str, dim: str, storage_options: dict | None) -> R
 def _reference_set(
     target: str, refs: dict[str, Any], dim: str, storage_options: dict | None
 ) -> ReferenceSet:
-    store = open_reference_store(refs, storage_options, label=target)
+    store = open_reference_store(refs, target, storage_options)
     with rectilinear_grids():
         root = zarr.open_group(store, mode="r")
         settings = root.attrs.get("accumulus", {})

@@ -29,6 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from accumulus.api import STATS, StaleSidecarError
 from accumulus.errors import AccumulusError
@@ -45,6 +46,7 @@ from accumulus.service.guard import (
     RequestGuard,
     ServiceLimits,
 )
+from accumulus.service.http import HeadAsGet
 from accumulus.service.memory import release_free_memory, tune_allocator
 from accumulus.service.parameters import (
     FORMATS,
@@ -100,17 +102,22 @@ def create_app(
     limits: ServiceLimits | None = None,
     group: str | None = None,
     accumulations: Sequence[str] | None = None,
+    allow_references: Sequence[str] | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
     """The service for ``stores`` (paths or URLs), each from its group ``group`` (by default
     the one group holding data variables). A store may be a sidecar (served for the source it
     names); ``accumulations`` gives each store a sidecar (one per store, in order). Each is
     opened now, so a store that cannot be read stops the start with an ``AccumulusError``.
     Answers larger than ``max_cells`` values are refused; up to ``cache_bytes`` of answers
-    are kept; ``limits`` bound the computations (see ``ServiceLimits``)."""
+    are kept; ``limits`` bound the computations (see ``ServiceLimits``). A store that is a
+    reference set reads only under its own location and ``allow_references``. Requests whose
+    ``Host`` is not one of ``allowed_hosts`` (``http.allowed_hosts``) get 400; None answers
+    any (``serve`` gives the names the service is reached by)."""
     limits = limits or ServiceLimits()
     tune_allocator()
     sys.setswitchinterval(0.001)
-    catalog = Catalog(stores, storage_options, group, accumulations)
+    catalog = Catalog(stores, storage_options, group, accumulations, allow_references)
     first = [dataset.snapshot() for dataset in catalog]
     range_patterns = {
         str(d): range_pattern(s.cube.index(str(d)))
@@ -136,6 +143,11 @@ def create_app(
     )
     app.state.slots = slots
     app.state.cache = cache
+    app.add_middleware(HeadAsGet)
+    if allowed_hosts is not None:
+        app.add_middleware(
+            TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False
+        )
     _add_error_handlers(app, public)
     app.include_router(geography)
 
@@ -151,21 +163,34 @@ def create_app(
         str, Path(description="A dataset (store) name.", json_schema_extra={"enum": catalog.names})
     ]
 
-    @app.get("/api/health", response_model=schemas.Health, tags=["service"])
-    async def health_check() -> dict[str, Any]:
+    @app.get(
+        "/api/health",
+        response_model=schemas.Health,
+        responses={503: {"model": schemas.Health, "description": "A computation is stuck."}},
+        tags=["service"],
+    )
+    async def health_check() -> JSONResponse:
         """Whether every store can be read, with its current snapshot token, and how many
         computations run in the process that answered (``process``: one of ``serve --workers``).
         Answers at once even when the service is saturated (then with the tokens read by the
-        previous call)."""
+        previous call). A computation holding its slot past ``ServiceLimits.stuck_seconds``
+        makes it "unhealthy", with status 503: the process needs a restart."""
         wait = 0.0 if slots.busy else HEALTH_WAIT_IDLE_SECONDS
         tokens = await health.tokens(wait)
-        ok = not any(t.startswith("error: ") for t in tokens.values())
-        return {
-            "status": "ok" if ok else "degraded",
+        held = slots.held_longest()
+        status = "ok"
+        if any(t.startswith("error: ") for t in tokens.values()):
+            status = "degraded"
+        if held > limits.stuck_seconds:
+            status = "unhealthy"
+        body = {
+            "status": status,
             "datasets": tokens,
             "computations": slots.busy,
+            "longest_computation_seconds": round(held, 3),
             "process": os.getpid(),
         }
+        return JSONResponse(body, 503 if status == "unhealthy" else 200)
 
     @app.get(
         "/api/datasets",
@@ -316,7 +341,8 @@ def create_app(
     async def compute(request: Request, snapshot: Snapshot, checked: AverageRequest) -> Answer:
         """Compute on a worker thread once a slot is free; stop it when its time is up or its
         client leaves. The slot is given back by the thread, when the work has really ended."""
-        if not await slots.acquire(limits.queue_seconds):
+        slot = await slots.acquire(limits.queue_seconds)
+        if slot is None:
             retry = max(1, round(limits.queue_seconds))
             raise ServiceError(
                 f"the service is busy ({limits.computations} computations running and others "
@@ -325,24 +351,27 @@ def create_app(
                 {"Retry-After": str(retry)},
             )
         guard = RequestGuard(limits.request_seconds)
-        # The snapshot's metadata, its chunks (a sidecar's too) read through the guard.
-        guarded = snapshot.reading_through(
-            lambda store: GuardedStore(store, guard, limits.read_seconds)
-        )
-
         loop, finished = asyncio.get_running_loop(), asyncio.Event()
 
         def work() -> Answer:
             try:
+                # The snapshot's chunks (a sidecar's too) and arrays read through the guard.
+                guarded = snapshot.reading_through(
+                    lambda store: GuardedStore(store, guard, limits.read_seconds)
+                )
                 return compute_answer(guarded, checked, limits.memory_bytes)
             finally:
-                slots.release()
+                slot.release()
                 if not slots.busy:
                     release_free_memory()
                 with contextlib.suppress(RuntimeError):  # that request's loop is gone
                     loop.call_soon_threadsafe(finished.set)
 
-        running = workers.submit(work)
+        try:
+            running = workers.submit(work)
+        except BaseException:  # never started (the service is shutting down)
+            slot.release()
+            raise
         try:
             while not await _finished(finished, WATCH_SECONDS):
                 if guard.expired:
@@ -457,11 +486,14 @@ class HealthMonitor:
 # An absolute path of two or more parts (not a range like 2001/2002 or units like mm/day).
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:=/-])(?:file://)?(?:/[\w.@+-]+){2,}/?")
 _STORE_REPR = re.compile(r"\b\w*Store\(")
+# A URL (s3://bucket/key, http://10.0.0.5:9000/…): an internal location a client need not see.
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()]*")
 
 
 class PublicText:
     """Error texts as clients see them: a served store's location becomes its dataset name,
-    other absolute paths and internal store objects (``LocalStore(...)``) are left out."""
+    other URLs, absolute paths and internal store objects (``LocalStore(...)``) are left
+    out."""
 
     def __init__(self, catalog: Catalog) -> None:
         forms: dict[str, str] = {}
@@ -475,7 +507,7 @@ class PublicText:
     def __call__(self, text: str) -> str:
         for form, name in self._forms:
             text = text.replace(form, name)
-        text = _without_store_reprs(text)
+        text = _URL.sub("<url>", _without_store_reprs(text))
         return _ABSOLUTE_PATH.sub("<path>", text)
 
 

@@ -61,11 +61,17 @@ class Dataset:
         storage_options: dict[str, Any] | None = None,
         group: str | None = None,
         accumulations: str | None = None,
+        allow_references: Sequence[str] | None = None,
     ):
         self.name = name
         self.url = url
         self.datacube = Datacube.open(
-            url, storage_options, group=group, label=name, accumulations=accumulations
+            url,
+            storage_options,
+            group=group,
+            label=name,
+            accumulations=accumulations,
+            allow_references=allow_references,
         )
         self._last: Snapshot | None = None
 
@@ -103,6 +109,7 @@ class Catalog:
         storage_options: dict[str, Any] | None = None,
         group: str | None = None,
         accumulations: Sequence[str] | None = None,
+        allow_references: Sequence[str] | None = None,
     ):
         if not urls:
             raise AccumulusError("give at least one store to serve")
@@ -113,7 +120,7 @@ class Catalog:
                 "give it once per store, in the same order"
             )
         self.datasets = {
-            name: Dataset(name, url, storage_options, group, side)
+            name: Dataset(name, url, storage_options, group, side, allow_references)
             for (name, url), side in zip(dataset_names(urls).items(), sidecars, strict=True)
         }
 

@@ -38,7 +38,8 @@ def averageable(cube: Cube) -> list[str]:
 def _dimension(cube: Cube, dim: str) -> dict[str, Any]:
     index = cube.index(dim)
     kind = dimension_kind(cube, dim)
-    coord = cube.raw.variables.get(dim)
+    labels = cube.labels_name(dim)  # the dimension's own, or lat(latitude)
+    coord = cube.raw.variables[labels] if labels is not None else None
     units = coord.attrs.get("units") if coord is not None and kind != "time" else None
     return {
         "size": len(index),

@@ -41,6 +41,12 @@ class ServiceLimits:
     read_seconds: float = 20.0
     memory_bytes: int = DEFAULT_MEMORY_BYTES
 
+    @property
+    def stuck_seconds(self) -> float:
+        """A computation holding its slot longer than this is stuck: one stopped at its time
+        limit ends at its next chunk read, and a read ends within ``read_seconds``."""
+        return self.request_seconds + self.read_seconds
+
     def __post_init__(self) -> None:
         if self.computations < 1 or self.memory_bytes < 1:
             raise AccumulusError("a service needs at least one computation slot and some memory")
@@ -78,70 +84,97 @@ class ComputeSlots:
     """At most ``size`` computations at once; waiters are served first come, first served.
 
     Thread-safe and not tied to one event loop: a slot is released from the worker thread
-    that finished, and handed to the next waiter on that waiter's own loop.
+    that finished, and handed to the next waiter on that waiter's own loop. Each slot held
+    knows since when, so that a computation that never gives its slot back shows
+    (``held_longest``).
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._free = size
+        self._held: set[Slot] = set()
         self._waiters: deque[_Waiter] = deque()
         self._lock = threading.Lock()
 
     @property
     def busy(self) -> int:
         with self._lock:
-            return self.size - self._free
+            return len(self._held)
 
-    async def acquire(self, timeout: float) -> bool:
-        """Take a slot, waiting at most ``timeout`` seconds; False when none came free."""
+    def held_longest(self) -> float:
+        """Seconds the slot held longest has been held (0 when none is)."""
+        with self._lock:
+            since = min((slot.since for slot in self._held), default=None)
+        return 0.0 if since is None else time.monotonic() - since
+
+    async def acquire(self, timeout: float) -> Slot | None:
+        """Take a slot, waiting at most ``timeout`` seconds; None when none came free."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._free and not self._waiters:
-                self._free -= 1
-                return True
+            if len(self._held) < self.size and not self._waiters:
+                return self._take()
             waiter = _Waiter(loop, loop.create_future())
             self._waiters.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
+            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout)
         except TimeoutError:
             self._give_up(waiter)
-            return False
+            return None
         except asyncio.CancelledError:  # the client went away while waiting
             self._give_up(waiter)
             raise
-        return True
+
+    def _take(self) -> Slot:
+        slot = Slot(self, time.monotonic())
+        self._held.add(slot)
+        return slot
 
     def _give_up(self, waiter: _Waiter) -> None:
         with self._lock:
-            granted = waiter.granted
-            if not granted:
+            slot = waiter.granted
+            if slot is None:
                 self._waiters.remove(waiter)
-        if granted:  # handed over just as the waiter gave up: pass it on
-            self.release()
+        if slot is not None:  # handed over just as the waiter gave up: pass it on
+            slot.release()
 
-    def release(self) -> None:
+    def _release(self, slot: Slot) -> None:
         with self._lock:
+            if slot not in self._held:
+                return  # released already
+            self._held.remove(slot)
             while self._waiters:
                 waiter = self._waiters.popleft()
+                handed = self._take()
                 try:
-                    waiter.loop.call_soon_threadsafe(_grant, waiter.future)
+                    waiter.loop.call_soon_threadsafe(_grant, waiter.future, handed)
                 except RuntimeError:  # that waiter's loop is closed: skip it
+                    self._held.remove(handed)
                     continue
-                waiter.granted = True
+                waiter.granted = handed
                 return
-            self._free += 1
+
+
+@dataclass(eq=False)
+class Slot:
+    """One computation's place among the ``ComputeSlots``, held ``since`` (monotonic)."""
+
+    slots: ComputeSlots
+    since: float
+
+    def release(self) -> None:
+        """Give the slot back (to the first waiter); releasing it again does nothing."""
+        self.slots._release(self)
 
 
 @dataclass
 class _Waiter:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
-    granted: bool = False
+    granted: Slot | None = None
 
 
-def _grant(future: asyncio.Future) -> None:
+def _grant(future: asyncio.Future, slot: Slot) -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(slot)
 
 
 class GuardedStore(WrapperStore[Store]):

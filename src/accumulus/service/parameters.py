@@ -26,10 +26,11 @@ FORMATS = ("json", "csv", "png")
 OPTIONS = ("over", "stat", "weights", "format", "accumulation", "shape")
 
 # What a range bound looks like, by coordinate type (the OpenAPI document gives the same
-# patterns). Dates may be partial, as pandas reads labels: time=2001/2001 is the year 2001.
+# patterns). Dates may be partial, as pandas reads labels: time=2001/2001 is the year 2001;
+# years run from -9999 (0000 is 1 BC).
 # ASCII digits only: \d (and float()) would take other scripts' digits, such as ١٠.
 _NUMBER = r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?"
-_DATE = r"[0-9]{4}(-[0-9]{2}(-[0-9]{2}([T ][0-9]{2}(:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?)?)?)?)?"
+_DATE = r"-?[0-9]{4}(-[0-9]{2}(-[0-9]{2}([T ][0-9]{2}(:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?)?)?)?)?"
 _LABEL = r"[^/]*"
 
 

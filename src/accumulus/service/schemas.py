@@ -104,9 +104,15 @@ class AverageResult(BaseModel):
 
 
 class Health(BaseModel):
-    status: str = Field(description='"ok", or "degraded" when a store cannot be read.')
+    status: str = Field(
+        description='"ok"; "degraded" when a store cannot be read; "unhealthy" (status 503) '
+        "when a computation has held its slot past the request limit plus one read's."
+    )
     datasets: dict[str, str] = Field(description="Snapshot token (or error) per dataset.")
     computations: int = Field(description="Answers being computed now by this process.")
+    longest_computation_seconds: float = Field(
+        description="How long the oldest running computation has held its slot (0: none)."
+    )
     process: int = Field(
         description="The id of the process that answered (one of `serve --workers N`)."
     )

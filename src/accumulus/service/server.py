@@ -20,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.config import LOGGING_CONFIG
 
+from accumulus.service import http
 from accumulus.service.app import DEFAULT_CACHE_BYTES, DEFAULT_MAX_CELLS, create_app
 from accumulus.service.datasets import Catalog
 from accumulus.service.guard import ServiceLimits
@@ -67,9 +68,13 @@ def serve(
     limits: ServiceLimits | None = None,
     group: str | None = None,
     accumulations: Sequence[str] | None = None,
+    allow_references: Sequence[str] | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
-    """Serve ``stores`` (from their group ``group``, with their sidecars ``accumulations``)
-    on ``host:port`` until interrupted (loopback only unless ``host`` says otherwise).
+    """Serve ``stores`` (from their group ``group``, with their sidecars ``accumulations``;
+    reference sets reading where ``allow_references`` allows besides their own location)
+    on ``host:port`` until interrupted (loopback only unless ``host`` says otherwise),
+    answering requests for the loopback names, ``host`` and ``allowed_hosts`` (``Host``).
 
     ``workers``: how many processes answer, sharing the port; each opens the stores itself
     and has its own cache and ``limits``, which therefore hold per process. A store that
@@ -82,12 +87,20 @@ def serve(
         "limits": asdict(limits or ServiceLimits()),
         "group": group,
         "accumulations": list(accumulations) if accumulations else None,
+        "allow_references": list(allow_references) if allow_references else None,
+        "allowed_hosts": http.allowed_hosts(host, allowed_hosts),
     }
-    options = {"host": host, "port": port, "log_level": "info", "log_config": logging_config()}
+    options = {
+        "host": host,
+        "port": port,
+        "log_level": "info",
+        "log_config": logging_config(),
+        "http": http.BoundedH11Protocol,
+    }
     if workers == 1:
         uvicorn.run(app_from_settings(settings), **options)
         return
-    for dataset in Catalog(stores, storage_options, group, accumulations):
+    for dataset in Catalog(stores, storage_options, group, accumulations, allow_references):
         dataset.snapshot()  # refused here, once, rather than by every worker
     os.environ[SETTINGS_VARIABLE] = json.dumps(settings)
     uvicorn.run(
@@ -114,13 +127,17 @@ def app_from_environment() -> FastAPI:
 
 
 @contextmanager
-def running(app: FastAPI, host: str = "127.0.0.1") -> Iterator[str]:
-    """Serve ``app`` on a free port of ``host`` from a background thread; yields its base URL
-    (``http://127.0.0.1:PORT``) and stops the server on exit."""
+def running(
+    app: FastAPI, host: str = "127.0.0.1", protocol: type = http.BoundedH11Protocol
+) -> Iterator[str]:
+    """Serve ``app`` on a free port of ``host`` from a background thread, as ``serve`` does
+    (by ``protocol``); yields its base URL (``http://127.0.0.1:PORT``) and stops the server
+    on exit."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind((host, 0))
     port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", http=protocol)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     try:

@@ -1,0 +1,130 @@
+"""The HTTP edge of the service: which requests it answers at all, and how long a client may
+take to send one.
+
+- ``HeadAsGet``: HEAD is answered wherever GET is, with GET's status and headers and no body
+  (FastAPI routes answer GET alone; monitors and link checkers send HEAD).
+- ``allowed_hosts``: the ``Host`` names the service answers for. A web page whose own name
+  is made to resolve to 127.0.0.1 (DNS rebinding) sends its requests with that name as Host:
+  answering only the names the service is reached by keeps such pages out of a loopback
+  service (Starlette's ``TrustedHostMiddleware`` refuses the others with 400).
+- ``BoundedH11Protocol``: uvicorn's HTTP/1.1 protocol with a time limit on receiving a
+  request's head and its body; uvicorn bounds only idle keep-alive connections, so a client
+  sending a header byte now and then held its socket forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import h11
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+# What a loopback service is reached by (IPv6 literals are bracketed in a Host header).
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+# The longest a client may take to send a request's head (from its connection, or from the
+# first byte of a later request on it), and its body (from the end of the head): a posted
+# shape is at most 4 MiB.
+HEAD_SECONDS = 20.0
+BODY_SECONDS = 60.0
+
+
+class HeadAsGet:
+    """HEAD answered as GET is, without the body (RFC 9110, 9.3.2)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
+def allowed_hosts(bound: str, given: Sequence[str] = ()) -> list[str]:
+    """The ``Host`` names a service bound to the address ``bound`` answers for: the loopback
+    names, the address itself (unless it is every interface's, 0.0.0.0 or ::), and those
+    ``given`` (``--allowed-host``; ``*.example.org`` for its subdomains, ``*`` for any)."""
+    names = list(LOOPBACK_NAMES)
+    try:
+        address = ipaddress.ip_address(bound)
+    except ValueError:  # a name
+        names.append(bound.lower())
+    else:
+        if not address.is_unspecified:
+            names.append(f"[{address}]" if address.version == 6 else str(address))
+    names += [name.lower() for name in given]
+    return list(dict.fromkeys(names))
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, where a request's head must arrive within ``head_seconds`` and
+    its body within ``body_seconds`` of the head; a client slower than that gets 408 and its
+    connection is closed. Between requests, uvicorn's keep-alive timeout applies."""
+
+    head_seconds: ClassVar[float] = HEAD_SECONDS
+    body_seconds: ClassVar[float] = BODY_SECONDS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._owed: tuple[str, asyncio.TimerHandle] | None = None  # (what, its deadline)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._watch(opened=True)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._unwatch()
+        super().connection_lost(exc)
+
+    def _watch(self, opened: bool = False) -> None:
+        """Start the deadline of what the client owes now (a head, a body), unless it runs."""
+        state = self.conn.their_state
+        if state is h11.IDLE and (opened or self.conn.trailing_data[0]):
+            owed: str | None = "head"
+        elif state is h11.SEND_BODY:
+            owed = "body"
+        else:  # nothing owed: the request is in, or the connection idles between requests
+            owed = None
+        if self._owed is not None and self._owed[0] == owed:
+            return
+        self._unwatch()
+        if owed is not None:
+            seconds = self.head_seconds if owed == "head" else self.body_seconds
+            self._owed = (owed, self.loop.call_later(seconds, self._too_slow, owed, seconds))
+
+    def _unwatch(self) -> None:
+        if self._owed is not None:
+            self._owed[1].cancel()
+            self._owed = None
+
+    def _too_slow(self, owed: str, seconds: float) -> None:
+        self._owed = None
+        if self.transport.is_closing():
+            return
+        self.logger.info("closed a connection whose request %s took over %g s", owed, seconds)
+        if owed == "head" or not (self.cycle and self.cycle.response_started):
+            text = f"the request's {owed} took more than {seconds:g} s to arrive".encode()
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(text), text)
+            )
+        self.transport.close()
