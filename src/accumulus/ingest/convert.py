@@ -65,7 +65,7 @@ from accumulus.ingest.cf import (
     warn_dropped,
 )
 from accumulus.ingest.declared import DeclaredVariable, check_chunk, itemsize
-from accumulus.ingest.netcdf3 import HeaderError, declared_size
+from accumulus.ingest.netcdf3_header import HeaderError, declared_size
 from accumulus.ingest.times import readable_time_attrs
 from accumulus.storage import consolidate, local_path
 
