@@ -84,6 +84,7 @@ from accumulus.ingest.conform import (
     time_labels,
 )
 from accumulus.ingest.granules import (
+    GRANULE_TYPES,
     CodecChain,
     Granule,
     GranuleLike,
@@ -903,15 +904,13 @@ def _zarr_format(asked: int | None, rule: ChunkRule | None, sharded: bool = Fals
 
 
 def _as_list(granules: GranuleLike | Iterable[GranuleLike]) -> list[GranuleLike]:
-    if isinstance(granules, str | os.PathLike | xr.Dataset | Store | InGroup):
+    if isinstance(granules, GRANULE_TYPES):
         return [granules]
     return list(granules)
 
 
-def _in_group(item: GranuleLike, group: str, dim: str) -> GranuleLike:
+def _in_group(item: GranuleLike, group: str, dim: str) -> InGroup:
     """``item`` read from ``group`` with its nested groups along ``dim``."""
-    if isinstance(item, xr.Dataset):
-        return item
     return InGroup(item.item if isinstance(item, InGroup) else item, group, dim)
 
 

@@ -65,7 +65,7 @@ from accumulus.ingest.cf import (
     warn_dropped,
 )
 from accumulus.ingest.declared import DeclaredVariable, check_chunk, itemsize
-from accumulus.ingest.netcdf3_header import HeaderError, declared_size
+from accumulus.ingest.netcdf3_header import NETCDF3_SIGNATURES, HeaderError, declared_size
 from accumulus.ingest.times import readable_time_attrs
 from accumulus.storage import consolidate, local_path
 
@@ -89,12 +89,6 @@ _PURE_DIMENSION = b"This is a netCDF dimension but not a netCDF variable"
 # netcdf-c stores a variable named like a dimension it is not the coordinate of (CF bounds
 # "time_bnds" on a dimension "time_bnds", as xarray writes them) under this prefix.
 NON_COORDINATE_PREFIX = "_nc4_non_coord_"
-# The first four bytes of a NetCDF-3 file: "CDF" and the format version.
-NETCDF3_SIGNATURES = {
-    b"CDF\x01": "NetCDF-3 classic",
-    b"CDF\x02": "NetCDF-3 64-bit offset",
-    b"CDF\x05": "NetCDF-3 64-bit data (CDF5)",
-}
 HDF5_FORMAT = "NetCDF4/HDF5"
 # What NetCDF-3 variables are written with (no compression to keep): zarr-python's default.
 NETCDF3_CODEC: CodecConfig = {"id": "zstd", "level": 0}
@@ -136,6 +130,10 @@ class ConversionPlan:
     note: str = ""  # what the user should know about the codecs chosen
     warn: bool = True  # of fill values dropped
     unpack: bool = False  # store float32-packed values decoded (cf.stored_form)
+
+    def codec_chains(self) -> dict[str, list[CodecConfig]]:
+        """Per array path, its codec chain (encoding order)."""
+        return {array.path: list(array.codecs) for array in self.arrays}
 
 
 def convert(
