@@ -21,7 +21,7 @@ import pytest
 import xarray as xr
 
 import accumulus
-from accumulus.ingest import append as append_module
+from accumulus.ingest.append import run as append_module
 from command_line import files, refused, run
 from ingest.helpers import VAR, cli_env, truth, write_granules
 

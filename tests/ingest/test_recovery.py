@@ -9,8 +9,8 @@ import json
 import pytest
 
 import accumulus
-from accumulus.ingest import append as append_module
-from accumulus.ingest import writer as writer_module
+from accumulus.ingest.append import run as append_module
+from accumulus.ingest.append import unpublished_writer as writer_module
 
 from .helpers import VAR, check_visible, truth, write_granule
 

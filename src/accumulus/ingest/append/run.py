@@ -72,6 +72,7 @@ from accumulus.hierarchy import (
     set_group_attrs,
     write_tree,
 )
+from accumulus.ingest.append.unpublished_writer import ChunkWriter
 from accumulus.ingest.cadence import step_seconds, steps_per_year
 from accumulus.ingest.conform import (
     Template,
@@ -104,7 +105,6 @@ from accumulus.ingest.journal import (
 )
 from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, choose_shards
 from accumulus.ingest.shard_layout import StableShardStore
-from accumulus.ingest.writer import ChunkWriter
 from accumulus.locking import StoreLock
 from accumulus.nczarr import record_dimension_size
 from accumulus.scope import accumulus_scope
