@@ -13,6 +13,7 @@ import xarray as xr
 import zarr
 from numcodecs import Zlib
 
+import accumulus
 from accumulus.errors import AccumulusError
 from accumulus.ingest.granules import KINDS, kind_of, open_granule, resolve_group
 from accumulus.ingest.granules.base import OpenOptions
@@ -167,3 +168,17 @@ def test_kinds_are_guessed_in_order():
     registry asks them in order."""
     assert [type(k) for k in KINDS] == [DatasetKind, ZarrKind, NetCDF3Kind, NetCDF4Kind]
     assert type(kind_of("s3://bucket/granule.zarr")) is ZarrKind  # a URL: a store
+
+
+def test_a_truncated_netcdf3_granule_is_refused_before_anything_is_written(tmp_path):
+    """netcdf-c reads a NetCDF-3 file cut short as zeros past its end; append refuses it by
+    the size its header declares, as convert does, and makes no cube."""
+    whole = write("netcdf3", tmp_path, sample())
+    cut = tmp_path / "cut.nc"
+    cut.write_bytes(whole.read_bytes()[:-40])
+    assert (xr.open_dataset(cut).lon.values[-1], sample().lon.values[-1]) == (0, 288)
+    with pytest.raises(AccumulusError, match=r"granule .*cut.nc: truncated NetCDF-3 64-bit"):
+        accumulus.append(str(tmp_path / "cube.zarr"), [cut])
+    assert not (tmp_path / "cube.zarr").exists()
+    result = accumulus.append(str(tmp_path / "cube.zarr"), [whole])
+    assert result.extent == (0, 6)

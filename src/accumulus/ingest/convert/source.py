@@ -73,8 +73,10 @@ def open_source(path: str, source_format: str) -> Any:
     return file
 
 
-def check_complete(path: str, source_format: str) -> None:
-    """Refuse a NetCDF-3 file shorter than its header says (netcdf-c would read zeros)."""
+def check_complete(path: str, source_format: str, where: str | None = None) -> None:
+    """Refuse a NetCDF-3 file shorter than its header says (netcdf-c would read zeros);
+    ``where`` names it in messages (by default its path)."""
+    where = where or path
     size = os.path.getsize(path)
     length = 2**16
     with open(path, "rb") as file:
@@ -87,12 +89,12 @@ def check_complete(path: str, source_format: str) -> None:
             except HeaderError as exc:
                 if len(header) < length or length >= size:
                     raise AccumulusError(
-                        f"{path}: not a readable {source_format} file: {exc}"
+                        f"{where}: not a readable {source_format} file: {exc}"
                     ) from None
                 length *= 4
     if size < needed:
         raise AccumulusError(
-            f"{path}: truncated {source_format} file: its header declares {needed} bytes, "
+            f"{where}: truncated {source_format} file: its header declares {needed} bytes, "
             f"the file has {size}"
         )
 

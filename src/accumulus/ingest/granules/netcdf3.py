@@ -1,6 +1,8 @@
 """A NetCDF-3 file (classic, 64-bit offset or 64-bit data "CDF5"), read through netCDF4 as a
 NetCDF4 file is, from its one group. It has no chunks and no compression to keep: a cube
-created from it gets zarr's default compression."""
+created from it gets zarr's default compression. netcdf-c reads a file shorter than its
+header declares without complaint (zeros past its end), so one is refused before it is
+opened, as ``convert`` refuses it."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 from typing import Any
 
 from accumulus.errors import AccumulusError
+from accumulus.ingest.convert.source import check_complete
 from accumulus.ingest.granules.base import CodecChain, GranuleSource, OpenOptions
 from accumulus.ingest.granules.netcdf4 import NetCDF4File, local_file
 from accumulus.ingest.netcdf3_header import NETCDF3_SIGNATURES
@@ -28,7 +31,11 @@ class NetCDF3Kind:
         path = local_file(item)
         if path is None or not isinstance(item, str | os.PathLike):
             raise AccumulusError(f"granule {item}: no such file")
-        return NetCDF3File(path, os.fspath(item))
+        name = os.fspath(item)
+        with path.open("rb") as file:
+            signature = file.read(4)
+        check_complete(str(path), NETCDF3_SIGNATURES[signature], f"granule {name}")
+        return NetCDF3File(path, name)
 
 
 class NetCDF3File(NetCDF4File):
