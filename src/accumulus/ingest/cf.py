@@ -367,7 +367,7 @@ def _culprit(name: str, dtype: np.dtype, decoding: Mapping[str, Any]) -> str:
         rest = {k: v for k, v in decoding.items() if k != key}
         try:
             decode(name, probe, rest)
-        except Exception:
+        except Exception:  # whatever xarray raises on attributes it cannot use
             continue
         return key
     return ", ".join(decoding)

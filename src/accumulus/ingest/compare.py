@@ -234,7 +234,7 @@ def _with_readable_times(source: str, group: str) -> xr.Dataset | None:
     meaning, in a spelling xarray reads), or None when that changes nothing or fails too."""
     try:
         dataset = xr.open_dataset(source, group=group or None, cache=False, decode_times=False)
-    except Exception:  # the first error is the one to report
+    except Exception:  # xarray and its backends raise many kinds; the first one is reported
         return None
     changed = False
     for var in dataset.variables.values():
@@ -249,7 +249,7 @@ def _with_readable_times(source: str, group: str) -> xr.Dataset | None:
         return xr.decode_cf(
             dataset, mask_and_scale=False, concat_characters=False, decode_coords=False
         )
-    except Exception:
+    except Exception:  # xarray's CF decoding (cftime, pandas) raises many kinds
         dataset.close()
         return None
 
