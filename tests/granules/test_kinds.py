@@ -78,7 +78,7 @@ COMPRESSION = {
 
 
 @pytest.mark.parametrize("kind", list(KIND_OF))
-def test_each_kind_reads_what_xarray_reads(tmp_path, kind):
+def test_each_kind_reads_what_xarray_reads(tmp_path: Path, kind: str) -> None:
     dataset = sample()
     item = write(kind, tmp_path, dataset)
     assert type(kind_of(item)) is KIND_OF[kind]
@@ -110,7 +110,7 @@ def _compressors(chain: list[dict] | None) -> list[dict] | None:
 
 
 @pytest.mark.parametrize("kind", ["netcdf4", "netcdf3", "zarr directory", "dataset"])
-def test_the_identity_follows_the_values(tmp_path, kind):
+def test_the_identity_follows_the_values(tmp_path: Path, kind: str) -> None:
     """The same values give the same fingerprint (the journal skips the granule); one value
     changed gives another."""
     (tmp_path / "a").mkdir()
@@ -126,7 +126,7 @@ def test_the_identity_follows_the_values(tmp_path, kind):
     assert fingerprints[0] == fingerprints[1] != fingerprints[2]
 
 
-def test_declared_sizes_come_from_each_kinds_metadata(tmp_path):
+def test_declared_sizes_come_from_each_kinds_metadata(tmp_path: Path) -> None:
     """What a file declares, before it is read: netCDF4's chunks, NetCDF-3's none."""
     netcdf4 = NetCDF4Kind().open(write("netcdf4", tmp_path, sample()), OpenOptions())
     netcdf3 = NetCDF3Kind().open(write("netcdf3", tmp_path, sample()), OpenOptions())
@@ -145,7 +145,7 @@ def test_declared_sizes_come_from_each_kinds_metadata(tmp_path):
     assert declared["zarr"]["precip"] == (("time", "lat", "lon"), (6, 4, 5), 2, (2, 4, 5))
 
 
-def test_a_file_of_no_kind_is_named_in_one_line(tmp_path):
+def test_a_file_of_no_kind_is_named_in_one_line(tmp_path: Path) -> None:
     garbage = tmp_path / "notes.nc"
     garbage.write_text("not a granule")
     assert type(kind_of(garbage)) is NetCDF4Kind  # netCDF4 says what it is not
@@ -155,7 +155,7 @@ def test_a_file_of_no_kind_is_named_in_one_line(tmp_path):
         open_granule(tmp_path / "missing.nc")
 
 
-def test_a_dataset_has_no_groups_of_its_own(tmp_path):
+def test_a_dataset_has_no_groups_of_its_own(tmp_path: Path) -> None:
     """A Dataset is read whole; the group asked for says where the cube keeps it."""
     assert resolve_group(sample(), "time", None) == ""
     assert resolve_group(sample(), "time", "/Grid/") == "Grid"
@@ -163,14 +163,14 @@ def test_a_dataset_has_no_groups_of_its_own(tmp_path):
         resolve_group(write("netcdf4", tmp_path, sample()), "time", "Grid")
 
 
-def test_kinds_are_guessed_in_order():
+def test_kinds_are_guessed_in_order() -> None:
     """A path may be several kinds: each kind says which Python types it takes, and the
     registry asks them in order."""
     assert [type(k) for k in KINDS] == [DatasetKind, ZarrKind, NetCDF3Kind, NetCDF4Kind]
     assert type(kind_of("s3://bucket/granule.zarr")) is ZarrKind  # a URL: a store
 
 
-def test_a_truncated_netcdf3_granule_is_refused_before_anything_is_written(tmp_path):
+def test_a_truncated_netcdf3_granule_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     """netcdf-c reads a NetCDF-3 file cut short as zeros past its end; append refuses it by
     the size its header declares, as convert does, and makes no cube."""
     whole = write("netcdf3", tmp_path, sample())
