@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 import zarr
+from zarr.abc.store import Store
 
 from accumulus.errors import AccumulusError
 from accumulus.ingest.times import readable_time_attrs
@@ -107,7 +108,7 @@ def _append_dim(root: zarr.Group, group: str) -> str | None:
 
 
 def _compare_source(
-    zstore, root: zarr.Group, label: str, source: str, dim: str | None
+    zstore: Store, root: zarr.Group, label: str, source: str, dim: str | None
 ) -> SourceComparison:
     names: list[str] = []
     differences: list[Difference] = []
@@ -254,7 +255,7 @@ def _with_readable_times(source: str, group: str) -> xr.Dataset | None:
         return None
 
 
-def _open_cube(zstore, label: str, group: str, decode: bool = True) -> xr.Dataset:
+def _open_cube(zstore: Store, label: str, group: str, decode: bool = True) -> xr.Dataset:
     with warnings.catch_warnings(), accumulus_scope():
         warnings.simplefilter("ignore", xr.SerializationWarning)
         # A group of a cube has its metadata in the root's consolidated document, where
