@@ -14,8 +14,8 @@ import xarray as xr
 import zarr
 
 from accumulus.errors import AccumulusError
-from accumulus.ingest import convert as convert_module
 from accumulus.ingest.convert import convert, parse_codec_options
+from accumulus.ingest.convert import source as convert_source
 
 from .samples import sample, write_granule
 
@@ -242,10 +242,10 @@ def test_existing_destination_is_refused(granule, tmp_path):
 
 
 def test_blocks_are_chunk_aligned_and_cover_the_array_once(monkeypatch):
-    monkeypatch.setattr(convert_module, "_BLOCK_BYTES", 4 * 3 * 5 * 2)  # two chunks of f4
+    monkeypatch.setattr(convert_source, "BLOCK_BYTES", 4 * 3 * 5 * 2)  # two chunks of f4
     shape, chunks = (10, 7, 9), (3, 5, 4)
     seen = np.zeros(shape, int)
-    for region in convert_module._blocks(shape, chunks, 4):
+    for region in convert_source.blocks(shape, chunks, 4):
         assert region[0].start % 3 == 0 and region[1].start % 5 == 0 and region[2].start % 4 == 0
         assert (region[0].stop - region[0].start) <= 6  # widened to two chunks at most
         seen[region] += 1
@@ -253,7 +253,7 @@ def test_blocks_are_chunk_aligned_and_cover_the_array_once(monkeypatch):
 
 
 def test_streaming_writes_through_many_small_blocks(granule, tmp_path, monkeypatch):
-    monkeypatch.setattr(convert_module, "_BLOCK_BYTES", 1)  # one chunk at a time
+    monkeypatch.setattr(convert_source, "BLOCK_BYTES", 1)  # one chunk at a time
     dest = tmp_path / "cube.zarr"
     convert(granule, dest)
     xr.testing.assert_identical(xr.open_zarr(dest).load(), xr.open_dataset(granule).load())

@@ -18,7 +18,8 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from accumulus.ingest import conform, writer
+from accumulus.ingest import conform
+from accumulus.ingest.append import unpublished_writer as writer
 from command_line import files, refused, run
 from ingest.helpers import cli_env
 from ingest.inflating import declares_a_billion_squared

@@ -17,7 +17,7 @@ import zarr
 import accumulus
 from accumulus.errors import AccumulusError
 from accumulus.ingest.convert import NETCDF3_CODEC, convert
-from accumulus.ingest.netcdf3 import declared_size
+from accumulus.ingest.netcdf3_header import declared_size
 from core.test_real_data import example_file
 
 FORMATS = {

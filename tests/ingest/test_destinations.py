@@ -21,7 +21,8 @@ import pytest
 import xarray as xr
 
 import accumulus
-from accumulus.ingest import append as append_module
+from accumulus.ingest.append import run as append_module
+from accumulus.ingest.append import write as write_phase
 from command_line import files, refused, run
 from ingest.helpers import VAR, cli_env, truth, write_granules
 
@@ -134,7 +135,7 @@ def test_ctrl_c_in_append_keeps_the_last_commit(tmp_path, granules, capsys, monk
     """Interrupted after its first commit (one granule fills one chunk), an append says
     so; run again, it appends the rest and the cube is what xarray reads from the files."""
     cube = tmp_path / "cube.zarr"
-    commit = append_module.commit
+    commit = write_phase.commit
     calls = []
 
     def interrupted_commit(*args, **kwargs):
@@ -143,7 +144,7 @@ def test_ctrl_c_in_append_keeps_the_last_commit(tmp_path, granules, capsys, monk
             raise KeyboardInterrupt
         return commit(*args, **kwargs)
 
-    monkeypatch.setattr(append_module, "commit", interrupted_commit)
+    monkeypatch.setattr(write_phase, "commit", interrupted_commit)
     args = ("append", str(cube), *map(str, granules), "--chunks", "time=3")
     code, _, err = run(capsys, monkeypatch, *args)
     assert code == 130
@@ -153,7 +154,7 @@ def test_ctrl_c_in_append_keeps_the_last_commit(tmp_path, granules, capsys, monk
     )
     assert xr.open_zarr(cube)[VAR].shape[0] == 3
 
-    monkeypatch.setattr(append_module, "commit", commit)
+    monkeypatch.setattr(write_phase, "commit", commit)
     code, out, err = run(capsys, monkeypatch, *args)
     assert code == 0, err
     assert f"skipped{granules[0]}:alreadyingested" in "".join(out.split())  # wrapped lines

@@ -9,8 +9,9 @@ import json
 import pytest
 
 import accumulus
-from accumulus.ingest import append as append_module
-from accumulus.ingest import writer as writer_module
+from accumulus.ingest.append import commit as commit_module
+from accumulus.ingest.append import create as create_module
+from accumulus.ingest.append import unpublished_writer as writer_module
 
 from .helpers import VAR, check_visible, truth, write_granule
 
@@ -48,16 +49,16 @@ def cube(tmp_path):
 
 CRASHES = {
     "while writing chunks": (writer_module, "_write", 1, 6, ""),
-    "before the first journal write": (append_module, "write_journal", 1, 6, "cut back"),
+    "before the first journal write": (commit_module, "write_journal", 1, 6, "cut back"),
     "after the journal, before accumulations": (
-        append_module,
+        commit_module,
         "update_accumulations",
         1,
         6,  # committed, not yet published: the re-run publishes it
         "was finished",
     ),
-    "before consolidating": (append_module, "consolidate_groups", 1, 6, "was finished"),
-    "before the second journal write": (append_module, "write_journal", 2, 9, "cut back"),
+    "before consolidating": (commit_module, "consolidate_groups", 1, 6, "was finished"),
+    "before the second journal write": (commit_module, "write_journal", 2, 9, "cut back"),
 }
 
 
@@ -91,7 +92,7 @@ def test_rerun_after_an_interrupted_creation(tmp_path, monkeypatch):
     granules = [write_granule(tmp_path / f"{s}.nc", t, s, s + 3) for s in (0, 3)]
     with monkeypatch.context() as patch:
         # The first journal write marks the creation, the second would end it.
-        patch.setattr(append_module, "write_journal", crash_on_call(append_module.write_journal, 2))
+        patch.setattr(create_module, "write_journal", crash_on_call(create_module.write_journal, 2))
         with pytest.raises(Crash):
             accumulus.append(str(store), granules, chunks={"time": 4})
     assert json.loads((store / ".accumulus" / "journal.json").read_text())["state"] == "creating"

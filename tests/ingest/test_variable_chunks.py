@@ -18,7 +18,7 @@ import accumulus
 from accumulus.accumulation.groups import read_group
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds, declared_chunk_sizes, last_chunk_is_partial
-from accumulus.ingest import writer as writer_module
+from accumulus.ingest.append import unpublished_writer as writer_module
 from accumulus.storage import CountingStore, open_store
 from cubes import xarray_reference
 from varchunk.conftest import daily_dataset, daily_times, period_counts
@@ -209,8 +209,8 @@ def test_a_rerun_with_other_granules_overwrites_what_an_interrupted_run_left(tmp
     accumulus.append(str(store), ds.isel(time=slice(0, 31)), chunking="month")
     with monkeypatch.context() as patch:
         # Dies once its chunks are written, before it grows any array's metadata.
-        resize = writer_module.ChunkWriter.resize
-        patch.setattr(writer_module.ChunkWriter, "resize", crash_on_call(resize, 1))
+        resize = writer_module.UnpublishedWriter.resize
+        patch.setattr(writer_module.UnpublishedWriter, "resize", crash_on_call(resize, 1))
         with pytest.raises(Crash):
             accumulus.append(str(store), ds.isel(time=slice(31, 62)))
     assert (store / VAR / "c" / "1" / "0" / "0").exists()  # left behind, never committed

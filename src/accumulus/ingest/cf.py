@@ -127,7 +127,9 @@ def decode(name: str, values: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarra
         return np.asarray(decoded.values)
 
 
-def to_stored(name: str, values: np.ndarray, attrs: Mapping[str, Any], form: StoredForm):
+def to_stored(
+    name: str, values: np.ndarray, attrs: Mapping[str, Any], form: StoredForm
+) -> np.ndarray:
     """A source's stored ``values`` (with its ``attrs``) in the cube's ``form``: decoded
     when the form is unpacked, as they are otherwise."""
     if not form.unpacked:
@@ -367,7 +369,7 @@ def _culprit(name: str, dtype: np.dtype, decoding: Mapping[str, Any]) -> str:
         rest = {k: v for k, v in decoding.items() if k != key}
         try:
             decode(name, probe, rest)
-        except Exception:
+        except Exception:  # whatever xarray raises on attributes it cannot use
             continue
         return key
     return ", ".join(decoding)

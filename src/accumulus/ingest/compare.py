@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 import zarr
+from zarr.abc.store import Store
 
 from accumulus.errors import AccumulusError
 from accumulus.ingest.times import readable_time_attrs
@@ -107,7 +108,7 @@ def _append_dim(root: zarr.Group, group: str) -> str | None:
 
 
 def _compare_source(
-    zstore, root: zarr.Group, label: str, source: str, dim: str | None
+    zstore: Store, root: zarr.Group, label: str, source: str, dim: str | None
 ) -> SourceComparison:
     names: list[str] = []
     differences: list[Difference] = []
@@ -234,7 +235,7 @@ def _with_readable_times(source: str, group: str) -> xr.Dataset | None:
     meaning, in a spelling xarray reads), or None when that changes nothing or fails too."""
     try:
         dataset = xr.open_dataset(source, group=group or None, cache=False, decode_times=False)
-    except Exception:  # the first error is the one to report
+    except Exception:  # xarray and its backends raise many kinds; the first one is reported
         return None
     changed = False
     for var in dataset.variables.values():
@@ -249,12 +250,12 @@ def _with_readable_times(source: str, group: str) -> xr.Dataset | None:
         return xr.decode_cf(
             dataset, mask_and_scale=False, concat_characters=False, decode_coords=False
         )
-    except Exception:
+    except Exception:  # xarray's CF decoding (cftime, pandas) raises many kinds
         dataset.close()
         return None
 
 
-def _open_cube(zstore, label: str, group: str, decode: bool = True) -> xr.Dataset:
+def _open_cube(zstore: Store, label: str, group: str, decode: bool = True) -> xr.Dataset:
     with warnings.catch_warnings(), accumulus_scope():
         warnings.simplefilter("ignore", xr.SerializationWarning)
         # A group of a cube has its metadata in the root's consolidated document, where

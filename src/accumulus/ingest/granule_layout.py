@@ -1,35 +1,23 @@
-"""Reading a granule's layout for a virtual cube: its identity (size and modification
-stamp), structure, coordinates and HDF5 chunk index, through a reader that counts the bytes
-read, never its data. ``scan_granule`` gives what the granule contributes to the reference
-set (``references.compose``)."""
+"""What a granule contributes to a virtual cube: its record (identity and length), structure,
+coordinates and HDF5 chunk index, read through ``granules.referenced_hdf5`` (never its data).
+``scan_granule`` gives what the granule contributes to the reference set
+(``references.compose``)."""
 
 from __future__ import annotations
 
-import io
-import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import h5py
 import numpy as np
-import xarray as xr
 
 from accumulus.errors import AccumulusError
-from accumulus.hierarchy import normalize_group, pick_group
 from accumulus.ingest.conform import Template, check_fits, template_of, times_in_cube
-from accumulus.ingest.convert import (
-    ArrayPlan,
-    ConversionPlan,
-    hdf5_dataset,
-    plan_file,
-    source_group,
-)
-from accumulus.ingest.declared import DeclaredVariable, check_declared, itemsize
-from accumulus.ingest.granules import Granule
-from accumulus.names import check_names
-from accumulus.storage import file_options, local_path, url_scheme
+from accumulus.ingest.convert import ArrayPlan, ConversionPlan, hdf5_dataset
+from accumulus.ingest.granules import Granule, read_granule
+from accumulus.ingest.granules.referenced_hdf5 import ReferencedHDF5File, stamp_identity
+from accumulus.storage import local_path
 
 
 @dataclass(frozen=True)
@@ -82,94 +70,14 @@ def granule_url(item: str) -> str:
     return item if path is None else str(path.resolve())
 
 
-class _CountingReader(io.RawIOBase):
-    """A read-only file object that counts the bytes read through it (h5py reads here)."""
-
-    def __init__(self, raw: Any) -> None:
-        self.raw = raw
-        self.bytes_read = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self.raw.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self.raw.tell()
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.raw.read(len(buffer))
-        buffer[: len(data)] = data
-        self.bytes_read += len(data)
-        return len(data)
-
-    def close(self) -> None:
-        self.raw.close()
-        super().close()
-
-
-@contextmanager
-def _open_file(item: str, url: str, storage_options: dict | None) -> Iterator[_CountingReader]:
-    try:
-        if url_scheme(url):
-            import fsspec
-
-            raw = fsspec.open(url, "rb", **file_options(url, storage_options)).open()
-        else:
-            raw = open(url, "rb")  # noqa: SIM115 - closed by the reader below
-    except FileNotFoundError:
-        raise AccumulusError(f"granule {item}: no such file") from None
-    except Exception as exc:  # fsspec raises many kinds for a URL it cannot reach
-        raise AccumulusError(f"granule {item}: cannot open it: {_first_line(exc)}") from None
-    reader = _CountingReader(raw)
-    try:
-        yield reader
-    finally:
-        reader.close()
-
-
-def _identity(item: str, url: str, storage_options: dict | None) -> tuple[int, str]:
-    """(size, modification stamp) of a granule, from its metadata only."""
-    if not url_scheme(url):
-        try:
-            stat = os.stat(url)
-        except FileNotFoundError:
-            raise AccumulusError(f"granule {item}: no such file") from None
-        return stat.st_size, str(stat.st_mtime_ns)
-    import fsspec
-
-    try:
-        fs, path = fsspec.url_to_fs(url, **file_options(url, storage_options))
-        info = fs.info(path)
-    except FileNotFoundError as exc:
-        # fsspec's HTTP filesystem reports every failure as "not found"; the cause says which.
-        status = getattr(exc.__cause__, "status", 404 if exc.__cause__ is None else None)
-        if status == 403:
-            raise AccumulusError(f"granule {item}: access denied (403)") from None
-        if status is None:
-            reason = _first_line(exc.__cause__)  # type: ignore[arg-type]
-            raise AccumulusError(f"granule {item}: cannot reach it: {reason}") from None
-        raise AccumulusError(f"granule {item}: not found ({status})") from None
-    except PermissionError:
-        raise AccumulusError(f"granule {item}: access denied (403)") from None
-    except Exception as exc:
-        raise AccumulusError(f"granule {item}: cannot reach it: {_first_line(exc)}") from None
-    stamp = info.get("ETag") or info.get("etag") or info.get("LastModified") or ""
-    return int(info.get("size") or 0), str(stamp)
-
-
 def check_unchanged(
     item: str, url: str, record: GranuleRecord, storage_options: dict | None
 ) -> None:
-    size, modified = _identity(item, url, storage_options)
-    if (size, modified) != (record.size, record.modified):
+    now = stamp_identity(item, url, storage_options)
+    if (now.size, now.fingerprint) != (record.size, record.modified):
         raise AccumulusError(
             f"granule {item} is already referenced but has changed since (size {record.size} "
-            f"-> {size}); its old references would read wrong bytes: rebuild the virtual cube"
+            f"-> {now.size}); its old references would read wrong bytes: rebuild the virtual cube"
         )
 
 
@@ -184,35 +92,25 @@ def scan_granule(
 ) -> ScannedGranule:
     """Read a granule's structure, coordinates and HDF5 chunk index (not its data), from
     ``group`` of the file (by default the one group holding the dimension ``dim``)."""
-    size, modified = _identity(item, url, storage_options)
-    with _open_file(item, url, storage_options) as reader:
-        try:
-            file = h5py.File(reader, "r")
-        except OSError:
-            raise AccumulusError(
-                f"granule {item}: not a NetCDF4/HDF5 file; virtual cubes reference HDF5 "
-                "chunks (append netCDF-3 granules without --virtual)"
-            ) from None
-        with file:
-            group = _granule_group(file, dim, group, item)
-            node = file[group] if group else file
-            check_declared(f"granule {item}", _declared(node), dim)
-            granule = _as_granule(item, size, reader, group)
-            # As the references store them: packed numbers stay packed.
-            own = template_of(granule.dataset, dim, f"granule {item}", unpack=False)
-            if template is not None:
-                check_fits(granule, template, unpack=False)
-            template = template or own
-            plan = plan_file(file, item, zarr_format=zarr_format, group=group)
-            chunks, refs = {}, {}
-            for name in template.data:
-                dataset = hdf5_dataset(node, name)
-                if dataset is not None:
-                    chunks[name], refs[name] = _chunk_refs(dataset, item, name, dim, template)
-            inline, static = _inline_values(granule, template, own)
+    with ReferencedHDF5File(item, url, storage_options) as file:
+        group = file.resolve_group(dim, group)
+        granule = read_granule(file, group, dim)
+        # As the references store them: packed numbers stay packed.
+        own = template_of(granule.dataset, dim, f"granule {item}", unpack=False)
+        if template is not None:
+            check_fits(granule, template, unpack=False)
+        template = template or own
+        plan = file.plan(zarr_format, group)
+        node = file.h5[group] if group else file.h5
+        chunks, refs = {}, {}
+        for name in template.data:
+            dataset = hdf5_dataset(node, name)
+            if dataset is not None:
+                chunks[name], refs[name] = _chunk_refs(dataset, item, name, dim, template)
+        inline, static = _inline_values(granule, template, own)
     steps = int(granule.dataset.sizes[dim])
     return ScannedGranule(
-        record=GranuleRecord(url, size, modified, steps),
+        record=GranuleRecord(url, granule.size, granule.checksum, steps),
         name=item,
         plan=plan,
         template=own,
@@ -221,59 +119,9 @@ def scan_granule(
         static=static,
         chunks=chunks,
         refs=refs,
-        bytes_read=reader.bytes_read,
+        bytes_read=file.bytes_read,
         group=group,
     )
-
-
-def _declared(node: h5py.Group) -> list[DeclaredVariable]:
-    """The datasets of ``node`` and of the groups above it (dimension scales xarray may
-    index) as the file declares them."""
-    out = []
-    while True:
-        for name, item in node.items():
-            if isinstance(item, h5py.Dataset) and item.shape is not None:
-                dims = tuple(
-                    scale[0].name.rpartition("/")[2] if len(scale) else f"phony_dim_{axis}"
-                    for axis, scale in enumerate(item.dims)
-                )
-                if item.attrs.get("CLASS") == b"DIMENSION_SCALE" and item.ndim == 1:
-                    dims = (name,)  # a coordinate (or a bare dimension)
-                size = itemsize(item.dtype)
-                out.append(DeclaredVariable(name, dims, item.shape, size, item.chunks))
-        if node.name == "/":
-            return out
-        node = node.parent
-
-
-def _granule_group(file: h5py.File, dim: str, group: str | None, item: str) -> str:
-    """``group`` (which must exist), or the one group where the dimension ``dim`` is
-    defined (its nested groups use it too: the top one); the root when none is."""
-    if group is not None:
-        source_group(file, group, f"granule {item}")  # it must exist
-        return normalize_group(group)
-    if dim in file:
-        return ""
-    holders: list[str] = []
-    file.visititems(
-        lambda name, n: holders.append(name) if isinstance(n, h5py.Group) and dim in n else None
-    )
-    top = [g for g in holders if not any(g.startswith(h + "/") for h in holders)]
-    if not top:
-        return ""  # the template names what is missing
-    return pick_group(top, f"the dimension {dim!r}", f"granule {item}")
-
-
-def _as_granule(item: str, size: int, reader: _CountingReader, group: str = "") -> Granule:
-    """The granule as ``conform`` checks it: xarray's encoded view, through h5netcdf."""
-    try:
-        dataset = xr.open_dataset(
-            reader, engine="h5netcdf", group=group or None, decode_cf=False, chunks=None
-        )
-    except Exception as exc:  # h5netcdf raises several kinds on files it cannot map
-        raise AccumulusError(f"granule {item}: cannot read it as NetCDF4: {exc}") from None
-    check_names(f"granule {item}", map(str, dataset.variables), map(str, dataset.dims))
-    return Granule(item, size, "", dataset, "netcdf", item, group)
 
 
 def _inline_values(
@@ -333,8 +181,3 @@ def _chunk_refs(
 
 def _storage(dataset: h5py.Dataset) -> int:
     return int(dataset.id.get_storage_size())
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

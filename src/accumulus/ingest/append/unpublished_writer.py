@@ -12,7 +12,7 @@ on a local directory and on S3). Every other write covers whole chunks as far as
 reaches, so zarr never reads a new chunk back: whatever a killed run left there, even under
 another grid, is simply replaced.
 
-For a sharded array the grid is the shards' (``append._chunk_along``): a shard is written
+For a sharded array the grid is the shards' (``cube_state.chunk_along``): a shard is written
 once it is full, and a partial one is rewritten whole by zarr, which reads it back and keeps
 the inner chunks the write does not cover. Those are either committed values (before the
 start of the write) or past the view's shape, where no reader looks: what a killed run left
@@ -95,9 +95,9 @@ def _own(values: np.ndarray) -> np.ndarray:
     return values.copy() if values.base is not None else values
 
 
-class ChunkWriter:
+class UnpublishedWriter:
     """Appends values to ``arrays`` along ``dim`` from index ``start``, in chunks that fall
-    where ``grids`` (per array) say."""
+    where ``grids`` (per array) say, unpublished until ``resize`` (a step of the commit)."""
 
     def __init__(
         self,

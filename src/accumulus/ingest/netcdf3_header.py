@@ -12,6 +12,12 @@ from __future__ import annotations
 import struct
 from math import prod
 
+# The first four bytes of a NetCDF-3 file: "CDF" and the format version.
+NETCDF3_SIGNATURES = {
+    b"CDF\x01": "NetCDF-3 classic",
+    b"CDF\x02": "NetCDF-3 64-bit offset",
+    b"CDF\x05": "NetCDF-3 64-bit data (CDF5)",
+}
 _ABSENT = 0
 _TAGS = {10: "dimensions", 11: "variables", 12: "attributes"}
 # nc_type -> bytes per value (NC_BYTE, CHAR, SHORT, INT, FLOAT, DOUBLE, UBYTE, USHORT, UINT,

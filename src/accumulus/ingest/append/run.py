@@ -1,0 +1,211 @@
+"""``append``, the one entry point: it checks the caller's options and the destination, takes
+the store's lock and runs the phases in order, each handing its immutable value to the next."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from zarr.abc.store import Store
+
+from accumulus.compute import Progress
+from accumulus.errors import AccumulusError, Interrupted
+from accumulus.grid import NAMED_RULES, ChunkRule
+from accumulus.hierarchy import group_label, group_view
+from accumulus.ingest.append.check import check
+from accumulus.ingest.append.create import create
+from accumulus.ingest.append.destination import open_target, remove_if_empty
+from accumulus.ingest.append.recover import recover
+from accumulus.ingest.append.values import Request, Target
+from accumulus.ingest.append.write import write
+from accumulus.ingest.granules import GRANULE_TYPES, GranuleLike, InGroup, resolve_group
+from accumulus.ingest.journal import CREATING, read_journal
+from accumulus.ingest.layout import ChunkChoice
+from accumulus.ingest.shard_layout import StableShardStore
+from accumulus.locking import StoreLock
+from accumulus.storage import store_label
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What one append did."""
+
+    store: str
+    dim: str
+    created: bool
+    chunking: ChunkChoice | None  # on creation: the chunks chosen, and why
+    appended: tuple[str, ...]  # granule names
+    skipped: tuple[tuple[str, str], ...]  # (granule name, why)
+    extent: tuple[int, int]  # size along ``dim`` before and after
+    commits: int
+    accumulations: tuple[str, ...]  # variables whose accumulation groups were updated
+    recovered: str  # what an interrupted run had left, and what was done about it
+    seconds: float
+
+
+def append(
+    store: str | os.PathLike[str] | Store,
+    granules: GranuleLike | Iterable[GranuleLike],
+    dim: str = "time",
+    chunks: Mapping[str, int] | None = None,
+    skip_existing: bool = False,
+    storage_options: dict | None = None,
+    *,
+    chunking: ChunkRule | None = None,
+    zarr_format: int | None = None,
+    progress: Progress | None = None,
+    group: str | None = None,
+    shards: Mapping[str, int] | None = None,
+    allow_references: Sequence[str] | None = None,
+) -> AppendResult:
+    """Append ``granules`` (NetCDF4/HDF5 files, Zarr stores or ``xarray.Dataset`` objects)
+    to the cube at ``store`` along ``dim``, creating it from the first granule if needed.
+
+    On creation: ``chunks`` ({dim: size}), by default chunks of about 100 MiB; ``chunking``
+    along ``dim``: a size (regular chunks, like ``chunks={dim: size}``), or ``"month"``,
+    ``"year"`` (a chunk per calendar period of the time coordinate) or ``"per-granule"``
+    (each granule its own chunk), which need Zarr v3 (a rectilinear chunk grid);
+    ``zarr_format`` 2 or 3, by default 2, or 3 with those rules. On an existing cube they
+    must agree with how it is chunked. Granules already ingested are skipped; times already
+    in the cube are an error, or skipped with ``skip_existing``. Safe to re-run after an
+    interruption, and to run while others read. ``progress(done, total)`` is called as
+    granules are checked and written. ``group``: the group of the granules to append (with
+    its nested groups along ``dim``), kept at the same place in the cube; by default the one
+    group holding variables along ``dim``. ``shards`` ({dim: size}, Zarr v3, the default
+    format with it): on creation, the data variables' chunks are packed in shards of these
+    sizes (multiples of the chunk sizes; one chunk per shard along dimensions not named);
+    on an existing cube they must agree with its shards. ``allow_references``: where a
+    granule that is a reference set (``.parq``, or a ``.json`` URL) may read besides its own
+    location.
+    """
+    started = time.perf_counter()
+    items = _as_list(granules)
+    if not items:
+        raise AccumulusError("no granules given to append")
+    chunks = dict(chunks or {})
+    rule = _chunking_rule(chunking, chunks, dim)
+    if isinstance(rule, int):
+        chunks[dim] = rule
+    shards = dict(shards or {})
+    request = Request(
+        chunks=chunks,
+        rule=rule,
+        shards=shards,
+        zarr_format=_zarr_format(zarr_format, rule, bool(shards)),
+        skip_existing=skip_existing,
+        storage_options=storage_options,
+        allow_references=tuple(allow_references or ()),
+        progress=progress or (lambda done, total: None),
+        steps=2 * len(items),
+    )
+    label = store_label(store) if isinstance(store, Store) else os.fspath(store)
+    # The destination is checked before any granule is read.
+    target_store, new_directory = open_target(store, label, storage_options)
+    try:
+        group = resolve_group(items[0], dim, group, storage_options, request.allow_references)
+        items = [_in_group(item, group, dim) for item in items]
+        # Shards rewritten keep their old inner chunks in place, for readers of the old index.
+        target_store = StableShardStore(target_store)
+        # A group of the cube is a store of its own: journal, lock and metadata inside it.
+        target_store, label = group_view(target_store, group), group_label(label, group)
+        with StoreLock(target_store, label) as lock:
+            target = Target(target_store, label, dim, lock)
+            recovered = recover(target, request)
+            checked = check(target, request, recovered, items)
+            choice = written = None
+            if checked.batch is not None:
+                cube = recovered.cube
+                if cube is None:
+                    cube, choice = create(target, request, checked.batch)
+                written = write(target, request, cube, checked.batch)
+            request.progress(request.steps, request.steps)
+    except KeyboardInterrupt:
+        raise Interrupted(_kept(target_store, label, dim)) from None
+    finally:
+        if new_directory is not None:
+            remove_if_empty(new_directory)
+    before = recovered.cube.journal.extent if recovered.cube else 0
+    return AppendResult(
+        store=label,
+        dim=dim,
+        created=choice is not None,
+        chunking=choice,
+        appended=written.appended if written else (),
+        skipped=checked.skipped,
+        extent=(before, written.journal.extent if written else before),
+        commits=written.commits if written else 0,
+        accumulations=tuple(sorted(recovered.updated | (written.updated if written else set()))),
+        recovered=recovered.note,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _kept(store: Store, label: str, dim: str) -> str:
+    """What an interrupted append leaves: its journal's last commit."""
+    journal = read_journal(store, label)
+    if journal is None or journal.state == CREATING:
+        return f"{label} was not created (nothing was committed); run the same command again"
+    return (
+        f"{label} keeps its last commit, {dim} {journal.extent} steps from "
+        f"{len(journal.granules)} granule(s); run the same command again to append the rest "
+        "(granules already in the cube are skipped)"
+    )
+
+
+def _chunking_rule(
+    chunking: ChunkRule | None, chunks: Mapping[str, int], dim: str
+) -> ChunkRule | None:
+    """The chunking asked for along ``dim``: a named rule, a chunk size, or None."""
+    if chunking is None:
+        return chunks.get(dim)
+    rule = chunking.strip().lower() if isinstance(chunking, str) else chunking
+    if isinstance(rule, str) and rule.isdigit():
+        rule = int(rule)
+    if rule not in NAMED_RULES and not (type(rule) is int and rule > 0):
+        raise AccumulusError(
+            f"--chunking {chunking}: expected {', '.join(NAMED_RULES)} or a chunk size"
+        )
+    if dim in chunks and chunks[dim] != rule:
+        raise AccumulusError(
+            f"--chunks {dim}={chunks[dim]} and --chunking {rule} disagree; give one of them"
+        )
+    return rule
+
+
+def _zarr_format(asked: int | None, rule: ChunkRule | None, sharded: bool = False) -> int:
+    """The format of a new cube: as asked, else 2, or 3 for variable chunks or shards."""
+    variable = isinstance(rule, str)
+    if variable and sharded:
+        raise AccumulusError(
+            f"--shards with --chunking {rule}: zarr's sharding codec cuts every shard into "
+            f"inner chunks of one size, and {rule} chunks vary in length; give --chunking a "
+            "size (or --chunks) to shard, or drop --shards"
+        )
+    if asked is None:
+        return 3 if variable or sharded else 2
+    if asked not in (2, 3):
+        raise AccumulusError(f"zarr_format must be 2 or 3, got {asked}")
+    if asked == 2 and sharded:
+        raise AccumulusError(
+            "--shards needs Zarr v3: Zarr v2 has no shards; use --zarr-format 3 (the default "
+            "with --shards)"
+        )
+    if asked == 2 and variable:
+        raise AccumulusError(
+            f"--chunking {rule} needs Zarr v3: Zarr v2 cannot store chunks of different sizes; "
+            "use --zarr-format 3 (the default with --chunking)"
+        )
+    return asked
+
+
+def _as_list(granules: GranuleLike | Iterable[GranuleLike]) -> list[GranuleLike]:
+    if isinstance(granules, GRANULE_TYPES):
+        return [granules]
+    return list(granules)
+
+
+def _in_group(item: GranuleLike, group: str, dim: str) -> InGroup:
+    """``item`` read from ``group`` with its nested groups along ``dim``."""
+    return InGroup(item.item if isinstance(item, InGroup) else item, group, dim)
