@@ -388,8 +388,7 @@ def average(
     api = _api()
     from accumulus import output
 
-    result = api.query(
-        store,
+    question = api.Query.asked(
         variable,
         over,
         _ranges(range_ or []),
@@ -397,9 +396,13 @@ def average(
         weights=weights,
         use_accumulation=not no_accumulation,
         plan=plan,
+        shape=_shape(shape, region),
+    )
+    result = api.answer(
+        store,
+        question,
         storage_options=_storage_options(endpoint_url, storage_option),
         group=group,
-        shape=_shape(shape, region),
         accumulations=accumulations,
         allow_references=allow_references or None,
     )

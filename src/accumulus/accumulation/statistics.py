@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -168,6 +169,10 @@ def _count(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     # xarray: ``count()`` of nothing is 0, but ``weighted(w).sum_of_weights()`` of 0 is NaN.
     return np.where(sums[0] != 0, sums[0], np.nan) if weighted else sums[0]
 
+
+# The names of the statistics below, for type checkers (``Query.stat``); a test keeps them
+# equal to the table's keys.
+Stat = Literal["mean", "sum", "count"]
 
 STATISTICS: dict[str, Statistic] = {
     s.name: s

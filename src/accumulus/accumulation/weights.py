@@ -11,6 +11,7 @@ Three kinds, as ZEP 5 and Giovanni use them:
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 import xarray as xr
@@ -19,6 +20,10 @@ from accumulus import coordinates
 from accumulus.coordinates import Coordinate
 from accumulus.errors import AccumulusError
 from accumulus.numeric import NUMERIC_KINDS
+
+# Weights as they are named: "area", "none", or an array of the dataset (its name as a user
+# gives it, "array:NAME" once resolved; "unknown" in another producer's group).
+Weights = Literal["area", "none"] | str
 
 
 def latitude_of(ds: xr.Dataset, variable: str) -> Coordinate | None:
