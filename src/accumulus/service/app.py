@@ -39,7 +39,6 @@ from accumulus.service.answers import MEDIA_TYPES, Answer, compute_answer
 from accumulus.service.cache import AnswerCache
 from accumulus.service.datasets import Catalog, Dataset, Snapshot
 from accumulus.service.describe import averageable, describe_snapshot
-from accumulus.service.geography import router as geography
 from accumulus.service.guard import (
     ComputeSlots,
     GuardedStore,
@@ -58,6 +57,7 @@ from accumulus.service.parameters import (
     range_pattern,
     requested_shape,
 )
+from accumulus.service.routes.geography import router as geography
 
 DEFAULT_MAX_CELLS = 2_000_000
 DEFAULT_CACHE_BYTES = 256 * 2**20
