@@ -142,7 +142,7 @@ def accumulate(
     variable: str,
     dims: Iterable[Sequence[str] | str] | None = None,
     *,
-    weights: str | None = None,
+    weights: spec.Weights | None = None,
     strides: Mapping[str, int] | None = None,
     at: str | Mapping[str, Any] | None = None,
     scheduler: str | None = None,

@@ -41,8 +41,9 @@ from accumulus import coordinates
 from accumulus.accumulation import longitude, statistics
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.shapes import CellMask, shape_cells
+from accumulus.accumulation.spec import Weights
 from accumulus.accumulation.statistics import Stat
-from accumulus.accumulation.weights import Weights, no_latitude, resolve_weights
+from accumulus.accumulation.weights import no_latitude, resolve_weights
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.numeric import check_numeric
