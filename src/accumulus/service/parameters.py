@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pandas as pd
 import xarray as xr
@@ -111,20 +111,28 @@ class AverageRequest:
     def key(self) -> tuple:
         """Identifies the answer within a snapshot (for the cache): by the index ranges the
         labels select, so that every spelling of a range (30,000 digits or 3) is one entry,
-        and by the notes the answer carries (which quote the range as written when it was
-        clipped), so that an answer is never served with another request's note."""
+        by the notes the answer carries (which quote the range as written when it was
+        clipped), so that an answer is never served with another request's note, and by
+        every other field of the query (a field added to ``Query`` is keyed too)."""
         resolved = self.query
+        shape = resolved.query.shape
+        others = tuple(
+            getattr(resolved.query, f.name) for f in fields(Query) if f.name not in _RESOLVED
+        )
         return (
             resolved.variable.name,
             resolved.over,
             tuple(sorted(resolved.ranges.items())),
             resolved.notes,
-            resolved.stat,
             resolved.weights,
-            resolved.use_accumulation,
-            (shape.label, shape.key) if (shape := resolved.query.shape) is not None else None,
+            (shape.label, shape.key) if shape is not None else None,
+            others,
             self.format,
         )
+
+
+# The fields of a query the cache keys by their resolved forms.
+_RESOLVED = ("variable", "over", "ranges", "weights", "shape")
 
 
 def check_average_request(
