@@ -394,7 +394,7 @@ class Datacube:
         return self.snapshot().query(query, memory_bytes)
 
 
-# Freshness checks sent while a query reads (``Datacube._answer``), each a thread waiting on
+# Freshness checks sent while a query reads (``Datacube.answer``), each a thread waiting on
 # zarr's event loop: as many as queries a program asks at once, so that none waits behind
 # another's check (threads are started as needed, and reused).
 _CHECKS = ThreadPoolExecutor(32, thread_name_prefix="accumulus-check")

@@ -11,8 +11,9 @@ selected exactly as ``DataArray.sel(dim=slice(start, end))`` selects them, and t
 use. Every mistake is a ``ParameterError`` naming its parameter, so the command line prints
 it on one line and the service answers it as a 4xx naming the parameter.
 
-Adding a query parameter is one field of ``Query`` (with its ``QueryOptions`` key, and its
-check in ``resolve``), then one edit per front end: docs/development.md.
+Adding a query parameter is one field of ``Query`` (with its ``QueryOptions`` key, checked
+in ``Query.__post_init__`` or in ``resolve``), then one edit per front end: see
+docs/development.md.
 
 Numeric ranges may be written either way round; longitudes are compared modulo 360, and a
 longitude range whose west edge is east of its east edge crosses the date line (see
