@@ -20,7 +20,9 @@ from accumulus.errors import AccumulusError, AccumulusWarning
 
 if TYPE_CHECKING:
     from accumulus.api import (
+        Query,
         accumulate,
+        answer,
         append,
         average,
         inspect,
@@ -35,7 +37,9 @@ if TYPE_CHECKING:
 
 # Public name -> the module that defines it.
 _LAZY = {
+    "Query": "accumulus.api",
     "accumulate": "accumulus.api",
+    "answer": "accumulus.api",
     "append": "accumulus.api",
     "average": "accumulus.api",
     "inspect": "accumulus.api",
@@ -52,7 +56,9 @@ __all__ = [
     "AccumulusError",
     "AccumulusWarning",
     "Datacube",
+    "Query",
     "accumulate",
+    "answer",
     "append",
     "append_virtual",
     "average",

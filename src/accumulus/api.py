@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import xarray as xr
 import zarr
@@ -31,8 +31,8 @@ from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.positions import parse_at
 from accumulus.accumulation.query import QueryResult as QueryResult  # re-exported
+from accumulus.accumulation.request import QUERY_DOC, Bound, QueryOptions, split_list
 from accumulus.accumulation.request import STATS as STATS  # re-exported
-from accumulus.accumulation.request import Bound, split_list
 from accumulus.accumulation.request import Query as Query  # re-exported
 from accumulus.accumulation.request import ResolvedQuery as ResolvedQuery  # re-exported
 from accumulus.accumulation.request import malformed_range as malformed_range  # re-exported
@@ -142,7 +142,7 @@ def accumulate(
     variable: str,
     dims: Iterable[Sequence[str] | str] | None = None,
     *,
-    weights: str | None = None,
+    weights: spec.Weights | None = None,
     strides: Mapping[str, int] | None = None,
     at: str | Mapping[str, Any] | None = None,
     scheduler: str | None = None,
@@ -255,38 +255,48 @@ def _combination(combo: Sequence[str] | str) -> tuple[str, ...]:
     return tuple(combo)
 
 
+def answer(
+    store: StoreLike,
+    query: Query,
+    *,
+    storage_options: dict | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    group: str | None = None,
+    accumulations: str | Store | None = None,
+    allow_references: Sequence[str] | None = None,
+) -> QueryResult:
+    """The ``QueryResult`` of ``query`` (a ``Query``) on ``store``: data, plan and measured
+    stats. Chunks are read and reduced within about ``memory_bytes``; a chunk larger than
+    that is refused before it is read. ``accumulations``: a store holding its accumulation
+    groups beside it."""
+    # The store's snapshot is read once, by the query itself.
+    handle = _datacube(
+        store, storage_options, group, query.variable, accumulations, allow_references
+    )
+    return handle.answer(query, memory_bytes)
+
+
 def query(
     store: StoreLike,
     variable: str,
     over: Iterable[str] | str,
     ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
     *,
-    stat: str = "mean",
-    weights: str | None = None,
-    use_accumulation: bool = True,
-    plan: str = "cheaper",
     storage_options: dict | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     group: str | None = None,
-    shape: Any = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
+    **options: Unpack[QueryOptions],
 ) -> QueryResult:
-    """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured stats.
-    Chunks are read and reduced within about ``memory_bytes``; a chunk larger than that is
-    refused before it is read."""
-    # The store's snapshot is read once, by the query itself.
-    handle = _datacube(store, storage_options, group, variable, accumulations, allow_references)
-    return handle.query(
-        variable,
-        over,
-        ranges,
-        stat=stat,
-        weights=weights,
-        use_accumulation=use_accumulation,
-        plan=plan,
+    return answer(
+        store,
+        Query.asked(variable, over, ranges, **options),
+        storage_options=storage_options,
         memory_bytes=memory_bytes,
-        shape=shape,
+        group=group,
+        accumulations=accumulations,
+        allow_references=allow_references,
     )
 
 
@@ -297,41 +307,37 @@ def average(
     over: Iterable[str] | str,
     ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
     *,
-    stat: str = "mean",
-    weights: str | None = None,
-    use_accumulation: bool = True,
-    plan: str = "cheaper",
     storage_options: dict | None = None,
     group: str | None = None,
-    shape: Any = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
+    **options: Unpack[QueryOptions],
 ) -> xr.DataArray:
-    """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
-    ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
-    ``sel(dim=slice(start, end))``). Equals ``da.sel(...).weighted(w).mean(over)`` on the raw
-    data. ``shape`` (``"ar6:WAF"``, ``"basins.geojson:Amazon"``, GeoJSON, a shapely geometry)
-    keeps the cells whose centres it holds, as ``da.where(mask)`` would. The plan's numbers
-    (chunks and bytes read, seconds) are in the result's ``attrs``.
-    A one-shot convenience: ``open(store).average(...)`` keeps the metadata for the next.
-    ``accumulations``: a store holding its accumulation groups beside it. The accumulations'
-    plan runs when it reads less than a plain scan (``plan="accumulation"``: always).
-    """
     return query(
         store,
         variable,
         over,
         ranges,
-        stat=stat,
-        weights=weights,
-        use_accumulation=use_accumulation,
-        plan=plan,
         storage_options=storage_options,
         group=group,
-        shape=shape,
         accumulations=accumulations,
         allow_references=allow_references,
+        **options,
     ).data
+
+
+_ONE_SHOT = (
+    "One question of ``store``: ``open(store)`` keeps its metadata for the next. "
+    "``accumulations``: a store holding its accumulation groups beside it."
+)
+query.__doc__ = (
+    f"{QUERY_DOC}\n\nThe whole ``QueryResult``: data, plan and measured stats; chunks are read "
+    f"and reduced within about ``memory_bytes``. {_ONE_SHOT}"
+)
+average.__doc__ = (
+    f"{QUERY_DOC}\n\nThe answer as a ``DataArray``; the plan's numbers (chunks and bytes read, "
+    f"seconds) are in its ``attrs``. {_ONE_SHOT}"
+)
 
 
 @scoped

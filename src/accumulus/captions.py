@@ -19,6 +19,7 @@ import pandas as pd
 
 from accumulus.accumulation.query import QueryResult
 from accumulus.accumulation.selection import Extent
+from accumulus.accumulation.spec import Weights
 
 _VERBS = {"mean": "averaged", "sum": "summed"}
 _REGION_KINDS = ("latitude", "longitude")
@@ -176,7 +177,7 @@ def _extent_kind(extent: Extent | None) -> str | None:
     return extent.kind if extent is not None else None
 
 
-def _weights_text(weights: str) -> str:
+def _weights_text(weights: Weights) -> str:
     if weights == "area":
         return "area-weighted (cos latitude)"
     if weights == "none":

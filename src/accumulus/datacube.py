@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Unpack
 
 import xarray as xr
 from zarr.abc.store import Store
@@ -33,13 +33,19 @@ from accumulus.accumulation import spec
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.query import QueryResult, run_query
-from accumulus.accumulation.request import Bound, Query, ResolvedQuery, resolve, split_list
+from accumulus.accumulation.request import (
+    QUERY_DOC,
+    Bound,
+    Query,
+    QueryOptions,
+    ResolvedQuery,
+    resolve,
+)
 from accumulus.accumulation.sidecar import Sidecar, sidecar_of
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.hierarchy import find_cube_group, group_label
 from accumulus.inference import InferredConventionsStore
-from accumulus.regions import as_shape
 from accumulus.scope import accumulus_scope, scoped
 from accumulus.snapshot import (
     MetadataSnapshot,
@@ -337,48 +343,15 @@ class Datacube:
         over: Iterable[str] | str,
         ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
         *,
-        stat: str = "mean",
-        weights: str | None = None,
-        use_accumulation: bool = True,
-        plan: str = "cheaper",
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
-        shape: Any = None,
+        **options: Unpack[QueryOptions],
     ) -> QueryResult:
-        """Like ``average`` but returns the whole ``QueryResult``: data, plan and measured
-        counts."""
-        request = Query(
-            variable=variable,
-            over=split_list(over),
-            ranges=dict(ranges or {}),
-            stat=stat,
-            weights=weights,
-            use_accumulation=use_accumulation,
-            plan=plan,
-            shape=as_shape(shape),
-        )
-        return self._answer(request, memory_bytes)
+        return self.answer(Query.asked(variable, over, ranges, **options), memory_bytes)
 
-    def _answer(self, request: Query, memory_bytes: int) -> QueryResult:
-        """``request`` answered on the current snapshot. Where telling whether the snapshot
-        held is still current takes a store request through the event loop (object
-        storage), that request goes out with the query's reads instead of before them: one
-        round trip fewer. An answer from a snapshot found stale is dropped and the question
-        asked again of the new one."""
-        with self._lock:
-            current, known = self._current, self._roots
-        stores = self._stores()
-        if self._pinned or current is None or known is None or roots_read_here(*stores):
-            return self.snapshot().query(request, memory_bytes)
-        check = _CHECKS.submit(_root_documents, stores)
-        try:
-            result = current.query(request, memory_bytes)
-        except Exception:
-            if check.result() == known:
-                raise
-        else:
-            if check.result() == known:
-                return result
-        return self.snapshot().query(request, memory_bytes)
+    query.__doc__ = (
+        f"{QUERY_DOC}\n\nThe whole ``QueryResult``: data, plan and measured counts; chunks "
+        "are read and reduced within about ``memory_bytes``."
+    )
 
     def average(
         self,
@@ -386,33 +359,42 @@ class Datacube:
         over: Iterable[str] | str,
         ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
         *,
-        stat: str = "mean",
-        weights: str | None = None,
-        use_accumulation: bool = True,
-        plan: str = "cheaper",
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
-        shape: Any = None,
+        **options: Unpack[QueryOptions],
     ) -> xr.DataArray:
-        """The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the
-        dimensions ``over``, within inclusive label ``ranges`` ({dim: (start, end)}, like
-        ``sel(dim=slice(start, end))``). Equals ``da.sel(...).weighted(w).mean(over)`` on the
-        raw data. ``shape`` (``"ar6:WAF"``, ``"basins.geojson:Amazon"``, GeoJSON, a shapely
-        geometry) keeps the cells whose centres it holds: ``da.where(mask)...``. The plan's
-        numbers (chunks and bytes read, seconds) are in ``attrs``."""
-        return self.query(
-            variable,
-            over,
-            ranges,
-            stat=stat,
-            weights=weights,
-            use_accumulation=use_accumulation,
-            plan=plan,
-            memory_bytes=memory_bytes,
-            shape=shape,
-        ).data
+        return self.query(variable, over, ranges, memory_bytes=memory_bytes, **options).data
+
+    average.__doc__ = (
+        f"{QUERY_DOC}\n\nThe answer as a ``DataArray``; the plan's numbers (chunks and bytes "
+        "read, seconds) are in its ``attrs``."
+    )
+
+    @scoped
+    def answer(self, query: Query, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> QueryResult:
+        """The ``QueryResult`` of ``query`` on the current snapshot, its chunks read and
+        reduced within about ``memory_bytes``. Where telling whether the snapshot held is
+        still current takes a store request through the event loop (object storage), that
+        request goes out with the query's reads instead of before them: one round trip
+        fewer. An answer from a snapshot found stale is dropped and the question asked again
+        of the new one."""
+        with self._lock:
+            current, known = self._current, self._roots
+        stores = self._stores()
+        if self._pinned or current is None or known is None or roots_read_here(*stores):
+            return self.snapshot().query(query, memory_bytes)
+        check = _CHECKS.submit(_root_documents, stores)
+        try:
+            result = current.query(query, memory_bytes)
+        except Exception:
+            if check.result() == known:
+                raise
+        else:
+            if check.result() == known:
+                return result
+        return self.snapshot().query(query, memory_bytes)
 
 
-# Freshness checks sent while a query reads (``Datacube._answer``), each a thread waiting on
+# Freshness checks sent while a query reads (``Datacube.answer``), each a thread waiting on
 # zarr's event loop: as many as queries a program asks at once, so that none waits behind
 # another's check (threads are started as needed, and reused).
 _CHECKS = ThreadPoolExecutor(32, thread_name_prefix="accumulus-check")

@@ -110,7 +110,7 @@ class AccumulationConfig:
     variable: str
     dims: tuple[tuple[str, ...], ...]
     strides: Mapping[str, int]
-    weights: str | None
+    weights: spec.Weights | None
     at: Mapping[str, Any]  # positions rules (``--at``)
 
 

@@ -91,8 +91,8 @@ def test_commands_collect_garbage_after_their_imports():
     """The collector is paused only while a command imports ``accumulus.api``: a long
     command (a build, the service) still collects its own cycles."""
     lines, _ = _run_then_list_modules(
-        "import gc\nfrom accumulus.cli import _api\n"
-        "print(_api().__name__, gc.isenabled(), gc.get_freeze_count() > 100_000)"
+        "import gc\nfrom accumulus.cli.entry import load_api\n"
+        "print(load_api().__name__, gc.isenabled(), gc.get_freeze_count() > 100_000)"
     )
     assert lines == ["accumulus.api True True"]
 

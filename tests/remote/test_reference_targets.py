@@ -31,8 +31,8 @@ from accumulus import reference_sets
 from accumulus.errors import AccumulusError
 from accumulus.reference_targets import ReferenceRefused, ReferenceTargets
 from accumulus.service import create_app
-from accumulus.service.app import PublicText
 from accumulus.service.datasets import dataset_names
+from accumulus.service.errors import PublicText
 from command_line import refused, run
 from servers import http_server
 

@@ -19,8 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from service_cubes import CHUNKS, write_cube
 
-from accumulus.service import answers, create_app
-from accumulus.service import app as app_module
+from accumulus.service import answers, create_app, state
 from accumulus.service.answers import Answer
 from accumulus.service.cache import AnswerCache, entry_bytes
 from accumulus.service.guard import ComputeSlots, ServiceLimits
@@ -59,7 +58,7 @@ class SlowReads:
             guarded.get = get
             return real(snapshot, request, memory_bytes)
 
-        monkeypatch.setattr(app_module, "compute_answer", slow_compute)
+        monkeypatch.setattr(state, "compute_answer", slow_compute)
 
 
 def wait_until(condition, seconds: float = 10.0) -> bool:
@@ -78,7 +77,7 @@ def test_excess_requests_wait_then_get_503_with_retry_after(own_cube, monkeypatc
     with running(app) as base, httpx.Client(base_url=base, timeout=60) as client:
         first = threading.Thread(target=client.get, args=(SCAN.format(name="own"),))
         first.start()
-        assert wait_until(lambda: app.state.slots.busy == 1)
+        assert wait_until(lambda: app.state.service.slots.busy == 1)
         started = time.monotonic()
         refused = client.get(SCAN.format(name="own") + "&stat=sum")
         waited = time.monotonic() - started
@@ -92,7 +91,7 @@ def test_excess_requests_wait_then_get_503_with_retry_after(own_cube, monkeypatc
         assert health.json()["computations"] == 1 and health.json()["status"] == "ok"
         print(f"health while saturated: {(time.monotonic() - started) * 1000:.0f} ms")
         first.join()
-    assert app.state.slots.busy == 0
+    assert app.state.service.slots.busy == 0
 
 
 def test_a_computation_past_its_time_is_stopped_with_504(own_cube, monkeypatch):
@@ -104,7 +103,7 @@ def test_a_computation_past_its_time_is_stopped_with_504(own_cube, monkeypatch):
         assert response.status_code == 504
         assert response.json()["error"].startswith("no answer within 0.5 s")
         # The work ends at its next read and gives its slot back: nothing runs on.
-        assert wait_until(lambda: app.state.slots.busy == 0, 5)
+        assert wait_until(lambda: app.state.service.slots.busy == 0, 5)
         reads = slow.reads
         time.sleep(0.5)
         assert slow.reads == reads
@@ -117,7 +116,7 @@ def test_work_is_abandoned_when_the_client_goes_away(own_cube, monkeypatch):
     with running(app) as base:
         with pytest.raises(httpx.ReadTimeout):
             httpx.get(base + SCAN.format(name="own"), timeout=0.3)
-        assert wait_until(lambda: app.state.slots.busy == 0, 5)
+        assert wait_until(lambda: app.state.service.slots.busy == 0, 5)
         reads = slow.reads
         time.sleep(0.5)
         assert slow.reads == reads < 80

@@ -16,8 +16,7 @@ import pytest
 import xarray as xr
 
 from accumulus import api
-from accumulus.service import app as app_module
-from accumulus.service import create_app
+from accumulus.service import create_app, state
 from accumulus.service.guard import ServiceLimits
 from accumulus.service.server import running
 
@@ -92,9 +91,9 @@ def storm(base: str, name: str, targets: list[str]) -> list[int]:
 def light_answer_after(app, base: str, name: str) -> None:
     """The service answers a light request, its slots are free and its health is ok."""
     deadline = time.monotonic() + PATIENCE
-    while app.state.slots.busy and time.monotonic() < deadline:
+    while app.state.service.slots.busy and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert app.state.slots.busy == 0, "computation slots never given back"
+    assert app.state.service.slots.busy == 0, "computation slots never given back"
     light = httpx.get(base + AVERAGE.format(name=name) + LIGHT, timeout=PATIENCE)
     assert light.status_code == 200, light.text
     health = httpx.get(base + "/api/health", timeout=PATIENCE)
@@ -155,7 +154,7 @@ def test_health_is_unhealthy_while_a_slot_is_held_past_the_limits(cube, monkeypa
         release.wait(PATIENCE)
         raise RuntimeError("let go")
 
-    monkeypatch.setattr(app_module, "compute_answer", stuck)
+    monkeypatch.setattr(state, "compute_answer", stuck)
     limits = ServiceLimits(request_seconds=0.2, read_seconds=0.2)
     app = create_app([str(cube)], limits=limits)
     with running(app) as base, httpx.Client(base_url=base, timeout=PATIENCE) as client:
@@ -170,7 +169,7 @@ def test_health_is_unhealthy_while_a_slot_is_held_past_the_limits(cube, monkeypa
         # The body rounds to milliseconds: a slot held 0.4004 s past a 0.4 s limit reads 0.4.
         assert health.json()["longest_computation_seconds"] >= limits.stuck_seconds
         release.set()
-        while app.state.slots.busy:
+        while app.state.service.slots.busy:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         health = client.get("/api/health")
@@ -184,9 +183,9 @@ def test_a_computation_that_fails_gives_its_slot_back(cube, monkeypatch):
     def failing(snapshot, request, memory_bytes):
         raise ValueError("a library failed on the store's content")
 
-    monkeypatch.setattr(app_module, "compute_answer", failing)
+    monkeypatch.setattr(state, "compute_answer", failing)
     app = create_app([str(cube)])
     with running(app) as base:
         answer = httpx.get(base + AVERAGE.format(name="surface") + "?over=lat,lon")
         assert answer.status_code == 503 and "ValueError" in answer.json()["error"]
-        assert app.state.slots.busy == 0 and app.state.slots.held_longest() == 0
+        assert app.state.service.slots.busy == 0 and app.state.service.slots.held_longest() == 0

@@ -17,7 +17,7 @@ import pytest
 
 import accumulus
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.cli import serve
+from accumulus.cli.serve import serve
 
 SOURCES = str(Path(accumulus.__file__).parents[1])
 

@@ -4,6 +4,7 @@ and makes older answers unreachable."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from accumulus.service import create_app
 from accumulus.service.answers import Answer
 from accumulus.service.cache import AnswerCache, entry_bytes
 from accumulus.service.datasets import Dataset, Snapshot, dataset_names
+from accumulus.service.parameters import AverageParameters, AverageRequest, check_average_request
 from accumulus.snapshot import SnapshotStore, read_snapshot
 from accumulus.storage import open_store
 
@@ -154,6 +156,28 @@ def test_cached_answers_end_with_their_snapshot(fresh_cube: Path):
     assert after.headers["X-Accumulus-Snapshot"] != first.headers["X-Accumulus-Snapshot"]
     assert len(after.json()["coords"]["time"]) == 48
     assert len(after.json()["values"]) == 48
+
+
+def test_answers_are_cached_by_every_field_of_their_query(cube: Path):
+    """Spellings of one question share an entry; a question that differs in any field of its
+    ``Query`` (even one the service does not take, such as the plan) has its own."""
+    snapshot = Dataset("surface", str(cube)).snapshot()
+    parameters = AverageParameters(over="lat,lon", stat="sum")
+
+    def key(**changes) -> tuple:
+        checked = check_average_request(
+            snapshot, "tas", parameters, query=[("time", "2001-01-01/2001-01-09")], max_cells=99
+        )
+        resolved = replace(checked.query, query=replace(checked.query.query, **changes))
+        return AverageRequest(resolved, "json").key
+
+    assert (
+        key()
+        == key(over=("lon", "lat"))
+        == key(ranges={"time": ("2001-01-01T00:00", "2001-01-09")})
+    )
+    for change in ({"stat": "mean"}, {"plan": "accumulation"}, {"use_accumulation": False}):
+        assert key(**change) != key(), change
 
 
 def _snapshot(token: str, generation: int) -> Snapshot:

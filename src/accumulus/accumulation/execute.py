@@ -95,7 +95,7 @@ def execute(
     var: VariableInfo,
     plan: QueryPlan,
     terms: Sequence[str],
-    weights: str,
+    weights: spec.Weights,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     work: Work | None = None,
     *,
@@ -178,7 +178,7 @@ def _raw_sums(
     part: RawPart,
     axes: tuple[int, ...],
     terms: Sequence[str],
-    weights: str,
+    weights: spec.Weights,
     budget: ReadBudget,
     plan: QueryPlan,
 ) -> np.ndarray:
@@ -436,7 +436,7 @@ def _entry_parts(
             )  # fmt: skip
 
 
-def weights_vary_along(cube: Cube, weights: str, var: VariableInfo) -> tuple[str, ...]:
+def weights_vary_along(cube: Cube, weights: spec.Weights, var: VariableInfo) -> tuple[str, ...]:
     """The dimensions of ``var`` that ``weights`` vary along, worked out once per snapshot."""
     return cube.remembered(
         ("weights vary along", weights, var.name),
@@ -447,7 +447,7 @@ def weights_vary_along(cube: Cube, weights: str, var: VariableInfo) -> tuple[str
 def _slab_weights(
     cube: Cube,
     var: VariableInfo,
-    weights: str,
+    weights: spec.Weights,
     slab_dims: Sequence[str],
     box: Mapping[str, tuple[int, int]],
 ) -> np.ndarray | float:
@@ -464,7 +464,7 @@ def _slab_weights(
 
 
 def _weights_over(
-    cube: Cube, var: VariableInfo, weights: str, box: Mapping[str, slice]
+    cube: Cube, var: VariableInfo, weights: spec.Weights, box: Mapping[str, slice]
 ) -> np.ndarray | float:
     """``weight_values`` over an index box. Area weights are cut from the whole latitude
     column's, worked out once per snapshot (``Cube.remembered``): every query weighs its

@@ -168,7 +168,7 @@ class AccumulationGroups:
             raise found
         return found
 
-    def recorded_weights(self, variable: str) -> str | None:
+    def recorded_weights(self, variable: str) -> spec.Weights | None:
         """The weights ``variable``'s group was built with (None without a group, or when
         they are unknown), also for a stale sidecar group: they are the user's choice,
         which a raw scan follows too, not sums of the data."""

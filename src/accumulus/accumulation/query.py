@@ -37,6 +37,7 @@ from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_quer
 from accumulus.accumulation.request import Query, ResolvedQuery, answer_index, resolve
 from accumulus.accumulation.selection import Extent, selection
 from accumulus.accumulation.shapes import kept_cells, shape_plans
+from accumulus.accumulation.spec import Weights
 from accumulus.cube import Cube, VariableInfo
 
 
@@ -64,7 +65,7 @@ class QueryResult:
     data: xr.DataArray
     plan: QueryPlan
     stats: QueryStats
-    weights: str
+    weights: Weights
     # What a reader of the answer must know: ranges clipped to a coordinate's cells, why
     # accumulations were not (fully) used.
     note: str = ""
@@ -253,7 +254,7 @@ def _cheapest_plan(
 
 
 def usable_layouts(
-    groups: AccumulationGroups, var: VariableInfo, weights: str, terms: Sequence[str]
+    groups: AccumulationGroups, var: VariableInfo, weights: Weights, terms: Sequence[str]
 ) -> tuple[list[AccumulationLayout], str]:
     """Where the entries of every accumulation of ``var`` that holds ``terms`` with
     ``weights`` end (``AccumulationLayout``), within the extent they cover; none, and why,

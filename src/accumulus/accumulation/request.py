@@ -1,12 +1,19 @@
 """One checked query: what a user asks, and the same question resolved against a snapshot.
 
-``Query`` is what the API, the command line and the service are given: a statistic of a
-variable over some dimensions, within inclusive label ranges. ``resolve`` checks it against
+``Query`` is the one carrier of a question, from the command line, the service and the
+Python API (``accumulus.query``/``average``, ``Datacube.query``/``average``, whose keyword
+arguments are ``QueryOptions``) to the planner: a statistic of a variable over some
+dimensions, within inclusive label ranges. Each front end parses its own text into a
+``Query``; ``Query.asked`` takes the forms Python users write. ``resolve`` checks it against
 a cube's metadata snapshot before any chunk is read and turns it into a ``ResolvedQuery``:
 the variable as stored, the dimensions averaged away (in the variable's order), index ranges
 selected exactly as ``DataArray.sel(dim=slice(start, end))`` selects them, and the weights to
 use. Every mistake is a ``ParameterError`` naming its parameter, so the command line prints
 it on one line and the service answers it as a 4xx naming the parameter.
+
+Adding a query parameter is one field of ``Query`` (with its ``QueryOptions`` key, checked
+in ``Query.__post_init__`` or in ``resolve``), then one edit per front end: see
+docs/development.md.
 
 Numeric ranges may be written either way round; longitudes are compared modulo 360, and a
 longitude range whose west edge is east of its east edge crosses the date line (see
@@ -25,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from math import prod
-from typing import Any
+from typing import Any, Literal, TypedDict, Unpack, get_args
 
 import numpy as np
 import pandas as pd
@@ -35,35 +42,92 @@ from accumulus import coordinates
 from accumulus.accumulation import longitude, statistics
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.accumulation.shapes import CellMask, shape_cells
+from accumulus.accumulation.spec import Weights
+from accumulus.accumulation.statistics import Stat
 from accumulus.accumulation.weights import no_latitude, resolve_weights
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.numeric import check_numeric
+from accumulus.regions import Shape, as_shape
 
 STATS = tuple(statistics.STATISTICS)
 
 Bound = Any  # a coordinate label (str, number, date), or None for an open end
 
+# Which plan runs when accumulations can answer: "cheaper", the accumulations' plan or the
+# plain scan, whichever reads less (``cost``); "accumulation", the accumulations' plan even
+# when a scan would read less (to check or time the accumulations).
+PlanChoice = Literal["cheaper", "accumulation"]
+PLANS: tuple[PlanChoice, ...] = get_args(PlanChoice)
+
 
 @dataclass(frozen=True)
 class Query:
     """What a user asks: ``stat`` of ``variable`` over the dimensions ``over`` within label
-    ``ranges`` (inclusive, like ``sel(dim=slice(a, b))``; None for an open end)."""
+    ``ranges`` (inclusive, like ``sel(dim=slice(a, b))``; None for an open end). A statistic
+    or a plan that does not exist is refused here, before any store is read."""
 
     variable: str
     over: tuple[str, ...]
     ranges: Mapping[str, tuple[Bound, Bound]] = field(default_factory=dict)
-    stat: str = "mean"
-    weights: str | None = None  # None: the accumulation group's weights, else the default
+    stat: Stat = "mean"
+    weights: Weights | None = None  # None: the accumulation group's weights, else the default
     use_accumulation: bool = True
-    shape: Any = None  # a regions.Shape: average over the cells whose centres it holds
-    # Which plan runs when accumulations can answer: "cheaper", the accumulations' plan or
-    # the plain scan, whichever reads less (``cost``); "accumulation", the accumulations'
-    # plan even when a scan would read less (to check or time the accumulations).
-    plan: str = "cheaper"
+    shape: Shape | None = None  # average over the cells whose centres it holds
+    plan: PlanChoice = "cheaper"
+
+    def __post_init__(self) -> None:
+        if self.stat not in statistics.STATISTICS:
+            known = ", ".join(statistics.STATISTICS)
+            raise ParameterError("stat", f"unknown stat {self.stat!r}: use one of {known}")
+        if self.plan not in PLANS:
+            known = ", ".join(PLANS)
+            raise ParameterError("plan", f"unknown plan {self.plan!r}: use one of {known}")
+
+    @classmethod
+    def asked(
+        cls,
+        variable: str,
+        over: Iterable[str] | str,
+        ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+        **options: Unpack[QueryOptions],
+    ) -> Query:
+        """The query as Python users write it: ``over`` as "lat,lon" or names, ``ranges``
+        None for none, ``shape`` as anything ``regions.as_shape`` takes (a region's name, a
+        file, GeoJSON, a geometry)."""
+        shape = options.get("shape")
+        if shape is not None and not isinstance(shape, Shape):
+            try:
+                shape = as_shape(shape)
+            except AccumulusError as exc:
+                raise ParameterError("shape", str(exc)) from None
+        return cls(variable, split_list(over), dict(ranges or {}), **{**options, "shape": shape})
 
 
-PLANS = ("cheaper", "accumulation")
+class QueryOptions(TypedDict, total=False):
+    """The options of a query as the Python API takes them (keyword arguments of
+    ``average``/``query``): the fields of ``Query`` after its variable, dimensions and
+    ranges (a test keeps the two alike)."""
+
+    stat: Stat
+    weights: Weights | None
+    use_accumulation: bool
+    shape: Any  # a Shape, or what ``regions.as_shape`` takes
+    plan: PlanChoice
+
+
+# What the Python API's ``average`` and ``query`` say about a query, written once.
+QUERY_DOC = """\
+The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
+``over`` ("lat,lon" or a list), within inclusive label ``ranges`` ({dim: (start, end)},
+like ``sel(dim=slice(start, end))``; None for an open end). Equals
+``da.sel(...).weighted(w).mean(over)`` on the raw data.
+
+``weights``: "area" (cos latitude), "none", or an array of the dataset; by default the
+accumulations' weights. ``shape`` (``"ar6:WAF"``, ``"basins.geojson:Amazon"``, GeoJSON, a
+shapely geometry) keeps the cells whose centres it holds, as ``da.where(mask)`` would.
+``use_accumulation=False`` scans the raw data. ``plan``: "cheaper" runs the accumulations'
+plan when it reads less than a plain scan, "accumulation" always."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +141,7 @@ class ResolvedQuery:
     variable: VariableInfo
     over: tuple[str, ...]
     ranges: Mapping[str, tuple[int, int]]
-    weights: str
+    weights: Weights
     notes: tuple[str, ...] = ()
     mask: CellMask | None = None  # the shape's cells; ranges are then its window
     # Longitudes whose last column repeats their first: their distinct columns
@@ -85,7 +149,7 @@ class ResolvedQuery:
     periods: Mapping[str, int] = field(default_factory=dict)
 
     @property
-    def stat(self) -> str:
+    def stat(self) -> Stat:
         return self.query.stat
 
     @property
@@ -158,11 +222,6 @@ def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) 
     except AccumulusError as exc:
         raise ParameterError("variable", str(exc)) from None
     over = _check_over(cube, var, query.over)
-    if query.stat not in statistics.STATISTICS:
-        known = ", ".join(statistics.STATISTICS)
-        raise ParameterError("stat", f"unknown stat {query.stat!r}: use one of {known}")
-    if query.plan not in PLANS:
-        raise ParameterError("plan", f"unknown plan {query.plan!r}: use one of {', '.join(PLANS)}")
     periods = {
         d: p for d, n in zip(var.dims, var.shape, strict=True) if (p := _period(cube, d)) < n
     }

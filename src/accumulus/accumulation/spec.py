@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 
@@ -39,6 +39,11 @@ from accumulus.accumulation.positions import (
 )
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds
+
+# Weights as a group records them and a query names them: "area" (cos latitude), "none" (every
+# valid value weighs 1), "array:NAME" (an array of the dataset, which a user may name bare), or
+# "unknown" in another producer's group.
+Weights = Literal["area", "none"] | str
 
 GROUP_SUFFIX = "_accumulation_group"
 TREE_KEY = "_ACCUMULATION_GROUP"
@@ -167,7 +172,7 @@ class AccumulationGroup:
     variable: str
     variable_dims: tuple[str, ...]
     accumulations: tuple[Accumulation, ...]
-    weights: str  # "area", "none", "array:<name>", or "unknown" for groups of other producers
+    weights: Weights
     coverage: Mapping[str, int]  # raw extent covered, per variable dimension
     complete: bool = True
     producer: str = "accumulus"
@@ -229,7 +234,7 @@ class BuildRequest:
 
     combinations: tuple[tuple[str, ...], ...]
     strides: Mapping[str, int] = field(default_factory=dict)
-    weights: str = "none"
+    weights: Weights = "none"
     at: Mapping[str, Rule] = field(default_factory=dict)  # dims not named: "chunk"
     # Accumulation arrays in shards (Zarr v3): None for "when the raw array is sharded".
     # How arrays are stored, not what they hold: not part of the group's configuration.

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from accumulus.accumulation.spec import (
     WCOUNT,
     WSUM,
     Accumulation,
+    Weights,
 )
 
 
@@ -169,6 +171,10 @@ def _count(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     return np.where(sums[0] != 0, sums[0], np.nan) if weighted else sums[0]
 
 
+# The names of the statistics below, for type checkers (``Query.stat``); a test keeps them
+# equal to the table's keys.
+Stat = Literal["mean", "sum", "count"]
+
 STATISTICS: dict[str, Statistic] = {
     s.name: s
     for s in (
@@ -184,7 +190,7 @@ def can_be_infinite(dtype: np.dtype) -> bool:
     return np.dtype(dtype).kind == "f"
 
 
-def stored_sums(weights: str) -> tuple[str, ...]:
+def stored_sums(weights: Weights) -> tuple[str, ...]:
     """The sums a build computes with ``weights``: all of them; with unit weights only the
     unweighted ones, as each weighted sum equals its unweighted twin. (An accumulation
     stores those it has arrays for: no tallies where values cannot be infinite.)"""
@@ -193,7 +199,7 @@ def stored_sums(weights: str) -> tuple[str, ...]:
     return tuple(SUMS)
 
 
-def stored_arrays(weights: str, infinite: bool = True) -> dict[str, str]:
+def stored_arrays(weights: Weights, infinite: bool = True) -> dict[str, str]:
     """Each sum of an accumulation -> the sum whose array holds it. With unit weights a sum
     and its unweighted twin share one array, named after the weighted sum (ZEP 5's
     _DATA_WEIGHTED then holds Σx), except that Σw and Σ1 share the count's. Tallies only

@@ -16,6 +16,7 @@ import numpy as np
 import xarray as xr
 
 from accumulus import coordinates
+from accumulus.accumulation.spec import Weights
 from accumulus.coordinates import Coordinate
 from accumulus.errors import AccumulusError
 from accumulus.numeric import NUMERIC_KINDS
@@ -38,7 +39,7 @@ def cell_areas_of(ds: xr.Dataset, variable: str) -> str | None:
     return None
 
 
-def resolve_weights(ds: xr.Dataset, variable: str, weights: str | None) -> str:
+def resolve_weights(ds: xr.Dataset, variable: str, weights: Weights | None) -> Weights:
     """Normalise a user's weights choice for ``variable``: None picks the default (the cell
     areas its ``cell_measures`` names, else "area" when its latitudes are found, else
     "none")."""
@@ -86,7 +87,7 @@ def no_latitude(ds: xr.Dataset, variable: str) -> str:
     return text
 
 
-def varying_dims(ds: xr.Dataset, weights: str, variable: str) -> tuple[str, ...]:
+def varying_dims(ds: xr.Dataset, weights: Weights, variable: str) -> tuple[str, ...]:
     """The dimensions of ``variable`` that weights (as ``resolve_weights`` names them) vary
     along, in its order: its latitude's for "area" (two on a curvilinear grid), none for
     "none", an array's own dimensions."""
@@ -104,7 +105,7 @@ def varying_dims(ds: xr.Dataset, weights: str, variable: str) -> tuple[str, ...]
 
 def weight_values(
     ds: xr.Dataset,
-    weights: str,
+    weights: Weights,
     variable: str,
     box: Mapping[str, slice],
 ) -> np.ndarray | float:

@@ -2,8 +2,9 @@
 
 Everything a query means is checked by the library (``accumulus.api.Query``, resolved on the
 request's snapshot, each error naming its parameter) before any chunk is read. What is left
-here is HTTP: which query parameters exist, each given once, the pattern of a range in the
-query string, the output format, and the service's limit on the size of an answer.
+here is HTTP: which query parameters exist (``AverageParameters``, besides the ranges named
+by dimensions), each given once, the pattern of a range in the query string, the output
+format, and the service's limit on the size of an answer.
 """
 
 from __future__ import annotations
@@ -11,19 +12,68 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pandas as pd
 import xarray as xr
+from pydantic import BaseModel, Field
 
-from accumulus.api import Query, ResolvedQuery, malformed_range, split_list, split_range
+from accumulus.api import STATS, Query, ResolvedQuery, malformed_range, split_range
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.regions import Shape, named_region, shape_from_geojson
 from accumulus.service.datasets import Snapshot
 
 FORMATS = ("json", "csv", "png")
+
+
+class AverageParameters(BaseModel):
+    """The query parameters of an average besides its ranges (which are named by the
+    dimensions), as the OpenAPI document describes them; ``query`` makes them the library's
+    ``Query``."""
+
+    over: str = Field(description="Dimensions averaged away, comma-separated: latitude,longitude.")
+    stat: str = Field(
+        "mean",
+        description="mean, sum, or count (Σ weights).",
+        json_schema_extra={"enum": list(STATS)},
+    )
+    weights: str | None = Field(
+        None,
+        description="area (cos latitude), none, or a weights array of the dataset; default: "
+        "the accumulations' weights.",
+    )
+    output_format: str = Field(
+        "json",
+        alias="format",
+        description="json, csv or png.",
+        json_schema_extra={"enum": list(FORMATS)},
+    )
+    accumulation: bool = Field(True, description="false: scan the raw data (for comparison).")
+    shape: str | None = Field(
+        None,
+        description="Average over the cells whose centres lie in a named region, SET:NAME (see "
+        "/api/regions), e.g. ar6:WAF. Or POST a GeoJSON geometry, Feature or "
+        "FeatureCollection as the body.",
+    )
+
+    def query(
+        self, variable: str, ranges: dict[str, tuple[str | None, str | None]], shape: Shape | None
+    ) -> Query:
+        """The question asked of ``variable`` within ``ranges`` (and ``shape``, the named
+        region or the posted GeoJSON: ``requested_shape``)."""
+        return Query.asked(
+            variable,
+            self.over,
+            ranges,
+            stat=self.stat,  # text: Query refuses a statistic that does not exist
+            weights=self.weights,
+            use_accumulation=self.accumulation,
+            shape=shape,
+        )
+
+
 # Query parameters that are not dimension ranges.
-OPTIONS = ("over", "stat", "weights", "format", "accumulation", "shape")
+OPTIONS = tuple(field.alias or name for name, field in AverageParameters.model_fields.items())
 
 # What a range bound looks like, by coordinate type (the OpenAPI document gives the same
 # patterns). Dates may be partial, as pandas reads labels: time=2001/2001 is the year 2001;
@@ -61,45 +111,48 @@ class AverageRequest:
     def key(self) -> tuple:
         """Identifies the answer within a snapshot (for the cache): by the index ranges the
         labels select, so that every spelling of a range (30,000 digits or 3) is one entry,
-        and by the notes the answer carries (which quote the range as written when it was
-        clipped), so that an answer is never served with another request's note."""
+        by the notes the answer carries (which quote the range as written when it was
+        clipped), so that an answer is never served with another request's note, and by
+        every other field of the query (a field added to ``Query`` is keyed too)."""
         resolved = self.query
+        shape = resolved.query.shape
+        others = tuple(
+            getattr(resolved.query, f.name) for f in fields(Query) if f.name not in _RESOLVED
+        )
         return (
             resolved.variable.name,
             resolved.over,
             tuple(sorted(resolved.ranges.items())),
             resolved.notes,
-            resolved.stat,
             resolved.weights,
-            resolved.use_accumulation,
-            (shape.label, shape.key) if (shape := resolved.query.shape) is not None else None,
+            (shape.label, shape.key) if shape is not None else None,
+            others,
             self.format,
         )
+
+
+# The fields of a query the cache keys by their resolved forms.
+_RESOLVED = ("variable", "over", "ranges", "weights", "shape")
 
 
 def check_average_request(
     snapshot: Snapshot,
     variable: str,
+    parameters: AverageParameters,
     *,
-    over: str,
-    stat: str,
-    weights: str | None,
-    output_format: str,
-    use_accumulation: bool,
     query: Iterable[tuple[str, str]],
     max_cells: int,
     shape: Shape | None = None,
 ) -> AverageRequest:
     """Check a request against ``snapshot``; ``query`` is every query parameter as sent, so
     that dimension ranges are found and misspelt or repeated parameters refused."""
-    if output_format not in FORMATS:
+    if parameters.output_format not in FORMATS:
         raise ParameterError(
-            "format", f"unknown format {output_format!r}: use one of {', '.join(FORMATS)}"
+            "format",
+            f"unknown format {parameters.output_format!r}: use one of {', '.join(FORMATS)}",
         )
     ranges = _ranges(snapshot, list(query))
-    resolved = snapshot.current.resolve(
-        Query(variable, split_list(over), ranges, stat, weights, use_accumulation, shape=shape)
-    )
+    resolved = snapshot.current.resolve(parameters.query(variable, ranges, shape))
     kept = resolved.kept
     if resolved.cells > max_cells:
         sizes = " x ".join(f"{n} {d}" for n, d in zip(resolved.shape, kept, strict=True))
@@ -109,13 +162,13 @@ def check_average_request(
             f"service's limit of {max_cells}: average over more dimensions or narrow the "
             f"ranges of {list(kept)}",
         )
-    if output_format == "png" and len(kept) not in (1, 2):
+    if parameters.output_format == "png" and len(kept) not in (1, 2):
         raise ParameterError(
             "format",
             f"a png draws a series or a map, but this answer has {len(kept)} dimensions "
             f"{list(kept)}: average over more dimensions, or ask for json or csv",
         )
-    return AverageRequest(resolved, output_format)
+    return AverageRequest(resolved, parameters.output_format)
 
 
 def _ranges(

@@ -1,0 +1,281 @@
+"""The accumulations' commands: ``accumulate`` (build them), ``inspect`` (what a cube and
+its accumulations hold), ``verify`` (recompute them, or compare a cube with its sources)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from accumulus.cli.console import ProgressBar, console, err_console, size_text, stored_text
+from accumulus.cli.entry import load_api
+from accumulus.cli.options import (
+    AllowReferences,
+    CubeGroup,
+    EndpointUrl,
+    Scheduler,
+    StorageOption,
+    group_option,
+    pairs,
+    positive_int,
+    storage_options,
+)
+from accumulus.errors import AccumulusError
+
+
+def accumulate(
+    store: str = typer.Argument(..., help="Cube path or URL (dir, file://, memory://, s3://)."),
+    variable: str = typer.Argument(..., help="Data variable to accumulate."),
+    dims: list[str] = typer.Option(
+        None,
+        "--dims",
+        help="A combination to accumulate, e.g. time or latitude,longitude (repeatable). "
+        "Default: every dimension alone plus latitude,longitude.",
+    ),
+    stride: list[str] = typer.Option(
+        None, "--stride", help="Accumulate every k chunks along a dimension: time=2 (repeatable)."
+    ),
+    at: list[str] = typer.Option(
+        None,
+        "--at",
+        help="Where entries end along a dimension instead of chunk ends: DIM=chunk (default), "
+        "N (every N elements; 1 = every element), month, year, or labels "
+        "(time=2001-01-01,2006-01-01); e.g. --at time=month or --at lat=1,lon=1 (repeatable).",
+    ),
+    weights: str = typer.Option(
+        None, "--weights", help="area (cos latitude), none, or the name of a weights array."
+    ),
+    scheduler: Scheduler = None,
+    rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
+    allow_missing_chunks: bool = typer.Option(
+        False,
+        "--allow-missing-chunks",
+        help="Rebuild even where raw chunks the last build summed are missing (they are "
+        "summed as missing values).",
+    ),
+    shards: bool = typer.Option(
+        None,
+        "--shards/--no-shards",
+        help="Write the accumulation arrays in shards (Zarr v3). Default: when the variable is.",
+    ),
+    into: str = typer.Option(
+        None,
+        "--into",
+        help="Write the accumulations into this store beside the cube (a sidecar), which is "
+        "only read: for URLs and reference files. Run again to extend or refresh it.",
+    ),
+    group: CubeGroup = None,
+    endpoint_url: EndpointUrl = None,
+    storage_option: StorageOption = None,
+    allow_references: AllowReferences = None,
+) -> None:
+    """Build the ZEP 5 accumulation group of a variable (chunk by chunk, with Dask)."""
+    api = load_api()
+
+    strides = {
+        k: positive_int(v, f"--stride {k}") for k, v in pairs(stride or [], "--stride").items()
+    }
+    with ProgressBar(f"accumulating {variable}") as report:
+        result = api.accumulate(
+            store,
+            variable,
+            dims or None,
+            weights=weights,
+            strides=strides,
+            at=at or None,
+            scheduler=scheduler,
+            rebuild=rebuild,
+            allow_missing_chunks=allow_missing_chunks,
+            shards=shards,
+            progress=report,
+            storage_options=storage_options(endpoint_url, storage_option),
+            group=group,
+            into=into,
+            allow_references=allow_references or None,
+        )
+    if result.action == "up to date":
+        console.print(f"{variable}: accumulations already up to date; nothing written")
+        return
+    console.print(
+        f"{variable}: {result.action} {len(result.arrays)} accumulation arrays with weights "
+        f"{result.group.weights} in {result.seconds:.1f} s; raw array "
+        f"{size_text(result.raw_stored)} stored"
+    )
+    for acc in result.group.accumulations:
+        console.print(f"  {'+'.join(acc.dims)} at {acc.rule_text()}: " + stored_text(
+            result.stored.get(acc.key), result.raw_stored
+        ))  # fmt: skip
+
+
+def inspect(
+    store: str = typer.Argument(..., help="Cube path or URL."),
+    as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
+    group: Annotated[
+        str | None, group_option("Group of the cube; default: the one group holding data.")
+    ] = None,
+    endpoint_url: EndpointUrl = None,
+    storage_option: StorageOption = None,
+    allow_references: AllowReferences = None,
+) -> None:
+    """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
+    import json
+
+    from rich.table import Table
+
+    api = load_api()
+
+    info = api.inspect(
+        store,
+        storage_options=storage_options(endpoint_url, storage_option),
+        group=group,
+        allow_references=allow_references or None,
+    )
+    if as_json:
+        print(json.dumps(info, default=str))
+        return
+    console.print(
+        f"[bold]{info['store']}[/]  Zarr v{info['zarr_format']}, "
+        f"{'consolidated' if info['consolidated'] else 'not consolidated'} metadata; dimensions "
+        + ", ".join(f"{d}={n}" for d, n in info["dimensions"].items())
+    )
+    table = Table("array", "dims", "shape", "chunks", "dtype", "codecs", "stored", "objects")
+    for a in info["arrays"]:
+        table.add_row(
+            a["path"],
+            ",".join(a["dims"]),
+            "x".join(map(str, a["shape"])),
+            _grid_text(a["chunk_grid"]),
+            a["dtype"],
+            " ".join(c.get("id") or c.get("name", "?") for c in a["codecs"]),
+            size_text(a["bytes_stored"]),
+            "unknown" if a["objects"] is None else str(a["objects"]),
+        )
+    console.print(table)
+    for name, note in info["inferred"].items():
+        console.print(f"inferred for {name}: {note}", highlight=False)
+    if "sidecar" in info:
+        side = info["sidecar"]
+        console.print(f"accumulations from sidecar {side['store']} (source {side['source']})")
+        for name, state in side["variables"].items():
+            if state["stale"]:
+                console.print(f"[red]{name}: stale[/]: {state['stale']}", highlight=False)
+    for g in info["accumulation_groups"]:
+        status = "complete" if g["complete"] else "[red]incomplete (ignored by queries)[/]"
+        cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())
+        objects = [a["objects"] for acc in g["accumulations"] for a in _unique_arrays(acc)]
+        console.print(
+            f"[bold]{g['path']}[/] ({g['producer']}), weights {g['weights']}, {status}; "
+            f"covers {cover}; strides count {g['stride_unit']}s; "
+            + ("objects unknown" if None in objects else f"{sum(objects)} objects")
+        )
+        for acc in g["accumulations"]:
+            arrays = ", ".join(
+                f"{a['path'].rsplit('/', 1)[-1]} {'x'.join(map(str, a['shape']))} "
+                f"({size_text(a['bytes_stored'])})"
+                for a in _unique_arrays(acc)
+            )
+            entries = ", ".join(f"{d} {n}" for d, n in acc["entries"].items())
+            console.print(
+                f"  {'+'.join(acc['dims'])} at {acc['at']} (entries {entries}): {arrays}; "
+                + stored_text(acc["bytes_stored"], acc["raw_bytes_stored"])
+            )
+
+
+def _unique_arrays(acc: dict) -> list[dict]:
+    return list({v["path"]: v for v in acc["arrays"].values()}.values())
+
+
+def _grid_text(grid: dict) -> str:
+    if grid["type"] == "regular":
+        text = "x".join(map(str, grid["chunks"]))
+    else:
+        text = "x".join(
+            str(s[0]) if len(set(s)) == 1 else f"var({len(s)})" for s in grid["chunk_sizes"]
+        )
+    if "shards" in grid:
+        text += " in shards " + "x".join(map(str, grid["shards"]))
+    return text
+
+
+def verify(
+    store: str = typer.Argument(..., help="Cube path or URL."),
+    names: list[str] = typer.Argument(
+        None, help="Variable (default: every accumulated one); with --sources, the files."
+    ),
+    sources: bool = typer.Option(
+        False,
+        "--sources",
+        help="Compare the cube with the files it was made from, as xarray decodes them.",
+    ),
+    group: CubeGroup = None,
+    endpoint_url: EndpointUrl = None,
+    storage_option: StorageOption = None,
+    accumulations: str = typer.Option(
+        None, "--accumulations", help="Verify the accumulations in this sidecar store (--into)."
+    ),
+    allow_references: AllowReferences = None,
+) -> None:
+    """Recompute accumulations from the raw data; exit 1 on any mismatch (a sidecar: from
+    its source's, and exit 1 when it is stale). With --sources FILES…: compare the cube's
+    values with its sources' instead."""
+    api = load_api()
+
+    options = storage_options(endpoint_url, storage_option)
+    allowed = allow_references or None
+    if sources:
+        _verify_sources(store, names or [], options, allowed)
+        return
+    if len(names or []) > 1:
+        raise AccumulusError(f"verify takes one variable, got {names}; to compare files: --sources")
+    variable = names[0] if names else None
+    reports = api.verify(
+        store,
+        variable,
+        storage_options=options,
+        group=group,
+        accumulations=accumulations,
+        allow_references=allowed,
+    )
+    failed = False
+    for report in reports:
+        if report.ok:
+            console.print(
+                f"{report.variable}: OK ({len(report.checked)} accumulation arrays match)"
+            )
+        else:
+            failed = True
+            for problem in report.problems:
+                err_console.print(f"[red]{report.variable}: {problem}[/]", soft_wrap=True)
+    if not reports:
+        console.print("no accumulation groups to verify")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _verify_sources(
+    store: str, files: list[str], storage_options: dict | None, allowed: list[str] | None
+) -> None:
+    from rich.markup import escape
+
+    api = load_api()
+
+    comparisons = api.verify_sources(
+        store, files, storage_options=storage_options, allow_references=allowed
+    )
+    for comparison in comparisons:
+        if comparison.ok:
+            steps = f", {comparison.steps} steps" if comparison.steps is not None else ""
+            noted = ", except as noted below" if comparison.notes else ""
+            console.print(
+                f"{comparison.source}: OK ({len(comparison.variables)} variables{steps} as "
+                f"xarray decodes the file{noted})",
+                highlight=False,
+                soft_wrap=True,
+            )
+        for note in comparison.notes:
+            console.print(f"{comparison.source}: {note}", highlight=False, soft_wrap=True)
+        for difference in comparison.differences:
+            text = escape(f"{comparison.source}: {difference.describe()}")
+            err_console.print(f"[red]{text}[/]", soft_wrap=True)
+    if not all(c.ok for c in comparisons):
+        raise typer.Exit(1)

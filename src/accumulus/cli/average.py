@@ -1,0 +1,134 @@
+"""``average``: a statistic of a variable over dimensions and label ranges, or a shape,
+printed as a table, JSON or CSV, and drawn to a PNG. The options become one ``Query``
+(``accumulation.request``), answered by ``api.answer``."""
+
+from __future__ import annotations
+
+import typer
+
+from accumulus.cli.console import console
+from accumulus.cli.entry import load_api, nothing_to_finish
+from accumulus.cli.options import (
+    AllowReferences,
+    CubeGroup,
+    EndpointUrl,
+    StorageOption,
+    pairs,
+    storage_options,
+)
+from accumulus.errors import AccumulusError
+
+
+def average(
+    store: str = typer.Argument(..., help="Cube path or URL."),
+    variable: str = typer.Argument(..., help="Data variable."),
+    over: str = typer.Option(..., "--over", help="Dimensions averaged away: latitude,longitude."),
+    range_: list[str] = typer.Option(
+        None,
+        "--range",
+        help="dim=start/end, inclusive labels (repeatable); lon=170/-170 crosses the date line.",
+    ),
+    stat: str = typer.Option("mean", "--stat", help="mean, sum or count (= sum of weights)."),
+    weights: str = typer.Option(
+        None, "--weights", help="area, none or a weights array (default: the accumulations')."
+    ),
+    no_accumulation: bool = typer.Option(
+        False, "--no-accumulation", help="Force a full scan of the raw data, for comparison."
+    ),
+    plan: str = typer.Option(
+        "cheaper",
+        "--plan",
+        help="cheaper: the accumulations or a full scan, whichever reads less; accumulation: "
+        "the accumulations even when a scan reads less.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the result as CSV."),
+    png: str = typer.Option(
+        None, "--png", help="Draw the answer (series, map or Hovmöller diagram) to this PNG."
+    ),
+    accumulations: str = typer.Option(
+        None, "--accumulations", help="Read accumulations from this sidecar store (--into)."
+    ),
+    group: CubeGroup = None,
+    shape: str = typer.Option(
+        None,
+        "--shape",
+        help="Average over a shape: FILE (GeoJSON, shapefile...) or FILE:VALUE, the feature "
+        "with a property equal to VALUE (or FILE:PROPERTY=VALUE). Cells count when their "
+        "centre is inside.",
+    ),
+    region: str = typer.Option(
+        None,
+        "--region",
+        help="Average over a named region: SET:NAME, e.g. ar6:WAF, srex:AMZ, giorgi:SAS, "
+        "prudence:AL (sets shipped offline).",
+    ),
+    endpoint_url: EndpointUrl = None,
+    storage_option: StorageOption = None,
+    allow_references: AllowReferences = None,
+) -> None:
+    """Average (or sum, or count) a variable over dimensions and label ranges, or a shape."""
+    from accumulus.destinations import check_file, write_file
+
+    picture = check_file(png, "the picture") if png else None  # before the query runs
+    api = load_api()
+    from accumulus import output
+
+    ranges = {
+        dim: api.split_range(dim, text) for dim, text in pairs(range_ or [], "--range").items()
+    }
+    question = api.Query.asked(
+        variable,
+        over,
+        ranges,
+        stat=stat,
+        weights=weights,
+        use_accumulation=not no_accumulation,
+        plan=plan,
+        shape=_shape(shape, region),
+    )
+    result = api.answer(
+        store,
+        question,
+        storage_options=storage_options(endpoint_url, storage_option),
+        group=group,
+        accumulations=accumulations,
+        allow_references=allow_references or None,
+    )
+    if picture is not None:
+        write_file(picture, output.result_png(result))
+    if as_json:
+        print(output.result_json_bytes(result).decode())
+    elif as_csv:
+        print(output.result_csv(result), end="")
+    else:
+        _print_result(result, png)
+    nothing_to_finish()
+
+
+def _shape(shape: str | None, region: str | None):
+    from accumulus import regions
+
+    if shape and region:
+        raise AccumulusError("give --shape or --region, not both")
+    if shape:
+        return regions.shape_from_file(shape)
+    return regions.named_region(region) if region else None
+
+
+def _print_result(result, png: str | None) -> None:
+    data = result.data
+    stats = result.stats
+    if data.ndim == 0:
+        console.print(f"{data.name} = {data.item()}")
+    elif data.ndim == 1:
+        console.print(data.to_series().to_string(max_rows=40))
+    else:
+        console.print(str(data.to_pandas()))  # pandas shortens a large table itself
+    console.print(
+        f"[dim]{stats.accumulation_chunks_read} accumulation chunks, {stats.raw_chunks_read} raw "
+        f"chunks, {stats.bytes_read} bytes read in {stats.seconds * 1000:.1f} ms"
+        + (f"; {result.note}" if result.note else "")
+        + (f"; plot written to {png}" if png else "")
+        + "[/]"
+    )

@@ -1,0 +1,90 @@
+"""What the commands print through: the consoles (rich, made when first used), the progress
+bar, and how sizes are written."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+
+class _Console:
+    """A rich ``Console`` made when first used: a command that prints plain JSON (``average
+    --json``) then never imports rich."""
+
+    def __init__(self, **options: bool) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    @property
+    def rich(self) -> Console:
+        """The ``Console`` itself (for rich's own objects that take one)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rich, name)
+
+
+console = _Console()
+err_console = _Console(stderr=True)
+
+
+class ProgressBar:
+    """A rich progress bar on stderr, shown only once work starts, and taken away when the
+    work fails or is interrupted (so that an error stays one line). Call it as
+    ``report(done, total)``; use it as a context manager."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self._bar = Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console.rich,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.description, total=total)
+        assert self._task is not None
+        self._bar.update(self._task, completed=done, total=total)
+        if total and done >= total:
+            self._bar.stop()  # finished: what is printed next goes below the bar
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if self._bar is not None:
+            if kind is not None:
+                self._bar.live.transient = True  # erased from a terminal, never printed
+            self._bar.stop()
+
+
+def size_text(n: float | None) -> str:
+    """Bytes as a reader writes them: 512 B, 1.5 KiB, 2.4 MiB, 3.1 GiB."""
+    if n is None:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def stored_text(stored: int | None, raw: int | None) -> str:
+    """An accumulation's stored bytes, and as a multiple of the raw array's."""
+    ratio = f" ({stored / raw:.2f}x the raw array)" if stored is not None and raw else ""
+    return f"{size_text(stored)} stored{ratio}"

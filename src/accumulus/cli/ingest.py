@@ -1,0 +1,325 @@
+"""Making cubes: ``append`` (granules, copied or referenced), ``convert`` (one NetCDF4/HDF5
+or NetCDF-3 file), ``rechunk`` (a copy with other chunks), and ``filters`` (which HDF5
+filters convert and append can keep, as Zarr codecs)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from accumulus.cli.console import ProgressBar, console, err_console, size_text
+from accumulus.cli.entry import load_api
+from accumulus.cli.options import (
+    AllowReferences,
+    EndpointUrl,
+    Scheduler,
+    StorageOption,
+    dimension_sizes,
+    group_option,
+    storage_options,
+)
+from accumulus.errors import AccumulusError, Interrupted
+
+
+def append(
+    store: str = typer.Argument(..., help="Cube path or URL (dir, file://, s3://)."),
+    granules: list[str] = typer.Argument(
+        ..., help="NetCDF4/HDF5 files or Zarr stores, in any order."
+    ),
+    dim: str = typer.Option("time", "--dim", help="The dimension to append along."),
+    chunks: list[str] = typer.Option(
+        None,
+        "--chunks",
+        help="When the cube is created: dim=size,... e.g. time=40 (default: ~100 MiB chunks).",
+    ),
+    chunking: str = typer.Option(
+        None,
+        "--chunking",
+        help="When the cube is created, along --dim: month or year (a chunk per calendar "
+        "period), per-granule (each granule a chunk), or a size. Variable chunks need Zarr v3.",
+    ),
+    shards: list[str] = typer.Option(
+        None,
+        "--shards",
+        help="When the cube is created (Zarr v3): data chunks packed in shards of dim=size,... "
+        "e.g. time=365 (multiples of the chunks; one chunk per shard along other dimensions).",
+    ),
+    skip_existing: bool = typer.Option(
+        False, "--skip-existing", help="Skip steps already in the cube instead of refusing."
+    ),
+    zarr_format: int = typer.Option(
+        None,
+        "--zarr-format",
+        help="When the cube is created: 2 or 3 (default 2; 3 with variable --chunking or "
+        "--shards).",
+    ),
+    group: Annotated[
+        str | None,
+        group_option(
+            "Group of the granules to append (with its nested groups), kept at the same place "
+            "in the cube; default: the one group holding variables along --dim."
+        ),
+    ] = None,
+    endpoint_url: EndpointUrl = None,
+    storage_option: StorageOption = None,
+    virtual: bool = typer.Option(
+        False,
+        "--virtual",
+        help="Write references to the granules' chunks, no data copied: a .json reference "
+        "file, or a .parq Parquet reference set (for large archives).",
+    ),
+    allow_references: AllowReferences = None,
+) -> None:
+    """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
+    api = load_api()
+
+    options = storage_options(endpoint_url, storage_option)
+    if virtual:
+        if chunks or chunking or shards:
+            raise AccumulusError(
+                "--virtual keeps the granules' own chunks; --chunks, --chunking and --shards "
+                "do not apply"
+            )
+        _append_virtual(store, granules, dim, zarr_format, skip_existing, options, group)
+        return
+    sizes = dimension_sizes(chunks, "--chunks")
+    shard_sizes = dimension_sizes(shards, "--shards")
+    with ProgressBar("checking and appending granules") as report:
+        result = api.append(
+            store,
+            granules,
+            dim=dim,
+            chunks=sizes or None,
+            chunking=chunking,
+            skip_existing=skip_existing,
+            storage_options=options,
+            zarr_format=zarr_format,
+            progress=report,
+            group=group,
+            shards=shard_sizes or None,
+            allow_references=allow_references or None,
+        )
+    if result.recovered:
+        console.print(f"[yellow]recovered:[/] {result.recovered}", highlight=False)
+    if result.chunking is not None:
+        console.print(f"created {result.store}: {result.chunking.reason}", highlight=False)
+    if not _appended_any(result, dim):
+        return
+    before, after = result.extent
+    updated = (
+        f"; accumulations updated for {', '.join(result.accumulations)}"
+        if result.accumulations
+        else ""
+    )
+    console.print(
+        f"appended {len(result.appended)} granule(s): {dim} {before} → {after} steps in "
+        f"{result.commits} commit(s), {result.seconds:.1f} s{updated}",
+        highlight=False,
+    )
+
+
+def _appended_any(result: Any, dim: str) -> bool:
+    """Whether an append appended any granule; the granules it skipped are listed, and an
+    append of none says so."""
+    for name, why in result.skipped:
+        console.print(f"[dim]skipped {name}: {why}[/]", highlight=False)
+    if not result.appended:
+        console.print(f"nothing to append; {dim} has {result.extent[1]} steps", highlight=False)
+    return bool(result.appended)
+
+
+def _append_virtual(
+    out: str,
+    granules: list[str],
+    dim: str,
+    zarr_format: int | None,
+    skip_existing: bool,
+    options: dict | None,
+    group: str | None,
+) -> None:
+    from accumulus.destinations import check_file, check_store
+    from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
+    from accumulus.reference_targets import directories_to_allow
+    from accumulus.storage import is_parquet_references, local_path
+
+    if local_path(out) is not None:  # before any granule is read
+        check = check_store if is_parquet_references(out) else check_file
+        check(out, "the reference set")
+    try:
+        result = append_virtual(
+            out,
+            granules,
+            dim,
+            zarr_format=zarr_format,
+            skip_existing=skip_existing,
+            storage_options=options,
+            group=group,
+        )
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"{out} is unchanged (a reference set is replaced in one write, once every granule "
+            "is read); run the same command again"
+        ) from None
+    if not _appended_any(result, dim):
+        return
+    before, after = result.extent
+    share = result.bytes_read / result.granule_bytes if result.granule_bytes else 0.0
+    console.print(
+        f"{'created' if result.created else 'extended'} {out} (virtual, Zarr "
+        f"v{result.zarr_format}): {len(result.appended)} granule(s) referenced, {dim} "
+        f"{before} → {after} steps; read {size_text(result.bytes_read)} of "
+        f"{size_text(result.granule_bytes)} ({share:.1%}) in {result.seconds:.1f} s",
+        highlight=False,
+    )
+    outside = directories_to_allow(out, result.appended)
+    if outside:
+        console.print(
+            f"[dim]{out} reads granules outside its own directory only where its readers "
+            f"allow them: --allow-references {' --allow-references '.join(outside)}[/]",
+            highlight=False,
+            soft_wrap=True,  # a command to copy, on one line
+        )
+    if out.endswith(".json") and result.references > LARGE_JSON_SET:
+        console.print(
+            f"[dim]{out} holds {result.references:,} chunk references, which every reader "
+            "parses to open it; a Parquet reference set opens lazily at any size: "
+            f"accumulus append {out.removesuffix('.json')}.parq GRANULES --virtual[/]",
+            highlight=False,
+        )
+
+
+def filters(
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
+) -> None:
+    """The HDF5 filter ↔ Zarr codec pairing table: which filters are usable here, and why not."""
+    import json
+
+    from accumulus.filters import default_registry
+
+    registry = default_registry()
+    rows = registry.pairs()
+    if as_json:
+        document = {"filters": [row.to_dict() for row in rows], "problems": registry.problems}
+        console.print_json(json.dumps(document))
+        return
+    line = "{:>6}  {:<12} {:<16} {:<11} {:<15} {:<10} {}"
+    console.print(
+        line.format("id", "filter", "codec", "HDF5 side", "codec side", "same bytes", "usable"),
+        style="bold",
+        highlight=False,
+    )
+    for row in rows:
+        same_bytes = {True: "yes", False: "no", None: "-"}[row.same_bytes]
+        hdf5_side = _side_text(row.hdf5_provider, row.hdf5_problem)
+        codec_side = _side_text(row.codec_provider, row.codec_problem)
+        usable = "yes" if row.usable else "no"
+        text = line.format(
+            row.hdf5_id, row.name, row.codec_id or "-", hdf5_side, codec_side, same_bytes, usable
+        )
+        console.print(text, highlight=False)
+    console.print()
+    for row in rows:
+        if not row.usable:
+            console.print(f"{row.hdf5_id} {row.name}: {row.reason}", highlight=False)
+    for problem in registry.problems:
+        err_console.print(f"[yellow]plugin not loaded:[/] {problem}", highlight=False)
+
+
+def _side_text(provider: str | None, problem: str | None) -> str:
+    if provider is None:
+        return "missing"
+    return provider if problem is None else f"{provider} (no)"  # the reason is printed below
+
+
+def convert(
+    src: str = typer.Argument(..., help="NetCDF4/HDF5 or NetCDF-3 file."),
+    dest: str = typer.Argument(..., help="Zarr directory to create (must not exist)."),
+    zarr_format: int = typer.Option(2, "--zarr-format", help="2 (default) or 3."),
+    codec: list[str] = typer.Option(
+        [],
+        "--codec",
+        help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
+    ),
+    group: Annotated[
+        str | None,
+        group_option(
+            "Convert this group (and its nested groups) only, kept at its place; default: all."
+        ),
+    ] = None,
+) -> None:
+    """Convert a NetCDF4/HDF5 or NetCDF-3 file to Zarr, keeping each variable's compression
+    (NetCDF-3 has none: its variables get the default codec)."""
+    from accumulus.ingest.convert import convert as convert_file
+    from accumulus.ingest.convert import parse_codec_options
+
+    per_variable, default = parse_codec_options(codec)
+    plan = convert_file(
+        src,
+        dest,
+        zarr_format=zarr_format,
+        codecs=per_variable,
+        default_codec=default,
+        group=group,
+    )
+    for array in plan.arrays:
+        codecs = ", ".join(c["id"] for c in array.codecs) or "none"
+        console.print(f"{array.path} {list(array.shape)} {array.dtype}: {codecs}", highlight=False)
+    if plan.note:
+        console.print(plan.note, highlight=False, soft_wrap=True)
+    console.print(
+        f"wrote {dest} from {plan.source_format} (Zarr v{zarr_format}, {len(plan.arrays)} arrays)"
+    )
+
+
+def rechunk(
+    src: str = typer.Argument(..., help="Cube path or URL to read."),
+    dest: str = typer.Argument(..., help="Store to write (must not exist): dir, memory://, s3://."),
+    chunks: list[str] = typer.Option(
+        ...,
+        "--chunks",
+        help="dim=rule: time=month, time=year, lat=90 or time=31,28,31,... (repeatable; "
+        "several in one: time=month,lat=90). Dimensions not named keep their chunks.",
+    ),
+    zarr_format: int = typer.Option(
+        None, "--zarr-format", help="2 or 3. Default: the source's, or 3 when chunks vary."
+    ),
+    scheduler: Scheduler = None,
+    endpoint_url: EndpointUrl = None,
+    storage_option: StorageOption = None,
+    allow_references: AllowReferences = None,
+) -> None:
+    """Copy a cube with other chunks (e.g. one chunk per month), rebuilding accumulations."""
+    from accumulus.grid import parse_chunk_rules
+    from accumulus.rechunk import rechunk as rechunk_cube
+
+    with ProgressBar("rechunking") as report:
+        result = rechunk_cube(
+            src,
+            dest,
+            chunks,
+            zarr_format,
+            scheduler=scheduler,
+            progress=report,
+            storage_options=storage_options(endpoint_url, storage_option),
+            allow_references=allow_references or None,
+        )
+    named = set(parse_chunk_rules(chunks))
+    for path, sizes in result.chunks.items():
+        if named & set(sizes):
+            text = ", ".join(f"{dim} {_chunk_sizes_text(s)}" for dim, s in sizes.items())
+            console.print(f"{path}: {text}", highlight=False)
+    rebuilt = f"; accumulations rebuilt for {', '.join(result.accumulated)}"
+    console.print(
+        f"wrote {result.dest} (Zarr v{result.zarr_format}, {len(result.chunks)} arrays"
+        f"{rebuilt if result.accumulated else ''}) in {result.seconds:.1f} s",
+        highlight=False,
+    )
+
+
+def _chunk_sizes_text(sizes: tuple[int, ...]) -> str:
+    count = f"{len(sizes)} chunk{'s' if len(sizes) != 1 else ''}"
+    if len(set(sizes[:-1])) <= 1 and (not sizes or sizes[-1] <= sizes[0]):
+        return f"{sizes[0] if sizes else 0} ({count})"
+    shown = ",".join(map(str, sizes[:12])) + (",…" if len(sizes) > 12 else "")
+    return f"{shown} ({count})"

@@ -1,0 +1,87 @@
+"""The options several commands share, written once, and the parsing of option text
+(``key=value`` pairs, positive sizes, storage options)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+
+from accumulus.errors import AccumulusError
+
+# How a command reaches a store: the S3 endpoint and fsspec options (see ``storage_options``),
+# and where the reference sets it opens (the store, a sidecar's source, a granule) may read
+# besides their own location.
+EndpointUrl = Annotated[
+    str | None, typer.Option("--endpoint-url", help="S3 endpoint for s3:// URLs.")
+]
+StorageOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
+    ),
+]
+AllowReferences = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-references",
+        help="A reference set (.json, .parq) may read chunks under this directory or URL "
+        "prefix besides its own location, e.g. /data/granules or https://host/data/ "
+        "(repeatable).",
+    ),
+]
+
+
+def group_option(what: str) -> Any:
+    """``--group``, described for the command that takes it."""
+    return typer.Option("--group", help=what)
+
+
+CubeGroup = Annotated[
+    str | None,
+    group_option("Group of the cube (e.g. Grid); default: the one group holding the variable."),
+]
+Scheduler = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
+    ),
+]
+
+
+def storage_options(endpoint_url: str | None, items: Sequence[str] | None) -> dict | None:
+    """The fsspec options of ``--storage-option`` and ``--endpoint-url``; None for none."""
+    from accumulus.storage import parse_storage_options
+
+    options = parse_storage_options(list(items or []))
+    if endpoint_url:
+        options["endpoint_url"] = endpoint_url
+    return options or None
+
+
+def pairs(items: Sequence[str], what: str) -> dict[str, str]:
+    """Repeated ``key=value`` options as a dictionary."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise AccumulusError(f"{what} must look like dim=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def positive_int(text: str, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise AccumulusError(f"{what} must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise AccumulusError(f"{what} must be a positive integer, got {value}")
+    return value
+
+
+def dimension_sizes(items: Sequence[str] | None, what: str) -> dict[str, int]:
+    """``dim=size`` options (repeatable, or several in one: ``time=40,lat=90``)."""
+    found = [item for text in items or [] for item in text.split(",") if item.strip()]
+    return {d: positive_int(n, f"{what} {d}") for d, n in pairs(found, what).items()}

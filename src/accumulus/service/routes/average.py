@@ -1,0 +1,124 @@
+"""``/api/datasets/{dataset}/{variable}/average``: the answer of one question, as JSON, CSV or
+PNG; GET for a box or a named region, POST to send a GeoJSON shape (two operations).
+
+Each request takes one snapshot of its dataset and answers from it alone: checked in a
+worker thread (reading a shape or a region set, and the snapshot), then answered from the
+cache or computed under the service's guard (``Service.compute``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+
+from accumulus.regions import MAX_GEOJSON_BYTES
+from accumulus.service import schemas
+from accumulus.service.answers import MEDIA_TYPES
+from accumulus.service.datasets import Snapshot
+from accumulus.service.errors import ERRORS
+from accumulus.service.parameters import (
+    AverageParameters,
+    AverageRequest,
+    check_average_request,
+    requested_shape,
+)
+from accumulus.service.routes.datasets import DatasetName
+from accumulus.service.state import Service, ServiceDep
+
+PATH = "/api/datasets/{dataset}/{variable}/average"
+# A variable named in the path (the OpenAPI document lists the names).
+VariableName = Annotated[str, Path(description="A data variable.")]
+
+SHAPE_BODY = {
+    "required": False,
+    "description": f"POST only: a GeoJSON geometry, Feature or FeatureCollection (at most "
+    f"{MAX_GEOJSON_BYTES} bytes) to average within, in longitude/latitude.",
+    "content": {"application/geo+json": {"schema": {"type": "object"}}},
+}
+
+router = APIRouter(tags=["average"])
+route: dict[str, Any] = {
+    "path": PATH,
+    "response_class": Response,
+    "responses": {
+        200: {
+            "model": schemas.AverageResult,
+            "description": "The answer, as `accumulus average --json` (or CSV, or PNG).",
+            "content": {MEDIA_TYPES["csv"]: {}, MEDIA_TYPES["png"]: {}},
+        },
+        **ERRORS,
+    },
+}
+
+
+@router.post(**route, openapi_extra={"requestBody": SHAPE_BODY})
+@router.get(**route)
+async def average(
+    request: Request,
+    dataset: DatasetName,
+    variable: VariableName,
+    parameters: Annotated[AverageParameters, Query()],
+    service: ServiceDep,
+) -> Response:
+    """The `stat` of `variable` over the dimensions `over`, within the ranges given as
+    query parameters named by dimensions (e.g. `time=2001-01-01/2001-12-31`), and
+    within a shape when one is named or posted."""
+    started = time.perf_counter()
+    body = await _limited_body(request) if request.method == "POST" else None
+
+    snapshot, checked = await run_in_threadpool(
+        _checked, service, dataset, variable, parameters, request.query_params.multi_items(), body
+    )
+    answer = service.cache.get(snapshot, checked.key)
+    hit = answer is not None
+    if answer is None:
+        answer = await service.compute(request, snapshot, checked)
+        service.cache.put(snapshot, checked.key, answer)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    return Response(
+        answer.body,
+        media_type=answer.media_type,
+        headers={
+            "X-Accumulus-Snapshot": snapshot.token,
+            "X-Accumulus-Cache": "hit" if hit else "miss",
+            "Server-Timing": f"total;dur={elapsed_ms:.1f}",
+        },
+    )
+
+
+def _checked(
+    service: Service,
+    dataset: str,
+    variable: str,
+    parameters: AverageParameters,
+    query: list[tuple[str, str]],
+    body: bytes | None,
+) -> tuple[Snapshot, AverageRequest]:
+    """The dataset's snapshot and the request checked against it (in a worker thread: this
+    reads a shape or a region set, and the snapshot)."""
+    snapshot = service.snapshot_of(service.dataset(dataset))
+    checked = check_average_request(
+        snapshot,
+        variable,
+        parameters,
+        query=query,
+        max_cells=service.max_cells,
+        shape=requested_shape(parameters.shape, body),
+    )
+    return snapshot, checked
+
+
+async def _limited_body(request: Request) -> bytes:
+    """The request body, refused with a 413 past ``MAX_GEOJSON_BYTES`` (read no further)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_GEOJSON_BYTES:
+            raise HTTPException(413, f"the posted shape is larger than {MAX_GEOJSON_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

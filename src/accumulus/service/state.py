@@ -1,0 +1,204 @@
+"""What one running service holds, shared by its routes through a dependency
+(``ServiceDep``): the datasets by name, the cache of answers, the computation slots and
+their worker threads, the limits, and what the OpenAPI document says of the data (variables,
+the pattern of each dimension's ranges).
+
+Answers are computed on worker threads, at most ``ServiceLimits.computations`` at once
+(``guard``); the event loop only waits, so ``/api/health`` answers while they run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from accumulus.api import StaleSidecarError
+from accumulus.errors import AccumulusError
+from accumulus.service.answers import Answer, compute_answer
+from accumulus.service.cache import AnswerCache
+from accumulus.service.datasets import Catalog, Dataset, Snapshot
+from accumulus.service.describe import averageable
+from accumulus.service.errors import CLIENT_GONE, ServiceError
+from accumulus.service.guard import ComputeSlots, GuardedStore, RequestGuard, ServiceLimits
+from accumulus.service.memory import release_free_memory
+from accumulus.service.parameters import OPTIONS, AverageRequest, ParameterError, range_pattern
+
+# How often a waiting request looks whether its client is still there.
+WATCH_SECONDS = 0.1
+POLL_SECONDS = 0.005
+
+log = logging.getLogger("accumulus.service")
+
+
+class Service:
+    """One service's datasets, answers and limits. Every dataset is read once now, so a
+    store that cannot be read stops the start with an ``AccumulusError``."""
+
+    def __init__(
+        self, catalog: Catalog, *, max_cells: int, cache_bytes: int, limits: ServiceLimits
+    ) -> None:
+        self.catalog = catalog
+        self.max_cells = max_cells
+        self.limits = limits
+        first = [dataset.snapshot() for dataset in catalog]
+        # Each dimension's range pattern (the first dataset's coordinate wins a shared name).
+        self.range_patterns = {
+            str(d): range_pattern(s.cube.index(str(d)))
+            for s in reversed(first)
+            for d in s.cube.raw.dims
+            if d not in OPTIONS
+        }
+        self.variables = sorted({v for s in first for v in averageable(s.cube)})
+        self.cache = AnswerCache(cache_bytes)
+        self.slots = ComputeSlots(limits.computations)
+        self.workers = ThreadPoolExecutor(
+            limits.computations, thread_name_prefix="accumulus-answer"
+        )
+        self.health = HealthMonitor(catalog, {s.dataset: s.token for s in first}, self.snapshot_of)
+
+    def dataset(self, name: str) -> Dataset:
+        """The dataset ``name`` (a 404 naming the datasets there are, when none)."""
+        dataset = self.catalog.get(name)
+        if dataset is None:
+            raise ParameterError(
+                "dataset", f"no dataset {name!r}; datasets are {self.catalog.names}", missing=True
+            )
+        return dataset
+
+    def snapshot_of(self, dataset: Dataset) -> Snapshot:
+        """``dataset`` as it stands now (a 503 when it cannot be read)."""
+        try:
+            return dataset.snapshot()
+        except Exception as exc:
+            if not isinstance(exc, AccumulusError):
+                log.exception("reading the snapshot of dataset %s failed", dataset.name)
+            raise ServiceError(f"dataset {dataset.name!r} cannot be read now: {exc}") from None
+
+    async def compute(
+        self, request: Request, snapshot: Snapshot, checked: AverageRequest
+    ) -> Answer:
+        """Compute on a worker thread once a slot is free; stop it when its time is up or its
+        client leaves. The slot is given back by the thread, when the work has really ended."""
+        limits, slots = self.limits, self.slots
+        slot = await slots.acquire(limits.queue_seconds)
+        if slot is None:
+            retry = max(1, round(limits.queue_seconds))
+            raise ServiceError(
+                f"the service is busy ({limits.computations} computations running and others "
+                f"waiting); try again in {retry} s",
+                503,
+                {"Retry-After": str(retry)},
+            )
+        guard = RequestGuard(limits.request_seconds)
+        loop, finished = asyncio.get_running_loop(), asyncio.Event()
+
+        def work() -> Answer:
+            try:
+                # The snapshot's chunks (a sidecar's too) and arrays read through the guard.
+                guarded = snapshot.reading_through(
+                    lambda store: GuardedStore(store, guard, limits.read_seconds)
+                )
+                return compute_answer(guarded, checked, limits.memory_bytes)
+            finally:
+                slot.release()
+                if not slots.busy:
+                    release_free_memory()
+                with contextlib.suppress(RuntimeError):  # that request's loop is gone
+                    loop.call_soon_threadsafe(finished.set)
+
+        try:
+            running = self.workers.submit(work)
+        except BaseException:  # never started (the service is shutting down)
+            slot.release()
+            raise
+        try:
+            while not await _finished(finished, WATCH_SECONDS):
+                if guard.expired:
+                    guard.stop(f"the request took more than {limits.request_seconds:g} s")
+                elif await request.is_disconnected():
+                    guard.stop("the client went away")
+                if guard.reason is not None:
+                    break
+        except asyncio.CancelledError:
+            guard.stop("the client went away")
+            raise
+        stopped = guard.reason is not None and (
+            not running.done() or running.exception() is not None
+        )
+        if stopped:
+            if "client" in guard.reason:
+                raise ServiceError(f"answer abandoned: {guard.reason}", CLIENT_GONE)
+            raise ServiceError(
+                f"no answer within {limits.request_seconds:g} s; narrow the ranges, use the "
+                "accumulations, or try again when the service is less busy",
+                504,
+            )
+        try:
+            return running.result()
+        except AccumulusError as exc:
+            if isinstance(exc, ParameterError | StaleSidecarError):
+                raise
+            raise ServiceError(f"dataset {snapshot.dataset!r}: {exc}") from None
+        except Exception as exc:  # a store's content made a library fail: not the client's
+            log.exception("computing an answer on dataset %s failed", snapshot.dataset)
+            raise ServiceError(
+                f"dataset {snapshot.dataset!r} could not be read to answer this "
+                f"({type(exc).__name__})"
+            ) from None
+
+
+async def service_of(request: Request) -> Service:
+    """The service answering ``request`` (run in the event loop: no thread to wait for)."""
+    return request.app.state.service
+
+
+ServiceDep = Annotated[Service, Depends(service_of)]
+
+
+async def _finished(event: asyncio.Event, seconds: float) -> bool:
+    """Whether ``event`` is set within ``seconds``."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
+    return event.is_set()
+
+
+class HealthMonitor:
+    """Snapshot tokens for ``/api/health``: read (by ``read``) afresh when the stores answer
+    in time, else the last ones read (a read still under way finishes in the background and
+    is not started twice)."""
+
+    def __init__(
+        self, catalog: Catalog, tokens: dict[str, str], read: Callable[[Dataset], Snapshot]
+    ) -> None:
+        self.catalog = catalog
+        self.last = dict(tokens)
+        self.read = read
+        self._pool = ThreadPoolExecutor(len(catalog.names), thread_name_prefix="accumulus-health")
+        self._reading: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    async def tokens(self, wait: float) -> dict[str, str]:
+        with self._lock:
+            for dataset in self.catalog:
+                reading = self._reading.get(dataset.name)
+                if reading is None or reading.done():
+                    self._reading[dataset.name] = self._pool.submit(self._check, dataset)
+            readings = list(self._reading.values())
+        deadline = time.monotonic() + wait
+        while not all(r.done() for r in readings) and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_SECONDS)
+        return dict(self.last)
+
+    def _check(self, dataset: Dataset) -> None:
+        try:
+            self.last[dataset.name] = self.read(dataset).token
+        except AccumulusError as exc:
+            self.last[dataset.name] = f"error: {exc}"
