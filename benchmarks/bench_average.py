@@ -44,7 +44,7 @@ import accumulus
 from accumulus.accumulation.execute import chunk_work
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
-from accumulus.storage import CountingStore, is_metadata_key, open_store, reads_synchronously
+from accumulus.stores.opening import CountingStore, is_metadata_key, open_store, reads_synchronously
 from common import DEFAULT_DIR, SMALL_CHUNKS, cube, median_seconds, median_with_cpu, report
 from realistic import CHUNKS as REALISTIC_CHUNKS
 from realistic import VARIABLE as REALISTIC_VARIABLE

@@ -37,7 +37,7 @@ import xarray as xr
 
 import accumulus
 from accumulus.regions import Shape, named_region, shape_from_file
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.opening import CountingStore, is_metadata_key, open_store
 from bench_average import floor_reader
 from common import DEFAULT_DIR, median_seconds, report
 from realistic import CHUNKS, SHAPE, VARIABLE, realistic_cube

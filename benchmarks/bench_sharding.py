@@ -59,7 +59,7 @@ from zarr.core.sync import sync
 import accumulus
 from accumulus.accumulation.execute import chunk_work
 from accumulus.grid import sharding_of
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.opening import CountingStore, is_metadata_key, open_store
 from bench_average import realistic_questions, sum_parts, xarray_scan
 from common import DEFAULT_DIR, median_seconds, report
 from realistic import CHUNKS, SHAPE, START, VARIABLE, _block, realistic_cube

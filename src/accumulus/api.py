@@ -49,7 +49,7 @@ from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
 from accumulus.scope import scoped
-from accumulus.storage import open_store, store_label
+from accumulus.stores.opening import open_store, store_label
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function

@@ -54,7 +54,7 @@ from zarr.core.sync import sync
 
 from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, read_grid, sharding_of
-from accumulus.storage import reads_synchronously
+from accumulus.stores.opening import reads_synchronously
 
 # Store requests in flight at once: enough for a plan of small chunks to go out together
 # (846 chunks of 54 KB: 7 sequential round trips with 128 at a time); what they hold is

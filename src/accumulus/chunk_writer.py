@@ -33,7 +33,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV2Metadata
 from zarr.core.sync import sync
 
-from accumulus.storage import writes_synchronously
+from accumulus.stores.opening import writes_synchronously
 
 
 def write_region(array: zarr.Array, window: Sequence[slice], values: np.ndarray) -> None:

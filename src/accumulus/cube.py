@@ -34,9 +34,9 @@ from accumulus.hierarchy import (
     inherited_coordinates,
     normalize_group,
 )
-from accumulus.inference import MISSING_BELOW
 from accumulus.scope import accumulus_scope
-from accumulus.storage import Mode, array_with, open_store, remote_errors, store_label
+from accumulus.stores.inferred_conventions import MISSING_BELOW
+from accumulus.stores.opening import Mode, array_with, open_store, remote_errors, store_label
 
 if TYPE_CHECKING:
     import dask.array as da

@@ -38,10 +38,11 @@ from accumulus.accumulation.sidecar import Sidecar, sidecar_of
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.hierarchy import find_cube_group, group_label
-from accumulus.inference import InferredConventionsStore
 from accumulus.regions import as_shape
 from accumulus.scope import accumulus_scope, scoped
-from accumulus.snapshot import (
+from accumulus.stores.inferred_conventions import InferredConventionsStore
+from accumulus.stores.opening import open_store, remote_errors, store_label
+from accumulus.stores.snapshot import (
     MetadataSnapshot,
     SnapshotStore,
     read_snapshot,
@@ -51,7 +52,6 @@ from accumulus.snapshot import (
     stored_roots,
     with_coordinates,
 )
-from accumulus.storage import open_store, remote_errors, store_label
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from accumulus.errors import AccumulusError
-from accumulus.storage import local_path, write_file_atomically
+from accumulus.stores.opening import local_path, write_file_atomically
 
 
 def check_file(path: str | os.PathLike[str], what: str) -> Path:

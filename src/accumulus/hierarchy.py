@@ -28,7 +28,7 @@ from zarr.storage import WrapperStore
 
 from accumulus.accumulation.spec import GROUP_SUFFIX
 from accumulus.errors import AccumulusError
-from accumulus.storage import consolidate, dimension_names, remote_errors
+from accumulus.stores.opening import consolidate, dimension_names, remote_errors
 
 
 def normalize_group(group: str | None) -> str:

@@ -13,8 +13,8 @@ from accumulus.accumulation import spec
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds, sharding_of
-from accumulus.inference import inferred_conventions
-from accumulus.storage import bytes_stored, dimension_names, is_metadata_key
+from accumulus.stores.inferred_conventions import inferred_conventions
+from accumulus.stores.opening import bytes_stored, dimension_names, is_metadata_key
 
 
 def _codecs(array: zarr.Array) -> list[dict[str, Any]]:
@@ -147,7 +147,7 @@ def describe_cube(cube: Cube, found: AccumulationGroups | None = None) -> dict[s
         "dimensions": {str(d): int(n) for d, n in cube.raw.sizes.items()},
         "arrays": arrays,
         "accumulation_groups": groups,
-        # Conventions the store lacks and that were inferred to read it (accumulus.inference).
+        # Conventions the store lacks, inferred to read it (stores.inferred_conventions).
         "inferred": inferred_conventions(cube.store),
     } | ({"sidecar": sidecar} if sidecar is not None else {})
 

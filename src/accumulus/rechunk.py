@@ -37,7 +37,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
-from accumulus import compute, storage
+from accumulus import compute
 from accumulus.accumulation import spec
 from accumulus.accumulation.chunk_check import read_problem_text
 from accumulus.accumulation.groups import read_group
@@ -57,13 +57,14 @@ from accumulus.grid import (
     rule_text,
 )
 from accumulus.scope import accumulus_scope, scoped
-from accumulus.storage import (
+from accumulus.stores.opening import (
     consolidate,
+    dimension_names,
     local_path,
     open_store,
     store_label,
 )
-from accumulus.zep3 import Zep3DraftKeys
+from accumulus.stores.zep3 import Zep3DraftKeys
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ def plan_copies(root: zarr.Group, rules: Mapping[str, ChunkRule]) -> list[ArrayC
         for path, node in root.members(max_depth=None)
         if isinstance(node, zarr.Array) and not _is_accumulation_path(path)
     ]
-    seen_dims = {d for path, node in arrays for d in dimension_names(node, path)}
+    seen_dims = {d for path, node in arrays for d in named_dimensions(node, path)}
     unknown = sorted(set(rules) - seen_dims)
     if unknown:
         raise AccumulusError(
@@ -213,7 +214,7 @@ def plan_copies(root: zarr.Group, rules: Mapping[str, ChunkRule]) -> list[ArrayC
     for path, array in arrays:
         if array.metadata.zarr_format == 3 and array.metadata.sharding_codec is not None:
             raise AccumulusError(f"{path}: sharded arrays cannot be rechunked here")
-        dims = dimension_names(array, path)
+        dims = named_dimensions(array, path)
         chunks = []
         for axis, (dim, size) in enumerate(zip(dims, array.shape, strict=True)):
             if dim not in rules:
@@ -232,9 +233,9 @@ def _rule_chunks(root: zarr.Group, group: str, dim: str, size: int, rule: ChunkR
     return axis_chunks(rule, size, dim=dim, times=times)
 
 
-def dimension_names(array: zarr.Array, path: str) -> tuple[str, ...]:
+def named_dimensions(array: zarr.Array, path: str) -> tuple[str, ...]:
     """An array's dimension names, by xarray's conventions for each format."""
-    names = storage.dimension_names(array)
+    names = dimension_names(array)
     if len(names) != array.ndim:
         raise AccumulusError(
             f"{path}: no dimension names (dimension_names in Zarr v3, _ARRAY_DIMENSIONS in v2)"

@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 from accumulus.hierarchy import GroupStore
-from accumulus.storage import bytes_stored, open_store
+from accumulus.stores.opening import bytes_stored, open_store
 
 
 @pytest.mark.parametrize("zarr_format,separator", [(2, "."), (2, "/"), (3, "/")])

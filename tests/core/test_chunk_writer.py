@@ -12,7 +12,7 @@ import zarr
 
 from accumulus.chunk_writer import write_region
 from accumulus.hierarchy import GroupStore
-from accumulus.storage import CountingStore, is_metadata_key, writes_synchronously
+from accumulus.stores.opening import CountingStore, is_metadata_key, writes_synchronously
 
 CASES = {
     "sums": ("float64", np.nan, [numcodecs.Fletcher32()], numcodecs.Blosc("lz4", 5), "."),

@@ -24,7 +24,7 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 def _content(path: Path) -> bytes:
     """A file's bytes; for attributes, without netcdf-c's NCZarr keys, which every write
-    (the first build included) refreshes beside them (see ``accumulus.nczarr``)."""
+    (the first build included) refreshes beside them (see ``accumulus.stores.nczarr_metadata``)."""
     if path.name != ".zattrs":
         return path.read_bytes()
     attrs = json.loads(path.read_text())

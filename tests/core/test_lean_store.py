@@ -11,8 +11,8 @@ import pytest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
-from accumulus.safe_reads import StoreReadError
-from accumulus.storage import LeanLocalStore, open_store, write_file_atomically
+from accumulus.stores.opening import LeanLocalStore, open_store, write_file_atomically
+from accumulus.stores.safe_reads import StoreReadError
 
 
 def _buffer(data: bytes):

@@ -13,7 +13,7 @@ from zarr.storage import MemoryStore, WrapperStore
 
 import accumulus
 from accumulus import chunk_reader
-from accumulus.storage import CountingStore, open_store, reads_synchronously
+from accumulus.stores.opening import CountingStore, open_store, reads_synchronously
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 60, "lat": 18, "lon": 24}

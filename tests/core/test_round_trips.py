@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.opening import CountingStore, is_metadata_key, open_store
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 40, "lat": 12, "lon": 16}

@@ -25,7 +25,7 @@ from accumulus.accumulation.shapes import shape_plans
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.regions import as_shape, named_region
-from accumulus.storage import open_store
+from accumulus.stores.opening import open_store
 from cubes import VAR, area_weights, write_cube
 
 

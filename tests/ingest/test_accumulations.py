@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.opening import CountingStore, is_metadata_key, open_store
 from cubes import xarray_reference
 
 from .helpers import VAR, truth, write_granule

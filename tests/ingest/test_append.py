@@ -12,7 +12,7 @@ import pytest
 import zarr
 
 import accumulus
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.opening import CountingStore, is_metadata_key, open_store
 
 from .helpers import VAR, snapshot, truth, write_granule, write_granules
 from .test_create import assert_matches_truth

@@ -14,10 +14,10 @@ import time
 import pytest
 
 import accumulus
-from accumulus import keys
 from accumulus.cube import Cube
-from accumulus.locking import LOCK_KEY, LockRecord, StoreBusyError, StoreLock
-from accumulus.storage import open_store
+from accumulus.stores import keys
+from accumulus.stores.lock import LOCK_KEY, LockRecord, StoreBusyError, StoreLock
+from accumulus.stores.opening import open_store
 
 from .helpers import VAR, cli, cli_env, snapshot, truth, write_granule, write_granules
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus import keys
 from accumulus.accumulation.groups import read_group
 from accumulus.cube import Cube
-from accumulus.locking import StoreBusyError, StoreLock
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores import keys
+from accumulus.stores.lock import StoreBusyError, StoreLock
+from accumulus.stores.opening import CountingStore, is_metadata_key, open_store
 from servers import s3_server
 
 from .helpers import VAR, check_visible, cli, truth, write_granule, write_granules

@@ -20,8 +20,8 @@ from accumulus.service import create_app
 from accumulus.service.answers import Answer
 from accumulus.service.cache import AnswerCache, entry_bytes
 from accumulus.service.datasets import Dataset, Snapshot, dataset_names
-from accumulus.snapshot import SnapshotStore, read_snapshot
-from accumulus.storage import open_store
+from accumulus.stores.opening import open_store
+from accumulus.stores.snapshot import SnapshotStore, read_snapshot
 
 NEXT_DAYS = dict(start="2001-02-10", ntime=8, nlat=12, nlon=16, seed=1)
 

@@ -15,7 +15,7 @@ import accumulus
 from accumulus.accumulation.groups import read_group
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
-from accumulus.storage import StoreNotFoundError, open_store
+from accumulus.stores.opening import StoreNotFoundError, open_store
 
 from .conftest import VAR, daily_dataset, period_counts, run_cli, write_regular
 

@@ -14,7 +14,7 @@ import accumulus
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, locate
-from accumulus.storage import open_store
+from accumulus.stores.opening import open_store
 
 from .conftest import run_cli
 

@@ -46,9 +46,9 @@ from accumulus.chunk_reader import ChunkReadError
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial, sharding_of
-from accumulus.locking import StoreLock
 from accumulus.names import check_component, check_names
-from accumulus.storage import consolidate
+from accumulus.stores.lock import StoreLock
+from accumulus.stores.opening import consolidate
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
 # a time series reads few objects, small enough that reading one entry reads little else.

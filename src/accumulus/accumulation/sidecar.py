@@ -36,7 +36,7 @@ from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds
 from accumulus.hierarchy import normalize_group
-from accumulus.storage import consolidate, local_path
+from accumulus.stores.opening import consolidate, local_path
 
 SIDECAR_KEY = "accumulus_sidecar"  # root attribute of a sidecar store
 SOURCE_KEY = "accumulus_source"  # attribute of each group in it: what it summed

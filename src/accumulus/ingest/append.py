@@ -1,7 +1,7 @@
 """Create a cube from granules and append to it: resumable, safe for readers, accumulations
 kept current.
 
-``append`` runs five phases under the store's lock (``accumulus.locking``), each a function
+``append`` runs five phases under the store's lock (``accumulus.stores.lock``), each a function
 below that takes the previous phase's result, an immutable value, and returns its own:
 
 1. ``recover`` -> ``Recovered``: the journal (``journal.py``) says how far the cube is
@@ -44,7 +44,6 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore
 
-from accumulus import keys
 from accumulus.accumulation.build import build_accumulations
 from accumulus.accumulation.groups import read_group
 from accumulus.compute import Progress
@@ -102,16 +101,17 @@ from accumulus.ingest.journal import (
     write_journal,
 )
 from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, choose_shards
-from accumulus.ingest.shard_layout import StableShardStore
 from accumulus.ingest.writer import ChunkWriter
-from accumulus.locking import StoreLock
-from accumulus.nczarr import record_dimension_size
 from accumulus.scope import accumulus_scope
-from accumulus.storage import (
+from accumulus.stores import keys
+from accumulus.stores.lock import StoreLock
+from accumulus.stores.nczarr_metadata import record_dimension_size
+from accumulus.stores.opening import (
     dimension_names,
     open_store,
     store_label,
 )
+from accumulus.stores.stable_shards import StableShardStore
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ from accumulus.ingest.cf import (
 from accumulus.ingest.declared import DeclaredVariable, check_chunk, itemsize
 from accumulus.ingest.netcdf3 import HeaderError, declared_size
 from accumulus.ingest.times import readable_time_attrs
-from accumulus.storage import consolidate, local_path
+from accumulus.stores.opening import consolidate, local_path
 
 CodecSpec = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 

@@ -29,7 +29,7 @@ from accumulus.ingest.convert import (
 from accumulus.ingest.declared import DeclaredVariable, check_declared, itemsize
 from accumulus.ingest.granules import Granule
 from accumulus.names import check_names
-from accumulus.storage import file_options, local_path, url_scheme
+from accumulus.stores.opening import file_options, local_path, url_scheme
 
 
 @dataclass(frozen=True)

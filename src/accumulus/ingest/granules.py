@@ -37,14 +37,14 @@ import xarray as xr
 import zarr
 from zarr.abc.store import Store
 
-from accumulus import keys
 from accumulus.errors import AccumulusError
 from accumulus.filters import FilterError, join_v2, join_v3
 from accumulus.hierarchy import ancestors_of, inherited_coordinates, normalize_group, pick_group
 from accumulus.ingest.declared import DeclaredVariable, check_declared, itemsize
 from accumulus.names import check_names
 from accumulus.scope import accumulus_scope
-from accumulus.storage import dimension_names, local_path, open_store, store_label
+from accumulus.stores import keys
+from accumulus.stores.opening import dimension_names, local_path, open_store, store_label
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from typing import Any
 import zarr
 
 from accumulus.errors import AccumulusError
-from accumulus.storage import PARQUET_ENGINE, file_options, open_parquet_references
+from accumulus.stores.opening import PARQUET_ENGINE, file_options, open_parquet_references
 
 # References per Parquet file: fsspec's default. A reader loads a whole file for one chunk.
 RECORD_SIZE = 10_000

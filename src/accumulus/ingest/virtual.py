@@ -41,7 +41,7 @@ from accumulus.ingest.granule_layout import (
 from accumulus.ingest.reference_file import ReferenceSet, read_reference_set, write_atomically
 from accumulus.ingest.references import compose
 from accumulus.scope import scoped
-from accumulus.storage import is_parquet_references
+from accumulus.stores.opening import is_parquet_references
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import zarr
 from zarr.core.metadata import ArrayMetadata
 
 from accumulus.grid import AppendGrid
-from accumulus.storage import array_with, dimension_names, store_metadata
+from accumulus.stores.opening import array_with, dimension_names, store_metadata
 
 WRITE_THREADS = 4
 # Bytes of values waiting in the pool before the reader waits for writes to catch up.

@@ -22,7 +22,7 @@ from zarr.storage import WrapperStore
 
 from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
 from accumulus.errors import AccumulusError
-from accumulus.safe_reads import local_root, read_with_limits
+from accumulus.stores.safe_reads import local_root, read_with_limits
 
 
 @dataclass(frozen=True)

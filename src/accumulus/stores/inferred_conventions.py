@@ -36,7 +36,7 @@ from zarr.core.sync import sync
 from zarr.storage import WrapperStore
 
 from accumulus.errors import AccumulusError
-from accumulus.rewriting import parse_metadata
+from accumulus.stores.rewriting import parse_metadata
 
 DIMENSIONS = "_ARRAY_DIMENSIONS"
 MISSING_BELOW = "_accumulus_missing_below"

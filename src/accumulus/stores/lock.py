@@ -35,8 +35,8 @@ from types import TracebackType
 import psutil
 from zarr.abc.store import Store
 
-from accumulus import keys
 from accumulus.errors import AccumulusError
+from accumulus.stores import keys
 
 LOCK_KEY = keys.PREFIX + "lock.json"
 HEARTBEAT_SECONDS = 10.0

@@ -30,12 +30,12 @@ from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore, MemoryStore, StorePath, WrapperStore, ZipStore
 
 from accumulus.errors import AccumulusError
-from accumulus.filters.nczarr import NCZarrCompatStore
-from accumulus.inference import InferredConventionsStore
-from accumulus.nczarr import write_nczarr_metadata
-from accumulus.safe_reads import read_regular_file
 from accumulus.scope import accumulus_scope
-from accumulus.zep3 import Zep3DraftStore
+from accumulus.stores.inferred_conventions import InferredConventionsStore
+from accumulus.stores.nczarr_compat import NCZarrCompatStore
+from accumulus.stores.nczarr_metadata import write_nczarr_metadata
+from accumulus.stores.safe_reads import read_regular_file
+from accumulus.stores.zep3 import Zep3DraftStore
 
 Mode = Literal["r", "r+", "w"]
 T = TypeVar("T")
@@ -85,7 +85,7 @@ def _open(
                 f"{text} is a virtual cube (a reference set): it is extended with "
                 "`append … --virtual`, and accelerated with `accumulate … --into SIDE.zarr`"
             )
-        from accumulus.reference_sets import open_reference_file
+        from accumulus.stores.reference_sets import open_reference_file
 
         return open_reference_file(text, storage_options, allow_references)
     path = local_path(text)
@@ -615,7 +615,7 @@ class CountingStore(WrapperStore[Store]):
 
 def consolidate(store: Store) -> None:
     """Refresh consolidated metadata and, from it, netcdf-c's NCZarr metadata (the last step
-    of every write), so netcdf-c opens every store we write (see ``accumulus.nczarr``)."""
+    of every write), so netcdf-c opens every store we write (see ``stores.nczarr_metadata``)."""
     with accumulus_scope():
         zarr.consolidate_metadata(store)
     write_nczarr_metadata(store)

@@ -40,8 +40,8 @@ from zarr.core.metadata import ArrayV3Metadata
 from zarr.storage import WrapperStore
 
 from accumulus.grid import sharding_of
-from accumulus.keys import PREFIX
-from accumulus.storage import is_metadata_key
+from accumulus.stores.keys import PREFIX
+from accumulus.stores.opening import is_metadata_key
 
 _GROUP = "group"  # a node that holds others
 # Shards kept as stored, for the layout of their next rewrite without reading them again.

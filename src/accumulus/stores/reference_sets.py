@@ -32,9 +32,7 @@ from zarr.core.metadata import ArrayV2Metadata, ArrayV3Metadata
 from zarr.storage import FsspecStore
 
 from accumulus.errors import AccumulusError
-from accumulus.reference_targets import ReferenceRefused, ReferenceTargets, Target
-from accumulus.safe_reads import NotRegularFile, read_file_range, regular_file_size
-from accumulus.storage import (
+from accumulus.stores.opening import (
     StoreNotFoundError,
     file_options,
     is_metadata_key,
@@ -42,6 +40,8 @@ from accumulus.storage import (
     open_parquet_references,
     reason,
 )
+from accumulus.stores.reference_targets import ReferenceRefused, ReferenceTargets, Target
+from accumulus.stores.safe_reads import NotRegularFile, read_file_range, regular_file_size
 
 # What a codec may add to a chunk's decoded bytes (headers, checksums, a shard's index, a
 # block that does not compress): a reference may read this much more than its chunk holds.

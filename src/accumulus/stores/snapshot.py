@@ -33,16 +33,16 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
 from zarr.storage import WrapperStore
 
-from accumulus.rewriting import parse_metadata
-from accumulus.safe_reads import check_regular_file, local_root, read_with_limits
 from accumulus.scope import accumulus_scope
-from accumulus.storage import (
+from accumulus.stores.opening import (
     LeanLocalStore,
     below_wrappers,
     dimension_names,
     is_metadata_key,
     reads_synchronously,
 )
+from accumulus.stores.rewriting import parse_metadata
+from accumulus.stores.safe_reads import check_regular_file, local_root, read_with_limits
 
 READ_SECONDS = 10.0  # the longest one metadata document may take to read
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from accumulus.filters.base import FilterError
 from accumulus.filters.chain import for_array
-from accumulus.rewriting import MetadataRewritingStore
+from accumulus.stores.rewriting import MetadataRewritingStore
 
 
 def normalize_zarray(document: dict[str, Any]) -> dict[str, Any]:

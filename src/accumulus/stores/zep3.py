@@ -25,7 +25,7 @@ from zarr.registry import register_chunk_key_encoding
 
 from accumulus.errors import AccumulusError
 from accumulus.grid import bounds_from_chunk_shape
-from accumulus.rewriting import MetadataRewritingStore
+from accumulus.stores.rewriting import MetadataRewritingStore
 
 DRAFT_GRID_NAMES = ("rectangular", "regular")
 
