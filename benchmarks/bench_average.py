@@ -44,7 +44,10 @@ import accumulus
 from accumulus.accumulation.execute import chunk_work
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
-from accumulus.stores.opening import CountingStore, is_metadata_key, open_store, reads_synchronously
+from accumulus.stores.base import reads_synchronously
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
 from common import DEFAULT_DIR, SMALL_CHUNKS, cube, median_seconds, median_with_cpu, report
 from realistic import CHUNKS as REALISTIC_CHUNKS
 from realistic import VARIABLE as REALISTIC_VARIABLE

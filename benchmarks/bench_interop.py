@@ -27,8 +27,10 @@ from accumulus.demo import VARIABLE, DemoConfig, demo_dataset, write_demo_cube
 from accumulus.filters import dataset_pipeline, for_array, pipeline_to_codecs
 from accumulus.filters.builtin import load_hdf5plugin
 from accumulus.scope import accumulus_scope
+from accumulus.stores.arrays import consolidate
+from accumulus.stores.counting import CountingStore
 from accumulus.stores.nczarr_metadata import write_nczarr_metadata
-from accumulus.stores.opening import CountingStore, consolidate, open_store
+from accumulus.stores.opening import open_store
 from common import median_seconds, report
 
 LATENCY = 0.05

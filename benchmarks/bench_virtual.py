@@ -57,7 +57,8 @@ from accumulus.accumulation.execute import chunk_work
 from accumulus.chunk_reader import _chunk_spec as chunk_spec
 from accumulus.ingest.virtual import append_virtual
 from accumulus.scope import accumulus_scope
-from accumulus.stores.opening import CountingStore, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
 from bench_average import counted
 from common import DEFAULT_DIR, median_seconds, report
 

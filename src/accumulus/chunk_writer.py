@@ -33,7 +33,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV2Metadata
 from zarr.core.sync import sync
 
-from accumulus.stores.opening import writes_synchronously
+from accumulus.stores.base import writes_synchronously
 
 
 def write_region(array: zarr.Array, window: Sequence[slice], values: np.ndarray) -> None:
@@ -131,7 +131,7 @@ def _encode(metadata: ArrayV2Metadata, dtype: np.dtype, values: np.ndarray) -> b
 
 def _put(store: Store, items: list[tuple[str, bytes]]) -> None:
     """Store every ``(key, bytes)``: into a local directory or memory one after the other in
-    this thread (``storage.writes_synchronously``: through zarr's event loop each write
+    this thread (``stores.base.writes_synchronously``: through zarr's event loop each write
     is a task, a worker thread and a wake-up, which cost a build at every element more
     than the files themselves); elsewhere concurrently, in one round of zarr's event loop,
     through the store's ``set``, which wrappers (counting, stable shard layouts) override."""

@@ -316,7 +316,7 @@ def _positive_int(text: str, what: str) -> int:
 
 
 def _storage_options(endpoint_url: str | None, items: list[str] | None) -> dict | None:
-    from accumulus.stores.opening import parse_storage_options
+    from accumulus.stores.locations import parse_storage_options
 
     options = parse_storage_options(items or [])
     if endpoint_url:
@@ -857,7 +857,8 @@ def _append_virtual(
 ) -> None:
     from accumulus.destinations import check_file, check_store
     from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
-    from accumulus.stores.opening import is_parquet_references, local_path
+    from accumulus.stores.locations import local_path
+    from accumulus.stores.reference_sets import is_parquet_references
     from accumulus.stores.reference_targets import directories_to_allow
 
     if local_path(out) is not None:  # before any granule is read

@@ -27,16 +27,13 @@ from accumulus.chunk_reader import read_region
 from accumulus.coordinates import labels_of
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
-from accumulus.hierarchy import (
-    ancestors_of,
-    group_label,
-    group_view,
-    inherited_coordinates,
-    normalize_group,
-)
+from accumulus.hierarchy import inherited_coordinates
 from accumulus.scope import accumulus_scope
+from accumulus.stores.arrays import array_with
+from accumulus.stores.group import ancestors_of, group_label, group_view, normalize_group
 from accumulus.stores.inferred_conventions import MISSING_BELOW
-from accumulus.stores.opening import Mode, array_with, open_store, remote_errors, store_label
+from accumulus.stores.locations import remote_errors
+from accumulus.stores.opening import Mode, open_store, store_label
 
 if TYPE_CHECKING:
     import dask.array as da

@@ -1,10 +1,10 @@
 """An open datacube: open once, query many times (``accumulus.open``).
 
-A ``Datacube`` keeps the metadata snapshot of its store (see ``snapshot``) together with
+A ``Datacube`` keeps the metadata snapshot of its store (see ``stores.snapshot``) together with
 everything read from it: the ``Cube`` (arrays, coordinates, CF attributes) and the
 accumulation groups with their arrays. Each query first reads the store's root metadata
 documents (one round trip; in the calling thread for a local store) and compares them byte
-for byte with those it holds (``snapshot.root_documents``): while the store is unchanged
+for byte with those it holds (``stores.snapshot.root_documents``): while the store is unchanged
 every query reuses what was read, without parsing anything again, and once a writer has
 published a new snapshot (an append, a rebuilt accumulation) the next query reads it and
 uses it whole. A query never mixes two snapshots.
@@ -37,11 +37,13 @@ from accumulus.accumulation.request import Bound, Query, ResolvedQuery, resolve,
 from accumulus.accumulation.sidecar import Sidecar, sidecar_of
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
-from accumulus.hierarchy import find_cube_group, group_label
+from accumulus.hierarchy import find_cube_group
 from accumulus.regions import as_shape
 from accumulus.scope import accumulus_scope, scoped
+from accumulus.stores.group import group_label
 from accumulus.stores.inferred_conventions import InferredConventionsStore
-from accumulus.stores.opening import open_store, remote_errors, store_label
+from accumulus.stores.locations import remote_errors
+from accumulus.stores.opening import open_store, store_label
 from accumulus.stores.snapshot import (
     MetadataSnapshot,
     SnapshotStore,

@@ -13,8 +13,9 @@ from accumulus.accumulation import spec
 from accumulus.accumulation.groups import AccumulationGroups
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds, sharding_of
+from accumulus.stores.arrays import bytes_stored, dimension_names
 from accumulus.stores.inferred_conventions import inferred_conventions
-from accumulus.stores.opening import bytes_stored, dimension_names, is_metadata_key
+from accumulus.stores.keys import is_metadata_key
 
 
 def _codecs(array: zarr.Array) -> list[dict[str, Any]]:

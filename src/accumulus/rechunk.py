@@ -57,13 +57,9 @@ from accumulus.grid import (
     rule_text,
 )
 from accumulus.scope import accumulus_scope, scoped
-from accumulus.stores.opening import (
-    consolidate,
-    dimension_names,
-    local_path,
-    open_store,
-    store_label,
-)
+from accumulus.stores.arrays import consolidate, dimension_names
+from accumulus.stores.locations import local_path
+from accumulus.stores.opening import open_store, store_label
 from accumulus.stores.zep3 import Zep3DraftKeys
 
 

@@ -11,8 +11,10 @@ import pytest
 import zarr
 
 from accumulus.chunk_writer import write_region
-from accumulus.hierarchy import GroupStore
-from accumulus.stores.opening import CountingStore, is_metadata_key, writes_synchronously
+from accumulus.stores.base import writes_synchronously
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.group import GroupStore
+from accumulus.stores.keys import is_metadata_key
 
 CASES = {
     "sums": ("float64", np.nan, [numcodecs.Fletcher32()], numcodecs.Blosc("lz4", 5), "."),

@@ -14,8 +14,10 @@ import accumulus
 from accumulus.accumulation.groups import read_group
 from accumulus.cube import Cube
 from accumulus.stores import keys
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.lock import StoreBusyError, StoreLock
-from accumulus.stores.opening import CountingStore, is_metadata_key, open_store
+from accumulus.stores.opening import open_store
 from servers import s3_server
 
 from .helpers import VAR, check_visible, cli, truth, write_granule, write_granules

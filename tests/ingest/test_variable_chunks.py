@@ -19,7 +19,8 @@ from accumulus.accumulation.groups import read_group
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds, declared_chunk_sizes, last_chunk_is_partial
 from accumulus.ingest import writer as writer_module
-from accumulus.stores.opening import CountingStore, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
 from cubes import xarray_reference
 from varchunk.conftest import daily_dataset, daily_times, period_counts
 

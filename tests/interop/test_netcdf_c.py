@@ -21,8 +21,8 @@ from accumulus.demo import DemoConfig, write_demo_cube
 from accumulus.ingest.append import append
 from accumulus.ingest.convert import convert
 from accumulus.rechunk import rechunk
+from accumulus.stores.arrays import consolidate
 from accumulus.stores.nczarr_metadata import ArrayAxes, plan_dimensions, write_nczarr_metadata
-from accumulus.stores.opening import consolidate
 from cubes import synthetic_dataset, write_cube
 from filters.samples import write_granule
 from ingest.helpers import truth, write_granules

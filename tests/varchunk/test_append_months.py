@@ -17,7 +17,7 @@ import accumulus
 from accumulus.accumulation.groups import read_group
 from accumulus.cube import Cube
 from accumulus.grid import AppendChunks, append_chunk_sizes, declared_chunk_sizes, with_chunk_sizes
-from accumulus.stores.opening import array_with, consolidate, store_metadata
+from accumulus.stores.arrays import array_with, consolidate, store_metadata
 
 from .conftest import VAR, daily_dataset, period_counts
 

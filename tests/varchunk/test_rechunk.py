@@ -15,7 +15,8 @@ import accumulus
 from accumulus.accumulation.groups import read_group
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
-from accumulus.stores.opening import StoreNotFoundError, open_store
+from accumulus.stores.locations import StoreNotFoundError
+from accumulus.stores.opening import open_store
 
 from .conftest import VAR, daily_dataset, period_counts, run_cli, write_regular
 

@@ -47,8 +47,8 @@ from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial, sharding_of
 from accumulus.names import check_component, check_names
+from accumulus.stores.arrays import consolidate
 from accumulus.stores.lock import StoreLock
-from accumulus.stores.opening import consolidate
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
 # a time series reads few objects, small enough that reading one entry reads little else.

@@ -29,7 +29,7 @@ from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.filters.accumulation_delta import with_chunk_shape
 from accumulus.grid import sharding_of
-from accumulus.stores.opening import array_with
+from accumulus.stores.arrays import array_with
 
 
 def read_group(

@@ -29,14 +29,16 @@ from typing import Any
 import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import collect_aiterator
-from zarr.storage import FsspecStore, WrapperStore
+from zarr.storage import FsspecStore
 
 from accumulus.accumulation import spec
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds
-from accumulus.hierarchy import normalize_group
-from accumulus.stores.opening import consolidate, local_path
+from accumulus.stores.arrays import consolidate
+from accumulus.stores.base import innermost
+from accumulus.stores.group import normalize_group
+from accumulus.stores.locations import local_path
 
 SIDECAR_KEY = "accumulus_sidecar"  # root attribute of a sidecar store
 SOURCE_KEY = "accumulus_source"  # attribute of each group in it: what it summed
@@ -268,9 +270,7 @@ def _covered_chunks(
 
 def _references(cube: Cube) -> Mapping[str, Any] | None:
     """The reference mapping behind ``cube``'s store (a kerchunk reference set), or None."""
-    store = cube.store
-    while isinstance(store, WrapperStore):
-        store = store._store
+    store = innermost(cube.store)
     if not isinstance(store, FsspecStore):
         return None
     from fsspec.implementations.reference import ReferenceFileSystem

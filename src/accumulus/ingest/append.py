@@ -65,8 +65,6 @@ from accumulus.hierarchy import (
     arrays_along,
     consolidate_groups,
     cube_groups,
-    group_label,
-    group_view,
     holds_accumulations,
     set_group_attrs,
     write_tree,
@@ -104,13 +102,11 @@ from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, choos
 from accumulus.ingest.writer import ChunkWriter
 from accumulus.scope import accumulus_scope
 from accumulus.stores import keys
+from accumulus.stores.arrays import dimension_names
+from accumulus.stores.group import group_label, group_view
 from accumulus.stores.lock import StoreLock
 from accumulus.stores.nczarr_metadata import record_dimension_size
-from accumulus.stores.opening import (
-    dimension_names,
-    open_store,
-    store_label,
-)
+from accumulus.stores.opening import open_store, store_label
 from accumulus.stores.stable_shards import StableShardStore
 
 

@@ -55,7 +55,6 @@ from accumulus.filters import (
     v3_codecs,
 )
 from accumulus.filters.builtin import load_hdf5plugin
-from accumulus.hierarchy import normalize_group
 from accumulus.ingest.cf import (
     DECODING_ATTRS,
     LIMIT_ATTRS,
@@ -67,7 +66,9 @@ from accumulus.ingest.cf import (
 from accumulus.ingest.declared import DeclaredVariable, check_chunk, itemsize
 from accumulus.ingest.netcdf3 import HeaderError, declared_size
 from accumulus.ingest.times import readable_time_attrs
-from accumulus.stores.opening import consolidate, local_path
+from accumulus.stores.arrays import consolidate
+from accumulus.stores.group import normalize_group
+from accumulus.stores.locations import local_path
 
 CodecSpec = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 

@@ -17,7 +17,7 @@ import numpy as np
 import xarray as xr
 
 from accumulus.errors import AccumulusError
-from accumulus.hierarchy import normalize_group, pick_group
+from accumulus.hierarchy import pick_group
 from accumulus.ingest.conform import Template, check_fits, template_of, times_in_cube
 from accumulus.ingest.convert import (
     ArrayPlan,
@@ -29,7 +29,8 @@ from accumulus.ingest.convert import (
 from accumulus.ingest.declared import DeclaredVariable, check_declared, itemsize
 from accumulus.ingest.granules import Granule
 from accumulus.names import check_names
-from accumulus.stores.opening import file_options, local_path, url_scheme
+from accumulus.stores.group import normalize_group
+from accumulus.stores.locations import file_options, local_path, url_scheme
 
 
 @dataclass(frozen=True)

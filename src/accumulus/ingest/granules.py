@@ -39,12 +39,15 @@ from zarr.abc.store import Store
 
 from accumulus.errors import AccumulusError
 from accumulus.filters import FilterError, join_v2, join_v3
-from accumulus.hierarchy import ancestors_of, inherited_coordinates, normalize_group, pick_group
+from accumulus.hierarchy import inherited_coordinates, pick_group
 from accumulus.ingest.declared import DeclaredVariable, check_declared, itemsize
 from accumulus.names import check_names
 from accumulus.scope import accumulus_scope
 from accumulus.stores import keys
-from accumulus.stores.opening import dimension_names, local_path, open_store, store_label
+from accumulus.stores.arrays import dimension_names
+from accumulus.stores.group import ancestors_of, normalize_group
+from accumulus.stores.locations import local_path
+from accumulus.stores.opening import open_store, store_label
 
 
 @dataclass(frozen=True)

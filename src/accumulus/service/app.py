@@ -40,12 +40,7 @@ from accumulus.service.cache import AnswerCache
 from accumulus.service.datasets import Catalog, Dataset, Snapshot
 from accumulus.service.describe import averageable, describe_snapshot
 from accumulus.service.geography import router as geography
-from accumulus.service.guard import (
-    ComputeSlots,
-    GuardedStore,
-    RequestGuard,
-    ServiceLimits,
-)
+from accumulus.service.guard import ComputeSlots, RequestGuard, ServiceLimits
 from accumulus.service.http import HeadAsGet
 from accumulus.service.memory import release_free_memory, tune_allocator
 from accumulus.service.parameters import (
@@ -58,6 +53,7 @@ from accumulus.service.parameters import (
     range_pattern,
     requested_shape,
 )
+from accumulus.stores.guarded import GuardedStore
 
 DEFAULT_MAX_CELLS = 2_000_000
 DEFAULT_CACHE_BYTES = 256 * 2**20

@@ -36,13 +36,12 @@ from zarr.core.sync import sync
 from zarr.storage import WrapperStore
 
 from accumulus.errors import AccumulusError
+from accumulus.stores.base import DelegatingStore
+from accumulus.stores.keys import GROUP_SUFFIX, TREE_KEY
 from accumulus.stores.rewriting import parse_metadata
 
 DIMENSIONS = "_ARRAY_DIMENSIONS"
 MISSING_BELOW = "_accumulus_missing_below"
-# ZEP 5's names (accumulation.spec defines them for the layers above).
-GROUP_SUFFIX = "_accumulation_group"
-TREE = "_ACCUMULATION_GROUP"
 _LEAF_KEYS = ("_DATA_WEIGHTED", "_DATA_UNWEIGHTED", "_WEIGHTS")
 
 
@@ -77,7 +76,7 @@ def infer(arrays: Mapping[str, ArrayDoc], groups: Mapping[str, GroupDoc]) -> Inf
     notes: dict[str, str] = {}
     for name, array in sorted(arrays.items()):
         group = groups.get(name + GROUP_SUFFIX)
-        if DIMENSIONS in array.attrs or group is None or TREE not in group.attrs:
+        if DIMENSIONS in array.attrs or group is None or TREE_KEY not in group.attrs:
             continue
         dims = _variable_dims(name, array, group, arrays)
         attrs[name] = {DIMENSIONS: list(dims)}
@@ -103,7 +102,7 @@ def _variable_dims(
     name: str, array: ArrayDoc, group: GroupDoc, arrays: Mapping[str, ArrayDoc]
 ) -> tuple[str, ...]:
     where = f"{name!r} has no {DIMENSIONS} and its accumulation group"
-    tree = group.attrs[TREE]
+    tree = group.attrs[TREE_KEY]
     names = [key for key in tree if key not in _LEAF_KEYS] if isinstance(tree, Mapping) else []
     named = {d for attrs in group.array_attrs.values() for d in attrs.get(DIMENSIONS) or ()}
     if len(names) != len(array.shape) or (named and named != set(names)):
@@ -139,11 +138,12 @@ def _is_number(value: Any) -> bool:
 # The read-only view ---------------------------------------------------------------------------
 
 
-class InferredConventionsStore(WrapperStore[Store]):
+class InferredConventionsStore(DelegatingStore):
     """A read-through wrapper presenting inferred attributes (see the module docstring)."""
 
-    sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
-    rewrites_metadata_only: ClassVar[bool] = True  # see snapshot.root_documents
+    sync_reads_pass_through: ClassVar[bool] = True
+    sync_writes_pass_through: ClassVar[bool] = True
+    rewrites_metadata_only: ClassVar[bool] = True
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)
@@ -152,14 +152,11 @@ class InferredConventionsStore(WrapperStore[Store]):
         # an open datacube reads it for every query, and the same bytes present the same.
         self._consolidated: tuple[bytes, bytes, Inferred | None] | None = None
 
-    def _with_store(self, store: Store) -> InferredConventionsStore:
-        return type(self)(store)
-
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         value = await self._store.get(key, prototype, byte_range)
-        if byte_range is not None or not _is_metadata(key):
+        if byte_range is not None or not self.serves_own_bytes(key):
             return value
         content = value.to_bytes() if value is not None else None
         last = self._consolidated
@@ -175,11 +172,10 @@ class InferredConventionsStore(WrapperStore[Store]):
             return value
         return prototype.buffer.from_bytes(result)
 
-    async def getsize(self, key: str) -> int:
-        # A chunk's size is asked of the store: zarr's default would read the whole chunk.
-        if _is_metadata(key):
-            return await super().getsize(key)
-        return await self._store.getsize(key)
+    def serves_own_bytes(self, key: str) -> bool:
+        """The documents inferred attributes are presented in: consolidated metadata and
+        the attributes of arrays."""
+        return key == ".zmetadata" or key.endswith("/.zattrs")
 
     def get_sync(
         self,
@@ -188,10 +184,8 @@ class InferredConventionsStore(WrapperStore[Store]):
         prototype: BufferPrototype | None = None,
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
-        if byte_range is not None or not _is_metadata(key):  # chunks: zarr's sync fast path
-            return self._store.get_sync(  # type: ignore[attr-defined]
-                key, prototype=prototype, byte_range=byte_range
-            )
+        if byte_range is not None or not self.serves_own_bytes(key):  # zarr's sync fast path
+            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
         return sync(self.get(key, prototype or default_buffer_prototype(), byte_range))
 
     async def _present(self, key: str, document: dict | None) -> dict | None:
@@ -247,10 +241,6 @@ class InferredConventionsStore(WrapperStore[Store]):
     async def _read(self, key: str) -> dict | None:
         value = await self._store.get(key, default_buffer_prototype())
         return parse_metadata(key, value.to_bytes()) if value is not None else None
-
-
-def _is_metadata(key: str) -> bool:
-    return key == ".zmetadata" or key.endswith("/.zattrs")
 
 
 def _attrs_key(zarray_key: str) -> str:

@@ -24,7 +24,7 @@ never shadows another of the same name, because netCDF4-python finds dimensions 
 nearest group first, and would otherwise compute wrong shapes.
 
 The plan is a pure function of the consolidated snapshot (``nczarr_attributes``);
-``write_nczarr_metadata`` runs after every consolidation (``storage.consolidate``) and writes
+``write_nczarr_metadata`` runs after every consolidation (``stores.arrays.consolidate``) and writes
 only the documents that change. netcdf-c 4.10 reads Zarr v3 not at all, so v3 stores carry
 none of it. In ``mode=zarr``
 netcdf-c ignores all of this and reads ``_ARRAY_DIMENSIONS`` only, one length per name and

@@ -32,14 +32,8 @@ from zarr.core.metadata import ArrayV2Metadata, ArrayV3Metadata
 from zarr.storage import FsspecStore
 
 from accumulus.errors import AccumulusError
-from accumulus.stores.opening import (
-    StoreNotFoundError,
-    file_options,
-    is_metadata_key,
-    is_parquet_references,
-    open_parquet_references,
-    reason,
-)
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.locations import StoreNotFoundError, file_options, reason
 from accumulus.stores.reference_targets import ReferenceRefused, ReferenceTargets, Target
 from accumulus.stores.safe_reads import NotRegularFile, read_file_range, regular_file_size
 
@@ -74,6 +68,35 @@ def open_reference_file(
     except Exception as exc:
         raise AccumulusError(f"cannot read {url}: {reason(exc)}") from None
     return open_reference_store(document, url, storage_options, allow_references)
+
+
+def is_parquet_references(url: str) -> bool:
+    """True for a Parquet reference set: a directory named ``*.parq`` or ``*.parquet``, the
+    names fsspec's reference filesystem reads as one."""
+    return url.rstrip("/").endswith((".parq", ".parquet"))
+
+
+# fsspec's reference filesystem reads Parquet reference sets with this engine; so does
+# accumulus, so that what it checks is what xarray users get.
+PARQUET_ENGINE = "fastparquet"
+
+
+def open_parquet_references(url: str, storage_options: dict[str, Any] | None) -> Any | None:
+    """The lazy reference mapping (fsspec's ``LazyReferenceMapper``) of the Parquet
+    reference set at ``url``, or None when there is none."""
+    try:
+        fs, root = fsspec.url_to_fs(url, **file_options(url, storage_options))
+        if not fs.exists(f"{root.rstrip('/')}/.zmetadata"):
+            return None
+        mapper = LazyReferenceMapper(root.rstrip("/"), fs=fs, engine=PARQUET_ENGINE)
+        mapper.setup()
+    except ValueError as exc:
+        raise AccumulusError(f"{url}: not a Parquet reference set ({reason(exc)})") from None
+    except Exception as exc:
+        raise AccumulusError(f"cannot read {url}: {reason(exc)}") from None
+    if not isinstance(mapper.zmetadata, dict):
+        raise AccumulusError(f"{url}: not a Parquet reference set (no metadata in .zmetadata)")
+    return mapper
 
 
 def open_reference_store(

@@ -1,7 +1,7 @@
 """A read-through store wrapper that rewrites metadata documents as they are read.
 
 Used to read stores whose metadata other tools wrote in a form zarr-python reads wrongly
-(netcdf-c's shuffle, ``filters.nczarr``) or not at all (the ZEP 3 draft grid, ``zep3``).
+(netcdf-c's shuffle, ``nczarr_compat``) or not at all (the ZEP 3 draft grid, ``zep3``).
 The bytes in the store are never changed; chunk reads pass through untouched.
 """
 
@@ -12,12 +12,10 @@ from typing import Any, ClassVar
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
-from zarr.storage import WrapperStore
 
 from accumulus.errors import AccumulusError
-
-# Every Zarr v2/v3 metadata document: each is checked to be JSON as it is read.
-METADATA_DOCUMENTS = frozenset({".zarray", ".zgroup", ".zattrs", ".zmetadata", "zarr.json"})
+from accumulus.stores.base import DelegatingStore
+from accumulus.stores.keys import is_metadata_key
 
 
 def parse_metadata(key: str, content: bytes) -> Any:
@@ -29,14 +27,15 @@ def parse_metadata(key: str, content: bytes) -> Any:
         raise AccumulusError(f"metadata document {key} is not valid JSON ({reason})") from None
 
 
-class MetadataRewritingStore(WrapperStore[Store]):
-    """Serves the metadata documents named in ``documents`` through ``rewrite``. A document
-    read again with the same bytes (an open datacube reads the root documents for every
-    query) is served as it was, without parsing it again."""
+class MetadataRewritingStore(DelegatingStore):
+    """Serves the metadata documents named in ``documents`` through ``rewrite``, each
+    metadata document checked to be JSON as it is read. A document read again with the
+    same bytes (an open datacube reads the root documents for every query) is served as it
+    was, without parsing it again."""
 
-    sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
-    sync_writes_pass_through: ClassVar[bool] = True  # see storage.writes_synchronously
-    rewrites_metadata_only: ClassVar[bool] = True  # see snapshot.root_documents
+    sync_reads_pass_through: ClassVar[bool] = True
+    sync_writes_pass_through: ClassVar[bool] = True
+    rewrites_metadata_only: ClassVar[bool] = True
 
     documents: ClassVar[frozenset[str]] = frozenset()
 
@@ -49,21 +48,14 @@ class MetadataRewritingStore(WrapperStore[Store]):
         """The document as zarr should see it (``document`` itself when nothing changes)."""
         raise NotImplementedError
 
-    def _with_store(self, store: Store) -> MetadataRewritingStore:
-        return type(self)(store)
-
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         value = await self._store.get(key, prototype, byte_range)
         return self._rewritten(key, value, prototype, byte_range)
 
-    async def getsize(self, key: str) -> int:
-        # A chunk's size is its stored size, asked of the store: zarr's default would read
-        # the whole chunk (``nbytes_stored`` of a large array read all of it).
-        if key.rsplit("/", 1)[-1] in METADATA_DOCUMENTS:
-            return await super().getsize(key)
-        return await self._store.getsize(key)
+    def serves_own_bytes(self, key: str) -> bool:
+        return is_metadata_key(key)
 
     def get_sync(
         self,
@@ -72,9 +64,7 @@ class MetadataRewritingStore(WrapperStore[Store]):
         prototype: BufferPrototype | None = None,
         byte_range: ByteRequest | None = None,
     ) -> Buffer | None:
-        value = self._store.get_sync(  # type: ignore[attr-defined]
-            key, prototype=prototype, byte_range=byte_range
-        )
+        value = super().get_sync(key, prototype=prototype, byte_range=byte_range)
         return self._rewritten(key, value, prototype or default_buffer_prototype(), byte_range)
 
     def _rewritten(
@@ -84,14 +74,14 @@ class MetadataRewritingStore(WrapperStore[Store]):
         prototype: BufferPrototype,
         byte_range: ByteRequest | None,
     ) -> Buffer | None:
-        name = key.rsplit("/", 1)[-1]
-        if value is None or byte_range is not None or name not in METADATA_DOCUMENTS:
+        if value is None or byte_range is not None or not is_metadata_key(key):
             return value
         content = value.to_bytes()
         served = self._served.get(key)
         if served is not None and served[0] == content:
             return value if served[1] is served[0] else prototype.buffer.from_bytes(served[1])
         document = parse_metadata(key, content)
+        name = key.rsplit("/", 1)[-1]
         fixed = document if name not in self.documents else self.rewrite(key, document)
         result = content if fixed == document else json.dumps(fixed).encode()
         if len(self._served) >= 64:

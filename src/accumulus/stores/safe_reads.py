@@ -2,7 +2,7 @@
 regular files on a local disk (a FIFO would block a reader forever, a directory or a
 symlink loop gives OS errors naming server paths), and errors naming the key within the
 store. Used for every metadata snapshot (``snapshot``) and, in the service, every chunk
-(``service.guard``); and for every local file a reference set names (``reference_sets``).
+(``guarded``); and for every local file a reference set names (``reference_sets``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from pathlib import Path
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import LocalStore, WrapperStore
+from zarr.storage import LocalStore
 
 from accumulus.errors import AccumulusError
+from accumulus.stores.base import innermost
 
 
 class StoreReadError(AccumulusError):
@@ -96,9 +97,7 @@ def read_regular_file(root: str, key: str) -> bytes | None:
 
 def local_root(store: Store) -> Path | None:
     """The directory of a local store under any wrappers, else None."""
-    inner = store
-    while isinstance(inner, WrapperStore):
-        inner = inner._store
+    inner = innermost(store)
     return Path(inner.root) if isinstance(inner, LocalStore) else None
 
 

@@ -31,16 +31,12 @@ import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
-from zarr.storage import WrapperStore
 
 from accumulus.scope import accumulus_scope
-from accumulus.stores.opening import (
-    LeanLocalStore,
-    below_wrappers,
-    dimension_names,
-    is_metadata_key,
-    reads_synchronously,
-)
+from accumulus.stores.arrays import dimension_names
+from accumulus.stores.base import DelegatingStore, below_wrappers, reads_synchronously
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.local import LeanLocalStore
 from accumulus.stores.rewriting import parse_metadata
 from accumulus.stores.safe_reads import check_regular_file, local_root, read_with_limits
 
@@ -176,7 +172,7 @@ def _is_consolidated(root: Mapping[str, bytes]) -> bool:
     return False
 
 
-class SnapshotStore(WrapperStore[Store]):
+class SnapshotStore(DelegatingStore):
     """Reads chunks from the wrapped store and metadata documents from a snapshot.
 
     A document absent from a complete snapshot does not exist for its readers, and listings
@@ -184,14 +180,15 @@ class SnapshotStore(WrapperStore[Store]):
     arrays or shapes.
     """
 
-    sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
+    sync_reads_pass_through: ClassVar[bool] = True
+    sync_writes_pass_through: ClassVar[bool] = True
 
     def __init__(self, store: Store, snapshot: MetadataSnapshot) -> None:
         super().__init__(store)
         self.snapshot = snapshot
 
-    def _with_store(self, store: Store) -> SnapshotStore:
-        return type(self)(store, self.snapshot)
+    def serves_own_bytes(self, key: str) -> bool:
+        return self.snapshot.pinned(key) or key in self.snapshot.chunks
 
     def _document(self, key: str, prototype: BufferPrototype) -> Buffer | None:
         content = self.snapshot.documents.get(key)
@@ -219,9 +216,7 @@ class SnapshotStore(WrapperStore[Store]):
         if byte_range is None and key in self.snapshot.chunks:
             prototype = prototype or default_buffer_prototype()
             return prototype.buffer.from_bytes(self.snapshot.chunks[key])
-        return self._store.get_sync(  # type: ignore[attr-defined]
-            key, prototype=prototype, byte_range=byte_range
-        )
+        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
 
     async def exists(self, key: str) -> bool:
         if self.snapshot.pinned(key):
@@ -247,7 +242,7 @@ def root_documents(*stores: Store) -> list[dict[str, bytes]]:
     """The root documents of each store as stored, to tell whether a snapshot read from
     them is still current: read below the wrappers that only rewrite what they serve
     (``rewrites_metadata_only``), in the calling thread where the store allows it
-    (``storage.reads_synchronously``: no hand-over to zarr's event loop), else all in one
+    (``stores.base.reads_synchronously``: no hand-over to zarr's event loop), else all in one
     batch. Documents are not parsed; errors propagate."""
     bases = _bases(stores)
     if all(reads_synchronously(base) for base in bases):

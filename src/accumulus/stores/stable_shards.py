@@ -37,11 +37,10 @@ from zarr.codecs.sharding import MAX_UINT_64, _ShardIndex
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.metadata import ArrayV3Metadata
-from zarr.storage import WrapperStore
 
 from accumulus.grid import sharding_of
-from accumulus.stores.keys import PREFIX
-from accumulus.stores.opening import is_metadata_key
+from accumulus.stores.base import DelegatingStore
+from accumulus.stores.keys import PREFIX, is_metadata_key
 
 _GROUP = "group"  # a node that holds others
 # Shards kept as stored, for the layout of their next rewrite without reading them again.
@@ -60,25 +59,21 @@ class _Sharded:
 _Node = _Sharded | str | None  # a sharded array, another node (_GROUP, "array"), nothing
 
 
-class StableShardStore(WrapperStore[Store]):
+class StableShardStore(DelegatingStore):
     """``store``, whose shards are rewritten by ``stable_layout`` when they replace one that
     readers may hold the index of. Reads pass through; the shards last read whole or written
     are kept (up to ``HELD_BYTES``): zarr reads a partial shard whole before rewriting it,
     and a shard written partial at one commit is rewritten at the next, so that the layout
-    of the rewrite needs no second read."""
+    of the rewrite needs no second read. Its writes go through ``set``, where shards are
+    laid out (its ``set_sync`` does not pass through)."""
 
-    sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
+    sync_reads_pass_through: ClassVar[bool] = True
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)
         self._nodes: dict[str, _Node] = {}  # by path ("" the root), from its zarr.json
         self._held: OrderedDict[str, Buffer] = OrderedDict()  # shards as stored, by key
         self._guard = threading.Lock()
-
-    @property
-    def _supports_sync_io(self) -> bool:
-        # Writes go through ``set`` (zarr's asynchronous path), where shards are laid out.
-        return False
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
@@ -177,7 +172,8 @@ class StableShardStore(WrapperStore[Store]):
     def _forget(self, prefix: str) -> None:
         """Drop what is known of ``prefix`` and the keys under it."""
         with self._guard:
-            self._nodes = {p: n for p, n in self._nodes.items() if not _under(p, prefix)}
+            for path in [p for p in self._nodes if _under(p, prefix)]:
+                del self._nodes[path]
             for key in [k for k in self._held if _under(k, prefix)]:
                 del self._held[key]
 
