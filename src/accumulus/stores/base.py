@@ -61,6 +61,9 @@ class DelegatingStore(WrapperStore[Store]):
         view._store = store
         return view
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._store!r})"
+
     @property
     def _supports_sync_io(self) -> bool:
         passes = self.sync_reads_pass_through and self.sync_writes_pass_through
