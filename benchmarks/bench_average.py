@@ -41,7 +41,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 import accumulus
-from accumulus.accumulation.execute import chunk_work
+from accumulus.accumulation.query.execute import chunk_work
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
 from accumulus.stores.base import reads_synchronously

@@ -25,8 +25,8 @@ import pandas as pd
 import xarray as xr
 
 import accumulus
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.request import Query
 from accumulus.cube import Cube
 
 VAR = "precip"

@@ -48,8 +48,8 @@ import pandas as pd
 import xarray as xr
 
 import accumulus
-from accumulus.accumulation.query import _plans, usable_layouts
-from accumulus.accumulation.request import Query
+from accumulus.accumulation.query.answer import _plans, usable_layouts
+from accumulus.accumulation.query.request import Query
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.opening import open_store

@@ -57,7 +57,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 import accumulus
-from accumulus.accumulation.execute import chunk_work
+from accumulus.accumulation.query.execute import chunk_work
 from accumulus.grid import sharding_of
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key

@@ -26,20 +26,22 @@ import zarr
 from zarr.abc.store import Store
 
 from accumulus import coordinates
-from accumulus.accumulation import spec
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.groups import AccumulationGroups
-from accumulus.accumulation.positions import parse_at
-from accumulus.accumulation.query import QueryResult as QueryResult  # re-exported
-from accumulus.accumulation.request import STATS as STATS  # re-exported
-from accumulus.accumulation.request import Bound, split_list
-from accumulus.accumulation.request import Query as Query  # re-exported
-from accumulus.accumulation.request import ResolvedQuery as ResolvedQuery  # re-exported
-from accumulus.accumulation.request import malformed_range as malformed_range  # re-exported
-from accumulus.accumulation.request import split_range as split_range  # re-exported
-from accumulus.accumulation.sidecar import Sidecar, sidecar_settings
-from accumulus.accumulation.sidecar import StaleSidecarError as StaleSidecarError  # re-exported
-from accumulus.accumulation.weights import resolve_weights
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.groups import AccumulationGroups
+from accumulus.accumulation.model.positions import parse_at
+from accumulus.accumulation.model.sidecar import Sidecar, sidecar_settings
+from accumulus.accumulation.model.sidecar import (
+    StaleSidecarError as StaleSidecarError,  # re-exported
+)
+from accumulus.accumulation.model.weights import resolve_weights
+from accumulus.accumulation.query.answer import QueryResult as QueryResult  # re-exported
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.request import STATS as STATS  # re-exported
+from accumulus.accumulation.query.request import Bound, split_list
+from accumulus.accumulation.query.request import Query as Query  # re-exported
+from accumulus.accumulation.query.request import ResolvedQuery as ResolvedQuery  # re-exported
+from accumulus.accumulation.query.request import malformed_range as malformed_range  # re-exported
+from accumulus.accumulation.query.request import split_range as split_range  # re-exported
 from accumulus.cube import Cube
 from accumulus.datacube import CubeSnapshot as CubeSnapshot  # re-exported
 from accumulus.datacube import Datacube
@@ -54,8 +56,8 @@ from accumulus.stores.opening import open_store, store_label
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
     # imports its module when called, so that a query (``average --json``) loads none.
-    from accumulus.accumulation.build import BuildResult
-    from accumulus.accumulation.verify import VerifyReport
+    from accumulus.accumulation.build.accumulate import BuildResult
+    from accumulus.accumulation.build.verify import VerifyReport
     from accumulus.compute import Progress
     from accumulus.ingest.compare import SourceComparison
 
@@ -179,7 +181,7 @@ def accumulate(
     ``store`` and a fingerprint of what was summed; running again extends it after the
     source grew and rebuilds it when the source changed.
     """
-    from accumulus.accumulation.build import build_accumulations, check_request
+    from accumulus.accumulation.build.accumulate import build_accumulations, check_request
 
     if into is not None and not isinstance(store, str | os.PathLike):
         raise AccumulusError("into= needs the source as a path or URL, which it records")
@@ -366,7 +368,7 @@ def verify(
 
 
 def _verify_one(cube: Cube, variable: str, groups: AccumulationGroups | None) -> VerifyReport:
-    from accumulus.accumulation.verify import VerifyReport, verify_variable
+    from accumulus.accumulation.build.verify import VerifyReport, verify_variable
 
     if groups is None or groups.sidecar is None:
         return verify_variable(cube, variable)

@@ -29,12 +29,12 @@ from typing import Any
 import xarray as xr
 from zarr.abc.store import Store
 
-from accumulus.accumulation import spec
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.groups import AccumulationGroups
-from accumulus.accumulation.query import QueryResult, run_query
-from accumulus.accumulation.request import Bound, Query, ResolvedQuery, resolve, split_list
-from accumulus.accumulation.sidecar import Sidecar, sidecar_of
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.groups import AccumulationGroups
+from accumulus.accumulation.model.sidecar import Sidecar, sidecar_of
+from accumulus.accumulation.query.answer import QueryResult, run_query
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.request import Bound, Query, ResolvedQuery, resolve, split_list
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.hierarchy import find_cube_group

@@ -9,8 +9,8 @@ from zarr.abc.store import Store
 from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.sync import sync
 
-from accumulus.accumulation import spec
-from accumulus.accumulation.groups import AccumulationGroups
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.groups import AccumulationGroups
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds, sharding_of
 from accumulus.stores.arrays import bytes_stored, dimension_names

@@ -38,9 +38,9 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 from accumulus import compute
-from accumulus.accumulation import spec
-from accumulus.accumulation.chunk_check import read_problem_text
-from accumulus.accumulation.groups import read_group
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.chunk_check import read_problem_text
+from accumulus.accumulation.model.groups import read_group
 from accumulus.api import accumulate
 from accumulus.chunk_reader import ChunkReadError
 from accumulus.cube import Cube, StoredValues

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.request import Query
 from accumulus.cube import Cube
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
 

@@ -13,7 +13,7 @@ import zarr
 
 import accumulus
 from accumulus import AccumulusError
-from accumulus.accumulation import build
+from accumulus.accumulation.build import accumulate
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 30, "lat": 8, "lon": 10}
@@ -139,7 +139,7 @@ def test_interrupted_build_is_ignored_then_completed(cube, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(build.compute, "run", interrupted)
+    monkeypatch.setattr(accumulate.compute, "run", interrupted)
     with pytest.raises(KeyboardInterrupt):
         accumulus.accumulate(str(path), VAR)
     monkeypatch.undo()

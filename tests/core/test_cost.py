@@ -13,9 +13,9 @@ import pytest
 import shapely
 
 import accumulus
-from accumulus.accumulation.cost import REQUEST_BYTES, PlanCost, raw_cost
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.cost import REQUEST_BYTES, PlanCost, raw_cost
+from accumulus.accumulation.query.request import Query
 from accumulus.cube import Cube
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 

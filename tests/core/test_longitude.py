@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from accumulus.accumulation.longitude import (
+from accumulus.accumulation.query.longitude import (
     is_circular,
     labels,
     longitude_range,
     period,
     pieces,
 )
-from accumulus.accumulation.request import index_range
+from accumulus.accumulation.query.request import index_range
 from accumulus.errors import AccumulusError
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus.accumulation.groups import accumulation_array, read_group
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
+from accumulus.accumulation.model.groups import accumulation_array, read_group
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.request import Query
 from accumulus.cube import Cube
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 

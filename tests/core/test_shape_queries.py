@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
-from accumulus.accumulation import statistics
-from accumulus.accumulation.cost import chunks_cost
-from accumulus.accumulation.execute import chunk_work
-from accumulus.accumulation.groups import AccumulationGroups
-from accumulus.accumulation.query import read_answer, usable_layouts
-from accumulus.accumulation.request import Query, resolve
-from accumulus.accumulation.shapes import shape_plans
+from accumulus.accumulation.model import statistics
+from accumulus.accumulation.model.groups import AccumulationGroups
+from accumulus.accumulation.query.answer import read_answer, usable_layouts
+from accumulus.accumulation.query.cost import chunks_cost
+from accumulus.accumulation.query.execute import chunk_work
+from accumulus.accumulation.query.request import Query, resolve
+from accumulus.accumulation.query.shapes import shape_plans
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.regions import as_shape, named_region

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from zarr.codecs import ShardingCodec
 
 import accumulus
-from accumulus.accumulation import spec
-from accumulus.accumulation.groups import AccumulationGroups, read_group
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.groups import AccumulationGroups, read_group
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.request import Query
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from core.test_cli import run

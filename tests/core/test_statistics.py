@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus.accumulation import spec, statistics
+from accumulus.accumulation.model import spec, statistics
 from cubes import VAR, area_weights, labels, synthetic_dataset, write_cube
 
 

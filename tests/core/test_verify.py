@@ -12,9 +12,9 @@ import pytest
 import zarr
 
 import accumulus
-from accumulus.accumulation import stream, verify
-from accumulus.accumulation.groups import read_group
-from accumulus.accumulation.spec import SUM
+from accumulus.accumulation.build import stream, verify
+from accumulus.accumulation.model.groups import read_group
+from accumulus.accumulation.model.spec import SUM
 from accumulus.cube import Cube
 from cubes import VAR, synthetic_dataset, write_cube
 

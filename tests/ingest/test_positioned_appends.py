@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 import accumulus
-from accumulus.accumulation.groups import accumulation_array, read_group
+from accumulus.accumulation.model.groups import accumulation_array, read_group
 from accumulus.cube import Cube
 
 from .helpers import VAR, Truth, truth, write_granule

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus.accumulation.groups import read_group
+from accumulus.accumulation.model.groups import read_group
 from accumulus.cube import Cube
 from accumulus.stores import keys
 from accumulus.stores.counting import CountingStore

@@ -15,7 +15,7 @@ import xarray as xr
 import zarr
 
 import accumulus
-from accumulus.accumulation.groups import read_group
+from accumulus.accumulation.model.groups import read_group
 from accumulus.cube import Cube
 from accumulus.grid import array_bounds, declared_chunk_sizes, last_chunk_is_partial
 from accumulus.ingest import writer as writer_module

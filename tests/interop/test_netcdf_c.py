@@ -16,7 +16,7 @@ import xarray as xr
 import zarr
 
 import accumulus
-from accumulus.accumulation import spec
+from accumulus.accumulation.model import spec
 from accumulus.demo import DemoConfig, write_demo_cube
 from accumulus.ingest.append import append
 from accumulus.ingest.convert import convert

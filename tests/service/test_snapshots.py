@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from service_cubes import CHUNKS, append_days, area_mean, dataset, write_cube
 
 from accumulus import api
-from accumulus.accumulation.groups import read_group
+from accumulus.accumulation.model.groups import read_group
 from accumulus.cube import Cube
 from accumulus.datacube import CubeSnapshot
 from accumulus.service import create_app

@@ -14,7 +14,7 @@ import zarr
 from zarr.storage import LocalStore
 
 import accumulus
-from accumulus.accumulation.groups import read_group
+from accumulus.accumulation.model.groups import read_group
 from accumulus.cube import Cube
 from accumulus.grid import AppendChunks, append_chunk_sizes, declared_chunk_sizes, with_chunk_sizes
 from accumulus.stores.arrays import array_with, consolidate, store_metadata

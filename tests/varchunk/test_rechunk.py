@@ -12,7 +12,7 @@ import xarray as xr
 import zarr
 
 import accumulus
-from accumulus.accumulation.groups import read_group
+from accumulus.accumulation.model.groups import read_group
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.stores.locations import StoreNotFoundError

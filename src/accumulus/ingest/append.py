@@ -44,8 +44,8 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore
 
-from accumulus.accumulation.build import build_accumulations
-from accumulus.accumulation.groups import read_group
+from accumulus.accumulation.build.accumulate import build_accumulations
+from accumulus.accumulation.model.groups import read_group
 from accumulus.compute import Progress
 from accumulus.cube import Cube
 from accumulus.destinations import check_store

@@ -383,7 +383,7 @@ def _netcdf_layout(file: Any) -> Layout:
 
 
 def _zarr_layout(store: Store, where: str) -> Layout:
-    from accumulus.accumulation.spec import GROUP_SUFFIX
+    from accumulus.accumulation.model.spec import GROUP_SUFFIX
 
     try:
         with accumulus_scope():

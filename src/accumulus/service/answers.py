@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.errors import AccumulationReadError
 from accumulus.output import result_csv, result_json_bytes, result_png
 from accumulus.service.datasets import Snapshot

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accumulus.accumulation.selection import dimension_kind
+from accumulus.accumulation.query.selection import dimension_kind
 from accumulus.api import StaleSidecarError
 from accumulus.cube import Cube
 from accumulus.errors import AccumulationReadError

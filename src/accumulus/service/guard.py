@@ -17,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.errors import AccumulusError
 
 

@@ -1,4 +1,4 @@
-"""Chunks a build encodes itself (``chunk_writes.write_region``) are the bytes zarr writes:
+"""Chunks a build encodes itself (``build.encoded_chunks.write_region``) are the bytes zarr writes:
 the same region written both ways gives byte-identical stored objects, for the codecs,
 dtypes, fill values, key separators and partial edge chunks builds meet; regions that cut a
 chunk, and Zarr v3 arrays, go through zarr and keep what they do not cover."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
-from accumulus.chunk_writer import write_region
+from accumulus.accumulation.build.encoded_chunks import write_region
 from accumulus.stores.base import writes_synchronously
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.group import GroupStore
@@ -123,12 +123,12 @@ def test_chunks_one_value_wide_are_copied_in_chunk_order(
     taken from a copy of the region in chunk order; the stored bytes are still zarr's, for
     a region given as a strided view of float64 entries (as a build holds them), cast to
     the array's type, ending inside chunks or not."""
-    from accumulus import chunk_writer
+    from accumulus.accumulation.build import encoded_chunks
 
     ordered = []
-    in_chunk_order = chunk_writer._in_chunk_order
+    in_chunk_order = encoded_chunks._in_chunk_order
     monkeypatch.setattr(
-        chunk_writer,
+        encoded_chunks,
         "_in_chunk_order",
         lambda *args: ordered.append(in_chunk_order(*args)) or ordered[-1],
     )

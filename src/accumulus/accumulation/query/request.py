@@ -32,10 +32,11 @@ import pandas as pd
 import xarray as xr
 
 from accumulus import coordinates
-from accumulus.accumulation import longitude, statistics
-from accumulus.accumulation.groups import AccumulationGroups
-from accumulus.accumulation.shapes import CellMask, shape_cells
-from accumulus.accumulation.weights import no_latitude, resolve_weights
+from accumulus.accumulation.model import statistics
+from accumulus.accumulation.model.groups import AccumulationGroups
+from accumulus.accumulation.model.weights import no_latitude, resolve_weights
+from accumulus.accumulation.query import longitude
+from accumulus.accumulation.query.shapes import CellMask, shape_cells
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.numeric import check_numeric

@@ -42,10 +42,10 @@ import numpy as np
 import zarr
 
 from accumulus import compute
-from accumulus.accumulation import spec, statistics
-from accumulus.accumulation.buffers import Buffers
-from accumulus.accumulation.sums import chunk_sums, load_kernel, prefix_entries
-from accumulus.chunk_writer import write_region
+from accumulus.accumulation.build.buffers import Buffers
+from accumulus.accumulation.build.encoded_chunks import write_region
+from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model.sums import chunk_sums, load_kernel, prefix_entries
 from accumulus.cube import VariableInfo
 from accumulus.glibc import DEFAULT_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
 

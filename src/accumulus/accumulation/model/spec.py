@@ -30,7 +30,7 @@ from typing import Any
 
 import jsonschema
 
-from accumulus.accumulation.positions import (
+from accumulus.accumulation.model.positions import (
     Rule,
     entry_positions,
     rule_from_json,
@@ -393,7 +393,7 @@ def array_attributes(acc: Accumulation) -> dict[str, Any]:
 
 @cache
 def _schema(name: str) -> dict:
-    text = resources.files("accumulus.accumulation").joinpath("schemas", name).read_text()
+    text = resources.files("accumulus.accumulation.model").joinpath("schemas", name).read_text()
     return json.loads(text)
 
 

@@ -31,7 +31,7 @@ from zarr.abc.store import Store
 from zarr.core.sync import collect_aiterator
 from zarr.storage import FsspecStore
 
-from accumulus.accumulation import spec
+from accumulus.accumulation.model import spec
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds

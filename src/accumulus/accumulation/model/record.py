@@ -35,8 +35,8 @@ from typing import Any
 from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.sync import sync
 
-from accumulus.accumulation import spec
-from accumulus.accumulation.sidecar import fingerprint, source_problem
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.sidecar import fingerprint, source_problem
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulationReadError
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accumulus.accumulation.spec import (
+from accumulus.accumulation.model.spec import (
     COUNT,
     NEGINF,
     POSINF,

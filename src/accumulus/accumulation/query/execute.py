@@ -20,13 +20,13 @@ from math import prod
 
 import numpy as np
 
-from accumulus.accumulation import spec, statistics
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
-from accumulus.accumulation.chunk_check import read_problem_text
-from accumulus.accumulation.groups import AccumulationGroups
-from accumulus.accumulation.plan import QueryPlan, Read
-from accumulus.accumulation.sums import reduce_terms
-from accumulus.accumulation.weights import arranged_weights, varying_dims, weight_values
+from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model.chunk_check import read_problem_text
+from accumulus.accumulation.model.groups import AccumulationGroups
+from accumulus.accumulation.model.sums import reduce_terms
+from accumulus.accumulation.model.weights import arranged_weights, varying_dims, weight_values
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
+from accumulus.accumulation.query.plan import QueryPlan, Read
 from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulationReadError, AccumulusError

@@ -35,9 +35,9 @@ import zarr
 from numcodecs import Blosc, Fletcher32
 from zarr.codecs import Crc32cCodec
 
-from accumulus.accumulation import spec, statistics
-from accumulus.accumulation.positions import CHUNK, entry_positions, final_entries
-from accumulus.accumulation.weights import varying_dims
+from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model.positions import CHUNK, entry_positions, final_entries
+from accumulus.accumulation.model.weights import varying_dims
 from accumulus.cube import Cube, VariableInfo
 
 MAP_CHUNK = 4 * 2**20  # bytes of float64 entries per chunk of a map-like array, at most

@@ -17,8 +17,8 @@ from math import prod
 
 import numpy as np
 
-from accumulus.accumulation import statistics
-from accumulus.accumulation.spec import COUNT
+from accumulus.accumulation.model import statistics
+from accumulus.accumulation.model.spec import COUNT
 
 
 def chunk_sums(
@@ -84,7 +84,7 @@ def _block_sums(
     """Each sum of ``x`` per segment along the axes of each reduction, in one compiled pass
     over the block (numba): ``(len(terms), *x.shape with the segment count on the axes)``
     per reduction."""
-    from accumulus.accumulation.kernel import block_sums  # numba: imported when first used
+    from accumulus.accumulation.build.kernel import block_sums  # numba: imported when first used
 
     if x.dtype not in (np.float32, np.float64) or not x.dtype.isnative:
         x = x.astype("f8")
@@ -246,7 +246,7 @@ def prefix_entries(
         # long: walked once, row by row (slice by slice, every slice would be strided:
         # twice the time), by the compiled loop when the rows are contiguous.
         if prefix.flags.c_contiguous:
-            from accumulus.accumulation.kernel import prefix_rows  # numba: loaded by builds
+            from accumulus.accumulation.build.kernel import prefix_rows  # numba: loaded by builds
 
             prefix_rows(prefix.reshape(-1, prefix.shape[axis]))
         else:

@@ -21,10 +21,10 @@ from typing import Any
 import zarr
 from zarr.abc.store import Store
 
-from accumulus.accumulation import spec
-from accumulus.accumulation.record import RECORD_KEY, BuildRecordError, attributes_problem
-from accumulus.accumulation.sidecar import Sidecar, StaleSidecarError
-from accumulus.accumulation.weights import latitude_of
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.record import RECORD_KEY, BuildRecordError, attributes_problem
+from accumulus.accumulation.model.sidecar import Sidecar, StaleSidecarError
+from accumulus.accumulation.model.weights import latitude_of
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.filters.accumulation_delta import with_chunk_shape

@@ -89,7 +89,7 @@ def _in_chunk_order(
         return None
     if not all(d.kind in "fiu" and d.isnative for d in (values.dtype, dtype)):
         return None
-    from accumulus.accumulation.kernel import chunk_order  # numba: loaded by builds
+    from accumulus.accumulation.build.kernel import chunk_order  # numba: loaded by builds
 
     shape = (*grid, chunks[0], chunks[1])
     nbytes = prod(shape) * dtype.itemsize

@@ -20,10 +20,11 @@ import pandas as pd
 import xarray as xr
 from xarray.indexes import PandasIndex
 
-from accumulus.accumulation import spec, statistics
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.cost import PlanCost, chunks_cost, raw_cost
-from accumulus.accumulation.execute import (
+from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model.groups import AccumulationGroups, stride_unit_problem
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.cost import PlanCost, chunks_cost, raw_cost
+from accumulus.accumulation.query.execute import (
     ExecutedPlan,
     InfiniteEntriesError,
     Work,
@@ -32,11 +33,10 @@ from accumulus.accumulation.execute import (
     noise_floor,
     weights_vary_along,
 )
-from accumulus.accumulation.groups import AccumulationGroups, stride_unit_problem
-from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
-from accumulus.accumulation.request import Query, ResolvedQuery, answer_index, resolve
-from accumulus.accumulation.selection import Extent, selection
-from accumulus.accumulation.shapes import kept_cells, shape_plans
+from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, plan_query
+from accumulus.accumulation.query.request import Query, ResolvedQuery, answer_index, resolve
+from accumulus.accumulation.query.selection import Extent, selection
+from accumulus.accumulation.query.shapes import kept_cells, shape_plans
 from accumulus.cube import Cube, VariableInfo
 
 

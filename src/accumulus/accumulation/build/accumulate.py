@@ -31,17 +31,18 @@ from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.sync import sync
 
 from accumulus import compute
-from accumulus.accumulation import placement, spec, statistics, stream
-from accumulus.accumulation.chunk_check import checksummed_codecs, read_problem_text
-from accumulus.accumulation.groups import read_group, stride_unit
-from accumulus.accumulation.record import (
+from accumulus.accumulation.build import placement, stream
+from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model.chunk_check import checksummed_codecs, read_problem_text
+from accumulus.accumulation.model.groups import read_group, stride_unit
+from accumulus.accumulation.model.record import (
     RECORD_KEY,
     build_record,
     missing_objects,
     recorded_missing,
 )
-from accumulus.accumulation.sidecar import SOURCE_KEY, Sidecar, StaleSidecarError, fingerprint
-from accumulus.accumulation.weights import weight_values
+from accumulus.accumulation.model.sidecar import SOURCE_KEY, Sidecar, StaleSidecarError, fingerprint
+from accumulus.accumulation.model.weights import weight_values
 from accumulus.chunk_reader import ChunkReadError
 from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from accumulus import coordinates
-from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, Read, plan_query
+from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, Read, plan_query
 from accumulus.errors import ParameterError
 
 # regionmask's nudge, so that centres on a boundary go the same way.

@@ -25,11 +25,12 @@ import numpy as np
 import zarr
 
 from accumulus import compute
-from accumulus.accumulation import spec, statistics, stream
-from accumulus.accumulation.chunk_check import chunk_problem_text, failing_chunks
-from accumulus.accumulation.groups import accumulation_array, read_group, stride_unit_problem
-from accumulus.accumulation.record import RECORD_KEY, objects_problem
-from accumulus.accumulation.weights import weight_values
+from accumulus.accumulation.build import stream
+from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model.chunk_check import chunk_problem_text, failing_chunks
+from accumulus.accumulation.model.groups import accumulation_array, read_group, stride_unit_problem
+from accumulus.accumulation.model.record import RECORD_KEY, objects_problem
+from accumulus.accumulation.model.weights import weight_values
 from accumulus.cube import Cube, VariableInfo
 
 RTOL = 1e-9
