@@ -3,7 +3,7 @@
 ``Cube.open`` reads the store's metadata once (consolidated when present) and keeps it: the
 zarr group, the xarray view of it (raw attributes for CF decoding, decoded coordinates for
 label lookups). Every later read uses that snapshot, so shapes, coordinates and (read by
-``accumulation.groups``) accumulations agree with each other even while a writer appends.
+``accumulation.model.groups``) accumulations agree with each other even while a writer appends.
 It knows nothing of accumulations: it is the Zarr and xarray view of a store, nothing more.
 """
 

@@ -13,7 +13,7 @@ Writers rewrite the root document without consolidated metadata while they work 
 consolidate when they are done; until then the last consolidated snapshot stays in use.
 
 A datacube may read its accumulation groups from a sidecar store beside the data (see
-``accumulation.sidecar``): given as ``accumulations``, or opened in place of the cube, in
+``accumulation.model.sidecar``): given as ``accumulations``, or opened in place of the cube, in
 which case the source it names is opened. Its snapshot is then both stores' snapshots.
 """
 

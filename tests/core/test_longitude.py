@@ -1,4 +1,4 @@
-"""Longitude boxes modulo 360 (``accumulation.longitude``), against a selection on the grid
+"""Longitude boxes modulo 360 (``accumulation.query.longitude``), against a selection on the grid
 repeated five times (labels + 360 k, |k| <= 2), which needs no modular arithmetic."""
 
 from __future__ import annotations

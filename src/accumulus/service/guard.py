@@ -28,7 +28,7 @@ class ServiceLimits:
     ``computations``: answers computed at once (the rest wait up to ``queue_seconds``, then
     get 503 with ``Retry-After``); ``request_seconds``: the longest a computation may run
     (then 504); ``read_seconds``: the longest one chunk read may take; ``memory_bytes``: what
-    one computation's raw reads may hold (see ``accumulation.budget``).
+    one computation's raw reads may hold (see ``accumulation.query.budget``).
     """
 
     computations: int = 2

@@ -1,7 +1,7 @@
 """Building a variable's ZEP 5 accumulation group with Dask, chunk by chunk.
 
 Each raw chunk is read once and reduced, in one task, to its sums over every accumulated
-combination (``sums.chunk_sums``); which sums are stored is the statistics table's
+combination (``chunk_sums.chunk_sums``); which sums are stored is the statistics table's
 (``statistics.stored_sums``). Per combination, those per-chunk sums are prefix-summed
 along the accumulated axes, thinned to every ``stride``-th chunk and written
 (``stream.fill``). Peak memory is a few raw blocks plus one slab's (much smaller) sums,

@@ -1,4 +1,4 @@
-"""The compiled loop behind ``sums.chunk_sums``: every sum of a block, for several
+"""The compiled loop behind ``chunk_sums.chunk_sums``: every sum of a block, for several
 reductions at once, per chunk segment, in one pass over the block.
 
 The block is viewed as rows: ``(R, Q)``, the last axis ``Q`` and every other axis flattened
@@ -8,14 +8,14 @@ buffers, then added into every reduction's output row (tallies of +inf and -inf,
 of x, in a third when asked for). Where a reduction keeps the last axis the adds run
 along contiguous memory (which LLVM vectorizes); where it sums the last axis they are
 per-segment totals. Which output row an input row adds to, per reduction, is a table made
-with NumPy (``sums._row_table``), so the loop knows nothing of the block's other axes.
+with NumPy (``chunk_sums._row_table``), so the loop knows nothing of the block's other axes.
 Where nothing is summed (entries at every element) each output row is one input row's,
 zeroed by the loop just before it is added to.
 Nothing the size of the block is allocated. Compiled by numba, cached on disk.
 
 Beside it, the build's other compiled loops: long prefix sums (``prefix_rows``), and the
 copy of a region of entries into chunk order for its writes (``chunk_order``, used by
-``chunk_writer``).
+``encoded_chunks``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ raw chunks (``VariableInfo.grouped_blocks``) and sums it, for every accumulation
 per *segment*: along each dimension an accumulation prefix-sums, the block is cut where its
 entries end (chunk ends every ``stride`` chunks for ZEP 5; every element, month ends or
 labels for ``--at`` rules, ``positions``), so every raw chunk is read and decoded once
-(``sums.chunk_sums``: one compiled pass per axis, no copy of the block per sum). The
+(``chunk_sums.chunk_sums``: one compiled pass per axis, no copy of the block per sum). The
 per-segment sums (much smaller than the data, except at every element) come back to this
 process, where they are prefix-summed, the sums ending where entries end are kept, and
 written, while the next slab is being read. Entries along the batch dimension continue from
@@ -43,9 +43,9 @@ import zarr
 
 from accumulus import compute
 from accumulus.accumulation.build.buffers import Buffers
+from accumulus.accumulation.build.chunk_sums import chunk_sums, load_kernel, prefix_entries
 from accumulus.accumulation.build.encoded_chunks import write_region
 from accumulus.accumulation.model import spec, statistics
-from accumulus.accumulation.model.sums import chunk_sums, load_kernel, prefix_entries
 from accumulus.cube import VariableInfo
 from accumulus.glibc import DEFAULT_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
 

@@ -177,7 +177,7 @@ def final_entries(rule: Rule, positions: Sequence[int], size: int, appended: boo
     appended along this dimension (``appended``) and the last one ends at the data's end
     where the rule does not fix it: the next append moves it (a month still open, a step
     not yet complete, a label past the data). ``chunk`` entries are judged by the raw
-    chunks instead (``build.final_coverage``): all are counted here."""
+    chunks instead (``build.accumulate.final_coverage``): all are counted here."""
     n = len(positions)
     if not appended or not n or rule == CHUNK or positions[-1] < size:
         return n

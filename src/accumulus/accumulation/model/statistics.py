@@ -4,7 +4,7 @@ In the style of flox's ``Aggregation`` table. Every sum is Σ w^a·x^b over the 
 (x a decoded value, w its weight; a missing value adds nothing), so every sum is additive:
 the sums of disjoint blocks combine by addition. That is what lets prefix sums at chunk
 boundaries (ZEP 5) answer any range, and it is the only way sums ever combine here — in a
-block's reduction (``sums.chunk_sums``), in the prefix sums a build stores, and in the
+block's reduction (``build.chunk_sums``), in the prefix sums a build stores, and in the
 signed pieces of a query plan.
 
 A statistic names the sums it needs when weighted; unweighted (weights "none", w = 1) it
