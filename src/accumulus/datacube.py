@@ -46,7 +46,7 @@ from accumulus.stores.locations import remote_errors
 from accumulus.stores.opening import open_store, store_label
 from accumulus.stores.snapshot import (
     MetadataSnapshot,
-    SnapshotStore,
+    PinnedMetadataStore,
     read_snapshot,
     read_snapshots,
     root_documents,
@@ -259,11 +259,13 @@ class Datacube:
             metadata = with_coordinates(self.store, metadata)
         # Stores without xarray's conventions (the ZEP 5 generator's) are read from the
         # snapshot too; a group of the store is seen through a view (see ``hierarchy``).
-        store = InferredConventionsStore(SnapshotStore(self.store, metadata))
+        store = InferredConventionsStore(PinnedMetadataStore(self.store, metadata))
         cube = Cube(store, label=self._store_label, group=self.group or None)
         sidecar = None
         if side is not None:
-            sidecar = Sidecar.reading(SnapshotStore(self.sidecar_store, side), self._sidecar_label)
+            sidecar = Sidecar.reading(
+                PinnedMetadataStore(self.sidecar_store, side), self._sidecar_label
+            )
         fresh = CubeSnapshot.of(cube, token, generation=read, sidecar=sidecar)
         with self._lock:
             if self._current is None or self._current.generation < read:
@@ -310,7 +312,7 @@ class Datacube:
     def _find_group(self, metadata: MetadataSnapshot) -> None:
         group, variable = self._wanted
         found = find_cube_group(
-            SnapshotStore(self.store, metadata), group, variable, self._store_label
+            PinnedMetadataStore(self.store, metadata), group, variable, self._store_label
         )
         with self._lock:
             self.group = found

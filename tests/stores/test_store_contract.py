@@ -10,7 +10,7 @@ here by one asserting what the store does instead, and says why:
   ``InferredConventionsStore`` check each metadata document to be JSON as it is read: the
   contract stores bytes such as ``b"\\x01\\x02\\x03\\x04"`` under ``zarr.json``, which they
   refuse by name;
-- ``SnapshotStore`` answers the root metadata documents from the snapshot it was made with,
+- ``PinnedMetadataStore`` answers the root metadata documents from the snapshot it was made with,
   never from later writes: the contract writes a root ``zarr.json`` and reads it back;
 - ``CountingStore`` and ``StableShardStore`` hold a lock and what they counted or hold for
   one process: they are not pickled.
@@ -43,7 +43,7 @@ from accumulus.stores import (
     LeanLocalStore,
     MetadataSnapshot,
     NCZarrCompatStore,
-    SnapshotStore,
+    PinnedMetadataStore,
     StableShardStore,
     Zep3DraftStore,
     innermost,
@@ -263,15 +263,15 @@ class TestInferredConventionsStore(
     checked = ".zmetadata"  # the documents it presents inferred attributes in
 
 
-class TestSnapshotStore(_OverLocalStore, StoreTests[SnapshotStore, CPUBuffer]):
+class TestPinnedMetadataStore(_OverLocalStore, StoreTests[PinnedMetadataStore, CPUBuffer]):
     """A snapshot read before anything was written: its root documents are absent for its
     readers, whatever is written later."""
 
-    store_cls = SnapshotStore
+    store_cls = PinnedMetadataStore
     settings: ClassVar[dict[str, Any]] = {"snapshot": MetadataSnapshot({}, complete=False)}
 
     @_cases_of(StoreTests.test_get_partial_values)
-    async def test_get_partial_values(self, store: SnapshotStore, key_ranges: list) -> None:
+    async def test_get_partial_values(self, store: PinnedMetadataStore, key_ranges: list) -> None:
         if not any(key == "zarr.json" for key, _ in key_ranges):
             await super().test_get_partial_values(store, key_ranges)
             return
@@ -284,7 +284,7 @@ class TestSnapshotStore(_OverLocalStore, StoreTests[SnapshotStore, CPUBuffer]):
                 assert value is not None
                 assert value.to_bytes() == key.encode()[byte_range.start : byte_range.end]
 
-    async def test_delete_dir(self, store: SnapshotStore) -> None:
+    async def test_delete_dir(self, store: PinnedMetadataStore) -> None:
         for key in ("zarr.json", "foo-bar/zarr.json", "foo/zarr.json", "foo/c/0"):
             await store.set(key, CPUBuffer.from_bytes(b"x"))
         await store.delete_dir("foo")

@@ -13,7 +13,7 @@ whether a key holds a metadata document is one rule (``keys.is_metadata_key``).
 - ``local.LeanLocalStore``: the local directory every path opens;
 - ``nczarr_compat.NCZarrCompatStore``, ``zep3.Zep3DraftStore``: netcdf-c's and the ZEP 3
   draft's metadata as zarr reads it (``rewriting.MetadataRewritingStore``);
-- ``snapshot.SnapshotStore``: metadata pinned to one snapshot;
+- ``snapshot.PinnedMetadataStore``: metadata pinned to one snapshot;
 - ``stable_shards.StableShardStore``: shards rewritten so that readers of the old one read
   right;
 - ``reference_sets``: kerchunk reference sets as read-only stores, reading only where they
@@ -38,7 +38,7 @@ from accumulus.stores.nczarr_compat import NCZarrCompatStore
 from accumulus.stores.opening import Mode, open_store, store_label
 from accumulus.stores.reference_sets import open_reference_file
 from accumulus.stores.rewriting import MetadataRewritingStore
-from accumulus.stores.snapshot import MetadataSnapshot, SnapshotStore
+from accumulus.stores.snapshot import MetadataSnapshot, PinnedMetadataStore
 from accumulus.stores.stable_shards import StableShardStore
 from accumulus.stores.zep3 import Zep3DraftStore
 
@@ -53,8 +53,8 @@ __all__ = [
     "MetadataSnapshot",
     "Mode",
     "NCZarrCompatStore",
+    "PinnedMetadataStore",
     "RequestCounts",
-    "SnapshotStore",
     "StableShardStore",
     "StoreNotFoundError",
     "Zep3DraftStore",

@@ -118,7 +118,7 @@ def with_coordinates(store: Store, snapshot: MetadataSnapshot) -> MetadataSnapsh
     dimension), read in one batch: what opening the snapshot as a dataset reads next, and
     would otherwise read one coordinate after another."""
     with accumulus_scope():
-        root = zarr.open_group(SnapshotStore(store, snapshot), mode="r")
+        root = zarr.open_group(PinnedMetadataStore(store, snapshot), mode="r")
         keys = []
         for name, array in root.arrays():
             if array.ndim == 1 and dimension_names(array) == (name,):
@@ -172,7 +172,7 @@ def _is_consolidated(root: Mapping[str, bytes]) -> bool:
     return False
 
 
-class SnapshotStore(DelegatingStore):
+class PinnedMetadataStore(DelegatingStore):
     """Reads chunks from the wrapped store and metadata documents from a snapshot.
 
     A document absent from a complete snapshot does not exist for its readers, and listings
