@@ -43,8 +43,8 @@ from accumulus.accumulation.query.request import ResolvedQuery as ResolvedQuery 
 from accumulus.accumulation.query.request import malformed_range as malformed_range  # re-exported
 from accumulus.accumulation.query.request import split_range as split_range  # re-exported
 from accumulus.cube import Cube
-from accumulus.datacube import CubeSnapshot as CubeSnapshot  # re-exported
 from accumulus.datacube import Datacube
+from accumulus.datacube import DatacubeSnapshot as DatacubeSnapshot  # re-exported
 from accumulus.destinations import check_store, removed_on_failure
 from accumulus.errors import AccumulusError, Interrupted
 from accumulus.hierarchy import find_cube_group

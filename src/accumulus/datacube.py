@@ -57,7 +57,7 @@ from accumulus.stores.snapshot import (
 
 
 @dataclass(frozen=True)
-class CubeSnapshot:
+class DatacubeSnapshot:
     """A datacube as of one metadata snapshot: answer a whole query from it."""
 
     token: str
@@ -68,7 +68,7 @@ class CubeSnapshot:
     @classmethod
     def of(
         cls, cube: Cube, token: str = "", generation: int = 0, sidecar: Sidecar | None = None
-    ) -> CubeSnapshot:
+    ) -> DatacubeSnapshot:
         """The snapshot ``cube`` was opened on, its coordinates and groups (from ``sidecar``
         when given) read now (so threads sharing it only read it)."""
         with accumulus_scope():
@@ -89,7 +89,7 @@ class CubeSnapshot:
         with accumulus_scope():
             return run_query(self.cube, query, groups=self.groups, memory_bytes=memory_bytes)
 
-    def reading_through(self, wrap: Callable[[Store], Store]) -> CubeSnapshot:
+    def reading_through(self, wrap: Callable[[Store], Store]) -> DatacubeSnapshot:
         """This snapshot with every chunk read through ``wrap(store)``: the cube's, and a
         sidecar's accumulations (the service's guard wraps both)."""
         cube = copy.copy(self.cube)
@@ -129,7 +129,7 @@ class Datacube:
         self._allow_references = allow_references
         self.group: str | None = None  # known once the first snapshot is read
         self.label = self._store_label
-        self._current: CubeSnapshot | None = None
+        self._current: DatacubeSnapshot | None = None
         # The root documents of the stores as stored when the current snapshot was read
         # (the cube's, then a sidecar's): while they are the same, so is the snapshot.
         # None: not known, or not enough to tell (a store without consolidated metadata).
@@ -180,7 +180,7 @@ class Datacube:
         """A handle that always answers from ``cube``'s snapshot, never a newer one."""
         handle = cls(cube.store, cube.label)
         handle.group = ""  # the cube's store is already the view of its group
-        handle._current = CubeSnapshot.of(cube)
+        handle._current = DatacubeSnapshot.of(cube)
         handle._pinned = True
         return handle
 
@@ -201,7 +201,7 @@ class Datacube:
     # Snapshots
 
     @scoped
-    def snapshot(self) -> CubeSnapshot:
+    def snapshot(self) -> DatacubeSnapshot:
         """The datacube as its metadata stands now: reads the root metadata documents, and
         the rest (coordinates, accumulation groups) only when they changed."""
         if self._pinned:
@@ -266,7 +266,7 @@ class Datacube:
             sidecar = Sidecar.reading(
                 PinnedMetadataStore(self.sidecar_store, side), self._sidecar_label
             )
-        fresh = CubeSnapshot.of(cube, token, generation=read, sidecar=sidecar)
+        fresh = DatacubeSnapshot.of(cube, token, generation=read, sidecar=sidecar)
         with self._lock:
             if self._current is None or self._current.generation < read:
                 self._current, self._roots = fresh, roots

@@ -15,7 +15,7 @@ from service_cubes import CHUNKS, append_days, area_mean, dataset, write_cube
 from accumulus import api
 from accumulus.accumulation.model.groups import read_group
 from accumulus.cube import Cube
-from accumulus.datacube import CubeSnapshot
+from accumulus.datacube import DatacubeSnapshot
 from accumulus.service import create_app
 from accumulus.service.answers import Answer
 from accumulus.service.cache import AnswerCache, entry_bytes
@@ -157,7 +157,7 @@ def test_cached_answers_end_with_their_snapshot(fresh_cube: Path):
 
 
 def _snapshot(token: str, generation: int) -> Snapshot:
-    current = CubeSnapshot(token, generation, cube=None, groups=None)  # type: ignore[arg-type]
+    current = DatacubeSnapshot(token, generation, cube=None, groups=None)  # type: ignore[arg-type]
     return Snapshot("d", current)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from zarr.abc.store import Store
 
-from accumulus.api import CubeSnapshot, Datacube, QueryResult, ResolvedQuery
+from accumulus.api import Datacube, DatacubeSnapshot, QueryResult, ResolvedQuery
 from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 
@@ -25,7 +25,7 @@ class Snapshot:
     """A dataset as of one metadata snapshot: answer a whole request from it."""
 
     dataset: str
-    current: CubeSnapshot
+    current: DatacubeSnapshot
 
     @property
     def token(self) -> str:
