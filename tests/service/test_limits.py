@@ -196,10 +196,10 @@ def test_labels_are_canonical_in_the_cache(client):
 def test_cache_entries_are_charged_at_least_what_they_hold():
     """Charged bytes (body + key + overhead) cover the memory tracemalloc sees them take."""
     from accumulus.datacube import DatacubeSnapshot
-    from accumulus.service.datasets import Snapshot
+    from accumulus.service.datasets import DatasetSnapshot
 
     current = DatacubeSnapshot("token", 0, cube=None, groups=None)  # type: ignore[arg-type]
-    snapshot = Snapshot("d", current)
+    snapshot = DatasetSnapshot("d", current)
     cache = AnswerCache(2**30)
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

@@ -19,7 +19,7 @@ from accumulus.datacube import DatacubeSnapshot
 from accumulus.service import create_app
 from accumulus.service.answers import Answer
 from accumulus.service.cache import AnswerCache, entry_bytes
-from accumulus.service.datasets import Dataset, Snapshot, dataset_names
+from accumulus.service.datasets import Dataset, DatasetSnapshot, dataset_names
 from accumulus.stores.opening import open_store
 from accumulus.stores.snapshot import PinnedMetadataStore, read_snapshot
 
@@ -156,9 +156,9 @@ def test_cached_answers_end_with_their_snapshot(fresh_cube: Path):
     assert len(after.json()["values"]) == 48
 
 
-def _snapshot(token: str, generation: int) -> Snapshot:
+def _snapshot(token: str, generation: int) -> DatasetSnapshot:
     current = DatacubeSnapshot(token, generation, cube=None, groups=None)  # type: ignore[arg-type]
-    return Snapshot("d", current)
+    return DatasetSnapshot("d", current)
 
 
 def test_answer_cache_keeps_recent_answers_within_its_bytes():

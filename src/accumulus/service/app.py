@@ -37,7 +37,7 @@ from accumulus.regions import MAX_GEOJSON_BYTES
 from accumulus.service import schemas
 from accumulus.service.answers import MEDIA_TYPES, Answer, compute_answer
 from accumulus.service.cache import AnswerCache
-from accumulus.service.datasets import Catalog, Dataset, Snapshot
+from accumulus.service.datasets import Catalog, Dataset, DatasetSnapshot
 from accumulus.service.describe import averageable, describe_snapshot
 from accumulus.service.geography import router as geography
 from accumulus.service.guard import ComputeSlots, RequestGuard, ServiceLimits
@@ -300,7 +300,7 @@ def create_app(
         started = time.perf_counter()
         body = await _limited_body(request) if request.method == "POST" else None
 
-        def check() -> tuple[Snapshot, AverageRequest]:
+        def check() -> tuple[DatasetSnapshot, AverageRequest]:
             # In a worker thread: reading a shape or a region set, and the snapshot.
             snapshot = snapshot_of(dataset_of(dataset))
             checked = check_average_request(
@@ -334,7 +334,9 @@ def create_app(
             },
         )
 
-    async def compute(request: Request, snapshot: Snapshot, checked: AverageRequest) -> Answer:
+    async def compute(
+        request: Request, snapshot: DatasetSnapshot, checked: AverageRequest
+    ) -> Answer:
         """Compute on a worker thread once a slot is free; stop it when its time is up or its
         client leaves. The slot is given back by the thread, when the work has really ended."""
         slot = await slots.acquire(limits.queue_seconds)
@@ -403,7 +405,7 @@ def create_app(
                 f"({type(exc).__name__})"
             ) from None
 
-    def snapshot_of(dataset: Dataset) -> Snapshot:
+    def snapshot_of(dataset: Dataset) -> DatasetSnapshot:
         try:
             return dataset.snapshot()
         except Exception as exc:
@@ -455,7 +457,7 @@ class HealthMonitor:
     def __init__(self, catalog: Catalog, tokens: dict[str, str]) -> None:
         self.catalog = catalog
         self.last = dict(tokens)
-        self.read: Callable[[Dataset], Snapshot] = Dataset.snapshot
+        self.read: Callable[[Dataset], DatasetSnapshot] = Dataset.snapshot
         self._pool = ThreadPoolExecutor(len(catalog.names), thread_name_prefix="accumulus-health")
         self._reading: dict[str, Future] = {}
         self._lock = threading.Lock()

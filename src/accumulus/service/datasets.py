@@ -21,7 +21,7 @@ from accumulus.errors import AccumulusError
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class DatasetSnapshot:
     """A dataset as of one metadata snapshot: answer a whole request from it."""
 
     dataset: str
@@ -43,7 +43,7 @@ class Snapshot:
     def query(self, query: ResolvedQuery, memory_bytes: int) -> QueryResult:
         return self.current.query(query, memory_bytes)
 
-    def reading_through(self, wrap: Callable[[Store], Store]) -> Snapshot:
+    def reading_through(self, wrap: Callable[[Store], Store]) -> DatasetSnapshot:
         """This snapshot with its chunks (a sidecar's too) read through ``wrap(store)``
         (see ``guard``)."""
         return replace(self, current=self.current.reading_through(wrap))
@@ -73,7 +73,7 @@ class Dataset:
             accumulations=accumulations,
             allow_references=allow_references,
         )
-        self._last: Snapshot | None = None
+        self._last: DatasetSnapshot | None = None
 
     def locations(self) -> dict[str, str]:
         """Where this dataset's stores are, and how answers name them: the store served as
@@ -87,7 +87,7 @@ class Dataset:
         found.pop(self.name, None)  # a label that is the name already (not a location)
         return found
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self) -> DatasetSnapshot:
         """The dataset as its metadata stands now (reads the root metadata documents, and
         the coordinates and accumulation groups only when they changed)."""
         try:
@@ -96,7 +96,7 @@ class Dataset:
             raise AccumulusError(f"dataset {self.name!r}: {exc}") from None
         last = self._last
         if last is None or last.current is not current:
-            last = self._last = Snapshot(self.name, current)
+            last = self._last = DatasetSnapshot(self.name, current)
         return last
 
 

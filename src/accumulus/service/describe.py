@@ -15,10 +15,10 @@ from accumulus.cube import Cube
 from accumulus.errors import AccumulationReadError
 from accumulus.numeric import numeric_problem
 from accumulus.output import label
-from accumulus.service.datasets import Snapshot
+from accumulus.service.datasets import DatasetSnapshot
 
 
-def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:
+def describe_snapshot(snapshot: DatasetSnapshot) -> dict[str, Any]:
     cube = snapshot.cube
     return {
         "name": snapshot.dataset,
@@ -51,7 +51,7 @@ def _dimension(cube: Cube, dim: str) -> dict[str, Any]:
     }
 
 
-def _variable(snapshot: Snapshot, name: str) -> dict[str, Any]:
+def _variable(snapshot: DatasetSnapshot, name: str) -> dict[str, Any]:
     cube = snapshot.cube
     var = cube.variable(name)
     attrs = cube.raw[name].attrs
@@ -72,7 +72,7 @@ def _variable(snapshot: Snapshot, name: str) -> dict[str, Any]:
     }
 
 
-def _accumulation(snapshot: Snapshot, name: str) -> dict[str, Any] | None:
+def _accumulation(snapshot: DatasetSnapshot, name: str) -> dict[str, Any] | None:
     cube = snapshot.cube
     group = snapshot.current.groups.group(name)
     if group is None:

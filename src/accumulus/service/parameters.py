@@ -19,7 +19,7 @@ import xarray as xr
 from accumulus.api import Query, ResolvedQuery, malformed_range, split_list, split_range
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.regions import Shape, named_region, shape_from_geojson
-from accumulus.service.datasets import Snapshot
+from accumulus.service.datasets import DatasetSnapshot
 
 FORMATS = ("json", "csv", "png")
 # Query parameters that are not dimension ranges.
@@ -78,7 +78,7 @@ class AverageRequest:
 
 
 def check_average_request(
-    snapshot: Snapshot,
+    snapshot: DatasetSnapshot,
     variable: str,
     *,
     over: str,
@@ -119,7 +119,7 @@ def check_average_request(
 
 
 def _ranges(
-    snapshot: Snapshot, query: list[tuple[str, str]]
+    snapshot: DatasetSnapshot, query: list[tuple[str, str]]
 ) -> dict[str, tuple[str | None, str | None]]:
     repeated = [name for name, n in Counter(name for name, _ in query).items() if n > 1]
     if repeated:
