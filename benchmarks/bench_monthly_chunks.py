@@ -27,7 +27,7 @@ import xarray as xr
 import accumulus
 from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.request import Query
-from accumulus.cube import Cube
+from accumulus.raw_cube import Cube
 
 VAR = "precip"
 

@@ -42,7 +42,6 @@ from accumulus.accumulation.query.request import Query as Query  # re-exported
 from accumulus.accumulation.query.request import ResolvedQuery as ResolvedQuery  # re-exported
 from accumulus.accumulation.query.request import malformed_range as malformed_range  # re-exported
 from accumulus.accumulation.query.request import split_range as split_range  # re-exported
-from accumulus.cube import Cube
 from accumulus.datacube import Datacube
 from accumulus.datacube import DatacubeSnapshot as DatacubeSnapshot  # re-exported
 from accumulus.destinations import check_store, removed_on_failure
@@ -50,6 +49,7 @@ from accumulus.errors import AccumulusError, Interrupted
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
+from accumulus.raw_cube import Cube
 from accumulus.scope import scoped
 from accumulus.stores.opening import open_store, store_label
 

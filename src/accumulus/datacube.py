@@ -35,9 +35,9 @@ from accumulus.accumulation.model.sidecar import Sidecar, sidecar_of
 from accumulus.accumulation.query.answer import QueryResult, run_query
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.query.request import Bound, Query, ResolvedQuery, resolve, split_list
-from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.hierarchy import find_cube_group
+from accumulus.raw_cube import Cube
 from accumulus.regions import as_shape
 from accumulus.scope import accumulus_scope, scoped
 from accumulus.stores.group import group_label

@@ -11,8 +11,8 @@ from zarr.core.sync import sync
 
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups
-from accumulus.cube import Cube
 from accumulus.grid import array_bounds, sharding_of
+from accumulus.raw_cube import Cube
 from accumulus.stores.arrays import bytes_stored, dimension_names
 from accumulus.stores.inferred_conventions import inferred_conventions
 from accumulus.stores.keys import is_metadata_key

@@ -43,7 +43,6 @@ from accumulus.accumulation.model.chunk_check import read_problem_text
 from accumulus.accumulation.model.groups import read_group
 from accumulus.api import accumulate
 from accumulus.chunk_reader import ChunkReadError
-from accumulus.cube import Cube, StoredValues
 from accumulus.errors import AccumulusError
 from accumulus.filters import join_v2, join_v3, numcodecs_codec, split_v2, v3_codecs
 from accumulus.grid import (
@@ -56,6 +55,7 @@ from accumulus.grid import (
     parse_chunk_rules,
     rule_text,
 )
+from accumulus.raw_cube import Cube, StoredValues
 from accumulus.scope import accumulus_scope, scoped
 from accumulus.stores.arrays import consolidate, dimension_names
 from accumulus.stores.locations import local_path

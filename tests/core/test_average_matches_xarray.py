@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import accumulus
 from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.request import Query
-from accumulus.cube import Cube
+from accumulus.raw_cube import Cube
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
 
 DIM_POOL = ("time", "lat", "lon", "level")

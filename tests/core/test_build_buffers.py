@@ -14,7 +14,7 @@ import accumulus
 from accumulus.accumulation.build import placement, stream
 from accumulus.accumulation.build.buffers import Buffers
 from accumulus.accumulation.model.spec import COUNT, SUM
-from accumulus.cube import VariableInfo
+from accumulus.raw_cube import VariableInfo
 from cubes import VAR, synthetic_dataset, write_cube
 
 

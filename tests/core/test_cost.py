@@ -16,7 +16,7 @@ import accumulus
 from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.cost import REQUEST_BYTES, PlanCost, raw_cost
 from accumulus.accumulation.query.request import Query
-from accumulus.cube import Cube
+from accumulus.raw_cube import Cube
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 60, "lat": 8, "lon": 10}

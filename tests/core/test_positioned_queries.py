@@ -24,7 +24,7 @@ import accumulus
 from accumulus.accumulation.build import placement, stream
 from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.request import Query
-from accumulus.cube import Cube
+from accumulus.raw_cube import Cube
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
 
 RULES = {

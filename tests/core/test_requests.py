@@ -13,7 +13,7 @@ import accumulus
 from accumulus.accumulation.model.groups import accumulation_array, read_group
 from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.request import Query
-from accumulus.cube import Cube
+from accumulus.raw_cube import Cube
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 60, "lat": 18, "lon": 24}

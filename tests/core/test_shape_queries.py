@@ -22,8 +22,8 @@ from accumulus.accumulation.query.cost import chunks_cost
 from accumulus.accumulation.query.execute import chunk_work
 from accumulus.accumulation.query.request import Query, resolve
 from accumulus.accumulation.query.shapes import shape_plans
-from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
+from accumulus.raw_cube import Cube
 from accumulus.regions import as_shape, named_region
 from accumulus.stores.opening import open_store
 from cubes import VAR, area_weights, write_cube

@@ -19,8 +19,8 @@ from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups, read_group
 from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.request import Query
-from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
+from accumulus.raw_cube import Cube
 from core.test_cli import run
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
 

@@ -15,7 +15,7 @@ import accumulus
 from accumulus.accumulation.build import stream, verify
 from accumulus.accumulation.model.groups import read_group
 from accumulus.accumulation.model.spec import SUM
-from accumulus.cube import Cube
+from accumulus.raw_cube import Cube
 from cubes import VAR, synthetic_dataset, write_cube
 
 SIZES = {"time": 45, "lat": 8, "lon": 10}

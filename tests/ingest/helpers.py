@@ -166,7 +166,7 @@ def check_visible(store, t: Truth, boundaries: set[int]) -> int:
     truth, ``n`` a granule boundary: same times, same values, and averages (accumulations
     used where final) equal to xarray's on those steps. Returns ``n``."""
     import accumulus
-    from accumulus.cube import Cube
+    from accumulus.raw_cube import Cube
     from cubes import xarray_reference
 
     cube = Cube.open(str(store))

@@ -23,8 +23,8 @@ import xarray as xr
 import zarr
 
 import accumulus
-from accumulus.cube import Cube
 from accumulus.grid import declared_chunk_sizes
+from accumulus.raw_cube import Cube
 from cubes import xarray_reference
 from varchunk.conftest import daily_times, period_counts
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import accumulus
-from accumulus.cube import Cube
+from accumulus.raw_cube import Cube
 from accumulus.stores import keys
 from accumulus.stores.lock import LOCK_KEY, LockRecord, StoreBusyError, StoreLock
 from accumulus.stores.opening import open_store

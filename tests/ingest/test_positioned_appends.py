@@ -12,7 +12,7 @@ import pandas as pd
 
 import accumulus
 from accumulus.accumulation.model.groups import accumulation_array, read_group
-from accumulus.cube import Cube
+from accumulus.raw_cube import Cube
 
 from .helpers import VAR, Truth, truth, write_granule
 

@@ -12,7 +12,7 @@ import pytest
 
 import accumulus
 from accumulus.accumulation.model.groups import read_group
-from accumulus.cube import Cube
+from accumulus.raw_cube import Cube
 from accumulus.stores import keys
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key

@@ -16,9 +16,9 @@ import zarr
 
 import accumulus
 from accumulus.accumulation.model.groups import read_group
-from accumulus.cube import Cube
 from accumulus.grid import array_bounds, declared_chunk_sizes, last_chunk_is_partial
 from accumulus.ingest import writer as writer_module
+from accumulus.raw_cube import Cube
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.opening import open_store
 from cubes import xarray_reference

@@ -14,8 +14,8 @@ from service_cubes import CHUNKS, append_days, area_mean, dataset, write_cube
 
 from accumulus import api
 from accumulus.accumulation.model.groups import read_group
-from accumulus.cube import Cube
 from accumulus.datacube import DatacubeSnapshot
+from accumulus.raw_cube import Cube
 from accumulus.service import create_app
 from accumulus.service.answers import Answer
 from accumulus.service.cache import AnswerCache, entry_bytes

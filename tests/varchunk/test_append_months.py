@@ -15,8 +15,8 @@ from zarr.storage import LocalStore
 
 import accumulus
 from accumulus.accumulation.model.groups import read_group
-from accumulus.cube import Cube
 from accumulus.grid import AppendChunks, append_chunk_sizes, declared_chunk_sizes, with_chunk_sizes
+from accumulus.raw_cube import Cube
 from accumulus.stores.arrays import array_with, consolidate, store_metadata
 
 from .conftest import VAR, daily_dataset, period_counts

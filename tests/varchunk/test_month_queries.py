@@ -12,8 +12,8 @@ import pytest
 import xarray as xr
 
 import accumulus
-from accumulus.cube import Cube
 from accumulus.grid import ChunkBounds
+from accumulus.raw_cube import Cube
 
 from .conftest import CALENDARS, VAR, daily_dataset, period_counts, write_regular
 

@@ -13,8 +13,8 @@ import zarr
 
 import accumulus
 from accumulus.accumulation.model.groups import read_group
-from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
+from accumulus.raw_cube import Cube
 from accumulus.stores.locations import StoreNotFoundError
 from accumulus.stores.opening import open_store
 

@@ -11,9 +11,9 @@ import xarray as xr
 import zarr
 
 import accumulus
-from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, locate
+from accumulus.raw_cube import Cube
 from accumulus.stores.opening import open_store
 
 from .conftest import run_cli

@@ -47,7 +47,6 @@ from zarr.storage import FsspecStore
 from accumulus.accumulation.build.accumulate import build_accumulations
 from accumulus.accumulation.model.groups import read_group
 from accumulus.compute import Progress
-from accumulus.cube import Cube
 from accumulus.destinations import check_store
 from accumulus.errors import AccumulusError, Interrupted
 from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
@@ -100,6 +99,7 @@ from accumulus.ingest.journal import (
 )
 from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, choose_shards
 from accumulus.ingest.writer import ChunkWriter
+from accumulus.raw_cube import Cube
 from accumulus.scope import accumulus_scope
 from accumulus.stores import keys
 from accumulus.stores.arrays import dimension_names

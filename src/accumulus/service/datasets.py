@@ -16,8 +16,8 @@ from typing import Any
 from zarr.abc.store import Store
 
 from accumulus.api import Datacube, DatacubeSnapshot, QueryResult, ResolvedQuery
-from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
+from accumulus.raw_cube import Cube
 
 
 @dataclass(frozen=True)

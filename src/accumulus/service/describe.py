@@ -11,10 +11,10 @@ from typing import Any
 
 from accumulus.accumulation.query.selection import dimension_kind
 from accumulus.api import StaleSidecarError
-from accumulus.cube import Cube
 from accumulus.errors import AccumulationReadError
 from accumulus.numeric import numeric_problem
 from accumulus.output import label
+from accumulus.raw_cube import Cube
 from accumulus.service.datasets import DatasetSnapshot
 
 

@@ -13,7 +13,7 @@ dimensions. Two things are inferred here, for reading only:
 - **Missing values.** The generator counts a value when it is at least the array's fill
   value (``mask = block >= fill_value``; its examples store -99 as missing with fill value
   0), so a variable without any attribute gets ``_accumulus_missing_below`` = its fill value,
-  which ``cube.Decoder`` applies in place of the fill-value mark (0 itself is valid).
+  which ``raw_cube.Decoder`` applies in place of the fill-value mark (0 itself is valid).
 
 ``InferredConventionsStore`` presents the inferred attributes as if stored (``.zattrs`` and
 ``.zmetadata``), so zarr-python and xarray read the store as a datacube; nothing is written.

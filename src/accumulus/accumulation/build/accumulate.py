@@ -44,10 +44,10 @@ from accumulus.accumulation.model.record import (
 from accumulus.accumulation.model.sidecar import SOURCE_KEY, Sidecar, StaleSidecarError, fingerprint
 from accumulus.accumulation.model.weights import weight_values
 from accumulus.chunk_reader import ChunkReadError
-from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial, sharding_of
 from accumulus.names import check_component, check_names
+from accumulus.raw_cube import Cube, VariableInfo
 from accumulus.stores.arrays import consolidate
 from accumulus.stores.lock import StoreLock
 

@@ -38,7 +38,7 @@ from zarr.codecs import Crc32cCodec
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.positions import CHUNK, entry_positions, final_entries
 from accumulus.accumulation.model.weights import varying_dims
-from accumulus.cube import Cube, VariableInfo
+from accumulus.raw_cube import Cube, VariableInfo
 
 MAP_CHUNK = 4 * 2**20  # bytes of float64 entries per chunk of a map-like array, at most
 SERIES_CHUNK = 256 * 2**10  # the same for arrays read as long series (a box's rows)

@@ -46,8 +46,8 @@ from accumulus.accumulation.build.buffers import Buffers
 from accumulus.accumulation.build.chunk_sums import chunk_sums, load_kernel, prefix_entries
 from accumulus.accumulation.build.encoded_chunks import write_region
 from accumulus.accumulation.model import spec, statistics
-from accumulus.cube import VariableInfo
 from accumulus.glibc import DEFAULT_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
+from accumulus.raw_cube import VariableInfo
 
 SLAB_BYTES = 256 * 2**20  # stored bytes of raw data per slab, at most
 SUMS_BYTES = 96 * 2**20  # per-segment sums (float64) per slab

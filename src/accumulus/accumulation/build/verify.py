@@ -31,7 +31,7 @@ from accumulus.accumulation.model.chunk_check import chunk_problem_text, failing
 from accumulus.accumulation.model.groups import accumulation_array, read_group, stride_unit_problem
 from accumulus.accumulation.model.record import RECORD_KEY, objects_problem
 from accumulus.accumulation.model.weights import weight_values
-from accumulus.cube import Cube, VariableInfo
+from accumulus.raw_cube import Cube, VariableInfo
 
 RTOL = 1e-9
 

@@ -25,10 +25,10 @@ from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.record import RECORD_KEY, BuildRecordError, attributes_problem
 from accumulus.accumulation.model.sidecar import Sidecar, StaleSidecarError
 from accumulus.accumulation.model.weights import latitude_of
-from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.filters.accumulation_delta import with_chunk_shape
 from accumulus.grid import sharding_of
+from accumulus.raw_cube import Cube, VariableInfo
 from accumulus.stores.arrays import array_with
 
 

@@ -37,8 +37,8 @@ from zarr.core.sync import sync
 
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.sidecar import fingerprint, source_problem
-from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulationReadError
+from accumulus.raw_cube import Cube, VariableInfo
 
 RECORD_KEY = "built_from"  # in the group's ``accumulus`` attribute
 MISSING_LISTED = 100  # missing objects named in a record (the count is always there)

@@ -32,9 +32,9 @@ from zarr.core.sync import collect_aiterator
 from zarr.storage import FsspecStore
 
 from accumulus.accumulation.model import spec
-from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds
+from accumulus.raw_cube import Cube, VariableInfo
 from accumulus.stores.arrays import consolidate
 from accumulus.stores.base import innermost
 from accumulus.stores.group import normalize_group

@@ -37,7 +37,7 @@ from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, pla
 from accumulus.accumulation.query.request import Query, ResolvedQuery, answer_index, resolve
 from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
-from accumulus.cube import Cube, VariableInfo
+from accumulus.raw_cube import Cube, VariableInfo
 
 
 @dataclass(frozen=True)

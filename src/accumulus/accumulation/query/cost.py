@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from math import prod
 
 from accumulus.chunk_reader import ChunkRequest
-from accumulus.cube import VariableInfo
 from accumulus.grid import array_bounds
+from accumulus.raw_cube import VariableInfo
 
 # About what decoding and summing this many bytes takes, on local disk; an object store's
 # round trip is worth more, but its requests are issued concurrently.

@@ -28,9 +28,9 @@ from accumulus.accumulation.model.weights import arranged_weights, varying_dims,
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
 from accumulus.accumulation.query.plan import QueryPlan, Read
 from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
-from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulationReadError, AccumulusError
 from accumulus.grid import array_bounds
+from accumulus.raw_cube import Cube, VariableInfo
 
 Region = tuple[slice, ...]
 

@@ -37,9 +37,9 @@ from accumulus.accumulation.model.groups import AccumulationGroups
 from accumulus.accumulation.model.weights import no_latitude, resolve_weights
 from accumulus.accumulation.query import longitude
 from accumulus.accumulation.query.shapes import CellMask, shape_cells
-from accumulus.cube import Cube, VariableInfo
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.numeric import check_numeric
+from accumulus.raw_cube import Cube, VariableInfo
 
 STATS = tuple(statistics.STATISTICS)
 

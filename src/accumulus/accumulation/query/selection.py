@@ -12,7 +12,7 @@ import pandas as pd
 import xarray as xr
 
 from accumulus.coordinates import KINDS, is_kind
-from accumulus.cube import Cube
+from accumulus.raw_cube import Cube
 
 
 @dataclass(frozen=True)
