@@ -3,7 +3,7 @@
 Stores are given as a path or URL (directory, ``file://``, ``.zip``, ``memory://name``,
 ``s3://bucket/prefix``) or a zarr ``Store``; queries also take an open ``Datacube``
 (``open``), which reads a store's metadata once and answers many queries from it, or a
-``Cube`` snapshot, answered as it stands. ``group`` names the group of the store a function
+``RawCube`` snapshot, answered as it stands. ``group`` names the group of the store a function
 works on ("Grid" in an IMERG cube); by default the one group holding the variable (a cube
 without groups: its root). Every function runs inside ``accumulus_scope``.
 
@@ -49,7 +49,7 @@ from accumulus.errors import AccumulusError, Interrupted
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
-from accumulus.raw_cube import Cube
+from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
 from accumulus.stores.opening import open_store, store_label
 
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from accumulus.compute import Progress
     from accumulus.ingest.compare import SourceComparison
 
-StoreLike = str | Store | Cube | Datacube
+StoreLike = str | Store | RawCube | Datacube
 
 
 @scoped
@@ -93,11 +93,11 @@ def _datacube(
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
 ) -> Datacube:
-    if isinstance(store, Datacube | Cube) and accumulations is not None:
+    if isinstance(store, Datacube | RawCube) and accumulations is not None:
         raise AccumulusError("accumulations= is given with a store path or URL, not an open cube")
     if isinstance(store, Datacube):
         return store
-    if isinstance(store, Cube):
+    if isinstance(store, RawCube):
         return Datacube.pinned(store)
     return Datacube.open(
         store,
@@ -118,11 +118,11 @@ def open_cube(
     group: str | None = None,
     variable: str | None = None,
     allow_references: Sequence[str] | None = None,
-) -> Cube:
+) -> RawCube:
     """Open a datacube snapshot (reads its metadata once): the group ``group`` of the store,
     or the one group holding ``variable`` (or data variables). An open ``Datacube`` gives its
     current snapshot."""
-    if isinstance(store, Cube):
+    if isinstance(store, RawCube):
         return store
     if isinstance(store, Datacube):
         return store.cube
@@ -135,7 +135,7 @@ def open_cube(
     label = None if isinstance(store, Store) else str(store)
     where = label or store_label(opened)
     path = find_cube_group(opened, group, variable, where)
-    return Cube(opened, label, group=path)
+    return RawCube(opened, label, group=path)
 
 
 @scoped
@@ -367,7 +367,7 @@ def verify(
     return reports
 
 
-def _verify_one(cube: Cube, variable: str, groups: AccumulationGroups | None) -> VerifyReport:
+def _verify_one(cube: RawCube, variable: str, groups: AccumulationGroups | None) -> VerifyReport:
     from accumulus.accumulation.build.verify import VerifyReport, verify_variable
 
     if groups is None or groups.sidecar is None:

@@ -1,7 +1,7 @@
 """An open datacube: open once, query many times (``accumulus.open``).
 
 A ``Datacube`` keeps the metadata snapshot of its store (see ``stores.snapshot``) together with
-everything read from it: the ``Cube`` (arrays, coordinates, CF attributes) and the
+everything read from it: the ``RawCube`` (arrays, coordinates, CF attributes) and the
 accumulation groups with their arrays. Each query first reads the store's root metadata
 documents (one round trip; in the calling thread for a local store) and compares them byte
 for byte with those it holds (``stores.snapshot.root_documents``): while the store is unchanged
@@ -37,7 +37,7 @@ from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.query.request import Bound, Query, ResolvedQuery, resolve, split_list
 from accumulus.errors import AccumulusError
 from accumulus.hierarchy import find_cube_group
-from accumulus.raw_cube import Cube
+from accumulus.raw_cube import RawCube
 from accumulus.regions import as_shape
 from accumulus.scope import accumulus_scope, scoped
 from accumulus.stores.group import group_label
@@ -62,12 +62,12 @@ class DatacubeSnapshot:
 
     token: str
     generation: int  # increases with each new snapshot a Datacube reads
-    cube: Cube
+    cube: RawCube
     groups: AccumulationGroups
 
     @classmethod
     def of(
-        cls, cube: Cube, token: str = "", generation: int = 0, sidecar: Sidecar | None = None
+        cls, cube: RawCube, token: str = "", generation: int = 0, sidecar: Sidecar | None = None
     ) -> DatacubeSnapshot:
         """The snapshot ``cube`` was opened on, its coordinates and groups (from ``sidecar``
         when given) read now (so threads sharing it only read it)."""
@@ -176,7 +176,7 @@ class Datacube:
         )
 
     @classmethod
-    def pinned(cls, cube: Cube) -> Datacube:
+    def pinned(cls, cube: RawCube) -> Datacube:
         """A handle that always answers from ``cube``'s snapshot, never a newer one."""
         handle = cls(cube.store, cube.label)
         handle.group = ""  # the cube's store is already the view of its group
@@ -260,7 +260,7 @@ class Datacube:
         # Stores without xarray's conventions (the ZEP 5 generator's) are read from the
         # snapshot too; a group of the store is seen through a view (see ``hierarchy``).
         store = InferredConventionsStore(PinnedMetadataStore(self.store, metadata))
-        cube = Cube(store, label=self._store_label, group=self.group or None)
+        cube = RawCube(store, label=self._store_label, group=self.group or None)
         sidecar = None
         if side is not None:
             sidecar = Sidecar.reading(
@@ -319,8 +319,8 @@ class Datacube:
             self.label = group_label(self._store_label, found)
 
     @property
-    def cube(self) -> Cube:
-        """The current snapshot's ``Cube``."""
+    def cube(self) -> RawCube:
+        """The current snapshot's ``RawCube``."""
         return self.snapshot().cube
 
     @property

@@ -12,7 +12,7 @@ from zarr.core.sync import sync
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups
 from accumulus.grid import array_bounds, sharding_of
-from accumulus.raw_cube import Cube
+from accumulus.raw_cube import RawCube
 from accumulus.stores.arrays import bytes_stored, dimension_names
 from accumulus.stores.inferred_conventions import inferred_conventions
 from accumulus.stores.keys import is_metadata_key
@@ -88,7 +88,7 @@ def stored_bytes(
     return sizes, bytes_stored(root[variable])
 
 
-def describe_cube(cube: Cube, found: AccumulationGroups | None = None) -> dict[str, Any]:
+def describe_cube(cube: RawCube, found: AccumulationGroups | None = None) -> dict[str, Any]:
     """What ``cube`` holds; its accumulation groups from ``found`` (a sidecar's) if given."""
     arrays = [
         describe_array(a, list(dimension_names(a)))

@@ -1,10 +1,12 @@
-"""A datacube opened for reading: one metadata snapshot of a Zarr store.
+"""The raw data of a datacube, opened for reading: one metadata snapshot of a Zarr store.
 
-``Cube.open`` reads the store's metadata once (consolidated when present) and keeps it: the
-zarr group, the xarray view of it (raw attributes for CF decoding, decoded coordinates for
-label lookups). Every later read uses that snapshot, so shapes, coordinates and (read by
-``accumulation.model.groups``) accumulations agree with each other even while a writer appends.
-It knows nothing of accumulations: it is the Zarr and xarray view of a store, nothing more.
+``RawCube.open`` reads the store's metadata once (consolidated when present) and keeps it:
+the zarr group, the xarray view of it (raw attributes for CF decoding, decoded coordinates
+for label lookups). Every later read uses that snapshot, so shapes, coordinates and (read by
+``accumulation.model.groups``) accumulations agree with each other even while a writer
+appends. It knows nothing of accumulations: it is the Zarr and xarray view of a store's
+variables, nothing more. ``datacube.Datacube`` is the handle users open, holding a
+``RawCube`` and its accumulation groups per snapshot.
 """
 
 from __future__ import annotations
@@ -185,9 +187,9 @@ def _slices(key: Any, shape: tuple[int, ...]) -> list[slice] | None:
     return region if all(s.start <= s.stop for s in region) else None
 
 
-class Cube:
-    """A read snapshot of a Zarr datacube (xarray conventions: ``_ARRAY_DIMENSIONS`` in v2,
-    ``dimension_names`` in v3)."""
+class RawCube:
+    """The raw data of a Zarr datacube as of one metadata snapshot (xarray conventions:
+    ``_ARRAY_DIMENSIONS`` in v2, ``dimension_names`` in v3)."""
 
     def __init__(
         self,
@@ -242,7 +244,7 @@ class Cube:
         mode: Mode = "r",
         storage_options: dict | None = None,
         group: str | None = None,
-    ) -> Cube:
+    ) -> RawCube:
         store = open_store(url, mode, storage_options=storage_options)
         return cls(store, None if isinstance(url, Store) else str(url), group=group)
 

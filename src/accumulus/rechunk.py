@@ -55,7 +55,7 @@ from accumulus.grid import (
     parse_chunk_rules,
     rule_text,
 )
-from accumulus.raw_cube import Cube, StoredValues
+from accumulus.raw_cube import RawCube, StoredValues
 from accumulus.scope import accumulus_scope, scoped
 from accumulus.stores.arrays import consolidate, dimension_names
 from accumulus.stores.locations import local_path
@@ -294,7 +294,7 @@ def accumulation_configs(store: Store, root: zarr.Group, label: str) -> list[Acc
     ]
     if not names:
         return []
-    cube = Cube(store, label)
+    cube = RawCube(store, label)
     configs = []
     for variable in names:
         if variable not in cube.data_variables:

@@ -15,7 +15,7 @@ from service_cubes import CHUNKS, append_days, area_mean, dataset, write_cube
 from accumulus import api
 from accumulus.accumulation.model.groups import read_group
 from accumulus.datacube import DatacubeSnapshot
-from accumulus.raw_cube import Cube
+from accumulus.raw_cube import RawCube
 from accumulus.service import create_app
 from accumulus.service.answers import Answer
 from accumulus.service.cache import AnswerCache, entry_bytes
@@ -55,10 +55,10 @@ def test_a_pinned_cube_keeps_its_snapshot_while_an_append_lands(
 
     after = read_snapshot(store)
     assert after.token != before.token
-    assert Cube(PinnedMetadataStore(store, after)).variable("tas").shape == (48, 12, 16)
+    assert RawCube(PinnedMetadataStore(store, after)).variable("tas").shape == (48, 12, 16)
     # A cube opened now on the snapshot read before the append (a request that read the
     # token just before a writer finished) sees 40 days, and answers as the data was.
-    pinned = Cube(PinnedMetadataStore(store, before))
+    pinned = RawCube(PinnedMetadataStore(store, before))
     assert pinned.variable("tas").shape == (40, 12, 16)
     assert len(pinned.index("time")) == 40
     series = api.average(pinned, "tas", "lat,lon")
@@ -74,9 +74,9 @@ def test_a_complete_snapshot_hides_arrays_written_after_it(tmp_path: Path, cube_
     store = open_store(str(path))
     before = read_snapshot(store)
     api.accumulate(str(path), "tas")  # writes a group of new arrays
-    pinned = Cube(PinnedMetadataStore(store, before))
+    pinned = RawCube(PinnedMetadataStore(store, before))
     assert read_group(pinned, "tas") is None
-    assert read_group(Cube(PinnedMetadataStore(store, read_snapshot(store))), "tas") is not None
+    assert read_group(RawCube(PinnedMetadataStore(store, read_snapshot(store))), "tas") is not None
 
 
 def test_a_dataset_reuses_its_cube_until_the_metadata_changes(fresh_cube: Path):

@@ -99,7 +99,7 @@ from accumulus.ingest.journal import (
 )
 from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, choose_shards
 from accumulus.ingest.writer import ChunkWriter
-from accumulus.raw_cube import Cube
+from accumulus.raw_cube import RawCube
 from accumulus.scope import accumulus_scope
 from accumulus.stores import keys
 from accumulus.stores.arrays import dimension_names
@@ -830,13 +830,13 @@ def update_accumulations(target: Target) -> frozenset[str]:
     ones by relative path)."""
     updated: set[str] = set()
     for path in cube_groups(target.store, use_consolidated=False):
-        cube = Cube(target.store, target.label, use_consolidated=False, group=path)
+        cube = RawCube(target.store, target.label, use_consolidated=False, group=path)
         names = _update_group_accumulations(target, cube)
         updated |= {f"{path}/{name}" if path else name for name in names}
     return frozenset(updated)
 
 
-def _update_group_accumulations(target: Target, cube: Cube) -> set[str]:
+def _update_group_accumulations(target: Target, cube: RawCube) -> set[str]:
     updated = set()
     for name in cube.data_variables:
         group = read_group(cube, name)

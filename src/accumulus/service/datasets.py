@@ -17,7 +17,7 @@ from zarr.abc.store import Store
 
 from accumulus.api import Datacube, DatacubeSnapshot, QueryResult, ResolvedQuery
 from accumulus.errors import AccumulusError
-from accumulus.raw_cube import Cube
+from accumulus.raw_cube import RawCube
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class DatasetSnapshot:
         return self.current.generation
 
     @property
-    def cube(self) -> Cube:
+    def cube(self) -> RawCube:
         return self.current.cube
 
     def query(self, query: ResolvedQuery, memory_bytes: int) -> QueryResult:

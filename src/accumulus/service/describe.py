@@ -1,7 +1,7 @@
 """What ``GET /api/datasets`` says about a dataset: dimensions with their coordinate ranges,
 variables with units, and which accumulations exist and how far they cover.
 
-Built from the snapshot's ``Cube`` alone (no chunk listing, unlike ``accumulus inspect``,
+Built from the snapshot's ``RawCube`` alone (no chunk listing, unlike ``accumulus inspect``,
 which also sizes every array), so it is cheap enough to answer on every request.
 """
 
@@ -14,7 +14,7 @@ from accumulus.api import StaleSidecarError
 from accumulus.errors import AccumulationReadError
 from accumulus.numeric import numeric_problem
 from accumulus.output import label
-from accumulus.raw_cube import Cube
+from accumulus.raw_cube import RawCube
 from accumulus.service.datasets import DatasetSnapshot
 
 
@@ -30,12 +30,12 @@ def describe_snapshot(snapshot: DatasetSnapshot) -> dict[str, Any]:
     }
 
 
-def averageable(cube: Cube) -> list[str]:
+def averageable(cube: RawCube) -> list[str]:
     """The data variables that hold numbers (strings and dates cannot be averaged)."""
     return [v for v in cube.data_variables if numeric_problem(cube.raw, cube.decoded, v) is None]
 
 
-def _dimension(cube: Cube, dim: str) -> dict[str, Any]:
+def _dimension(cube: RawCube, dim: str) -> dict[str, Any]:
     index = cube.index(dim)
     kind = dimension_kind(cube, dim)
     labels = cube.labels_name(dim)  # the dimension's own, or lat(latitude)

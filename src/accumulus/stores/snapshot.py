@@ -4,7 +4,7 @@ Every answer must come from one snapshot: shapes, coordinates, data and accumula
 agree with each other while a writer appends. Writers put chunks first and the consolidated
 metadata document last, so that document *is* the snapshot. An open datacube (the
 ``Datacube`` handle, and so the service) reads it once per query (the root documents, read
-at once: one round trip), hashes it into a token, and opens the ``Cube`` on a store wrapper
+at once: one round trip), hashes it into a token, and opens the ``RawCube`` on a store wrapper
 that answers metadata reads from exactly the bytes that were hashed: the token and the cube
 cannot disagree even when a writer replaces the document between two reads.
 
@@ -168,7 +168,7 @@ def _is_consolidated(root: Mapping[str, bytes]) -> bool:
         try:
             return json.loads(root["zarr.json"]).get("consolidated_metadata") is not None
         except ValueError:
-            return False  # not JSON: the Cube will say what is wrong with the store
+            return False  # not JSON: the RawCube will say what is wrong with the store
     return False
 
 

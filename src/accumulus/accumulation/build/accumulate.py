@@ -47,7 +47,7 @@ from accumulus.chunk_reader import ChunkReadError
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial, sharding_of
 from accumulus.names import check_component, check_names
-from accumulus.raw_cube import Cube, VariableInfo
+from accumulus.raw_cube import RawCube, VariableInfo
 from accumulus.stores.arrays import consolidate
 from accumulus.stores.lock import StoreLock
 
@@ -75,7 +75,7 @@ class BuildResult:
 
 
 def build_accumulations(
-    cube: Cube,
+    cube: RawCube,
     variable: str,
     request: spec.BuildRequest,
     *,
@@ -117,12 +117,12 @@ class _Target:
     sidecar: Sidecar | None
 
     @classmethod
-    def of(cls, cube: Cube, sidecar: Sidecar | None) -> _Target:
+    def of(cls, cube: RawCube, sidecar: Sidecar | None) -> _Target:
         if sidecar is None:
             return cls(cube.store, cube.label, cube.consolidated, None)
         return cls(sidecar.store, sidecar.label, True, sidecar)
 
-    def root(self, cube: Cube) -> zarr.Group:
+    def root(self, cube: RawCube) -> zarr.Group:
         """The target's group as it stands (the cube's snapshot for the cube itself)."""
         if self.sidecar is None:
             return cube.root
@@ -130,7 +130,7 @@ class _Target:
 
 
 def _build(
-    cube: Cube,
+    cube: RawCube,
     variable: str,
     request: spec.BuildRequest,
     rebuild: bool,
@@ -231,7 +231,7 @@ def _build(
 
 
 def _fill_new(
-    cube: Cube,
+    cube: RawCube,
     var: VariableInfo,
     group: spec.AccumulationGroup,
     root: zarr.Group,
@@ -253,7 +253,7 @@ def _fill_new(
     return done, targets
 
 
-def final_coverage(cube: Cube, var: VariableInfo) -> dict[str, int]:
+def final_coverage(cube: RawCube, var: VariableInfo) -> dict[str, int]:
     """The raw extent whose accumulation entries will not change, per dimension.
 
     Everything is final, except along the dimension a cube is appended to (the root
@@ -387,7 +387,7 @@ def _counts_fit(
 
 
 def _publish(
-    cube: Cube,
+    cube: RawCube,
     var: VariableInfo,
     group: spec.AccumulationGroup,
     target: _Target,
@@ -407,7 +407,7 @@ def _publish(
 
 
 def _update(
-    cube: Cube,
+    cube: RawCube,
     var: VariableInfo,
     old: spec.AccumulationGroup,
     group: spec.AccumulationGroup,
@@ -434,7 +434,7 @@ def _update(
     return tuple(sorted(names)), seen
 
 
-def _fill(cube: Cube, var: VariableInfo, root: zarr.Group, group: spec.AccumulationGroup, *args):
+def _fill(cube: RawCube, var: VariableInfo, root: zarr.Group, group: spec.AccumulationGroup, *args):
     """``stream.fill``, a raw chunk that cannot be read said in one line naming it."""
     try:
         return stream.fill(root, var, group, *args)
@@ -649,7 +649,7 @@ def accumulation_shards(
 SHARD_BUDGET = 64 * 2**20
 
 
-def _sharded_accumulations(cube: Cube, var: VariableInfo, request: spec.BuildRequest) -> bool:
+def _sharded_accumulations(cube: RawCube, var: VariableInfo, request: spec.BuildRequest) -> bool:
     """Whether the accumulation arrays are written in shards: as asked, else when the raw
     array is sharded. Shards exist in Zarr v3 only."""
     if request.shards is None:
@@ -780,7 +780,7 @@ def _add_zero_tallies(
             made.add(name)
 
 
-def weights_of(cube: Cube, var: VariableInfo, group: spec.AccumulationGroup):
+def weights_of(cube: RawCube, var: VariableInfo, group: spec.AccumulationGroup):
     """The group's weights over the whole variable (broadcastable; small unless the weights
     are an array of the variable's full shape)."""
     full = {d: slice(0, n) for d, n in zip(var.dims, var.shape, strict=True)}

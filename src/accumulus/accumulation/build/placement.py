@@ -38,7 +38,7 @@ from zarr.codecs import Crc32cCodec
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.positions import CHUNK, entry_positions, final_entries
 from accumulus.accumulation.model.weights import varying_dims
-from accumulus.raw_cube import Cube, VariableInfo
+from accumulus.raw_cube import RawCube, VariableInfo
 
 MAP_CHUNK = 4 * 2**20  # bytes of float64 entries per chunk of a map-like array, at most
 SERIES_CHUNK = 256 * 2**10  # the same for arrays read as long series (a box's rows)
@@ -46,7 +46,7 @@ BUFFER_BYTES = 384 * 2**20  # entries a build holds back to write long series ch
 
 
 def placements(
-    cube: Cube, var: VariableInfo, request: spec.BuildRequest, coverage: Mapping[str, int]
+    cube: RawCube, var: VariableInfo, request: spec.BuildRequest, coverage: Mapping[str, int]
 ) -> dict[tuple[str, ...], spec.Placement]:
     """Where the entries of every positioned combination of ``request`` end, and how its
     sums are stored (combinations in the variable's order)."""

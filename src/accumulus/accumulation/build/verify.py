@@ -31,7 +31,7 @@ from accumulus.accumulation.model.chunk_check import chunk_problem_text, failing
 from accumulus.accumulation.model.groups import accumulation_array, read_group, stride_unit_problem
 from accumulus.accumulation.model.record import RECORD_KEY, objects_problem
 from accumulus.accumulation.model.weights import weight_values
-from accumulus.raw_cube import Cube, VariableInfo
+from accumulus.raw_cube import RawCube, VariableInfo
 
 RTOL = 1e-9
 
@@ -80,7 +80,7 @@ class _Check:
             self.first = (flat, index, float(got[local]), float(want[local]))
 
 
-def verify_variable(cube: Cube, variable: str, root: zarr.Group | None = None) -> VerifyReport:
+def verify_variable(cube: RawCube, variable: str, root: zarr.Group | None = None) -> VerifyReport:
     """Recompute ``variable``'s accumulations from ``cube``'s raw data and compare them with
     its group, in ``cube`` or in ``root`` (a sidecar's)."""
     var = cube.variable(variable)
@@ -143,7 +143,7 @@ class _Mismatch(Exception):
 
 
 def _checks(
-    cube: Cube,
+    cube: RawCube,
     var: VariableInfo,
     group: spec.AccumulationGroup,
     acc: spec.Accumulation,
@@ -183,7 +183,7 @@ def _checks(
 
 
 def _compare(
-    cube: Cube, var: VariableInfo, group: spec.AccumulationGroup, checks: list[_Check]
+    cube: RawCube, var: VariableInfo, group: spec.AccumulationGroup, checks: list[_Check]
 ) -> None:
     """Walk the raw data slab by slab along the batch dimension and compare every check."""
     if not checks:

@@ -28,12 +28,12 @@ from accumulus.accumulation.model.weights import latitude_of
 from accumulus.errors import AccumulusError
 from accumulus.filters.accumulation_delta import with_chunk_shape
 from accumulus.grid import sharding_of
-from accumulus.raw_cube import Cube, VariableInfo
+from accumulus.raw_cube import RawCube, VariableInfo
 from accumulus.stores.arrays import array_with
 
 
 def read_group(
-    cube: Cube, variable: str, root: zarr.Group | None = None
+    cube: RawCube, variable: str, root: zarr.Group | None = None
 ) -> spec.AccumulationGroup | None:
     """``variable``'s accumulation group as stored in ``cube`` (or in ``root``, a sidecar's),
     or None when it has none."""
@@ -118,7 +118,7 @@ def _check_shapes(
 
 
 def accumulation_array(
-    cube: Cube, variable: str, name: str, root: zarr.Group | None = None
+    cube: RawCube, variable: str, name: str, root: zarr.Group | None = None
 ) -> zarr.Array:
     """The array ``name`` of ``variable``'s accumulation group (in ``cube`` or in ``root``, a
     sidecar's), ready to read."""
@@ -133,7 +133,7 @@ class AccumulationGroups:
     once), so that many queries of the snapshot share them. With a ``sidecar``, groups are
     read from it, and a group whose source changed is refused (``StaleSidecarError``)."""
 
-    def __init__(self, cube: Cube, sidecar: Sidecar | None = None) -> None:
+    def __init__(self, cube: RawCube, sidecar: Sidecar | None = None) -> None:
         self.cube = cube
         self.sidecar = sidecar
         self.root = cube.root if sidecar is None else sidecar.root()
@@ -200,7 +200,7 @@ class AccumulationGroups:
 
 
 def _foreign_coverage(
-    cube: Cube, variable: VariableInfo, group: spec.AccumulationGroup, members: Mapping
+    cube: RawCube, variable: VariableInfo, group: spec.AccumulationGroup, members: Mapping
 ) -> spec.AccumulationGroup:
     """Groups written by other tools do not record what they cover: derive it from the
     array shapes (entries x stride chunks along accumulated dims, the extent elsewhere)."""

@@ -38,7 +38,7 @@ from zarr.core.sync import sync
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.sidecar import fingerprint, source_problem
 from accumulus.errors import AccumulationReadError
-from accumulus.raw_cube import Cube, VariableInfo
+from accumulus.raw_cube import RawCube, VariableInfo
 
 RECORD_KEY = "built_from"  # in the group's ``accumulus`` attribute
 MISSING_LISTED = 100  # missing objects named in a record (the count is always there)
@@ -55,7 +55,7 @@ class BuildRecordError(AccumulationReadError):
 
 
 def build_record(
-    cube: Cube,
+    cube: RawCube,
     var: VariableInfo,
     group: spec.AccumulationGroup,
     previous: Mapping[str, Any] | None = None,
@@ -110,7 +110,7 @@ def arrays_as_written(group: spec.AccumulationGroup) -> dict[str, dict[str, Any]
 
 
 def attributes_problem(
-    cube: Cube,
+    cube: RawCube,
     var: VariableInfo,
     group: spec.AccumulationGroup,
     record: Any,

@@ -34,7 +34,7 @@ from zarr.storage import FsspecStore
 from accumulus.accumulation.model import spec
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds
-from accumulus.raw_cube import Cube, VariableInfo
+from accumulus.raw_cube import RawCube, VariableInfo
 from accumulus.stores.arrays import consolidate
 from accumulus.stores.base import innermost
 from accumulus.stores.group import normalize_group
@@ -86,7 +86,7 @@ class Sidecar:
         return cls(store, label, settings["source"], settings["group"])
 
     @classmethod
-    def for_writing(cls, store: Store, label: str, source: str, cube: Cube) -> Sidecar:
+    def for_writing(cls, store: Store, label: str, source: str, cube: RawCube) -> Sidecar:
         """The sidecar at ``store`` for ``cube`` (read from ``source``): created when the
         store is empty, refused when it holds anything else than accumulations of it."""
         wanted = {"source": recorded_source(source), "group": normalize_group(cube.group)}
@@ -120,14 +120,14 @@ class Sidecar:
     def refresh_command(self, variable: str) -> str:
         return f"`accumulus accumulate {self.source} {variable} --into {self.label}`"
 
-    def check(self, cube: Cube, variable: str, root: zarr.Group) -> None:
+    def check(self, cube: RawCube, variable: str, root: zarr.Group) -> None:
         """Refuse ``variable``'s group in ``root`` (this sidecar's) unless what it summed is
         still in the source ``cube`` as it was: ``StaleSidecarError`` otherwise."""
         problem = self.staleness(cube, variable, root)
         if problem:
             raise StaleSidecarError(problem)
 
-    def staleness(self, cube: Cube, variable: str, root: zarr.Group) -> str | None:
+    def staleness(self, cube: RawCube, variable: str, root: zarr.Group) -> str | None:
         """Why ``variable``'s group in ``root`` must not be used (None: it may be)."""
         try:
             node = root[spec.group_name(variable)]
@@ -182,7 +182,7 @@ def _open_root(store: Store, label: str) -> zarr.Group:
 # Fingerprints
 
 
-def fingerprint(cube: Cube, var: VariableInfo, coverage: Mapping[str, int]) -> dict[str, Any]:
+def fingerprint(cube: RawCube, var: VariableInfo, coverage: Mapping[str, int]) -> dict[str, Any]:
     """What a group covering ``coverage`` of ``var`` sums, as stored in its attributes."""
     found: dict[str, Any] = {
         "dims": list(var.dims),
@@ -268,7 +268,7 @@ def _covered_chunks(
     return list(product(*(range(n) for n in counts)))
 
 
-def _references(cube: Cube) -> Mapping[str, Any] | None:
+def _references(cube: RawCube) -> Mapping[str, Any] | None:
     """The reference mapping behind ``cube``'s store (a kerchunk reference set), or None."""
     store = innermost(cube.store)
     if not isinstance(store, FsspecStore):
@@ -279,7 +279,7 @@ def _references(cube: Cube) -> Mapping[str, Any] | None:
 
 
 def _chunk_references(
-    cube: Cube, var: VariableInfo, references: Mapping[str, Any], chunks: list[tuple[int, ...]]
+    cube: RawCube, var: VariableInfo, references: Mapping[str, Any], chunks: list[tuple[int, ...]]
 ) -> list[Any]:
     prefix = "/".join(p for p in (normalize_group(cube.group), var.array.path) if p)
     encode = var.array.metadata.encode_chunk_key

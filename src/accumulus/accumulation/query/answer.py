@@ -37,7 +37,7 @@ from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, pla
 from accumulus.accumulation.query.request import Query, ResolvedQuery, answer_index, resolve
 from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
-from accumulus.raw_cube import Cube, VariableInfo
+from accumulus.raw_cube import RawCube, VariableInfo
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class QueryResult:
 
 
 def run_query(
-    cube: Cube,
+    cube: RawCube,
     query: Query | ResolvedQuery,
     *,
     groups: AccumulationGroups | None = None,
@@ -153,7 +153,7 @@ def run_query(
     )
 
 
-def _weights_cancel(cube: Cube, resolved: ResolvedQuery) -> bool:
+def _weights_cancel(cube: RawCube, resolved: ResolvedQuery) -> bool:
     """Whether ``resolved`` is a weighted mean whose weights vary only along dimensions
     its answer keeps (area weights, along latitude, in a map averaged over time): each of
     its cells is then Σ w·x / Σ w·n with one weight w, which is Σ x / n. Summed without
@@ -177,7 +177,7 @@ def _weights_applied(
 
 
 def read_answer(
-    cube: Cube,
+    cube: RawCube,
     groups: AccumulationGroups,
     resolved: ResolvedQuery,
     plan: QueryPlan,

@@ -30,7 +30,7 @@ from accumulus.accumulation.query.plan import QueryPlan, Read
 from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
 from accumulus.errors import AccumulationReadError, AccumulusError
 from accumulus.grid import array_bounds
-from accumulus.raw_cube import Cube, VariableInfo
+from accumulus.raw_cube import RawCube, VariableInfo
 
 Region = tuple[slice, ...]
 
@@ -90,7 +90,7 @@ class ExecutedPlan:
 
 
 def execute(
-    cube: Cube,
+    cube: RawCube,
     groups: AccumulationGroups,
     var: VariableInfo,
     plan: QueryPlan,
@@ -172,7 +172,7 @@ def noise_floor(magnitude: np.ndarray) -> np.ndarray:
 
 
 def _raw_sums(
-    cube: Cube,
+    cube: RawCube,
     var: VariableInfo,
     stored: np.ndarray,
     part: RawPart,
@@ -436,7 +436,7 @@ def _entry_parts(
             )  # fmt: skip
 
 
-def weights_vary_along(cube: Cube, weights: str, var: VariableInfo) -> tuple[str, ...]:
+def weights_vary_along(cube: RawCube, weights: str, var: VariableInfo) -> tuple[str, ...]:
     """The dimensions of ``var`` that ``weights`` vary along, worked out once per snapshot."""
     return cube.remembered(
         ("weights vary along", weights, var.name),
@@ -445,7 +445,7 @@ def weights_vary_along(cube: Cube, weights: str, var: VariableInfo) -> tuple[str
 
 
 def _slab_weights(
-    cube: Cube,
+    cube: RawCube,
     var: VariableInfo,
     weights: str,
     slab_dims: Sequence[str],
@@ -464,12 +464,12 @@ def _slab_weights(
 
 
 def _weights_over(
-    cube: Cube, var: VariableInfo, weights: str, box: Mapping[str, slice]
+    cube: RawCube, var: VariableInfo, weights: str, box: Mapping[str, slice]
 ) -> np.ndarray | float:
     """``weight_values`` over an index box. Area weights are cut from the whole latitude
-    column's, worked out once per snapshot (``Cube.remembered``): every query weighs its
+    column's, worked out once per snapshot (``RawCube.remembered``): every query weighs its
     slabs, and each of them looked the coordinate up in the dataset again. An array's are
-    read through the reader's store (``Cube.decoded_values``): in the service, bounded and
+    read through the reader's store (``RawCube.decoded_values``): in the service, bounded and
     stopped with their request like the chunks they weigh."""
     if weights.startswith("array:"):
         name = weights.removeprefix("array:")
@@ -536,7 +536,7 @@ def _checked_entries(
 
 
 def _read_error(
-    cube: Cube, var: VariableInfo, failed: ChunkReadError, groups_label: str
+    cube: RawCube, var: VariableInfo, failed: ChunkReadError, groups_label: str
 ) -> AccumulusError:
     if isinstance(failed.cause, AccumulusError):
         return failed.cause

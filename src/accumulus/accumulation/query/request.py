@@ -39,7 +39,7 @@ from accumulus.accumulation.query import longitude
 from accumulus.accumulation.query.shapes import CellMask, shape_cells
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.numeric import check_numeric
-from accumulus.raw_cube import Cube, VariableInfo
+from accumulus.raw_cube import RawCube, VariableInfo
 
 STATS = tuple(statistics.STATISTICS)
 
@@ -141,7 +141,7 @@ def malformed_range(dim: str, text: str) -> ParameterError:
     )
 
 
-def resolve(cube: Cube, query: Query, groups: AccumulationGroups | None = None) -> ResolvedQuery:
+def resolve(cube: RawCube, query: Query, groups: AccumulationGroups | None = None) -> ResolvedQuery:
     """Check ``query`` against ``cube`` (metadata and coordinates only; no chunk is read)."""
     if query.variable not in cube.data_variables:
         raise ParameterError(
@@ -226,7 +226,7 @@ def _within_axes(
     return ranges
 
 
-def _check_over(cube: Cube, var: VariableInfo, over: Iterable[str]) -> tuple[str, ...]:
+def _check_over(cube: RawCube, var: VariableInfo, over: Iterable[str]) -> tuple[str, ...]:
     names = split_list(over)
     if not names:
         raise ParameterError("over", "name at least one dimension to average over")
@@ -349,7 +349,7 @@ def in_unit(moment: np.datetime64, unit: str) -> int:
     return _LATEST if moment.astype("i8") > 0 else _EARLIEST
 
 
-def answer_index(cube: Cube, resolved: ResolvedQuery, dim: str) -> pd.Index:
+def answer_index(cube: RawCube, resolved: ResolvedQuery, dim: str) -> pd.Index:
     """The coordinate labels of a kept dimension in the answer: the cube's own (a slice of
     its index), or along a longitude range across the grid's seam, continuing past it
     (``longitude.labels``)."""
@@ -362,7 +362,7 @@ def answer_index(cube: Cube, resolved: ResolvedQuery, dim: str) -> pd.Index:
     return pd.Index(labels, name=dim)
 
 
-def _is_longitude(cube: Cube, dim: str) -> bool:
+def _is_longitude(cube: RawCube, dim: str) -> bool:
     """A longitude coordinate whose labels can be compared modulo 360."""
 
     def circular() -> bool:
@@ -374,7 +374,7 @@ def _is_longitude(cube: Cube, dim: str) -> bool:
     return cube.remembered(("circular longitude", dim), circular)
 
 
-def _period(cube: Cube, dim: str) -> int:
+def _period(cube: RawCube, dim: str) -> int:
     """The distinct columns of a longitude around the circle (``longitude.period``); the
     size of any other dimension."""
 
@@ -387,7 +387,7 @@ def _period(cube: Cube, dim: str) -> int:
 
 def position_range(dim: str, size: int, start: Bound, stop: Bound) -> tuple[int, int]:
     """The half-open index range of inclusive positions ``start``/``stop`` along a dimension
-    without labels (``Cube.labelled``), as if it were labelled 0 .. size-1; a bound that is
+    without labels (``RawCube.labelled``), as if it were labelled 0 .. size-1; a bound that is
     no such position is refused, naming what is missing: ``latitude=-30/30`` on a dimension
     without latitudes must not select rows 0..30."""
     found = []
@@ -427,14 +427,14 @@ def _repeat_note(index: pd.Index, dim: str) -> str:
     )
 
 
-def _unweighted_note(cube: Cube, var: VariableInfo, over: Iterable[str]) -> list[str]:
+def _unweighted_note(cube: RawCube, var: VariableInfo, over: Iterable[str]) -> list[str]:
     """What an answer unweighted by default must say when it averages over a dimension
     named like a latitude whose latitudes were not found."""
     named = [d for d in over if coordinates.named_like(d, "latitude")]
     return [f"unweighted: {no_latitude(cube.raw, var.name)}"] if named else []
 
 
-def _coordinate_hint(cube: Cube, var: VariableInfo, name: str) -> str:
+def _coordinate_hint(cube: RawCube, var: VariableInfo, name: str) -> str:
     """For a name given where a dimension belongs: the dimension(s) it is a coordinate of."""
     for kind in coordinates.KINDS:
         found = coordinates.find(cube.raw, var.dims, kind, var.name)

@@ -12,7 +12,7 @@ import pandas as pd
 import xarray as xr
 
 from accumulus.coordinates import KINDS, is_kind
-from accumulus.raw_cube import Cube
+from accumulus.raw_cube import RawCube
 
 
 @dataclass(frozen=True)
@@ -31,12 +31,12 @@ class Extent:
         return self.steps == self.size
 
 
-def dimension_kind(cube: Cube, dim: str) -> str | None:
+def dimension_kind(cube: RawCube, dim: str) -> str | None:
     """ "time", "latitude", "longitude" or None: how maps and series draw a dimension."""
     return cube.remembered(("kind", dim), lambda: _kind(cube, dim))
 
 
-def _kind(cube: Cube, dim: str) -> str | None:
+def _kind(cube: RawCube, dim: str) -> str | None:
     if isinstance(cube.index(dim), pd.DatetimeIndex | xr.CFTimeIndex):
         return "time"
     name = cube.labels_name(dim)  # the dimension's own labels: lat(latitude) as well
@@ -44,7 +44,7 @@ def _kind(cube: Cube, dim: str) -> str | None:
 
 
 def selection(
-    cube: Cube,
+    cube: RawCube,
     dims: Sequence[str],
     ranges: Mapping[str, tuple[int, int]],
     sizes: Mapping[str, int] | None = None,
