@@ -40,10 +40,9 @@ from accumulus.stores.opening import Mode, open_store, store_label
 if TYPE_CHECKING:
     import dask.array as da
 
-# Values per Dask task when reading many stored chunks (32 MiB as float32). The default
-# build of the bench cube (chunks of 73 x 90 x 90): blocks of a whole 73-day chunk row
-# (4 chunks) instead of 3 and 1 chunks, 2.93 -> 2.49 s (alternating runs): fewer tasks,
-# and their sums copied together in long runs, not rows of 1-3 values.
+# Values per Dask task when reading many stored chunks (32 MiB as float32): blocks of whole
+# chunk rows rather than pieces of them, so fewer tasks, and their sums copied together in
+# long runs, not rows of a few values (docs/benchmarks.md, "Figures behind the code").
 BLOCK_VALUES = 2**23
 
 T = TypeVar("T")

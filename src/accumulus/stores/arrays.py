@@ -45,8 +45,8 @@ def bytes_stored(array: zarr.Array) -> int | None:
     directory = _local_directory(array)
     try:
         if directory is not None:
-            # What zarr's nbytes_stored adds up, without its task per file (0.2 s of a
-            # 3 s build for the 1,700 objects of the bench cube's default group).
+            # What zarr's nbytes_stored adds up, without its task per file: a build measures
+            # every array it wrote (docs/benchmarks.md, "Figures behind the code").
             return sum(
                 os.path.getsize(os.path.join(top, name))
                 for top, _, names in os.walk(directory)

@@ -18,9 +18,9 @@ from accumulus.stores.safe_reads import read_regular_file
 class LeanLocalStore(LocalStore):
     """zarr's ``LocalStore`` whose synchronous whole-object reads and writes are a few os
     calls (open, fstat, read; open, write, rename) instead of pathlib, a buffered file and,
-    per write, a ``mkdir`` of the parent: 36 µs instead of 47 a read, and about as much less
-    a write, around the data. A warm query reads a few objects, a build at every element
-    writes 20,000. Only regular files are read (``safe_reads.read_regular_file``); a write
+    per write, a ``mkdir`` of the parent: less time around the data for every read and write
+    (docs/benchmarks.md). A warm query reads a few objects, a build at every element writes
+    20,000. Only regular files are read (``safe_reads.read_regular_file``); a write
     is atomic as ``LocalStore``'s is (a temporary file renamed into place)."""
 
     def get_sync(

@@ -169,7 +169,7 @@ class CheckedReferenceFileSystem(ReferenceFileSystem):
         self._remote: dict[tuple[str, bool], AsyncFileSystem] = {}
         self._limits: dict[str, int] = {}
         # A set names few files (its granules) in many references: each is resolved (links
-        # followed, 30 us for a local path) and checked once.
+        # followed) and checked once.
         self._targets: dict[str, Target] = {}
         # Only checked targets reach a filesystem: local ones this module's, remote ones
         # those ``_filesystem`` makes (fsspec would make one per protocol it finds).

@@ -709,8 +709,7 @@ def _create_arrays(
     async def every() -> list:
         return await asyncio.gather(*made.values())
 
-    # Together: each creation is a few small writes, waited for one by one otherwise (the
-    # default build's 16 arrays: 0.1 s).
+    # Together: each creation is a few small writes, waited for one by one otherwise.
     return {name: zarr.Array(a) for name, a in zip(made, sync(every()), strict=True)}
 
 

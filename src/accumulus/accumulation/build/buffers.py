@@ -2,12 +2,12 @@
 
 A build at every element makes per slab arrays of hundreds of megabytes: each block's sums
 and the slab's sums put together (``stream``). Memory new to the process costs the system a
-zeroed page at its first touch (huge pages for NumPy's large arrays): about a sixth of the
-CPU of a build at every element, measured with perf on the bench cube, for arrays whose
-like was freed a moment before. Large arrays given back here are handed out again for the
-same shape (smaller ones are left to the allocator, which reuses them itself); what is
-kept is bounded (``most_bytes``), so memory held idle stays small beside what a build holds
-anyway.
+zeroed page at its first touch (huge pages for NumPy's large arrays): a large share of the
+CPU of a build at every element (measured with perf on the bench cube: docs/benchmarks.md),
+for arrays whose like was freed a moment before. Large arrays given back here are handed out
+again for the same shape (smaller ones are left to the allocator, which reuses them itself);
+what is kept is bounded (``most_bytes``), so memory held idle stays small beside what a
+build holds anyway.
 """
 
 from __future__ import annotations

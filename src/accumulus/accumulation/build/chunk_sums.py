@@ -118,9 +118,9 @@ def _block_sums(
     # Zeroed by a write, not by calloc: the kernel adds into it (a read before the first
     # write), and each page of calloc's memory read first is the shared zero page, copied on
     # the write that follows: a fault and a TLB flush across the process's threads per page
-    # (8 % of the CPU of a build at every element, measured with perf). Where no reduction
-    # sums anything, each output row takes one input row: the kernel zeroes it first (a
-    # pass over all of it here was 5 % of the CPU of a build at every element).
+    # (measured with perf on a build at every element: docs/benchmarks.md). Where no
+    # reduction sums anything, each output row takes one input row: the kernel zeroes it
+    # first, which spares a pass over all of it here.
     fresh = not any(reductions)
     out = (empty or np.empty)(int(sizes.sum()))
     if not fresh:
@@ -201,7 +201,7 @@ def prefix_entries(
             np.cumsum(prefix, axis=axis, out=prefix)
     else:
         # Slice by slice: as fast along a short axis (a few chunks) as along a long one,
-        # where np.cumsum walks every short row on its own (4 times slower for 4 chunks).
+        # where np.cumsum walks every short row on its own (much slower for a few chunks).
         steps = np.moveaxis(prefix, axis, 0)
         for i in range(1, steps.shape[0]):
             steps[i] += steps[i - 1]

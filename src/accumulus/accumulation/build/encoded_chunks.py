@@ -2,14 +2,13 @@
 zarr's per-chunk write path (the counterpart of ``chunk_reader`` for a build's writes).
 
 A build writes about a thousand chunks per accumulation group, a positioned one tens of
-thousands. Through ``zarr.Array.__setitem__`` each chunk costs about 0.9 ms of CPU, of which
-its codecs take 0.3 ms (the rest: selection and scatter into a chunk buffer, an event-loop
-round trip per chunk), and more under a build's load (docs/benchmarks.md). For an unsharded Zarr v2
-array the spec fixes a chunk's bytes completely: its values, padded with the fill value to
-the whole chunk shape, in C order, through the array's filters then its compressor (the
-numcodecs objects zarr itself calls). Such chunks are encoded here and stored together
-(``_put``). Other arrays (Zarr v3, sharded, Fortran order) and regions that cut a chunk are
-written through zarr.
+thousands. Through ``zarr.Array.__setitem__`` most of a chunk's CPU is not its codecs but
+selection and scatter into a chunk buffer and an event-loop round trip per chunk, more under
+a build's load (docs/benchmarks.md). For an unsharded Zarr v2 array the spec fixes a chunk's
+bytes completely: its values, padded with the fill value to the whole chunk shape, in C
+order, through the array's filters then its compressor (the numcodecs objects zarr itself
+calls). Such chunks are encoded here and stored together (``_put``). Other arrays (Zarr v3,
+sharded, Fortran order) and regions that cut a chunk are written through zarr.
 
 Chunks one value wide along the last axis (entries at every element of it, read as long
 series: ``--at lat=1,lon=1``) are not gathered one by one from the region: each would read

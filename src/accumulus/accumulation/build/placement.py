@@ -125,13 +125,11 @@ def codecs(zarr_format: int, bit_shuffle: bool) -> dict[str, Any]:
 
 def bit_shuffled(acc: spec.Accumulation, batch: str, is_count: bool) -> bool:
     """Whether an array of ``acc`` is compressed after a bit shuffle rather than a byte one:
-    the counts of a map-like accumulation only. Measured on 300-600 chunks drawn at random
-    from the 10-year cube's (docs/accumulation.md, LZ4 in one thread): map counts encode
-    and decode as fast either way and take 0.45 of their size instead of 0.54. Series sums
-    encode in 118 instead of 194 us and take 0.40 of their size instead of 0.48, but a box's
-    series read them 6 % slower (10.1 instead of 9.4 ms, alternating queries), series counts
-    decode in 34 instead of 28 us, and map sums in 305 instead of 289: queries pay those on
-    every read, so they keep the byte shuffle."""
+    the counts of a map-like accumulation only. Measured on chunks drawn at random from the
+    10-year cube's (docs/benchmarks.md): map counts encode and decode as fast either way and
+    take less space bit-shuffled; series sums, series counts and map sums take less space
+    too but decode slower, and queries pay that on every read, so they keep the byte
+    shuffle."""
     return is_count and not is_series(acc, batch)
 
 

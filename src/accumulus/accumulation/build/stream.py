@@ -244,7 +244,7 @@ def fill(
     # A build storing about as many sums as values (entries at every element) is bound by
     # its writes: two threads, so that a write waiting on the file system lets the other
     # encode. Otherwise one: a second would take the cores from the reads, which bound it
-    # (the default build: 3.3 s with one, 3.55 s with two on the bench cube).
+    # (docs/benchmarks.md).
     writes_bound = sums_per_value(var, group) >= WRITES_BOUND
     writer = _Writer(targets, threads=2 if writes_bound else 1)
     terms = statistics.stored_sums(group.weights)
@@ -261,8 +261,8 @@ def fill(
     # Along ``dim``, blocks stay single chunks: a slab (or an update) reads nothing outside.
     # Where a slab's sums are as large as its data, a block spans its tile (all of the other
     # dimensions, untiled): one task per raw chunk along ``dim``, whose sums are the slab's
-    # as they are, not copied together from many blocks' (time=1 on the bench cube: 76 MB
-    # per slab, 1.9 s of its copies; 5.31 -> 4.46 s, alternating runs).
+    # as they are, not copied together from many blocks' (the copies were a large part of a
+    # build at every day: docs/benchmarks.md).
     whole = writes_bound and in_process
     blocks = _tile_blocks(var, dim, tiles) if whole else var.grouped_blocks(keep=dim)
     x = var.dask_array(blocks, as_summed=True)
@@ -340,11 +340,11 @@ MMAP_THRESHOLD = 16 * 2**20  # bytes: larger arrays are the system's pages, give
 @contextmanager
 def _collector_skips_older_objects() -> Iterator[None]:
     """Python's cycle collector ignores the objects made before (``gc.freeze``) while the
-    slabs are summed and written: its full passes walked every object of the process
-    (zarr, xarray, numba...) as slabs were made, two of them 0.15-0.2 s of a default build
-    (0.01-0.03 s frozen). Objects made during the build are collected as usual. Python
-    cannot unfreeze only what it froze: objects frozen before (a few hundred by Python at
-    start; the command line's, which it freezes again as it ends) are unfrozen with them."""
+    slabs are summed and written: its full passes walked every object of the process (zarr,
+    xarray, numba...) as slabs were made (docs/benchmarks.md). Objects made during the build
+    are collected as usual. Python cannot unfreeze only what it froze: objects frozen before
+    (a few hundred by Python at start; the command line's, which it freezes again as it
+    ends) are unfrozen with them."""
     gc.freeze()
     try:
         yield
@@ -360,9 +360,8 @@ def _freed_memory_kept() -> Iterator[None]:
     """While slabs are summed and written, glibc keeps up to ``TRIM_THRESHOLD`` of freed
     heap memory instead of handing it back at once (128 KiB, as a fixed mmap threshold
     leaves it): the blocks each slab decodes, reads and encodes (a few MB each) then reuse
-    the memory of those before, not fresh pages, each a fault. A ``time=1`` build of the
-    bench cube: 520,000 page faults -> 64,000-90,000, system time 3.8-4.2 -> 2.8-3.4 s.
-    Given back (``malloc_trim``) and reset once done."""
+    the memory of those before, not fresh pages, each a fault (docs/benchmarks.md). Given
+    back (``malloc_trim``) and reset once done."""
     libc = allocator()
     if libc is None:
         yield
@@ -379,11 +378,10 @@ def _large_arrays_from_the_system() -> None:
     """Make large temporary arrays (a slab's sums, grouped raw blocks) go back to the system
     when freed. glibc raises its threshold for that as large blocks are freed (up to 32 MiB),
     after which such arrays are carved from the heaps of the threads that made them and
-    their memory stays with the process: about 220 MB more peak RSS for a build at every
-    element of the 0.8 GB bench cube (docs/benchmarks.md). A fixed threshold stops it (for
-    the whole process: glibc has no other way); 16 MiB, not lower, as each fresh page is a
-    fault (1 MiB: the same build's system time doubled). Elsewhere than glibc nothing is
-    done."""
+    their memory stays with the process, raising a build's peak memory (docs/benchmarks.md,
+    "Figures behind the code"). A fixed threshold stops it (for the whole process: glibc has
+    no other way); 16 MiB, not lower, as each fresh page is a fault (at 1 MiB the same
+    build's system time doubled). Elsewhere than glibc nothing is done."""
     libc = allocator()
     if libc is not None:
         libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
@@ -736,7 +734,7 @@ class _Writer:
         # row (378 MB for lat=1,lon=1 on the bench cube, walked along time: an update, or
         # blocks summed in other processes) is never held twice. It takes the
         # space of the array's row written before when that is done with and alike (the
-        # system zeroes every page of new space: 10 % of the CPU of that build).
+        # system zeroes every page of new space).
         self._wait_for_writes(prod(shape) * target.dtype.itemsize)
         spare = self._spare.pop(name, None)
         if spare is None or spare.shape != tuple(shape):
@@ -757,8 +755,8 @@ class _Writer:
         # The writer may be slower than the slabs: what waits to be written is bounded by
         # bytes too (the slabs then wait for the writes). A row of the writer's own is in
         # memory already, and the next is made only once the writes leave room for it
-        # (``_new_row``): it is queued at once, beside the other arrays' rows (the counts of
-        # lat=1,lon=1 on the bench cube waited for its sums: 1.35 s per row instead of 0.95).
+        # (``_new_row``): it is queued at once, beside the other arrays' rows (otherwise the
+        # counts of lat=1,lon=1 waited for its sums: docs/benchmarks.md).
         size = row.values.nbytes
         self._wait_for_writes(None if row.held else size, self.IN_FLIGHT)
         self._writes.append((self._thread.submit(self._write_row, name, row), size))

@@ -156,8 +156,8 @@ def run_query(
 def _weights_cancel(cube: RawCube, resolved: ResolvedQuery) -> bool:
     """Whether ``resolved`` is a weighted mean whose weights vary only along dimensions
     its answer keeps (area weights, along latitude, in a map averaged over time): each of
-    its cells is then Σ w·x / Σ w·n with one weight w, which is Σ x / n. Summed without
-    weights, a warm ``time=1`` map took 2.59 ms instead of 2.97, the answers 4.4e-16 apart.
+    its cells is then Σ w·x / Σ w·n with one weight w, which is Σ x / n: summed without
+    weights, it multiplies nothing, with answers equal to rounding (docs/benchmarks.md).
     Shapes are left as they are."""
     if resolved.weights == "none" or resolved.stat != "mean" or resolved.mask is not None:
         return False
@@ -170,8 +170,8 @@ def _weights_applied(
 ) -> bool:
     """Whether every accumulation of ``layouts`` stores its sums without weights (they
     factor out): its entries are multiplied by the weights as they are read. Where the
-    weighted sums are stored, they are read as they are (the default group's aligned map,
-    read from its unweighted arrays instead, took 3.7 ms instead of 3.6)."""
+    weighted sums are stored, they are read as they are (reading the default group's map
+    from its unweighted arrays instead was no faster: docs/benchmarks.md)."""
     group = groups.group(var.name)
     return all(group is not None and group.by_key(layout.key).factored for layout in layouts)
 
@@ -305,13 +305,13 @@ def _data_array(
 ) -> xr.DataArray:
     """The answer as a DataArray, from NumPy values wrapped as an xarray variable first
     (given bare arrays, xarray asks whether each is a Dask array, which imports
-    ``dask.array``, and SciPy with it: about 0.3 s of a command's start, when Dask is
-    installed) and coordinates from the labels' pandas indexes (not built again)."""
+    ``dask.array``, and SciPy with it, at a command's start when Dask is installed) and
+    coordinates from the labels' pandas indexes (not built again)."""
     variable = xr.Variable(tuple(dims), values, fastpath=True)
     xindexes = {d: PandasIndex(indexes[d], d) for d in dims}
     variables = {k: v for index in xindexes.values() for k, v in index.create_variables().items()}
     # Variables and indexes made here, for this answer alone: xarray's direct construction
-    # (without it, xarray deep-copies every coordinate: 0.35 ms of a 4 ms warm query).
+    # (without it, xarray deep-copies every coordinate of every answer).
     return xr.DataArray(variable, coords=variables, name=name, indexes=xindexes, fastpath=True)
 
 
