@@ -40,7 +40,9 @@ import xarray as xr
 from numcodecs import Shuffle, Zlib
 
 import accumulus
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
 
 VAR = "precip"
 UNITS = "hours since 2000-03-01 12:00:00"

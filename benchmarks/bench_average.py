@@ -41,10 +41,13 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 import accumulus
-from accumulus.accumulation.execute import chunk_work
+from accumulus.accumulation.query.execute import chunk_work
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
-from accumulus.storage import CountingStore, is_metadata_key, open_store, reads_synchronously
+from accumulus.stores.base import reads_synchronously
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
 from common import DEFAULT_DIR, SMALL_CHUNKS, cube, median_seconds, median_with_cpu, report
 from realistic import CHUNKS as REALISTIC_CHUNKS
 from realistic import VARIABLE as REALISTIC_VARIABLE

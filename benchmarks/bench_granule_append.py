@@ -81,7 +81,8 @@ def _append_in_child(store: str, granule: str, how: str, queue) -> None:
     import xarray as xr
 
     import accumulus
-    from accumulus.storage import CountingStore, open_store
+    from accumulus.stores.counting import CountingStore
+    from accumulus.stores.opening import open_store
 
     counting = CountingStore(open_store(store, "r+"))
     started = time.perf_counter()

@@ -1,7 +1,7 @@
 """Interop costs, measured against the work a user would otherwise do, in the same run.
 
-1. The NCZarr metadata step (``accumulus.nczarr``) that every write's final consolidation
-   now runs, against that consolidation alone (the floor), on a demo cube with its
+1. The NCZarr metadata step (``accumulus.stores.nczarr_metadata``) that every write's final
+   consolidation now runs, against that consolidation alone (the floor), on a demo cube with its
    accumulation group: seconds and store requests, locally and with 50 ms per request
    (object storage). The step reads each node's metadata and writes only what changed.
 2. Decoding szip, LZF and bitshuffle chunks with accumulus's codecs (imagecodecs) against
@@ -26,9 +26,11 @@ import accumulus
 from accumulus.demo import VARIABLE, DemoConfig, demo_dataset, write_demo_cube
 from accumulus.filters import dataset_pipeline, for_array, pipeline_to_codecs
 from accumulus.filters.builtin import load_hdf5plugin
-from accumulus.nczarr import write_nczarr_metadata
 from accumulus.scope import accumulus_scope
-from accumulus.storage import CountingStore, consolidate, open_store
+from accumulus.stores.arrays import consolidate
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.nczarr_metadata import write_nczarr_metadata
+from accumulus.stores.opening import open_store
 from common import median_seconds, report
 
 LATENCY = 0.05

@@ -25,9 +25,9 @@ import pandas as pd
 import xarray as xr
 
 import accumulus
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
-from accumulus.cube import Cube
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.request import Query
+from accumulus.raw_cube import RawCube
 
 VAR = "precip"
 
@@ -79,7 +79,7 @@ def baseline(path: Path, ranges: list[tuple[str, str]]) -> tuple[list[np.ndarray
 def measure(
     path: Path, ranges: list[tuple[str, str]], expected: list[np.ndarray], latency: float
 ) -> dict:
-    cube = Cube.open(str(path))
+    cube = RawCube.open(str(path))
     stats, seconds = [], []
     for (start, end), answer in zip(ranges, expected, strict=True):
         result = run_query(cube, Query(VAR, ("time",), {"time": (start, end)}), latency=latency)

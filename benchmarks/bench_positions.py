@@ -48,9 +48,11 @@ import pandas as pd
 import xarray as xr
 
 import accumulus
-from accumulus.accumulation.query import _plans, usable_layouts
-from accumulus.accumulation.request import Query
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.accumulation.query.answer import _plans, usable_layouts
+from accumulus.accumulation.query.request import Query
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
 from bench_average import floor_in_thread_reader, floor_reader
 from common import DEFAULT_DIR, median_seconds, median_with_cpu, report
 from realistic import CHUNKS, SHAPE, VARIABLE, dataset, realistic_cube

@@ -26,8 +26,8 @@ from zarr.storage import WrapperStore
 
 import accumulus
 from accumulus.ingest.virtual import append_virtual
-from accumulus.reference_sets import open_reference_store
-from accumulus.storage import open_store
+from accumulus.stores.opening import open_store
+from accumulus.stores.reference_sets import open_reference_store
 from bench_virtual import granules
 from common import DEFAULT_DIR, median_seconds, report
 

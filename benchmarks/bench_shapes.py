@@ -37,7 +37,9 @@ import xarray as xr
 
 import accumulus
 from accumulus.regions import Shape, named_region, shape_from_file
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
 from bench_average import floor_reader
 from common import DEFAULT_DIR, median_seconds, report
 from realistic import CHUNKS, SHAPE, VARIABLE, realistic_cube

@@ -32,7 +32,7 @@ Appends: each layout is copied and adopted by ``accumulus append``, then appende
 holding 300 days; a Dataset per append, values from the same generator), counting the
 objects and bytes written and read, the time (accumulations updated in the same run), and
 the bytes the data objects written hold, of which dead (superseded inner chunks an append
-keeps in place for readers of the old index, ``ingest/shard_layout.py``).
+keeps in place for readers of the old index, ``stores/stable_shards.py``).
 
     python benchmarks/bench_sharding.py [--repeats 5] [--scan-repeats 2] [--latency 0.05]
         [--no-appends] [--rebuild]
@@ -57,9 +57,11 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 import accumulus
-from accumulus.accumulation.execute import chunk_work
+from accumulus.accumulation.query.execute import chunk_work
 from accumulus.grid import sharding_of
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
 from bench_average import realistic_questions, sum_parts, xarray_scan
 from common import DEFAULT_DIR, median_seconds, report
 from realistic import CHUNKS, SHAPE, START, VARIABLE, _block, realistic_cube

@@ -53,11 +53,12 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 import accumulus
-from accumulus.accumulation.execute import chunk_work
+from accumulus.accumulation.query.execute import chunk_work
 from accumulus.chunk_reader import _chunk_spec as chunk_spec
 from accumulus.ingest.virtual import append_virtual
 from accumulus.scope import accumulus_scope
-from accumulus.storage import CountingStore, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
 from bench_average import counted
 from common import DEFAULT_DIR, median_seconds, report
 

@@ -3,7 +3,7 @@
 Stores are given as a path or URL (directory, ``file://``, ``.zip``, ``memory://name``,
 ``s3://bucket/prefix``) or a zarr ``Store``; queries also take an open ``Datacube``
 (``open``), which reads a store's metadata once and answers many queries from it, or a
-``Cube`` snapshot, answered as it stands. ``group`` names the group of the store a function
+``RawCube`` snapshot, answered as it stands. ``group`` names the group of the store a function
 works on ("Grid" in an IMERG cube); by default the one group holding the variable (a cube
 without groups: its root). Every function runs inside ``accumulus_scope``.
 
@@ -26,40 +26,42 @@ import zarr
 from zarr.abc.store import Store
 
 from accumulus import coordinates
-from accumulus.accumulation import spec
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.groups import AccumulationGroups
-from accumulus.accumulation.positions import parse_at
-from accumulus.accumulation.query import QueryResult as QueryResult  # re-exported
-from accumulus.accumulation.request import QUERY_DOC, Bound, QueryOptions, split_list
-from accumulus.accumulation.request import STATS as STATS  # re-exported
-from accumulus.accumulation.request import Query as Query  # re-exported
-from accumulus.accumulation.request import ResolvedQuery as ResolvedQuery  # re-exported
-from accumulus.accumulation.request import malformed_range as malformed_range  # re-exported
-from accumulus.accumulation.request import split_range as split_range  # re-exported
-from accumulus.accumulation.sidecar import Sidecar, sidecar_settings
-from accumulus.accumulation.sidecar import StaleSidecarError as StaleSidecarError  # re-exported
-from accumulus.accumulation.weights import resolve_weights
-from accumulus.cube import Cube
-from accumulus.datacube import CubeSnapshot as CubeSnapshot  # re-exported
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.groups import AccumulationGroups
+from accumulus.accumulation.model.positions import parse_at
+from accumulus.accumulation.model.sidecar import Sidecar, sidecar_settings
+from accumulus.accumulation.model.sidecar import (
+    StaleSidecarError as StaleSidecarError,  # re-exported
+)
+from accumulus.accumulation.model.weights import resolve_weights
+from accumulus.accumulation.query.answer import QueryResult as QueryResult  # re-exported
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.request import QUERY_DOC, Bound, QueryOptions, split_list
+from accumulus.accumulation.query.request import STATS as STATS  # re-exported
+from accumulus.accumulation.query.request import Query as Query  # re-exported
+from accumulus.accumulation.query.request import ResolvedQuery as ResolvedQuery  # re-exported
+from accumulus.accumulation.query.request import malformed_range as malformed_range  # re-exported
+from accumulus.accumulation.query.request import split_range as split_range  # re-exported
 from accumulus.datacube import Datacube
+from accumulus.datacube import DatacubeSnapshot as DatacubeSnapshot  # re-exported
 from accumulus.destinations import check_store, removed_on_failure
 from accumulus.errors import AccumulusError, Interrupted
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
+from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
-from accumulus.storage import open_store, store_label
+from accumulus.stores.opening import open_store, store_label
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
     # imports its module when called, so that a query (``average --json``) loads none.
-    from accumulus.accumulation.build import BuildResult
-    from accumulus.accumulation.verify import VerifyReport
+    from accumulus.accumulation.build.accumulate import BuildResult
+    from accumulus.accumulation.build.verify import VerifyReport
     from accumulus.compute import Progress
     from accumulus.ingest.compare import SourceComparison
 
-StoreLike = str | Store | Cube | Datacube
+StoreLike = str | Store | RawCube | Datacube
 
 
 @scoped
@@ -91,11 +93,11 @@ def _datacube(
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
 ) -> Datacube:
-    if isinstance(store, Datacube | Cube) and accumulations is not None:
+    if isinstance(store, Datacube | RawCube) and accumulations is not None:
         raise AccumulusError("accumulations= is given with a store path or URL, not an open cube")
     if isinstance(store, Datacube):
         return store
-    if isinstance(store, Cube):
+    if isinstance(store, RawCube):
         return Datacube.pinned(store)
     return Datacube.open(
         store,
@@ -116,11 +118,11 @@ def open_cube(
     group: str | None = None,
     variable: str | None = None,
     allow_references: Sequence[str] | None = None,
-) -> Cube:
+) -> RawCube:
     """Open a datacube snapshot (reads its metadata once): the group ``group`` of the store,
     or the one group holding ``variable`` (or data variables). An open ``Datacube`` gives its
     current snapshot."""
-    if isinstance(store, Cube):
+    if isinstance(store, RawCube):
         return store
     if isinstance(store, Datacube):
         return store.cube
@@ -133,7 +135,7 @@ def open_cube(
     label = None if isinstance(store, Store) else str(store)
     where = label or store_label(opened)
     path = find_cube_group(opened, group, variable, where)
-    return Cube(opened, label, group=path)
+    return RawCube(opened, label, group=path)
 
 
 @scoped
@@ -179,7 +181,7 @@ def accumulate(
     ``store`` and a fingerprint of what was summed; running again extends it after the
     source grew and rebuilds it when the source changed.
     """
-    from accumulus.accumulation.build import build_accumulations, check_request
+    from accumulus.accumulation.build.accumulate import build_accumulations, check_request
 
     if into is not None and not isinstance(store, str | os.PathLike):
         raise AccumulusError("into= needs the source as a path or URL, which it records")
@@ -371,8 +373,8 @@ def verify(
     return reports
 
 
-def _verify_one(cube: Cube, variable: str, groups: AccumulationGroups | None) -> VerifyReport:
-    from accumulus.accumulation.verify import VerifyReport, verify_variable
+def _verify_one(cube: RawCube, variable: str, groups: AccumulationGroups | None) -> VerifyReport:
+    from accumulus.accumulation.build.verify import VerifyReport, verify_variable
 
     if groups is None or groups.sidecar is None:
         return verify_variable(cube, variable)

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from accumulus.accumulation.query import QueryResult
-from accumulus.accumulation.selection import Extent
-from accumulus.accumulation.spec import Weights
+from accumulus.accumulation.model.spec import Weights
+from accumulus.accumulation.query.answer import QueryResult
+from accumulus.accumulation.query.selection import Extent
 
 _VERBS = {"mean": "averaged", "sum": "summed"}
 _REGION_KINDS = ("latitude", "longitude")

@@ -8,7 +8,7 @@ storage the whole plan costs one round trip (up to ``MAX_IN_FLIGHT`` requests at
 as many chunks as the memory allowed hold at once), whatever the number of chunks read.
 
 A store that can be read without zarr's event loop (a local directory or memory, seen
-through wrappers that pass synchronous reads through, ``storage.reads_synchronously``) is
+through wrappers that pass synchronous reads through, ``stores.base.reads_synchronously``) is
 read in the calling thread instead: a plan of a few chunks then costs no hand-over between
 threads at all, and a larger one is split into a few runs of chunks read side by side on a
 small thread pool. Requests that count, delay or guard (object storage, the benchmarks'
@@ -54,7 +54,7 @@ from zarr.core.sync import sync
 
 from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, read_grid, sharding_of
-from accumulus.storage import reads_synchronously
+from accumulus.stores.base import reads_synchronously
 
 # Store requests in flight at once: enough for a plan of small chunks to go out together
 # (846 chunks of 54 KB: 7 sequential round trips with 128 at a time); what they hold is
@@ -260,7 +260,7 @@ class _Here:
 def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> list[_Here] | None:
     """The requests as chunks to read by ``get_sync`` in the calling thread, when every one
     can be: a stored chunk (not an inner chunk of a shard), every codec synchronous, from a
-    store that allows it (``storage.reads_synchronously``); None otherwise."""
+    store that allows it (``stores.base.reads_synchronously``); None otherwise."""
     here, allowed = [], {}
     for request in requests:
         target = request.store or store or request.array.store_path.store

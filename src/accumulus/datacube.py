@@ -1,10 +1,10 @@
 """An open datacube: open once, query many times (``accumulus.open``).
 
-A ``Datacube`` keeps the metadata snapshot of its store (see ``snapshot``) together with
-everything read from it: the ``Cube`` (arrays, coordinates, CF attributes) and the
+A ``Datacube`` keeps the metadata snapshot of its store (see ``stores.snapshot``) together with
+everything read from it: the ``RawCube`` (arrays, coordinates, CF attributes) and the
 accumulation groups with their arrays. Each query first reads the store's root metadata
 documents (one round trip; in the calling thread for a local store) and compares them byte
-for byte with those it holds (``snapshot.root_documents``): while the store is unchanged
+for byte with those it holds (``stores.snapshot.root_documents``): while the store is unchanged
 every query reuses what was read, without parsing anything again, and once a writer has
 published a new snapshot (an append, a rebuilt accumulation) the next query reads it and
 uses it whole. A query never mixes two snapshots.
@@ -13,7 +13,7 @@ Writers rewrite the root document without consolidated metadata while they work 
 consolidate when they are done; until then the last consolidated snapshot stays in use.
 
 A datacube may read its accumulation groups from a sidecar store beside the data (see
-``accumulation.sidecar``): given as ``accumulations``, or opened in place of the cube, in
+``accumulation.model.sidecar``): given as ``accumulations``, or opened in place of the cube, in
 which case the source it names is opened. Its snapshot is then both stores' snapshots.
 """
 
@@ -29,11 +29,12 @@ from typing import Any, Unpack
 import xarray as xr
 from zarr.abc.store import Store
 
-from accumulus.accumulation import spec
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.groups import AccumulationGroups
-from accumulus.accumulation.query import QueryResult, run_query
-from accumulus.accumulation.request import (
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.groups import AccumulationGroups
+from accumulus.accumulation.model.sidecar import Sidecar, sidecar_of
+from accumulus.accumulation.query.answer import QueryResult, run_query
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.request import (
     QUERY_DOC,
     Bound,
     Query,
@@ -41,15 +42,17 @@ from accumulus.accumulation.request import (
     ResolvedQuery,
     resolve,
 )
-from accumulus.accumulation.sidecar import Sidecar, sidecar_of
-from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
-from accumulus.hierarchy import find_cube_group, group_label
-from accumulus.inference import InferredConventionsStore
+from accumulus.hierarchy import find_cube_group
+from accumulus.raw_cube import RawCube
 from accumulus.scope import accumulus_scope, scoped
-from accumulus.snapshot import (
+from accumulus.stores.group import group_label
+from accumulus.stores.inferred_conventions import InferredConventionsStore
+from accumulus.stores.locations import remote_errors
+from accumulus.stores.opening import open_store, store_label
+from accumulus.stores.snapshot import (
     MetadataSnapshot,
-    SnapshotStore,
+    PinnedMetadataStore,
     read_snapshot,
     read_snapshots,
     root_documents,
@@ -57,22 +60,21 @@ from accumulus.snapshot import (
     stored_roots,
     with_coordinates,
 )
-from accumulus.storage import open_store, remote_errors, store_label
 
 
 @dataclass(frozen=True)
-class CubeSnapshot:
+class DatacubeSnapshot:
     """A datacube as of one metadata snapshot: answer a whole query from it."""
 
     token: str
     generation: int  # increases with each new snapshot a Datacube reads
-    cube: Cube
+    cube: RawCube
     groups: AccumulationGroups
 
     @classmethod
     def of(
-        cls, cube: Cube, token: str = "", generation: int = 0, sidecar: Sidecar | None = None
-    ) -> CubeSnapshot:
+        cls, cube: RawCube, token: str = "", generation: int = 0, sidecar: Sidecar | None = None
+    ) -> DatacubeSnapshot:
         """The snapshot ``cube`` was opened on, its coordinates and groups (from ``sidecar``
         when given) read now (so threads sharing it only read it)."""
         with accumulus_scope():
@@ -93,7 +95,7 @@ class CubeSnapshot:
         with accumulus_scope():
             return run_query(self.cube, query, groups=self.groups, memory_bytes=memory_bytes)
 
-    def reading_through(self, wrap: Callable[[Store], Store]) -> CubeSnapshot:
+    def reading_through(self, wrap: Callable[[Store], Store]) -> DatacubeSnapshot:
         """This snapshot with every chunk read through ``wrap(store)``: the cube's, and a
         sidecar's accumulations (the service's guard wraps both)."""
         cube = copy.copy(self.cube)
@@ -133,7 +135,7 @@ class Datacube:
         self._allow_references = allow_references
         self.group: str | None = None  # known once the first snapshot is read
         self.label = self._store_label
-        self._current: CubeSnapshot | None = None
+        self._current: DatacubeSnapshot | None = None
         # The root documents of the stores as stored when the current snapshot was read
         # (the cube's, then a sidecar's): while they are the same, so is the snapshot.
         # None: not known, or not enough to tell (a store without consolidated metadata).
@@ -180,11 +182,11 @@ class Datacube:
         )
 
     @classmethod
-    def pinned(cls, cube: Cube) -> Datacube:
+    def pinned(cls, cube: RawCube) -> Datacube:
         """A handle that always answers from ``cube``'s snapshot, never a newer one."""
         handle = cls(cube.store, cube.label)
         handle.group = ""  # the cube's store is already the view of its group
-        handle._current = CubeSnapshot.of(cube)
+        handle._current = DatacubeSnapshot.of(cube)
         handle._pinned = True
         return handle
 
@@ -205,7 +207,7 @@ class Datacube:
     # Snapshots
 
     @scoped
-    def snapshot(self) -> CubeSnapshot:
+    def snapshot(self) -> DatacubeSnapshot:
         """The datacube as its metadata stands now: reads the root metadata documents, and
         the rest (coordinates, accumulation groups) only when they changed."""
         if self._pinned:
@@ -263,12 +265,14 @@ class Datacube:
             metadata = with_coordinates(self.store, metadata)
         # Stores without xarray's conventions (the ZEP 5 generator's) are read from the
         # snapshot too; a group of the store is seen through a view (see ``hierarchy``).
-        store = InferredConventionsStore(SnapshotStore(self.store, metadata))
-        cube = Cube(store, label=self._store_label, group=self.group or None)
+        store = InferredConventionsStore(PinnedMetadataStore(self.store, metadata))
+        cube = RawCube(store, label=self._store_label, group=self.group or None)
         sidecar = None
         if side is not None:
-            sidecar = Sidecar.reading(SnapshotStore(self.sidecar_store, side), self._sidecar_label)
-        fresh = CubeSnapshot.of(cube, token, generation=read, sidecar=sidecar)
+            sidecar = Sidecar.reading(
+                PinnedMetadataStore(self.sidecar_store, side), self._sidecar_label
+            )
+        fresh = DatacubeSnapshot.of(cube, token, generation=read, sidecar=sidecar)
         with self._lock:
             if self._current is None or self._current.generation < read:
                 self._current, self._roots = fresh, roots
@@ -314,15 +318,15 @@ class Datacube:
     def _find_group(self, metadata: MetadataSnapshot) -> None:
         group, variable = self._wanted
         found = find_cube_group(
-            SnapshotStore(self.store, metadata), group, variable, self._store_label
+            PinnedMetadataStore(self.store, metadata), group, variable, self._store_label
         )
         with self._lock:
             self.group = found
             self.label = group_label(self._store_label, found)
 
     @property
-    def cube(self) -> Cube:
-        """The current snapshot's ``Cube``."""
+    def cube(self) -> RawCube:
+        """The current snapshot's ``RawCube``."""
         return self.snapshot().cube
 
     @property

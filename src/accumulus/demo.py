@@ -138,7 +138,8 @@ class Comparison:
 def full_scan(path: Path, over: list[str], selection: dict) -> tuple[xr.DataArray, float, int, int]:
     """What a user would otherwise do: xarray + Dask over every chunk of the selection,
     through a counting store (so its requests and bytes can be compared)."""
-    from accumulus.storage import CountingStore, open_store
+    from accumulus.stores.counting import CountingStore
+    from accumulus.stores.opening import open_store
 
     store = CountingStore(open_store(str(path)))
     started = time.perf_counter()

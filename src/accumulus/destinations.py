@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from accumulus.errors import AccumulusError
-from accumulus.storage import local_path, write_file_atomically
+from accumulus.stores.local import write_file_atomically
+from accumulus.stores.locations import local_path
 
 
 def check_file(path: str | os.PathLike[str], what: str) -> Path:

@@ -19,7 +19,7 @@ A chunk *rule* is what a user writes after ``--chunks dim=``:
 - ``per-granule`` (appends only): each appended granule is its own chunk.
 
 The sections below: chunk bounds (``ChunkBounds``); the grid of a zarr array, read from its
-metadata or given new chunk sizes (metadata only: storing it is ``storage.store_metadata``'s
+metadata or given new chunk sizes (metadata only: storing it is ``stores.arrays.store_metadata``'s
 job); rules over a whole dimension (``chunk_sizes``, for ``rechunk``); and appends
 (``append_chunk_sizes``, and the grids ``RegularGrid`` and ``VariableGrid`` that say where
 chunk edges fall as granules arrive). Calendar arithmetic is xarray's and cftime's (``.dt``
@@ -275,9 +275,9 @@ def with_chunk_sizes(
     """An array's ``metadata`` (Zarr v3) resized to ``length`` along ``axis``, with the
     declared chunk sizes ``sizes`` there (``AppendChunks.sizes``).
 
-    Values written through an array with this metadata (``storage.array_with``) land in
+    Values written through an array with this metadata (``stores.arrays.array_with``) land in
     chunks of the new grid while readers of the store keep the old array: chunks past the
-    old extent stay invisible to them until ``storage.store_metadata`` publishes the new grid
+    old extent stay invisible to them until ``stores.arrays.store_metadata`` publishes the new grid
     (write data first, metadata last). A chunk whose size changed (``AppendChunks.rewrite``)
     has no such order: read its values under the old grid and write them under the new."""
     if not isinstance(metadata, ArrayV3Metadata):

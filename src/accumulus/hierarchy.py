@@ -1,12 +1,10 @@
-"""The hierarchy of a store: a cube's group seen as a store of its own, and which group a
-command means.
+"""The hierarchy of a store's groups: which group a command means, what a group inherits,
+and a dataset with nested groups written in place.
 
 NASA ships granules with their variables in groups (IMERG: ``/Grid``, ``/Grid/Intermediate``)
 and a cube keeps them there (``Grid/precipitation``). Every command works on one group at a
-time through ``GroupStore``, a view of the store in which that group is the root: the
-journal, the lock, consolidated metadata and accumulation groups of a group live inside it,
-and everything that reads or writes a cube (append, accumulate, queries, verify, inspect)
-works unchanged on the view.
+time, through a view of the store in which that group is the root (``stores.group``).
+Accumulation groups are never a cube's groups.
 
 A group's variables may use dimensions whose coordinate variables live in an ancestor group
 (netCDF-4 scoping; xarray's DataTree inherits them the same way): ``inherited_coordinates``
@@ -17,176 +15,18 @@ what it needs (``pick_group``); several are an error that lists them.
 from __future__ import annotations
 
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import xarray as xr
 import zarr
-from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import WrapperStore
+from zarr.abc.store import Store
 
-from accumulus.accumulation.spec import GROUP_SUFFIX
 from accumulus.errors import AccumulusError
-from accumulus.storage import consolidate, dimension_names, remote_errors
-
-
-def normalize_group(group: str | None) -> str:
-    """``"/Grid/"``, ``"Grid"`` -> ``"Grid"``; None, ``""`` and ``"/"`` -> ``""`` (the root)."""
-    if group is None:
-        return ""
-    parts = [p for p in group.strip().split("/") if p]
-    if any(p in (".", "..") for p in parts):
-        raise AccumulusError(f"--group {group!r}: a group path has no '.' or '..' parts")
-    return "/".join(parts)
-
-
-def group_view(store: Store, group: str | None) -> Store:
-    """``store`` seen from ``group`` (the store itself for the root)."""
-    group = normalize_group(group)
-    return GroupStore(store, group) if group else store
-
-
-def group_label(label: str, group: str | None) -> str:
-    """How messages name a group of a store."""
-    group = normalize_group(group)
-    return f"{label} (group {group})" if group else label
-
-
-def split_view(store: Store) -> tuple[Store, str]:
-    """The store a view (``group_view``, possibly of a view) was made of, and its group."""
-    parts = []
-    while isinstance(store, GroupStore):
-        parts.insert(0, store.prefix)
-        store = store._store
-    return store, "/".join(parts)
-
-
-class GroupStore(WrapperStore[Store]):
-    """``store`` with ``prefix/`` added to every key: the group at ``prefix`` as a root."""
-
-    sync_reads_pass_through: ClassVar[bool] = True  # see storage.reads_synchronously
-    sync_writes_pass_through: ClassVar[bool] = True  # see storage.writes_synchronously
-
-    def __init__(self, store: Store, prefix: str) -> None:
-        super().__init__(store)
-        self.prefix = normalize_group(prefix)
-
-    def _with_store(self, store: Store) -> GroupStore:
-        return type(self)(store, self.prefix)
-
-    def __eq__(self, value: object) -> bool:
-        return (
-            isinstance(value, GroupStore) and value.prefix == self.prefix and super().__eq__(value)
-        )
-
-    def __str__(self) -> str:
-        return f"{self._store}/{self.prefix}"
-
-    def _key(self, key: str) -> str:
-        return f"{self.prefix}/{key}" if key else self.prefix
-
-    def _strip(self, key: str) -> str:
-        return key[len(self.prefix) + 1 :]
-
-    async def is_empty(self, prefix: str) -> bool:
-        return await self._store.is_empty(self._key(prefix))
-
-    async def getsize(self, key: str) -> int:
-        return await self._store.getsize(self._key(key))
-
-    async def clear(self) -> None:
-        await self._store.delete_dir(self.prefix)
-
-    async def get(
-        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        return await self._store.get(self._key(key), prototype, byte_range)
-
-    async def get_partial_values(
-        self,
-        prototype: BufferPrototype,
-        key_ranges: Iterable[tuple[str, ByteRequest | None]],
-    ) -> list[Buffer | None]:
-        ranges = [(self._key(k), r) for k, r in key_ranges]
-        return await self._store.get_partial_values(prototype, ranges)
-
-    async def get_ranges(
-        self,
-        key: str,
-        byte_ranges: Sequence[ByteRequest | None],
-        *,
-        prototype: BufferPrototype,
-        max_concurrency: int | None = None,
-        max_gap_bytes: int | None = None,
-        max_coalesced_bytes: int | None = None,
-    ) -> AsyncIterator[Sequence[tuple[int, Buffer | None]]]:
-        options = {
-            "max_concurrency": max_concurrency,
-            "max_gap_bytes": max_gap_bytes,
-            "max_coalesced_bytes": max_coalesced_bytes,
-        }
-        kwargs = {k: v for k, v in options.items() if v is not None}
-        async for group in self._store.get_ranges(
-            self._key(key), byte_ranges, prototype=prototype, **kwargs
-        ):
-            yield group
-
-    async def _get_many(
-        self, requests: Iterable[tuple[str, BufferPrototype, ByteRequest | None]]
-    ) -> AsyncGenerator[tuple[str, Buffer | None], None]:
-        for key, prototype, byte_range in requests:
-            yield key, await self.get(key, prototype, byte_range)
-
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
-    ) -> Buffer | None:
-        return self._store.get_sync(  # type: ignore[attr-defined]
-            self._key(key), prototype=prototype, byte_range=byte_range
-        )
-
-    def set_sync(self, key: str, value: Buffer) -> None:
-        super().set_sync(self._key(key), value)
-
-    def delete_sync(self, key: str) -> None:
-        super().delete_sync(self._key(key))
-
-    async def exists(self, key: str) -> bool:
-        return await self._store.exists(self._key(key))
-
-    async def set(self, key: str, value: Buffer) -> None:
-        await self._store.set(self._key(key), value)
-
-    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
-        await self._store.set_if_not_exists(self._key(key), value)
-
-    async def _set_many(self, values: Iterable[tuple[str, Buffer]]) -> None:
-        await self._store._set_many([(self._key(k), v) for k, v in values])
-
-    async def delete(self, key: str) -> None:
-        await self._store.delete(self._key(key))
-
-    async def delete_dir(self, prefix: str) -> None:
-        await self._store.delete_dir(self._key(prefix))
-
-    async def list(self) -> AsyncIterator[str]:
-        async for key in self._store.list_prefix(self.prefix + "/"):
-            yield self._strip(key)
-
-    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        async for key in self._store.list_prefix(self._key(prefix)):
-            yield self._strip(key)
-
-    def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        return self._store.list_dir(self._key(prefix))
-
-
-# --------------------------------------------------------------------------------------------
-# Which group, and what a group inherits
+from accumulus.stores.arrays import consolidate, dimension_names
+from accumulus.stores.group import GroupStore, ancestors_of, group_view, normalize_group, split_view
+from accumulus.stores.keys import GROUP_SUFFIX
+from accumulus.stores.locations import remote_errors
 
 
 def cube_groups(store: Store, use_consolidated: bool | None = None) -> list[str]:
@@ -234,12 +74,6 @@ def inherited_coordinates(
                     found[bounds] = ancestor.variables[bounds]
                 break
     return found
-
-
-def ancestors_of(group: str) -> list[str]:
-    """The ancestor groups of ``group``, nearest first: "a/b/c" -> ["a/b", "a", ""]."""
-    parts = normalize_group(group).split("/") if group else []
-    return ["/".join(parts[:n]) for n in range(len(parts) - 1, -1, -1)]
 
 
 def find_cube_group(store: Store, group: str | None, variable: str | None, where: str) -> str:

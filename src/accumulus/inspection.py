@@ -9,12 +9,13 @@ from zarr.abc.store import Store
 from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.sync import sync
 
-from accumulus.accumulation import spec
-from accumulus.accumulation.groups import AccumulationGroups
-from accumulus.cube import Cube
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.groups import AccumulationGroups
 from accumulus.grid import array_bounds, sharding_of
-from accumulus.inference import inferred_conventions
-from accumulus.storage import bytes_stored, dimension_names, is_metadata_key
+from accumulus.raw_cube import RawCube
+from accumulus.stores.arrays import bytes_stored, dimension_names
+from accumulus.stores.inferred_conventions import inferred_conventions
+from accumulus.stores.keys import is_metadata_key
 
 
 def _codecs(array: zarr.Array) -> list[dict[str, Any]]:
@@ -87,7 +88,7 @@ def stored_bytes(
     return sizes, bytes_stored(root[variable])
 
 
-def describe_cube(cube: Cube, found: AccumulationGroups | None = None) -> dict[str, Any]:
+def describe_cube(cube: RawCube, found: AccumulationGroups | None = None) -> dict[str, Any]:
     """What ``cube`` holds; its accumulation groups from ``found`` (a sidecar's) if given."""
     arrays = [
         describe_array(a, list(dimension_names(a)))
@@ -147,7 +148,7 @@ def describe_cube(cube: Cube, found: AccumulationGroups | None = None) -> dict[s
         "dimensions": {str(d): int(n) for d, n in cube.raw.sizes.items()},
         "arrays": arrays,
         "accumulation_groups": groups,
-        # Conventions the store lacks and that were inferred to read it (accumulus.inference).
+        # Conventions the store lacks, inferred to read it (stores.inferred_conventions).
         "inferred": inferred_conventions(cube.store),
     } | ({"sidecar": sidecar} if sidecar is not None else {})
 

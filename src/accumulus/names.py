@@ -10,10 +10,8 @@ import unicodedata
 from collections.abc import Iterable
 
 from accumulus.errors import AccumulusError
+from accumulus.stores.keys import is_metadata_key
 
-# Names a cube gives its own documents (Zarr metadata; accumulus's journal and lock live in
-# ".accumulus"): no variable may take them.
-_RESERVED = frozenset({"zarr.json"})
 # Bytes of a name: a cube's paths are built from it (``<variable>_accumulation_group``,
 # ``acc_<dims>``), and a path component holds 255 on most file systems.
 NAME_BYTES = 128
@@ -43,7 +41,7 @@ def _name_problem(name: str) -> str:
         return "a path separator in it would make a group of it"
     if any(unicodedata.category(c) == "Cc" for c in name):
         return "it holds control characters"
-    if name in _RESERVED:
+    if is_metadata_key(name):  # "zarr.json": the v2 documents start with a dot
         return "it is the name of a Zarr metadata document"
     if len(name.encode()) > NAME_BYTES:
         return (

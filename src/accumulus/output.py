@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from accumulus.accumulation.query import QueryResult
+from accumulus.accumulation.query.answer import QueryResult
 from accumulus.captions import captions
 from accumulus.plots import result_png as result_png  # re-exported: the PNG format
 

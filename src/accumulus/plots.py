@@ -24,7 +24,7 @@ import pandas as pd
 import xarray as xr
 
 from accumulus import coastlines
-from accumulus.accumulation.query import QueryResult
+from accumulus.accumulation.query.answer import QueryResult
 from accumulus.captions import Captions, captions, degrees_text, kinds_of, picture_kind
 from accumulus.errors import AccumulusError
 

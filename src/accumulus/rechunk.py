@@ -37,13 +37,12 @@ from zarr.abc.store import Store
 from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
-from accumulus import compute, storage
-from accumulus.accumulation import spec
-from accumulus.accumulation.chunk_check import read_problem_text
-from accumulus.accumulation.groups import read_group
+from accumulus import compute
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.chunk_check import read_problem_text
+from accumulus.accumulation.model.groups import read_group
 from accumulus.api import accumulate
 from accumulus.chunk_reader import ChunkReadError
-from accumulus.cube import Cube, StoredValues
 from accumulus.errors import AccumulusError
 from accumulus.filters import join_v2, join_v3, numcodecs_codec, split_v2, v3_codecs
 from accumulus.grid import (
@@ -56,14 +55,12 @@ from accumulus.grid import (
     parse_chunk_rules,
     rule_text,
 )
+from accumulus.raw_cube import RawCube, StoredValues
 from accumulus.scope import accumulus_scope, scoped
-from accumulus.storage import (
-    consolidate,
-    local_path,
-    open_store,
-    store_label,
-)
-from accumulus.zep3 import Zep3DraftKeys
+from accumulus.stores.arrays import consolidate, dimension_names
+from accumulus.stores.locations import local_path
+from accumulus.stores.opening import open_store, store_label
+from accumulus.stores.zep3 import Zep3DraftKeys
 
 
 @dataclass(frozen=True)
@@ -201,7 +198,7 @@ def plan_copies(root: zarr.Group, rules: Mapping[str, ChunkRule]) -> list[ArrayC
         for path, node in root.members(max_depth=None)
         if isinstance(node, zarr.Array) and not _is_accumulation_path(path)
     ]
-    seen_dims = {d for path, node in arrays for d in dimension_names(node, path)}
+    seen_dims = {d for path, node in arrays for d in named_dimensions(node, path)}
     unknown = sorted(set(rules) - seen_dims)
     if unknown:
         raise AccumulusError(
@@ -213,7 +210,7 @@ def plan_copies(root: zarr.Group, rules: Mapping[str, ChunkRule]) -> list[ArrayC
     for path, array in arrays:
         if array.metadata.zarr_format == 3 and array.metadata.sharding_codec is not None:
             raise AccumulusError(f"{path}: sharded arrays cannot be rechunked here")
-        dims = dimension_names(array, path)
+        dims = named_dimensions(array, path)
         chunks = []
         for axis, (dim, size) in enumerate(zip(dims, array.shape, strict=True)):
             if dim not in rules:
@@ -232,9 +229,9 @@ def _rule_chunks(root: zarr.Group, group: str, dim: str, size: int, rule: ChunkR
     return axis_chunks(rule, size, dim=dim, times=times)
 
 
-def dimension_names(array: zarr.Array, path: str) -> tuple[str, ...]:
+def named_dimensions(array: zarr.Array, path: str) -> tuple[str, ...]:
     """An array's dimension names, by xarray's conventions for each format."""
-    names = storage.dimension_names(array)
+    names = dimension_names(array)
     if len(names) != array.ndim:
         raise AccumulusError(
             f"{path}: no dimension names (dimension_names in Zarr v3, _ARRAY_DIMENSIONS in v2)"
@@ -297,7 +294,7 @@ def accumulation_configs(store: Store, root: zarr.Group, label: str) -> list[Acc
     ]
     if not names:
         return []
-    cube = Cube(store, label)
+    cube = RawCube(store, label)
     configs = []
     for variable in names:
         if variable not in cube.data_variables:

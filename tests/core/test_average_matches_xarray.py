@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
-from accumulus.cube import Cube
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.request import Query
+from accumulus.raw_cube import RawCube
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
 
 DIM_POOL = ("time", "lat", "lon", "level")
@@ -106,7 +106,7 @@ def test_average_equals_xarray(tmp_path_factory, case, data):
     accumulus.accumulate(
         str(path), VAR, case["combos"], weights=case["weights"], strides=case["strides"]
     )
-    cube = Cube.open(str(path))
+    cube = RawCube.open(str(path))
     dims = list(case["sizes"])
     for _ in range(4):
         over = data.draw(

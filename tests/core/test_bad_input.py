@@ -13,7 +13,7 @@ import zarr
 
 import accumulus
 from accumulus import AccumulusError
-from accumulus.accumulation import build
+from accumulus.accumulation.build import accumulate
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 30, "lat": 8, "lon": 10}
@@ -127,7 +127,9 @@ def test_corrupt_raw_chunk_stops_a_rechunk_naming_it(cube, tmp_path):
 def test_interrupted_build_is_ignored_then_completed(cube, monkeypatch):
     path, ds = cube
 
-    def raw_files() -> dict:  # netcdf-c's NCZarr metadata aside (accumulus.nczarr adds it)
+    def raw_files() -> (
+        dict
+    ):  # netcdf-c's NCZarr metadata aside (accumulus.stores.nczarr_metadata adds it)
         files = {p: p.read_bytes() for p in (path / VAR).iterdir() if p.name != ".zattrs"}
         attrs = json.loads((path / VAR / ".zattrs").read_text())
         return {**files, "attrs": {k: v for k, v in attrs.items() if k != "_nczarr_array"}}
@@ -137,7 +139,7 @@ def test_interrupted_build_is_ignored_then_completed(cube, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(build.compute, "run", interrupted)
+    monkeypatch.setattr(accumulate.compute, "run", interrupted)
     with pytest.raises(KeyboardInterrupt):
         accumulus.accumulate(str(path), VAR)
     monkeypatch.undo()

@@ -11,10 +11,10 @@ import pytest
 import zarr
 
 import accumulus
-from accumulus.accumulation import placement, stream
-from accumulus.accumulation.buffers import Buffers
-from accumulus.accumulation.spec import COUNT, SUM
-from accumulus.cube import VariableInfo
+from accumulus.accumulation.build import placement, stream
+from accumulus.accumulation.build.buffers import Buffers
+from accumulus.accumulation.model.spec import COUNT, SUM
+from accumulus.raw_cube import VariableInfo
 from cubes import VAR, synthetic_dataset, write_cube
 
 

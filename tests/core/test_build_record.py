@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import accumulus
-from accumulus.accumulation import spec
+from accumulus.accumulation.model import spec
 from accumulus.service import create_app
 from command_line import files, refused, run
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference

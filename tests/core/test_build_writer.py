@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus.accumulation import stream
+from accumulus.accumulation.build import stream
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 

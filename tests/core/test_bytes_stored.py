@@ -1,4 +1,4 @@
-"""Stored bytes of an array (``storage.bytes_stored``, what ``inspect`` and ``accumulate``
+"""Stored bytes of an array (``stores.arrays.bytes_stored``, what ``inspect`` and ``accumulate``
 report) are what zarr's ``nbytes_stored`` adds up, whether the directory is summed
 directly (a local store, through wrappers that keep its keys) or listed through zarr."""
 
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import zarr
 
-from accumulus.hierarchy import GroupStore
-from accumulus.storage import bytes_stored, open_store
+from accumulus.stores.arrays import bytes_stored
+from accumulus.stores.group import GroupStore
+from accumulus.stores.opening import open_store
 
 
 @pytest.mark.parametrize("zarr_format,separator", [(2, "."), (2, "/"), (3, "/")])

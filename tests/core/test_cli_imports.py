@@ -84,7 +84,7 @@ def test_average_json_loads_only_what_a_query_uses(tmp_path: Path):
         assert answer["plan"]["accumulation_chunks_read"] > 0 or raw, answer["plan"]
         assert [m for m in NOT_FOR_QUERIES if m in loaded] == []
         assert raw or "scipy" not in loaded
-        assert "accumulus.accumulation.build" not in loaded
+        assert "accumulus.accumulation.build.accumulate" not in loaded
 
 
 def test_commands_collect_garbage_after_their_imports():

@@ -13,10 +13,10 @@ import pytest
 import shapely
 
 import accumulus
-from accumulus.accumulation.cost import REQUEST_BYTES, PlanCost, raw_cost
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
-from accumulus.cube import Cube
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.cost import REQUEST_BYTES, PlanCost, raw_cost
+from accumulus.accumulation.query.request import Query
+from accumulus.raw_cube import RawCube
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 60, "lat": 8, "lon": 10}
@@ -36,7 +36,7 @@ def cube_path(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cube(cube_path):
     path, ds = cube_path
-    return Cube.open(str(path)), ds
+    return RawCube.open(str(path)), ds
 
 
 BOX = {"lat": (-80, -11), "lon": (0, 10)}  # one raw chunk: indices [0, 4) x [0, 5)

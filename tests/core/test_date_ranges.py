@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accumulus.accumulation.request import date_positions, index_range
+from accumulus.accumulation.query.request import date_positions, index_range
 from accumulus.errors import AccumulusError
 
 STEPS = ["6h", "D", "7D", "MS", "YS", "17min"]

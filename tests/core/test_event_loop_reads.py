@@ -14,7 +14,8 @@ import pytest
 import zarr
 
 from accumulus.chunk_reader import ChunkReadError, ChunkRequest, read_chunks
-from accumulus.storage import CountingStore, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
 
 SHAPE, CHUNKS = (40, 30, 24), (4, 5, 6)  # 10 x 6 x 4 = 240 chunks of 120 values
 

@@ -1,5 +1,5 @@
 """Accumulation arrays chunked longer along time than a build's slab: their entries are held
-back until a chunk row is whole (``build.HELD_ROW_BYTES``), so a box's series reads its
+back until a chunk row is whole (``build.accumulate.HELD_ROW_BYTES``), so a box's series reads its
 corners in few objects; builds, appends and answers stay exact."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 import accumulus
-from accumulus.accumulation import build, stream
+from accumulus.accumulation.build import accumulate, stream
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 CHUNKS = {"time": 6, "lat": 4, "lon": 5}
@@ -42,7 +42,7 @@ def test_small_corner_arrays_are_chunked_past_a_slab_and_stay_exact(
     # accumulation (4 x 3 x 20 entries: 1920 B per day) only for 2 slabs.
     monkeypatch.setattr(stream, "SLAB_BYTES", 1)
     monkeypatch.setattr(stream, "SUMS_BYTES", 1)
-    monkeypatch.setattr(build, "HELD_ROW_BYTES", 20 * 1920)
+    monkeypatch.setattr(accumulate, "HELD_ROW_BYTES", 20 * 1920)
     full = synthetic_dataset({"time": 80, "lat": 12, "lon": 20}, seed=5)
     path = tmp_path / "c.zarr"
     write_cube(full.isel(time=slice(0, 45)), path, CHUNKS, zarr_format=zarr_format)

@@ -21,7 +21,7 @@ import zarr
 from fastapi.testclient import TestClient
 
 import accumulus
-from accumulus.accumulation import spec
+from accumulus.accumulation.model import spec
 from accumulus.cli import main
 from accumulus.service import create_app
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
@@ -166,7 +166,7 @@ def test_a_group_built_before_tallies_answers_from_the_raw_data(tmp_path, monkey
     """A group of an older accumulus holds infinities in its sums and has no tallies:
     queries whose entries meet an infinity answer from the raw data and say so; verify names
     the cause; --rebuild adds the tallies."""
-    from accumulus.accumulation import statistics
+    from accumulus.accumulation.model import statistics
 
     ds = infinite_dataset(seed=6)
     path = str(tmp_path / "c.zarr")

@@ -24,7 +24,7 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 def _content(path: Path) -> bytes:
     """A file's bytes; for attributes, without netcdf-c's NCZarr keys, which every write
-    (the first build included) refreshes beside them (see ``accumulus.nczarr``)."""
+    (the first build included) refreshes beside them (see ``accumulus.stores.nczarr_metadata``)."""
     if path.name != ".zattrs":
         return path.read_bytes()
     attrs = json.loads(path.read_text())
@@ -82,7 +82,7 @@ def test_a_rebuild_stopped_once_the_old_group_is_deleted(tmp_path, monkeypatch):
     """The narrow window of a rebuild (or of an append meeting the first infinity): the
     old group's arrays deleted, the new group not yet written. Readers must not take the
     old group's chunks for missing ones: it is withdrawn first, so they read the raw data."""
-    from accumulus.accumulation import build
+    from accumulus.accumulation.build import accumulate
 
     ds = synthetic_dataset({"time": 40, "lat": 6, "lon": 10}, seed=4)
     path = tmp_path / "c.zarr"
@@ -94,7 +94,7 @@ def test_a_rebuild_stopped_once_the_old_group_is_deleted(tmp_path, monkeypatch):
         del root[group.path]
         raise Stopped
 
-    monkeypatch.setattr(build, "_create_group", deleted_then_killed)
+    monkeypatch.setattr(accumulate, "_create_group", deleted_then_killed)
     with pytest.raises(Stopped):
         accumulus.accumulate(str(path), VAR, rebuild=True)
     monkeypatch.undo()

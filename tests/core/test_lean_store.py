@@ -1,4 +1,4 @@
-"""The local store every path opens (``storage.LeanLocalStore``): its lean synchronous
+"""The local store every path opens (``stores.local.LeanLocalStore``): its lean synchronous
 reads and writes answer as zarr's ``LocalStore`` does, refuse what is not a regular file
 without blocking, and write atomically."""
 
@@ -11,8 +11,9 @@ import pytest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
-from accumulus.safe_reads import StoreReadError
-from accumulus.storage import LeanLocalStore, open_store, write_file_atomically
+from accumulus.stores.local import LeanLocalStore, write_file_atomically
+from accumulus.stores.opening import open_store
+from accumulus.stores.safe_reads import StoreReadError
 
 
 def _buffer(data: bytes):

@@ -1,4 +1,4 @@
-"""Longitude boxes modulo 360 (``accumulation.longitude``), against a selection on the grid
+"""Longitude boxes modulo 360 (``accumulation.query.longitude``), against a selection on the grid
 repeated five times (labels + 360 k, |k| <= 2), which needs no modular arithmetic."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from accumulus.accumulation.longitude import (
+from accumulus.accumulation.query.longitude import (
     is_circular,
     labels,
     longitude_range,
     period,
     pieces,
 )
-from accumulus.accumulation.request import index_range
+from accumulus.accumulation.query.request import index_range
 from accumulus.errors import AccumulusError
 
 

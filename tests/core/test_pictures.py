@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 
 import accumulus
-from accumulus.accumulation.selection import Extent
+from accumulus.accumulation.query.selection import Extent
 from accumulus.captions import captions, degrees_text, extent_text, picture_kind
 from accumulus.coastlines import coastlines
 from accumulus.output import result_json

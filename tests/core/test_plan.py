@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accumulus.accumulation.plan import AccumulationLayout, QueryPlan, plan_query
+from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, plan_query
 from accumulus.grid import ChunkBounds
 
 

@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
-from accumulus.accumulation import placement, stream
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
-from accumulus.cube import Cube
+from accumulus.accumulation.build import placement, stream
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.request import Query
+from accumulus.raw_cube import RawCube
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
 
 RULES = {
@@ -95,7 +95,7 @@ def test_positioned_answers_equal_xarray(tmp_path_factory, case, data):
     write_cube(ds, path, case["chunks"], zarr_format=case["zarr_format"])
     at = {d: _rule_labels(ds, d, r) for d, r in case["at"].items()}
     accumulus.accumulate(str(path), VAR, case["combos"], weights=case["weights"], at=at)
-    cube = Cube.open(str(path))
+    cube = RawCube.open(str(path))
     dims = list(case["sizes"])
     for _ in range(3):
         over = data.draw(
@@ -134,7 +134,7 @@ def _check(path, ds, over, isel, weights="none"):
     default would run it: ``test_cost``), checked against xarray."""
     ranges = {d: labels(ds, d, s.start, s.stop) for d, s in isel.items()}
     query = Query(VAR, tuple(over), ranges, weights=weights, plan="accumulation")
-    result = run_query(Cube.open(str(path)), query)
+    result = run_query(RawCube.open(str(path)), query)
     expected = xarray_reference(ds[VAR].isel(isel), over, weights, "mean")
     got = result.data.transpose(*expected.dims)
     np.testing.assert_allclose(got.values, expected.values, rtol=1e-9, atol=1e-12)
@@ -283,7 +283,7 @@ def test_series_counts_take_as_many_bytes_per_chunk_as_the_sums(tmp_path, monkey
     by_type = {root[name].dtype.kind: root[name].chunks for name in acc.arrays.values()}
     assert by_type == {"f": (40, 3, 1), "u": (40, 6, 1)}
     targets = {name: root[name] for name in acc.arrays.values()}
-    cube = Cube.open(str(path))
+    cube = RawCube.open(str(path))
     group = accumulus.open(str(path)).accumulation_group(VAR)
     assert stream.tiled_walk(cube.variable(VAR), group, targets) is not None
     for lat, chunks in [

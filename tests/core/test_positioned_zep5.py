@@ -14,7 +14,7 @@ import pytest
 import zarr
 
 import accumulus
-from accumulus.accumulation import spec
+from accumulus.accumulation.model import spec
 from cubes import VAR, area_weights, synthetic_dataset, write_cube
 
 CHUNKS = {"time": 10, "lat": 3, "lon": 4}

@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from accumulus.accumulation.positions import (
+from accumulus.accumulation.model.positions import (
     entry_positions,
     final_entries,
     label_position,
     parse_at,
 )
-from accumulus.accumulation.spec import storage_form
+from accumulus.accumulation.model.spec import storage_form
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds
 

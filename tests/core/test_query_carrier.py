@@ -1,4 +1,4 @@
-"""One carrier for a question (``accumulation.request.Query``): the command line, the service
+"""One carrier for a question (``accumulation.query.request.Query``): the command line, the service
 and the Python API each parse their own text into the same ``Query``, which alone travels to
 the planner; its types name the statistics and plans there are, and a statistic or plan that
 does not exist is refused before any store is opened."""
@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import accumulus
-from accumulus.accumulation import statistics
-from accumulus.accumulation.request import (
+from accumulus.accumulation.model import statistics
+from accumulus.accumulation.query.request import (
     PLANS,
     QUERY_DOC,
     PlanChoice,
@@ -22,7 +22,7 @@ from accumulus.accumulation.request import (
     QueryOptions,
     ResolvedQuery,
 )
-from accumulus.datacube import CubeSnapshot, Datacube
+from accumulus.datacube import Datacube, DatacubeSnapshot
 from accumulus.errors import ParameterError
 from accumulus.service import create_app
 from command_line import run
@@ -79,13 +79,13 @@ def test_every_front_end_asks_the_same_query(cube, capsys, monkeypatch):
     """The same question from Python, the command line and the service reaches the planner
     (a snapshot's ``query``) as one and the same ``Query``."""
     asked: list[Query] = []
-    query = CubeSnapshot.query
+    query = DatacubeSnapshot.query
 
     def recorded(self, question, memory_bytes):
         asked.append(question.query if isinstance(question, ResolvedQuery) else question)
         return query(self, question, memory_bytes)
 
-    monkeypatch.setattr(CubeSnapshot, "query", recorded)
+    monkeypatch.setattr(DatacubeSnapshot, "query", recorded)
     series = accumulus.average(
         str(cube),
         VAR,

@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 from accumulus.chunk_reader import read_region
-from accumulus.cube import StoredValues
+from accumulus.raw_cube import StoredValues
 
 LAYOUTS = {
     "v2": dict(zarr_format=2, chunks=(4, 3, 5), dtype="<f4", shards=None),

@@ -13,7 +13,9 @@ from zarr.storage import MemoryStore, WrapperStore
 
 import accumulus
 from accumulus import chunk_reader
-from accumulus.storage import CountingStore, open_store, reads_synchronously
+from accumulus.stores.base import reads_synchronously
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 60, "lat": 18, "lon": 24}

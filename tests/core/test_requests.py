@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus.accumulation.groups import accumulation_array, read_group
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
-from accumulus.cube import Cube
+from accumulus.accumulation.model.groups import accumulation_array, read_group
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.request import Query
+from accumulus.raw_cube import RawCube
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 60, "lat": 18, "lon": 24}
@@ -44,14 +44,14 @@ def raw_chunks_touched(plan) -> set[tuple[int, ...]]:
 def test_aligned_time_average_reads_no_raw_chunk(cube_path):
     path, ds = cube_path
     result = run_query(
-        Cube.open(str(path)), Query(VAR, ("time",), {"time": ("2001-01-11", "2001-02-09")})
+        RawCube.open(str(path)), Query(VAR, ("time",), {"time": ("2001-01-11", "2001-02-09")})
     )
     assert result.stats.raw_chunks_read == 0
     assert result.plan.raw_reads == []
     # Entries 3 (end) and 0 (start) of the two sums Σw·x and Σw, full map each.
     entries = sorted(r.entries["time"] for r in result.plan.accumulation_reads)
     assert entries == [0, 3]
-    cube = Cube.open(str(path))
+    cube = RawCube.open(str(path))
     chunks = 0
     for term in ("wsum", "wcount"):
         array = accumulation_array(cube, VAR, read_group(cube, VAR).find(["time"]).arrays[term])
@@ -71,7 +71,7 @@ def test_unaligned_area_average_reads_only_boundary_chunks(cube_path):
         ("lat", "lon"),
         {"lat": (lat[2], lat[14]), "lon": (ds.lon.values[3], ds.lon.values[20])},
     )
-    result = run_query(Cube.open(str(path)), query)
+    result = run_query(RawCube.open(str(path)), query)
     planned = raw_chunks_touched(result.plan)
     assert result.stats.raw_chunks_read == len(planned)
     # Only chunks the box cuts: lat chunks 0 and 2 (rows 2..5 and 12..14), lon chunks 0, 2.
@@ -88,7 +88,9 @@ def test_unaligned_area_average_reads_only_boundary_chunks(cube_path):
 
 def test_full_scan_reads_every_chunk_and_no_accumulation(cube_path):
     path, _ = cube_path
-    result = run_query(Cube.open(str(path)), Query(VAR, ("lat", "lon"), {}, use_accumulation=False))
+    result = run_query(
+        RawCube.open(str(path)), Query(VAR, ("lat", "lon"), {}, use_accumulation=False)
+    )
     assert result.stats.accumulation_chunks_read == 0
     n_chunks = prod(SIZES[d] // CHUNKS[d] for d in SIZES)
     assert result.stats.raw_chunks_read == n_chunks
@@ -96,7 +98,7 @@ def test_full_scan_reads_every_chunk_and_no_accumulation(cube_path):
 
 def test_measured_bytes_are_the_chunks_read(cube_path):
     path, _ = cube_path
-    result = run_query(Cube.open(str(path)), Query(VAR, ("time",), {}))
+    result = run_query(RawCube.open(str(path)), Query(VAR, ("time",), {}))
     assert result.stats.bytes_read > 0
     assert result.stats.requests >= result.stats.accumulation_chunks_read
     assert result.data.attrs["bytes_read"] == result.stats.bytes_read

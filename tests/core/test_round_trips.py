@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 40, "lat": 12, "lon": 16}

@@ -15,17 +15,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
-from accumulus.accumulation import statistics
-from accumulus.accumulation.cost import chunks_cost
-from accumulus.accumulation.execute import chunk_work
-from accumulus.accumulation.groups import AccumulationGroups
-from accumulus.accumulation.query import read_answer, usable_layouts
-from accumulus.accumulation.request import Query, resolve
-from accumulus.accumulation.shapes import shape_plans
-from accumulus.cube import Cube
+from accumulus.accumulation.model import statistics
+from accumulus.accumulation.model.groups import AccumulationGroups
+from accumulus.accumulation.query.answer import read_answer, usable_layouts
+from accumulus.accumulation.query.cost import chunks_cost
+from accumulus.accumulation.query.execute import chunk_work
+from accumulus.accumulation.query.request import Query, resolve
+from accumulus.accumulation.query.shapes import shape_plans
 from accumulus.errors import AccumulusError
+from accumulus.raw_cube import RawCube
 from accumulus.regions import as_shape, named_region
-from accumulus.storage import open_store
+from accumulus.stores.opening import open_store
 from cubes import VAR, area_weights, write_cube
 
 
@@ -257,7 +257,7 @@ def check_positioned(tmp_path_factory, case):
 def every_way(path, query, expected):
     """Each plan ``shapes.shape_plans`` offers, read and finished into the statistic, equal
     to ``expected``; the plans."""
-    cube = Cube(open_store(str(path)), str(path))
+    cube = RawCube(open_store(str(path)), str(path))
     groups = AccumulationGroups(cube)
     resolved = resolve(cube, query, groups)
     var = resolved.variable
@@ -402,7 +402,7 @@ def test_a_region_reads_no_raw_chunk_with_entries_at_every_cell(tmp_path):
     assert 0 < len(runs[0].reads) <= 2 * run_count  # two entries a run, fewer when stacked
     result = accumulus.open(str(path)).query(VAR, "lat,lon", shape=waf, plan="accumulation")
     np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
-    cube = Cube(open_store(str(path)), str(path))
+    cube = RawCube(open_store(str(path)), str(path))
     groups = AccumulationGroups(cube)
     var = cube.variable(VAR)
     terms = statistics.STATISTICS["mean"].sums_for(weighted=True, infinite=True)

@@ -13,7 +13,7 @@ import shapely
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accumulus.accumulation.shapes import CellMask, cell_mask, centre_mask, decompose
+from accumulus.accumulation.query.shapes import CellMask, cell_mask, centre_mask, decompose
 from accumulus.errors import AccumulusError
 from accumulus.regions import (
     MAX_GEOJSON_BYTES,

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from zarr.codecs import ShardingCodec
 
 import accumulus
-from accumulus.accumulation import spec
-from accumulus.accumulation.groups import AccumulationGroups, read_group
-from accumulus.accumulation.query import run_query
-from accumulus.accumulation.request import Query
-from accumulus.cube import Cube
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.groups import AccumulationGroups, read_group
+from accumulus.accumulation.query.answer import run_query
+from accumulus.accumulation.query.request import Query
 from accumulus.errors import AccumulusError
+from accumulus.raw_cube import RawCube
 from core.test_cli import run
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
 
@@ -46,12 +46,12 @@ def cubes(tmp_path_factory):
 
 
 def _query(path, over, ranges, **kw):
-    return run_query(Cube.open(str(path)), Query(VAR, tuple(over), ranges, **kw))
+    return run_query(RawCube.open(str(path)), Query(VAR, tuple(over), ranges, **kw))
 
 
 def test_sharded_raw_array_is_read_by_inner_chunks(cubes):
     paths, _ = cubes
-    var = Cube.open(str(paths["sharded"])).variable(VAR)
+    var = RawCube.open(str(paths["sharded"])).variable(VAR)
     assert var.array.shards == (25, 18, 24)
     assert [b.sizes[0] for b in var.bounds] == [5, 6, 8]
     assert var.bounds[0].n_chunks == 12  # inner chunks, not the 3 shards
@@ -65,7 +65,7 @@ def test_group_says_its_strides_count_inner_chunks(cubes):
     plain = zarr.open_group(str(paths["plain"]), mode="r")
     assert "stride_unit" not in plain[spec.group_name(VAR)].attrs[spec.EXTENSION_KEY]
     # Entries at every inner chunk end: 12 along time, as on the plain cube.
-    cube = Cube.open(str(paths["sharded"]))
+    cube = RawCube.open(str(paths["sharded"]))
     group = read_group(cube, VAR)
     assert group.stride_unit == spec.INNER_CHUNK
     time_array = AccumulationGroups(cube).array(VAR, group.find(["time"]).arrays["wsum"])
@@ -122,7 +122,7 @@ def test_raw_reads_are_byte_ranges_of_shards_with_one_index_each(cubes):
     # The accumulation chunks (Σw·x and Σw) are whole arrays of one chunk each, left
     # unsharded: one request each.
     acc = sharded.stats.accumulation_chunks_read
-    cube = Cube.open(str(paths["sharded"]))
+    cube = RawCube.open(str(paths["sharded"]))
     time_sums = read_group(cube, VAR).find(["time"]).arrays.values()
     assert all(AccumulationGroups(cube).array(VAR, n).nchunks == 1 for n in time_sums)
     assert plain.stats.requests == raw + acc
@@ -215,7 +215,7 @@ def test_accumulations_of_a_sharded_cube_are_sharded(tmp_path, monkeypatch):
     chunks = {"time": 1, "lat": 4, "lon": 4}
     write_cube(ds, path, chunks, zarr_format=3, shards={"time": 32, "lat": 16, "lon": 32})
     accumulus.accumulate(str(path), VAR)
-    cube = Cube.open(str(path))
+    cube = RawCube.open(str(path))
     group = read_group(cube, VAR)
     groups = AccumulationGroups(cube)
     for acc in group.accumulations:
@@ -267,7 +267,7 @@ def test_accumulate_shards_when_asked(tmp_path):
     path = tmp_path / "v3.zarr"
     write_cube(ds, path, {"time": 2, "lat": 4, "lon": 4}, zarr_format=3)
     accumulus.accumulate(str(path), VAR, shards=True)
-    cube = Cube.open(str(path))
+    cube = RawCube.open(str(path))
     group = read_group(cube, VAR)
     assert group.stride_unit == spec.CHUNK
     arrays = [AccumulationGroups(cube).array(VAR, n) for a in group.accumulations
@@ -334,7 +334,7 @@ def test_sharded_average_equals_xarray(tmp_path_factory, case, data):
     accumulus.accumulate(
         str(path), VAR, case["combos"], weights=case["weights"], strides=case["strides"]
     )
-    cube = Cube.open(str(path))
+    cube = RawCube.open(str(path))
     dims = list(case["sizes"])
     for _ in range(3):
         over = data.draw(

@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 import accumulus
-from accumulus.accumulation import spec
+from accumulus.accumulation.model import spec
 from cubes import VAR, synthetic_dataset, write_cube
 
 # The generator's tree is the example of the ZEP 5 draft, array names and all.

@@ -1,4 +1,4 @@
-"""Statistics are described once (``accumulation.statistics``): adding one is an entry in its
+"""Statistics are described once (``accumulation.model.statistics``): adding one is an entry in its
 tables, and the build, verify and the query all follow. Shown with the variance, from Σx²
 (not a user-facing statistic): built, verified and answered from accumulations, equal to
 xarray's ``var`` on the raw data."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus.accumulation import spec, statistics
+from accumulus.accumulation.model import spec, statistics
 from cubes import VAR, area_weights, labels, synthetic_dataset, write_cube
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import zarr
 
-from accumulus.accumulation.stream import _Writer
+from accumulus.accumulation.build.stream import _Writer
 
 
 @pytest.mark.parametrize(

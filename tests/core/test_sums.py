@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accumulus.accumulation import statistics
-from accumulus.accumulation.sums import LONG_AXIS, chunk_sums, prefix_entries, reduce_terms
+from accumulus.accumulation.build.chunk_sums import LONG_AXIS, chunk_sums, prefix_entries
+from accumulus.accumulation.model import statistics
+from accumulus.accumulation.model.sums import reduce_terms
 
 SQUARES = {"sumsq": statistics.Sum("sumsq", 0, 2), "wsumsq": statistics.Sum("wsumsq", 1, 2)}
 

@@ -7,7 +7,9 @@ import pytest
 import zarr
 
 import accumulus
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 CHUNKS = {"time": 8, "lat": 5, "lon": 6}

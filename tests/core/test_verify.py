@@ -12,10 +12,10 @@ import pytest
 import zarr
 
 import accumulus
-from accumulus.accumulation import stream, verify
-from accumulus.accumulation.groups import read_group
-from accumulus.accumulation.spec import SUM
-from accumulus.cube import Cube
+from accumulus.accumulation.build import stream, verify
+from accumulus.accumulation.model.groups import read_group
+from accumulus.accumulation.model.spec import SUM
+from accumulus.raw_cube import RawCube
 from cubes import VAR, synthetic_dataset, write_cube
 
 SIZES = {"time": 45, "lat": 8, "lon": 10}
@@ -185,7 +185,7 @@ def test_positioned_entries_off_the_chunk_edges(tmp_path, one_chunk_slabs):
         str(path), VAR, ["time", "lat,lon"], at={"time": "month", "lat": 1, "lon": 1}
     )
     assert _problems(path) == []
-    group = read_group(Cube.open(str(path)), VAR)
+    group = read_group(RawCube.open(str(path)), VAR)
     [monthly] = [a for a in group.accumulations if a.dims == ("time",)]
     name = monthly.arrays[SUM]
     array = zarr.open_array(path / f"{VAR}_accumulation_group" / name, mode="r+")

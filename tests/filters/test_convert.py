@@ -83,7 +83,7 @@ def test_v2_metadata_follows_xarray_conventions_and_keeps_filters(granule, tmp_p
         "_FillValue": -9999.0,  # for netcdf-c, which reads it from here
         "units": "mm/day",
         "long_name": "precipitation",
-        # netcdf-c's NCZarr metadata (accumulus.nczarr); xarray hides it
+        # netcdf-c's NCZarr metadata (accumulus.stores.nczarr_metadata); xarray hides it
         "_nczarr_array": {"dimension_references": ["/time", "/lat", "/lon"], "storage": "chunked"},
     }
     station = json.loads((dest / "station_name" / ".zattrs").read_text())

@@ -17,7 +17,7 @@ from accumulus.errors import AccumulusError
 from accumulus.filters import FilterError, dataset_pipeline, hdf5_to_codec
 from accumulus.filters.codecs import Bitshuffle, Szip, szip_local_parameters
 from accumulus.ingest.convert import convert
-from accumulus.storage import open_store
+from accumulus.stores.opening import open_store
 
 from .samples import sample
 

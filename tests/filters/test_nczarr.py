@@ -14,8 +14,8 @@ import zarr
 from zarr.storage import LocalStore
 
 from accumulus.filters import dataset_pipeline, hdf5_to_codec, join_v2, pipeline_to_codecs
-from accumulus.filters.nczarr import NCZarrCompatStore, normalize_zarray
 from accumulus.ingest.convert import convert
+from accumulus.stores.nczarr_compat import NCZarrCompatStore, normalize_zarray
 
 from .samples import NETCDF_COMPRESSION, sample, write_granule
 

@@ -11,7 +11,8 @@ import pytest
 import accumulus
 from accumulus.ingest.cadence import step_seconds, steps_per_year, unit_seconds
 from accumulus.ingest.layout import ArraySpec, choose_chunks
-from accumulus.storage import CountingStore, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
 
 from .layouts import imerg_series
 

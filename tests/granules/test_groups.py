@@ -16,13 +16,13 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 import accumulus
-from accumulus import keys
 from accumulus.cli import app
 from accumulus.errors import AccumulusError
-from accumulus.hierarchy import group_view
 from accumulus.ingest.convert import convert
 from accumulus.service import create_app
-from accumulus.storage import open_store
+from accumulus.stores import keys
+from accumulus.stores.group import group_view
+from accumulus.stores.opening import open_store
 from ingest.helpers import cli
 from ingest.test_s3 import bucket, endpoint, objects  # noqa: F401 (fixtures)
 

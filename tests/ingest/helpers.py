@@ -166,10 +166,10 @@ def check_visible(store, t: Truth, boundaries: set[int]) -> int:
     truth, ``n`` a granule boundary: same times, same values, and averages (accumulations
     used where final) equal to xarray's on those steps. Returns ``n``."""
     import accumulus
-    from accumulus.cube import Cube
+    from accumulus.raw_cube import RawCube
     from cubes import xarray_reference
 
-    cube = Cube.open(str(store))
+    cube = RawCube.open(str(store))
     n = cube.variable(VAR).shape[0]
     assert n in boundaries, f"{n} steps visible: not the end of a granule"
     expected = t.decoded(n)

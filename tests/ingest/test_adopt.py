@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 
 import accumulus
-from accumulus.storage import open_store
+from accumulus.stores.opening import open_store
 
 from .helpers import VAR, snapshot, truth, write_granule
 

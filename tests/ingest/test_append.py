@@ -12,7 +12,9 @@ import pytest
 import zarr
 
 import accumulus
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
 
 from .helpers import VAR, snapshot, truth, write_granule, write_granules
 from .test_create import assert_matches_truth

@@ -167,7 +167,7 @@ def test_ctrl_c_in_a_new_sidecar_leaves_nothing(tmp_path, cube, capsys, monkeypa
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("accumulus.accumulation.build.build_accumulations", interrupted)
+    monkeypatch.setattr("accumulus.accumulation.build.accumulate.build_accumulations", interrupted)
     side = tmp_path / "side.zarr"
     code, _, err = run(capsys, monkeypatch, "accumulate", str(cube), VAR, "--into", str(side))
     assert code == 130

@@ -23,8 +23,8 @@ import xarray as xr
 import zarr
 
 import accumulus
-from accumulus.cube import Cube
 from accumulus.grid import declared_chunk_sizes
+from accumulus.raw_cube import RawCube
 from cubes import xarray_reference
 from varchunk.conftest import daily_times, period_counts
 
@@ -146,7 +146,7 @@ def test_kill_minus_9_during_month_appends(tmp_path):
     months = tuple(period_counts(daily_times("noleap", "2003-12-21", 192), "MS"))
 
     def check(store) -> int:
-        cube = Cube.open(str(store))
+        cube = RawCube.open(str(store))
         n = cube.variable(VAR).shape[0]
         assert n in boundaries, f"{n} days visible: not the end of a granule"
         expected = ds[VAR].isel(time=slice(0, n))
@@ -199,7 +199,7 @@ def test_kill_minus_9_while_the_first_infinity_rebuilds_the_group(tmp_path):
 
     killed_mid_append = 0
     for trial, store in enumerate(killed_appends(base, granules, INFINITE_TRIALS, seed=7)):
-        n = Cube.open(str(store)).variable(name).shape[0]
+        n = RawCube.open(str(store)).variable(name).shape[0]
         assert n % 2 == 0, f"trial {trial}: {n} steps visible, not whole granules"
         killed_mid_append += 2 < n < ds.sizes["time"]
         for over in (("lat", "lon"), ("time",)):

@@ -14,10 +14,10 @@ import time
 import pytest
 
 import accumulus
-from accumulus import keys
-from accumulus.cube import Cube
-from accumulus.locking import LOCK_KEY, LockRecord, StoreBusyError, StoreLock
-from accumulus.storage import open_store
+from accumulus.raw_cube import RawCube
+from accumulus.stores import keys
+from accumulus.stores.lock import LOCK_KEY, LockRecord, StoreBusyError, StoreLock
+from accumulus.stores.opening import open_store
 
 from .helpers import VAR, cli, cli_env, snapshot, truth, write_granule, write_granules
 
@@ -172,7 +172,7 @@ def test_two_appenders_at_once_never_corrupt_the_store(cube, tmp_path):
     assert [g["start"] for g in journal["granules"]] == [0, 3, 6, 9]
     reports = accumulus.verify(str(store), VAR)
     assert all(r.ok for r in reports)
-    assert Cube.open(str(store)).variable(VAR).shape[0] == 12
+    assert RawCube.open(str(store)).variable(VAR).shape[0] == 12
 
 
 def test_cli_reports_a_busy_store(cube, tmp_path):

@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 
 import accumulus
-from accumulus import keys
-from accumulus.accumulation.groups import read_group
-from accumulus.cube import Cube
-from accumulus.locking import StoreBusyError, StoreLock
-from accumulus.storage import CountingStore, is_metadata_key, open_store
+from accumulus.accumulation.model.groups import read_group
+from accumulus.raw_cube import RawCube
+from accumulus.stores import keys
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.lock import StoreBusyError, StoreLock
+from accumulus.stores.opening import open_store
 from servers import s3_server
 
 from .helpers import VAR, check_visible, cli, truth, write_granule, write_granules
@@ -63,7 +65,7 @@ def test_create_append_and_read_through_the_cli(endpoint, bucket, tmp_path):
 
     assert daily.returncode == 0, daily.stderr
     assert "appended 2 granule(s)" in daily.stdout and "skipped" in daily.stdout
-    cube = Cube.open(url, storage_options=options)
+    cube = RawCube.open(url, storage_options=options)
     assert cube.variable(VAR).shape[0] == 9
     reports = accumulus.verify(url, storage_options=options)
     assert reports and all(r.ok for r in reports)
@@ -96,7 +98,7 @@ def test_month_chunks_on_s3(endpoint, bucket):
 
     accumulus.append(url, ds.isel(time=slice(15, 45)), storage_options=options)
 
-    cube = Cube.open(url, storage_options=options)
+    cube = RawCube.open(url, storage_options=options)
     assert cube.variable(VAR).bounds[0].sizes == (11, 30, 4)  # 30-day months, from the 20th
     np.testing.assert_array_equal(cube.decoded[VAR].values, ds[VAR].values.astype("f8"))
     assert read_group(cube, VAR).coverage["time"] == 41  # the open month: provisional

@@ -1,5 +1,5 @@
 """Issue 19, part 3: an append that rewrites a shard keeps every inner chunk of the stored
-shard at its offset, byte for byte (``ingest/shard_layout.py``), for the raw arrays and for
+shard at its offset, byte for byte (``stores/stable_shards.py``), for the raw arrays and for
 the sharded accumulation arrays alike, so that a reader holding the old index reads right
 values. Indexes are parsed here from the bytes (zarr's default index: little-endian
 offset/length pairs and a crc32c, at the end), not with accumulus's or zarr's code."""

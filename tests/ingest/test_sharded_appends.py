@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from zarr.abc.store import RangeByteRequest
 
 import accumulus
-from accumulus.storage import CountingStore, open_store
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
 from cubes import labels, synthetic_dataset, xarray_reference
 
 from .helpers import VAR, cli, snapshot, truth, write_granule, write_granules

@@ -4,7 +4,7 @@ by interposing on the store: right after the reader's index request for the part
 is answered, the shard object is replaced by the one the append writes. The reader holds
 the old metadata snapshot (7 steps) and must answer as xarray does on those 7 steps —
 neither fail nor return values of the new file read with the old index. Fixed twice: by
-the append's shard layout (``ingest/shard_layout.py``: old inner chunks keep their offsets,
+the append's shard layout (``stores/stable_shards.py``: old inner chunks keep their offsets,
 so any reader, xarray's too, reads right values), and, for shards rewritten by other
 writers, by accumulus checking the index of a partial shard again after reading from it
 (``chunk_reader``)."""

@@ -15,11 +15,12 @@ import xarray as xr
 import zarr
 
 import accumulus
-from accumulus.accumulation.groups import read_group
-from accumulus.cube import Cube
+from accumulus.accumulation.model.groups import read_group
 from accumulus.grid import array_bounds, declared_chunk_sizes, last_chunk_is_partial
 from accumulus.ingest.append import unpublished_writer as writer_module
-from accumulus.storage import CountingStore, open_store
+from accumulus.raw_cube import RawCube
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
 from cubes import xarray_reference
 from varchunk.conftest import daily_dataset, daily_times, period_counts
 
@@ -173,14 +174,14 @@ def test_older_snapshots_stay_right_when_months_are_split_or_cut_short(tmp_path)
     steps = [(0, 1), (1, 2), (2, 12), (31, 41), (41, 47), (47, 64)]  # Feb 11-29 never come
     kept = ds.isel(time=[i for a, b in steps for i in range(a, b)])
     store = tmp_path / "cube.zarr"
-    readers: list[tuple[accumulus.Cube, int]] = []
+    readers: list[tuple[RawCube, int]] = []
     done = 0
     for k, (a, b) in enumerate(steps):
         accumulus.append(str(store), ds.isel(time=slice(a, b)), chunking="month")
         done += b - a
         if k == 1:
             accumulus.accumulate(str(store), VAR, WEIGHTS)
-        readers.append((Cube.open(str(store)), done))
+        readers.append((RawCube.open(str(store)), done))
         for reader, seen in readers:  # every snapshot opened so far, older ones included
             np.testing.assert_array_equal(
                 reader.decoded[VAR].values, kept[VAR].values[:seen].astype("f8")

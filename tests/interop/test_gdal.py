@@ -18,7 +18,7 @@ import pytest
 import zarr
 
 import accumulus
-from accumulus.accumulation import spec
+from accumulus.accumulation.model import spec
 from accumulus.demo import DemoConfig, write_demo_cube
 
 # `make test` on a fresh clone needs nothing but the README's set-up, so these tests skip where

@@ -22,8 +22,8 @@ from fastapi.testclient import TestClient
 
 import accumulus
 from accumulus.errors import AccumulusError
-from accumulus.inference import ArrayDoc, GroupDoc, infer
 from accumulus.service import create_app
+from accumulus.stores.inferred_conventions import ArrayDoc, GroupDoc, infer
 
 from .generator import DATA, generate
 

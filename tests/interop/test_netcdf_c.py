@@ -16,13 +16,13 @@ import xarray as xr
 import zarr
 
 import accumulus
-from accumulus.accumulation import spec
+from accumulus.accumulation.model import spec
 from accumulus.demo import DemoConfig, write_demo_cube
 from accumulus.ingest.append import append
 from accumulus.ingest.convert import convert
-from accumulus.nczarr import ArrayAxes, plan_dimensions, write_nczarr_metadata
 from accumulus.rechunk import rechunk
-from accumulus.storage import consolidate
+from accumulus.stores.arrays import consolidate
+from accumulus.stores.nczarr_metadata import ArrayAxes, plan_dimensions, write_nczarr_metadata
 from cubes import synthetic_dataset, write_cube
 from filters.samples import write_granule
 from ingest.helpers import truth, write_granules

@@ -27,12 +27,12 @@ from kerchunk.df import refs_to_dataframe
 from kerchunk.zarr import ZarrToZarr
 
 import accumulus
-from accumulus import reference_sets
 from accumulus.errors import AccumulusError
-from accumulus.reference_targets import ReferenceRefused, ReferenceTargets
 from accumulus.service import create_app
 from accumulus.service.datasets import dataset_names
 from accumulus.service.errors import PublicText
+from accumulus.stores import reference_sets
+from accumulus.stores.reference_targets import ReferenceRefused, ReferenceTargets
 from command_line import refused, run
 from servers import http_server
 

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 import accumulus
 from accumulus import AccumulusError
 from accumulus.cli import app
-from accumulus.snapshot import ROOT_DOCUMENTS
+from accumulus.stores.snapshot import ROOT_DOCUMENTS
 from cubes import VAR, area_weights, synthetic_dataset, write_cube
 from servers import http_server
 

@@ -14,7 +14,7 @@ import xarray as xr
 
 import accumulus
 from accumulus import AccumulusError
-from accumulus.storage import parse_storage_options
+from accumulus.stores.locations import parse_storage_options
 from cubes import VAR, synthetic_dataset, write_cube
 from servers import http_server, s3_server
 

@@ -194,11 +194,11 @@ def test_labels_are_canonical_in_the_cache(client):
 
 def test_cache_entries_are_charged_at_least_what_they_hold():
     """Charged bytes (body + key + overhead) cover the memory tracemalloc sees them take."""
-    from accumulus.datacube import CubeSnapshot
-    from accumulus.service.datasets import Snapshot
+    from accumulus.datacube import DatacubeSnapshot
+    from accumulus.service.datasets import DatasetSnapshot
 
-    current = CubeSnapshot("token", 0, cube=None, groups=None)  # type: ignore[arg-type]
-    snapshot = Snapshot("d", current)
+    current = DatacubeSnapshot("token", 0, cube=None, groups=None)  # type: ignore[arg-type]
+    snapshot = DatasetSnapshot("d", current)
     cache = AnswerCache(2**30)
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import accumulus
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.cli.serve import serve
 
 SOURCES = str(Path(accumulus.__file__).parents[1])

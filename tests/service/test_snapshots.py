@@ -14,16 +14,16 @@ from fastapi.testclient import TestClient
 from service_cubes import CHUNKS, append_days, area_mean, dataset, write_cube
 
 from accumulus import api
-from accumulus.accumulation.groups import read_group
-from accumulus.cube import Cube
-from accumulus.datacube import CubeSnapshot
+from accumulus.accumulation.model.groups import read_group
+from accumulus.datacube import DatacubeSnapshot
+from accumulus.raw_cube import RawCube
 from accumulus.service import create_app
 from accumulus.service.answers import Answer
 from accumulus.service.cache import AnswerCache, entry_bytes
-from accumulus.service.datasets import Dataset, Snapshot, dataset_names
+from accumulus.service.datasets import Dataset, DatasetSnapshot, dataset_names
 from accumulus.service.parameters import AverageParameters, AverageRequest, check_average_request
-from accumulus.snapshot import SnapshotStore, read_snapshot
-from accumulus.storage import open_store
+from accumulus.stores.opening import open_store
+from accumulus.stores.snapshot import PinnedMetadataStore, read_snapshot
 
 NEXT_DAYS = dict(start="2001-02-10", ntime=8, nlat=12, nlon=16, seed=1)
 
@@ -57,10 +57,10 @@ def test_a_pinned_cube_keeps_its_snapshot_while_an_append_lands(
 
     after = read_snapshot(store)
     assert after.token != before.token
-    assert Cube(SnapshotStore(store, after)).variable("tas").shape == (48, 12, 16)
+    assert RawCube(PinnedMetadataStore(store, after)).variable("tas").shape == (48, 12, 16)
     # A cube opened now on the snapshot read before the append (a request that read the
     # token just before a writer finished) sees 40 days, and answers as the data was.
-    pinned = Cube(SnapshotStore(store, before))
+    pinned = RawCube(PinnedMetadataStore(store, before))
     assert pinned.variable("tas").shape == (40, 12, 16)
     assert len(pinned.index("time")) == 40
     series = api.average(pinned, "tas", "lat,lon")
@@ -76,9 +76,9 @@ def test_a_complete_snapshot_hides_arrays_written_after_it(tmp_path: Path, cube_
     store = open_store(str(path))
     before = read_snapshot(store)
     api.accumulate(str(path), "tas")  # writes a group of new arrays
-    pinned = Cube(SnapshotStore(store, before))
+    pinned = RawCube(PinnedMetadataStore(store, before))
     assert read_group(pinned, "tas") is None
-    assert read_group(Cube(SnapshotStore(store, read_snapshot(store))), "tas") is not None
+    assert read_group(RawCube(PinnedMetadataStore(store, read_snapshot(store))), "tas") is not None
 
 
 def test_a_dataset_reuses_its_cube_until_the_metadata_changes(fresh_cube: Path):
@@ -180,9 +180,9 @@ def test_answers_are_cached_by_every_field_of_their_query(cube: Path):
         assert key(**change) != key(), change
 
 
-def _snapshot(token: str, generation: int) -> Snapshot:
-    current = CubeSnapshot(token, generation, cube=None, groups=None)  # type: ignore[arg-type]
-    return Snapshot("d", current)
+def _snapshot(token: str, generation: int) -> DatasetSnapshot:
+    current = DatacubeSnapshot(token, generation, cube=None, groups=None)  # type: ignore[arg-type]
+    return DatasetSnapshot("d", current)
 
 
 def test_answer_cache_keeps_recent_answers_within_its_bytes():

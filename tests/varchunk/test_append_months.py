@@ -14,10 +14,10 @@ import zarr
 from zarr.storage import LocalStore
 
 import accumulus
-from accumulus.accumulation.groups import read_group
-from accumulus.cube import Cube
+from accumulus.accumulation.model.groups import read_group
 from accumulus.grid import AppendChunks, append_chunk_sizes, declared_chunk_sizes, with_chunk_sizes
-from accumulus.storage import array_with, consolidate, store_metadata
+from accumulus.raw_cube import RawCube
+from accumulus.stores.arrays import array_with, consolidate, store_metadata
 
 from .conftest import VAR, daily_dataset, period_counts
 
@@ -67,7 +67,7 @@ def test_daily_granules_appended_by_month(tmp_path, calendar):
         store_metadata(regridded)
     consolidate(LocalStore(path))
     accumulus.accumulate(str(path), VAR, [("time",), ("lat", "lon")], weights="area")
-    coverage = read_group(Cube.open(str(path)), VAR).coverage["time"]
+    coverage = read_group(RawCube.open(str(path)), VAR).coverage["time"]
 
     done = first
     for added in granules[1:]:
@@ -79,7 +79,7 @@ def test_daily_granules_appended_by_month(tmp_path, calendar):
 
         expected = ds.isel(time=slice(0, done))
         xr.testing.assert_identical(xr.open_zarr(path)[VAR].load(), expected[VAR])
-        cube = Cube.open(str(path))
+        cube = RawCube.open(str(path))
         bounds = cube.variable(VAR).bounds[0]
         assert list(bounds.sizes) == period_counts(times[:done], "MS")  # one chunk a month
         open_month = sum(plan.sizes) > done

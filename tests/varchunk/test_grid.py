@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import zarr
 
-import accumulus.storage  # noqa: F401  (turns zarr's rectilinear chunk grids on)
+import accumulus.stores.opening  # noqa: F401  (turns zarr's rectilinear chunk grids on)
 from accumulus.grid import (
     ChunkBounds,
     array_bounds,

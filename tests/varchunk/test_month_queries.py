@@ -12,8 +12,8 @@ import pytest
 import xarray as xr
 
 import accumulus
-from accumulus.cube import Cube
 from accumulus.grid import ChunkBounds
+from accumulus.raw_cube import RawCube
 
 from .conftest import CALENDARS, VAR, daily_dataset, period_counts, write_regular
 
@@ -44,13 +44,13 @@ def cubes(request, tmp_path_factory):
 
 def test_chunks_are_the_calendar_months(cubes):
     ds, _, monthly = cubes
-    bounds = Cube.open(str(monthly)).variable(VAR).bounds[0]
+    bounds = RawCube.open(str(monthly)).variable(VAR).bounds[0]
     assert list(bounds.sizes) == period_counts(ds["time"].values, "MS")
 
 
 def test_whole_month_ranges_read_no_raw_chunk(cubes):
     ds, daily, monthly = cubes
-    edges = Cube.open(str(monthly)).variable(VAR).bounds[0].edges
+    edges = RawCube.open(str(monthly)).variable(VAR).bounds[0].edges
     times = ds["time"].values
     raw_reads_on_daily_chunks = 0
     for lo, hi in itertools.combinations(edges, 2):  # every run of whole months
@@ -69,7 +69,7 @@ def test_whole_month_ranges_read_no_raw_chunk(cubes):
 
 def test_unaligned_ranges_read_only_the_months_they_cut(cubes):
     ds, _, monthly = cubes
-    bounds: ChunkBounds = Cube.open(str(monthly)).variable(VAR).bounds[0]
+    bounds: ChunkBounds = RawCube.open(str(monthly)).variable(VAR).bounds[0]
     times = ds["time"].values
     rng = np.random.default_rng(7)
     for _ in range(25):
@@ -92,7 +92,7 @@ def test_unaligned_ranges_read_only_the_months_they_cut(cubes):
 
 def test_area_averaged_series_over_a_month(cubes):
     ds, _, monthly = cubes
-    bounds = Cube.open(str(monthly)).variable(VAR).bounds[0]
+    bounds = RawCube.open(str(monthly)).variable(VAR).bounds[0]
     times = ds["time"].values
     lo, hi = bounds.edges[2], bounds.edges[3]
     ranges = {"time": (_label(times[lo]), _label(times[hi - 1])), "lat": (-30, 60)}

@@ -12,10 +12,11 @@ import xarray as xr
 import zarr
 
 import accumulus
-from accumulus.accumulation.groups import read_group
-from accumulus.cube import Cube
+from accumulus.accumulation.model.groups import read_group
 from accumulus.errors import AccumulusError
-from accumulus.storage import StoreNotFoundError, open_store
+from accumulus.raw_cube import RawCube
+from accumulus.stores.locations import StoreNotFoundError
+from accumulus.stores.opening import open_store
 
 from .conftest import VAR, daily_dataset, period_counts, run_cli, write_regular
 
@@ -81,7 +82,7 @@ def test_daily_to_monthly_keeps_everything_but_the_chunks(daily_cube, tmp_path):
     assert zarr.open_group(out, mode="r").attrs["title"] == "test cube"
 
     # Accumulations rebuilt with the source's configuration, and right.
-    old, new = Cube.open(str(source)), Cube.open(str(out))
+    old, new = RawCube.open(str(source)), RawCube.open(str(out))
     assert read_group(new, VAR).config() == read_group(old, VAR).config()
     assert new.consolidated
     assert all(report.ok for report in accumulus.verify(str(out)))

@@ -11,10 +11,10 @@ import xarray as xr
 import zarr
 
 import accumulus
-from accumulus.cube import Cube
 from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, locate
-from accumulus.storage import open_store
+from accumulus.raw_cube import RawCube
+from accumulus.stores.opening import open_store
 
 from .conftest import run_cli
 
@@ -125,7 +125,7 @@ def test_accumulate_and_average_on_a_draft_store(seed_store):
 
 def test_consolidated_draft_metadata(tmp_path):
     store = write_draft_store(tmp_path / "c.zarr", draft_document(SEED_GRID), consolidated=True)
-    cube = Cube.open(str(store))
+    cube = RawCube.open(str(store))
     assert cube.consolidated
     var = cube.variable("x")
     assert (var.bounds[0].edges, var.bounds[1].edges) == (EDGES_0, EDGES_1)
@@ -159,7 +159,7 @@ def test_invalid_draft_grid_is_one_clear_error(tmp_path):
     grid = {**SEED_GRID, "chunk_shape": [[5, 5, 5, 15, 15, 20, 30], 10]}
     store = write_draft_store(tmp_path / "bad.zarr", draft_document(grid))
     with pytest.raises(AccumulusError, match=r"add up to 95, but its length is 100"):
-        Cube.open(str(store)).variable("x")
+        RawCube.open(str(store)).variable("x")
     failed = run_cli("inspect", str(store))
     assert failed.returncode == 2
     lines = failed.stderr.strip().splitlines()

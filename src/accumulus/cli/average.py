@@ -1,6 +1,6 @@
 """``average``: a statistic of a variable over dimensions and label ranges, or a shape,
 printed as a table, JSON or CSV, and drawn to a PNG. The options become one ``Query``
-(``accumulation.request``), answered by ``api.answer``."""
+(``accumulation.query.request``), answered by ``api.answer``."""
 
 from __future__ import annotations
 

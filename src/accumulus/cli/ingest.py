@@ -140,8 +140,9 @@ def _append_virtual(
 ) -> None:
     from accumulus.destinations import check_file, check_store
     from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
-    from accumulus.reference_targets import directories_to_allow
-    from accumulus.storage import is_parquet_references, local_path
+    from accumulus.stores.locations import local_path
+    from accumulus.stores.reference_sets import is_parquet_references
+    from accumulus.stores.reference_targets import directories_to_allow
 
     if local_path(out) is not None:  # before any granule is read
         check = check_store if is_parquet_references(out) else check_file

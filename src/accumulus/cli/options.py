@@ -52,7 +52,7 @@ Scheduler = Annotated[
 
 def storage_options(endpoint_url: str | None, items: Sequence[str] | None) -> dict | None:
     """The fsspec options of ``--storage-option`` and ``--endpoint-url``; None for none."""
-    from accumulus.storage import parse_storage_options
+    from accumulus.stores.locations import parse_storage_options
 
     options = parse_storage_options(list(items or []))
     if endpoint_url:

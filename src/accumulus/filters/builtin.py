@@ -97,7 +97,7 @@ class Shuffle(CodecSide):
     """HDF5 byte shuffle (2). Its element size is a "local" parameter HDF5 fills in from the
     datatype; netcdf-c writes ``"elementsize": 0`` for "not given". numcodecs' Shuffle reads
     0 as "do not shuffle", so stores we write carry the real item size (``for_array``), and
-    ``accumulus.filters.nczarr`` repairs the 0 when reading netcdf-c's stores."""
+    ``accumulus.stores.nczarr_compat`` repairs the 0 when reading netcdf-c's stores."""
 
     hdf5_id = 2
     codec_id = "shuffle"

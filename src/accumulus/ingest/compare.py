@@ -30,7 +30,7 @@ from zarr.abc.store import Store
 from accumulus.errors import AccumulusError
 from accumulus.ingest.times import readable_time_attrs
 from accumulus.scope import accumulus_scope
-from accumulus.storage import open_store
+from accumulus.stores.opening import open_store
 
 # Values of one variable compared at a time (along the first axis).
 BLOCK_VALUES = 2**24

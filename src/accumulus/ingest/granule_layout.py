@@ -17,7 +17,7 @@ from accumulus.ingest.conform import Template, check_fits, template_of, times_in
 from accumulus.ingest.convert import ArrayPlan, ConversionPlan, hdf5_dataset
 from accumulus.ingest.granules import Granule, read_granule
 from accumulus.ingest.granules.referenced_hdf5 import ReferencedHDF5File, stamp_identity
-from accumulus.storage import local_path
+from accumulus.stores.locations import local_path
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 
 from zarr.abc.store import Store
 
-from accumulus import keys
 from accumulus.errors import AccumulusError
+from accumulus.stores import keys
 
 JOURNAL_KEY = keys.PREFIX + "journal.json"
 FORMAT_VERSION = 1

@@ -21,13 +21,9 @@ from accumulus.grid import array_bounds
 from accumulus.ingest.conform import Template, template_of
 from accumulus.ingest.granule_layout import GranuleRecord
 from accumulus.ingest.reference_parquet import read_parquet_set, write_parquet_set
-from accumulus.reference_sets import open_reference_store
-from accumulus.storage import (
-    file_options,
-    is_parquet_references,
-    url_scheme,
-    write_file_atomically,
-)
+from accumulus.stores.local import write_file_atomically
+from accumulus.stores.locations import file_options, url_scheme
+from accumulus.stores.reference_sets import is_parquet_references, open_reference_store
 
 VIRTUAL_KEY = "virtual"
 REFERENCE_VERSION = 1

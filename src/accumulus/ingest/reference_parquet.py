@@ -33,7 +33,9 @@ from typing import Any
 import zarr
 
 from accumulus.errors import AccumulusError
-from accumulus.storage import PARQUET_ENGINE, file_options, open_parquet_references
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.locations import file_options
+from accumulus.stores.reference_sets import PARQUET_ENGINE, open_parquet_references
 
 # References per Parquet file: fsspec's default. A reader loads a whole file for one chunk.
 RECORD_SIZE = 10_000
@@ -78,12 +80,14 @@ def write_parquet_set(
     import fsspec
     from fsspec.implementations.reference import LazyReferenceMapper
 
-    metadata = {k: json.loads(v) for k, v in refs.items() if _is_metadata(k) and k != ".zmetadata"}
+    metadata = {
+        k: json.loads(v) for k, v in refs.items() if is_metadata_key(k) and k != ".zmetadata"
+    }
     grids = _grids(metadata, hints=True)
     existing = open_parquet_references(target, storage_options)
     if existing is not None:
         _check_rows_stay(target, grids, _grids(existing.zmetadata))
-    chunks = {k: v for k, v in refs.items() if not _is_metadata(k)}
+    chunks = {k: v for k, v in refs.items() if not is_metadata_key(k)}
     _check_complete(target, grids, chunks)
     if existing is not None and previous is not None:
         chunks = {k: v for k, v in chunks.items() if previous.get(k) != v}
@@ -126,10 +130,6 @@ def _publish(fs: Any, staging: str, root: str) -> None:
         destination = root + path[len(staging) :]
         fs.makedirs(destination.rpartition("/")[0], exist_ok=True)
         fs.mv(path, destination)
-
-
-def _is_metadata(key: str) -> bool:
-    return key.rsplit("/", 1)[-1] in (".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json")
 
 
 def _documents(zmetadata: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from accumulus.ingest.conform import Template
 from accumulus.ingest.convert import ArrayPlan, create_zarr_array
 from accumulus.ingest.granule_layout import ScannedGranule
 from accumulus.ingest.reference_file import VIRTUAL_KEY, ReferenceSet, rectilinear_grids
-from accumulus.storage import consolidate, is_metadata_key, store_metadata
+from accumulus.stores.arrays import consolidate, store_metadata
+from accumulus.stores.keys import is_metadata_key
 
 
 def _signature(granule: ScannedGranule, name: str, dim: str) -> dict[str, Any]:

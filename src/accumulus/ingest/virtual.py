@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from accumulus.errors import AccumulusError
-from accumulus.hierarchy import normalize_group
 from accumulus.ingest.conform import Template, time_labels
 from accumulus.ingest.granule_layout import (
     ScannedGranule,
@@ -41,7 +40,8 @@ from accumulus.ingest.granule_layout import (
 from accumulus.ingest.reference_file import ReferenceSet, read_reference_set, write_atomically
 from accumulus.ingest.references import compose
 from accumulus.scope import scoped
-from accumulus.storage import is_parquet_references
+from accumulus.stores.group import normalize_group
+from accumulus.stores.reference_sets import is_parquet_references
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.errors import AccumulationReadError
 from accumulus.output import result_csv, result_json_bytes, result_png
-from accumulus.service.datasets import Snapshot
+from accumulus.service.datasets import DatasetSnapshot
 from accumulus.service.parameters import AverageRequest
 
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "png": "image/png"}
@@ -23,7 +23,7 @@ class Answer:
 
 
 def compute_answer(
-    snapshot: Snapshot, request: AverageRequest, memory_bytes: int = DEFAULT_MEMORY_BYTES
+    snapshot: DatasetSnapshot, request: AverageRequest, memory_bytes: int = DEFAULT_MEMORY_BYTES
 ) -> Answer:
     """The rendered answer of a checked request on ``snapshot``, its chunks read and reduced
     within about ``memory_bytes``."""

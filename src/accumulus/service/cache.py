@@ -12,7 +12,7 @@ import threading
 from collections import OrderedDict
 
 from accumulus.service.answers import Answer
-from accumulus.service.datasets import Snapshot
+from accumulus.service.datasets import DatasetSnapshot
 
 # What an entry costs beyond its body and key text: the dictionary slot, the tuples and
 # strings of the key, the Answer object (measured with tracemalloc: about 700 bytes).
@@ -35,7 +35,7 @@ class AnswerCache:
         self._newest: dict[str, int] = {}  # dataset -> newest snapshot generation seen
         self._lock = threading.Lock()
 
-    def get(self, snapshot: Snapshot, request_key: tuple) -> Answer | None:
+    def get(self, snapshot: DatasetSnapshot, request_key: tuple) -> Answer | None:
         key = (snapshot.dataset, snapshot.token, request_key)
         with self._lock:
             self._see(snapshot)
@@ -48,7 +48,7 @@ class AnswerCache:
     def charged_bytes(self) -> int:
         return self._bytes
 
-    def put(self, snapshot: Snapshot, request_key: tuple, answer: Answer) -> None:
+    def put(self, snapshot: DatasetSnapshot, request_key: tuple, answer: Answer) -> None:
         key = (snapshot.dataset, snapshot.token, request_key)
         cost = entry_bytes(key, answer)
         if cost > self.max_bytes:
@@ -66,7 +66,7 @@ class AnswerCache:
     def __len__(self) -> int:
         return len(self._answers)
 
-    def _see(self, snapshot: Snapshot) -> None:
+    def _see(self, snapshot: DatasetSnapshot) -> None:
         dataset = snapshot.dataset
         if snapshot.generation <= self._newest.get(dataset, -1):
             return

@@ -15,17 +15,17 @@ from typing import Any
 
 from zarr.abc.store import Store
 
-from accumulus.api import CubeSnapshot, Datacube, QueryResult, ResolvedQuery
-from accumulus.cube import Cube
+from accumulus.api import Datacube, DatacubeSnapshot, QueryResult, ResolvedQuery
 from accumulus.errors import AccumulusError
+from accumulus.raw_cube import RawCube
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class DatasetSnapshot:
     """A dataset as of one metadata snapshot: answer a whole request from it."""
 
     dataset: str
-    current: CubeSnapshot
+    current: DatacubeSnapshot
 
     @property
     def token(self) -> str:
@@ -37,13 +37,13 @@ class Snapshot:
         return self.current.generation
 
     @property
-    def cube(self) -> Cube:
+    def cube(self) -> RawCube:
         return self.current.cube
 
     def query(self, query: ResolvedQuery, memory_bytes: int) -> QueryResult:
         return self.current.query(query, memory_bytes)
 
-    def reading_through(self, wrap: Callable[[Store], Store]) -> Snapshot:
+    def reading_through(self, wrap: Callable[[Store], Store]) -> DatasetSnapshot:
         """This snapshot with its chunks (a sidecar's too) read through ``wrap(store)``
         (see ``guard``)."""
         return replace(self, current=self.current.reading_through(wrap))
@@ -73,7 +73,7 @@ class Dataset:
             accumulations=accumulations,
             allow_references=allow_references,
         )
-        self._last: Snapshot | None = None
+        self._last: DatasetSnapshot | None = None
 
     def locations(self) -> dict[str, str]:
         """Where this dataset's stores are, and how answers name them: the store served as
@@ -87,7 +87,7 @@ class Dataset:
         found.pop(self.name, None)  # a label that is the name already (not a location)
         return found
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self) -> DatasetSnapshot:
         """The dataset as its metadata stands now (reads the root metadata documents, and
         the coordinates and accumulation groups only when they changed)."""
         try:
@@ -96,7 +96,7 @@ class Dataset:
             raise AccumulusError(f"dataset {self.name!r}: {exc}") from None
         last = self._last
         if last is None or last.current is not current:
-            last = self._last = Snapshot(self.name, current)
+            last = self._last = DatasetSnapshot(self.name, current)
         return last
 
 

@@ -1,7 +1,7 @@
 """What ``GET /api/datasets`` says about a dataset: dimensions with their coordinate ranges,
 variables with units, and which accumulations exist and how far they cover.
 
-Built from the snapshot's ``Cube`` alone (no chunk listing, unlike ``accumulus inspect``,
+Built from the snapshot's ``RawCube`` alone (no chunk listing, unlike ``accumulus inspect``,
 which also sizes every array), so it is cheap enough to answer on every request.
 """
 
@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from accumulus.accumulation.selection import dimension_kind
+from accumulus.accumulation.query.selection import dimension_kind
 from accumulus.api import StaleSidecarError
-from accumulus.cube import Cube
 from accumulus.errors import AccumulationReadError
 from accumulus.numeric import numeric_problem
 from accumulus.output import label
-from accumulus.service.datasets import Snapshot
+from accumulus.raw_cube import RawCube
+from accumulus.service.datasets import DatasetSnapshot
 
 
-def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:
+def describe_snapshot(snapshot: DatasetSnapshot) -> dict[str, Any]:
     cube = snapshot.cube
     return {
         "name": snapshot.dataset,
@@ -30,12 +30,12 @@ def describe_snapshot(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def averageable(cube: Cube) -> list[str]:
+def averageable(cube: RawCube) -> list[str]:
     """The data variables that hold numbers (strings and dates cannot be averaged)."""
     return [v for v in cube.data_variables if numeric_problem(cube.raw, cube.decoded, v) is None]
 
 
-def _dimension(cube: Cube, dim: str) -> dict[str, Any]:
+def _dimension(cube: RawCube, dim: str) -> dict[str, Any]:
     index = cube.index(dim)
     kind = dimension_kind(cube, dim)
     labels = cube.labels_name(dim)  # the dimension's own, or lat(latitude)
@@ -51,7 +51,7 @@ def _dimension(cube: Cube, dim: str) -> dict[str, Any]:
     }
 
 
-def _variable(snapshot: Snapshot, name: str) -> dict[str, Any]:
+def _variable(snapshot: DatasetSnapshot, name: str) -> dict[str, Any]:
     cube = snapshot.cube
     var = cube.variable(name)
     attrs = cube.raw[name].attrs
@@ -72,7 +72,7 @@ def _variable(snapshot: Snapshot, name: str) -> dict[str, Any]:
     }
 
 
-def _accumulation(snapshot: Snapshot, name: str) -> dict[str, Any] | None:
+def _accumulation(snapshot: DatasetSnapshot, name: str) -> dict[str, Any] | None:
     cube = snapshot.cube
     group = snapshot.current.groups.group(name)
     if group is None:

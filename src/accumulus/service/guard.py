@@ -3,9 +3,10 @@ once, a time limit per request, work stopped when its client goes away, and read
 hang or leak a server path.
 
 Python cannot kill a thread, so stopping is cooperative: each computation reads through its
-own ``GuardedStore``, which refuses every read once the request's ``RequestGuard`` has been
-stopped (deadline passed, client gone). A computation then ends at its next chunk read, and
-only then gives its slot back, so abandoned work never runs beside the next request's.
+own ``stores.guarded.GuardedStore``, which refuses every read once the request's
+``RequestGuard`` has been stopped (deadline passed, client gone). A computation then ends at
+its next chunk read, and only then gives its slot back, so abandoned work never runs beside
+the next request's.
 """
 
 from __future__ import annotations
@@ -16,13 +17,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import WrapperStore
-
-from accumulus.accumulation.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.errors import AccumulusError
-from accumulus.safe_reads import local_root, read_with_limits
 
 
 @dataclass(frozen=True)
@@ -32,7 +28,7 @@ class ServiceLimits:
     ``computations``: answers computed at once (the rest wait up to ``queue_seconds``, then
     get 503 with ``Retry-After``); ``request_seconds``: the longest a computation may run
     (then 504); ``read_seconds``: the longest one chunk read may take; ``memory_bytes``: what
-    one computation's raw reads may hold (see ``accumulation.budget``).
+    one computation's raw reads may hold (see ``accumulation.query.budget``).
     """
 
     computations: int = 2
@@ -175,26 +171,3 @@ class _Waiter:
 def _grant(future: asyncio.Future, slot: Slot) -> None:
     if not future.done():
         future.set_result(slot)
-
-
-class GuardedStore(WrapperStore[Store]):
-    """One request's view of a served store: every read first checks the request's guard,
-    takes at most ``read_seconds``, refuses what is not a regular file (a FIFO would block a
-    reader forever), and reports OS errors by key, without the server's paths."""
-
-    def __init__(self, store: Store, guard: RequestGuard, read_seconds: float) -> None:
-        super().__init__(store)
-        self.guard = guard
-        self.read_seconds = read_seconds
-        self._root = local_root(store)
-
-    def _with_store(self, store: Store) -> GuardedStore:
-        return type(self)(store, self.guard, self.read_seconds)
-
-    async def get(
-        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
-    ) -> Buffer | None:
-        self.guard.check()
-        return await read_with_limits(
-            self._store, self._root, key, prototype, byte_range, self.read_seconds
-        )

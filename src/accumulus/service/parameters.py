@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from accumulus.api import STATS, Query, ResolvedQuery, malformed_range, split_range
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.regions import Shape, named_region, shape_from_geojson
-from accumulus.service.datasets import Snapshot
+from accumulus.service.datasets import DatasetSnapshot
 
 FORMATS = ("json", "csv", "png")
 
@@ -136,7 +136,7 @@ _RESOLVED = ("variable", "over", "ranges", "weights", "shape")
 
 
 def check_average_request(
-    snapshot: Snapshot,
+    snapshot: DatasetSnapshot,
     variable: str,
     parameters: AverageParameters,
     *,
@@ -172,7 +172,7 @@ def check_average_request(
 
 
 def _ranges(
-    snapshot: Snapshot, query: list[tuple[str, str]]
+    snapshot: DatasetSnapshot, query: list[tuple[str, str]]
 ) -> dict[str, tuple[str | None, str | None]]:
     repeated = [name for name, n in Counter(name for name, _ in query).items() if n > 1]
     if repeated:

@@ -24,12 +24,13 @@ from accumulus.api import StaleSidecarError
 from accumulus.errors import AccumulusError
 from accumulus.service.answers import Answer, compute_answer
 from accumulus.service.cache import AnswerCache
-from accumulus.service.datasets import Catalog, Dataset, Snapshot
+from accumulus.service.datasets import Catalog, Dataset, DatasetSnapshot
 from accumulus.service.describe import averageable
 from accumulus.service.errors import CLIENT_GONE, ServiceError
-from accumulus.service.guard import ComputeSlots, GuardedStore, RequestGuard, ServiceLimits
+from accumulus.service.guard import ComputeSlots, RequestGuard, ServiceLimits
 from accumulus.service.memory import release_free_memory
 from accumulus.service.parameters import OPTIONS, AverageRequest, ParameterError, range_pattern
+from accumulus.stores.guarded import GuardedStore
 
 # How often a waiting request looks whether its client is still there.
 WATCH_SECONDS = 0.1
@@ -73,7 +74,7 @@ class Service:
             )
         return dataset
 
-    def snapshot_of(self, dataset: Dataset) -> Snapshot:
+    def snapshot_of(self, dataset: Dataset) -> DatasetSnapshot:
         """``dataset`` as it stands now (a 503 when it cannot be read)."""
         try:
             return dataset.snapshot()
@@ -83,7 +84,7 @@ class Service:
             raise ServiceError(f"dataset {dataset.name!r} cannot be read now: {exc}") from None
 
     async def compute(
-        self, request: Request, snapshot: Snapshot, checked: AverageRequest
+        self, request: Request, snapshot: DatasetSnapshot, checked: AverageRequest
     ) -> Answer:
         """Compute on a worker thread once a slot is free; stop it when its time is up or its
         client leaves. The slot is given back by the thread, when the work has really ended."""
@@ -176,7 +177,7 @@ class HealthMonitor:
     is not started twice)."""
 
     def __init__(
-        self, catalog: Catalog, tokens: dict[str, str], read: Callable[[Dataset], Snapshot]
+        self, catalog: Catalog, tokens: dict[str, str], read: Callable[[Dataset], DatasetSnapshot]
     ) -> None:
         self.catalog = catalog
         self.last = dict(tokens)

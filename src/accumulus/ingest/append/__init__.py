@@ -2,7 +2,7 @@
 kept current.
 
 ``append`` (``run.py``, the one entry point) runs five phases under the store's lock
-(``accumulus.locking``), each a module of this package with one function that takes the
+(``accumulus.stores.lock``), each a module of this package with one function that takes the
 previous phase's result, an immutable value (``values.py``), and returns its own:
 
 1. ``recover`` -> ``Recovered``: the journal (``journal.py``) says how far the cube is

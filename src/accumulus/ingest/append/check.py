@@ -22,7 +22,7 @@ from accumulus.ingest.append.values import (
 )
 from accumulus.ingest.conform import Template, blocks, check_fits, conform, template_of, time_labels
 from accumulus.ingest.granules import GranuleLike, open_granule
-from accumulus.storage import dimension_names
+from accumulus.stores.arrays import dimension_names
 
 
 def check(

@@ -7,14 +7,14 @@ from collections.abc import Sequence
 
 import zarr
 
-from accumulus.accumulation.build import build_accumulations
-from accumulus.accumulation.groups import read_group
-from accumulus.cube import Cube
+from accumulus.accumulation.build.accumulate import build_accumulations
+from accumulus.accumulation.model.groups import read_group
 from accumulus.hierarchy import consolidate_groups, cube_groups, holds_accumulations
 from accumulus.ingest.append.unpublished_writer import UnpublishedWriter
 from accumulus.ingest.append.values import Target
 from accumulus.ingest.journal import GranuleRecord, Journal, write_journal
-from accumulus.nczarr import record_dimension_size
+from accumulus.raw_cube import RawCube
+from accumulus.stores.nczarr_metadata import record_dimension_size
 
 
 def commit(
@@ -59,13 +59,13 @@ def update_accumulations(target: Target) -> frozenset[str]:
     ones by relative path)."""
     updated: set[str] = set()
     for path in cube_groups(target.store, use_consolidated=False):
-        cube = Cube(target.store, target.label, use_consolidated=False, group=path)
+        cube = RawCube(target.store, target.label, use_consolidated=False, group=path)
         names = _update_group_accumulations(target, cube)
         updated |= {f"{path}/{name}" if path else name for name in names}
     return frozenset(updated)
 
 
-def _update_group_accumulations(target: Target, cube: Cube) -> set[str]:
+def _update_group_accumulations(target: Target, cube: RawCube) -> set[str]:
     updated = set()
     for name in cube.data_variables:
         group = read_group(cube, name)

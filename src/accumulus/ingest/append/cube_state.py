@@ -11,7 +11,7 @@ from zarr.abc.store import Store
 from accumulus.errors import AccumulusError
 from accumulus.ingest.append.values import Committed
 from accumulus.scope import accumulus_scope
-from accumulus.storage import dimension_names
+from accumulus.stores.arrays import dimension_names
 
 
 def consolidated_root(store: Store) -> zarr.Group | None:

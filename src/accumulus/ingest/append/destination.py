@@ -13,7 +13,7 @@ from zarr.storage import FsspecStore
 
 from accumulus.destinations import check_store
 from accumulus.errors import AccumulusError
-from accumulus.storage import open_store
+from accumulus.stores.opening import open_store
 
 
 def open_target(

@@ -7,7 +7,6 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.sync import sync
 
-from accumulus import keys
 from accumulus.errors import AccumulusError
 from accumulus.grid import regular_chunk_size
 from accumulus.hierarchy import arrays_along, consolidate_groups, set_group_attrs
@@ -25,8 +24,9 @@ from accumulus.ingest.journal import (
     read_journal,
     write_journal,
 )
-from accumulus.nczarr import record_dimension_size
-from accumulus.storage import dimension_names
+from accumulus.stores import keys
+from accumulus.stores.arrays import dimension_names
+from accumulus.stores.nczarr_metadata import record_dimension_size
 
 
 def recover(target: Target, request: Request) -> Recovered:

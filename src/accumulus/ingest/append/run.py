@@ -13,7 +13,6 @@ from zarr.abc.store import Store
 from accumulus.compute import Progress
 from accumulus.errors import AccumulusError, Interrupted
 from accumulus.grid import NAMED_RULES, ChunkRule
-from accumulus.hierarchy import group_label, group_view
 from accumulus.ingest.append.check import check
 from accumulus.ingest.append.create import create
 from accumulus.ingest.append.destination import open_target, remove_if_empty
@@ -23,9 +22,10 @@ from accumulus.ingest.append.write import write
 from accumulus.ingest.granules import GRANULE_TYPES, GranuleLike, InGroup, resolve_group
 from accumulus.ingest.journal import CREATING, read_journal
 from accumulus.ingest.layout import ChunkChoice
-from accumulus.ingest.shard_layout import StableShardStore
-from accumulus.locking import StoreLock
-from accumulus.storage import store_label
+from accumulus.stores.group import group_label, group_view
+from accumulus.stores.lock import StoreLock
+from accumulus.stores.opening import store_label
+from accumulus.stores.stable_shards import StableShardStore
 
 
 @dataclass(frozen=True)

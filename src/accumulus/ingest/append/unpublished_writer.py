@@ -18,7 +18,7 @@ the inner chunks the write does not cover. Those are either committed values (be
 start of the write) or past the view's shape, where no reader looks: what a killed run left
 there is replaced when the array grows over it. Writes in flight never share a shard. The
 append's store lays a rewritten shard out so that its stored inner chunks keep their offsets
-(``shard_layout.py``): a reader holding the old index reads right values.
+(``stores/stable_shards.py``): a reader holding the old index reads right values.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import zarr
 from zarr.core.metadata import ArrayMetadata
 
 from accumulus.grid import AppendGrid
-from accumulus.storage import array_with, dimension_names, store_metadata
+from accumulus.stores.arrays import array_with, dimension_names, store_metadata
 
 WRITE_THREADS = 4
 # Bytes of values waiting in the pool before the reader waits for writes to catch up.

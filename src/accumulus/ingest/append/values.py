@@ -14,7 +14,7 @@ from accumulus.grid import ChunkRule
 from accumulus.ingest.conform import Template
 from accumulus.ingest.granules import GranuleLike
 from accumulus.ingest.journal import Journal
-from accumulus.locking import StoreLock
+from accumulus.stores.lock import StoreLock
 
 
 @dataclass(frozen=True)

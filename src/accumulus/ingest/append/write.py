@@ -24,7 +24,7 @@ from accumulus.ingest.append.values import Batch, Committed, Planned, Request, T
 from accumulus.ingest.conform import Template, blocks, conform, decoded_times, time_labels
 from accumulus.ingest.granules import Granule, open_granule
 from accumulus.ingest.journal import GranuleRecord
-from accumulus.storage import dimension_names
+from accumulus.stores.arrays import dimension_names
 
 
 def write(target: Target, request: Request, cube: Committed, batch: Batch) -> Written:

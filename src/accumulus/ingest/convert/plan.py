@@ -24,7 +24,6 @@ from accumulus.filters import (
     pipeline_to_codecs,
 )
 from accumulus.filters.builtin import load_hdf5plugin
-from accumulus.hierarchy import normalize_group
 from accumulus.ingest.cf import DECODING_ATTRS, LIMIT_ATTRS, StoredForm, stored_form, warn_dropped
 from accumulus.ingest.convert.codecs import (
     NETCDF3_CODEC,
@@ -49,6 +48,7 @@ from accumulus.ingest.convert.source import (
 )
 from accumulus.ingest.declared import DeclaredVariable, check_chunk, itemsize
 from accumulus.ingest.times import readable_time_attrs
+from accumulus.stores.group import normalize_group
 
 
 @dataclass

@@ -14,8 +14,8 @@ import h5py
 import numpy as np
 
 from accumulus.errors import AccumulusError
-from accumulus.hierarchy import normalize_group
 from accumulus.ingest.netcdf3_header import NETCDF3_SIGNATURES, HeaderError, declared_size
+from accumulus.stores.group import normalize_group
 
 # HDF5 attributes that carry netCDF-4 or dimension-scale bookkeeping, not user metadata.
 _INTERNAL_ATTRIBUTES = frozenset(

@@ -21,7 +21,8 @@ from accumulus.ingest.cf import decode
 from accumulus.ingest.convert.codecs import CodecSpec
 from accumulus.ingest.convert.plan import ArrayPlan, ConversionPlan, plan_conversion
 from accumulus.ingest.convert.source import blocks, open_source, source_variable
-from accumulus.storage import consolidate, local_path
+from accumulus.stores.arrays import consolidate
+from accumulus.stores.locations import local_path
 
 
 def convert(

@@ -17,11 +17,11 @@ import numpy as np
 import xarray as xr
 
 from accumulus.errors import AccumulusError
-from accumulus.hierarchy import normalize_group
 from accumulus.ingest.declared import DeclaredVariable
 from accumulus.ingest.granules.base import CodecChain, GranuleSource, Identity, OpenOptions
 from accumulus.ingest.granules.groups import Tree
 from accumulus.names import check_names
+from accumulus.stores.group import normalize_group
 
 _UNNAMED = "xarray.Dataset"
 

@@ -20,8 +20,9 @@ import numpy as np
 import xarray as xr
 
 from accumulus.errors import AccumulusError
-from accumulus.hierarchy import ancestors_of, inherited_coordinates, normalize_group, pick_group
+from accumulus.hierarchy import inherited_coordinates, pick_group
 from accumulus.names import check_names
+from accumulus.stores.group import ancestors_of, normalize_group
 
 # Per group path ("" for the root): each variable's dimensions.
 Layout = dict[str, dict[str, tuple[str, ...]]]

@@ -34,7 +34,7 @@ from accumulus.ingest.granules.groups import (
     read_with,
     tree_dataset,
 )
-from accumulus.storage import local_path
+from accumulus.stores.locations import local_path
 
 _READ_BLOCK = 2**22
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from accumulus.hierarchy import normalize_group
 from accumulus.ingest.declared import check_declared
 from accumulus.ingest.granules.base import (
     Granule,
@@ -16,6 +15,7 @@ from accumulus.ingest.granules.base import (
     OpenOptions,
 )
 from accumulus.ingest.granules.registry import kind_of
+from accumulus.stores.group import normalize_group
 
 
 def open_granule(

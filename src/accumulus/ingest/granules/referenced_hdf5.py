@@ -19,13 +19,14 @@ import h5py
 import xarray as xr
 
 from accumulus.errors import AccumulusError
-from accumulus.hierarchy import normalize_group, pick_group
+from accumulus.hierarchy import pick_group
 from accumulus.ingest.convert import ConversionPlan, plan_file, source_group
 from accumulus.ingest.declared import DeclaredVariable, itemsize
 from accumulus.ingest.granules.base import CodecChain, Identity
 from accumulus.ingest.granules.groups import Tree
 from accumulus.names import check_names
-from accumulus.storage import file_options, url_scheme
+from accumulus.stores.group import normalize_group
+from accumulus.stores.locations import file_options, url_scheme
 
 
 class _CountingReader(io.RawIOBase):

@@ -17,7 +17,6 @@ import xarray as xr
 import zarr
 from zarr.abc.store import Store
 
-from accumulus import keys
 from accumulus.errors import AccumulusError
 from accumulus.filters import FilterError, join_v2, join_v3
 from accumulus.ingest.declared import DeclaredVariable, itemsize
@@ -30,7 +29,10 @@ from accumulus.ingest.granules.groups import (
     tree_dataset,
 )
 from accumulus.scope import accumulus_scope
-from accumulus.storage import dimension_names, local_path, open_store, store_label
+from accumulus.stores import keys
+from accumulus.stores.arrays import dimension_names
+from accumulus.stores.locations import local_path
+from accumulus.stores.opening import open_store, store_label
 
 
 class ZarrKind:
@@ -151,7 +153,7 @@ def _members(store: Store, where: str) -> list[tuple[str, zarr.Array | zarr.Grou
 
 
 def _layout(store: Store, where: str) -> Layout:
-    from accumulus.accumulation.spec import GROUP_SUFFIX
+    from accumulus.accumulation.model.spec import GROUP_SUFFIX
 
     layout: Layout = {"": {}}
     for path, node in _members(store, where):

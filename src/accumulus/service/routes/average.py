@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from accumulus.regions import MAX_GEOJSON_BYTES
 from accumulus.service import schemas
 from accumulus.service.answers import MEDIA_TYPES
-from accumulus.service.datasets import Snapshot
+from accumulus.service.datasets import DatasetSnapshot
 from accumulus.service.errors import ERRORS
 from accumulus.service.parameters import (
     AverageParameters,
@@ -98,7 +98,7 @@ def _checked(
     parameters: AverageParameters,
     query: list[tuple[str, str]],
     body: bytes | None,
-) -> tuple[Snapshot, AverageRequest]:
+) -> tuple[DatasetSnapshot, AverageRequest]:
     """The dataset's snapshot and the request checked against it (in a worker thread: this
     reads a shape or a region set, and the snapshot)."""
     snapshot = service.snapshot_of(service.dataset(dataset))

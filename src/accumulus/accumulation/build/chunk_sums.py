@@ -1,0 +1,211 @@
+"""The build's sums: a block's sums per raw chunk, and the prefix sums that are the entries.
+
+For values x (NaN where missing) and weights w, an accumulation holds sums Σ w^a·x^b over
+the valid values (``model.statistics.SUMS``: Σ w·x, Σ w, Σ x and Σ 1). A block's sums per
+raw chunk (``chunk_sums``) are taken by a compiled loop (``kernel.block_sums``), every sum in
+one pass, without a copy of the block per sum; prefix sums of per-segment sums, taken where
+entries end (every ``stride`` chunks for ZEP 5, at the positions of an ``--at`` rule
+otherwise), are the accumulation entries (``prefix_entries``). Pure functions over NumPy
+arrays; ``model.sums`` says what each sum adds per value, as a query takes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import prod
+
+import numpy as np
+
+from accumulus.accumulation.model import statistics
+from accumulus.accumulation.model.spec import COUNT
+
+
+def chunk_sums(
+    x: np.ndarray,
+    w: np.ndarray | float,
+    terms: Sequence[str],
+    reductions: Sequence[tuple[int, ...]],
+    edges: Sequence[Sequence[int]] | None = None,
+    empty: Callable[[int], np.ndarray] | None = None,
+) -> dict[tuple[int, ...], np.ndarray]:
+    """The requested sums of a block, per raw chunk along each set of axes in ``reductions``.
+
+    ``w`` broadcasts against ``x``. ``edges[a]`` lists where raw chunks start inside the
+    block along axis ``a`` (``[0]`` when the block is one chunk there, the default).
+    Returns ``{axes: float64 array of shape (len(terms), *x.shape with the chunk count on
+    axes)}``. Reductions containing no other requested one are taken from the block, all
+    in one pass (``kernel.block_sums``); the others are summed from the largest requested
+    one they contain, which is much smaller than the block. ``empty(n)`` gives the float64
+    space the pass fills (default: a new array).
+    """
+    x = np.asarray(x)
+    x = x.reshape(1) if x.ndim == 0 else x
+    edges = [list(e) for e in edges] if edges is not None else [[0]] * x.ndim
+    w = np.asarray(w, dtype="f8")
+    w = w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
+    wanted = sorted({tuple(sorted(r)) for r in reductions}, key=len)
+    if x.size == 0:
+        done = {
+            axes: np.zeros(
+                (len(terms), *(len(edges[a]) if a in axes else n for a, n in enumerate(x.shape)))
+            )
+            for axes in wanted
+        }
+    else:
+        first = [axes for axes in wanted if not any(set(c) < set(axes) for c in wanted)]
+        done = dict(zip(first, _block_sums(x, w, terms, first, edges, empty), strict=True))
+    for axes in wanted:
+        if axes in done:
+            continue
+        base = max((c for c in done if set(c) < set(axes)), key=len)
+        out = done[base]
+        for a in axes:
+            if a not in base:
+                out = np.add.reduceat(out, edges[a], axis=a + 1)
+        done[axes] = out
+    return {tuple(r): done[tuple(sorted(r))] for r in reductions}
+
+
+def load_kernel(dtype: np.dtype) -> None:
+    """Load the compiled loop for blocks of ``dtype``: numba's first call in a process
+    takes a third of a second, which a caller can spend while it reads."""
+    chunk_sums(np.zeros((1, 1), dtype=dtype), 1.0, [COUNT], [(0,)])
+
+
+def _block_sums(
+    x: np.ndarray,
+    w: np.ndarray,
+    terms: Sequence[str],
+    reductions: Sequence[tuple[int, ...]],
+    edges: Sequence[Sequence[int]],
+    empty: Callable[[int], np.ndarray] | None = None,
+) -> list[np.ndarray]:
+    """Each sum of ``x`` per segment along the axes of each reduction, in one compiled pass
+    over the block (numba): ``(len(terms), *x.shape with the segment count on the axes)``
+    per reduction."""
+    from accumulus.accumulation.build.kernel import block_sums  # numba: imported when first used
+
+    if x.dtype not in (np.float32, np.float64) or not x.dtype.isnative:
+        x = x.astype("f8")
+    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+    weights = np.ascontiguousarray(w).reshape(-1, w.shape[-1])
+    weight_of = _row_index(w.shape[:-1], x.shape[:-1]).ravel()
+    last = x.ndim - 1
+    shapes, direct, tables = [], [], []
+    # Along an axis cut at every index each segment is one value: nothing to sum there.
+    reductions = [tuple(a for a in axes if len(edges[a]) < x.shape[a]) for axes in reductions]
+    for axes in reductions:
+        shape = [len(edges[a]) if a in axes else n for a, n in enumerate(x.shape)]
+        shapes.append(shape)
+        # A weighted sum over axes the weights do not vary on is taken as the weight times
+        # the unweighted sum: fewer sums to take from the block.
+        constant = all(w.shape[a] == 1 for a in axes)
+        direct.append(
+            tuple(dict.fromkeys(statistics.unweighted(t) if constant else t for t in terms))
+        )
+        tables.append(_row_table(x.shape[:-1], shape[:-1], axes, edges))
+    columns = np.zeros((len(reductions), len(edges[last]) + 1), dtype="int64")
+    for k, axes in enumerate(reductions):
+        columns[k] = [*edges[last], x.shape[last]] if last in axes else 0
+    n_columns = np.array([s[-1] for s in shapes], dtype="int64")
+    n_rows = np.array([prod(s[:-1]) for s in shapes], dtype="int64")
+    n_terms = np.array([len(d) for d in direct], dtype="int64")
+    powers = np.zeros((len(reductions), max(n_terms), 2), dtype="int64")
+    for k, names in enumerate(direct):
+        powers[k, : len(names)] = statistics.powers(names)
+    sizes = n_terms * n_rows * n_columns
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype("int64")
+    # Zeroed by a write, not by calloc: the kernel adds into it (a read before the first
+    # write), and each page of calloc's memory read first is the shared zero page, copied on
+    # the write that follows: a fault and a TLB flush across the process's threads per page
+    # (measured with perf on a build at every element: docs/benchmarks.md). Where no
+    # reduction sums anything, each output row takes one input row: the kernel zeroes it
+    # first, which spares a pass over all of it here.
+    fresh = not any(reductions)
+    out = (empty or np.empty)(int(sizes.sum()))
+    if not fresh:
+        out.fill(0.0)
+    block_sums(
+        rows,
+        weights,
+        weight_of,
+        np.stack(tables),
+        columns,
+        n_columns,
+        n_rows,
+        np.array([last in axes for axes in reductions], dtype="int64"),
+        powers,
+        n_terms,
+        offsets,
+        out,
+        fresh,
+    )
+    results = []
+    for k, names in enumerate(direct):
+        sums = out[offsets[k] : offsets[k] + sizes[k]].reshape(len(names), *shapes[k])
+        if names != tuple(terms):  # weighted sums from their unweighted twins
+            twins = [(t, t if t in names else statistics.unweighted(t)) for t in terms]
+            sums = np.stack([sums[names.index(u)] * (1 if u == t else w) for t, u in twins])
+        results.append(sums)
+    return results
+
+
+def _row_index(shape: tuple[int, ...], rows: tuple[int, ...]) -> np.ndarray:
+    """For an array of ``shape`` broadcast to ``rows``: the flat index of each element."""
+    return np.ascontiguousarray(
+        np.broadcast_to(np.arange(prod(shape), dtype="int64").reshape(shape), rows)
+    )
+
+
+def _row_table(
+    rows: tuple[int, ...],
+    out_rows: Sequence[int],
+    axes: tuple[int, ...],
+    edges: Sequence[Sequence[int]],
+) -> np.ndarray:
+    """The output row (flat, of ``out_rows``) each block row (flat, of ``rows``) adds to:
+    along the summed ``axes``, the segment an index lies in; along the others, itself."""
+    table = np.zeros(rows, dtype="int64")
+    stride = 1
+    for a in reversed(range(len(rows))):
+        if a in axes:
+            bounds = [*edges[a], rows[a]]
+            index = np.repeat(np.arange(len(edges[a]), dtype="int64"), np.diff(bounds))
+        else:
+            index = np.arange(rows[a], dtype="int64")
+        table += (index * stride).reshape([-1 if b == a else 1 for b in range(len(rows))])
+        stride *= out_rows[a]
+    return table.ravel()
+
+
+LONG_AXIS = 64  # segments along the last axis beyond which rows are prefix-summed whole
+
+
+def prefix_entries(
+    segment_sums: np.ndarray, axis: int, keep: Sequence[int], *, in_place: bool = False
+) -> np.ndarray:
+    """Accumulation entries along ``axis`` from the sums of consecutive segments: the
+    cumulative sums ending after each segment in ``keep`` (the segments that end where an
+    entry ends: every ``stride``-th chunk for ZEP 5, any position for ``--at``).
+    ``in_place``: ``segment_sums`` (float64) may be overwritten."""
+    prefix = segment_sums if in_place else np.array(segment_sums, dtype="f8")
+    if axis == prefix.ndim - 1 and prefix.shape[axis] > LONG_AXIS:
+        # Along a long last axis (entries at every element) each row is contiguous and
+        # long: walked once, row by row (slice by slice, every slice would be strided:
+        # twice the time), by the compiled loop when the rows are contiguous.
+        if prefix.flags.c_contiguous:
+            from accumulus.accumulation.build.kernel import prefix_rows  # numba: loaded by builds
+
+            prefix_rows(prefix.reshape(-1, prefix.shape[axis]))
+        else:
+            np.cumsum(prefix, axis=axis, out=prefix)
+    else:
+        # Slice by slice: as fast along a short axis (a few chunks) as along a long one,
+        # where np.cumsum walks every short row on its own (much slower for a few chunks).
+        steps = np.moveaxis(prefix, axis, 0)
+        for i in range(1, steps.shape[0]):
+            steps[i] += steps[i - 1]
+    keep = np.asarray(keep, dtype="int64")
+    if len(keep) == prefix.shape[axis] and (keep == np.arange(len(keep))).all():
+        return prefix  # every segment ends an entry (entries at every element)
+    return prefix.take(keep, axis=axis)

@@ -1,0 +1,187 @@
+"""Positioned accumulations as a build lays them out: positions, storage form, arrays.
+
+An accumulation whose entries are not at chunk ends (``--at``, see ``positions``) can hold as
+many entries as the raw data has values, so how it is stored is what it costs:
+
+- **positions** along each dimension come from the rule, the chunk bounds and the decoded
+  coordinate (``placements``); along the dimension a cube is appended to, the last entry
+  is provisional unless the rule fixes it (``positions.final_entries``);
+- **storage form** (``spec.storage_form``): weights that do not vary along the accumulated
+  dimensions are factored out, so only Σx and the count are stored; a dimension at every
+  element that the weights vary along is kept as rows (latitude, for area weights);
+- **types**: sums float64, counts the smallest unsigned integer that holds the largest
+  count (its largest value is the fill value, marking a chunk never written);
+- **compression** chosen by measurement on prefix sums of daily gridded data (``codecs``,
+  ``bit_shuffled``, docs/accumulation.md): Blosc LZ4 after a shuffle, as the float64 prefix
+  sums of float32 values keep few significant bits when they are exact and shuffling turns
+  the zero bits into long runs (about half the bytes);
+- **chunks** follow how queries read them (``chunks``): an accumulation along the batch
+  dimension (time) is read one entry at a time for a map, so a chunk is one entry and the
+  whole space (``MAP_CHUNK``); one that keeps time is read as long series at a few entries
+  (a box's corners along longitude, over its rows of latitude), so a chunk is one entry,
+  as long in time as the build can hold back (``BUFFER_BYTES``), and as many rows as
+  ``SERIES_CHUNK`` allows: a box reads about the rows it covers, in few objects. Counts,
+  small integers, take as many bytes per chunk as the sums (more rows, within a raw chunk).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from math import prod
+from typing import Any
+
+import numpy as np
+import zarr
+from numcodecs import Blosc, Fletcher32
+from zarr.codecs import Crc32cCodec
+
+from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model.positions import CHUNK, entry_positions, final_entries
+from accumulus.accumulation.model.weights import varying_dims
+from accumulus.raw_cube import RawCube, VariableInfo
+
+MAP_CHUNK = 4 * 2**20  # bytes of float64 entries per chunk of a map-like array, at most
+SERIES_CHUNK = 256 * 2**10  # the same for arrays read as long series (a box's rows)
+BUFFER_BYTES = 384 * 2**20  # entries a build holds back to write long series chunks whole
+
+
+def placements(
+    cube: RawCube, var: VariableInfo, request: spec.BuildRequest, coverage: Mapping[str, int]
+) -> dict[tuple[str, ...], spec.Placement]:
+    """Where the entries of every positioned combination of ``request`` end, and how its
+    sums are stored (combinations in the variable's order)."""
+    weight_dims = varying_dims(cube.decoded, request.weights, var.name)
+    settings = cube.root.attrs.get("accumulus", {})
+    appended = settings.get("append_dim") if isinstance(settings, dict) else None
+    out = {}
+    for combo in request.combinations:
+        ordered = tuple(d for d in var.dims if d in combo)
+        if not request.is_positioned(ordered):
+            continue
+        rules = request.rules(ordered)
+        accumulated, factored = spec.storage_form(ordered, rules, weight_dims)
+        positions, final = {}, {}
+        for dim in accumulated:
+            axis, rule = var.axis(dim), rules[dim]
+            needs_index = rule != CHUNK and not isinstance(rule, int)
+            positions[dim] = entry_positions(
+                rule,
+                var.shape[axis],
+                dim=dim,
+                bounds=var.bounds[axis],
+                stride=int(request.strides.get(dim, 1)),
+                index=cube.index(dim) if needs_index else None,
+            )
+            if rule == CHUNK:  # chunk ends are final up to the final raw extent
+                final[dim] = sum(p <= coverage[dim] for p in positions[dim])
+            else:
+                final[dim] = final_entries(rule, positions[dim], var.shape[axis], appended == dim)
+        out[ordered] = spec.Placement(rules, accumulated, positions, final, factored)
+    return out
+
+
+def shape(var: VariableInfo, acc: spec.Accumulation) -> tuple[int, ...]:
+    """Entries along prefix dimensions, full extent along the others (array_dims order)."""
+    bounds = dict(zip(var.dims, var.bounds, strict=True))
+    entries = {d: len(p) for d, p in acc.entry_positions(bounds).items()}
+    return tuple(entries.get(d, var.shape[var.axis(d)]) for d in acc.array_dims)
+
+
+def largest_count(var: VariableInfo, acc: spec.Accumulation) -> int:
+    """The largest count an entry can hold: every value of the prefix box valid."""
+    return prod(var.shape[var.axis(d)] for d in acc.prefix_dims)
+
+
+def count_dtype(largest: int) -> np.dtype:
+    """The smallest unsigned integer type holding counts up to ``largest`` and, above them,
+    a fill value (its largest value) that no count takes."""
+    return np.min_scalar_type(largest + 1)
+
+
+def dtype_and_fill(var: VariableInfo, acc: spec.Accumulation, is_count: bool) -> tuple[Any, Any]:
+    if not is_count:
+        return np.dtype("float64"), np.nan
+    dtype = count_dtype(largest_count(var, acc))
+    return dtype, np.iinfo(dtype).max
+
+
+def codecs(zarr_format: int, bit_shuffle: bool) -> dict[str, Any]:
+    """Arguments of ``create_array``: Blosc LZ4 (level 1), with bit shuffle or byte shuffle
+    (``bit_shuffled`` says which, by measurement), then a checksum per chunk over the
+    compressed bytes, as every accumulation chunk carries (``chunk_check``): crc32c in Zarr
+    v3; in v2 Fletcher-32, which netcdf-c reads (it has no crc32c filter), after Blosc as the
+    first filter (filters come before the compressor), where Blosc sees the array's elements;
+    as a compressor after a checksum filter it would see bytes, and its shuffle would do
+    nothing (sums stored 0.83-0.98 of their size instead of 0.44-0.54). zstd takes 2-4 times
+    as long to encode for 5-30 % fewer bytes, which a build at every element pays on every
+    entry."""
+    if zarr_format == 3:
+        shuffle = "bitshuffle" if bit_shuffle else "shuffle"
+        blosc = zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle=shuffle)
+        return {"compressors": [blosc, Crc32cCodec()]}
+    blosc = Blosc(cname="lz4", clevel=1, shuffle=Blosc.BITSHUFFLE if bit_shuffle else Blosc.SHUFFLE)
+    return {"filters": [blosc, Fletcher32()], "compressors": None}
+
+
+def bit_shuffled(acc: spec.Accumulation, batch: str, is_count: bool) -> bool:
+    """Whether an array of ``acc`` is compressed after a bit shuffle rather than a byte one:
+    the counts of a map-like accumulation only. Measured on chunks drawn at random from the
+    10-year cube's (docs/benchmarks.md): map counts encode and decode as fast either way and
+    take less space bit-shuffled; series sums, series counts and map sums take less space
+    too but decode slower, and queries pay that on every read, so they keep the byte
+    shuffle."""
+    return is_count and not is_series(acc, batch)
+
+
+def is_series(acc: spec.Accumulation, batch: str) -> bool:
+    """Whether an accumulation keeps the batch dimension (time) whole: read as series."""
+    return batch not in acc.prefix_dims
+
+
+def chunks(
+    var: VariableInfo, acc: spec.Accumulation, batch: str, slab: int, count: bool = False
+) -> tuple[int, ...]:
+    """Chunk shape of a positioned accumulation's arrays of sums, or of its counts
+    (``count``), in array_dims order. ``batch``: the dimension the build walks in slabs of
+    ``slab`` indices."""
+    extent = dict(zip(acc.array_dims, shape(var, acc), strict=True))
+    size = {d: 1 if d in acc.prefix_dims else extent[d] for d in acc.array_dims}
+    rows = [d for d in acc.array_dims if d not in acc.prefix_dims and d != batch]
+    series = is_series(acc, batch)
+    if series:
+        # As long in time as the build can hold back (every entry of the space, of all the
+        # arrays, until a chunk row is whole): a series is then read in few objects.
+        held = prod(n for d, n in extent.items() if d != batch) * entry_bytes(var, acc)
+        size[batch] = min(slab, extent[batch])
+        while size[batch] < extent[batch] and size[batch] * 2 * held <= BUFFER_BYTES:
+            size[batch] *= 2
+    budget = SERIES_CHUNK if series else MAP_CHUNK
+    # Whole rows (space) per chunk, halved while a chunk is over the budget: a box then
+    # reads about the rows it needs.
+    while prod(size.values()) * 8 > budget and any(size[d] > 1 for d in rows):
+        widest = max(rows, key=lambda d: size[d])
+        size[widest] = (size[widest] + 1) // 2
+    if count and series:
+        # Counts (small integers) as many bytes per chunk as the sums beside them: rows
+        # doubled while they still divide the raw chunk's, so that the tiles a build sums
+        # at once (whole raw chunks, whole chunks of every array) stay as they are. On the
+        # bench cube, --at lat=1,lon=1 counts (2 bytes each) take 90 rows instead of 45: a
+        # quarter fewer objects (15,129 instead of 20,169) for a build to create.
+        sums_bytes = prod(size.values()) * 8
+        itemsize = dtype_and_fill(var, acc, True)[0].itemsize
+        raw = {d: max(var.bounds[var.axis(d)].sizes, default=1) for d in rows}
+        while True:
+            wider = [d for d in rows if raw[d] % (2 * size[d]) == 0 and 2 * size[d] <= extent[d]]
+            if not wider or 2 * prod(size.values()) * itemsize > sums_bytes:
+                break
+            widest = max(wider, key=lambda d: extent[d] / size[d])
+            size[widest] *= 2
+    return tuple(max(1, size[d]) for d in acc.array_dims)
+
+
+def entry_bytes(var: VariableInfo, acc: spec.Accumulation) -> int:
+    """Bytes of one entry of all of ``acc``'s arrays together, each in its stored type."""
+    names = {}
+    for term, name in acc.arrays.items():
+        names[name] = names.get(name, False) or statistics.SUMS[term].is_count
+    return sum(dtype_and_fill(var, acc, count)[0].itemsize for count in names.values())

@@ -1,0 +1,226 @@
+"""Statistics described once: which sums each needs, how they combine, how it is finished.
+
+In the style of flox's ``Aggregation`` table. Every sum is Σ w^a·x^b over the valid values
+(x a decoded value, w its weight; a missing value adds nothing), so every sum is additive:
+the sums of disjoint blocks combine by addition. That is what lets prefix sums at chunk
+boundaries (ZEP 5) answer any range, and it is the only way sums ever combine here — in a
+block's reduction (``build.chunk_sums``), in the prefix sums a build stores, and in the
+signed pieces of a query plan.
+
+A statistic names the sums it needs when weighted; unweighted (weights "none", w = 1) it
+uses the same sums with a = 0. ``finish`` turns the combined sums into the answer, with
+xarray's conventions.
+
+Infinite values are valid (they carry weight, as xarray counts them) but are kept out of
+every sum of x^b with b > 0: a prefix sum that met one would carry it to every later entry,
+and the difference of two such entries is NaN. They are counted instead, +inf and -inf
+apart, in two *tallies* (sums whose summand is 1 where x is +inf, resp. -inf), and an answer
+whose range holds any is rebuilt from them as xarray's sum would come out (``finish``): +inf
+alone gives +inf, -inf alone -inf, both NaN. Weights are taken as positive there (cos
+latitude, cell areas). Tallies exist where values can be infinite (floating-point data).
+
+Adding a statistic is one ``Statistic`` entry (and a ``Sum`` entry
+for each sum no statistic needed before): the build stores every sum of ``SUMS``, verify
+checks each, and the query asks for the ones its statistic names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from accumulus.accumulation.model.spec import (
+    COUNT,
+    NEGINF,
+    POSINF,
+    SUM,
+    TALLIES,
+    WCOUNT,
+    WSUM,
+    Accumulation,
+    Weights,
+)
+
+
+@dataclass(frozen=True)
+class Sum:
+    """Σ w^a·x^b over the valid values of a block (x^b over finite ones when b > 0), or, for
+    a tally, how many values equal ``tally`` (+inf or -inf)."""
+
+    name: str  # as the accumulation group names it (spec.WSUM, ...)
+    weight_power: int  # a: 0 or 1
+    value_power: int  # b: 0, 1, 2, ...
+    tally: float | None = None  # a tally's value (+inf or -inf); None for a sum
+
+    @property
+    def is_count(self) -> bool:
+        """Σ1 or a tally, an exact integer (stored as int64)."""
+        return self.weight_power == 0 and self.value_power == 0
+
+    @property
+    def code(self) -> int:
+        """b as the compiled loop takes it: the power of x, -1 for the +inf tally, -2 for
+        the -inf tally."""
+        if self.tally is None:
+            return self.value_power
+        return -1 if self.tally > 0 else -2
+
+
+SUMS: dict[str, Sum] = {
+    s.name: s
+    for s in (
+        Sum(WSUM, 1, 1),  # Σ w·x   ZEP 5 _DATA_WEIGHTED
+        Sum(WCOUNT, 1, 0),  # Σ w     ZEP 5 _WEIGHTS
+        Sum(SUM, 0, 1),  # Σ x     ZEP 5 _DATA_UNWEIGHTED
+        Sum(COUNT, 0, 0),  # Σ 1     valid values
+        Sum(POSINF, 0, 0, np.inf),  # values that are +inf
+        Sum(NEGINF, 0, 0, -np.inf),  # values that are -inf
+    )
+}
+
+
+def unweighted(name: str) -> str:
+    """The sum that ``name`` becomes when every weight is 1 (Σw·x -> Σx, Σw -> Σ1)."""
+    return _twin(name, weight_power=0)
+
+
+def _twin(name: str, weight_power: int) -> str:
+    """The sum with the same power of x as ``name`` and w to ``weight_power`` (every weighted
+    sum of the table has its unweighted twin; an unweighted one without a weighted twin is
+    its own)."""
+    power, tally = SUMS[name].value_power, SUMS[name].tally
+    twins = [
+        s.name
+        for s in SUMS.values()
+        if (s.weight_power, s.value_power, s.tally) == (weight_power, power, tally)
+    ]
+    if not twins and weight_power == 1:
+        return name
+    return twins[0]
+
+
+def powers(names: Sequence[str]) -> np.ndarray:
+    """(a, b) of each named sum, as the compiled loop takes them: int64 (len(names), 2)."""
+    return np.array([(SUMS[n].weight_power, SUMS[n].code) for n in names], dtype="int64").reshape(
+        len(names), 2
+    )
+
+
+Finish = Callable[[Sequence[np.ndarray], bool], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """A statistic: the sums it needs (weighted form) and how its answer is finished from
+    them (``finish(sums, weighted)``, the sums in the order named)."""
+
+    name: str
+    sums: tuple[str, ...]
+    finish: Finish
+    has_units: bool = True  # the answer carries the variable's units (a count does not)
+    sums_values: bool = True  # an infinite value makes it infinite (not so a count)
+
+    def sums_for(self, weighted: bool, infinite: bool = False) -> tuple[str, ...]:
+        """The sums it needs, and the tallies after them when values can be ``infinite``."""
+        sums = self.sums if weighted else tuple(unweighted(s) for s in self.sums)
+        return (*sums, *TALLIES) if infinite and self.sums_values else sums
+
+    def answer(self, sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+        """The answer from the sums ``sums_for`` named (tallies last, when there)."""
+        values = self.finish(sums[: len(self.sums)], weighted)
+        if len(sums) == len(self.sums):
+            return values
+        return with_infinities(values, *sums[len(self.sums) :])
+
+
+def with_infinities(values: np.ndarray, posinf: np.ndarray, neginf: np.ndarray) -> np.ndarray:
+    """``values`` (from the finite values) where the range holds no infinity; otherwise what
+    xarray's sum of them all comes to: +inf, -inf, or NaN when it holds both."""
+    positive, negative = np.asarray(posinf > 0), np.asarray(neginf > 0)
+    if not (positive.any() or negative.any()):
+        return values
+    values = np.array(values, dtype="f8")
+    values[positive] = np.inf
+    values[negative] = -np.inf
+    values[positive & negative] = np.nan
+    return values
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, NaN where the denominator is 0 (no valid value)."""
+    out = np.full(np.shape(numerator), np.nan)
+    np.divide(numerator, denominator, out=out, where=np.asarray(denominator != 0))
+    return out
+
+
+def _mean(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+    # xarray: the mean over no valid value is NaN.
+    return _ratio(sums[0], sums[1])
+
+
+def _sum(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+    # xarray: a sum over no valid value is 0.
+    return sums[0]
+
+
+def _count(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+    # xarray: ``count()`` of nothing is 0, but ``weighted(w).sum_of_weights()`` of 0 is NaN.
+    return np.where(sums[0] != 0, sums[0], np.nan) if weighted else sums[0]
+
+
+# The names of the statistics below, for type checkers (``Query.stat``); a test keeps them
+# equal to the table's keys.
+Stat = Literal["mean", "sum", "count"]
+
+STATISTICS: dict[str, Statistic] = {
+    s.name: s
+    for s in (
+        Statistic("mean", (WSUM, WCOUNT), _mean),
+        Statistic("sum", (WSUM,), _sum),
+        Statistic("count", (WCOUNT,), _count, has_units=False, sums_values=False),
+    )
+}
+
+
+def can_be_infinite(dtype: np.dtype) -> bool:
+    """Whether values of this (stored) type can be infinite: floating point."""
+    return np.dtype(dtype).kind == "f"
+
+
+def stored_sums(weights: Weights) -> tuple[str, ...]:
+    """The sums a build computes with ``weights``: all of them; with unit weights only the
+    unweighted ones, as each weighted sum equals its unweighted twin. (An accumulation
+    stores those it has arrays for: no tallies where values cannot be infinite.)"""
+    if weights == "none":
+        return tuple(dict.fromkeys(unweighted(s) for s in SUMS))
+    return tuple(SUMS)
+
+
+def stored_arrays(weights: Weights, infinite: bool = True) -> dict[str, str]:
+    """Each sum of an accumulation -> the sum whose array holds it. With unit weights a sum
+    and its unweighted twin share one array, named after the weighted sum (ZEP 5's
+    _DATA_WEIGHTED then holds Σx), except that Σw and Σ1 share the count's. Tallies only
+    when values can be ``infinite``."""
+    names = [s for s in SUMS if infinite or s not in TALLIES]
+    if weights != "none":
+        return {s: s for s in names}
+    holders = {}
+    for name in names:
+        twin = unweighted(name)
+        holders[name] = twin if SUMS[twin].is_count else _twin(twin, weight_power=1)
+    return holders
+
+
+def held_term(acc: Accumulation, name: str) -> tuple[str, bool] | None:
+    """The sum of ``acc``'s arrays that gives the sum ``name``, and whether it must be
+    multiplied by the weights first (an accumulation whose weights factor out stores Σx
+    and the count; Σw·x = w·Σx and Σw = w·count); None when ``acc`` cannot give it."""
+    if name in acc.arrays:
+        return name, False
+    twin = unweighted(name)
+    if acc.factored and SUMS[name].weight_power == 1 and twin in acc.arrays:
+        return twin, True
+    return None

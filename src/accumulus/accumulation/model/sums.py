@@ -1,0 +1,68 @@
+"""What each sum of an accumulation adds per value, as a query takes it of a raw chunk: pure
+functions over NumPy arrays.
+
+For values x (NaN where missing) and weights w, an accumulation holds sums Σ w^a·x^b over
+the valid values (``statistics.SUMS``: Σ w·x, Σ w, Σ x and Σ 1, and the tallies of
+infinities). A query's sums of a raw chunk over whole axes (``reduce_terms``) are taken with
+NumPy: a query sums a few chunks, and loading the build's compiled loop
+(``build.chunk_sums``) costs a fresh process more than it saves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from accumulus.accumulation.model import statistics
+
+
+def reduce_terms(
+    x: np.ndarray, w: np.ndarray | float, terms: Sequence[str], axes: Sequence[int]
+) -> np.ndarray:
+    """Each requested sum of a block over ``axes`` (axes of ``x``): ``(len(terms), *rest)``.
+
+    What a query takes of a raw chunk, in NumPy (float64 sums): a query sums a few chunks,
+    where loading the build's compiled loop (numba, about half a second of CPU in a fresh
+    process) would cost more than it saves. A weighted sum is taken over the axes its
+    weights do not vary on first, then weighted: one product per remaining value."""
+    axes = tuple(sorted(axes))
+    x = np.asarray(x)
+    if x.dtype not in (np.float32, np.float64):
+        x = x.astype("f8")
+    w = np.asarray(w, dtype="f8")
+    w = w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
+    finite = np.isfinite(x)
+    if finite.all():
+        valid, values, infinite = finite, x, False
+    else:
+        missing = np.isnan(x)
+        infinite = np.count_nonzero(finite) + np.count_nonzero(missing) < x.size
+        valid = ~missing if infinite else finite
+        values = np.where(finite, x, 0)
+    constant = tuple(a for a in axes if w.shape[a] == 1)
+    varying = tuple(a for a in axes if w.shape[a] > 1)
+    kept = [n for a, n in enumerate(x.shape) if a not in axes]
+    out = np.zeros((len(terms), *kept))
+    for i, name in enumerate(terms):
+        s = statistics.SUMS[name]
+        if s.tally is not None and not infinite:
+            continue  # no value equals the tally's infinity
+        summands = _summands(x, valid, values, s)
+        total = np.sum(summands, axis=constant, dtype="f8", keepdims=True)
+        if s.weight_power == 1:
+            total = total * w
+        out[i] = np.sum(total, axis=varying).reshape(kept)
+    return out
+
+
+def _summands(x: np.ndarray, valid: np.ndarray, values: np.ndarray, s: statistics.Sum):
+    """What ``s`` adds per value: 1 per valid value (or per value equal to a tally's
+    infinity), or the finite value to its power (0 where missing or infinite)."""
+    if s.tally is not None:
+        return x == s.tally
+    if s.value_power == 0:
+        return valid
+    if s.value_power == 1:
+        return values
+    return values.astype("f8") ** s.value_power

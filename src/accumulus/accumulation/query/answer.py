@@ -1,0 +1,329 @@
+"""Answering an average (or sum, or count) over label ranges, from a plan.
+
+``run_query`` resolves a query (``request.resolve``: label ranges to index ranges the way
+``DataArray.sel(dim=slice(a, b))`` does), plans the reads (``plan.plan_query``), reads every
+chunk of the plan in one batch (``execute``), and combines the sums into the answer: Σw·x /
+Σw for a mean, Σw·x for a sum, Σw for a count (Σx and the number of valid values when
+unweighted). The counts of chunks and bytes read are measured at the store, not estimated.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+from xarray.indexes import PandasIndex
+
+from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model.groups import AccumulationGroups, stride_unit_problem
+from accumulus.accumulation.model.spec import Weights
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.cost import PlanCost, chunks_cost, raw_cost
+from accumulus.accumulation.query.execute import (
+    ExecutedPlan,
+    InfiniteEntriesError,
+    Work,
+    chunk_work,
+    execute,
+    noise_floor,
+    weights_vary_along,
+)
+from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, plan_query
+from accumulus.accumulation.query.request import Query, ResolvedQuery, answer_index, resolve
+from accumulus.accumulation.query.selection import Extent, selection
+from accumulus.accumulation.query.shapes import kept_cells, shape_plans
+from accumulus.raw_cube import RawCube, VariableInfo
+
+
+@dataclass(frozen=True)
+class QueryStats:
+    accumulation_chunks_read: int
+    raw_chunks_read: int
+    bytes_read: int
+    requests: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accumulation_chunks_read": self.accumulation_chunks_read,
+            "raw_chunks_read": self.raw_chunks_read,
+            "bytes_read": self.bytes_read,
+            "requests": self.requests,
+            "seconds": round(self.seconds, 6),
+        }
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    query: Query
+    data: xr.DataArray
+    plan: QueryPlan
+    stats: QueryStats
+    weights: Weights
+    # What a reader of the answer must know: ranges clipped to a coordinate's cells, why
+    # accumulations were not (fully) used.
+    note: str = ""
+    selection: Mapping[str, Extent] = field(default_factory=dict)  # what was averaged, by dim
+    # What the planner estimated its candidate plans would read (``cost``), when it chose.
+    costs: Mapping[str, PlanCost] = field(default_factory=dict)
+    # The dimensions averaged over that the weights vary along: where they change the answer
+    # (latitude for area weights; both axes of a curvilinear grid).
+    weighted_over: tuple[str, ...] = ()
+
+
+def run_query(
+    cube: RawCube,
+    query: Query | ResolvedQuery,
+    *,
+    groups: AccumulationGroups | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> QueryResult:
+    """Answer ``query`` on ``cube``. ``groups``: the snapshot's accumulation groups, when
+    already read (an open ``Datacube`` keeps them). Chunks are read and reduced within about
+    ``memory_bytes`` (see ``budget``)."""
+    started = time.perf_counter()
+    groups = groups or AccumulationGroups(cube)
+    resolved = query if isinstance(query, ResolvedQuery) else resolve(cube, query, groups)
+    var, weights = resolved.variable, resolved.weights
+    stat = statistics.STATISTICS[resolved.stat]
+    infinite = statistics.can_be_infinite(var.array.dtype)
+    terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
+    if resolved.use_accumulation:
+        layouts, note = usable_layouts(groups, var, weights, terms)
+    else:
+        layouts, note = [], "accumulation not used (full scan requested)"
+    if _weights_cancel(cube, resolved) and _weights_applied(groups, var, layouts):
+        # The weights divide out, and would be multiplied in as the sums are read (raw
+        # values; the entries of accumulations whose weights factor out): the same
+        # accumulations give the sums without weights.
+        plain = stat.sums_for(weighted=False, infinite=infinite)
+        plain_layouts = usable_layouts(groups, var, "none", plain)[0] if layouts else []
+        if [layout.key for layout in plain_layouts] == [layout.key for layout in layouts]:
+            resolved = replace(resolved, weights="none")
+            terms, layouts = plain, plain_layouts
+
+    plan, work, costs = _cheapest_plan(groups, var, resolved, layouts, terms)
+    if costs and not plan.accumulation_reads:
+        note = (
+            f"a full scan reads less ({costs['scan']}) than the accumulations would "
+            f"({costs['accumulation']})"
+        )
+    try:
+        values, done = read_answer(cube, groups, resolved, plan, work, memory_bytes)
+    except InfiniteEntriesError as problem:
+        # A group built before infinities were tallied apart holds them in its sums: the
+        # raw data answers instead.
+        (plan,) = _plans(var, resolved, [])
+        work, costs = chunk_work(groups, var, plan, terms), {}
+        values, done = read_answer(cube, groups, resolved, plan, work, memory_bytes)
+        note = f"{problem}; answered from the raw data"
+    data = _data_array(
+        values,
+        resolved.kept,
+        {d: answer_index(cube, resolved, d) for d in resolved.kept},
+        var.name,
+    )
+    attributes = cube.raw.variables[var.name].attrs
+    if attributes.get("units") is not None and stat.has_units:
+        data.attrs["units"] = attributes["units"]
+    if "long_name" in attributes:
+        data.attrs["long_name"] = attributes["long_name"]
+    stats = QueryStats(
+        accumulation_chunks_read=done.accumulation_chunks,
+        raw_chunks_read=done.raw_chunks,
+        bytes_read=done.counts.bytes,
+        requests=done.counts.requests,
+        seconds=time.perf_counter() - started,
+    )
+    data.attrs.update(
+        {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over)}
+        | stats.to_dict()
+    )
+    extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
+    note = "; ".join([*resolved.notes, *([note] if note else [])])
+    varying = () if weights == "none" else weights_vary_along(cube, weights, var)
+    weighted_over = tuple(d for d in varying if d in resolved.over)
+    return QueryResult(
+        resolved.query, data, plan, stats, weights, note, extents, costs, weighted_over
+    )
+
+
+def _weights_cancel(cube: RawCube, resolved: ResolvedQuery) -> bool:
+    """Whether ``resolved`` is a weighted mean whose weights vary only along dimensions
+    its answer keeps (area weights, along latitude, in a map averaged over time): each of
+    its cells is then Σ w·x / Σ w·n with one weight w, which is Σ x / n: summed without
+    weights, it multiplies nothing, with answers equal to rounding (docs/benchmarks.md).
+    Shapes are left as they are."""
+    if resolved.weights == "none" or resolved.stat != "mean" or resolved.mask is not None:
+        return False
+    varying = weights_vary_along(cube, resolved.weights, resolved.variable)
+    return not set(varying) & set(resolved.over)
+
+
+def _weights_applied(
+    groups: AccumulationGroups, var: VariableInfo, layouts: Sequence[AccumulationLayout]
+) -> bool:
+    """Whether every accumulation of ``layouts`` stores its sums without weights (they
+    factor out): its entries are multiplied by the weights as they are read. Where the
+    weighted sums are stored, they are read as they are (reading the default group's map
+    from its unweighted arrays instead was no faster: docs/benchmarks.md)."""
+    group = groups.group(var.name)
+    return all(group is not None and group.by_key(layout.key).factored for layout in layouts)
+
+
+def read_answer(
+    cube: RawCube,
+    groups: AccumulationGroups,
+    resolved: ResolvedQuery,
+    plan: QueryPlan,
+    work: Work | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> tuple[np.ndarray, ExecutedPlan]:
+    """The statistic ``resolved`` asks for, read through ``plan`` (``work``: its chunks,
+    when already listed): the answer's values (kept dimensions in the variable's order;
+    missing where a kept latitude or longitude holds no cell of a shape) and what was read."""
+    var, weights = resolved.variable, resolved.weights
+    stat = statistics.STATISTICS[resolved.stat]
+    infinite = statistics.can_be_infinite(var.array.dtype)
+    terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
+    done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+    sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
+    values = stat.answer(sums, weights != "none")
+    if np.may_share_memory(values, sums):  # the sums are working space (``execute``)
+        values = np.array(values)
+    if resolved.mask is not None:
+        inside = kept_cells(resolved.mask, var.dims, resolved.over)
+        values = values if inside is None else np.where(inside, values, np.nan)
+    return values, done
+
+
+# --------------------------------------------------------------------------------------------
+# Choosing the plan
+
+
+def _plans(
+    var: VariableInfo, resolved: ResolvedQuery, layouts: Sequence[AccumulationLayout]
+) -> list[QueryPlan]:
+    """The plans of ``resolved`` from ``layouts`` (none: the plain scan of its cells): one
+    for a box, a few for a shape (``shapes.shape_plans``)."""
+    if resolved.mask is None:
+        return [plan_query(var.dims, resolved.ranges, resolved.over, layouts, resolved.sizes)]
+    edges = {d: b.edges for d, b in zip(var.dims, var.bounds, strict=True)}
+    return shape_plans(var.dims, resolved.ranges, resolved.over, layouts, resolved.mask, edges)
+
+
+def _cheapest_plan(
+    groups: AccumulationGroups,
+    var: VariableInfo,
+    resolved: ResolvedQuery,
+    layouts: Sequence[AccumulationLayout],
+    terms: Sequence[str],
+) -> tuple[QueryPlan, Work, dict[str, PlanCost]]:
+    """The plan the accumulations allow or the plain scan of the same cells, whichever
+    reads less (``cost``), with the chunks it reads and both estimates (none when the plan
+    reads no accumulation: there is nothing to choose). A query asking for the
+    accumulations' plan gets it, with both estimates. Of several ways the accumulations
+    answer (a shape's), the one that reads least is theirs."""
+    candidates = [
+        (plan, chunk_work(groups, var, plan, terms)) for plan in _plans(var, resolved, layouts)
+    ]
+    if len(candidates) > 1:
+        costs = [chunks_cost(request for request, _ in work.values()) for _, work in candidates]
+        candidates = [candidates[min(range(len(costs)), key=lambda k: costs[k].score)]]
+    plan, work = candidates[0]
+    if not plan.accumulation_reads:
+        return plan, work, {}
+    (scan,) = _plans(var, resolved, [])
+    costs = {
+        "accumulation": chunks_cost(request for request, _ in work.values()),
+        "scan": raw_cost(var, [read.box for read in scan.reads]),
+    }
+    if resolved.query.plan == "cheaper" and costs["scan"].score < costs["accumulation"].score:
+        return scan, chunk_work(groups, var, scan, terms), costs
+    return plan, work, costs
+
+
+# --------------------------------------------------------------------------------------------
+# Choosing accumulations
+
+
+def usable_layouts(
+    groups: AccumulationGroups, var: VariableInfo, weights: Weights, terms: Sequence[str]
+) -> tuple[list[AccumulationLayout], str]:
+    """Where the entries of every accumulation of ``var`` that holds ``terms`` with
+    ``weights`` end (``AccumulationLayout``), within the extent they cover; none, and why,
+    when the group cannot answer."""
+    group = groups.group(var.name)
+    if group is None:
+        return [], "no accumulation group"
+    if not group.complete:
+        return [], "accumulation group incomplete (build interrupted); ignored"
+    if weights != "none" and group.weights != weights:
+        return [], f"accumulations hold weights {group.weights!r}, query asks {weights!r}"
+    unit_problem = stride_unit_problem(var, group)
+    if unit_problem:
+        return [], unit_problem
+    layouts = []
+    for acc in group.accumulations:
+        # A group built before tallies were kept is read without them (its entries must
+        # then be finite: ``execute``).
+        if not all(statistics.held_term(acc, t) for t in terms if t not in spec.TALLIES):
+            continue
+        covered = group.coverage
+        if acc.placement is None:
+            positions = {}
+            for dim in acc.dims:
+                bounds = var.bounds[var.axis(dim)]
+                stored = groups.array(var.name, acc.arrays[terms[0]])
+                entries = stored.shape[acc.array_dims.index(dim)]
+                edges = bounds.strided_edges(acc.stride(dim))[:entries]
+                positions[dim] = tuple(e for e in edges if e <= covered.get(dim, 0))
+        else:
+            # Entries at the positions the group's ``accumulus`` attribute lists, the final
+            # ones only (an open month is provisional), within the final extent.
+            placed = acc.placement
+            positions = {
+                d: _final_within(placed.positions[d], placed.final[d], covered[d])
+                for d in placed.accumulated
+            }
+        layouts.append(AccumulationLayout(acc.prefix_dims, positions, dict(covered), acc.key))
+    return layouts, "" if layouts else "no accumulation holds the sums this query needs"
+
+
+def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[int, ...]:
+    """The first ``final`` of ``positions`` (increasing) that end within ``covered``."""
+    return tuple(positions[: min(final, bisect.bisect_right(positions, covered))])
+
+
+def _data_array(
+    values: np.ndarray, dims: Sequence[str], indexes: Mapping[str, pd.Index], name: str
+) -> xr.DataArray:
+    """The answer as a DataArray, from NumPy values wrapped as an xarray variable first
+    (given bare arrays, xarray asks whether each is a Dask array, which imports
+    ``dask.array``, and SciPy with it, at a command's start when Dask is installed) and
+    coordinates from the labels' pandas indexes (not built again)."""
+    variable = xr.Variable(tuple(dims), values, fastpath=True)
+    xindexes = {d: PandasIndex(indexes[d], d) for d in dims}
+    variables = {k: v for index in xindexes.values() for k, v in index.create_variables().items()}
+    # Variables and indexes made here, for this answer alone: xarray's direct construction
+    # (without it, xarray deep-copies every coordinate of every answer).
+    return xr.DataArray(variable, coords=variables, name=name, indexes=xindexes, fastpath=True)
+
+
+def _weights_without_noise(
+    terms: Sequence[str], sums: np.ndarray, magnitude: np.ndarray
+) -> np.ndarray:
+    """The sums, those of weights (Σw, Σ1) within the noise of 0 (``noise_floor`` of the
+    ``magnitude`` of the entries added into them) set to 0 in place: prefix-sum differences
+    over no valid value, which would otherwise make a mean of 0/1e-17 instead of NaN."""
+    for k, name in enumerate(terms):
+        if statistics.SUMS[name].value_power == 0:
+            limit, row = noise_floor(magnitude[k]), sums[k, ...]  # a view, also of one value
+            row[(row <= limit) & (row >= -limit)] = 0.0
+    return sums

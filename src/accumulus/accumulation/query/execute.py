@@ -1,0 +1,548 @@
+"""Performing a query plan: every chunk it needs, read in one batch, summed as it arrives.
+
+A plan (``plan.QueryPlan``) is a list of signed reads: accumulation entries and raw boxes.
+``execute`` turns it into the set of stored chunks those reads touch (raw chunks cut by a
+raw box, accumulation chunks holding the entries read) and what each chunk contributes to
+the answer, then reads them all at once (``chunk_reader.read_chunks``). Each chunk is reduced
+where it is decoded, to the sums the query needs over the part of it the plan reads, and
+added into the total: nothing as large as the box is ever assembled. The sums come back as
+one array of shape ``(len(terms), *answer shape)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from math import prod
+
+import numpy as np
+
+from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model.chunk_check import read_problem_text
+from accumulus.accumulation.model.groups import AccumulationGroups
+from accumulus.accumulation.model.sums import reduce_terms
+from accumulus.accumulation.model.weights import arranged_weights, varying_dims, weight_values
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
+from accumulus.accumulation.query.plan import QueryPlan, Read
+from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
+from accumulus.errors import AccumulationReadError, AccumulusError
+from accumulus.grid import array_bounds
+from accumulus.raw_cube import RawCube, VariableInfo
+
+Region = tuple[slice, ...]
+
+
+@dataclass(frozen=True)
+class RawPart:
+    """A raw chunk's share of one raw read: ``sign`` x the sums over ``local`` (slices of
+    the chunk), whose index ranges are ``box``, added at ``out`` of the total."""
+
+    index: int  # position in the plan: parts are added in this order
+    sign: int
+    local: Region
+    box: Mapping[str, tuple[int, int]]
+    out: tuple[slice, ...]
+
+
+@dataclass(frozen=True)
+class EntryPart:
+    """An accumulation chunk's share of one accumulation read, for one term: the entries
+    and ranges ``local`` of the chunk, summed along ``summed`` (dimensions averaged over),
+    transposed by ``order`` (to the variable's order) and added at ``out`` of the total."""
+
+    index: int
+    sign: int
+    term: str
+    local: tuple[slice | int, ...]
+    summed: tuple[int, ...]
+    order: tuple[int, ...]
+    out: tuple[int | slice, ...]
+    # The weights to multiply the entries by before summing (an accumulation whose weights
+    # factor out stores Σx and the count), broadcastable to the slab; None for none.
+    weights: np.ndarray | float | None = None
+    # False for a group built before infinities were tallied apart, over values that can
+    # be infinite: a non-finite entry may be an infinity summed in, not a missing chunk.
+    tallied: bool = True
+    # ``weights`` as (axis, values) when they vary along one summed axis (``_contraction``).
+    contract: tuple[int, np.ndarray] | None = None
+
+
+Part = RawPart | EntryPart
+Work = dict[str, tuple[ChunkRequest, list[Part]]]  # chunk key -> the chunk, its parts
+
+
+@dataclass
+class ExecutedPlan:
+    terms: tuple[str, ...]  # the sums, in order: those asked for, without the tallies when
+    # nothing read could hold an infinity (no raw chunk, no tally of an accumulation)
+    # (len(terms), *answer shape). This thread's working space (``_scratch``): valid until
+    # it executes another plan, so answers made from it are copies.
+    sums: np.ndarray
+    # Σ |entries| added into each sum of weights (0 for the other sums): a difference of
+    # prefix sums cancels to within a few ulps of this, not always to 0 (``noise_floor``).
+    entry_magnitude: np.ndarray
+    counts: ReadCounts
+    accumulation_chunks: int
+    raw_chunks: int
+
+
+def execute(
+    cube: RawCube,
+    groups: AccumulationGroups,
+    var: VariableInfo,
+    plan: QueryPlan,
+    terms: Sequence[str],
+    weights: spec.Weights,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    work: Work | None = None,
+    *,
+    checked: bool = False,
+) -> ExecutedPlan:
+    """Σ over the plan's reads of sign x sums, holding about ``memory_bytes`` at most: the
+    chunks in flight are bounded by their decoded size, and a raw chunk is summed slab by
+    slab (see ``budget``). ``work``: the plan's ``chunk_work``, when already listed.
+
+    Floating-point entries are checked (``_checked_entries``) only when the answer is not
+    finite: a missing chunk's NaN, or an infinity summed in, reaches every sum it is added
+    to, so the plan is then read again with every slab ``checked``, which says which chunk
+    it was. Integer entries (counts) are always checked: their fill value is a number."""
+    if work is None:
+        work = chunk_work(groups, var, plan, terms)
+    budget = read_budget(memory_bytes)
+    kept = [plan.ranges[d][1] - plan.ranges[d][0] for d in var.dims if d not in plan.over]
+    # Σ |entries| of the sums of weights, whose differences may leave rounding noise where
+    # no value is valid (``noise_floor``), is kept beside them; the other sums need none.
+    noisy = {t for t in terms if statistics.SUMS[t].value_power == 0}
+    rows = (
+        tuple(terms) if _reads_tallies(work) else tuple(t for t in terms if t not in spec.TALLIES)
+    )
+    total = _OrderedTotal((len(rows), *kept))
+    reduce_axes = tuple(var.axis(d) for d in plan.over)
+
+    def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
+        for part in work[request.key][1]:
+            if isinstance(part, RawPart):
+                sums = _raw_sums(
+                    cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan
+                )
+                total.add(part.index, part.out, part.sign, sums)
+            else:
+                slab = chunk[part.local]
+                if checked or slab.dtype.kind != "f":
+                    slab = _checked_entries(groups.label, request, slab, part.tallied)
+                total.add(part.index, part.out, part.sign, _entry_sums(slab, part),
+                          noisy=part.term in noisy)  # fmt: skip
+
+    try:
+        counts = read_chunks(
+            (request for request, _ in work.values()),
+            consume,
+            budget.in_flight_bytes,
+            cube.store,
+        )
+    except ChunkReadError as failed:
+        raise _read_error(cube, var, failed, groups.label) from None
+    sums = total.result()
+    if not checked and not np.isfinite(sums).all():
+        return execute(cube, groups, var, plan, terms, weights, memory_bytes, work, checked=True)
+    raw_prefix = var.array.store_path.path + "/"
+    raw = sum(key.startswith(raw_prefix) for key in work)
+    return ExecutedPlan(rows, sums, total.magnitude, counts, len(work) - raw, raw)
+
+
+def _reads_tallies(work: Work) -> bool:
+    """Whether any chunk read can hold an infinity: a raw chunk, or an accumulation's tally
+    (tallies come after the other sums, so the others keep their rows without them)."""
+    return any(
+        isinstance(part, RawPart) or part.term in spec.TALLIES
+        for _, parts in work.values()
+        for part in parts
+    )
+
+
+def noise_floor(magnitude: np.ndarray) -> np.ndarray:
+    """Below this a sum taken from prefix-sum differences is rounding noise, not data: each
+    difference of float64 entries is exact to about 2**-52 of the entries it adds, so 1e-14
+    of their magnitude leaves a wide margin, while any real weight (a cell's cos(latitude) >
+    1e-3) is far above it for any cube that fits in memory."""
+    return 1e-14 * magnitude
+
+
+def _raw_sums(
+    cube: RawCube,
+    var: VariableInfo,
+    stored: np.ndarray,
+    part: RawPart,
+    axes: tuple[int, ...],
+    terms: Sequence[str],
+    weights: spec.Weights,
+    budget: ReadBudget,
+    plan: QueryPlan,
+) -> np.ndarray:
+    """The sums of a raw chunk's part, decoded and summed slab by slab so that the working
+    arrays stay within the budget whatever the chunk's size. With a shape (``plan.mask``)
+    only its cells count: the others are NaN, as missing values are."""
+    box = {d: slice(*part.box[d]) for d in var.dims}
+    w = _weights_over(cube, var, weights, box)
+    inside = None if plan.mask is None else plan.mask.window(var.dims, part.box)
+    kept = [a for a in range(stored.ndim) if a not in axes]
+    sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
+    for slab in slabs(stored.shape, budget.slab_values):
+        values = var.decoder.values(stored[slab])
+        if inside is not None:
+            values = np.where(_broadcast_slab(inside, slab), values, np.nan)
+        sums[(slice(None), *(slab[a] for a in kept))] += reduce_terms(
+            values, _broadcast_slab(w, slab), terms, axes
+        )
+    return sums
+
+
+def _broadcast_slab(array, slab: Region):
+    """The slab of an array broadcastable to the chunk (size-1 axes stay whole); a scalar
+    as it is."""
+    if not isinstance(array, np.ndarray):
+        return array
+    return array[tuple(s if n > 1 else slice(None) for s, n in zip(slab, array.shape, strict=True))]
+
+
+def chunk_work(
+    groups: AccumulationGroups, var: VariableInfo, plan: QueryPlan, terms: Sequence[str]
+) -> Work:
+    """Every stored chunk the plan reads (by key, in plan order) and what it contributes."""
+    work: Work = {}
+    index = 0
+    weights_memo: dict = {}  # a shape's many reads share the weights of their slabs
+    requests: dict[tuple[int, tuple[int, ...]], tuple[ChunkRequest, list[Part]]] = {}
+    for read in plan.reads:
+        if read.is_raw:
+            pieces = _raw_parts(var, plan, read)
+        else:
+            group = groups.group(var.name)
+            assert group is not None
+            pieces = _entry_parts(groups, var, group, read, plan, terms, weights_memo)
+        for array, coords, store, make_part in pieces:
+            known = requests.get((id(array), coords))
+            if known is None:
+                request = ChunkRequest(array, coords, store)
+                known = requests[id(array), coords] = work.setdefault(request.key, (request, []))
+            known[1].append(make_part(index))
+            index += 1
+    return work
+
+
+def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
+    """An entry slab's contribution (before its sign): weighted, summed along the
+    dimensions averaged over and in the variable's order, converted to float64 as it is
+    computed. The slab is the decoded chunk's, left unchanged (other parts may read it); the
+    result may be this thread's scratch space (``_scratch``), to be added before the next."""
+    if part.contract is not None:  # weights along one summed axis: Σ w·x in one product
+        axis, weights = part.contract
+        values = np.tensordot(slab, weights, axes=([axis], [0]))
+        rest = tuple(a - (a > axis) for a in part.summed if a != axis)
+        if rest:
+            values = values.sum(axis=rest)
+    elif part.weights is not None:
+        shape = np.broadcast_shapes(slab.shape, np.shape(part.weights))
+        values = np.multiply(slab, part.weights, out=_scratch(shape, 0), dtype="f8")
+        if part.summed:
+            values = values.sum(axis=part.summed)
+    elif part.summed:
+        values = slab.sum(axis=part.summed, dtype="f8")
+    else:
+        values = slab  # converted as it is added
+    return values.transpose(part.order)
+
+
+def _contraction(
+    weights: np.ndarray | float | None, summed: tuple[int, ...]
+) -> tuple[int, np.ndarray] | None:
+    """(axis, weights along it) when slab weights vary along one axis only, and the slab
+    is summed along it (a series' latitude rows): multiplying and summing are then one
+    matrix-vector product."""
+    if not isinstance(weights, np.ndarray):
+        return None
+    varying = [a for a, n in enumerate(weights.shape) if n > 1]
+    if len(varying) != 1 or varying[0] not in summed:
+        return None
+    return varying[0], np.ascontiguousarray(weights.reshape(-1), dtype="f8")
+
+
+_SCRATCH = threading.local()
+# The most working space a thread keeps for the next query, per use (float64 values).
+SCRATCH_VALUES = 2**20
+
+
+def _scratch(shape: tuple[int, ...], which: int) -> np.ndarray:
+    """Float64 working space of ``shape`` (uninitialised) kept by this thread for its next
+    use: memory a query would otherwise ask of the system again and again (on a virtual
+    machine each new page is a fault, as costly as summing it), for values that are used
+    before the same space is asked for again. Uses: 0 and 1 an entry slab's weighted values
+    and their magnitudes, 2 and 3 the total and its magnitude (``_zeroed``). Larger than
+    ``SCRATCH_VALUES``: fresh memory, not kept."""
+    size = prod(shape)
+    if size > SCRATCH_VALUES:
+        return np.empty(shape)
+    spaces = getattr(_SCRATCH, "spaces", None)
+    if spaces is None:
+        spaces = _SCRATCH.spaces = [np.empty(0) for _ in range(4)]
+    if spaces[which].size < size:
+        spaces[which] = np.empty(size)
+    return spaces[which][:size].reshape(shape)
+
+
+def _zeroed(shape: tuple[int, ...], which: int) -> np.ndarray:
+    """``_scratch`` space filled with zeros."""
+    if prod(shape) > SCRATCH_VALUES:
+        return np.zeros(shape)
+    space = _scratch(shape, which)
+    space.fill(0.0)
+    return space
+
+
+class _OrderedTotal:
+    """The running total, adding parts in plan order whatever order they arrive in: the
+    same question gives the same bits every time. A part that arrives early waits (a copy:
+    they are small, already reduced) until those before it are in. Beside it, Σ |part| of
+    the parts marked ``noisy`` (``ExecutedPlan.entry_magnitude``)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+        self._total = _zeroed(shape, 2)
+        self.magnitude = _zeroed(shape, 3)
+        self._waiting: dict[int, tuple[tuple, int, np.ndarray, bool]] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def add(
+        self, index: int, where: tuple, sign: int, value: np.ndarray, *, noisy: bool = False
+    ) -> None:
+        with self._lock:
+            if index != self._next:
+                self._waiting[index] = (where, sign, np.array(value), noisy)
+                return
+            self._add(where, sign, value, noisy)
+            while self._next in self._waiting:
+                self._add(*self._waiting.pop(self._next))
+
+    def _add(self, where: tuple, sign: int, value: np.ndarray, noisy: bool) -> None:
+        where = (*where, ...)  # a view, also of a single value
+        into = self._total[where]
+        (np.add if sign > 0 else np.subtract)(into, value, out=into, casting="unsafe")
+        if noisy:
+            size = self.magnitude[where]
+            if value.dtype.kind != "u":
+                value = np.abs(value, out=_scratch(value.shape, 1), dtype="f8")
+            np.add(size, value, out=size, casting="unsafe")
+        self._next += 1
+
+    def result(self) -> np.ndarray:
+        assert not self._waiting
+        return self._total
+
+
+def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read):
+    """The raw chunks a raw read cuts, and the part of each it reads."""
+    per_dim = []
+    for dim, bounds in zip(var.dims, var.bounds, strict=True):
+        lo, hi = read.box[dim]
+        edges = bounds.edges
+        per_dim.append(
+            [(c, max(lo, edges[c]), min(hi, edges[c + 1]), edges[c])
+             for c in bounds.chunks_overlapping(lo, hi)]
+        )  # fmt: skip
+    for combo in itertools.product(*per_dim):
+        coords = tuple(c for c, _, _, _ in combo)
+        local = tuple(slice(a - start, b - start) for _, a, b, start in combo)
+        box = {d: (a, b) for d, (_, a, b, _) in zip(var.dims, combo, strict=True)}
+        out = (slice(None), *_out(plan, var, box))
+        yield (
+            var.array,
+            coords,
+            None,
+            partial(RawPart, sign=read.sign, local=local, box=box, out=out),
+        )
+
+
+def _entry_parts(
+    groups: AccumulationGroups,
+    var: VariableInfo,
+    group: spec.AccumulationGroup,
+    read: Read,
+    plan: QueryPlan,
+    terms: Sequence[str],
+    weights_memo: dict,
+):
+    """The accumulation chunks holding a read's entries, and the slab of each it reads.
+    ``weights_memo``: the weights of slabs already listed, by what they depend on (the
+    slab's dimensions and its ranges along those the weights vary along)."""
+    acc = group.by_key(read.key) if read.key else group.find(read.source)
+    assert acc is not None
+    remaining = [d for d in acc.array_dims if d not in read.entries]
+    summed = tuple(remaining.index(d) for d in plan.over if d in remaining)
+    kept_order = [d for d in remaining if d not in plan.over]
+    order = tuple(kept_order.index(d) for d in var.dims if d in kept_order)
+    # Sums are finite unless the group was built before infinities were tallied apart (it
+    # keeps no tallies and records nothing; a group that met none records False).
+    tallied = (
+        all(t in acc.arrays for t in spec.TALLIES)
+        or group.infinities is False
+        or not statistics.can_be_infinite(var.array.dtype)
+    )
+    varying = weights_vary_along(groups.cube, group.weights, var)
+
+    def slab_weights(box: Mapping[str, tuple[int, int]]):
+        """The slab's weights, and as ``_contraction`` gives them."""
+        key = (tuple(remaining), summed, tuple((d, box.get(d)) for d in varying))
+        if key not in weights_memo:
+            w = _slab_weights(groups.cube, var, group.weights, remaining, box)
+            weights_memo[key] = w, _contraction(w, summed)
+        return weights_memo[key]
+
+    for t, term in enumerate(terms):
+        held = statistics.held_term(acc, term)
+        if term in spec.TALLIES and (held is None or not group.infinities):
+            # No infinity was summed (or a group built before tallies, whose entries are
+            # then checked to be finite): its tallies are all 0, not read.
+            continue
+        assert held is not None
+        holder, weighted = held
+        array = groups.array(var.name, acc.arrays[holder])
+        per_dim = []
+        for dim, bounds in zip(acc.array_dims, array_bounds(array), strict=True):
+            edges = bounds.edges
+            if dim in read.entries:
+                chunk, offset = bounds.chunk_of(read.entries[dim])
+                per_dim.append([(chunk, offset, None)])
+                continue
+            lo, hi = read.box[dim]
+            per_dim.append(
+                [(c, slice(max(lo, edges[c]) - edges[c], min(hi, edges[c + 1]) - edges[c]),
+                  (max(lo, edges[c]), min(hi, edges[c + 1])))
+                 for c in bounds.chunks_overlapping(lo, hi)]
+            )  # fmt: skip
+        for combo in itertools.product(*per_dim):
+            coords = tuple(c for c, _, _ in combo)
+            local = tuple(selection for _, selection, _ in combo)
+            box = {d: span for d, (_, _, span) in zip(acc.array_dims, combo, strict=True) if span}
+            out = (t, *_out(plan, var, box))
+            w, contract = slab_weights(box) if weighted else (None, None)
+            yield (
+                array, coords, groups.store,
+                partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
+                        order=order, out=out, weights=w, tallied=tallied, contract=contract),
+            )  # fmt: skip
+
+
+def weights_vary_along(cube: RawCube, weights: spec.Weights, var: VariableInfo) -> tuple[str, ...]:
+    """The dimensions of ``var`` that ``weights`` vary along, worked out once per snapshot."""
+    return cube.remembered(
+        ("weights vary along", weights, var.name),
+        lambda: varying_dims(cube.decoded, weights, var.name),
+    )
+
+
+def _slab_weights(
+    cube: RawCube,
+    var: VariableInfo,
+    weights: spec.Weights,
+    slab_dims: Sequence[str],
+    box: Mapping[str, tuple[int, int]],
+) -> np.ndarray | float:
+    """The weights over an entry slab (axes ``slab_dims``, index ranges ``box``), for an
+    accumulation whose weights factor out: they do not vary along its entries' dimensions,
+    so any index along those (0) gives them."""
+    where = {d: slice(*box[d]) if d in box else slice(0, 1) for d in var.dims}
+    w = _weights_over(cube, var, weights, where)
+    if not isinstance(w, np.ndarray):
+        return w
+    w = w.reshape([n for d, n in zip(var.dims, w.shape, strict=True) if d in slab_dims])
+    in_var_order = [d for d in var.dims if d in slab_dims]
+    return w.transpose([in_var_order.index(d) for d in slab_dims])
+
+
+def _weights_over(
+    cube: RawCube, var: VariableInfo, weights: spec.Weights, box: Mapping[str, slice]
+) -> np.ndarray | float:
+    """``weight_values`` over an index box. Area weights are cut from the whole latitude
+    column's, worked out once per snapshot (``RawCube.remembered``): every query weighs its
+    slabs, and each of them looked the coordinate up in the dataset again. An array's are
+    read through the reader's store (``RawCube.decoded_values``): in the service, bounded and
+    stopped with their request like the chunks they weigh."""
+    if weights.startswith("array:"):
+        name = weights.removeprefix("array:")
+        values = cube.decoded_values(name, box)
+        return arranged_weights(name, values, cube.raw[name].dims, var.dims)
+    if weights != "area":
+        return weight_values(cube.decoded, weights, var.name, box)
+    everywhere = dict.fromkeys(var.dims, slice(None))
+    whole = cube.remembered(
+        ("area weights", var.name),
+        lambda: weight_values(cube.decoded, weights, var.name, everywhere),
+    )
+    assert isinstance(whole, np.ndarray)
+    sizes = zip(var.dims, whole.shape, strict=True)
+    return whole[tuple(box[d] if n > 1 else slice(None) for d, n in sizes)]
+
+
+def _out(
+    plan: QueryPlan, var: VariableInfo, box: Mapping[str, tuple[int, int]]
+) -> tuple[slice, ...]:
+    """Where a box lands in the answer (its kept dimensions): modulo the axis' size (where
+    the plan's ranges wrap), so that the part of a longitude range past the grid's seam
+    follows the part before it."""
+    sizes = {**dict(zip(var.dims, var.shape, strict=True)), **plan.sizes}
+    out = []
+    for d in plan.dims:
+        if d not in plan.over:
+            start = (box[d][0] - plan.ranges[d][0]) % sizes[d]
+            out.append(slice(start, start + box[d][1] - box[d][0]))
+    return tuple(out)
+
+
+class InfiniteEntriesError(AccumulationReadError):
+    """Accumulation entries hold infinities: sums built before infinite values were tallied
+    apart (``statistics``); the raw data answers instead."""
+
+
+def _checked_entries(
+    label: str, request: ChunkRequest, slab: np.ndarray, tallied: bool = True
+) -> np.ndarray:
+    """Entries as stored, refusing the fill value of a chunk that is not stored (NaN, -1
+    for int64 counts, the type's largest value for unsigned ones): a missing chunk must never
+    read as zero. Sums are finite (infinities are tallied apart); a non-finite entry of a
+    group built before that (not ``tallied``) is an infinity summed in (NaN: both signs),
+    whose differences would be NaN: the raw data answers instead."""
+    if slab.dtype.kind == "f":
+        if not tallied and not np.isfinite(slab).all():
+            raise InfiniteEntriesError(
+                f"{label}: accumulation array {request.array.path} holds infinities (built "
+                "before accumulus tallied them apart; `accumulus accumulate --rebuild` "
+                "replaces it)"
+            )
+        missing = np.isnan(slab).any()
+    elif slab.dtype.kind == "u":
+        missing = (slab == np.iinfo(slab.dtype).max).any()
+    else:
+        missing = (slab < 0).any()
+    if missing:
+        raise AccumulationReadError(
+            f"{label}: accumulation array {request.array.path} has a missing chunk "
+            f"({request.key}); run `accumulus verify` or rebuild"
+        )
+    return slab
+
+
+def _read_error(
+    cube: RawCube, var: VariableInfo, failed: ChunkReadError, groups_label: str
+) -> AccumulusError:
+    if isinstance(failed.cause, AccumulusError):
+        return failed.cause
+    problem = read_problem_text(failed)
+    if failed.request.array.path == var.array.path:
+        return AccumulusError(f"{cube.label}: cannot read {var.name!r}: {problem}")
+    return AccumulationReadError(
+        f"{groups_label}: cannot read accumulation array {failed.request.array.path}: {problem}"
+    )

@@ -1,0 +1,612 @@
+"""One checked query: what a user asks, and the same question resolved against a snapshot.
+
+``Query`` is the one carrier of a question, from the command line, the service and the
+Python API (``accumulus.query``/``average``, ``Datacube.query``/``average``, whose keyword
+arguments are ``QueryOptions``) to the planner: a statistic of a variable over some
+dimensions, within inclusive label ranges. Each front end parses its own text into a
+``Query``; ``Query.asked`` takes the forms Python users write. ``resolve`` checks it against
+a cube's metadata snapshot before any chunk is read and turns it into a ``ResolvedQuery``:
+the variable as stored, the dimensions averaged away (in the variable's order), index ranges
+selected exactly as ``DataArray.sel(dim=slice(start, end))`` selects them, and the weights to
+use. Every mistake is a ``ParameterError`` naming its parameter, so the command line prints
+it on one line and the service answers it as a 4xx naming the parameter.
+
+Adding a query parameter is one field of ``Query`` (with its ``QueryOptions`` key, checked
+in ``Query.__post_init__`` or in ``resolve``), then one edit per front end: see
+docs/development.md.
+
+Numeric ranges may be written either way round; longitudes are compared modulo 360, and a
+longitude range whose west edge is east of its east edge crosses the date line (see
+``longitude``). A range reaching past a coordinate's cells is clipped to them, and the
+answer says so (``ResolvedQuery.notes``).
+
+Text as users type it (``"lat,lon"``, ``"2001-01-01/2001-12-31"``) is split here, once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import operator
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import partial
+from math import prod
+from typing import Any, Literal, TypedDict, Unpack, get_args
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from accumulus import coordinates
+from accumulus.accumulation.model import statistics
+from accumulus.accumulation.model.groups import AccumulationGroups
+from accumulus.accumulation.model.spec import Weights
+from accumulus.accumulation.model.statistics import Stat
+from accumulus.accumulation.model.weights import no_latitude, resolve_weights
+from accumulus.accumulation.query import longitude
+from accumulus.accumulation.query.shapes import CellMask, shape_cells
+from accumulus.errors import AccumulusError, ParameterError
+from accumulus.numeric import check_numeric
+from accumulus.raw_cube import RawCube, VariableInfo
+from accumulus.regions import Shape, as_shape
+
+STATS = tuple(statistics.STATISTICS)
+
+Bound = Any  # a coordinate label (str, number, date), or None for an open end
+
+# Which plan runs when accumulations can answer: "cheaper", the accumulations' plan or the
+# plain scan, whichever reads less (``cost``); "accumulation", the accumulations' plan even
+# when a scan would read less (to check or time the accumulations).
+PlanChoice = Literal["cheaper", "accumulation"]
+PLANS: tuple[PlanChoice, ...] = get_args(PlanChoice)
+
+
+@dataclass(frozen=True)
+class Query:
+    """What a user asks: ``stat`` of ``variable`` over the dimensions ``over`` within label
+    ``ranges`` (inclusive, like ``sel(dim=slice(a, b))``; None for an open end). A statistic
+    or a plan that does not exist is refused here, before any store is read."""
+
+    variable: str
+    over: tuple[str, ...]
+    ranges: Mapping[str, tuple[Bound, Bound]] = field(default_factory=dict)
+    stat: Stat = "mean"
+    weights: Weights | None = None  # None: the accumulation group's weights, else the default
+    use_accumulation: bool = True
+    shape: Shape | None = None  # average over the cells whose centres it holds
+    plan: PlanChoice = "cheaper"
+
+    def __post_init__(self) -> None:
+        if self.stat not in statistics.STATISTICS:
+            known = ", ".join(statistics.STATISTICS)
+            raise ParameterError("stat", f"unknown stat {self.stat!r}: use one of {known}")
+        if self.plan not in PLANS:
+            known = ", ".join(PLANS)
+            raise ParameterError("plan", f"unknown plan {self.plan!r}: use one of {known}")
+
+    @classmethod
+    def asked(
+        cls,
+        variable: str,
+        over: Iterable[str] | str,
+        ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+        **options: Unpack[QueryOptions],
+    ) -> Query:
+        """The query as Python users write it: ``over`` as "lat,lon" or names, ``ranges``
+        None for none, ``shape`` as anything ``regions.as_shape`` takes (a region's name, a
+        file, GeoJSON, a geometry)."""
+        shape = options.get("shape")
+        if shape is not None and not isinstance(shape, Shape):
+            try:
+                shape = as_shape(shape)
+            except AccumulusError as exc:
+                raise ParameterError("shape", str(exc)) from None
+        return cls(variable, split_list(over), dict(ranges or {}), **{**options, "shape": shape})
+
+
+class QueryOptions(TypedDict, total=False):
+    """The options of a query as the Python API takes them (keyword arguments of
+    ``average``/``query``): the fields of ``Query`` after its variable, dimensions and
+    ranges (a test keeps the two alike)."""
+
+    stat: Stat
+    weights: Weights | None
+    use_accumulation: bool
+    shape: Any  # a Shape, or what ``regions.as_shape`` takes
+    plan: PlanChoice
+
+
+# What the Python API's ``average`` and ``query`` say about a query, written once.
+QUERY_DOC = """\
+The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
+``over`` ("lat,lon" or a list), within inclusive label ``ranges`` ({dim: (start, end)},
+like ``sel(dim=slice(start, end))``; None for an open end). Equals
+``da.sel(...).weighted(w).mean(over)`` on the raw data.
+
+``weights``: "area" (cos latitude), "none", or an array of the dataset; by default the
+accumulations' weights. ``shape`` (``"ar6:WAF"``, ``"basins.geojson:Amazon"``, GeoJSON, a
+shapely geometry) keeps the cells whose centres it holds, as ``da.where(mask)`` would.
+``use_accumulation=False`` scans the raw data. ``plan``: "cheaper" runs the accumulations'
+plan when it reads less than a plain scan, "accumulation" always."""
+
+
+@dataclass(frozen=True)
+class ResolvedQuery:
+    """A ``Query`` checked against one snapshot: index ranges for every dimension of the
+    variable (half-open; along a longitude, ``hi`` past the axis' end for a range across the
+    grid's seam, see ``longitude.pieces``), the reduced dimensions in the variable's order,
+    the weights, and what the answer must tell its reader (ranges clipped)."""
+
+    query: Query
+    variable: VariableInfo
+    over: tuple[str, ...]
+    ranges: Mapping[str, tuple[int, int]]
+    weights: Weights
+    notes: tuple[str, ...] = ()
+    mask: CellMask | None = None  # the shape's cells; ranges are then its window
+    # Longitudes whose last column repeats their first: their distinct columns
+    # (``longitude.period``), past which ranges wrap; other dimensions wrap at their size.
+    periods: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def stat(self) -> Stat:
+        return self.query.stat
+
+    @property
+    def use_accumulation(self) -> bool:
+        return self.query.use_accumulation
+
+    def without_accumulation(self) -> ResolvedQuery:
+        """The same question, answered from the raw data alone."""
+        return replace(self, query=replace(self.query, use_accumulation=False))
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Per dimension, the index past which a range wraps round (``longitude.pieces``)."""
+        sizes = zip(self.variable.dims, self.variable.shape, strict=True)
+        return {d: self.periods.get(d, n) for d, n in sizes}
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        """The dimensions of the answer."""
+        return tuple(d for d in self.variable.dims if d not in self.over)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.ranges[d][1] - self.ranges[d][0] for d in self.kept)
+
+    @property
+    def cells(self) -> int:
+        """Values in the answer."""
+        return prod(self.shape)
+
+
+def split_list(text: str | Iterable[str]) -> tuple[str, ...]:
+    """``"lat, lon"`` (or a list of names) as ``("lat", "lon")``."""
+    items = text.split(",") if isinstance(text, str) else text
+    return tuple(s for s in (str(i).strip() for i in items) if s)
+
+
+def split_range(dim: str, text: str) -> tuple[str | None, str | None]:
+    """``"start/end"`` as ``(start, end)``; an empty side is an open end (None)."""
+    start, sep, end = text.partition("/")
+    if not sep:
+        raise malformed_range(dim, text)
+    return start.strip() or None, end.strip() or None
+
+
+def malformed_range(dim: str, text: str) -> ParameterError:
+    """The error for a range that is not written start/end."""
+    return ParameterError(
+        dim,
+        f"range {dim}={text!r}: write start/end with inclusive coordinate labels, e.g. "
+        "time=2001-01-01/2001-12-31 or lat=-10/10.5 (leave a side empty for an open end)",
+    )
+
+
+def resolve(cube: RawCube, query: Query, groups: AccumulationGroups | None = None) -> ResolvedQuery:
+    """Check ``query`` against ``cube`` (metadata and coordinates only; no chunk is read)."""
+    if query.variable not in cube.data_variables:
+        raise ParameterError(
+            "variable",
+            f"{cube.label}: no variable {query.variable!r}; data variables are "
+            f"{cube.data_variables}",
+            missing=True,
+        )
+    var = cube.variable(query.variable)
+    try:
+        cube.remembered(
+            ("numeric", var.name),
+            lambda: check_numeric(cube.raw, cube.decoded, var.name, "a variable to average"),
+        )
+    except AccumulusError as exc:
+        raise ParameterError("variable", str(exc)) from None
+    over = _check_over(cube, var, query.over)
+    periods = {
+        d: p for d, n in zip(var.dims, var.shape, strict=True) if (p := _period(cube, d)) < n
+    }
+    ranges = {d: (0, periods.get(d, n)) for d, n in zip(var.dims, var.shape, strict=True)}
+    notes = []
+    for dim, (start, stop) in query.ranges.items():
+        if dim not in var.dims:
+            raise ParameterError(
+                dim,
+                f"range given for {dim!r}, which is not a dimension of {var.name!r} "
+                f"{list(var.dims)}{_coordinate_hint(cube, var, dim)}",
+            )
+        index = cube.index(dim)
+        try:
+            if cube.labelled(dim):
+                ranges[dim], clipped = index_range(
+                    index, dim, start, stop, circular=_is_longitude(cube, dim)
+                )
+            else:
+                ranges[dim], clipped = position_range(dim, len(index), start, stop), False
+                notes.append(_positions_note(dim, ranges[dim]))
+        except AccumulusError as exc:
+            raise ParameterError(dim, str(exc)) from None
+        if clipped:
+            notes.append(_clip_note(index, dim, start, stop, ranges[dim], periods.get(dim)))
+    for dim, size in periods.items():
+        lo, hi = ranges[dim]
+        if lo == 0 or hi > size:  # the repeated column's twin is selected
+            notes.append(_repeat_note(cube.index(dim), dim))
+    weights = query.weights
+    if weights is None:
+        # The weights the accumulations were built with, so both ways agree by default.
+        weights = (groups or AccumulationGroups(cube)).recorded_weights(var.name)
+    try:
+        chosen = partial(resolve_weights, cube.decoded, var.name, weights)
+        weights = cube.remembered(("weights", var.name, weights), chosen)
+    except AccumulusError as exc:
+        raise ParameterError("weights", str(exc)) from None
+    if weights == "none" and query.weights is None:
+        notes += _unweighted_note(cube, var, over)
+    mask = None
+    if query.shape is not None:
+        mask = shape_cells(cube, var, _within_axes(ranges, var, periods), query.shape)
+        ranges = {**ranges, **mask.ranges()}
+    return ResolvedQuery(query, var, over, ranges, weights, tuple(notes), mask, periods)
+
+
+def _within_axes(
+    ranges: Mapping[str, tuple[int, int]], var: VariableInfo, periods: Mapping[str, int]
+):
+    """``ranges``, refused with a shape when one runs across a longitude's seam: the shape
+    picks its own cells on either side of the seam, so give it alone."""
+    for dim, size in zip(var.dims, var.shape, strict=True):
+        if ranges[dim][1] > periods.get(dim, size):
+            raise ParameterError(
+                "shape",
+                f"a shape and a range of {dim!r} across the grid's seam: give the shape "
+                "alone (its cells on both sides of the seam are found without a range)",
+            )
+    return ranges
+
+
+def _check_over(cube: RawCube, var: VariableInfo, over: Iterable[str]) -> tuple[str, ...]:
+    names = split_list(over)
+    if not names:
+        raise ParameterError("over", "name at least one dimension to average over")
+    unknown = [d for d in names if d not in var.dims]
+    if unknown:
+        raise ParameterError(
+            "over",
+            f"cannot average {var.name!r} over {unknown}: its dimensions are "
+            f"{list(var.dims)}{_coordinate_hint(cube, var, unknown[0])}",
+        )
+    return tuple(d for d in var.dims if d in names)
+
+
+# --------------------------------------------------------------------------------------------
+# Label ranges
+
+
+def index_range(
+    index: pd.Index, dim: str, start: Bound, stop: Bound, *, circular: bool = False
+) -> tuple[tuple[int, int], bool]:
+    """The half-open index range selected by inclusive labels, as ``sel(dim=slice(start,
+    stop))`` selects on an ascending coordinate (descending coordinates take the same
+    bounds, numbers either way round), and whether the range reaches past the coordinate's
+    cells (clipped to them). ``circular``: a longitude, compared modulo 360
+    (``longitude.longitude_range``)."""
+    if len(index) > 1 and not (index.is_monotonic_increasing or index.is_monotonic_decreasing):
+        raise AccumulusError(f"coordinate {dim!r} is not monotonic; cannot select a range on it")
+    start, stop = _coerce(index, dim, start), _coerce(index, dim, stop)
+    if circular:
+        for bound in (start, stop):
+            if bound is not None and not np.isfinite(bound):
+                raise AccumulusError(f"range bound {bound} for {dim!r} is not a finite longitude")
+        try:
+            return longitude.longitude_range(np.asarray(index), start, stop)
+        except AccumulusError:
+            raise _selects_nothing(index, dim, start, stop) from None
+    if _is_number(start) and _is_number(stop) and start > stop:
+        start, stop = stop, start
+    descending = len(index) > 1 and not index.is_monotonic_increasing
+
+    def positions(a: Bound, b: Bound) -> tuple[int, int]:
+        if isinstance(index, pd.DatetimeIndex) and not descending:
+            found = date_positions(index, a, b)
+            if found is not None:
+                return found
+        try:
+            sl = index.slice_indexer(b, a) if descending else index.slice_indexer(a, b)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise AccumulusError(f"range {dim}={a}/{b}: {exc}") from None
+        lo, hi, _ = sl.indices(len(index))
+        return lo, max(lo, hi)
+
+    lo, hi = positions(start, stop)
+    if hi > lo:
+        return (lo, hi), _reaches_past(index, start, stop)
+    if start is not None and stop is not None:
+        rlo, rhi = positions(stop, start)
+        if rhi > rlo:
+            raise AccumulusError(
+                f"range {dim}={start}/{stop} is reversed: its start comes after its end"
+            )
+    raise _selects_nothing(index, dim, start, stop)
+
+
+# A date as ISO 8601 writes it, down to the second, of a year from -9999 to 9999 (0000 is
+# 1 BC, as ISO 8601 and NumPy count): the forms NumPy and pandas read alike.
+_ISO_DATE = re.compile(r"-?[0-9]{4}(-[0-9]{2}(-[0-9]{2}([T ][0-9]{2}(:[0-9]{2}(:[0-9]{2})?)?)?)?)?")
+# Integer times past every other of their unit (the smallest int64 is NaT).
+_EARLIEST, _LATEST = np.iinfo(np.int64).min + 1, np.iinfo(np.int64).max
+
+
+def date_positions(index: pd.DatetimeIndex, start: Bound, stop: Bound) -> tuple[int, int] | None:
+    """The positions ``index.slice_indexer(start, stop)`` selects on an ascending index
+    for ISO dates (or None for an open end), each date standing for its whole period (a
+    year, a month, a day, …) as pandas reads a partial date: two binary searches, where
+    pandas' own parsing into periods took a tenth of a warm query. A date the index's unit
+    cannot hold (before 1677 or after 2262 in nanoseconds) lies before or after all of it.
+    None for anything else (pandas answers)."""
+    if index.tz is not None:
+        return None
+    values = index.asi8
+    unit = np.datetime_data(index.dtype)[0]
+    found = []
+    for bound, after in ((start, False), (stop, True)):
+        if bound is None:
+            found.append(len(values) if after else 0)
+            continue
+        period = iso_period(bound)
+        if period is None:
+            return None
+        # The stop's period ends where the next one begins.
+        found.append(int(np.searchsorted(values, in_unit(period[after], unit))))
+    lo, hi = found
+    return lo, max(lo, hi)
+
+
+def iso_period(bound: Bound) -> tuple[np.datetime64, np.datetime64] | None:
+    """The period an ISO date stands for (a year, a month, a day, …): its start and the start
+    of the next, in the unit of the date's last field, which holds any year; None for what
+    is not an ISO date (or names none, as "2001-20")."""
+    if not isinstance(bound, str) or not _ISO_DATE.fullmatch(bound):
+        return None
+    try:
+        start = np.datetime64(bound)
+    except ValueError:
+        return None
+    return start, start + np.timedelta64(1, np.datetime_data(start.dtype)[0])
+
+
+def in_unit(moment: np.datetime64, unit: str) -> int:
+    """``moment`` as an integer count of ``unit`` since 1970, saturated: a moment the unit
+    cannot hold is earlier (or later) than every one it can. NumPy converts a year or a
+    month to nanoseconds with a silent wrap-around (1417 became 2001-07-22)."""
+    try:
+        converted = moment.astype(f"M8[{unit}]")
+        if converted.astype(moment.dtype) == moment:
+            return int(converted.astype("i8"))
+    except OverflowError:
+        pass
+    return _LATEST if moment.astype("i8") > 0 else _EARLIEST
+
+
+def answer_index(cube: RawCube, resolved: ResolvedQuery, dim: str) -> pd.Index:
+    """The coordinate labels of a kept dimension in the answer: the cube's own (a slice of
+    its index), or along a longitude range across the grid's seam, continuing past it
+    (``longitude.labels``)."""
+    lo, hi = resolved.ranges[dim]
+    index = cube.index(dim)
+    if hi <= resolved.sizes[dim]:
+        return index[lo:hi]
+    west = resolved.query.ranges[dim][0]
+    labels = longitude.labels(np.asarray(index), lo, hi, None if west is None else float(west))
+    return pd.Index(labels, name=dim)
+
+
+def _is_longitude(cube: RawCube, dim: str) -> bool:
+    """A longitude coordinate whose labels can be compared modulo 360."""
+
+    def circular() -> bool:
+        name = cube.labels_name(dim)
+        if name is None or not coordinates.is_kind(cube.raw, name, "longitude"):
+            return False
+        return longitude.is_circular(np.asarray(cube.index(dim)))
+
+    return cube.remembered(("circular longitude", dim), circular)
+
+
+def _period(cube: RawCube, dim: str) -> int:
+    """The distinct columns of a longitude around the circle (``longitude.period``); the
+    size of any other dimension."""
+
+    def period() -> int:
+        index = cube.index(dim)
+        return longitude.period(np.asarray(index)) if _is_longitude(cube, dim) else len(index)
+
+    return cube.remembered(("longitude period", dim), period)
+
+
+def position_range(dim: str, size: int, start: Bound, stop: Bound) -> tuple[int, int]:
+    """The half-open index range of inclusive positions ``start``/``stop`` along a dimension
+    without labels (``RawCube.labelled``), as if it were labelled 0 .. size-1; a bound that is
+    no such position is refused, naming what is missing: ``latitude=-30/30`` on a dimension
+    without latitudes must not select rows 0..30."""
+    found = []
+    for bound in (start, stop):
+        text = str(bound).strip() if bound is not None else ""
+        if not text:
+            found.append(None)
+            continue
+        if isinstance(bound, str):  # ASCII digits only: int() reads ١٠ and 1_0 as 10 too
+            position = int(text) if re.fullmatch(r"[0-9]+", text) else None
+        else:
+            try:
+                position = operator.index(bound)
+            except TypeError:
+                position = None
+        if position is None or not 0 <= position < size:
+            raise AccumulusError(
+                f"range {dim}={_text(start, '')}/{_text(stop, '')}: {dim!r} has no coordinate "
+                f"values (no variable holds its labels), so a range selects positions 0 to "
+                f"{size - 1}, and {text!r} is not one"
+            )
+        found.append(position)
+    lo, hi = (0 if found[0] is None else found[0]), (size - 1 if found[1] is None else found[1])
+    lo, hi = min(lo, hi), max(lo, hi)
+    return lo, hi + 1
+
+
+def _positions_note(dim: str, selected: tuple[int, int]) -> str:
+    lo, hi = selected
+    return f"{dim} has no coordinate values: positions {lo} to {hi - 1} selected"
+
+
+def _repeat_note(index: pd.Index, dim: str) -> str:
+    return (
+        f"{dim}: its last longitude ({_text(index[-1])}) repeats its first "
+        f"({_text(index[0])}), counted once"
+    )
+
+
+def _unweighted_note(cube: RawCube, var: VariableInfo, over: Iterable[str]) -> list[str]:
+    """What an answer unweighted by default must say when it averages over a dimension
+    named like a latitude whose latitudes were not found."""
+    named = [d for d in over if coordinates.named_like(d, "latitude")]
+    return [f"unweighted: {no_latitude(cube.raw, var.name)}"] if named else []
+
+
+def _coordinate_hint(cube: RawCube, var: VariableInfo, name: str) -> str:
+    """For a name given where a dimension belongs: the dimension(s) it is a coordinate of."""
+    for kind in coordinates.KINDS:
+        found = coordinates.find(cube.raw, var.dims, kind, var.name)
+        if found is None or found.name != name:
+            continue
+        if not found.curvilinear:
+            dim = found.dims[0]
+            return f"; {name!r} holds the {kind}s of dimension {dim!r}: give {dim!r} instead"
+        return (
+            f"; {name!r} holds 2-D {kind}s on {list(found.dims)} (a curvilinear grid): "
+            "average over and select along those dimensions, or give a shape"
+        )
+    return ""
+
+
+def _is_number(bound: Bound) -> bool:
+    return isinstance(bound, int | float | np.number) and not isinstance(bound, bool)
+
+
+def _selects_nothing(index: pd.Index, dim: str, start: Bound, stop: Bound) -> AccumulusError:
+    first, last = index[0], index[-1]
+    return AccumulusError(
+        f"range {dim}={start}/{stop} selects nothing: the coordinate runs from {first} to {last}"
+    )
+
+
+def _reaches_past(index: pd.Index, start: Bound, stop: Bound) -> bool:
+    """Whether ``start``/``stop`` lie beyond the coordinate's cells, each reaching half a
+    step past its label (so ``lat=-90/90`` does not reach past cells centred on ±89.5), and
+    1% of a step more: labels stored as float32 are rounded (-89.95 is -89.94999694...)."""
+    try:
+        labels = np.asarray(index)  # monotonic (``index_range``): sorted one way or the other
+        if len(labels) > 1 and labels[0] > labels[-1]:
+            labels = labels[::-1]
+        below = (labels[1] - labels[0]) * 0.51 if len(labels) > 1 else labels[0] - labels[0]
+        above = (labels[-1] - labels[-2]) * 0.51 if len(labels) > 1 else below
+        low, high = _comparable(index, start), _comparable(index, stop)
+        return bool(
+            (low is not None and low < labels[0] - below)
+            or (high is not None and high > labels[-1] + above)
+        )
+    except (TypeError, ValueError, OverflowError):
+        return False  # labels without a distance (names), or a date pandas cannot hold
+
+
+def _comparable(index: pd.Index, bound: Bound) -> Bound:
+    """A bound as something the index's labels compare with (dates as the index's type)."""
+    if type(bound) is datetime.date:  # compares with no datetime64: as its midnight does
+        return pd.Timestamp(bound)
+    if not isinstance(bound, str):
+        return bound
+    period = iso_period(bound)
+    if isinstance(index, pd.DatetimeIndex) and index.tz is None and period is not None:
+        unit = np.datetime_data(index.dtype)[0]
+        return np.datetime64(in_unit(period[0], unit), unit)
+    stamp = pd.Timestamp(bound)
+    if isinstance(index, xr.CFTimeIndex):
+        fields = ("year", "month", "day", "hour", "minute", "second", "microsecond")
+        return type(index[0])(*(getattr(stamp, f) for f in fields), calendar=index.calendar)
+    return stamp
+
+
+def _clip_note(
+    index: pd.Index,
+    dim: str,
+    start: Bound,
+    stop: Bound,
+    selected: tuple[int, int],
+    period: int | None = None,
+) -> str:
+    lo, hi = selected
+    size = period or len(index)
+    span = f"{_text(index.min())} to {_text(index.max())}"
+    first, last = index[lo % size], index[(hi - 1) % size]
+    if hi <= size and first > last:
+        first, last = last, first  # a descending coordinate: name the cells low to high
+    return (
+        f"{dim}={_text(start, '')}/{_text(stop, '')} reaches past the coordinate ({span}): "
+        f"clipped to {_text(first)} to {_text(last)}"
+    )
+
+
+def _text(label: Bound, missing: str = "None") -> str:
+    """A label as a reader writes it: 35 rather than np.float32(35.0), dates in ISO 8601."""
+    if label is None:
+        return missing
+    if isinstance(label, pd.Timestamp | np.datetime64):
+        return pd.Timestamp(label).isoformat()
+    if hasattr(label, "isoformat"):
+        return label.isoformat()
+    if isinstance(label, float | np.floating):
+        return f"{float(label):g}"
+    return str(label)
+
+
+def _coerce(index: pd.Index, dim: str, bound: Bound) -> Bound:
+    if bound is None or (isinstance(bound, str) and not bound.strip()):
+        return None
+    if isinstance(index, pd.DatetimeIndex) and isinstance(bound, str):
+        if iso_period(bound) is not None:
+            return bound
+        try:
+            pd.Timestamp(bound)
+        except ValueError:
+            raise AccumulusError(
+                f"range bound {bound!r} for {dim!r} is not a date (use ISO 8601, e.g. 2001-12-31)"
+            ) from None
+        return bound
+    if pd.api.types.is_numeric_dtype(index.dtype) and isinstance(bound, str):
+        if not bound.isascii():  # float() reads other scripts' digits too: ١٠ is 10
+            raise AccumulusError(f"range bound {bound!r} for {dim!r} is not a number")
+        try:
+            return float(bound)
+        except ValueError:
+            raise AccumulusError(f"range bound {bound!r} for {dim!r} is not a number") from None
+    return bound

@@ -1,0 +1,97 @@
+"""Zarr arrays and groups as stored: dimension names, stored bytes, metadata written by
+zarr's own serialization, and consolidated metadata refreshed after every write."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import zarr
+from zarr.abc.store import Store
+from zarr.core.array import AsyncArray
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.metadata import ArrayMetadata
+from zarr.core.sync import sync
+from zarr.storage import FsspecStore, LocalStore, StorePath
+
+from accumulus.scope import accumulus_scope
+from accumulus.stores.base import below_wrappers, innermost
+from accumulus.stores.nczarr_metadata import write_nczarr_metadata
+
+
+def consolidate(store: Store) -> None:
+    """Refresh consolidated metadata and, from it, netcdf-c's NCZarr metadata (the last step
+    of every write), so netcdf-c opens every store we write (see ``stores.nczarr_metadata``)."""
+    with accumulus_scope():
+        zarr.consolidate_metadata(store)
+    write_nczarr_metadata(store)
+
+
+def dimension_names(array: zarr.Array) -> tuple[str, ...]:
+    """An array's dimension names: ``dimension_names`` in Zarr v3, the xarray convention
+    ``_ARRAY_DIMENSIONS`` in v2; empty unless every dimension has a name."""
+    if array.metadata.zarr_format == 3:
+        names = array.metadata.dimension_names
+    else:
+        names = array.attrs.get("_ARRAY_DIMENSIONS")
+    if names is None or len(names) != array.ndim or any(n is None for n in names):
+        return ()
+    return tuple(str(n) for n in names)
+
+
+def bytes_stored(array: zarr.Array) -> int | None:
+    """The array's stored bytes, or None where the store cannot list them (HTTP servers
+    without directory listings, reference sets whose chunks live in other files)."""
+    directory = _local_directory(array)
+    try:
+        if directory is not None:
+            # What zarr's nbytes_stored adds up, without its task per file: a build measures
+            # every array it wrote (docs/benchmarks.md, "Figures behind the code").
+            return sum(
+                os.path.getsize(os.path.join(top, name))
+                for top, _, names in os.walk(directory)
+                for name in names
+            )
+        return int(array.nbytes_stored())
+    except Exception:  # listing failures come in many kinds (403 from a web server, ...)
+        return None
+    finally:
+        _forget_listings(array.store_path.store)
+
+
+def _local_directory(array: zarr.Array) -> Path | None:
+    """The directory holding ``array``'s objects, when its store is a local directory seen
+    only through wrappers that keep its keys (``rewrites_metadata_only``)."""
+    store = below_wrappers(array.store_path.store, "rewrites_metadata_only")
+    return store.root / array.store_path.path if isinstance(store, LocalStore) else None
+
+
+def _forget_listings(store: Store) -> None:
+    """Drop the listings fsspec keeps after a listing: s3fs answers a later read of a key
+    another process wrote meanwhile from them, as a missing key (a chunk read as fill)."""
+    store = innermost(store)
+    if isinstance(store, FsspecStore):
+        store.fs.invalidate_cache()
+
+
+def array_with(
+    array: zarr.Array, *, metadata: ArrayMetadata | None = None, store: Store | None = None
+) -> zarr.Array:
+    """``array`` with other ``metadata`` (e.g. a new chunk grid) or reading from another
+    ``store`` (e.g. a counting wrapper of its own), without any store request."""
+    path = array.store_path if store is None else StorePath(store, array.store_path.path)
+    return zarr.Array(AsyncArray(metadata or array.metadata, path, config=array.async_array.config))
+
+
+def store_metadata(array: zarr.Array, metadata: ArrayMetadata | None = None) -> None:
+    """Write ``metadata`` (by default the array's own) as ``array``'s metadata documents, by
+    zarr's own serialization: e.g. the array grown, with a new chunk grid
+    (``grid.with_chunk_sizes``). The group's consolidated metadata, if any, is the caller's
+    to refresh."""
+
+    async def write() -> None:
+        documents = (metadata or array.metadata).to_buffer_dict(default_buffer_prototype())
+        for key, buffer in documents.items():
+            await (array.store_path / key).set(buffer)
+
+    sync(write())

@@ -1,0 +1,53 @@
+"""One request's view of a served store: reads that can be stopped, and that cannot hang or
+leak a server path.
+
+Python cannot kill a thread, so the service stops a computation cooperatively: each reads
+through its own ``GuardedStore``, which asks the request's gate (``service.guard``'s
+``RequestGuard``) before every read and refuses it once the request was stopped (deadline
+passed, client gone). A read takes at most ``read_seconds``, reads only regular files of a
+local store (a FIFO would block a reader forever) and reports OS errors by key
+(``stores.safe_reads``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+
+from accumulus.stores.base import DelegatingStore
+from accumulus.stores.safe_reads import local_root, read_with_limits
+
+
+class ReadGate(Protocol):
+    """What a guarded read asks first: ``check`` raises once the reads must stop."""
+
+    def check(self) -> None: ...
+
+
+class GuardedStore(DelegatingStore):
+    """``store`` read through ``guard``: every read (and size) first checks it, and a read
+    takes at most ``read_seconds`` (see the module's docstring)."""
+
+    def __init__(self, store: Store, guard: ReadGate, read_seconds: float) -> None:
+        super().__init__(store)
+        self.guard = guard
+        self.read_seconds = read_seconds
+
+    @property
+    def _root(self) -> Path | None:
+        return local_root(self._store)
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        self.guard.check()
+        return await read_with_limits(
+            self._store, self._root, key, prototype, byte_range, self.read_seconds
+        )
+
+    async def getsize(self, key: str) -> int:
+        self.guard.check()
+        return await super().getsize(key)

@@ -1,0 +1,162 @@
+"""Reading one key of a store so that it cannot hang or leak a path: a time limit, only
+regular files on a local disk (a FIFO would block a reader forever, a directory or a
+symlink loop gives OS errors naming server paths), and errors naming the key within the
+store. Used for every metadata snapshot (``snapshot``) and, in the service, every chunk
+(``guarded``); and for every local file a reference set names (``reference_sets``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import stat
+from pathlib import Path
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.storage import LocalStore
+
+from accumulus.errors import AccumulusError
+from accumulus.stores.base import innermost
+
+
+class StoreReadError(AccumulusError):
+    """A chunk could not be read (not a regular file, an OS error, too slow). The message
+    names the key within the store, never a server path."""
+
+
+async def read_with_limits(
+    store: Store,
+    root: Path | None,
+    key: str,
+    prototype: BufferPrototype,
+    byte_range: ByteRequest | None,
+    seconds: float,
+) -> Buffer | None:
+    """``store.get`` that cannot hang or leak a path: at most ``seconds``; on a local store,
+    only regular files are read."""
+    if root is not None:
+        check_regular_file(root, key)
+    try:
+        return await asyncio.wait_for(store.get(key, prototype, byte_range), seconds)
+    except TimeoutError:
+        raise StoreReadError(f"reading {key} took more than {seconds:g} s") from None
+    except OSError as exc:
+        if root is None:  # a network error: the caller names the store (remote_errors)
+            raise
+        raise StoreReadError(f"cannot read {key}: {_os_reason(exc)}") from None
+
+
+def check_regular_file(root: Path, key: str) -> None:
+    """Refuse a key that exists on disk as anything but a regular file."""
+    try:
+        mode = os.stat(root / key).st_mode
+    except FileNotFoundError:
+        return  # a missing key: the store says None
+    except OSError as exc:
+        raise StoreReadError(f"cannot read {key}: {_os_reason(exc)}") from None
+    if not stat.S_ISREG(mode):
+        raise _not_regular(key, mode)
+
+
+def _not_regular(key: str, mode: int) -> StoreReadError:
+    kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+    return StoreReadError(f"cannot read {key}: it is {kind}")
+
+
+# Opened without blocking: a FIFO opened to read would wait for a writer (regular files
+# ignore the flag).
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def read_regular_file(root: str, key: str) -> bytes | None:
+    """The whole file at ``key`` under the directory ``root``, by one open, one fstat and
+    one read; None where there is none or it is a directory (as zarr's ``LocalStore``
+    answers). What is neither is refused before anything is read from it."""
+    try:
+        fd = os.open(os.path.join(root, key), _READ_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_regular(key, info.st_mode)
+        data = os.read(fd, info.st_size)
+        if len(data) < info.st_size:  # a short read (a file over 2 GiB): read to the end
+            rest = [data]
+            while block := os.read(fd, info.st_size):
+                rest.append(block)
+            data = b"".join(rest)
+        return data
+    finally:
+        os.close(fd)
+
+
+def local_root(store: Store) -> Path | None:
+    """The directory of a local store under any wrappers, else None."""
+    inner = innermost(store)
+    return Path(inner.root) if isinstance(inner, LocalStore) else None
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+class NotRegularFile(OSError):
+    """A path names something other than a regular file (a FIFO, socket, device or
+    directory), which is never read as data."""
+
+
+# A reference's path is resolved and checked before it is read (``reference_targets``):
+# it is opened without following a last symbolic link, so that a link put in its place
+# meanwhile is refused rather than followed.
+_TARGET_FLAGS = _READ_FLAGS | getattr(os, "O_NOFOLLOW", 0)
+
+
+def read_file_range(path: str, start: int | None, stop: int | None) -> bytes:
+    """Bytes ``[start, stop)`` of the regular file at ``path``, as a slice of its bytes
+    would be (negative positions count from its end; None: its start or its end), by one
+    open that cannot block, one fstat and positioned reads. Anything but a regular file
+    raises ``NotRegularFile`` before a byte is read."""
+    fd = _open_target(path)
+    try:
+        size = _regular_size(fd)
+        first, last, _ = slice(start, stop).indices(size)
+        blocks = []
+        while first < last:
+            block = os.pread(fd, last - first, first)
+            if not block:
+                break
+            blocks.append(block)
+            first += len(block)
+        return b"".join(blocks)
+    finally:
+        os.close(fd)
+
+
+def regular_file_size(path: str) -> int:
+    """The size of the regular file at ``path`` (``NotRegularFile`` for anything else)."""
+    fd = _open_target(path)
+    try:
+        return _regular_size(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_target(path: str) -> int:
+    try:
+        return os.open(path, _TARGET_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket (or a FIFO without a writer, opened to write)
+            raise NotRegularFile(exc.errno, "not a regular file") from None
+        raise
+
+
+def _regular_size(fd: int) -> int:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotRegularFile(0, "not a regular file")
+    return info.st_size
