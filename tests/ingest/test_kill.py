@@ -25,6 +25,7 @@ import zarr
 import accumulus
 from accumulus.grid import declared_chunk_sizes
 from accumulus.raw_cube import RawCube
+from accumulus.stores.lock import LOCK_KEY
 from cubes import xarray_reference
 from varchunk.conftest import daily_times, period_counts
 
@@ -36,34 +37,39 @@ PER_GRANULE = 3
 STEPS = 60
 
 
-def timed_run(args: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(args, env=cli_env(), check=True, capture_output=True, timeout=600)
-    return time.perf_counter() - started
+def started_append(store: Path, granules: list[str]) -> tuple[subprocess.Popen, float]:
+    """``accumulus append`` of ``granules`` into ``store`` started, and the moment its lock
+    appeared (or it ended): what comes before is starting Python and importing."""
+    lock = store / LOCK_KEY
+    process = subprocess.Popen(
+        [sys.executable, "-m", "accumulus", "append", str(store), *granules],
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    while not lock.exists() and process.poll() is None:
+        time.sleep(0.002)
+    return process, time.perf_counter()
 
 
 def killed_appends(base: Path, granules: list[str], trials: int, seed: int) -> Iterator[Path]:
     """Copies of the store ``base``, one per trial, each left by ``accumulus append`` of
-    ``granules`` killed -9 at a random moment (deleted once the caller has checked it)."""
-
-    def command(store) -> list[str]:
-        return [sys.executable, "-m", "accumulus", "append", str(store), *granules]
-
-    # How long a run takes, and how much of it is starting Python and importing what an
-    # append uses (`--help` imports far less): kills land in between.
-    startup = timed_run([sys.executable, "-c", "import accumulus.api, accumulus.ingest.append"])
+    ``granules`` killed -9 at a random moment while it holds the store's lock (deleted once
+    the caller has checked it). The moment is drawn from the time a whole run holds the lock,
+    counted from when the lock appears, so a loaded machine's slow start-up does not move
+    the kills outside the append."""
     calibration = base.with_name("calibration.zarr")
     shutil.copytree(base, calibration)
-    whole = timed_run(command(calibration))
+    process, locked = started_append(calibration, granules)
+    assert process.wait(timeout=600) == 0
+    held = time.perf_counter() - locked
 
     rng = random.Random(seed)
     for trial in range(trials):
         store = base.with_name(f"trial{trial}.zarr")
         shutil.copytree(base, store)
-        process = subprocess.Popen(
-            command(store), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        time.sleep(rng.uniform(0.8 * startup, whole))
+        process, _ = started_append(store, granules)
+        time.sleep(rng.uniform(0, held))
         if process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
         process.wait()
