@@ -27,8 +27,9 @@ from zarr.abc.store import Store
 
 from accumulus import coordinates
 from accumulus.accumulation.model import spec
-from accumulus.accumulation.model.groups import AccumulationGroups
-from accumulus.accumulation.model.positions import parse_at
+from accumulus.accumulation.model.groups import AccumulationGroups, read_group
+from accumulus.accumulation.model.positions import parse_at, rule_slug
+from accumulus.accumulation.model.record import recorded_request, stored_record
 from accumulus.accumulation.model.sidecar import Sidecar, sidecar_settings
 from accumulus.accumulation.model.sidecar import (
     StaleSidecarError as StaleSidecarError,  # re-exported
@@ -149,6 +150,7 @@ def accumulate(
     at: str | Mapping[str, Any] | None = None,
     scheduler: str | None = None,
     rebuild: bool = False,
+    reset: bool = False,
     shards: bool | None = None,
     progress: Progress | None = None,
     storage_options: dict | None = None,
@@ -171,10 +173,14 @@ def accumulate(
     ``{"time": ["2001-01-01", "2006-01-01"]}`` (labels), or the text ``"time=month"``.
     ``shards``: write the accumulation arrays in shards (Zarr v3), so that fine
     accumulations stay few objects; by default when the variable is sharded.
-    Re-running with the same configuration does nothing; another configuration needs
-    ``rebuild=True``. Building a group again is refused where raw chunks are missing that
-    were not missing when it was last built (they would be summed as missing values),
-    unless ``allow_missing_chunks``. ``allow_references``: as for ``open``.
+    A variable accumulated before keeps what its group was built with (combinations, strides,
+    positions, weights) where these arguments are not given: re-running does nothing, or
+    computes only what the data grew by; ``rebuild=True`` builds the same group again. A
+    configuration given that differs from the group's needs ``rebuild=True``; ``reset=True``
+    builds from the defaults and what is given, forgetting the group's (implies ``rebuild``).
+    ``BuildResult.kept`` says what was kept. Building a group again is refused where raw
+    chunks are missing that were not missing when it was last built (they would be summed
+    as missing values), unless ``allow_missing_chunks``. ``allow_references``: as for ``open``.
     ``into``: write them into this store (created if missing, in an existing directory)
     beside ``store``, which is then only read (a URL, a reference file, anything
     read-only). The store records
@@ -198,36 +204,27 @@ def accumulate(
             )
             var = cube.variable(variable)
             check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
-            if dims is None:
-                found = [
-                    coordinates.find(cube.raw, var.dims, k, variable) for k in coordinates.KINDS
-                ]
-                horizontal = [d for c in found for d in c.dims] if all(found) else []
-                combos = spec.default_combinations(var.dims, horizontal)
-            else:
-                combos = [_combination(c) for c in dims]
-            request = spec.BuildRequest(
-                combinations=tuple(combos),
-                strides=dict(strides or {}),
-                at=parse_at(at),
-                weights=resolve_weights(cube.decoded, variable, weights),
-                shards=shards,
-            )
+            side = open_store(into, "w", storage_options=storage_options) if into else None
+            kept, unknown = (None, None) if reset else _built_with(cube, variable, side)
+            request, kept_text = _request(cube, variable, dims, weights, strides, at, kept)
+            request = replace(request, shards=shards)
+            if unknown is not None:
+                kept_text = f"what it was built with cannot be read ({unknown}); built anew"
             sidecar = None
-            if into is not None:
+            if side is not None:
                 check_request(var, request)  # before anything is written
-                side = open_store(into, "w", storage_options=storage_options)
                 sidecar = Sidecar.for_writing(side, os.fspath(into), os.fspath(store), cube)  # type: ignore[arg-type]
             result = build_accumulations(
                 cube,
                 variable,
                 request,
-                rebuild=rebuild,
+                rebuild=rebuild or reset,
                 scheduler=scheduler,
                 progress=progress,
                 into=sidecar,
                 allow_missing_chunks=allow_missing_chunks,
             )
+            result = replace(result, kept=kept_text)
             if result.action == "up to date":
                 return result
             if sidecar is None:
@@ -247,6 +244,88 @@ def _unfinished(variable: str, into: Any, created: Path | None) -> str:
         f"the accumulations of {variable} are unfinished (a group begun is marked incomplete, "
         "and queries read the raw data instead); run the same command again to build them"
     )
+
+
+def _built_with(
+    cube: RawCube, variable: str, side: Store | None
+) -> tuple[spec.BuildRequest | None, str | None]:
+    """The request ``variable``'s group was built from (in the cube, or in the sidecar store
+    ``side``): from the group as it reads, else from its build record (a group whose
+    attributes were edited since). (None, why) when there is a group but neither says; (None,
+    None) when there is none, or another producer's (whose weights are not known)."""
+    root = cube.root if side is None else _existing_root(side)
+    if root is None or not _has_group(root, variable):
+        return None, None
+    try:
+        group = read_group(cube, variable, root)
+    except AccumulusError as error:
+        group, problem = None, str(error).removeprefix(f"{cube.label}: ")
+    if group is not None:
+        return (group.request(), None) if group.producer == "accumulus" else (None, None)
+    recorded = recorded_request(stored_record(root, variable))
+    return (recorded, None) if recorded is not None else (None, problem)
+
+
+def _existing_root(side: Store) -> zarr.Group | None:
+    try:
+        return zarr.open_group(side, mode="r", use_consolidated=False)
+    except (zarr.errors.GroupNotFoundError, FileNotFoundError):
+        return None  # a sidecar not made yet
+
+
+def _has_group(root: zarr.Group, variable: str) -> bool:
+    try:
+        return root.get(spec.group_name(variable)) is not None
+    except (AccumulusError, ValueError):  # a group whose attributes are not JSON is one
+        return True
+
+
+def _request(
+    cube: RawCube,
+    variable: str,
+    dims: Iterable[Sequence[str] | str] | None,
+    weights: spec.Weights | None,
+    strides: Mapping[str, int] | None,
+    at: str | Mapping[str, Any] | None,
+    kept: spec.BuildRequest | None,
+) -> tuple[spec.BuildRequest, str]:
+    """The request: what is given, and for the rest what the group was built with (``kept``)
+    or else the defaults; and what was kept, as a person reads it ("" when nothing)."""
+    var = cube.variable(variable)
+    if dims is not None:
+        combos = [_combination(c) for c in dims]
+    elif kept is not None:  # in the variable's order, as the defaults are
+        combos = sorted(kept.combinations, key=lambda c: (len(c), [var.dims.index(d) for d in c]))
+    else:
+        found = [coordinates.find(cube.raw, var.dims, k, variable) for k in coordinates.KINDS]
+        horizontal = [d for c in found for d in c.dims] if all(found) else []
+        combos = spec.default_combinations(var.dims, horizontal)
+    accumulated = {d for combo in combos for d in combo}
+    kept_at = {d: r for d, r in (kept.at if kept else {}).items() if d in accumulated}
+    kept_strides = {d: s for d, s in (kept.strides if kept else {}).items() if d in accumulated}
+    given_at = parse_at(at)
+    request = spec.BuildRequest(
+        combinations=tuple(combos),
+        strides={**kept_strides, **(strides or {})},
+        at={**kept_at, **given_at},
+        weights=resolve_weights(
+            cube.decoded, variable, weights if weights is not None or kept is None else kept.weights
+        ),
+    )
+    if kept is None:
+        return request, ""
+    parts = []
+    if dims is None:
+        parts.append("dims " + ", ".join("+".join(c) for c in combos))
+    positions = {d: r for d, r in kept_at.items() if d not in given_at and r != "chunk"}
+    if positions:
+        parts.append("--at " + ",".join(f"{d}={rule_slug(r)}" for d, r in positions.items()))
+    steps = {d: s for d, s in kept_strides.items() if d not in (strides or {}) and s != 1}
+    if steps:
+        parts.append("--stride " + ",".join(f"{d}={s}" for d, s in steps.items()))
+    if weights is None:
+        parts.append(f"weights {request.weights}")
+    return request, ("kept from the last build: " + "; ".join(parts)) if parts else ""
 
 
 def _combination(combo: Sequence[str] | str) -> tuple[str, ...]:

@@ -46,7 +46,18 @@ def accumulate(
         None, "--weights", help="area (cos latitude), none, or the name of a weights array."
     ),
     scheduler: Scheduler = None,
-    rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
+    rebuild: bool = typer.Option(
+        False,
+        "--rebuild",
+        help="Build the group again. It keeps what it was built with (--dims, --at, --stride, "
+        "--weights) unless given here; the output says what was kept.",
+    ),
+    reset: bool = typer.Option(
+        False,
+        "--reset",
+        help="Rebuild from the defaults and the options given here, forgetting what the "
+        "group was built with.",
+    ),
     allow_missing_chunks: bool = typer.Option(
         False,
         "--allow-missing-chunks",
@@ -85,6 +96,7 @@ def accumulate(
             at=at or None,
             scheduler=scheduler,
             rebuild=rebuild,
+            reset=reset,
             allow_missing_chunks=allow_missing_chunks,
             shards=shards,
             progress=report,
@@ -96,6 +108,8 @@ def accumulate(
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
         return
+    if result.kept:
+        console.print(f"{variable}: {result.kept}", highlight=False)
     console.print(
         f"{variable}: {result.action} {len(result.arrays)} accumulation arrays with weights "
         f"{result.group.weights} in {result.seconds:.1f} s; raw array "

@@ -3,11 +3,16 @@ bar, and how sizes are written."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
+
+
+# The width of a console that is not a terminal: no line of ours is longer.
+UNWRAPPED = 10_000
 
 
 class _Console:
@@ -24,7 +29,12 @@ class _Console:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(**self._options)
+            made = Console(**self._options)
+            if not made.is_terminal and "COLUMNS" not in os.environ:
+                # Piped or redirected: lines as long as they are (a suggested command must
+                # not break mid-line), instead of rich's 80 columns for a non-terminal.
+                made = Console(**self._options, width=UNWRAPPED, soft_wrap=True)
+            self._console = made
         return self._console
 
     def __getattr__(self, name: str) -> Any:
