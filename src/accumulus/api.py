@@ -26,6 +26,7 @@ import zarr
 from zarr.abc.store import Store
 
 from accumulus import coordinates
+from accumulus.accessor import opened_store
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups, read_group
 from accumulus.accumulation.model.positions import parse_at, rule_slug
@@ -37,7 +38,7 @@ from accumulus.accumulation.model.sidecar import (
 from accumulus.accumulation.model.weights import resolve_weights
 from accumulus.accumulation.query.answer import QueryResult as QueryResult  # re-exported
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.query.request import QUERY_DOC, Bound, QueryOptions, split_list
+from accumulus.accumulation.query.request import QUERY_DOC, QueryOptions, Range, split_list
 from accumulus.accumulation.query.request import STATS as STATS  # re-exported
 from accumulus.accumulation.query.request import Query as Query  # re-exported
 from accumulus.accumulation.query.request import ResolvedQuery as ResolvedQuery  # re-exported
@@ -46,7 +47,7 @@ from accumulus.accumulation.query.request import split_range as split_range  # r
 from accumulus.datacube import Datacube
 from accumulus.datacube import DatacubeSnapshot as DatacubeSnapshot  # re-exported
 from accumulus.destinations import check_store, removed_on_failure
-from accumulus.errors import AccumulusError, Interrupted
+from accumulus.errors import AccumulusError, Interrupted, ParameterError
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
@@ -358,10 +359,10 @@ def answer(
 
 
 def query(
-    store: StoreLike,
-    variable: str,
-    over: Iterable[str] | str,
-    ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+    store: StoreLike | xr.Dataset | xr.DataArray,
+    variable: str | None = None,
+    over: Iterable[str] | str | None = None,
+    ranges: Mapping[str, Range] | None = None,
     *,
     storage_options: dict | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
@@ -370,6 +371,16 @@ def query(
     allow_references: Sequence[str] | None = None,
     **options: Unpack[QueryOptions],
 ) -> QueryResult:
+    if isinstance(store, xr.Dataset | xr.DataArray):
+        opened = store if isinstance(store, xr.DataArray) else store.get(variable or "")
+        store, found, variable = opened_store(store, variable)
+        group = group if group is not None else found
+        if over is None and opened is not None:
+            over = [str(d) for d in opened.dims]  # as xarray's mean() with no dimension
+    if variable is None:
+        raise ParameterError("variable", "name the variable to average")
+    if over is None:
+        raise ParameterError("over", "name the dimensions to average over, e.g. over='lat,lon'")
     return answer(
         store,
         Query.asked(variable, over, ranges, **options),
@@ -383,10 +394,10 @@ def query(
 
 @scoped
 def average(
-    store: StoreLike,
-    variable: str,
-    over: Iterable[str] | str,
-    ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+    store: StoreLike | xr.Dataset | xr.DataArray,
+    variable: str | None = None,
+    over: Iterable[str] | str | None = None,
+    ranges: Mapping[str, Range] | None = None,
     *,
     storage_options: dict | None = None,
     group: str | None = None,
@@ -409,6 +420,10 @@ def average(
 
 _ONE_SHOT = (
     "One question of ``store``: ``open(store)`` keeps its metadata for the next. "
+    "``store`` may be an ``xarray.Dataset`` or ``DataArray`` opened from a Zarr store: the "
+    "store it was read from is asked (a ``DataArray`` names its variable, and by default "
+    "``over`` is every dimension, as in ``mean()``); one whose values are not the store's "
+    "(computed, selected, or never stored) is refused. "
     "``accumulations``: a store holding its accumulation groups beside it."
 )
 query.__doc__ = (
