@@ -162,8 +162,8 @@ def accumulate(
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
-    ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("latitude",
-    "longitude")]`` (a string "latitude,longitude" also works); default every dimension alone
+    ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("lat", "lon")]``
+    (a string "lat,lon" also works); default every dimension alone
     plus the latitudes' and longitudes' dimensions together. ``weights``: "area" (cos
     latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the name of an array of the
     dataset; default the cell areas ``cell_measures`` names, else "area" where latitudes are

@@ -29,8 +29,8 @@ def accumulate(
     dims: list[str] = typer.Option(
         None,
         "--dims",
-        help="A combination to accumulate, e.g. time or latitude,longitude (repeatable). "
-        "Default: every dimension alone plus latitude,longitude.",
+        help="A combination to accumulate, e.g. time or lat,lon (repeatable). Default: every "
+        "dimension alone plus the latitudes' and longitudes' dimensions together.",
     ),
     stride: list[str] = typer.Option(
         None, "--stride", help="Accumulate every k chunks along a dimension: time=2 (repeatable)."
@@ -38,9 +38,9 @@ def accumulate(
     at: list[str] = typer.Option(
         None,
         "--at",
-        help="Where entries end along a dimension instead of chunk ends: DIM=chunk (default), "
-        "N (every N elements; 1 = every element), month, year, or labels "
-        "(time=2001-01-01,2006-01-01); e.g. --at time=month or --at lat=1,lon=1 (repeatable).",
+        help="Where entries end along a dimension instead of chunk ends: DIM=RULE, the rule "
+        "being chunk (the default), N (every N elements; 1 = every element), month, year, or "
+        "labels separated by commas. E.g. --at time=month, --at lat=1,lon=1 (repeatable).",
     ),
     weights: str = typer.Option(
         None, "--weights", help="area (cos latitude), none, or the name of a weights array."
