@@ -39,14 +39,21 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from itertools import product
 from math import prod
+from typing import cast
 
 import numpy as np
 import zarr
 from zarr import AsyncArray
-from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarr.abc.store import (
+    ByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+    SupportsGetSync,
+)
 from zarr.codecs import ShardingCodec
 from zarr.core.array_spec import ArrayConfig, ArraySpec
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.core.buffer import Buffer, BufferPrototype, NDBuffer, default_buffer_prototype
 from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.chunk_utils import ChunkTransform
 from zarr.core.metadata import ArrayMetadata
@@ -248,7 +255,7 @@ class _Here:
     ``transform`` as ``spec`` says."""
 
     request: ChunkRequest
-    store: Store
+    store: SupportsGetSync
     spec: ArraySpec
     transform: ChunkTransform
 
@@ -271,7 +278,8 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         if not allowed[id(target)] or grids.transform is None or grids.sharding is not None:
             return None
         spec = _chunk_spec(array.metadata, request.coords)
-        here.append(_Here(request, target, spec, grids.transform))
+        # reads_synchronously: a local or memory store, below wrappers that pass get_sync on.
+        here.append(_Here(request, cast(SupportsGetSync, target), spec, grids.transform))
     return here
 
 
@@ -350,10 +358,11 @@ class _Held:
         self.ready = asyncio.Condition()
 
     async def take(self, nbytes: int) -> None:
-        if self.limit is None:
+        limit = self.limit
+        if limit is None:
             return
         async with self.ready:
-            await self.ready.wait_for(lambda: self.used == 0 or self.used + nbytes <= self.limit)
+            await self.ready.wait_for(lambda: self.used == 0 or self.used + nbytes <= limit)
             self.used += nbytes
 
     async def give_back(self, nbytes: int) -> None:
@@ -562,7 +571,7 @@ async def _read_inner(
     selection: tuple[slice, ...],
     shard_spec: ArraySpec,
     partial: bool,
-) -> Buffer | None:
+) -> NDBuffer | None:
     """An inner chunk decoded (None: no shard stored). ``partial``: the shard is cut by the
     array's end, so an append may rewrite it while it is read (see the module's notes)."""
     for _ in range(SHARD_READS if partial else 1):
@@ -720,7 +729,8 @@ def _grids(metadata: ArrayMetadata, array: AsyncArray | None = None) -> _Grids:
 
 def _sync_transform(array: AsyncArray) -> ChunkTransform | None:
     try:
-        return ChunkTransform(codecs=tuple(array.codec_pipeline))
+        # zarr's pipelines iterate their codecs; CodecPipeline does not declare it.
+        return ChunkTransform(codecs=tuple(array.codec_pipeline))  # type: ignore[arg-type]
     except TypeError:  # a codec that runs only in zarr's event loop
         return None
 

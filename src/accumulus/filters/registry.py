@@ -140,6 +140,8 @@ class FilterRegistry:
     def pair(self, hdf5_id: int) -> FilterPair:
         hdf5_side = self.hdf5_sides.get(hdf5_id)
         codec_side = self.codec_sides.get(hdf5_id)
+        hdf5_problem: str | None
+        codec_problem: str | None
         if hdf5_side is None:
             hdf5_problem = f"no installed package provides HDF5 filter {hdf5_id}"
         else:

@@ -134,7 +134,7 @@ class Service:
         stopped = guard.reason is not None and (
             not running.done() or running.exception() is not None
         )
-        if stopped:
+        if stopped and guard.reason is not None:
             if "client" in guard.reason:
                 raise ServiceError(f"answer abandoned: {guard.reason}", CLIENT_GONE)
             raise ServiceError(

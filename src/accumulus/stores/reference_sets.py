@@ -308,7 +308,7 @@ def _count(value: Any) -> bool:
         not isinstance(value, numbers.Integral) or isinstance(value, bool)
     ):
         return False
-    return value >= 0
+    return bool(value >= 0)  # type: ignore[operator]  # an int or a NumPy integer here
 
 
 def _span(first: int | None, last: int | None) -> int | None:
@@ -333,6 +333,7 @@ def _decoded_chunk_bytes(references: Any, array: str) -> int | None:
             document = _parsed(references.get(prefix + name))
             if document is None:
                 continue
+            metadata: ArrayV2Metadata | ArrayV3Metadata
             with zarr.config.set({"array.rectilinear_chunks": True}):
                 if name == "zarr.json":
                     metadata = ArrayV3Metadata.from_dict(document)
@@ -344,7 +345,10 @@ def _decoded_chunk_bytes(references: Any, array: str) -> int | None:
             continue
         if dtype.kind in "OT":
             return None
-        edges = [d.size if isinstance(d, FixedDimension) else max(d.edges) for d in grid.dimensions]
+        edges = [
+            d.size if isinstance(d, FixedDimension) else max(d.edges)  # type: ignore[attr-defined]
+            for d in grid.dimensions  # rectilinear (VaryingDimension) otherwise: it has edges
+        ]
         return prod(edges) * dtype.itemsize
     return None
 
