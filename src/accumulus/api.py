@@ -441,9 +441,11 @@ def _is_sidecar(
             store, "r", storage_options=storage_options, allow_references=allow_references
         )
         root = zarr.open_group(opened, mode="r")
-        return sidecar_settings(dict(root.attrs)) is not None
-    except Exception:  # not a readable group: the cube's own opening says what is wrong
+    # Not a readable group (ours: AccumulusError; zarr's and the store's errors): the cube's
+    # own opening says what is wrong.
+    except Exception:
         return False
+    return sidecar_settings(dict(root.attrs)) is not None
 
 
 def __getattr__(name: str) -> Any:

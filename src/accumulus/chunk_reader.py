@@ -164,12 +164,21 @@ class ChunkTooLarge(AccumulusError):
 
 
 class ChunkReadError(Exception):
-    """Reading or decoding ``request``'s chunk failed with ``cause``."""
+    """Reading or decoding ``request``'s chunk failed with ``cause`` (``reading``), or
+    consuming it did."""
 
-    def __init__(self, request: ChunkRequest, cause: BaseException) -> None:
+    def __init__(self, request: ChunkRequest, cause: BaseException, reading: bool = True) -> None:
         super().__init__(f"chunk {request.key}: {cause}")
         self.request = request
         self.cause = cause
+        self.reading = reading
+
+    @property
+    def of_the_data(self) -> bool:
+        """Whether the data is at fault: its bytes could not be read or decoded, or what
+        consumed them refused them (an ``AccumulusError``). Otherwise the consumer failed:
+        a fault of this program, to be raised as it is, not told to the user as theirs."""
+        return self.reading or isinstance(self.cause, AccumulusError)
 
 
 def read_chunks(
@@ -316,7 +325,7 @@ def _read_here(
     for future in futures:
         try:
             future.result()
-        except BaseException as exc:
+        except BaseException as exc:  # the first failure is raised once all have finished
             failed = failed or exc
     for tally in tallies:
         counts.requests += tally.requests
@@ -399,7 +408,7 @@ async def _read_all(
         try:
             async with limit:
                 fetched = await _fetch(request, fetcher)
-        except Exception as exc:
+        except Exception as exc:  # the store's errors (OSError; fsspec's, aiohttp's, botocore's)
             await held.give_back(cost)
             if isinstance(exc, ChunkReadError):
                 raise
@@ -464,13 +473,19 @@ def _consume_one(
     chunk: Callable[[], np.ndarray],
 ) -> None:
     """``consume(request, chunk())``: whatever fails, reading or summing, is raised as a
-    ``ChunkReadError`` naming the chunk."""
+    ``ChunkReadError`` naming the chunk (``reading`` says which)."""
     try:
-        consume(request, chunk())
+        values = chunk()
     except ChunkReadError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # the store's and the codecs' errors (OSError, numcodecs', zarr's)
         raise ChunkReadError(request, exc) from exc
+    try:
+        consume(request, values)
+    except ChunkReadError:
+        raise
+    except Exception as exc:  # named with its chunk; ``of_the_data`` tells whose fault
+        raise ChunkReadError(request, exc, reading=False) from exc
 
 
 class _Fetcher:
@@ -578,7 +593,7 @@ async def _read_inner(
         shard = _ShardBytes(fetcher, request, sharding)
         try:
             (decoded,) = await sharding.decode_partial([(shard, selection, shard_spec)])
-        except Exception:
+        except Exception:  # the store's or codecs' errors, maybe from an index rewritten since
             if partial and not await shard.index_unchanged():
                 continue  # read with an index the shard no longer has
             raise

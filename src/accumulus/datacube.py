@@ -389,7 +389,7 @@ class Datacube:
         check = _CHECKS.submit(_root_documents, stores)
         try:
             result = current.query(query, memory_bytes)
-        except Exception:
+        except Exception:  # asked again of a new snapshot if this one went stale, else raised
             if check.result() == known:
                 raise
         else:
@@ -409,7 +409,7 @@ def _root_documents(stores: list[Store]) -> tuple[dict[str, bytes], ...] | None:
     reading the snapshot then says what is wrong)."""
     try:
         return tuple(root_documents(*stores))
-    except Exception:
+    except Exception:  # the stores' errors: reading the snapshot raises them, said in a line
         return None
 
 

@@ -68,7 +68,7 @@ def _objects_stored(array: zarr.Array) -> int | None:
 
     try:
         return sync(count())
-    except Exception:  # as for bytes_stored: listing failures come in many kinds
+    except Exception:  # a store's listing errors, as for stores.arrays.bytes_stored
         return None
 
 

@@ -147,6 +147,8 @@ def rechunk(
         try:
             _write(root, plan, dest_store, fmt, consolidated, scheduler, progress)
         except ChunkReadError as failed:  # the destination is removed on the way out
+            if not failed.of_the_data:
+                raise
             raise AccumulusError(
                 f"{source_label}: {read_problem_text(failed)}; nothing was written (restore "
                 "the chunk, then run it again)"
@@ -325,7 +327,7 @@ def _destination(dest: str, source: str, storage_options: dict | None) -> Iterat
             raise AccumulusError(f"{text}: destination exists; remove it or choose another")
         try:
             yield store
-        except BaseException:
+        except BaseException:  # cleanup, then re-raised
             sync(_delete_all(store))
             raise
         return
@@ -342,7 +344,7 @@ def _destination(dest: str, source: str, storage_options: dict | None) -> Iterat
         if path.exists():
             path.rmdir()  # an empty directory, checked above
         staging.rename(path)
-    except BaseException:
+    except BaseException:  # cleanup, then re-raised
         shutil.rmtree(staging, ignore_errors=True)
         raise
 

@@ -120,7 +120,7 @@ class Shuffle(CodecSide):
 
         try:
             numcodecs.get_codec({"id": "shuffle", "elementsize": 4})
-        except Exception as exc:
+        except Exception as exc:  # numcodecs' (ImportError, ValueError): a reason, not a crash
             return f"no 'shuffle' codec in numcodecs here ({exc})"
         return None
 

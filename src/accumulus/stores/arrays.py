@@ -82,7 +82,9 @@ def bytes_stored(array: zarr.Array) -> int | None:
                 for name in names
             )
         return int(array.nbytes_stored())
-    except Exception:  # listing failures come in many kinds (403 from a web server, ...)
+    # A store's listing errors: OSError, fsspec's and aiohttp's (403 from a web server),
+    # NotImplementedError where a store cannot list.
+    except Exception:
         return None
     finally:
         _forget_listings(array.store_path.store)

@@ -108,8 +108,8 @@ def read_snapshots(*stores: Store) -> list[MetadataSnapshot | Exception]:
                 continue
             keys = [k for k in collect_aiterator(store.list()) if is_metadata_key(k)]
             found.append(MetadataSnapshot(_read_documents(store, keys), complete=True))
-        except Exception as exc:
-            found.append(exc)
+        except Exception as exc:  # kept, raised by the caller (whose remote_errors translate
+            found.append(exc)  # the store's errors only), as the root's reading was
     return found
 
 

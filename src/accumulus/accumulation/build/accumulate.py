@@ -439,6 +439,8 @@ def _fill(cube: RawCube, var: VariableInfo, root: zarr.Group, group: spec.Accumu
     try:
         return stream.fill(root, var, group, *args)
     except ChunkReadError as failed:
+        if not failed.of_the_data:
+            raise
         raise AccumulusError(
             f"{cube.label}: cannot read {var.name!r}: {read_problem_text(failed)}; the build "
             "stopped there (restore the chunk, then run it again)"

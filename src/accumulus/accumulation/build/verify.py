@@ -88,7 +88,9 @@ def verify_variable(cube: RawCube, variable: str, root: zarr.Group | None = None
     report = VerifyReport(variable)
     try:
         group = read_group(cube, variable, root)
-    except Exception as exc:  # an invalid group is exactly what verify reports
+    # An invalid group is exactly what verify reports: ours (AccumulusError) or zarr's on
+    # metadata it cannot read.
+    except Exception as exc:
         report.problems.append(str(exc))
         return report
     if group is None:
@@ -118,7 +120,9 @@ def verify_variable(cube: RawCube, variable: str, root: zarr.Group | None = None
             report.problems.append(str(problem))
     try:
         _compare(cube, var, group, checks)
-    except Exception as exc:  # a corrupt chunk (its checksum fails): say which
+    # A corrupt chunk (the codecs' errors: its checksum fails; the store's), which dask
+    # raises as it is: say which.
+    except Exception as exc:
         failing = [
             problem
             for acc in group.accumulations

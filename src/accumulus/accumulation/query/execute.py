@@ -151,6 +151,8 @@ def execute(
             cube.store,
         )
     except ChunkReadError as failed:
+        if not failed.of_the_data:
+            raise
         raise _read_error(cube, var, failed, groups.label) from None
     sums = total.result()
     if not checked and not np.isfinite(sums).all():

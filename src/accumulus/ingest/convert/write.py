@@ -63,7 +63,7 @@ def convert(
         if destination.exists():
             destination.rmdir()  # empty, checked above
         staging.rename(destination)
-    except BaseException as exc:
+    except BaseException as exc:  # cleanup, then re-raised (an interruption said in a line)
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(exc, KeyboardInterrupt):
             raise Interrupted(f"nothing was written to {dest}; run the command again") from None

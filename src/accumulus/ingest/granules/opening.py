@@ -33,7 +33,7 @@ def open_granule(
     file = _open_file(item, storage_options, allow_references)
     try:
         return read_granule(file, group, dim)
-    except BaseException:
+    except BaseException:  # cleanup, then re-raised
         file.close()
         raise
 
