@@ -73,18 +73,18 @@ SHARD_READS = 3
 # Read in the calling thread: a batch of at most this many decoded bytes, or of chunks
 # smaller than ``SIDE_BY_SIDE_CHUNK`` on average; other batches are split into runs read
 # side by side, one per worker. Small chunks cost more in Python (the GIL, one thread at a
-# time) than in their codecs: a series of 56 chunks of 210 KB took 12 ms in two runs and
-# 9 ms in one; 16 raw chunks of 2.4 MB, 40 ms in two runs and 67 ms in one.
+# time) than in their codecs, so they are read faster in one run; large ones in several
+# (docs/benchmarks.md, "Figures behind the code").
 IN_THREAD_BYTES = 2 * 2**20
 SIDE_BY_SIDE_CHUNK = 2**20
 WORKERS = max(2, min(4, os.cpu_count() or 1))
 # Runs side by side are read by workers and the calling thread, unless that is the main
 # thread: there numcodecs' Blosc decodes with threads of its own, which competed with the
-# workers (200 chunks of 2.4 MB on 2 cores: 0.24 s instead of 0.22), so it waits.
+# workers, so it waits.
 _POOL = ThreadPoolExecutor(WORKERS, thread_name_prefix="accumulus-read")
 # Chunks fetched through the event loop are decoded and summed by this many tasks at once,
 # each in a worker thread, taking the chunks that arrived together (4 and 6 measured alike
-# on 2 cores; 2 slower: 0.55 s instead of 0.43 for 200 chunks of 2.4 MB).
+# on 2 cores, 2 slower).
 CONSUMERS = 4
 # Those worker threads are this module's own, never zarr's: a ``consume`` may itself wait on
 # zarr I/O (a query's array weights), and zarr's reads of a local store run on its event
@@ -391,8 +391,7 @@ async def _read_all(
 ) -> None:
     """Fetch every chunk concurrently; decode and consume them in worker threads as they
     arrive, those that arrived together in one hand-over (up to ``IN_THREAD_BYTES`` decoded):
-    a plan of many small chunks then costs a few hand-overs, not two per chunk (846 chunks
-    of 54 KB: 0.7 s of CPU one by one)."""
+    a plan of many small chunks then costs a few hand-overs, not two per chunk."""
     limit = asyncio.Semaphore(MAX_IN_FLIGHT)
     held = _Held(memory_bytes)
     fetcher = _Fetcher(store, counts)
