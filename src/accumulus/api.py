@@ -51,7 +51,7 @@ from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
-from accumulus.stores.opening import open_store, store_label
+from accumulus.stores.opening import Mode, open_store, store_label
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
@@ -68,7 +68,7 @@ StoreLike = str | Store | RawCube | Datacube
 def open(
     store: StoreLike,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     variable: str | None = None,
     accumulations: str | Store | None = None,
@@ -87,7 +87,7 @@ def open(
 
 def _datacube(
     store: StoreLike,
-    storage_options: dict | None,
+    storage_options: dict[str, Any] | None,
     group: str | None,
     variable: str | None,
     accumulations: str | Store | None = None,
@@ -112,8 +112,8 @@ def _datacube(
 @scoped
 def open_cube(
     store: StoreLike,
-    mode: str = "r",
-    storage_options: dict | None = None,
+    mode: Mode = "r",
+    storage_options: dict[str, Any] | None = None,
     *,
     group: str | None = None,
     variable: str | None = None,
@@ -127,8 +127,8 @@ def open_cube(
     if isinstance(store, Datacube):
         return store.cube
     opened = open_store(
-        store,  # type: ignore[arg-type]
-        mode,  # type: ignore[arg-type]
+        store,
+        mode,
         storage_options=storage_options,
         allow_references=allow_references,
     )
@@ -151,7 +151,7 @@ def accumulate(
     rebuild: bool = False,
     shards: bool | None = None,
     progress: Progress | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     into: str | os.PathLike[str] | None = None,
     allow_missing_chunks: bool = False,
@@ -202,7 +202,9 @@ def accumulate(
                 found = [
                     coordinates.find(cube.raw, var.dims, k, variable) for k in coordinates.KINDS
                 ]
-                horizontal = [d for c in found for d in c.dims] if all(found) else []
+                horizontal = (
+                    [d for c in found if c is not None for d in c.dims] if all(found) else []
+                )
                 combos = spec.default_combinations(var.dims, horizontal)
             else:
                 combos = [_combination(c) for c in dims]
@@ -261,7 +263,7 @@ def answer(
     store: StoreLike,
     query: Query,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     group: str | None = None,
     accumulations: str | Store | None = None,
@@ -284,7 +286,7 @@ def query(
     over: Iterable[str] | str,
     ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     group: str | None = None,
     accumulations: str | Store | None = None,
@@ -309,7 +311,7 @@ def average(
     over: Iterable[str] | str,
     ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
@@ -347,7 +349,7 @@ def verify(
     store: StoreLike,
     variable: str | None = None,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
@@ -390,7 +392,7 @@ def verify_sources(
     sources: Sequence[str | os.PathLike[str]],
     *,
     dim: str | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     allow_references: Sequence[str] | None = None,
 ) -> list[SourceComparison]:
     """Compare the cube with the files it was made from, as xarray decodes them: every
@@ -411,7 +413,7 @@ def verify_sources(
 def inspect(
     store: StoreLike,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
@@ -430,7 +432,7 @@ def inspect(
 
 
 def _is_sidecar(
-    store: StoreLike, storage_options: dict | None, allow_references: Sequence[str] | None
+    store: StoreLike, storage_options: dict[str, Any] | None, allow_references: Sequence[str] | None
 ) -> bool:
     if not isinstance(store, str | os.PathLike):
         return False
@@ -439,9 +441,11 @@ def _is_sidecar(
             store, "r", storage_options=storage_options, allow_references=allow_references
         )
         root = zarr.open_group(opened, mode="r")
-        return sidecar_settings(dict(root.attrs)) is not None
-    except Exception:  # not a readable group: the cube's own opening says what is wrong
+    # Not a readable group (ours: AccumulusError; zarr's and the store's errors): the cube's
+    # own opening says what is wrong.
+    except Exception:
         return False
+    return sidecar_settings(dict(root.attrs)) is not None
 
 
 def __getattr__(name: str) -> Any:

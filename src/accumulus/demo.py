@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
@@ -21,6 +22,9 @@ import pandas as pd
 import xarray as xr
 
 from accumulus.ingest.layout import ArraySpec, choose_chunks
+
+if TYPE_CHECKING:
+    from accumulus.accumulation.query.answer import QueryResult
 
 VARIABLE = "precip"
 
@@ -58,6 +62,7 @@ class DemoConfig:
 
 def _block(block_info: dict | None = None, *, config: DemoConfig) -> np.ndarray:
     """One chunk of the field, from a seed derived from its position (reproducible)."""
+    assert block_info is not None  # dask's map_blocks passes it to a function that takes it
     location = block_info[None]["array-location"]
     (t0, t1), (y0, y1), (x0, x1) = location
     rng = np.random.default_rng([t0, y0, x0])
@@ -152,7 +157,7 @@ def full_scan(path: Path, over: list[str], selection: dict) -> tuple[xr.DataArra
     return answer, seconds, chunks, store.counts.read_bytes
 
 
-def compare(path: Path, name: str, over: list[str], ranges: dict) -> tuple[Comparison, object]:
+def compare(path: Path, name: str, over: list[str], ranges: dict) -> tuple[Comparison, QueryResult]:
     from accumulus import api
 
     selection = {d: slice(*r) for d, r in ranges.items()}
@@ -230,7 +235,7 @@ def run_demo(
     )
 
     first, last = map_period(config)
-    questions = [
+    questions: list[tuple[str, list[str], dict[str, Any], str]] = [
         (
             "area-averaged time series over West Africa and the Sahel (0-25N, 20W-40E)",
             ["lat", "lon"],

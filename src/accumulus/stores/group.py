@@ -44,7 +44,7 @@ def group_label(label: str, group: str | None) -> str:
 
 def split_view(store: Store) -> tuple[Store, str]:
     """The store a view (``group_view``, possibly of a view) was made of, and its group."""
-    parts = []
+    parts: list[str] = []
     while isinstance(store, GroupStore):
         parts.insert(0, store.prefix)
         store = store._store

@@ -91,8 +91,11 @@ def infer(arrays: Mapping[str, ArrayDoc], groups: Mapping[str, GroupDoc]) -> Inf
             )
         for dim, size in zip(dims, array.shape, strict=True):
             coordinate = arrays.get(dim)
-            bare = coordinate is not None and DIMENSIONS not in coordinate.attrs
-            if bare and coordinate.shape == (size,):
+            if (
+                coordinate is not None
+                and DIMENSIONS not in coordinate.attrs
+                and coordinate.shape == (size,)
+            ):
                 attrs.setdefault(dim, {DIMENSIONS: [dim]})
                 notes.setdefault(dim, f"dimension [{dim!r}]: a 1-D array named as it")
     return Inferred(attrs, notes)
@@ -168,7 +171,7 @@ class InferredConventionsStore(DelegatingStore):
         result = content if presented == document else json.dumps(presented).encode()
         if key == ".zmetadata" and content is not None and result is not None:
             self._consolidated = (content, result, self.inferred)
-        if result is content:
+        if result is None or result is content:
             return value
         return prototype.buffer.from_bytes(result)
 

@@ -25,10 +25,10 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import zarr
-from zarr.abc.store import ByteRequest, Store
+from zarr.abc.store import ByteRequest, Store, SupportsGetSync
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
 
@@ -108,8 +108,8 @@ def read_snapshots(*stores: Store) -> list[MetadataSnapshot | Exception]:
                 continue
             keys = [k for k in collect_aiterator(store.list()) if is_metadata_key(k)]
             found.append(MetadataSnapshot(_read_documents(store, keys), complete=True))
-        except Exception as exc:
-            found.append(exc)
+        except Exception as exc:  # kept, raised by the caller (whose remote_errors translate
+            found.append(exc)  # the store's errors only), as the root's reading was
     return found
 
 
@@ -282,7 +282,8 @@ def _documents_now(store: Store, keys: tuple[str, ...]) -> dict[str, bytes]:
     for key in keys:
         if root is not None:
             check_regular_file(root, key)
-        value = store.get_sync(key)
+        # Called where roots_read_here: a local or memory store, which reads synchronously.
+        value = cast(SupportsGetSync, store).get_sync(key)
         if value is not None:
             found[key] = value.to_bytes()
     return found
