@@ -36,9 +36,9 @@ from accumulus.accumulation.query.answer import QueryResult, run_query
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.query.request import (
     QUERY_DOC,
-    Bound,
     Query,
     QueryOptions,
+    Range,
     ResolvedQuery,
     resolve,
 )
@@ -345,7 +345,7 @@ class Datacube:
         self,
         variable: str,
         over: Iterable[str] | str,
-        ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+        ranges: Mapping[str, Range] | None = None,
         *,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
         **options: Unpack[QueryOptions],
@@ -361,7 +361,7 @@ class Datacube:
         self,
         variable: str,
         over: Iterable[str] | str,
-        ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+        ranges: Mapping[str, Range] | None = None,
         *,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
         **options: Unpack[QueryOptions],

@@ -72,6 +72,8 @@ class BuildResult:
     # where the store cannot list them).
     stored: Mapping[str, int | None] = field(default_factory=dict)
     raw_stored: int | None = None
+    # What the request kept from the group's last build, as a person reads it ("" nothing).
+    kept: str = ""
 
 
 def build_accumulations(

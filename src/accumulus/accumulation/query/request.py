@@ -54,6 +54,7 @@ from accumulus.regions import Shape, as_shape
 STATS = tuple(statistics.STATISTICS)
 
 Bound = Any  # a coordinate label (str, number, date), or None for an open end
+Range = tuple[Bound, Bound] | slice  # inclusive, as ``sel(dim=slice(start, end))``
 
 # Which plan runs when accumulations can answer: "cheaper", the accumulations' plan or the
 # plain scan, whichever reads less (``cost``); "accumulation", the accumulations' plan even
@@ -90,12 +91,12 @@ class Query:
         cls,
         variable: str,
         over: Iterable[str] | str,
-        ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+        ranges: Mapping[str, Range] | None = None,
         **options: Unpack[QueryOptions],
     ) -> Query:
         """The query as Python users write it: ``over`` as "lat,lon" or names, ``ranges``
-        None for none, ``shape`` as anything ``regions.as_shape`` takes (a region's name, a
-        file, GeoJSON, a geometry)."""
+        None for none, each a ``(start, end)`` pair or a ``slice(start, end)``, ``shape`` as
+        anything ``regions.as_shape`` takes (a region's name, a file, GeoJSON, a geometry)."""
         shape = options.get("shape")
         if shape is not None and not isinstance(shape, Shape):
             try:
@@ -103,7 +104,8 @@ class Query:
             except AccumulusError as exc:
                 raise ParameterError("shape", str(exc)) from None
         options["shape"] = shape
-        return cls(variable, split_list(over), dict(ranges or {}), **options)
+        bounds = {dim: as_bounds(dim, r) for dim, r in (ranges or {}).items()}
+        return cls(variable, split_list(over), bounds, **options)
 
 
 class QueryOptions(TypedDict, total=False):
@@ -121,8 +123,8 @@ class QueryOptions(TypedDict, total=False):
 # What the Python API's ``average`` and ``query`` say about a query, written once.
 QUERY_DOC = """\
 The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
-``over`` ("lat,lon" or a list), within inclusive label ``ranges`` ({dim: (start, end)},
-like ``sel(dim=slice(start, end))``; None for an open end). Equals
+``over`` ("lat,lon" or a list), within inclusive label ``ranges`` ({dim: (start, end)} or
+{dim: slice(start, end)}, as ``sel`` takes them; None for an open end). Equals
 ``da.sel(...).weighted(w).mean(over)`` on the raw data.
 
 ``weights``: "area" (cos latitude), "none", or an array of the dataset; by default the
@@ -187,6 +189,23 @@ def split_list(text: str | Iterable[str]) -> tuple[str, ...]:
     """``"lat, lon"`` (or a list of names) as ``("lat", "lon")``."""
     items = text.split(",") if isinstance(text, str) else text
     return tuple(s for s in (str(i).strip() for i in items) if s)
+
+
+def as_bounds(dim: str, value: Any) -> tuple[Bound, Bound]:
+    """A range as Python users write it: ``(start, end)`` or ``slice(start, end)``."""
+    if isinstance(value, slice):
+        if value.step is not None:
+            raise ParameterError(
+                dim, f"range {dim}={value!r}: a step does not average; give slice(start, end)"
+            )
+        return value.start, value.stop
+    if isinstance(value, tuple | list) and len(value) == 2:
+        return value[0], value[1]
+    raise ParameterError(
+        dim,
+        f"range {dim}={value!r}: give (start, end) or slice(start, end), inclusive labels "
+        "(None for an open end)",
+    )
 
 
 def split_range(dim: str, text: str) -> tuple[str | None, str | None]:
