@@ -16,7 +16,11 @@ elements, month or year boundaries, labels) are not ZEP 5 accumulations: they ar
 of ``_ACCUMULATION_GROUP`` (a ZEP 5 reader sees ``{}`` for their combination, or the
 chunk-end arrays of the same combination if there are any, and is not misled) and described
 in the ``accumulus`` attribute under ``positioned``, with their positions. Their arrays carry
-``_ARRAY_DIMENSIONS`` but no ``_ACCUMULATION_STRIDE``, which could only say "every k chunks".
+``_ARRAY_DIMENSIONS`` but no ``_ACCUMULATION_STRIDE``, which could only say "every k chunks",
+so they live in a subgroup, ``accumulus_positions``, where a ZEP 5 reader does not look: the
+group itself and every array in it follow the seed's schemas. The ``accumulus`` attribute
+names them by their path in the group (``accumulus_positions/acc_time_at_month``); groups
+written before (positioned arrays directly in the group) are read as they are.
 """
 
 from __future__ import annotations
@@ -82,6 +86,9 @@ FACTORED_HOLDERS = {SUM: SUM, COUNT: COUNT}
 # Groups say "inner chunk" in their ``accumulus`` attribute; no mention means "chunk".
 CHUNK = "chunk"
 INNER_CHUNK = "inner chunk"
+
+# The subgroup of an accumulation group holding its positioned arrays.
+POSITIONS_GROUP = "accumulus_positions"
 
 
 def group_name(variable: str) -> str:
@@ -291,10 +298,13 @@ def make_group(
         held = holders
         if placement is not None and placement.factored:
             held = {**FACTORED_HOLDERS, **{t: holders[t] for t in TALLIES if t in holders}}
-        suffix = ""
+        prefix, suffix = "", ""
         if placement is not None:
+            prefix = f"{POSITIONS_GROUP}/"
             suffix = "_at_" + "_".join(rule_slug(placement.rules[d]) for d in ordered)
-        arrays = {term: array_name(holder, ordered) + suffix for term, holder in held.items()}
+        arrays = {
+            term: prefix + array_name(holder, ordered) + suffix for term, holder in held.items()
+        }
         accumulations.append(Accumulation(ordered, strides, arrays, dims, placement))
     return AccumulationGroup(
         variable=variable,
