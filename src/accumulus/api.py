@@ -156,8 +156,15 @@ def accumulate(
     into: str | os.PathLike[str] | None = None,
     allow_missing_chunks: bool = False,
     allow_references: Sequence[str] | None = None,
+    minimal: bool = False,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
+
+    With no ``dims``, ``at``, ``strides`` or ``minimal``, the default layout
+    (``spec.default_layout``): time at every day, and latitude+longitude at every cell, so
+    series over any box and maps over any period read no raw chunk (about two full-size
+    arrays of sums: ``inspect`` reports what they take). ``minimal``: ZEP 5 as written
+    only (every dimension alone plus latitude+longitude, at chunk ends).
 
     ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("latitude",
     "longitude")]`` (a string "latitude,longitude" also works); default every dimension alone
@@ -198,18 +205,22 @@ def accumulate(
             )
             var = cube.variable(variable)
             check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
+            positions = parse_at(at)
             if dims is None:
                 found = [
                     coordinates.find(cube.raw, var.dims, k, variable) for k in coordinates.KINDS
                 ]
                 horizontal = [d for c in found for d in c.dims] if all(found) else []
-                combos = spec.default_combinations(var.dims, horizontal)
+                if minimal or at is not None or strides:
+                    combos = spec.default_combinations(var.dims, horizontal)
+                else:  # no options: the layout that answers from accumulations
+                    combos, positions = spec.default_layout(var.dims, horizontal)
             else:
                 combos = [_combination(c) for c in dims]
             request = spec.BuildRequest(
                 combinations=tuple(combos),
                 strides=dict(strides or {}),
-                at=parse_at(at),
+                at=positions,
                 weights=resolve_weights(cube.decoded, variable, weights),
                 shards=shards,
             )

@@ -58,6 +58,12 @@ def accumulate(
         "--shards/--no-shards",
         help="Write the accumulation arrays in shards (Zarr v3). Default: when the variable is.",
     ),
+    minimal: bool = typer.Option(
+        False,
+        "--minimal",
+        help="ZEP 5 as written only: every dimension alone plus latitude,longitude at chunk "
+        "ends (the default adds entries at every day and every cell: see inspect).",
+    ),
     into: str = typer.Option(
         None,
         "--into",
@@ -92,6 +98,7 @@ def accumulate(
             group=group,
             into=into,
             allow_references=allow_references or None,
+            minimal=minimal,
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")

@@ -620,3 +620,28 @@ def default_combinations(dims: Sequence[str], horizontal: Sequence[str]) -> list
     if len(together) > 1:
         combos.append(together)
     return combos
+
+
+def default_layout(
+    dims: Sequence[str], horizontal: Sequence[str]
+) -> tuple[list[tuple[str, ...]], dict[str, Rule]]:
+    """What ``accumulate`` builds with no options: the combinations and positions that answer
+    the common questions without a raw chunk, whatever the raw chunks.
+
+    - Each dimension other than the ``horizontal`` ones (time) alone, with an entry at every
+      element: a map over any period, day-precise, is two entries.
+    - The horizontal dimensions together, with an entry at every cell (kept as rows along
+      latitude with area weights): a series over any box, for any period, reads no raw
+      chunk.
+
+    Without horizontal dimensions (no latitude and longitude found), ZEP 5 as written:
+    ``default_combinations`` at chunk ends. What it costs is storage (about two full-size
+    float64 arrays of sums plus their counts), which ``accumulate`` and ``inspect`` report;
+    ``--minimal`` builds the ZEP 5 layout only."""
+    together = tuple(d for d in dims if d in horizontal)
+    if len(together) < 2:
+        return default_combinations(dims, horizontal), {}
+    combos: list[tuple[str, ...]] = [(d,) for d in dims if d not in together]
+    combos.append(together)
+    at: dict[str, Rule] = {d: 1 for d in dims}
+    return combos, at
