@@ -171,10 +171,15 @@ def inspect(
         cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())
         objects = [a["objects"] for acc in g["accumulations"] for a in _unique_arrays(acc)]
         console.print(
-            f"[bold]{g['path']}[/] ({g['producer']}), weights {g['weights']}, {status}; "
+            f"[bold]{g['path']}[/] ({g['producer']}), {g['layout']} layout, weights "
+            f"{g['weights']}, {status}; "
             f"covers {cover}; strides count {g['stride_unit']}s; "
             + ("objects unknown" if None in objects else f"{sum(objects)} objects")
         )
+        sizes = [acc["bytes_stored"] for acc in g["accumulations"]]
+        if g["accumulations"] and None not in sizes:
+            raw = g["accumulations"][0]["raw_bytes_stored"]
+            console.print("  all accumulations: " + stored_text(sum(sizes), raw))
         for acc in g["accumulations"]:
             arrays = ", ".join(
                 f"{a['path'].rsplit('/', 1)[-1]} {'x'.join(map(str, a['shape']))} "

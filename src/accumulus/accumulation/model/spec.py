@@ -645,3 +645,26 @@ def default_layout(
     combos.append(together)
     at: dict[str, Rule] = {d: 1 for d in dims}
     return combos, at
+
+
+def layout_name(group: AccumulationGroup) -> str:
+    """What a group's layout is, as ``inspect`` names it: ``default`` (what ``accumulate``
+    builds with no options: ``default_layout``), ``ZEP 5`` (entries at chunk ends only, as
+    ``--minimal`` builds), or ``custom`` (other ``--dims``, ``--stride`` or ``--at``)."""
+    if all(a.is_zep5 for a in group.accumulations):
+        return "ZEP 5"
+    combos = [a.dims for a in group.accumulations]
+    together = [c for c in combos if len(c) > 1]
+    alone = {c[0] for c in combos if len(c) == 1}
+    every_element = all(
+        a.placement is not None and set(a.placement.rules.values()) == {1}
+        for a in group.accumulations
+    )
+    if (
+        every_element
+        and len(together) == 1
+        and alone == set(group.variable_dims) - set(together[0])
+        and len(combos) == len(alone) + 1
+    ):
+        return "default"
+    return "custom"
