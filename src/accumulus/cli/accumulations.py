@@ -30,7 +30,8 @@ def accumulate(
         None,
         "--dims",
         help="A combination to accumulate, e.g. time or latitude,longitude (repeatable). "
-        "Default: every dimension alone plus latitude,longitude.",
+        "Default: time at every element and lat,lon at every cell (any box, any period, "
+        "no raw chunk); with --minimal, --stride or --at: every dimension alone plus lat,lon.",
     ),
     stride: list[str] = typer.Option(
         None, "--stride", help="Accumulate every k chunks along a dimension: time=2 (repeatable)."
