@@ -29,7 +29,7 @@ from accumulus import coordinates
 from accumulus.accessor import opened_store
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups, read_group
-from accumulus.accumulation.model.positions import parse_at, rule_slug
+from accumulus.accumulation.model.positions import Rule, parse_at, rule_slug
 from accumulus.accumulation.model.record import recorded_request, stored_record
 from accumulus.accumulation.model.sidecar import Sidecar, sidecar_settings
 from accumulus.accumulation.model.sidecar import (
@@ -159,13 +159,20 @@ def accumulate(
     into: str | os.PathLike[str] | None = None,
     allow_missing_chunks: bool = False,
     allow_references: Sequence[str] | None = None,
+    minimal: bool = False,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
+    With no ``dims``, ``at``, ``strides`` or ``minimal``, the default layout
+    (``spec.default_layout``): time at every day, and latitude+longitude at every cell, so
+    series over any box and maps over any period read no raw chunk (about two full-size
+    arrays of sums: ``inspect`` reports what they take). ``minimal``: ZEP 5 as written
+    only (every dimension alone plus latitude+longitude, at chunk ends).
+
     ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("lat", "lon")]``
-    (a string "lat,lon" also works); default every dimension alone
-    plus the latitudes' and longitudes' dimensions together. ``weights``: "area" (cos
-    latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the name of an array of the
+    (a string "lat,lon" also works); with ``minimal``, ``at`` or ``strides`` the default is
+    every dimension alone plus the latitudes' and longitudes' dimensions together.
+    ``weights``: "area" (cos latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the name of an array of the
     dataset; default the cell areas ``cell_measures`` names, else "area" where latitudes are
     found, else "none".
     ``strides``: accumulate every k chunks along a dimension (default 1).
@@ -206,8 +213,10 @@ def accumulate(
             var = cube.variable(variable)
             check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
             side = open_store(into, "w", storage_options=storage_options) if into else None
-            kept, unknown = (None, None) if reset else _built_with(cube, variable, side)
-            request, kept_text = _request(cube, variable, dims, weights, strides, at, kept)
+            kept, unknown = (None, None) if reset or minimal else _built_with(cube, variable, side)
+            request, kept_text = _request(
+                cube, variable, dims, weights, strides, at, kept, minimal=minimal
+            )
             request = replace(request, shards=shards)
             if unknown is not None:
                 kept_text = f"what it was built with cannot be read ({unknown}); built anew"
@@ -289,10 +298,15 @@ def _request(
     strides: Mapping[str, int] | None,
     at: str | Mapping[str, Any] | None,
     kept: spec.BuildRequest | None,
+    *,
+    minimal: bool = False,
 ) -> tuple[spec.BuildRequest, str]:
     """The request: what is given, and for the rest what the group was built with (``kept``)
-    or else the defaults; and what was kept, as a person reads it ("" when nothing)."""
+    or else the defaults (``spec.default_layout`` when nothing at all is given, the ZEP 5
+    layout when ``minimal``, ``at`` or ``strides`` are); and what was kept, as a person reads
+    it ("" when nothing)."""
     var = cube.variable(variable)
+    default_at: dict[str, Rule] = {}
     if dims is not None:
         combos = [_combination(c) for c in dims]
     elif kept is not None:  # in the variable's order, as the defaults are
@@ -300,11 +314,14 @@ def _request(
     else:
         found = [coordinates.find(cube.raw, var.dims, k, variable) for k in coordinates.KINDS]
         horizontal = [d for c in found if c is not None for d in c.dims] if all(found) else []
-        combos = spec.default_combinations(var.dims, horizontal)
+        if minimal or at is not None or strides:
+            combos = spec.default_combinations(var.dims, horizontal)
+        else:  # no options: the layout that answers from accumulations
+            combos, default_at = spec.default_layout(var.dims, horizontal)
     accumulated = {d for combo in combos for d in combo}
     kept_at = {d: r for d, r in (kept.at if kept else {}).items() if d in accumulated}
     kept_strides = {d: s for d, s in (kept.strides if kept else {}).items() if d in accumulated}
-    given_at = parse_at(at)
+    given_at = {**default_at, **parse_at(at)}
     request = spec.BuildRequest(
         combinations=tuple(combos),
         strides={**kept_strides, **(strides or {})},

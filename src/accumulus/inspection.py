@@ -135,6 +135,8 @@ def describe_cube(cube: RawCube, found: AccumulationGroups | None = None) -> dic
                 "weights": group.weights,
                 "complete": group.complete,
                 "stride_unit": group.stride_unit,
+                # default (accumulate with no options), ZEP 5 (--minimal) or custom.
+                "layout": spec.layout_name(group),
                 "coverage": {
                     d: {"covered": int(group.coverage.get(d, 0)), "size": n}
                     for d, n in zip(var.dims, var.shape, strict=True)

@@ -152,7 +152,7 @@ def _build(
         variable, var.dims, request, coverage, holders, placements, stride_unit(var)
     )
     for name in (wanted.path, *(a for acc in wanted.accumulations for a in acc.arrays.values())):
-        check_component(f"cannot accumulate {variable!r}", name)
+        check_component(f"cannot accumulate {variable!r}", name.rpartition("/")[2])
     stored = target.root(cube)
     previous = _stored_record(stored, variable)
     try:

@@ -45,7 +45,8 @@ def read_group(
         return None
     if not isinstance(node, zarr.Group):
         raise AccumulusError(f"{cube.label}: {path} is an array, expected a ZEP 5 group")
-    members = {name: child for name, child in node.members()}
+    # Positioned arrays are in a subgroup (``spec.POSITIONS_GROUP``), named by their path.
+    members = {name: child for name, child in node.members(max_depth=None)}
 
     def array_attrs(name: str) -> Mapping[str, Any] | None:
         child = members.get(name)
