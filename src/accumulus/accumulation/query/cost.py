@@ -101,7 +101,11 @@ class Storage:
 
 def storage_of(store: Store) -> Storage:
     """A store's latency: what its wrappers add (the benchmarks' and tests' counting store),
-    else none on a local directory, memory or zip file, else an object store's."""
+    else none on a local directory, memory or zip file, else an object store's. Worked out
+    once per store object (a snapshot's is asked at every query)."""
+    known = _STORAGE.get(id(store))
+    if known is not None and known[0] is store:
+        return known[1]
     latency, inner = 0.0, store
     while True:
         latency += float(getattr(inner, "latency", 0.0) or 0.0)
@@ -111,7 +115,14 @@ def storage_of(store: Store) -> Storage:
         inner = below
     if not isinstance(inner, LocalStore | MemoryStore | ZipStore):
         latency = max(latency, OBJECT_STORE_LATENCY)
-    return Storage(latency, reads_synchronously(store))
+    storage = Storage(latency, reads_synchronously(store))
+    if len(_STORAGE) >= 256:
+        _STORAGE.clear()
+    _STORAGE[id(store)] = (store, storage)  # keeps the store alive: its id is not reused
+    return storage
+
+
+_STORAGE: dict[int, tuple[Store, Storage]] = {}
 
 
 class _Tally:
@@ -163,21 +174,21 @@ def plan_cost(
     """The estimated cost of reading and summing these chunks (distinct ones, as a plan's
     batch reads them): raw chunks of ``var`` and accumulation chunks."""
     raw_path = var.array.store_path.path
-    bounds: dict[str, Any] = {}
+    arrays: dict[str, tuple[Any, float, bool]] = {}  # by path: bounds, decode rate, raw
     tally = _Tally()
     raw_rate = raw_sum_rate(var, terms, over)
+    entry_rate = entry_sum_rate()
     for request in requests:
         array = request.array
         path = array.store_path.path
-        if path not in bounds:
-            bounds[path] = array_bounds(array)
-        values = prod(b.sizes[c] for b, c in zip(bounds[path], request.coords, strict=True))
+        known = arrays.get(path)
+        if known is None:
+            known = arrays[path] = (array_bounds(array), decode_rate(array), path == raw_path)
+        bounds, decoding, raw = known
+        values = prod(b.sizes[c] for b, c in zip(bounds, request.coords, strict=True))
         nbytes = values * array.dtype.itemsize
-        if path == raw_path:
-            summing = raw_rate.per_chunk + values * raw_rate.per_value
-        else:
-            summing = values * entry_sum_rate()
-        tally.add(1, nbytes, nbytes * decode_rate(array) + summing)
+        summing = raw_rate.per_chunk + values * raw_rate.per_value if raw else values * entry_rate
+        tally.add(1, nbytes, nbytes * decoding + summing)
     return tally.cost(storage, memory_bytes)
 
 
@@ -279,18 +290,36 @@ def decode_rate(array: zarr.Array) -> float:
     sample it encoded (chains zarr runs only in its event loop, and sharded arrays, are given
     the rate of zarr's default compressor)."""
     metadata = array.metadata
+    known = _DECODE.get(id(metadata))
+    if known is not None and known[0] is metadata:
+        return known[1]
     codecs = tuple(array.async_array.codec_pipeline)
     dtype = metadata.dtype.to_native_dtype()
     key = ("decode", repr(codecs), str(dtype))
-    return _measured(key, lambda: _decode_rate(codecs, metadata, dtype))
+    chunk = _chunk_shape(array_bounds(array))
+    rate: float = _measured(key, lambda: _decode_rate(codecs, metadata, dtype, chunk))
+    if len(_DECODE) >= 256:
+        _DECODE.clear()
+    _DECODE[id(metadata)] = (metadata, rate)  # by identity: repr of the codecs costs more
+    return rate
 
 
-def _decode_rate(codecs: tuple[Any, ...], metadata: Any, dtype: np.dtype) -> float:
+_DECODE: dict[int, tuple[Any, float]] = {}
+
+
+def _chunk_shape(bounds: Sequence[Any]) -> tuple[int, ...]:
+    """The largest chunk's extent along each dimension (regular or rectilinear grids)."""
+    return tuple(max(b.sizes, default=1) for b in bounds)
+
+
+def _decode_rate(
+    codecs: tuple[Any, ...], metadata: Any, dtype: np.dtype, chunk: tuple[int, ...]
+) -> float:
     try:
         transform = ChunkTransform(codecs=codecs)
     except TypeError:  # a codec only zarr's event loop runs: assume a common compressor
         return _default_decode_rate()
-    shape = _sample_shape(tuple(metadata.chunks) if hasattr(metadata, "chunks") else ())
+    shape = _sample_shape(chunk)
     if len(shape) != metadata.ndim or any(type(c).__name__ == "ShardingCodec" for c in codecs):
         return _default_decode_rate()
     spec = ArraySpec(
@@ -345,7 +374,7 @@ def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -
         return _best_of(lambda: reduce_terms(var.decoder.values(stored), weights, terms, axes))
 
     def measure() -> tuple[float, float]:
-        shape = _sample_shape(var.array.chunks)
+        shape = _sample_shape(_chunk_shape(var.bounds))
         small = tuple(1 for _ in shape)
         per_chunk = reduce_seconds(small)
         return per_chunk, max(0.0, reduce_seconds(shape) - per_chunk) / prod(shape)
