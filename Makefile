@@ -49,6 +49,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_append.py
 	$(BIN)/python benchmarks/bench_interop.py
 	$(BIN)/python benchmarks/bench_shapes.py
+	$(BIN)/python benchmarks/bench_planner.py
 
 clean:
 	rm -rf $(VENV) demo-output site .pytest_cache .hypothesis

@@ -172,9 +172,9 @@ def accumulate(
     ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("lat", "lon")]``
     (a string "lat,lon" also works); with ``minimal``, ``at`` or ``strides`` the default is
     every dimension alone plus the latitudes' and longitudes' dimensions together.
-    ``weights``: "area" (cos latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the name of an array of the
-    dataset; default the cell areas ``cell_measures`` names, else "area" where latitudes are
-    found, else "none".
+    ``weights``: "area" (cos latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the
+    name of an array of the dataset; default the cell areas ``cell_measures`` names, else
+    "area" where latitudes are found, else "none".
     ``strides``: accumulate every k chunks along a dimension (default 1).
     ``at``: where entries end along a dimension instead of chunk ends, e.g.
     ``{"time": "month"}``, ``{"time": 1}`` (every element), ``{"lat": 1, "lon": 1}``,

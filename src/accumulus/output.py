@@ -61,7 +61,13 @@ def result_json(result: QueryResult) -> dict[str, Any]:
         "coords": {str(d): labels(data[d].values) for d in data.dims},
         "values": _values(np.asarray(data.values)),
         "units": data.attrs.get("units"),
-        "plan": result.stats.to_dict(),  # measured at the store: the plan that ran
+        # The plan that ran, measured at the store, and the planner's estimate of its time.
+        "plan": result.stats.to_dict()
+        | {
+            "estimated_seconds": None
+            if result.estimate is None
+            else round(result.estimate.seconds, 6)
+        },
         # What the planner estimated each candidate would read, when it chose between them.
         "estimates": {name: cost.to_dict() for name, cost in result.costs.items()},
         "note": result.note,

@@ -57,8 +57,8 @@ Bound = Any  # a coordinate label (str, number, date), or None for an open end
 Range = tuple[Bound, Bound] | slice  # inclusive, as ``sel(dim=slice(start, end))``
 
 # Which plan runs when accumulations can answer: "cheaper", the accumulations' plan or the
-# plain scan, whichever reads less (``cost``); "accumulation", the accumulations' plan even
-# when a scan would read less (to check or time the accumulations).
+# plain scan, whichever is estimated faster (``cost``); "accumulation", the accumulations'
+# plan even when a scan would be faster (to check or time the accumulations).
 PlanChoice = Literal["cheaper", "accumulation"]
 PLANS: tuple[PlanChoice, ...] = get_args(PlanChoice)
 
@@ -131,7 +131,7 @@ The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the di
 accumulations' weights. ``shape`` (``"ar6:WAF"``, ``"basins.geojson:Amazon"``, GeoJSON, a
 shapely geometry) keeps the cells whose centres it holds, as ``da.where(mask)`` would.
 ``use_accumulation=False`` scans the raw data. ``plan``: "cheaper" runs the accumulations'
-plan when it reads less than a plain scan, "accumulation" always."""
+plan when it is estimated faster than a plain scan, "accumulation" always."""
 
 
 @dataclass(frozen=True)
