@@ -1,5 +1,6 @@
 """Chunks that fit any grid: along the append dimension, at most a calendar year of the
-archive's steps, so a small grid never gets chunks of hundreds of thousands of steps."""
+archive's steps (or 10 MiB of them when a year holds less), so a small grid never gets
+chunks of hundreds of thousands of steps, and yearly data not chunks of one step."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def test_48_imerg_granules_make_a_small_store(tmp_path):
     files = imerg_series(tmp_path / "in", dt.datetime(2000, 6, 1), 49)  # the 10 x 10 cut
     path = tmp_path / "imerg.zarr"
     created = accumulus.append(str(path), files[:48])
-    assert "time=17532" in created.chunking.reason  # 365.2425 days of half hours
+    # 365.2425 days of half hours are 17532 steps, 6.7 MiB: a chunk holds 10 MiB of them.
+    assert "time=up to 26215" in created.chunking.reason
     before = store_bytes(path)
     assert before <= 2 * 2**20
 
@@ -66,7 +68,22 @@ def test_the_byte_target_still_rules_large_grids():
     choice = choose_chunks(specs, "time", year=17532)
     assert choice.chunks["precipitation"] == (4, 3600, 1800)
     small = {"precipitation": ArraySpec(("time", "lon", "lat"), (1, 10, 10), 4, False)}
-    assert choose_chunks(small, "time", year=17532).chunks["precipitation"][0] == 17532
+    assert choose_chunks(small, "time", year=17532).chunks["precipitation"][0] == 26215  # 10 MiB
     assert choose_chunks(small, "time").chunks["precipitation"][0] == 262144  # bytes alone
     given = choose_chunks(small, "time", {"time": 48}, year=17532)
     assert given.chunks["precipitation"][0] == 48  # a user's rule wins
+
+
+@pytest.mark.parametrize(
+    ("grid", "itemsize", "year", "steps"),
+    [
+        ((180, 360), 4, 1, 41),  # yearly 1-degree maps: 10 MiB of steps, not one step
+        ((180, 360), 4, 12, 41),  # monthly: 3.4 years a chunk, not one
+        ((180, 360), 4, 365, 365),  # daily: a year (90 MiB)
+        ((161, 320), 2, 1461, 1017),  # 6-hourly ECMWF MACC CO2: the 100 MiB target first
+        ((721, 1440), 4, 1, 3),  # yearly 0.25-degree maps: 3 steps make 10 MiB
+    ],
+)
+def test_a_chunk_is_a_year_of_steps_or_10_mib(grid, itemsize, year, steps):
+    specs = {"v": ArraySpec(("time", "lat", "lon"), (1, *grid), itemsize, False)}
+    assert choose_chunks(specs, "time", year=year).chunks["v"][0] == steps

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from math import prod
 
 from accumulus.errors import AccumulusError
-from accumulus.grid import MONTH, PER_GRANULE, YEAR
+from accumulus.grid import MONTH, PER_GRANULE, YEAR, growing_rule
 
 TARGET_CHUNK_BYTES = 100 * 2**20
 MIN_CHUNK_BYTES = 10 * 2**20
@@ -53,6 +53,9 @@ class ArraySpec:
 class ChunkChoice:
     chunks: dict[str, tuple[int, ...]]  # array name -> chunk shape, in its dimensions' order
     reason: str  # what was chosen and why, for the user
+    # The variable rule chunks along the append dimension follow when chosen here (growing
+    # chunks, ``grid.growing_rule``); None: as asked, or regular.
+    rule: str | None = None
     # Data variables' shard shapes (inner chunks are ``chunks``); empty: not sharded.
     shards: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
@@ -63,13 +66,16 @@ def choose_chunks(
     given: Mapping[str, int] | None = None,
     rule: str | None = None,
     year: int | None = None,
+    grow: bool = False,
 ) -> ChunkChoice:
     """Chunk shapes for every array of a new cube appended along ``dim``.
 
     With a variable ``rule`` (a key of ``RULE_TEXT``) the data variables' chunks along
     ``dim`` are declared as values arrive (``VariableGrid``); the arrays are created, still
     empty, with one step there. ``year``: how many steps of the archive's cadence make a
-    calendar year; chunks chosen from bytes hold no more (``ingest/cadence.py``)."""
+    calendar year; chunks chosen from bytes hold no more (``cadence_steps``). ``grow``
+    (Zarr v3): chunks chosen from bytes grow to that size with the cube (``GrowingGrid``):
+    the arrays are created with one step along ``dim`` and ``rule`` says how they grow."""
     given = dict(given or {})
     _check_dimensions("--chunks", given, arrays)
     for d, size in given.items():
@@ -85,22 +91,53 @@ def choose_chunks(
     elif dim in given:
         steps = int(given[dim])
     elif largest is not None:
-        steps = max(1, TARGET_CHUNK_BYTES // step_bytes[largest])
-        steps = min(steps, year) if year else steps
+        steps = cadence_steps(step_bytes[largest], year)
     else:
         steps = 1
+    grown = growing_rule(steps) if grow and rule is None and dim not in given and data else None
     for name, spec in arrays.items():
         sizes = dict(zip(spec.dims, spec.shape, strict=True))
         if name in data:
-            chunks[name] = _with(spec.dims, step_chunks[name], dim, steps)
+            # Growing chunks are declared as values arrive (``GrowingGrid``).
+            along = 1 if grown else steps
+            chunks[name] = _with(spec.dims, step_chunks[name], dim, along)
         elif dim in spec.dims:
             one_step = prod(n for d, n in sizes.items() if d != dim) * spec.itemsize
             along = max(1, COORDINATE_CHUNK_BYTES // max(1, one_step))
             chunks[name] = _with(spec.dims, spec.shape, dim, along)
         else:
             chunks[name] = tuple(max(1, n) for n in spec.shape)
-    reason = _reason(data, chunks, step_bytes, largest, dim, steps, given, rule, year)
-    return ChunkChoice(chunks, reason)
+    shown = dict(chunks)
+    if grown and largest is not None:
+        shown[largest] = _with(data[largest].dims, step_chunks[largest], dim, steps)
+    reason = _reason(data, shown, step_bytes, largest, dim, steps, given, rule, year)
+    if grown:
+        reason = reason.replace(f"{dim}={steps}", f"{dim}=up to {steps}", 1)
+        reason = _with_growth(reason, dim, steps)
+    return ChunkChoice(chunks, reason, rule=grown)
+
+
+def _with_growth(reason: str, dim: str, steps: int) -> str:
+    """``reason`` saying, before its note on coordinates, how chunks grow to ``steps``."""
+    tail = f"); coordinates along {dim} in chunks of about 1 MiB"
+    growth = (
+        f"; chunks along {dim} grow with the cube, each new one as long as the cube before "
+        f"it, up to {steps} steps: a query decodes at most about twice what the cube holds"
+    )
+    head = reason.removesuffix(tail)
+    return f"{head}{growth}{tail}" if head != reason else f"{reason}{growth}"
+
+
+def cadence_steps(step_bytes: int, year: int | None) -> int:
+    """How many steps of the append dimension a chunk holds when they are not given: as many
+    as fit ``TARGET_CHUNK_BYTES``, and at most a calendar year of them (``year``), unless a
+    year holds less than ``MIN_CHUNK_BYTES``: then as many as make that (a 51-year series of
+    yearly maps reads one or two chunks, not 51)."""
+    steps = max(1, TARGET_CHUNK_BYTES // step_bytes)
+    if year is None:
+        return steps
+    floor = -(-MIN_CHUNK_BYTES // step_bytes)
+    return min(steps, max(year, floor))
 
 
 def _check_dimensions(
@@ -218,6 +255,12 @@ def _reason(
             f"one {dim} step of {largest} is {_mib(step_bytes[largest])}; a chunk holds at "
             f"most a calendar year of steps, {steps} here, {size} (--chunks or --chunking "
             "choose otherwise)"
+        )
+    elif year is not None and year < steps < TARGET_CHUNK_BYTES // step_bytes[largest]:
+        why = (
+            f"one {dim} step of {largest} is {_mib(step_bytes[largest])}; a calendar year "
+            f"of steps ({year}) makes less than 10 MiB, so a chunk holds {steps} steps, "
+            f"{size} (--chunks or --chunking choose otherwise)"
         )
     else:
         why = (

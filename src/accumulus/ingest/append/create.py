@@ -39,8 +39,12 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
             for name, var in granule.dataset.variables.items()
         }
         year = steps_per_year(_step_seconds(granule, batch))
-        choice = choose_chunks(specs, dim, request.chunks, variable_rule, year)
+        # Zarr v3 can declare chunks as values arrive: unless told otherwise, chunks along
+        # ``dim`` grow with the cube, so a young cube is not read as one mostly empty chunk.
+        grow = request.rule is None and not request.shards and zarr_format == 3
+        choice = choose_chunks(specs, dim, request.chunks, variable_rule, year, grow)
         choice = choose_shards(choice, specs, dim, request.shards)
+        variable_rule = variable_rule or choice.rule
         chains = granule.compression(zarr_format)
         empty, fills = cube_dataset(granule.dataset, template)
         encoding = {}
