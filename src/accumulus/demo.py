@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from accumulus.ingest.cadence import steps_per_month
 from accumulus.ingest.layout import ArraySpec, choose_chunks
 
 if TYPE_CHECKING:
@@ -57,7 +58,9 @@ class DemoConfig:
         spec = ArraySpec(
             dims=("time", "lat", "lon"), shape=(1, ny, nx), itemsize=4, is_coordinate=False
         )
-        steps, *_ = choose_chunks({VARIABLE: spec}, "time", year=365).chunks[VARIABLE]
+        steps, *_ = choose_chunks({VARIABLE: spec}, "time", month=steps_per_month(86400.0)).chunks[
+            VARIABLE
+        ]
         return (min(steps, self.days), ny, nx)
 
 
