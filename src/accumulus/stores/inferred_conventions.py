@@ -180,16 +180,12 @@ class InferredConventionsStore(DelegatingStore):
         the attributes of arrays."""
         return key == ".zmetadata" or key.endswith("/.zattrs")
 
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
         if byte_range is not None or not self.serves_own_bytes(key):  # zarr's sync fast path
-            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
-        return sync(self.get(key, prototype or default_buffer_prototype(), byte_range))
+            return super().read_sync(key, prototype, byte_range)
+        return sync(self.get(key, prototype, byte_range))
 
     async def _present(self, key: str, document: dict | None) -> dict | None:
         if key == ".zmetadata" and document is not None:

@@ -204,19 +204,14 @@ class PinnedMetadataStore(DelegatingStore):
             return prototype.buffer.from_bytes(self.snapshot.chunks[key])
         return await self._store.get(key, prototype, byte_range)
 
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
         if byte_range is None and self.snapshot.pinned(key):
-            return self._document(key, prototype or default_buffer_prototype())
+            return self._document(key, prototype)
         if byte_range is None and key in self.snapshot.chunks:
-            prototype = prototype or default_buffer_prototype()
             return prototype.buffer.from_bytes(self.snapshot.chunks[key])
-        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        return super().read_sync(key, prototype, byte_range)
 
     async def exists(self, key: str) -> bool:
         if self.snapshot.pinned(key):
