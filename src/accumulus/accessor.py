@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from zarr import Array
     from zarr.abc.store import Store
 
+    from accumulus.accumulation.model.statistics import Stat
+
 # Names of the graph layers xarray gives a variable it opened with Dask (``open_dataset-…``,
 # and ``original-open_dataset-…`` for the lazy array under it): anything else is a computation.
 _OPENED_LAYERS = ("open_dataset-", "original-open_dataset-")
@@ -138,13 +140,13 @@ class AccumulusAccessor:
         return self._ask("count", dim, ranges)
 
     def _ask(
-        self, stat: str, dim: str | Iterable[str] | None, ranges: dict[str, Any]
+        self, stat: Stat, dim: str | Iterable[str] | None, ranges: dict[str, Any]
     ) -> xr.DataArray:
         from accumulus.api import average
 
         options = {k: ranges.pop(k) for k in _OPTIONS if k in ranges}
         given: Mapping[str, Any] = options.pop("ranges", None) or {}
-        over = list(self._data.dims) if dim is None else dim
+        over = [str(d) for d in self._data.dims] if dim is None else dim
         return average(self._data, None, over, {**given, **ranges}, stat=stat, **options)
 
 

@@ -29,7 +29,7 @@ from accumulus import coordinates
 from accumulus.accessor import opened_store
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups, read_group
-from accumulus.accumulation.model.positions import parse_at, rule_slug
+from accumulus.accumulation.model.positions import Rule, parse_at, rule_slug
 from accumulus.accumulation.model.record import recorded_request, stored_record
 from accumulus.accumulation.model.sidecar import Sidecar, sidecar_settings
 from accumulus.accumulation.model.sidecar import (
@@ -53,7 +53,7 @@ from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
-from accumulus.stores.opening import open_store, store_label
+from accumulus.stores.opening import Mode, open_store, store_label
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
@@ -70,7 +70,7 @@ StoreLike = str | Store | RawCube | Datacube
 def open(
     store: StoreLike,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     variable: str | None = None,
     accumulations: str | Store | None = None,
@@ -89,7 +89,7 @@ def open(
 
 def _datacube(
     store: StoreLike,
-    storage_options: dict | None,
+    storage_options: dict[str, Any] | None,
     group: str | None,
     variable: str | None,
     accumulations: str | Store | None = None,
@@ -114,8 +114,8 @@ def _datacube(
 @scoped
 def open_cube(
     store: StoreLike,
-    mode: str = "r",
-    storage_options: dict | None = None,
+    mode: Mode = "r",
+    storage_options: dict[str, Any] | None = None,
     *,
     group: str | None = None,
     variable: str | None = None,
@@ -129,8 +129,8 @@ def open_cube(
     if isinstance(store, Datacube):
         return store.cube
     opened = open_store(
-        store,  # type: ignore[arg-type]
-        mode,  # type: ignore[arg-type]
+        store,
+        mode,
         storage_options=storage_options,
         allow_references=allow_references,
     )
@@ -154,20 +154,27 @@ def accumulate(
     reset: bool = False,
     shards: bool | None = None,
     progress: Progress | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     into: str | os.PathLike[str] | None = None,
     allow_missing_chunks: bool = False,
     allow_references: Sequence[str] | None = None,
+    minimal: bool = False,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
+    With no ``dims``, ``at``, ``strides`` or ``minimal``, the default layout
+    (``spec.default_layout``): time at every day, and latitude+longitude at every cell, so
+    series over any box and maps over any period read no raw chunk (about two full-size
+    arrays of sums: ``inspect`` reports what they take). ``minimal``: ZEP 5 as written
+    only (every dimension alone plus latitude+longitude, at chunk ends).
+
     ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("lat", "lon")]``
-    (a string "lat,lon" also works); default every dimension alone
-    plus the latitudes' and longitudes' dimensions together. ``weights``: "area" (cos
-    latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the name of an array of the
-    dataset; default the cell areas ``cell_measures`` names, else "area" where latitudes are
-    found, else "none".
+    (a string "lat,lon" also works); with ``minimal``, ``at`` or ``strides`` the default is
+    every dimension alone plus the latitudes' and longitudes' dimensions together.
+    ``weights``: "area" (cos latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the
+    name of an array of the dataset; default the cell areas ``cell_measures`` names, else
+    "area" where latitudes are found, else "none".
     ``strides``: accumulate every k chunks along a dimension (default 1).
     ``at``: where entries end along a dimension instead of chunk ends, e.g.
     ``{"time": "month"}``, ``{"time": 1}`` (every element), ``{"lat": 1, "lon": 1}``,
@@ -206,8 +213,10 @@ def accumulate(
             var = cube.variable(variable)
             check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
             side = open_store(into, "w", storage_options=storage_options) if into else None
-            kept, unknown = (None, None) if reset else _built_with(cube, variable, side)
-            request, kept_text = _request(cube, variable, dims, weights, strides, at, kept)
+            kept, unknown = (None, None) if reset or minimal else _built_with(cube, variable, side)
+            request, kept_text = _request(
+                cube, variable, dims, weights, strides, at, kept, minimal=minimal
+            )
             request = replace(request, shards=shards)
             if unknown is not None:
                 kept_text = f"what it was built with cannot be read ({unknown}); built anew"
@@ -289,22 +298,30 @@ def _request(
     strides: Mapping[str, int] | None,
     at: str | Mapping[str, Any] | None,
     kept: spec.BuildRequest | None,
+    *,
+    minimal: bool = False,
 ) -> tuple[spec.BuildRequest, str]:
     """The request: what is given, and for the rest what the group was built with (``kept``)
-    or else the defaults; and what was kept, as a person reads it ("" when nothing)."""
+    or else the defaults (``spec.default_layout`` when nothing at all is given, the ZEP 5
+    layout when ``minimal``, ``at`` or ``strides`` are); and what was kept, as a person reads
+    it ("" when nothing)."""
     var = cube.variable(variable)
+    default_at: dict[str, Rule] = {}
     if dims is not None:
         combos = [_combination(c) for c in dims]
     elif kept is not None:  # in the variable's order, as the defaults are
         combos = sorted(kept.combinations, key=lambda c: (len(c), [var.dims.index(d) for d in c]))
     else:
         found = [coordinates.find(cube.raw, var.dims, k, variable) for k in coordinates.KINDS]
-        horizontal = [d for c in found for d in c.dims] if all(found) else []
-        combos = spec.default_combinations(var.dims, horizontal)
+        horizontal = [d for c in found if c is not None for d in c.dims] if all(found) else []
+        if minimal or at is not None or strides:
+            combos = spec.default_combinations(var.dims, horizontal)
+        else:  # no options: the layout that answers from accumulations
+            combos, default_at = spec.default_layout(var.dims, horizontal)
     accumulated = {d for combo in combos for d in combo}
     kept_at = {d: r for d, r in (kept.at if kept else {}).items() if d in accumulated}
     kept_strides = {d: s for d, s in (kept.strides if kept else {}).items() if d in accumulated}
-    given_at = parse_at(at)
+    given_at = {**default_at, **parse_at(at)}
     request = spec.BuildRequest(
         combinations=tuple(combos),
         strides={**kept_strides, **(strides or {})},
@@ -341,7 +358,7 @@ def answer(
     store: StoreLike,
     query: Query,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     group: str | None = None,
     accumulations: str | Store | None = None,
@@ -364,7 +381,7 @@ def query(
     over: Iterable[str] | str | None = None,
     ranges: Mapping[str, Range] | None = None,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     group: str | None = None,
     accumulations: str | Store | None = None,
@@ -399,7 +416,7 @@ def average(
     over: Iterable[str] | str | None = None,
     ranges: Mapping[str, Range] | None = None,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
@@ -441,7 +458,7 @@ def verify(
     store: StoreLike,
     variable: str | None = None,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
@@ -484,7 +501,7 @@ def verify_sources(
     sources: Sequence[str | os.PathLike[str]],
     *,
     dim: str | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     allow_references: Sequence[str] | None = None,
 ) -> list[SourceComparison]:
     """Compare the cube with the files it was made from, as xarray decodes them: every
@@ -505,7 +522,7 @@ def verify_sources(
 def inspect(
     store: StoreLike,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
@@ -524,7 +541,7 @@ def inspect(
 
 
 def _is_sidecar(
-    store: StoreLike, storage_options: dict | None, allow_references: Sequence[str] | None
+    store: StoreLike, storage_options: dict[str, Any] | None, allow_references: Sequence[str] | None
 ) -> bool:
     if not isinstance(store, str | os.PathLike):
         return False
@@ -533,9 +550,11 @@ def _is_sidecar(
             store, "r", storage_options=storage_options, allow_references=allow_references
         )
         root = zarr.open_group(opened, mode="r")
-        return sidecar_settings(dict(root.attrs)) is not None
-    except Exception:  # not a readable group: the cube's own opening says what is wrong
+    # Not a readable group (ours: AccumulusError; zarr's and the store's errors): the cube's
+    # own opening says what is wrong.
+    except Exception:
         return False
+    return sidecar_settings(dict(root.attrs)) is not None
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 from pathlib import PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
@@ -86,7 +86,9 @@ def figure(result: QueryResult) -> Figure:
     fig = Figure(figsize=(WIDTH_INCHES, _height(data, kinds, picture)), dpi=100)
     FigureCanvasAgg(fig)
     # "compressed" packs a fixed-aspect map with its colour bar without gaps.
-    layout = "compressed" if picture == "map" else "constrained"
+    layout: Literal["compressed", "constrained"] = (
+        "compressed" if picture == "map" else "constrained"
+    )
     fig.set_layout_engine(layout, rect=(0, 0.035, 1, 0.965))
     ax = fig.subplots()
     if picture == "series":

@@ -29,8 +29,9 @@ def accumulate(
     dims: list[str] = typer.Option(
         None,
         "--dims",
-        help="A combination to accumulate, e.g. time or lat,lon (repeatable). Default: every "
-        "dimension alone plus the latitudes' and longitudes' dimensions together.",
+        help="A combination to accumulate, e.g. time or lat,lon (repeatable). "
+        "Default: time at every element and lat,lon at every cell (any box, any period, "
+        "no raw chunk); with --minimal, --stride or --at: every dimension alone plus lat,lon.",
     ),
     stride: list[str] = typer.Option(
         None, "--stride", help="Accumulate every k chunks along a dimension: time=2 (repeatable)."
@@ -69,6 +70,12 @@ def accumulate(
         "--shards/--no-shards",
         help="Write the accumulation arrays in shards (Zarr v3). Default: when the variable is.",
     ),
+    minimal: bool = typer.Option(
+        False,
+        "--minimal",
+        help="ZEP 5 as written only: every dimension alone plus latitude,longitude at chunk "
+        "ends (the default adds entries at every day and every cell: see inspect).",
+    ),
     into: str = typer.Option(
         None,
         "--into",
@@ -104,6 +111,7 @@ def accumulate(
             group=group,
             into=into,
             allow_references=allow_references or None,
+            minimal=minimal,
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
@@ -178,10 +186,15 @@ def inspect(
         cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())
         objects = [a["objects"] for acc in g["accumulations"] for a in _unique_arrays(acc)]
         console.print(
-            f"[bold]{g['path']}[/] ({g['producer']}), weights {g['weights']}, {status}; "
+            f"[bold]{g['path']}[/] ({g['producer']}), {g['layout']} layout, weights "
+            f"{g['weights']}, {status}; "
             f"covers {cover}; strides count {g['stride_unit']}s; "
             + ("objects unknown" if None in objects else f"{sum(objects)} objects")
         )
+        sizes = [acc["bytes_stored"] for acc in g["accumulations"]]
+        if g["accumulations"] and None not in sizes:
+            raw = g["accumulations"][0]["raw_bytes_stored"]
+            console.print("  all accumulations: " + stored_text(sum(sizes), raw))
         for acc in g["accumulations"]:
             arrays = ", ".join(
                 f"{a['path'].rsplit('/', 1)[-1]} {'x'.join(map(str, a['shape']))} "

@@ -20,7 +20,7 @@ class _Console:
     """A rich ``Console`` made when first used: a command that prints plain JSON (``average
     --json``) then never imports rich."""
 
-    def __init__(self, **options: bool) -> None:
+    def __init__(self, **options: Any) -> None:  # rich.console.Console's keywords
         self._options = options
         self._console: Console | None = None
 
