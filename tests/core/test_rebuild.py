@@ -91,10 +91,14 @@ def test_strides_weights_and_dims_are_kept_and_given_ones_replace_them(cube):
     # Another configuration without --rebuild is refused, as before.
     with pytest.raises(accumulus.AccumulusError, match="--rebuild"):
         accumulus.accumulate(str(path), VAR, weights="area")
-    # --reset: the defaults, whatever was built.
+    # --minimal (with --rebuild) and --reset start from the defaults, whatever was built.
+    minimal = accumulus.accumulate(str(path), VAR, minimal=True, rebuild=True)
+    assert minimal.kept == "" and minimal.group.weights == "area"
+    assert layout(path) == dict.fromkeys(["time", "lat", "lon", "lat+lon"], "chunk ends")
     reset = accumulus.accumulate(str(path), VAR, reset=True)
     assert reset.kept == "" and reset.group.weights == "area"
-    assert set(layout(path)) == {"time", "lat", "lon", "lat+lon"}
+    assert set(layout(path)) == {"time", "lat+lon"}  # the default layout
+    assert "chunk ends" not in layout(path).values()
     result = month_map(path, use_accumulation=True)
     expected = xarray_reference(ds[VAR].sel(time=slice(*MONTHS)), ["time"], "area", "mean")
     np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)

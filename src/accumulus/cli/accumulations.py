@@ -73,8 +73,8 @@ def accumulate(
     minimal: bool = typer.Option(
         False,
         "--minimal",
-        help="ZEP 5 as written only: every dimension alone plus latitude,longitude at chunk "
-        "ends (the default adds entries at every day and every cell: see inspect).",
+        help="ZEP 5 as written only: every dimension alone plus lat,lon at chunk ends (the "
+        "default adds entries at every day and every cell: see inspect).",
     ),
     into: str = typer.Option(
         None,
