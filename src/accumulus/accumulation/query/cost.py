@@ -234,7 +234,7 @@ def scan_cost(
 
 
 _RATES: dict[Hashable, Any] = {}
-_RATES_LOCK = threading.Lock()
+_RATES_LOCK = threading.RLock()  # a rate may be measured from within another's measure
 
 
 def _measured[Rate](key: Hashable, measure: Callable[[], Rate]) -> Rate:
