@@ -174,7 +174,7 @@ def plan_cost(
     """The estimated cost of reading and summing these chunks (distinct ones, as a plan's
     batch reads them): raw chunks of ``var`` and accumulation chunks."""
     raw_path = var.array.store_path.path
-    arrays: dict[str, tuple[Any, float, bool]] = {}  # by path: bounds, decode rate, raw
+    arrays: dict[str, tuple[Any, Rate, bool]] = {}  # by path: bounds, decoding, raw
     tally = _Tally()
     raw_rate = raw_sum_rate(var, terms, over)
     entry_rate = entry_sum_rate()
@@ -187,8 +187,8 @@ def plan_cost(
         bounds, decoding, raw = known
         values = prod(b.sizes[c] for b, c in zip(bounds, request.coords, strict=True))
         nbytes = values * array.dtype.itemsize
-        summing = raw_rate.per_chunk + values * raw_rate.per_value if raw else values * entry_rate
-        tally.add(1, nbytes, nbytes * decoding + summing)
+        summing = raw_rate.seconds(values) if raw else values * entry_rate
+        tally.add(1, nbytes, decoding.seconds(nbytes) + summing)
     return tally.cost(storage, memory_bytes)
 
 
@@ -223,8 +223,8 @@ def scan_cost(
         )
     nbytes = values * itemsize
     tally = _Tally()
-    rate = raw_sum_rate(var, terms, over)
-    seconds = nbytes * decode_rate(var.array) + count * rate.per_chunk + values * rate.per_value
+    seconds = decode_rate(var.array).seconds(nbytes, count)
+    seconds += raw_sum_rate(var, terms, over).seconds(values, count)
     tally.add(count, nbytes, seconds)
     return tally.cost(storage, memory_bytes)
 
@@ -285,10 +285,22 @@ def _sample_shape(chunk: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(shape))
 
 
-def decode_rate(array: zarr.Array) -> float:
-    """Seconds per decoded byte of the array's codec chain, measured once per process on a
-    sample it encoded (chains zarr runs only in its event loop, and sharded arrays, are given
-    the rate of zarr's default compressor)."""
+@dataclass(frozen=True)
+class Rate:
+    """What a chunk costs: ``per_chunk`` seconds, and ``per_unit`` more per byte decoded or
+    value summed (a codec's or a NumPy call's fixed cost is worth thousands of values)."""
+
+    per_chunk: float
+    per_unit: float
+
+    def seconds(self, units: int, chunks: int = 1) -> float:
+        return chunks * self.per_chunk + units * self.per_unit
+
+
+def decode_rate(array: zarr.Array) -> Rate:
+    """Decoding the array's codec chain, per chunk and per decoded byte, measured once per
+    process on a sample it encoded, of one value and of a chunk's shape (chains zarr runs
+    only in its event loop, and sharded arrays, are given zarr's default compressor's)."""
     metadata = array.metadata
     known = _DECODE.get(id(metadata))
     if known is not None and known[0] is metadata:
@@ -297,14 +309,14 @@ def decode_rate(array: zarr.Array) -> float:
     dtype = metadata.dtype.to_native_dtype()
     key = ("decode", repr(codecs), str(dtype))
     chunk = _chunk_shape(array_bounds(array))
-    rate: float = _measured(key, lambda: _decode_rate(codecs, metadata, dtype, chunk))
+    rate: Rate = _measured(key, lambda: _decode_rate(codecs, metadata, dtype, chunk))
     if len(_DECODE) >= 256:
         _DECODE.clear()
     _DECODE[id(metadata)] = (metadata, rate)  # by identity: repr of the codecs costs more
     return rate
 
 
-_DECODE: dict[int, tuple[Any, float]] = {}
+_DECODE: dict[int, tuple[Any, Rate]] = {}
 
 
 def _chunk_shape(bounds: Sequence[Any]) -> tuple[int, ...]:
@@ -314,56 +326,58 @@ def _chunk_shape(bounds: Sequence[Any]) -> tuple[int, ...]:
 
 def _decode_rate(
     codecs: tuple[Any, ...], metadata: Any, dtype: np.dtype, chunk: tuple[int, ...]
-) -> float:
+) -> Rate:
     try:
         transform = ChunkTransform(codecs=codecs)
     except TypeError:  # a codec only zarr's event loop runs: assume a common compressor
         return _default_decode_rate()
-    shape = _sample_shape(chunk)
-    if len(shape) != metadata.ndim or any(type(c).__name__ == "ShardingCodec" for c in codecs):
+    if len(chunk) != metadata.ndim or any(type(c).__name__ == "ShardingCodec" for c in codecs):
         return _default_decode_rate()
-    spec = ArraySpec(
-        shape=shape,
-        dtype=metadata.dtype,
-        fill_value=metadata.fill_value,
-        config=ArrayConfig.from_dict({"order": "C"}),
-        prototype=default_buffer_prototype(),
-    )
-    values = _sample(dtype, shape, missing=0.05)
-    encoded = transform.encode_chunk(
-        default_buffer_prototype().nd_buffer.from_numpy_array(values), spec
-    )
-    if encoded is None:
-        return 0.0
-    return _best_of(lambda: transform.decode_chunk(encoded, spec)) / values.nbytes
+
+    def decode_seconds(shape: tuple[int, ...]) -> float:
+        spec = ArraySpec(
+            shape=shape,
+            dtype=metadata.dtype,
+            fill_value=metadata.fill_value,
+            config=ArrayConfig.from_dict({"order": "C"}),
+            prototype=default_buffer_prototype(),
+        )
+        values = _sample(dtype, shape, missing=0.05)
+        encoded = transform.encode_chunk(
+            default_buffer_prototype().nd_buffer.from_numpy_array(values), spec
+        )
+        if encoded is None:
+            return 0.0
+        return _best_of(lambda: transform.decode_chunk(encoded, spec))
+
+    return _rate(decode_seconds, _sample_shape(chunk), dtype.itemsize)
 
 
-def _default_decode_rate() -> float:
-    """Zstd's rate on float32 values (zarr's default compressor), measured as any chain."""
+def _rate(seconds: Callable[[tuple[int, ...]], float], shape: tuple[int, ...], unit: int) -> Rate:
+    """A ``Rate`` from what ``seconds`` measures on one value (the fixed cost) and on a
+    block of ``shape`` (``unit`` bytes per value; 1 for a rate per value)."""
+    per_chunk = seconds(tuple(1 for _ in shape))
+    rest = max(0.0, seconds(shape) - per_chunk)
+    return Rate(per_chunk, rest / (prod(shape) * unit))
+
+
+def _default_decode_rate() -> Rate:
+    """Zstd's on float32 values (zarr's default compressor), measured as any chain."""
     import numcodecs
 
-    def measure() -> float:
-        values = _sample(np.dtype("f4"), (SAMPLE_VALUES,), missing=0.05)
+    def decode_seconds(shape: tuple[int, ...]) -> float:
+        values = _sample(np.dtype("f4"), shape, missing=0.05)
         codec = numcodecs.Zstd()
         encoded = codec.encode(values)
-        return _best_of(lambda: codec.decode(encoded)) / values.nbytes
+        return _best_of(lambda: codec.decode(encoded))
 
-    return _measured(("decode", "default"), measure)
-
-
-@dataclass(frozen=True)
-class SumRate:
-    """What summing a raw chunk costs: ``per_chunk`` seconds, and ``per_value`` more."""
-
-    per_chunk: float
-    per_value: float
+    return _measured(("decode", "default"), lambda: _rate(decode_seconds, (SAMPLE_VALUES,), 4))
 
 
-def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -> SumRate:
-    """Seconds to turn stored values into physical ones (``Decoder.values``) and sum
-    ``terms`` of them over ``over`` with weights varying along the first dimension averaged
-    over: per chunk (one row) and per value (the rest of a full sample), measured once per
-    process and kind of query."""
+def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -> Rate:
+    """Turning stored values into physical ones (``Decoder.values``) and summing ``terms``
+    of them over ``over`` with weights varying along the first dimension averaged over, per
+    chunk and per value, measured once per process and kind of query."""
     axes = tuple(var.axis(d) for d in over)
     key = ("raw", var.array.dtype.str, tuple(sorted(var.decoder.attrs)), tuple(terms), axes)
 
@@ -373,13 +387,9 @@ def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -
         weights = np.ones([n if a == along else 1 for a, n in enumerate(shape)])
         return _best_of(lambda: reduce_terms(var.decoder.values(stored), weights, terms, axes))
 
-    def measure() -> tuple[float, float]:
-        shape = _sample_shape(_chunk_shape(var.bounds))
-        small = tuple(1 for _ in shape)
-        per_chunk = reduce_seconds(small)
-        return per_chunk, max(0.0, reduce_seconds(shape) - per_chunk) / prod(shape)
-
-    return SumRate(*_measured(key, measure))
+    shape = _sample_shape(_chunk_shape(var.bounds))
+    rate: Rate = _measured(key, lambda: _rate(reduce_seconds, shape, 1))
+    return rate
 
 
 def entry_sum_rate() -> float:
