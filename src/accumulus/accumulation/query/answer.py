@@ -271,8 +271,8 @@ def _fastest_plan(
         (plan, chunk_work(groups, var, plan, terms)) for plan in _plans(var, resolved, layouts)
     ]
     if len(candidates) > 1:
-        costs = [estimate(work) for _, work in candidates]
-        candidates = [candidates[min(range(len(costs)), key=lambda k: costs[k].seconds)]]
+        each = [estimate(work) for _, work in candidates]
+        candidates = [candidates[min(range(len(each)), key=lambda k: each[k].seconds)]]
     plan, work = candidates[0]
     if not plan.accumulation_reads:
         return plan, work, {}

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from math import ceil, prod
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
@@ -49,7 +49,7 @@ from accumulus.chunk_reader import (
     WORKERS,
     ChunkRequest,
 )
-from accumulus.grid import array_bounds
+from accumulus.grid import ChunkBounds, array_bounds
 from accumulus.raw_cube import VariableInfo
 from accumulus.stores.base import reads_synchronously
 
@@ -174,7 +174,8 @@ def plan_cost(
     """The estimated cost of reading and summing these chunks (distinct ones, as a plan's
     batch reads them): raw chunks of ``var`` and accumulation chunks."""
     raw_path = var.array.store_path.path
-    arrays: dict[str, tuple[Any, Rate, bool]] = {}  # by path: bounds, decoding, raw
+    arrays: dict[str, tuple[tuple[ChunkBounds, ...], Rate, bool]] = {}  # by path: bounds,
+    # decoding, whether raw
     tally = _Tally()
     raw_rate = raw_sum_rate(var, terms, over)
     entry_rate = entry_sum_rate()
@@ -233,18 +234,19 @@ def scan_cost(
 # Calibration: measured once per process
 
 
-_RATES: dict[Hashable, Any] = {}
+_RATES: dict[Hashable, object] = {}
 _RATES_LOCK = threading.Lock()
 
 
-def _measured(key: Hashable, measure: Callable[[], Any]) -> Any:
+def _measured[T](key: Hashable, measure: Callable[[], T]) -> T:
+    """What ``measure`` gives, measured the first time ``key`` is asked for in the process."""
     rate = _RATES.get(key)
     if rate is None:
         with _RATES_LOCK:
             rate = _RATES.get(key)
             if rate is None:
                 rate = _RATES[key] = measure()
-    return rate
+    return cast(T, rate)
 
 
 def _best_of(action: Callable[[], object], times: int = 5) -> float:
@@ -297,7 +299,7 @@ class Rate:
         return chunks * self.per_chunk + units * self.per_unit
 
 
-def decode_rate(array: zarr.Array) -> Rate:
+def decode_rate(array: zarr.Array[Any]) -> Rate:
     """Decoding the array's codec chain, per chunk and per decoded byte, measured once per
     process on a sample it encoded, of one value and of a chunk's shape (chains zarr runs
     only in its event loop, and sharded arrays, are given zarr's default compressor's)."""
@@ -305,11 +307,12 @@ def decode_rate(array: zarr.Array) -> Rate:
     known = _DECODE.get(id(metadata))
     if known is not None and known[0] is metadata:
         return known[1]
-    codecs = tuple(array.async_array.codec_pipeline)
+    # A pipeline iterates over its codecs (zarr's typing does not say so).
+    codecs = tuple(cast(Iterable[Any], array.async_array.codec_pipeline))
     dtype = metadata.dtype.to_native_dtype()
     key = ("decode", repr(codecs), str(dtype))
     chunk = _chunk_shape(array_bounds(array))
-    rate: Rate = _measured(key, lambda: _decode_rate(codecs, metadata, dtype, chunk))
+    rate = _measured(key, lambda: _decode_rate(codecs, metadata, dtype, chunk))
     if len(_DECODE) >= 256:
         _DECODE.clear()
     _DECODE[id(metadata)] = (metadata, rate)  # by identity: repr of the codecs costs more
@@ -319,7 +322,7 @@ def decode_rate(array: zarr.Array) -> Rate:
 _DECODE: dict[int, tuple[Any, Rate]] = {}
 
 
-def _chunk_shape(bounds: Sequence[Any]) -> tuple[int, ...]:
+def _chunk_shape(bounds: Sequence[ChunkBounds]) -> tuple[int, ...]:
     """The largest chunk's extent along each dimension (regular or rectilinear grids)."""
     return tuple(max(b.sizes, default=1) for b in bounds)
 
@@ -388,8 +391,7 @@ def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -
         return _best_of(lambda: reduce_terms(var.decoder.values(stored), weights, terms, axes))
 
     shape = _sample_shape(_chunk_shape(var.bounds))
-    rate: Rate = _measured(key, lambda: _rate(reduce_seconds, shape, 1))
-    return rate
+    return _measured(key, lambda: _rate(reduce_seconds, shape, 1))
 
 
 def entry_sum_rate() -> float:
