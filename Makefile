@@ -30,6 +30,7 @@ test-slow: setup
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: the package, strict on the API and query path
 
 format: setup
 	$(BIN)/ruff check --fix src tests benchmarks
