@@ -203,7 +203,8 @@ def read_answer(
     terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
     done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
     sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
-    values = stat.answer(sums, weights != "none")
+    # (terms, ...): one array per term, as a sequence of them is indexed.
+    values = stat.answer(sums, weights != "none")  # type: ignore[arg-type]
     if np.may_share_memory(values, sums):  # the sums are working space (``execute``)
         values = np.array(values)
     if resolved.mask is not None:
@@ -271,8 +272,8 @@ def _fastest_plan(
         (plan, chunk_work(groups, var, plan, terms)) for plan in _plans(var, resolved, layouts)
     ]
     if len(candidates) > 1:
-        each = [estimate(work) for _, work in candidates]
-        candidates = [candidates[min(range(len(each)), key=lambda k: each[k].seconds)]]
+        estimates = [estimate(work) for _, work in candidates]
+        candidates = [candidates[min(range(len(estimates)), key=lambda k: estimates[k].seconds)]]
     plan, work = candidates[0]
     if not plan.accumulation_reads:
         return plan, work, {}
@@ -351,7 +352,13 @@ def _data_array(
     variables = {k: v for index in xindexes.values() for k, v in index.create_variables().items()}
     # Variables and indexes made here, for this answer alone: xarray's direct construction
     # (without it, xarray deep-copies every coordinate of every answer).
-    return xr.DataArray(variable, coords=variables, name=name, indexes=xindexes, fastpath=True)
+    return xr.DataArray(
+        variable,
+        coords=variables,
+        name=name,
+        indexes=xindexes,  # type: ignore[arg-type]  # str keys: Hashable ones, to xarray
+        fastpath=True,
+    )
 
 
 def _weights_without_noise(
