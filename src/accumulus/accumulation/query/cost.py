@@ -362,7 +362,11 @@ def _decode_rate(
             return 0.0
         return _best_of(lambda: transform.decode_chunk(encoded, spec))
 
-    return _rate(decode_seconds, _sample_shape(chunk), dtype.itemsize)
+    try:
+        return _rate(decode_seconds, _sample_shape(chunk), dtype.itemsize)
+    except (ValueError, TypeError):  # a codec bound to its chunks' shape (the ZEP 5
+        # generator's accumulation_delta_filter) cannot code a sample of another shape
+        return _default_decode_rate()
 
 
 def _rate(seconds: Callable[[tuple[int, ...]], float], shape: tuple[int, ...], unit: int) -> Rate:
