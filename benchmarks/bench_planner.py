@@ -25,6 +25,7 @@ and over those where the planner had a choice (accumulations could answer). Answ
 against each other (rtol 1e-9).
 
     python benchmarks/bench_planner.py [--questions 12] [--repeats 5] [--latency 0.05]
+        [--min-seconds 1]
 """
 
 from __future__ import annotations
@@ -93,11 +94,13 @@ def questions(config: DemoConfig, count: int, seed: int) -> list[tuple[str, str,
     return asked
 
 
-def interleaved(actions: dict[str, Callable[[], Any]], repeats: int, limit: float) -> dict:
+def interleaved(
+    actions: dict[str, Callable[[], Any]], repeats: int, limit: float, least: float
+) -> dict:
     """Median wall time and last result of each action, run in turn, round after round, so
     that a transient of a shared machine falls on all of them alike (each round begins with
     the next: the one after a large scan pays for memory the scan gave back): ``repeats``
-    rounds at least, more until they last ``MIN_SECONDS`` together (a question of a few
+    rounds at least, more until they last ``least`` seconds together (a question of a few
     milliseconds gets many), none begun after ``limit`` seconds."""
     times: dict[str, list[float]] = {name: [] for name in actions}
     results: dict[str, Any] = {}
@@ -112,12 +115,14 @@ def interleaved(actions: dict[str, Callable[[], Any]], repeats: int, limit: floa
             times[name].append(time.perf_counter() - started)
         elapsed = time.perf_counter() - began
         rounds = len(times["chosen"])
-        if elapsed > limit or (rounds >= repeats and elapsed >= MIN_SECONDS):
+        if elapsed > limit or (rounds >= repeats and elapsed >= least):
             break
     return {name: (statistics.median(times[name]), results[name]) for name in actions}
 
 
-def measure(handle: accumulus.Datacube, over: str, ranges: dict, repeats: int) -> dict:
+def measure(
+    handle: accumulus.Datacube, over: str, ranges: dict, repeats: int, least: float
+) -> dict:
     def ask(**options: Any) -> Callable[[], Any]:
         return lambda: handle.query(VARIABLE, over, ranges, **options)
 
@@ -126,7 +131,8 @@ def measure(handle: accumulus.Datacube, over: str, ranges: dict, repeats: int) -
         {"chosen": ask(), "accumulation": ask(plan="accumulation"),
          "scan": ask(use_accumulation=False)},
         repeats,
-        limit=4.0,
+        limit=max(4.0, least),
+        least=least,
     )  # fmt: skip
     (chosen_s, chosen), (acc_s, acc), (scan_s, scan) = timed.values()
     for other in (acc, scan):
@@ -190,6 +196,9 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=12, help="random questions per cube")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--latency", type=float, default=0.05, help="seconds per request")
+    parser.add_argument(
+        "--min-seconds", type=float, default=2 * MIN_SECONDS, help="least time per question"
+    )
     parser.add_argument("--cubes", default=",".join(CUBES), help="which cubes: " + ", ".join(CUBES))
     parser.add_argument("--seed", type=int, default=37)
     args = parser.parse_args()
@@ -214,7 +223,10 @@ def main() -> None:
         per_cube = {}
         for setting, handle in settings.items():
             results = [
-                {"question": f"{kind} {k}", **measure(handle, over, ranges, args.repeats)}
+                {
+                    "question": f"{kind} {k}",
+                    **measure(handle, over, ranges, args.repeats, args.min_seconds),
+                }
                 for k, (kind, over, ranges) in enumerate(asked)
             ]
             every += results

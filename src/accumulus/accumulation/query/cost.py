@@ -49,7 +49,7 @@ from accumulus.chunk_reader import (
     WORKERS,
     ChunkRequest,
 )
-from accumulus.grid import array_bounds
+from accumulus.grid import ChunkBounds, array_bounds
 from accumulus.raw_cube import VariableInfo
 from accumulus.stores.base import reads_synchronously
 
@@ -67,6 +67,9 @@ OBJECT_STORE_LATENCY = 0.03
 # µs), few enough that measuring costs a fresh process a few milliseconds at most.
 SAMPLE_VALUES = 2**16
 CORES = os.cpu_count() or 1
+# Chunks decoded on two cores side by side take this share of the time one after another
+# would, per core: 16 raw chunks of 2.4 MB, 40 ms in two runs and 67 in one (``chunk_reader``).
+PARALLEL_EFFICIENCY = 0.85
 
 
 @dataclass(frozen=True)
@@ -152,15 +155,21 @@ class _Tally:
         )
         return PlanCost(self.requests, self.bytes, seconds)
 
-    def _side_by_side(self, storage: Storage) -> int:
-        """How many chunks are decoded at once, as ``chunk_reader`` reads them."""
+    def _side_by_side(self, storage: Storage) -> float:
+        """How much faster than one after another ``chunk_reader`` decodes the chunks: its
+        runs side by side, as long as the longest (3 chunks in 2 runs: 1.5x), at most the
+        cores, and at ``PARALLEL_EFFICIENCY`` of them."""
         if storage.in_thread:
             runs = min(WORKERS, self.requests, max(1, -(-self.bytes // IN_THREAD_BYTES)))
             if self.bytes < SIDE_BY_SIDE_CHUNK * self.requests:
                 runs = 1
         else:
             runs = min(CONSUMERS, self.requests)
-        return max(1, min(runs, CORES))
+        runs = min(runs, CORES)
+        if runs <= 1:
+            return 1.0
+        longest = -(-self.requests // runs)
+        return max(1.0, self.requests / longest * PARALLEL_EFFICIENCY)
 
 
 def plan_cost(
@@ -174,7 +183,8 @@ def plan_cost(
     """The estimated cost of reading and summing these chunks (distinct ones, as a plan's
     batch reads them): raw chunks of ``var`` and accumulation chunks."""
     raw_path = var.array.store_path.path
-    arrays: dict[str, tuple[Any, float, bool]] = {}  # by path: bounds, decode rate, raw
+    arrays: dict[str, tuple[tuple[ChunkBounds, ...], Rate, bool]] = {}  # by path: bounds,
+    # decoding, whether raw
     tally = _Tally()
     raw_rate = raw_sum_rate(var, terms, over)
     entry_rate = entry_sum_rate()
@@ -187,8 +197,8 @@ def plan_cost(
         bounds, decoding, raw = known
         values = prod(b.sizes[c] for b, c in zip(bounds, request.coords, strict=True))
         nbytes = values * array.dtype.itemsize
-        summing = raw_rate.per_chunk + values * raw_rate.per_value if raw else values * entry_rate
-        tally.add(1, nbytes, nbytes * decoding + summing)
+        summing = (raw_rate if raw else entry_rate).seconds(values)
+        tally.add(1, nbytes, decoding.seconds(nbytes) + summing)
     return tally.cost(storage, memory_bytes)
 
 
@@ -223,8 +233,8 @@ def scan_cost(
         )
     nbytes = values * itemsize
     tally = _Tally()
-    rate = raw_sum_rate(var, terms, over)
-    seconds = nbytes * decode_rate(var.array) + count * rate.per_chunk + values * rate.per_value
+    seconds = decode_rate(var.array).seconds(nbytes, count)
+    seconds += raw_sum_rate(var, terms, over).seconds(values, count)
     tally.add(count, nbytes, seconds)
     return tally.cost(storage, memory_bytes)
 
@@ -233,18 +243,19 @@ def scan_cost(
 # Calibration: measured once per process
 
 
-_RATES: dict[Hashable, Any] = {}
-_RATES_LOCK = threading.Lock()
+_RATES: dict[Hashable, object] = {}
+_RATES_LOCK = threading.RLock()  # a rate may be measured from within another's measure
 
 
-def _measured[Rate](key: Hashable, measure: Callable[[], Rate]) -> Rate:
+def _measured[T](key: Hashable, measure: Callable[[], T]) -> T:
+    """What ``measure`` gives, measured the first time ``key`` is asked for in the process."""
     rate = _RATES.get(key)
     if rate is None:
         with _RATES_LOCK:
             rate = _RATES.get(key)
             if rate is None:
                 rate = _RATES[key] = measure()
-    return cast(Rate, rate)  # what ``measure`` gave for ``key``
+    return cast(T, rate)
 
 
 def _best_of(action: Callable[[], object], times: int = 5) -> float:
@@ -285,85 +296,104 @@ def _sample_shape(chunk: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(shape))
 
 
-def decode_rate(array: zarr.Array[Any]) -> float:
-    """Seconds per decoded byte of the array's codec chain, measured once per process on a
-    sample it encoded (chains zarr runs only in its event loop, and sharded arrays, are given
-    the rate of zarr's default compressor)."""
+@dataclass(frozen=True)
+class Rate:
+    """What a chunk costs: ``per_chunk`` seconds, and ``per_unit`` more per byte decoded or
+    value summed (a codec's or a NumPy call's fixed cost is worth thousands of values)."""
+
+    per_chunk: float
+    per_unit: float
+
+    def seconds(self, units: int, chunks: int = 1) -> float:
+        return chunks * self.per_chunk + units * self.per_unit
+
+
+def decode_rate(array: zarr.Array[Any]) -> Rate:
+    """Decoding the array's codec chain, per chunk and per decoded byte, measured once per
+    process on a sample it encoded, of one value and of a chunk's shape (chains zarr runs
+    only in its event loop, and sharded arrays, are given zarr's default compressor's)."""
     metadata = array.metadata
     known = _DECODE.get(id(metadata))
     if known is not None and known[0] is metadata:
         return known[1]
-    codecs: tuple[Any, ...] = tuple(cast(Iterable[Any], array.async_array.codec_pipeline))
+    # A pipeline iterates over its codecs (zarr's typing does not say so).
+    codecs = tuple(cast(Iterable[Any], array.async_array.codec_pipeline))
     dtype = metadata.dtype.to_native_dtype()
     key = ("decode", repr(codecs), str(dtype))
     chunk = _chunk_shape(array_bounds(array))
-    rate: float = _measured(key, lambda: _decode_rate(codecs, metadata, dtype, chunk))
+    rate = _measured(key, lambda: _decode_rate(codecs, metadata, dtype, chunk))
     if len(_DECODE) >= 256:
         _DECODE.clear()
     _DECODE[id(metadata)] = (metadata, rate)  # by identity: repr of the codecs costs more
     return rate
 
 
-_DECODE: dict[int, tuple[Any, float]] = {}
+_DECODE: dict[int, tuple[Any, Rate]] = {}
 
 
-def _chunk_shape(bounds: Sequence[Any]) -> tuple[int, ...]:
+def _chunk_shape(bounds: Sequence[ChunkBounds]) -> tuple[int, ...]:
     """The largest chunk's extent along each dimension (regular or rectilinear grids)."""
     return tuple(max(b.sizes, default=1) for b in bounds)
 
 
 def _decode_rate(
     codecs: tuple[Any, ...], metadata: Any, dtype: np.dtype, chunk: tuple[int, ...]
-) -> float:
+) -> Rate:
     try:
         transform = ChunkTransform(codecs=codecs)
     except TypeError:  # a codec only zarr's event loop runs: assume a common compressor
         return _default_decode_rate()
-    shape = _sample_shape(chunk)
-    if len(shape) != metadata.ndim or any(type(c).__name__ == "ShardingCodec" for c in codecs):
+    if len(chunk) != metadata.ndim or any(type(c).__name__ == "ShardingCodec" for c in codecs):
         return _default_decode_rate()
-    spec = ArraySpec(
-        shape=shape,
-        dtype=metadata.dtype,
-        fill_value=metadata.fill_value,
-        config=ArrayConfig.from_dict({"order": "C"}),
-        prototype=default_buffer_prototype(),
-    )
-    values = _sample(dtype, shape, missing=0.05)
-    encoded = transform.encode_chunk(
-        default_buffer_prototype().nd_buffer.from_numpy_array(values), spec
-    )
-    if encoded is None:
-        return 0.0
-    return _best_of(lambda: transform.decode_chunk(encoded, spec)) / values.nbytes
+
+    def decode_seconds(shape: tuple[int, ...]) -> float:
+        spec = ArraySpec(
+            shape=shape,
+            dtype=metadata.dtype,
+            fill_value=metadata.fill_value,
+            config=ArrayConfig.from_dict({"order": "C"}),
+            prototype=default_buffer_prototype(),
+        )
+        values = _sample(dtype, shape, missing=0.05)
+        encoded = transform.encode_chunk(
+            default_buffer_prototype().nd_buffer.from_numpy_array(values), spec
+        )
+        if encoded is None:
+            return 0.0
+        return _best_of(lambda: transform.decode_chunk(encoded, spec))
+
+    try:
+        return _rate(decode_seconds, _sample_shape(chunk), dtype.itemsize)
+    except (ValueError, TypeError):  # a codec bound to its chunks' shape (the ZEP 5
+        # generator's accumulation_delta_filter) cannot code a sample of another shape
+        return _default_decode_rate()
 
 
-def _default_decode_rate() -> float:
-    """Zstd's rate on float32 values (zarr's default compressor), measured as any chain."""
+def _rate(seconds: Callable[[tuple[int, ...]], float], shape: tuple[int, ...], unit: int) -> Rate:
+    """A ``Rate`` from what ``seconds`` measures on one value (the fixed cost) and on a
+    block of ``shape`` (``unit`` bytes per value; 1 for a rate per value)."""
+    per_chunk = seconds(tuple(1 for _ in shape))
+    rest = max(0.0, seconds(shape) - per_chunk)
+    return Rate(per_chunk, rest / (prod(shape) * unit))
+
+
+def _default_decode_rate() -> Rate:
+    """Zstd's on float32 values (zarr's default compressor), measured as any chain."""
     import numcodecs
 
-    def measure() -> float:
-        values = _sample(np.dtype("f4"), (SAMPLE_VALUES,), missing=0.05)
+    def decode_seconds(shape: tuple[int, ...]) -> float:
+        values = _sample(np.dtype("f4"), shape, missing=0.05)
         codec = numcodecs.Zstd()
         encoded = codec.encode(values)
-        return _best_of(lambda: codec.decode(encoded)) / values.nbytes
+        return _best_of(lambda: codec.decode(encoded))
 
-    return _measured(("decode", "default"), measure)
-
-
-@dataclass(frozen=True)
-class SumRate:
-    """What summing a raw chunk costs: ``per_chunk`` seconds, and ``per_value`` more."""
-
-    per_chunk: float
-    per_value: float
+    return _measured(("decode", "default"), lambda: _rate(decode_seconds, (SAMPLE_VALUES,), 4))
 
 
-def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -> SumRate:
-    """Seconds to turn stored values into physical ones (``Decoder.values``) and sum
-    ``terms`` of them over ``over`` with weights varying along the first dimension averaged
-    over: per chunk (one row) and per value (the rest of a full sample), measured once per
-    process and kind of query."""
+def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -> Rate:
+    """Turning stored values into physical ones (``Decoder.values``) and summing ``terms``
+    of them over ``over`` with weights varying along the first dimension averaged over, per
+    chunk and per value, measured once per process and kind of query."""
     axes = tuple(var.axis(d) for d in over)
     key = ("raw", var.array.dtype.str, tuple(sorted(var.decoder.attrs)), tuple(terms), axes)
 
@@ -373,20 +403,24 @@ def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -
         weights = np.ones([n if a == along else 1 for a, n in enumerate(shape)])
         return _best_of(lambda: reduce_terms(var.decoder.values(stored), weights, terms, axes))
 
-    def measure() -> tuple[float, float]:
-        shape = _sample_shape(_chunk_shape(var.bounds))
-        small = tuple(1 for _ in shape)
-        per_chunk = reduce_seconds(small)
-        return per_chunk, max(0.0, reduce_seconds(shape) - per_chunk) / prod(shape)
-
-    return SumRate(*_measured(key, measure))
+    shape = _sample_shape(_chunk_shape(var.bounds))
+    return _measured(key, lambda: _rate(reduce_seconds, shape, 1))
 
 
-def entry_sum_rate() -> float:
-    """Seconds per accumulation entry summed (float64), measured once per process."""
+def entry_sum_rate() -> Rate:
+    """Adding accumulation entries (float64) into the answer as ``execute`` does: weighted,
+    summed, their magnitude kept; per chunk and per entry, measured once per process."""
 
-    def measure() -> float:
-        entries = _sample(np.dtype("f8"), (64, SAMPLE_VALUES // 64), missing=0.0)
-        return _best_of(lambda: entries.sum(axis=1)) / entries.size
+    def add_seconds(shape: tuple[int, ...]) -> float:
+        entries = _sample(np.dtype("f8"), shape, missing=0.0)
+        weights = np.ones((shape[0], 1))
+        total = np.zeros(shape[0])
 
-    return _measured(("entries",), measure)
+        def add() -> None:
+            summed = np.multiply(entries, weights).sum(axis=1)
+            np.add(total, summed, out=total)
+            np.add(total, np.abs(summed), out=total)
+
+        return _best_of(add)
+
+    return _measured(("entries",), lambda: _rate(add_seconds, (64, SAMPLE_VALUES // 64), 1))
