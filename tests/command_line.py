@@ -13,7 +13,9 @@ from accumulus.cli import main
 
 
 def run(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
-    """Exit status, stdout and stderr of ``accumulus ARGS``."""
+    """Exit status, stdout and stderr of ``accumulus ARGS``, its output piped (pytest-xdist's
+    workers set ``COLUMNS=80``, which a pipe does not have)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setattr(sys, "argv", ["accumulus", *args])
     with pytest.raises(SystemExit) as stopped:
         main()

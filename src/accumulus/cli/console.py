@@ -23,19 +23,22 @@ class _Console:
     def __init__(self, **options: Any) -> None:  # rich.console.Console's keywords
         self._options = options
         self._console: Console | None = None
+        self._columns: str | None = None  # COLUMNS when the console was made
 
     @property
     def rich(self) -> Console:
-        """The ``Console`` itself (for rich's own objects that take one)."""
-        if self._console is None:
+        """The ``Console`` itself (for rich's own objects that take one), made again when
+        ``COLUMNS`` changed since (one process may run many commands: tests, notebooks)."""
+        columns = os.environ.get("COLUMNS")
+        if self._console is None or columns != self._columns:
             from rich.console import Console
 
             made = Console(**self._options)
-            if not made.is_terminal and "COLUMNS" not in os.environ:
+            if not made.is_terminal and columns is None:
                 # Piped or redirected: lines as long as they are (a suggested command must
                 # not break mid-line), instead of rich's 80 columns for a non-terminal.
                 made = Console(**self._options, width=UNWRAPPED, soft_wrap=True)
-            self._console = made
+            self._console, self._columns = made, columns
         return self._console
 
     def __getattr__(self, name: str) -> Any:
