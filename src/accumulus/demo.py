@@ -15,13 +15,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
 import pandas as pd
 import xarray as xr
 
+from accumulus.ingest.cadence import steps_per_month
 from accumulus.ingest.layout import ArraySpec, choose_chunks
+
+if TYPE_CHECKING:
+    from accumulus.accumulation.query.answer import QueryResult
 
 VARIABLE = "precip"
 
@@ -53,12 +58,15 @@ class DemoConfig:
         spec = ArraySpec(
             dims=("time", "lat", "lon"), shape=(1, ny, nx), itemsize=4, is_coordinate=False
         )
-        steps, *_ = choose_chunks({VARIABLE: spec}, "time", year=365).chunks[VARIABLE]
+        steps, *_ = choose_chunks({VARIABLE: spec}, "time", month=steps_per_month(86400.0)).chunks[
+            VARIABLE
+        ]
         return (min(steps, self.days), ny, nx)
 
 
 def _block(block_info: dict | None = None, *, config: DemoConfig) -> np.ndarray:
     """One chunk of the field, from a seed derived from its position (reproducible)."""
+    assert block_info is not None  # dask's map_blocks passes it to a function that takes it
     location = block_info[None]["array-location"]
     (t0, t1), (y0, y1), (x0, x1) = location
     rng = np.random.default_rng([t0, y0, x0])
@@ -153,7 +161,7 @@ def full_scan(path: Path, over: list[str], selection: dict) -> tuple[xr.DataArra
     return answer, seconds, chunks, store.counts.read_bytes
 
 
-def compare(path: Path, name: str, over: list[str], ranges: dict) -> tuple[Comparison, object]:
+def compare(path: Path, name: str, over: list[str], ranges: dict) -> tuple[Comparison, QueryResult]:
     from accumulus import api
 
     selection = {d: slice(*r) for d, r in ranges.items()}
@@ -266,7 +274,7 @@ def run_demo(
 
     first, last = map_period(config)
     day_first, day_last = day_period(config)
-    questions = [
+    questions: list[tuple[str, list[str], dict[str, Any], str]] = [
         (
             "area-averaged time series over West Africa and the Sahel (0-25N, 20W-40E)",
             ["lat", "lon"],

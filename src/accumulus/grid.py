@@ -536,7 +536,8 @@ def append_chunk_sizes(
         if fill == added:
             return AppendChunks(sizes)
         filled = joined(np.asarray(existing), np.asarray(appended)[:fill])
-        return append_chunk_sizes(sizes, filled, np.asarray(appended)[fill:], rule, published=True)
+        rest = list(np.asarray(appended)[fill:])
+        return append_chunk_sizes(sizes, list(filled), rest, rule, published=True)
 
     if isinstance(rule, int):
         room = sizes[-1] - held if sizes else 0
@@ -627,7 +628,9 @@ class VariableGrid:
 
     def extend(self, values: np.ndarray) -> None:
         """Declare the chunks of one more granule's coordinate ``values``."""
-        plan = append_chunk_sizes(self.sizes, self.coordinate, values, self.rule, published=True)
+        plan = append_chunk_sizes(
+            self.sizes, list(self.coordinate), list(values), self.rule, published=True
+        )
         self.sizes = plan.sizes
         self.coordinate = joined(self.coordinate, values)
 
@@ -641,6 +644,59 @@ class VariableGrid:
         """An array's ``metadata`` once it is ``length`` long along ``axis``, with the
         declared chunks there."""
         return with_chunk_sizes(metadata, axis, length, self.sizes)
+
+
+GROW = "grow"
+
+
+def growing_rule(cap: int) -> str:
+    """The rule of a cube whose chunks along the append dimension grow to ``cap`` steps, as
+    recorded in its root attributes (``GrowingGrid``)."""
+    return f"{GROW}:{int(cap)}"
+
+
+def growing_cap(rule: str | None) -> int | None:
+    """The ``cap`` of a ``growing_rule``, or None for any other rule."""
+    name, _, cap = (rule or "").partition(":")
+    return int(cap) if name == GROW and cap.isdigit() and int(cap) > 0 else None
+
+
+class GrowingGrid(VariableGrid):
+    """Chunks along the append dimension that grow with the archive up to ``cap`` steps
+    (ZEP 3, Zarr v3): a chunk that starts when the dimension holds ``n`` steps is declared
+    ``min(cap, max(n, appended))`` long, where ``appended`` is what arrives with it.
+
+    A cube of 31 steps appended in granules of 8 gets chunks 8, 8, 16 rather than one of
+    ``cap`` (1017) steps mostly fill, so a query decodes what the cube holds and not what it
+    may hold one day; the declared but empty part of the last chunk is never larger than
+    what precedes it, so a query decodes at most twice what it asks for while the archive is
+    young, then chunks of ``cap`` steps. A chunk once declared keeps its size, as under
+    ``VariableGrid``: appends write into the last chunk until it is full (rewriting it whole,
+    as with a regular grid's partial last chunk) and never change a chunk a reader knows."""
+
+    def __init__(self, cap: int, sizes: Sequence[int], length: int) -> None:
+        super().__init__(growing_rule(cap), sizes, np.arange(length))
+        self.cap = cap
+        self.length = length
+
+    def extend(self, values: np.ndarray) -> None:
+        """Declare the chunks of one more granule of ``len(values)`` steps."""
+        self.sizes = growing_sizes(self.sizes, self.length, len(values), self.cap)
+        self.length += len(values)
+
+
+def growing_sizes(sizes: Sequence[int], length: int, added: int, cap: int) -> tuple[int, ...]:
+    """Declared chunk sizes after appending ``added`` steps to ``length`` held in chunks
+    ``sizes`` under ``GrowingGrid``'s rule: fill the last chunk, then new chunks."""
+    sizes = tuple(sizes)
+    added -= min(added, sum(sizes) - length)
+    length = sum(sizes) if added else length
+    while added > 0:
+        size = min(cap, max(length, added))
+        sizes += (size,)
+        length += size
+        added -= size
+    return sizes
 
 
 AppendGrid = RegularGrid | VariableGrid

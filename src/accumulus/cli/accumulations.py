@@ -29,7 +29,7 @@ def accumulate(
     dims: list[str] = typer.Option(
         None,
         "--dims",
-        help="A combination to accumulate, e.g. time or latitude,longitude (repeatable). "
+        help="A combination to accumulate, e.g. time or lat,lon (repeatable). "
         "Default: time at every element and lat,lon at every cell (any box, any period, "
         "no raw chunk); with --minimal, --stride or --at: every dimension alone plus lat,lon.",
     ),
@@ -39,15 +39,26 @@ def accumulate(
     at: list[str] = typer.Option(
         None,
         "--at",
-        help="Where entries end along a dimension instead of chunk ends: DIM=chunk (default), "
-        "N (every N elements; 1 = every element), month, year, or labels "
-        "(time=2001-01-01,2006-01-01); e.g. --at time=month or --at lat=1,lon=1 (repeatable).",
+        help="Where entries end along a dimension instead of chunk ends: DIM=RULE, the rule "
+        "being chunk (the default), N (every N elements; 1 = every element), month, year, or "
+        "labels separated by commas. E.g. --at time=month, --at lat=1,lon=1 (repeatable).",
     ),
     weights: str = typer.Option(
         None, "--weights", help="area (cos latitude), none, or the name of a weights array."
     ),
     scheduler: Scheduler = None,
-    rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
+    rebuild: bool = typer.Option(
+        False,
+        "--rebuild",
+        help="Build the group again. It keeps what it was built with (--dims, --at, --stride, "
+        "--weights) unless given here; the output says what was kept.",
+    ),
+    reset: bool = typer.Option(
+        False,
+        "--reset",
+        help="Rebuild from the defaults and the options given here, forgetting what the "
+        "group was built with.",
+    ),
     allow_missing_chunks: bool = typer.Option(
         False,
         "--allow-missing-chunks",
@@ -92,6 +103,7 @@ def accumulate(
             at=at or None,
             scheduler=scheduler,
             rebuild=rebuild,
+            reset=reset,
             allow_missing_chunks=allow_missing_chunks,
             shards=shards,
             progress=report,
@@ -104,6 +116,8 @@ def accumulate(
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
         return
+    if result.kept:
+        console.print(f"{variable}: {result.kept}", highlight=False)
     console.print(
         f"{variable}: {result.action} {len(result.arrays)} accumulation arrays with weights "
         f"{result.group.weights} in {result.seconds:.1f} s; raw array "

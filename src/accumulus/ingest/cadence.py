@@ -1,11 +1,14 @@
-"""How often an archive steps along its append dimension, and how many steps make a year.
+"""How often an archive steps along its append dimension, and how many steps make a month
+or a year.
 
 A chunk along the append dimension chosen from bytes alone grows without bound as the grid
 shrinks: a 10 x 10 cut of IMERG would get chunks of 262,144 half-hours (15 years), one file
-that every append rewrites. The archive's cadence caps it: by default a chunk holds at most
-a calendar year of steps (``append`` then commits a complete chunk once a year, and a query
-over one year touches at most two chunks along time). The cadence is read from the times
-themselves (the median step between them) or, for a single step, from its CF bounds.
+that every append rewrites. The archive's cadence sets it instead: by default a chunk holds a
+calendar month of steps, kept within 10-100 MiB (``ingest/layout.py``'s ``cadence_steps``),
+so yearly data is not cut one step a chunk and a daily archive's open chunk (read raw while it
+fills, outside its accumulations' coverage) is about a month, not a year. The cadence is read
+from the times themselves (the median step between them) or, for a single step, from its CF
+bounds.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import re
 import numpy as np
 
 YEAR_SECONDS = 365.2425 * 86400  # a mean Gregorian year
+MONTH_SECONDS = YEAR_SECONDS / 12
 _UNIT_SECONDS = {
     "microsecond": 1e-6,
     "millisecond": 1e-3,
@@ -63,3 +67,10 @@ def steps_per_year(step: float | None) -> int | None:
     if step is None or step <= 0:
         return None
     return max(1, round(YEAR_SECONDS / step))
+
+
+def steps_per_month(step: float | None) -> int | None:
+    """How many steps of ``step`` seconds make a calendar month (at least 1)."""
+    if step is None or step <= 0:
+        return None
+    return max(1, round(MONTH_SECONDS / step))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from math import prod
 
 from accumulus.errors import AccumulusError
-from accumulus.grid import MONTH, PER_GRANULE, YEAR
+from accumulus.grid import MONTH, PER_GRANULE, YEAR, growing_rule
 
 TARGET_CHUNK_BYTES = 100 * 2**20
 MIN_CHUNK_BYTES = 10 * 2**20
@@ -53,6 +53,9 @@ class ArraySpec:
 class ChunkChoice:
     chunks: dict[str, tuple[int, ...]]  # array name -> chunk shape, in its dimensions' order
     reason: str  # what was chosen and why, for the user
+    # The variable rule chunks along the append dimension follow when chosen here (growing
+    # chunks, ``grid.growing_rule``); None: as asked, or regular.
+    rule: str | None = None
     # Data variables' shard shapes (inner chunks are ``chunks``); empty: not sharded.
     shards: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
@@ -62,14 +65,17 @@ def choose_chunks(
     dim: str,
     given: Mapping[str, int] | None = None,
     rule: str | None = None,
-    year: int | None = None,
+    month: int | None = None,
+    grow: bool = False,
 ) -> ChunkChoice:
     """Chunk shapes for every array of a new cube appended along ``dim``.
 
     With a variable ``rule`` (a key of ``RULE_TEXT``) the data variables' chunks along
     ``dim`` are declared as values arrive (``VariableGrid``); the arrays are created, still
-    empty, with one step there. ``year``: how many steps of the archive's cadence make a
-    calendar year; chunks chosen from bytes hold no more (``ingest/cadence.py``)."""
+    empty, with one step there. ``month``: how many steps of the archive's cadence make a
+    calendar month; chunks chosen from bytes hold about that many (``cadence_steps``). ``grow``
+    (Zarr v3): chunks chosen from bytes grow to that size with the cube (``GrowingGrid``):
+    the arrays are created with one step along ``dim`` and ``rule`` says how they grow."""
     given = dict(given or {})
     _check_dimensions("--chunks", given, arrays)
     for d, size in given.items():
@@ -85,22 +91,56 @@ def choose_chunks(
     elif dim in given:
         steps = int(given[dim])
     elif largest is not None:
-        steps = max(1, TARGET_CHUNK_BYTES // step_bytes[largest])
-        steps = min(steps, year) if year else steps
+        steps = cadence_steps(step_bytes[largest], month)
     else:
         steps = 1
+    grown = growing_rule(steps) if grow and rule is None and dim not in given and data else None
     for name, spec in arrays.items():
         sizes = dict(zip(spec.dims, spec.shape, strict=True))
         if name in data:
-            chunks[name] = _with(spec.dims, step_chunks[name], dim, steps)
+            # Growing chunks are declared as values arrive (``GrowingGrid``).
+            along = 1 if grown else steps
+            chunks[name] = _with(spec.dims, step_chunks[name], dim, along)
         elif dim in spec.dims:
             one_step = prod(n for d, n in sizes.items() if d != dim) * spec.itemsize
             along = max(1, COORDINATE_CHUNK_BYTES // max(1, one_step))
             chunks[name] = _with(spec.dims, spec.shape, dim, along)
         else:
             chunks[name] = tuple(max(1, n) for n in spec.shape)
-    reason = _reason(data, chunks, step_bytes, largest, dim, steps, given, rule, year)
-    return ChunkChoice(chunks, reason)
+    shown = dict(chunks)
+    if grown and largest is not None:
+        shown[largest] = _with(data[largest].dims, step_chunks[largest], dim, steps)
+    reason = _reason(data, shown, step_bytes, largest, dim, steps, given, rule, month)
+    if grown:
+        reason = reason.replace(f"{dim}={steps}", f"{dim}=up to {steps}", 1)
+        reason = _with_growth(reason, dim, steps)
+    return ChunkChoice(chunks, reason, rule=grown)
+
+
+def _with_growth(reason: str, dim: str, steps: int) -> str:
+    """``reason`` saying, before its note on coordinates, how chunks grow to ``steps``."""
+    tail = f"); coordinates along {dim} in chunks of about 1 MiB"
+    growth = (
+        f"; chunks along {dim} grow with the cube, each new one as long as the cube before "
+        f"it, up to {steps} steps: a query decodes at most about twice what the cube holds"
+    )
+    head = reason.removesuffix(tail)
+    return f"{head}{growth}{tail}" if head != reason else f"{reason}{growth}"
+
+
+def cadence_steps(step_bytes: int, month: int | None) -> int:
+    """How many steps of the append dimension a chunk holds when they are not given: a
+    calendar month of them (``month``), but at least as many as make ``MIN_CHUNK_BYTES`` and
+    at most as many as fit ``TARGET_CHUNK_BYTES``. Every cadence alike: 6-hourly 1-degree
+    maps get a month, daily ones 10 MiB (41 days), yearly ones 10 MiB (41 years, where a
+    51-year series used to read 51 chunks), a 10 x 10 cut of half-hourly IMERG 10 MiB.
+    Chunks that grow (``grid.GrowingGrid``) reach this size once the cube has; while a chunk
+    fills, what follows the accumulations' coverage is at most this."""
+    steps = max(1, TARGET_CHUNK_BYTES // step_bytes)
+    if month is None:
+        return steps
+    floor = -(-MIN_CHUNK_BYTES // step_bytes)
+    return min(steps, max(month, floor))
 
 
 def _check_dimensions(
@@ -195,7 +235,7 @@ def _reason(
     steps: int,
     given: Mapping[str, int],
     rule: str | None,
-    year: int | None = None,
+    month: int | None = None,
 ) -> str:
     if largest is None:
         return f"no data variable along {dim!r}; coordinates get chunks of about 1 MiB"
@@ -213,11 +253,17 @@ def _reason(
         )
     if dim in given:
         why = f"{dim}={steps} as given; {largest} chunks are {size}"
-    elif year is not None and steps == year:
+    elif month is not None and steps == month:
         why = (
-            f"one {dim} step of {largest} is {_mib(step_bytes[largest])}; a chunk holds at "
-            f"most a calendar year of steps, {steps} here, {size} (--chunks or --chunking "
-            "choose otherwise)"
+            f"one {dim} step of {largest} is {_mib(step_bytes[largest])}; a chunk holds a "
+            f"calendar month of steps, {steps} here, {size} (--chunks or --chunking choose "
+            "otherwise)"
+        )
+    elif month is not None and month < steps < TARGET_CHUNK_BYTES // step_bytes[largest]:
+        why = (
+            f"one {dim} step of {largest} is {_mib(step_bytes[largest])}; a calendar month "
+            f"of steps ({month}) makes less than 10 MiB, so a chunk holds {steps} steps, "
+            f"{size} (--chunks or --chunking choose otherwise)"
         )
     else:
         why = (
@@ -226,7 +272,7 @@ def _reason(
             "the ~100 ms per request is amortized; up to 100 MiB several chunks fit in memory)"
         )
     total = step_bytes[largest] * steps
-    if total < MIN_CHUNK_BYTES and not (year is not None and steps == year):
+    if total < MIN_CHUNK_BYTES and not (month is not None and steps == month):
         why += SMALL_OBJECTS
     elif total > TARGET_CHUNK_BYTES:
         why += "; above 100 MiB, few chunks fit in memory at once"

@@ -44,6 +44,12 @@ SUBSETS = [
         "hgt_subset.nc",
         {"lat": slice(0, 73, 4), "lon": slice(0, 144, 4)},
     ),
+    (
+        "SciTools+iris-test-data",
+        "test_data/NetCDF/global/xyt/SMALL_total_column_co2.nc",
+        "SMALL_total_column_co2_subset.nc",
+        {"latitude": slice(0, 161, 2), "longitude": slice(0, 320, 2)},
+    ),
 ]
 # Vendored whole.
 WHOLE = [
@@ -51,7 +57,12 @@ WHOLE = [
         "nasa+harmony-opendap-subsetter",
         "tests/data/GPM_3IMERGHH_bounds.nc4",
         "GPM_3IMERGHH_bounds.nc4",
-    )
+    ),
+    (
+        "NCAR+geocat-datafiles",
+        "netcdf_files/tas_mod1_hist_rectilin_grid_2D.nc",
+        "tas_mod1_hist_rectilin_grid_2D.nc",
+    ),
 ]
 
 

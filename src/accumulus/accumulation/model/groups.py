@@ -58,7 +58,7 @@ def read_group(
         return _foreign_coverage(cube, var, group, members)
     _check_shapes(cube.label, var, group, members)
     if group.complete:
-        extension = attributes.get(spec.EXTENSION_KEY, {})
+        extension: Any = attributes.get(spec.EXTENSION_KEY, {})  # JSON
         problem = attributes_problem(
             cube,
             var,

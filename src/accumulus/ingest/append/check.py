@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from accumulus.errors import AccumulusError
-from accumulus.grid import CALENDAR_RULES, regular_chunk_size
+from accumulus.grid import CALENDAR_RULES, growing_cap, regular_chunk_size
 from accumulus.ingest.append.cube_state import cube_array, stored_coordinate
 from accumulus.ingest.append.values import (
     Batch,
@@ -78,7 +78,7 @@ def check(
 def _check_chunking_unchanged(target: Target, request: Request, cube: Committed) -> None:
     """``--chunks``, ``--chunking`` and ``--shards`` apply when a cube is created: on an
     existing cube they must say how it is chunked already."""
-    asked: dict[str, int | str] = dict(request.chunks)
+    asked: dict[str, int | tuple[int, ...] | str] = dict(request.chunks)
     if request.rule is not None:
         asked[target.dim] = request.rule
     if request.shards:
@@ -98,7 +98,8 @@ def _check_chunking_unchanged(target: Target, request: Request, cube: Committed)
             for axis, d in enumerate(dimension_names(array))
         }
         if cube.variable_rule is not None:
-            stored[target.dim] = cube.variable_rule
+            # Chunks that grow to a size are asked for again by that size.
+            stored[target.dim] = growing_cap(cube.variable_rule) or cube.variable_rule
         differ = {d: n for d, n in asked.items() if stored.get(d, n) != n}
         if differ:
             text = ",".join(f"{d}={stored[d]}" for d in differ)

@@ -11,7 +11,7 @@ from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
 from accumulus.hierarchy import write_tree
 from accumulus.ingest.append.cube_state import fresh_root
 from accumulus.ingest.append.values import Batch, Committed, Request, Target
-from accumulus.ingest.cadence import step_seconds, steps_per_year
+from accumulus.ingest.cadence import step_seconds, steps_per_month
 from accumulus.ingest.conform import cube_dataset
 from accumulus.ingest.granules import CodecChain, Granule, open_granule
 from accumulus.ingest.journal import CREATING, READY, Journal, write_journal
@@ -38,9 +38,13 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
             )
             for name, var in granule.dataset.variables.items()
         }
-        year = steps_per_year(_step_seconds(granule, batch))
-        choice = choose_chunks(specs, dim, request.chunks, variable_rule, year)
+        month = steps_per_month(_step_seconds(granule, batch))
+        # Zarr v3 can declare chunks as values arrive: unless told otherwise, chunks along
+        # ``dim`` grow with the cube, so a young cube is not read as one mostly empty chunk.
+        grow = request.rule is None and not request.shards and zarr_format == 3
+        choice = choose_chunks(specs, dim, request.chunks, variable_rule, month, grow)
         choice = choose_shards(choice, specs, dim, request.shards)
+        variable_rule = variable_rule or choice.rule
         chains = granule.compression(zarr_format)
         empty, fills = cube_dataset(granule.dataset, template)
         encoding = {}

@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from zarr.abc.store import Store
 
@@ -67,7 +68,8 @@ def append(
     along ``dim``: a size (regular chunks, like ``chunks={dim: size}``), or ``"month"``,
     ``"year"`` (a chunk per calendar period of the time coordinate) or ``"per-granule"``
     (each granule its own chunk), which need Zarr v3 (a rectilinear chunk grid);
-    ``zarr_format`` 2 or 3, by default 2, or 3 with those rules. On an existing cube they
+    ``zarr_format`` 2 or 3: by default 3, where chunks along ``dim`` not given grow with the
+    cube up to their chosen size (2 with a chunk size given). On an existing cube they
     must agree with how it is chunked. Granules already ingested are skipped; times already
     in the cube are an error, or skipped with ``skip_existing``. Safe to re-run after an
     interruption, and to run while others read. ``progress(done, total)`` is called as
@@ -175,7 +177,8 @@ def _chunking_rule(
 
 
 def _zarr_format(asked: int | None, rule: ChunkRule | None, sharded: bool = False) -> int:
-    """The format of a new cube: as asked, else 2, or 3 for variable chunks or shards."""
+    """The format of a new cube: as asked, else 3 (2 for a regular chunk size along the
+    append dimension without shards, as before growing chunks)."""
     variable = isinstance(rule, str)
     if variable and sharded:
         raise AccumulusError(
@@ -184,7 +187,9 @@ def _zarr_format(asked: int | None, rule: ChunkRule | None, sharded: bool = Fals
             "size (or --chunks) to shard, or drop --shards"
         )
     if asked is None:
-        return 3 if variable or sharded else 2
+        # Zarr v3 unless a regular chunk size is asked for along the dimension: chunks then
+        # grow with the cube (``grid.GrowingGrid``), which Zarr v2 cannot declare.
+        return 2 if isinstance(rule, int) and not sharded else 3
     if asked not in (2, 3):
         raise AccumulusError(f"zarr_format must be 2 or 3, got {asked}")
     if asked == 2 and sharded:
@@ -201,9 +206,9 @@ def _zarr_format(asked: int | None, rule: ChunkRule | None, sharded: bool = Fals
 
 
 def _as_list(granules: GranuleLike | Iterable[GranuleLike]) -> list[GranuleLike]:
-    if isinstance(granules, GRANULE_TYPES):
-        return [granules]
-    return list(granules)
+    if isinstance(granules, GRANULE_TYPES):  # the types of a GranuleLike
+        return [cast(GranuleLike, granules)]
+    return list(cast(Iterable[GranuleLike], granules))
 
 
 def _in_group(item: GranuleLike, group: str, dim: str) -> InGroup:

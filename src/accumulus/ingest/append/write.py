@@ -13,9 +13,11 @@ from accumulus.errors import AccumulusError
 from accumulus.grid import (
     CALENDAR_RULES,
     AppendGrid,
+    GrowingGrid,
     RegularGrid,
     VariableGrid,
     declared_chunk_sizes,
+    growing_cap,
 )
 from accumulus.ingest.append.commit import commit
 from accumulus.ingest.append.cube_state import chunk_along, cube_array, stored_coordinate
@@ -80,9 +82,12 @@ def _data_grid(
     first = arrays[(template.data or [dim])[0]]
     if cube.variable_rule is None or not template.data:
         return RegularGrid(chunk_along(first, dim))
+    sizes = declared_chunk_sizes(first, dimension_names(first).index(dim))
+    cap = growing_cap(cube.variable_rule)
+    if cap is not None:
+        return GrowingGrid(cap, sizes, cube.journal.extent)
     stored = stored_coordinate(cube, dim)
     coordinate = _grid_coordinate(stored, template, cube.variable_rule)
-    sizes = declared_chunk_sizes(first, dimension_names(first).index(dim))
     return VariableGrid(cube.variable_rule, sizes, coordinate)
 
 

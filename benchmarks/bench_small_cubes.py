@@ -1,0 +1,172 @@
+"""Small cubes against their own files (issue 34 item 9): a warm accumulus query on a cube
+appended in 4 granules, against xarray reading the original file.
+
+Cases:
+
+- ``six-hourly``: ECMWF MACC ``SMALL_total_column_co2.nc`` (31 steps of 161 x 320 packed
+  int16, netCDF-3), by default the vendored subset (every other row and column); ``--co2``
+  names the whole file (fetch SciTools/iris-test-data, ``test_data/NetCDF/global/xyt/``).
+- ``yearly``: 51 years of 1-degree float32 maps written by ``xarray.Dataset.to_netcdf``.
+
+Each file is cut into 4 granules and appended twice: with the default layout (chunks that
+grow with the cube) and with the layout appends chose before (``--chunks time=N``: 1017
+steps for the whole CO2 file, one step for yearly data). Questions: a box series (cos-weighted
+mean over a latitude/longitude box at every step) and a time-averaged map, first with no
+accumulations (every answer reads raw chunks), then after ``accumulate``. Reported per layout,
+question and state: the median
+warm time (an ``accumulus.open`` handle asked again), raw chunks read, bytes read from the
+store and raw bytes decoded (the declared size of every raw chunk read; with accumulations,
+those overlapping the query's time range), against xarray with the file held open
+(``open_dataset`` once, each question selects, weights and reduces), and the ratio.
+Every answer is checked against xarray's (rtol 1e-9).
+
+    python benchmarks/bench_small_cubes.py [--repeats 15] [--co2 PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+import zarr
+
+import accumulus
+from accumulus.grid import array_bounds, declared_chunk_sizes
+from accumulus.scope import accumulus_scope
+from common import median_seconds, report
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+from producers.test_small_cubes import granules  # noqa: E402 (after the path)
+
+CO2 = HERE.parent / "tests" / "data" / "real" / "SMALL_total_column_co2_subset.nc"
+
+
+def yearly_file(path: Path) -> Path:
+    rng = np.random.default_rng(51)
+    values = (rng.normal(288.0, 5.0, size=(51, 180, 360))).astype("f4")
+    xr.Dataset(
+        {"tas": (("time", "lat", "lon"), values, {"units": "K"})},
+        coords={
+            "time": pd.date_range("1950-07-01", periods=51, freq="YS-JUL"),
+            "lat": ("lat", np.arange(-89.5, 90.0, 1.0), {"units": "degrees_north"}),
+            "lon": ("lon", np.arange(0.5, 360.0, 1.0), {"units": "degrees_east"}),
+        },
+    ).to_netcdf(path, encoding={"time": {"units": "days since 1950-01-01"}})
+    return path
+
+
+def decoded_bytes(cube: Path, variable: str, result) -> int:
+    """The bytes of every raw chunk the query read, at its declared size (what zarr
+    decodes); 0 when it read none."""
+    if not result.stats.raw_chunks_read:
+        return 0
+    with accumulus_scope():
+        array = zarr.open_array(cube / variable, mode="r")
+        start, stop = result.plan.ranges["time"]
+        sizes = declared_chunk_sizes(array, 0)
+        chunks = array_bounds(array)[0].chunks_overlapping(start, stop)
+        step = int(np.prod(array.shape[1:])) * array.dtype.itemsize
+        return sum(sizes[i] for i in chunks) * step
+
+
+def xarray_answers(source: Path, variable: str, box: dict[str, tuple[float, float]]):
+    dataset = xr.open_dataset(source)
+    lat, lon = box
+
+    def series() -> np.ndarray:
+        data = dataset[variable]
+        (south, north), (west, east) = box[lat], box[lon]
+        inside = data.where(
+            (data[lat] >= south) & (data[lat] <= north) & (data[lon] >= west) & (data[lon] <= east),
+            drop=True,
+        ).astype("f8")
+        weights = np.cos(np.deg2rad(inside[lat].astype("f8")))
+        return inside.weighted(weights).mean([lat, lon]).values
+
+    def time_map() -> np.ndarray:
+        return dataset[variable].astype("f8").mean("time").values
+
+    return dataset, {"box series": series, "time map": time_map}
+
+
+def case(name, source, variable, box, before, work, repeats) -> dict:
+    parts = granules(source, work, 4)
+    dataset, theirs = xarray_answers(source, variable, box)
+    questions = {
+        "box series": ([*box], box),
+        "time map": (["time"], None),
+    }
+    layouts = {"growing (default)": [], f"before: --chunks time={before}": ["time", before]}
+    out: dict = {"file": str(source), "steps": dataset.sizes["time"], "layouts": {}}
+    for label, chunks in layouts.items():
+        cube = work / f"{name}-{len(chunks)}.zarr"
+        given = {chunks[0]: chunks[1]} if chunks else None
+        accumulus.append(str(cube), [str(p) for p in parts], chunks=given)
+        with accumulus_scope():
+            sizes = declared_chunk_sizes(zarr.open_array(cube / variable, mode="r"), 0)
+        rows = {}
+        for state in ("raw", "accumulated"):
+            if state == "accumulated":
+                accumulus.accumulate(str(cube), variable)
+            handle = accumulus.open(str(cube))
+            for question, (over, ranges) in questions.items():
+                handle.query(variable, over, ranges)  # warm-up: the snapshot is read once
+                ours, result = median_seconds(
+                    lambda h=handle, o=over, r=ranges: h.query(variable, o, r), repeats
+                )
+                want = theirs[question]()
+                np.testing.assert_allclose(
+                    np.asarray(result.data.values, "f8"), np.asarray(want, "f8"), rtol=1e-9
+                )
+                xarray_seconds, _ = median_seconds(theirs[question], repeats)
+                rows[f"{question}, {state}"] = {
+                    "accumulus_warm_ms": round(ours * 1e3, 2),
+                    "xarray_ms": round(xarray_seconds * 1e3, 2),
+                    "accumulus_over_xarray": round(ours / xarray_seconds, 2),
+                    "raw_chunks_read": result.stats.raw_chunks_read,
+                    "accumulation_chunks_read": result.stats.accumulation_chunks_read,
+                    "bytes_read": result.stats.bytes_read,
+                    "raw_bytes_decoded": decoded_bytes(cube, variable, result),
+                }
+        out["layouts"][label] = {"time_chunks": ",".join(map(str, sizes)), "questions": rows}
+    dataset.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--co2", type=Path, default=CO2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        co2 = work / args.co2.name
+        co2.write_bytes(args.co2.read_bytes())
+        with xr.open_dataset(co2) as opened:
+            step = opened["tcco2"].isel(time=0).size * 2
+        before = min(100 * 2**20 // step, 1461)  # the rule before: 100 MiB, at most a year
+        yearly = yearly_file(work / "yearly_by_xarray.nc")
+        box_co2 = {"latitude": (20.0, 60.0), "longitude": (0.0, 90.0)}
+        box_yearly = {"lat": (20.0, 60.0), "lon": (0.0, 90.0)}
+        report(
+            {
+                "benchmark": "small cubes vs their files (issue 34 item 9)",
+                "load_average": os.getloadavg()[0],
+                "repeats": args.repeats,
+                "cases": {
+                    "six-hourly": case("co2", co2, "tcco2", box_co2, before, work, args.repeats),
+                    "yearly": case("yearly", yearly, "tas", box_yearly, 1, work, args.repeats),
+                },
+            }
+        )
+
+
+if __name__ == "__main__":
+    main()
