@@ -75,7 +75,7 @@ def test_average_json_loads_only_what_a_query_uses(tmp_path: Path):
     path = tmp_path / "cube.zarr"
     chunks = {"time": 10, "lat": 6, "lon": 8}
     write_cube(synthetic_dataset({"time": 40, "lat": 12, "lon": 16}), path, chunks)
-    # ZEP 5 at chunk ends: the unaligned box reads raw chunks (the default layout would not).
+    # ZEP 5 as written (chunk ends), so that the unaligned box reads raw chunks.
     accumulus.accumulate(str(path), "precip", minimal=True)
     aligned = ["--over", "time", "--range", "time=2001-01-01/2001-01-20", "--plan", "accumulation"]
     unaligned = ["--over", "lat,lon", "--range", "lat=-50/50", "--range", "lon=3/20"]

@@ -32,7 +32,7 @@ def cube_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("in-thread") / "cube.zarr"
     ds = synthetic_dataset(SIZES, seed=11)
     write_cube(ds, path, CHUNKS)
-    accumulus.accumulate(str(path), VAR, minimal=True)
+    accumulus.accumulate(str(path), VAR, minimal=True)  # chunk ends: unaligned reads raw
     return path, ds
 
 

@@ -29,7 +29,7 @@ def cube_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("round-trips") / "cube.zarr"
     ds = synthetic_dataset(SIZES, seed=3)
     write_cube(ds, path, CHUNKS)
-    accumulus.accumulate(str(path), VAR, minimal=True)
+    accumulus.accumulate(str(path), VAR, minimal=True)  # chunk ends: unaligned reads raw
     return path, ds
 
 
@@ -97,7 +97,7 @@ def test_an_answer_from_a_snapshot_replaced_meanwhile_is_asked_again(tmp_path):
     answer read from the old snapshot is dropped and the new cube answers."""
     path = tmp_path / "cube.zarr"
     write_cube(synthetic_dataset(SIZES, seed=3), path, CHUNKS)
-    accumulus.accumulate(str(path), VAR, minimal=True)
+    accumulus.accumulate(str(path), VAR)
     store = CountingStore(open_store(str(path)))  # through the event loop, as object storage
     handle = accumulus.open(store)
     # Every day, from the raw chunks: the old snapshot's plan reads the new cube's first 40.
@@ -105,7 +105,7 @@ def test_an_answer_from_a_snapshot_replaced_meanwhile_is_asked_again(tmp_path):
     handle.query(VAR, over, ranges, use_accumulation=False)
     new = synthetic_dataset({**SIZES, "time": 50}, seed=4)  # other values, ten days more
     write_cube(new, path, CHUNKS)
-    accumulus.accumulate(str(path), VAR, minimal=True)
+    accumulus.accumulate(str(path), VAR)
     store.reset()
     result = handle.query(VAR, over, ranges, use_accumulation=False)
     expected = xarray_reference(new[VAR], list(over), "area", "mean")
@@ -128,7 +128,7 @@ def test_a_query_failing_on_a_snapshot_replaced_meanwhile_is_asked_again(tmp_pat
     (its group is gone): that failure is not the answer, the new cube's scan is."""
     path = tmp_path / "cube.zarr"
     write_cube(synthetic_dataset(SIZES, seed=3), path, CHUNKS)
-    accumulus.accumulate(str(path), VAR, minimal=True)
+    accumulus.accumulate(str(path), VAR)
     store = CountingStore(open_store(str(path)))  # through the event loop, as object storage
     handle = accumulus.open(store)
     over, ranges = ALIGNED_MAP

@@ -171,7 +171,7 @@ def check_against_xarray(tmp_path_factory, case):
         return  # the shape missed every centre: refused, tested below
     path = tmp_path_factory.mktemp("shape") / "cube.zarr"
     write_cube(ds, path, dict(zip(("time", "lat", "lon"), case["chunks"], strict=True)))
-    accumulus.accumulate(str(path), VAR, minimal=True)
+    accumulus.accumulate(str(path), VAR)
     ranges = time_ranges(ds, case)
     cube = accumulus.open(str(path))
     expected = reference(ds, mask, list(case["over"]), case["stat"], ranges)
@@ -282,7 +282,7 @@ def test_only_the_chunks_the_edge_cuts_are_read_raw(tmp_path):
     ds = grid_dataset(20, 40, 40, step=1.0, west=0.0, descending=False, seed=3, nan_fraction=0.0)
     path = tmp_path / "cube.zarr"
     write_cube(ds, path, {"time": 10, "lat": 4, "lon": 4})
-    accumulus.accumulate(str(path), VAR, minimal=True)
+    accumulus.accumulate(str(path), VAR, minimal=True)  # chunk ends: the edge's chunks read raw
     diamond = shapely.Polygon([(20, -58), (38, -40), (20, -22), (2, -40)])
     result = accumulus.open(str(path)).query(VAR, "lat,lon", shape=diamond)
     mask = regionmask_mask(diamond, ds)
@@ -351,7 +351,7 @@ def test_a_cut_chunk_summed_slab_by_slab(tmp_path):
     ds = grid_dataset(3, 120, 60, step=0.5, west=0.0, descending=True, seed=5)
     path = tmp_path / "cube.zarr"
     write_cube(ds, path, {"time": 3, "lat": 120, "lon": 60})
-    accumulus.accumulate(str(path), VAR, minimal=True)
+    accumulus.accumulate(str(path), VAR)
     diamond = shapely.Polygon([(15, -59), (29, -30), (15, -1), (1, -30)])
     mask = regionmask_mask(diamond, ds)
     cube = accumulus.open(str(path))

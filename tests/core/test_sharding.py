@@ -40,7 +40,7 @@ def cubes(tmp_path_factory):
     for name, shards in (("plain", None), ("sharded", SHARDS)):
         path = root / f"{name}.zarr"
         write_cube(ds, path, CHUNKS, zarr_format=3, shards=shards)
-        accumulus.accumulate(str(path), VAR, minimal=True)
+        accumulus.accumulate(str(path), VAR, minimal=True)  # ZEP 5: strides
         paths[name] = path
     return paths, ds
 
@@ -188,7 +188,7 @@ def test_accumulations_of_shards_are_refused_until_rebuilt(cubes, tmp_path):
     _paths, ds = cubes
     path = tmp_path / "old.zarr"
     write_cube(ds, path, CHUNKS, zarr_format=3, shards=SHARDS)
-    accumulus.accumulate(str(path), VAR, minimal=True)
+    accumulus.accumulate(str(path), VAR)
     group = zarr.open_group(str(path), mode="r+")[spec.group_name(VAR)]
     extension = dict(group.attrs[spec.EXTENSION_KEY])
     del extension["stride_unit"]
@@ -202,7 +202,7 @@ def test_accumulations_of_shards_are_refused_until_rebuilt(cubes, tmp_path):
     (report,) = accumulus.verify(str(path), VAR)
     assert not report.ok and "counts chunks in its strides" in report.problems[0]
     with pytest.raises(AccumulusError, match="--rebuild"):
-        accumulus.accumulate(str(path), VAR, minimal=True)
+        accumulus.accumulate(str(path), VAR)
     accumulus.accumulate(str(path), VAR, rebuild=True)
     assert _query(path, ["time"], ranges).stats.raw_chunks_read == 0
 
@@ -214,7 +214,7 @@ def test_accumulations_of_a_sharded_cube_are_sharded(tmp_path, monkeypatch):
     path = tmp_path / "fine.zarr"
     chunks = {"time": 1, "lat": 4, "lon": 4}
     write_cube(ds, path, chunks, zarr_format=3, shards={"time": 32, "lat": 16, "lon": 32})
-    accumulus.accumulate(str(path), VAR, minimal=True)
+    accumulus.accumulate(str(path), VAR, minimal=True)  # every inner chunk
     cube = RawCube.open(str(path))
     group = read_group(cube, VAR)
     groups = AccumulationGroups(cube)

@@ -47,7 +47,7 @@ def served(tmp_path_factory):
     write_cube(synthetic_dataset(SIZES, seed=5), folder / "data" / "other.zarr", CHUNKS)
     side = folder / "side.zarr"
     with http_server(folder / "data") as (url, log):
-        accumulus.accumulate(f"{url}/cube.zarr", VAR, into=str(side))
+        accumulus.accumulate(f"{url}/cube.zarr", VAR, into=str(side), minimal=True)
         with xr.open_zarr(f"{url}/cube.zarr") as ds:
             source = ds.load()
         with TestClient(create_app([str(side)])) as client:

@@ -73,7 +73,7 @@ def test_a_local_cube_with_accumulations_beside_it(tmp_path):
     source = make_cube(tmp_path / "data")
     before = sorted(p.relative_to(source) for p in source.rglob("*"))
     side = tmp_path / "side.zarr"
-    built = accumulus.accumulate(str(source), VAR, into=str(side))
+    built = accumulus.accumulate(str(source), VAR, into=str(side), minimal=True)
     assert built.action == "built"
     assert sorted(p.relative_to(source) for p in source.rglob("*")) == before  # only read
     settings = json.loads((side / ".zattrs").read_text())["accumulus_sidecar"]
@@ -101,7 +101,7 @@ def test_a_local_cube_with_accumulations_beside_it(tmp_path):
     np.testing.assert_allclose(mapped.data.values, time_map.values, rtol=1e-9)
     assert mapped.stats.raw_chunks_read == 0 and mapped.stats.accumulation_chunks_read > 0
 
-    again = accumulus.accumulate(str(source), VAR, into=str(side))
+    again = accumulus.accumulate(str(source), VAR, into=str(side), minimal=True)
     assert again.action == "up to date"
 
 
@@ -112,7 +112,7 @@ def test_a_cube_behind_an_http_url(tmp_path):
     side = tmp_path / "side.zarr"
     with http_server(tmp_path / "served") as (url, log):
         cube_url = f"{url}/cube.zarr"
-        accumulus.accumulate(cube_url, VAR, into=str(side))
+        accumulus.accumulate(cube_url, VAR, into=str(side), minimal=True)
         with xr.open_zarr(cube_url) as ds:
             expected = expected_map(ds)
         handle = accumulus.open(str(side))
@@ -258,7 +258,7 @@ def test_verify_a_sidecar_against_its_source(tmp_path):
     one line), a gone source a one-line error."""
     source = make_cube(tmp_path / "data")
     side = tmp_path / "side.zarr"
-    accumulus.accumulate(str(source), VAR, into=str(side))
+    accumulus.accumulate(str(source), VAR, into=str(side), minimal=True)
     runner = CliRunner()
     fine = runner.invoke(app, ["verify", str(side)])
     assert fine.exit_code == 0, fine.output
