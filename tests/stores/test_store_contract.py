@@ -92,13 +92,17 @@ class _OverLocalStore(_Opened):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(value.to_bytes())
 
+    def made_with(self) -> dict[str, Any]:
+        """The constructor arguments of one test's store (``settings`` unless overridden)."""
+        return dict(self.settings)
+
     @pytest.fixture
     def store_kwargs(self, tmp_path: Path) -> dict[str, Any]:
-        return {"store": LocalStore(str(tmp_path)), **self.settings}
+        return {"store": LocalStore(str(tmp_path)), **self.made_with()}
 
     @pytest.fixture
     def open_kwargs(self, tmp_path: Path) -> dict[str, Any]:
-        return {"store_cls": LocalStore, "root": str(tmp_path), **self.settings}
+        return {"store_cls": LocalStore, "root": str(tmp_path), **self.made_with()}
 
     def test_store_repr(self, store: Store) -> None:
         assert repr(store) == f"{type(store).__name__}({store._store!r})"  # type: ignore[attr-defined]
@@ -219,7 +223,11 @@ class _Stoppable:
 
 class TestGuardedStore(_OverLocalStore, StoreTests[GuardedStore, CPUBuffer]):
     store_cls = GuardedStore
-    settings: ClassVar[dict[str, Any]] = {"guard": RequestGuard(600.0), "read_seconds": 10.0}
+
+    def made_with(self) -> dict[str, Any]:
+        # A guard per test: one made at import would run out of its time limit part-way
+        # through a long (loaded) test session and stop the later tests' reads.
+        return {"guard": RequestGuard(600.0), "read_seconds": 10.0}
 
     async def test_a_stopped_request_reads_nothing_in_any_way(self, tmp_path: Path) -> None:
         gate = _Stoppable()
