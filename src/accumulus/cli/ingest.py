@@ -51,8 +51,8 @@ def append(
     zarr_format: int = typer.Option(
         None,
         "--zarr-format",
-        help="When the cube is created: 2 or 3 (default 2; 3 with variable --chunking or "
-        "--shards).",
+        help="When the cube is created: 2 or 3 (default 3, chunks along --dim growing with "
+        "the cube; 2 when --chunks gives a size along --dim).",
     ),
     group: Annotated[
         str | None,
