@@ -30,6 +30,7 @@ test-slow: setup
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: the package, strict on the API and query path
 
 format: setup
 	$(BIN)/ruff check --fix src tests benchmarks
@@ -48,6 +49,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_append.py
 	$(BIN)/python benchmarks/bench_interop.py
 	$(BIN)/python benchmarks/bench_shapes.py
+	$(BIN)/python benchmarks/bench_planner.py
 
 clean:
 	rm -rf $(VENV) demo-output site .pytest_cache .hypothesis

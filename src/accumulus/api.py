@@ -26,9 +26,11 @@ import zarr
 from zarr.abc.store import Store
 
 from accumulus import coordinates
+from accumulus.accessor import opened_store
 from accumulus.accumulation.model import spec
-from accumulus.accumulation.model.groups import AccumulationGroups
-from accumulus.accumulation.model.positions import parse_at
+from accumulus.accumulation.model.groups import AccumulationGroups, read_group
+from accumulus.accumulation.model.positions import Rule, parse_at, rule_slug
+from accumulus.accumulation.model.record import recorded_request, stored_record
 from accumulus.accumulation.model.sidecar import Sidecar, sidecar_settings
 from accumulus.accumulation.model.sidecar import (
     StaleSidecarError as StaleSidecarError,  # re-exported
@@ -36,7 +38,7 @@ from accumulus.accumulation.model.sidecar import (
 from accumulus.accumulation.model.weights import resolve_weights
 from accumulus.accumulation.query.answer import QueryResult as QueryResult  # re-exported
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.query.request import QUERY_DOC, Bound, QueryOptions, split_list
+from accumulus.accumulation.query.request import QUERY_DOC, QueryOptions, Range, split_list
 from accumulus.accumulation.query.request import STATS as STATS  # re-exported
 from accumulus.accumulation.query.request import Query as Query  # re-exported
 from accumulus.accumulation.query.request import ResolvedQuery as ResolvedQuery  # re-exported
@@ -45,13 +47,13 @@ from accumulus.accumulation.query.request import split_range as split_range  # r
 from accumulus.datacube import Datacube
 from accumulus.datacube import DatacubeSnapshot as DatacubeSnapshot  # re-exported
 from accumulus.destinations import check_store, removed_on_failure
-from accumulus.errors import AccumulusError, Interrupted
+from accumulus.errors import AccumulusError, Interrupted, ParameterError
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
-from accumulus.stores.opening import open_store, store_label
+from accumulus.stores.opening import Mode, open_store, store_label
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
@@ -68,7 +70,7 @@ StoreLike = str | Store | RawCube | Datacube
 def open(
     store: StoreLike,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     variable: str | None = None,
     accumulations: str | Store | None = None,
@@ -87,7 +89,7 @@ def open(
 
 def _datacube(
     store: StoreLike,
-    storage_options: dict | None,
+    storage_options: dict[str, Any] | None,
     group: str | None,
     variable: str | None,
     accumulations: str | Store | None = None,
@@ -112,8 +114,8 @@ def _datacube(
 @scoped
 def open_cube(
     store: StoreLike,
-    mode: str = "r",
-    storage_options: dict | None = None,
+    mode: Mode = "r",
+    storage_options: dict[str, Any] | None = None,
     *,
     group: str | None = None,
     variable: str | None = None,
@@ -127,8 +129,8 @@ def open_cube(
     if isinstance(store, Datacube):
         return store.cube
     opened = open_store(
-        store,  # type: ignore[arg-type]
-        mode,  # type: ignore[arg-type]
+        store,
+        mode,
         storage_options=storage_options,
         allow_references=allow_references,
     )
@@ -149,32 +151,44 @@ def accumulate(
     at: str | Mapping[str, Any] | None = None,
     scheduler: str | None = None,
     rebuild: bool = False,
+    reset: bool = False,
     shards: bool | None = None,
     progress: Progress | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     into: str | os.PathLike[str] | None = None,
     allow_missing_chunks: bool = False,
     allow_references: Sequence[str] | None = None,
+    minimal: bool = False,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
-    ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("latitude",
-    "longitude")]`` (a string "latitude,longitude" also works); default every dimension alone
-    plus the latitudes' and longitudes' dimensions together. ``weights``: "area" (cos
-    latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the name of an array of the
-    dataset; default the cell areas ``cell_measures`` names, else "area" where latitudes are
-    found, else "none".
+    With no ``dims``, ``at``, ``strides`` or ``minimal``, the default layout
+    (``spec.default_layout``): time at every day, and latitude+longitude at every cell, so
+    series over any box and maps over any period read no raw chunk (about two full-size
+    arrays of sums: ``inspect`` reports what they take). ``minimal``: ZEP 5 as written
+    only (every dimension alone plus latitude+longitude, at chunk ends).
+
+    ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("lat", "lon")]``
+    (a string "lat,lon" also works); with ``minimal``, ``at`` or ``strides`` the default is
+    every dimension alone plus the latitudes' and longitudes' dimensions together.
+    ``weights``: "area" (cos latitude, 1-D or 2-D: ``accumulus.coordinates``), "none", or the
+    name of an array of the dataset; default the cell areas ``cell_measures`` names, else
+    "area" where latitudes are found, else "none".
     ``strides``: accumulate every k chunks along a dimension (default 1).
     ``at``: where entries end along a dimension instead of chunk ends, e.g.
     ``{"time": "month"}``, ``{"time": 1}`` (every element), ``{"lat": 1, "lon": 1}``,
     ``{"time": ["2001-01-01", "2006-01-01"]}`` (labels), or the text ``"time=month"``.
     ``shards``: write the accumulation arrays in shards (Zarr v3), so that fine
     accumulations stay few objects; by default when the variable is sharded.
-    Re-running with the same configuration does nothing; another configuration needs
-    ``rebuild=True``. Building a group again is refused where raw chunks are missing that
-    were not missing when it was last built (they would be summed as missing values),
-    unless ``allow_missing_chunks``. ``allow_references``: as for ``open``.
+    A variable accumulated before keeps what its group was built with (combinations, strides,
+    positions, weights) where these arguments are not given: re-running does nothing, or
+    computes only what the data grew by; ``rebuild=True`` builds the same group again. A
+    configuration given that differs from the group's needs ``rebuild=True``; ``reset=True``
+    builds from the defaults and what is given, forgetting the group's (implies ``rebuild``).
+    ``BuildResult.kept`` says what was kept. Building a group again is refused where raw
+    chunks are missing that were not missing when it was last built (they would be summed
+    as missing values), unless ``allow_missing_chunks``. ``allow_references``: as for ``open``.
     ``into``: write them into this store (created if missing, in an existing directory)
     beside ``store``, which is then only read (a URL, a reference file, anything
     read-only). The store records
@@ -198,36 +212,29 @@ def accumulate(
             )
             var = cube.variable(variable)
             check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
-            if dims is None:
-                found = [
-                    coordinates.find(cube.raw, var.dims, k, variable) for k in coordinates.KINDS
-                ]
-                horizontal = [d for c in found for d in c.dims] if all(found) else []
-                combos = spec.default_combinations(var.dims, horizontal)
-            else:
-                combos = [_combination(c) for c in dims]
-            request = spec.BuildRequest(
-                combinations=tuple(combos),
-                strides=dict(strides or {}),
-                at=parse_at(at),
-                weights=resolve_weights(cube.decoded, variable, weights),
-                shards=shards,
+            side = open_store(into, "w", storage_options=storage_options) if into else None
+            kept, unknown = (None, None) if reset or minimal else _built_with(cube, variable, side)
+            request, kept_text = _request(
+                cube, variable, dims, weights, strides, at, kept, minimal=minimal
             )
+            request = replace(request, shards=shards)
+            if unknown is not None:
+                kept_text = f"what it was built with cannot be read ({unknown}); built anew"
             sidecar = None
-            if into is not None:
+            if side is not None:
                 check_request(var, request)  # before anything is written
-                side = open_store(into, "w", storage_options=storage_options)
                 sidecar = Sidecar.for_writing(side, os.fspath(into), os.fspath(store), cube)  # type: ignore[arg-type]
             result = build_accumulations(
                 cube,
                 variable,
                 request,
-                rebuild=rebuild,
+                rebuild=rebuild or reset,
                 scheduler=scheduler,
                 progress=progress,
                 into=sidecar,
                 allow_missing_chunks=allow_missing_chunks,
             )
+            result = replace(result, kept=kept_text)
             if result.action == "up to date":
                 return result
             if sidecar is None:
@@ -249,6 +256,96 @@ def _unfinished(variable: str, into: Any, created: Path | None) -> str:
     )
 
 
+def _built_with(
+    cube: RawCube, variable: str, side: Store | None
+) -> tuple[spec.BuildRequest | None, str | None]:
+    """The request ``variable``'s group was built from (in the cube, or in the sidecar store
+    ``side``): from the group as it reads, else from its build record (a group whose
+    attributes were edited since). (None, why) when there is a group but neither says; (None,
+    None) when there is none, or another producer's (whose weights are not known)."""
+    root = cube.root if side is None else _existing_root(side)
+    if root is None or not _has_group(root, variable):
+        return None, None
+    try:
+        group = read_group(cube, variable, root)
+    except AccumulusError as error:
+        group, problem = None, str(error).removeprefix(f"{cube.label}: ")
+    if group is not None:
+        return (group.request(), None) if group.producer == "accumulus" else (None, None)
+    recorded = recorded_request(stored_record(root, variable))
+    return (recorded, None) if recorded is not None else (None, problem)
+
+
+def _existing_root(side: Store) -> zarr.Group | None:
+    try:
+        return zarr.open_group(side, mode="r", use_consolidated=False)
+    except (zarr.errors.GroupNotFoundError, FileNotFoundError):
+        return None  # a sidecar not made yet
+
+
+def _has_group(root: zarr.Group, variable: str) -> bool:
+    try:
+        return root.get(spec.group_name(variable)) is not None
+    except (AccumulusError, ValueError):  # a group whose attributes are not JSON is one
+        return True
+
+
+def _request(
+    cube: RawCube,
+    variable: str,
+    dims: Iterable[Sequence[str] | str] | None,
+    weights: spec.Weights | None,
+    strides: Mapping[str, int] | None,
+    at: str | Mapping[str, Any] | None,
+    kept: spec.BuildRequest | None,
+    *,
+    minimal: bool = False,
+) -> tuple[spec.BuildRequest, str]:
+    """The request: what is given, and for the rest what the group was built with (``kept``)
+    or else the defaults (``spec.default_layout`` when nothing at all is given, the ZEP 5
+    layout when ``minimal``, ``at`` or ``strides`` are); and what was kept, as a person reads
+    it ("" when nothing)."""
+    var = cube.variable(variable)
+    default_at: dict[str, Rule] = {}
+    if dims is not None:
+        combos = [_combination(c) for c in dims]
+    elif kept is not None:  # in the variable's order, as the defaults are
+        combos = sorted(kept.combinations, key=lambda c: (len(c), [var.dims.index(d) for d in c]))
+    else:
+        found = [coordinates.find(cube.raw, var.dims, k, variable) for k in coordinates.KINDS]
+        horizontal = [d for c in found if c is not None for d in c.dims] if all(found) else []
+        if minimal or at is not None or strides:
+            combos = spec.default_combinations(var.dims, horizontal)
+        else:  # no options: the layout that answers from accumulations
+            combos, default_at = spec.default_layout(var.dims, horizontal)
+    accumulated = {d for combo in combos for d in combo}
+    kept_at = {d: r for d, r in (kept.at if kept else {}).items() if d in accumulated}
+    kept_strides = {d: s for d, s in (kept.strides if kept else {}).items() if d in accumulated}
+    given_at = {**default_at, **parse_at(at)}
+    request = spec.BuildRequest(
+        combinations=tuple(combos),
+        strides={**kept_strides, **(strides or {})},
+        at={**kept_at, **given_at},
+        weights=resolve_weights(
+            cube.decoded, variable, weights if weights is not None or kept is None else kept.weights
+        ),
+    )
+    if kept is None:
+        return request, ""
+    parts = []
+    if dims is None:
+        parts.append("dims " + ", ".join("+".join(c) for c in combos))
+    positions = {d: r for d, r in kept_at.items() if d not in given_at and r != "chunk"}
+    if positions:
+        parts.append("--at " + ",".join(f"{d}={rule_slug(r)}" for d, r in positions.items()))
+    steps = {d: s for d, s in kept_strides.items() if d not in (strides or {}) and s != 1}
+    if steps:
+        parts.append("--stride " + ",".join(f"{d}={s}" for d, s in steps.items()))
+    if weights is None:
+        parts.append(f"weights {request.weights}")
+    return request, ("kept from the last build: " + "; ".join(parts)) if parts else ""
+
+
 def _combination(combo: Sequence[str] | str) -> tuple[str, ...]:
     if isinstance(combo, str):
         combo = split_list(combo)
@@ -261,7 +358,7 @@ def answer(
     store: StoreLike,
     query: Query,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     group: str | None = None,
     accumulations: str | Store | None = None,
@@ -279,18 +376,28 @@ def answer(
 
 
 def query(
-    store: StoreLike,
-    variable: str,
-    over: Iterable[str] | str,
-    ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+    store: StoreLike | xr.Dataset | xr.DataArray,
+    variable: str | None = None,
+    over: Iterable[str] | str | None = None,
+    ranges: Mapping[str, Range] | None = None,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
     **options: Unpack[QueryOptions],
 ) -> QueryResult:
+    if isinstance(store, xr.Dataset | xr.DataArray):
+        opened = store if isinstance(store, xr.DataArray) else store.get(variable or "")
+        store, found, variable = opened_store(store, variable)
+        group = group if group is not None else found
+        if over is None and opened is not None:
+            over = [str(d) for d in opened.dims]  # as xarray's mean() with no dimension
+    if variable is None:
+        raise ParameterError("variable", "name the variable to average")
+    if over is None:
+        raise ParameterError("over", "name the dimensions to average over, e.g. over='lat,lon'")
     return answer(
         store,
         Query.asked(variable, over, ranges, **options),
@@ -304,12 +411,12 @@ def query(
 
 @scoped
 def average(
-    store: StoreLike,
-    variable: str,
-    over: Iterable[str] | str,
-    ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+    store: StoreLike | xr.Dataset | xr.DataArray,
+    variable: str | None = None,
+    over: Iterable[str] | str | None = None,
+    ranges: Mapping[str, Range] | None = None,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
@@ -330,6 +437,10 @@ def average(
 
 _ONE_SHOT = (
     "One question of ``store``: ``open(store)`` keeps its metadata for the next. "
+    "``store`` may be an ``xarray.Dataset`` or ``DataArray`` opened from a Zarr store: the "
+    "store it was read from is asked (a ``DataArray`` names its variable, and by default "
+    "``over`` is every dimension, as in ``mean()``); one whose values are not the store's "
+    "(computed, selected, or never stored) is refused. "
     "``accumulations``: a store holding its accumulation groups beside it."
 )
 query.__doc__ = (
@@ -347,7 +458,7 @@ def verify(
     store: StoreLike,
     variable: str | None = None,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
@@ -390,7 +501,7 @@ def verify_sources(
     sources: Sequence[str | os.PathLike[str]],
     *,
     dim: str | None = None,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     allow_references: Sequence[str] | None = None,
 ) -> list[SourceComparison]:
     """Compare the cube with the files it was made from, as xarray decodes them: every
@@ -411,7 +522,7 @@ def verify_sources(
 def inspect(
     store: StoreLike,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
@@ -430,7 +541,7 @@ def inspect(
 
 
 def _is_sidecar(
-    store: StoreLike, storage_options: dict | None, allow_references: Sequence[str] | None
+    store: StoreLike, storage_options: dict[str, Any] | None, allow_references: Sequence[str] | None
 ) -> bool:
     if not isinstance(store, str | os.PathLike):
         return False
@@ -439,9 +550,11 @@ def _is_sidecar(
             store, "r", storage_options=storage_options, allow_references=allow_references
         )
         root = zarr.open_group(opened, mode="r")
-        return sidecar_settings(dict(root.attrs)) is not None
-    except Exception:  # not a readable group: the cube's own opening says what is wrong
+    # Not a readable group (ours: AccumulusError; zarr's and the store's errors): the cube's
+    # own opening says what is wrong.
+    except Exception:
         return False
+    return sidecar_settings(dict(root.attrs)) is not None
 
 
 def __getattr__(name: str) -> Any:

@@ -39,14 +39,21 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from itertools import product
 from math import prod
+from typing import cast
 
 import numpy as np
 import zarr
 from zarr import AsyncArray
-from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarr.abc.store import (
+    ByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+    SupportsGetSync,
+)
 from zarr.codecs import ShardingCodec
 from zarr.core.array_spec import ArrayConfig, ArraySpec
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.core.buffer import Buffer, BufferPrototype, NDBuffer, default_buffer_prototype
 from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.chunk_utils import ChunkTransform
 from zarr.core.metadata import ArrayMetadata
@@ -66,18 +73,18 @@ SHARD_READS = 3
 # Read in the calling thread: a batch of at most this many decoded bytes, or of chunks
 # smaller than ``SIDE_BY_SIDE_CHUNK`` on average; other batches are split into runs read
 # side by side, one per worker. Small chunks cost more in Python (the GIL, one thread at a
-# time) than in their codecs: a series of 56 chunks of 210 KB took 12 ms in two runs and
-# 9 ms in one; 16 raw chunks of 2.4 MB, 40 ms in two runs and 67 ms in one.
+# time) than in their codecs, so they are read faster in one run; large ones in several
+# (docs/benchmarks.md, "Figures behind the code").
 IN_THREAD_BYTES = 2 * 2**20
 SIDE_BY_SIDE_CHUNK = 2**20
 WORKERS = max(2, min(4, os.cpu_count() or 1))
 # Runs side by side are read by workers and the calling thread, unless that is the main
 # thread: there numcodecs' Blosc decodes with threads of its own, which competed with the
-# workers (200 chunks of 2.4 MB on 2 cores: 0.24 s instead of 0.22), so it waits.
+# workers, so it waits.
 _POOL = ThreadPoolExecutor(WORKERS, thread_name_prefix="accumulus-read")
 # Chunks fetched through the event loop are decoded and summed by this many tasks at once,
 # each in a worker thread, taking the chunks that arrived together (4 and 6 measured alike
-# on 2 cores; 2 slower: 0.55 s instead of 0.43 for 200 chunks of 2.4 MB).
+# on 2 cores, 2 slower).
 CONSUMERS = 4
 # Those worker threads are this module's own, never zarr's: a ``consume`` may itself wait on
 # zarr I/O (a query's array weights), and zarr's reads of a local store run on its event
@@ -157,12 +164,21 @@ class ChunkTooLarge(AccumulusError):
 
 
 class ChunkReadError(Exception):
-    """Reading or decoding ``request``'s chunk failed with ``cause``."""
+    """Reading or decoding ``request``'s chunk failed with ``cause`` (``reading``), or
+    consuming it did."""
 
-    def __init__(self, request: ChunkRequest, cause: BaseException) -> None:
+    def __init__(self, request: ChunkRequest, cause: BaseException, reading: bool = True) -> None:
         super().__init__(f"chunk {request.key}: {cause}")
         self.request = request
         self.cause = cause
+        self.reading = reading
+
+    @property
+    def of_the_data(self) -> bool:
+        """Whether the data is at fault: its bytes could not be read or decoded, or what
+        consumed them refused them (an ``AccumulusError``). Otherwise the consumer failed:
+        a fault of this program, to be raised as it is, not told to the user as theirs."""
+        return self.reading or isinstance(self.cause, AccumulusError)
 
 
 def read_chunks(
@@ -248,7 +264,7 @@ class _Here:
     ``transform`` as ``spec`` says."""
 
     request: ChunkRequest
-    store: Store
+    store: SupportsGetSync
     spec: ArraySpec
     transform: ChunkTransform
 
@@ -271,7 +287,8 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         if not allowed[id(target)] or grids.transform is None or grids.sharding is not None:
             return None
         spec = _chunk_spec(array.metadata, request.coords)
-        here.append(_Here(request, target, spec, grids.transform))
+        # reads_synchronously: a local or memory store, below wrappers that pass get_sync on.
+        here.append(_Here(request, cast(SupportsGetSync, target), spec, grids.transform))
     return here
 
 
@@ -308,7 +325,7 @@ def _read_here(
     for future in futures:
         try:
             future.result()
-        except BaseException as exc:
+        except BaseException as exc:  # the first failure is raised once all have finished
             failed = failed or exc
     for tally in tallies:
         counts.requests += tally.requests
@@ -350,10 +367,11 @@ class _Held:
         self.ready = asyncio.Condition()
 
     async def take(self, nbytes: int) -> None:
-        if self.limit is None:
+        limit = self.limit
+        if limit is None:
             return
         async with self.ready:
-            await self.ready.wait_for(lambda: self.used == 0 or self.used + nbytes <= self.limit)
+            await self.ready.wait_for(lambda: self.used == 0 or self.used + nbytes <= limit)
             self.used += nbytes
 
     async def give_back(self, nbytes: int) -> None:
@@ -373,8 +391,7 @@ async def _read_all(
 ) -> None:
     """Fetch every chunk concurrently; decode and consume them in worker threads as they
     arrive, those that arrived together in one hand-over (up to ``IN_THREAD_BYTES`` decoded):
-    a plan of many small chunks then costs a few hand-overs, not two per chunk (846 chunks
-    of 54 KB: 0.7 s of CPU one by one)."""
+    a plan of many small chunks then costs a few hand-overs, not two per chunk."""
     limit = asyncio.Semaphore(MAX_IN_FLIGHT)
     held = _Held(memory_bytes)
     fetcher = _Fetcher(store, counts)
@@ -390,7 +407,7 @@ async def _read_all(
         try:
             async with limit:
                 fetched = await _fetch(request, fetcher)
-        except Exception as exc:
+        except Exception as exc:  # the store's errors (OSError; fsspec's, aiohttp's, botocore's)
             await held.give_back(cost)
             if isinstance(exc, ChunkReadError):
                 raise
@@ -455,13 +472,19 @@ def _consume_one(
     chunk: Callable[[], np.ndarray],
 ) -> None:
     """``consume(request, chunk())``: whatever fails, reading or summing, is raised as a
-    ``ChunkReadError`` naming the chunk."""
+    ``ChunkReadError`` naming the chunk (``reading`` says which)."""
     try:
-        consume(request, chunk())
+        values = chunk()
     except ChunkReadError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # the store's and the codecs' errors (OSError, numcodecs', zarr's)
         raise ChunkReadError(request, exc) from exc
+    try:
+        consume(request, values)
+    except ChunkReadError:
+        raise
+    except Exception as exc:  # named with its chunk; ``of_the_data`` tells whose fault
+        raise ChunkReadError(request, exc, reading=False) from exc
 
 
 class _Fetcher:
@@ -562,14 +585,14 @@ async def _read_inner(
     selection: tuple[slice, ...],
     shard_spec: ArraySpec,
     partial: bool,
-) -> Buffer | None:
+) -> NDBuffer | None:
     """An inner chunk decoded (None: no shard stored). ``partial``: the shard is cut by the
     array's end, so an append may rewrite it while it is read (see the module's notes)."""
     for _ in range(SHARD_READS if partial else 1):
         shard = _ShardBytes(fetcher, request, sharding)
         try:
             (decoded,) = await sharding.decode_partial([(shard, selection, shard_spec)])
-        except Exception:
+        except Exception:  # the store's or codecs' errors, maybe from an index rewritten since
             if partial and not await shard.index_unchanged():
                 continue  # read with an index the shard no longer has
             raise
@@ -720,7 +743,8 @@ def _grids(metadata: ArrayMetadata, array: AsyncArray | None = None) -> _Grids:
 
 def _sync_transform(array: AsyncArray) -> ChunkTransform | None:
     try:
-        return ChunkTransform(codecs=tuple(array.codec_pipeline))
+        # zarr's pipelines iterate their codecs; CodecPipeline does not declare it.
+        return ChunkTransform(codecs=tuple(array.codec_pipeline))  # type: ignore[arg-type]
     except TypeError:  # a codec that runs only in zarr's event loop
         return None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, TypeGuard
 
 import dask
 from dask.callbacks import Callback
@@ -37,7 +37,7 @@ class _TaskProgress(Callback):
         self._report(len(state["finished"]), self._total)
 
 
-def is_distributed(scheduler: str | None) -> bool:
+def is_distributed(scheduler: str | None) -> TypeGuard[str]:
     return bool(scheduler) and "://" in str(scheduler)
 
 
@@ -93,9 +93,13 @@ def _local_get(scheduler: str) -> Callable:
     """Dask's function running a graph on a local scheduler. Given by name, Dask would
     first import ``distributed`` (half a second) to look for a client this never uses."""
     if scheduler == "threads":
-        from dask.threaded import get
-    elif scheduler == "processes":
-        from dask.multiprocessing import get
-    else:
-        from dask.local import get_sync as get
-    return get
+        from dask.threaded import get as threaded
+
+        return threaded
+    if scheduler == "processes":
+        from dask.multiprocessing import get as processes
+
+        return processes
+    from dask.local import get_sync
+
+    return get_sync

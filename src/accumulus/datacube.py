@@ -36,9 +36,9 @@ from accumulus.accumulation.query.answer import QueryResult, run_query
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.query.request import (
     QUERY_DOC,
-    Bound,
     Query,
     QueryOptions,
+    Range,
     ResolvedQuery,
     resolve,
 )
@@ -219,7 +219,7 @@ class Datacube:
             current, known = self._current, self._roots
         stores = self._stores()
         roots = _root_documents(stores) if current is not None else None
-        if roots is not None and roots == known:
+        if current is not None and roots is not None and roots == known:
             return current
         found = read_snapshots(*stores)
         with remote_errors(self.label):
@@ -227,15 +227,17 @@ class Datacube:
         if self._current is None and self.sidecar_store is None:
             metadata = self._follow_sidecar(metadata)
         side = None
-        if self.sidecar_store is not None:
+        sidecar_store = self.sidecar_store
+        if sidecar_store is not None:
             with remote_errors(self._sidecar_label):
-                side = _raised(found[1]) if len(found) > 1 else read_snapshot(self.sidecar_store)
+                side = _raised(found[1]) if len(found) > 1 else read_snapshot(sidecar_store)
         token = metadata.token if side is None else f"{metadata.token}+{side.token}"
         if roots is None:  # the documents just read, when they are the stored ones
             read_roots = [stored_roots(self.store, metadata)]
-            if side is not None:
-                read_roots.append(stored_roots(self.sidecar_store, side))
-            roots = None if None in read_roots else tuple(read_roots)
+            if sidecar_store is not None and side is not None:
+                read_roots.append(stored_roots(sidecar_store, side))
+            stored = [r for r in read_roots if r is not None]
+            roots = tuple(stored) if len(stored) == len(read_roots) else None
         if metadata.complete or (side is not None and side.complete):
             roots = None  # the root documents do not hold the whole snapshot
         if not metadata.documents:
@@ -268,10 +270,8 @@ class Datacube:
         store = InferredConventionsStore(PinnedMetadataStore(self.store, metadata))
         cube = RawCube(store, label=self._store_label, group=self.group or None)
         sidecar = None
-        if side is not None:
-            sidecar = Sidecar.reading(
-                PinnedMetadataStore(self.sidecar_store, side), self._sidecar_label
-            )
+        if sidecar_store is not None and side is not None:
+            sidecar = Sidecar.reading(PinnedMetadataStore(sidecar_store, side), self._sidecar_label)
         fresh = DatacubeSnapshot.of(cube, token, generation=read, sidecar=sidecar)
         with self._lock:
             if self._current is None or self._current.generation < read:
@@ -345,7 +345,7 @@ class Datacube:
         self,
         variable: str,
         over: Iterable[str] | str,
-        ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+        ranges: Mapping[str, Range] | None = None,
         *,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
         **options: Unpack[QueryOptions],
@@ -361,7 +361,7 @@ class Datacube:
         self,
         variable: str,
         over: Iterable[str] | str,
-        ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+        ranges: Mapping[str, Range] | None = None,
         *,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
         **options: Unpack[QueryOptions],
@@ -389,7 +389,7 @@ class Datacube:
         check = _CHECKS.submit(_root_documents, stores)
         try:
             result = current.query(query, memory_bytes)
-        except Exception:
+        except Exception:  # asked again of a new snapshot if this one went stale, else raised
             if check.result() == known:
                 raise
         else:
@@ -409,7 +409,7 @@ def _root_documents(stores: list[Store]) -> tuple[dict[str, bytes], ...] | None:
     reading the snapshot then says what is wrong)."""
     try:
         return tuple(root_documents(*stores))
-    except Exception:
+    except Exception:  # the stores' errors: reading the snapshot raises them, said in a line
         return None
 
 

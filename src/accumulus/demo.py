@@ -1,5 +1,6 @@
-"""``accumulus demo``: a synthetic daily precipitation cube, its accumulations, and the two
-Giovanni-style questions answered both ways (accumulations vs a full scan with xarray+Dask).
+"""``accumulus demo``: a synthetic daily precipitation cube, its accumulations (the default
+layout), and three Giovanni-style questions answered both ways (accumulations vs a full scan
+with xarray+Dask).
 
 The field imitates a satellite precipitation product (TRMM 3B42-like): a seasonal ITCZ that
 follows the sun, mid-latitude storm tracks, skewed day-to-day noise, no data poleward of
@@ -14,13 +15,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
 import pandas as pd
 import xarray as xr
 
+from accumulus.ingest.cadence import steps_per_month
 from accumulus.ingest.layout import ArraySpec, choose_chunks
+
+if TYPE_CHECKING:
+    from accumulus.accumulation.query.answer import QueryResult
 
 VARIABLE = "precip"
 
@@ -29,8 +35,8 @@ VARIABLE = "precip"
 class DemoConfig:
     days: int = 1461  # four years, 2000-01-01 .. 2003-12-31
     resolution: float = 1.0  # degrees
-    # time, lat, lon; None: what ``append`` chooses for daily granules of this grid once its
-    # chunks have grown (a month of steps within 10-100 MiB: 41 x 180 x 360, 10 MiB, at 1°).
+    # time, lat, lon; None: what ``append`` chooses for daily granules of this grid (the
+    # 10-100 MiB rule, at most a year per chunk: 365 x 180 x 360, 95 MB, at 1°).
     chunks: tuple[int, int, int] | None = None
     start: str = "2000-01-01"
     view_limit: float = 50.0  # degrees of latitude: no data poleward (a satellite's view)
@@ -52,12 +58,15 @@ class DemoConfig:
         spec = ArraySpec(
             dims=("time", "lat", "lon"), shape=(1, ny, nx), itemsize=4, is_coordinate=False
         )
-        steps, *_ = choose_chunks({VARIABLE: spec}, "time", month=30).chunks[VARIABLE]
+        steps, *_ = choose_chunks({VARIABLE: spec}, "time", month=steps_per_month(86400.0)).chunks[
+            VARIABLE
+        ]
         return (min(steps, self.days), ny, nx)
 
 
 def _block(block_info: dict | None = None, *, config: DemoConfig) -> np.ndarray:
     """One chunk of the field, from a seed derived from its position (reproducible)."""
+    assert block_info is not None  # dask's map_blocks passes it to a function that takes it
     location = block_info[None]["array-location"]
     (t0, t1), (y0, y1), (x0, x1) = location
     rng = np.random.default_rng([t0, y0, x0])
@@ -152,7 +161,7 @@ def full_scan(path: Path, over: list[str], selection: dict) -> tuple[xr.DataArra
     return answer, seconds, chunks, store.counts.read_bytes
 
 
-def compare(path: Path, name: str, over: list[str], ranges: dict) -> tuple[Comparison, object]:
+def compare(path: Path, name: str, over: list[str], ranges: dict) -> tuple[Comparison, QueryResult]:
     from accumulus import api
 
     selection = {d: slice(*r) for d, r in ranges.items()}
@@ -175,8 +184,7 @@ def compare(path: Path, name: str, over: list[str], ranges: dict) -> tuple[Compa
 
 
 def map_period(config: DemoConfig) -> tuple[str, str]:
-    """The period of the map question, in whole months (the month-end entries the demo
-    builds answer it without raw chunks): two years from March of the second year when the
+    """The period of the whole-month map question: two years from March of the second year when the
     series holds them (the demo's usual four years), else the whole months of its middle
     half (the half itself when it holds no whole month)."""
     days = pd.date_range(config.start, periods=config.days, freq="D")
@@ -195,6 +203,34 @@ def map_period(config: DemoConfig) -> tuple[str, str]:
     return start.strftime("%Y-%m-%d"), end.strftime("%Y-%m-%d")
 
 
+def day_period(config: DemoConfig) -> tuple[str, str]:
+    """The period of the day-precise map question: from a week past the first third of the
+    series to just before its two-thirds (ends that no month or chunk boundary meets)."""
+    days = pd.date_range(config.start, periods=config.days, freq="D")
+    n = len(days)
+    first = min(n - 1, n // 3 + 7)
+    last = max(first, min(n - 1, 2 * n // 3 - 3))
+    return days[first].strftime("%Y-%m-%d"), days[last].strftime("%Y-%m-%d")
+
+
+def layout_text(group) -> str:
+    """The layout of an accumulation group as the demo names it."""
+    return ", ".join(f"{'+'.join(a.dims)} at {a.rule_text()}" for a in group.accumulations)
+
+
+def _is_default_layout(path: Path) -> bool | None:
+    """Whether the cube's group has the layout ``accumulate`` builds with no options (None:
+    it has no group yet). A demo cube accumulated by an earlier version is rebuilt."""
+    from accumulus import api
+
+    group = api.open(str(path)).accumulation_group(VARIABLE)
+    if group is None:
+        return None
+    return all(a.placement is not None for a in group.accumulations) and {
+        a.key for a in group.accumulations
+    } == {"time@1", "lat,lon@1,1"}
+
+
 def run_demo(
     directory: str | Path,
     config: DemoConfig,
@@ -202,8 +238,9 @@ def run_demo(
     progress: Callable[[int, int], None] | None = None,
     fresh: bool = False,
 ) -> list[Comparison]:
-    """Build (or reuse) the demo cube in ``directory``, accumulate, and answer the two
-    questions both ways. Returns the comparisons; writes the two plots as PNG."""
+    """Build (or reuse) the demo cube in ``directory``, accumulate it with the default
+    layout, and answer its three questions both ways. Returns the comparisons; writes the
+    plots as PNG."""
     from accumulus import api, output
 
     directory = Path(directory)
@@ -220,17 +257,24 @@ def run_demo(
     else:
         say(f"reusing {path} (run with --fresh to regenerate)")
 
-    # Entries at month ends along time (the map's period is whole months), at chunk ends
-    # along latitude and longitude (ZEP 5 as written).
-    built = api.accumulate(str(path), VARIABLE, at={"time": "month"}, progress=progress)
-    combos = ", ".join(f"{'+'.join(a.dims)} at {a.rule_text()}" for a in built.group.accumulations)
+    # The default layout, as `accumulus accumulate CUBE precip` builds it with no options:
+    # entries at every day along time and at every cell along latitude and longitude.
+    rebuild = _is_default_layout(path) is False
+    built = api.accumulate(str(path), VARIABLE, progress=progress, rebuild=rebuild)
     say(
-        f"accumulations: {built.action} ({combos}; weights {built.group.weights}) "
-        f"in {built.seconds:.1f} s"
+        f"accumulations: {built.action} in {built.seconds:.1f} s; layout (the default of "
+        f"`accumulus accumulate`): {layout_text(built.group)}; weights {built.group.weights}"
     )
+    stored = sum(v or 0 for v in built.stored.values())
+    if stored and built.raw_stored:
+        say(
+            f"  stored {stored / 2**20:.0f} MiB, {stored / built.raw_stored:.2f}x the raw "
+            f"array's {built.raw_stored / 2**20:.0f} MiB"
+        )
 
     first, last = map_period(config)
-    questions = [
+    day_first, day_last = day_period(config)
+    questions: list[tuple[str, list[str], dict[str, Any], str]] = [
         (
             "area-averaged time series over West Africa and the Sahel (0-25N, 20W-40E)",
             ["lat", "lon"],
@@ -242,6 +286,12 @@ def run_demo(
             ["time"],
             {"time": (first, last)},
             "map.png",
+        ),
+        (
+            f"time-averaged map, {day_first} to {day_last} (day-precise ends)",
+            ["time"],
+            {"time": (day_first, day_last)},
+            "map-days.png",
         ),
     ]
     comparisons = []
@@ -264,12 +314,4 @@ def run_demo(
             f"  agreement: max |difference| = {comparison.max_abs_difference:.2e} mm/day; "
             f"speed-up x{comparison.speedup:.0f}; plot: {directory / png}"
         )
-        if comparison.raw_chunks and not comparison.accumulation_chunks:
-            say(
-                "  (the box cuts the cube's chunks, so entries at chunk ends cannot answer it "
-                "and a scan is cheapest; entries at every cell answer any box without raw "
-                f"chunks: `accumulus accumulate {path} {VARIABLE} --dims lat,lon --at "
-                f"lat=1,lon=1 --into {directory / 'cells.zarr'}`, then ask "
-                f"{directory / 'cells.zarr'}; see docs/accumulation.md)"
-            )
     return comparisons

@@ -63,7 +63,7 @@ def removed_on_failure(created: Path | None) -> Iterator[None]:
     block fails or is interrupted: a failed run leaves no store behind."""
     try:
         yield
-    except BaseException:
+    except BaseException:  # cleanup, then re-raised
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
         raise

@@ -536,7 +536,8 @@ def append_chunk_sizes(
         if fill == added:
             return AppendChunks(sizes)
         filled = joined(np.asarray(existing), np.asarray(appended)[:fill])
-        return append_chunk_sizes(sizes, filled, np.asarray(appended)[fill:], rule, published=True)
+        rest = list(np.asarray(appended)[fill:])
+        return append_chunk_sizes(sizes, list(filled), rest, rule, published=True)
 
     if isinstance(rule, int):
         room = sizes[-1] - held if sizes else 0
@@ -627,7 +628,9 @@ class VariableGrid:
 
     def extend(self, values: np.ndarray) -> None:
         """Declare the chunks of one more granule's coordinate ``values``."""
-        plan = append_chunk_sizes(self.sizes, self.coordinate, values, self.rule, published=True)
+        plan = append_chunk_sizes(
+            self.sizes, list(self.coordinate), list(values), self.rule, published=True
+        )
         self.sizes = plan.sizes
         self.coordinate = joined(self.coordinate, values)
 

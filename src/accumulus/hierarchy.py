@@ -23,7 +23,7 @@ import zarr
 from zarr.abc.store import Store
 
 from accumulus.errors import AccumulusError
-from accumulus.stores.arrays import consolidate, dimension_names
+from accumulus.stores.arrays import checked_format, consolidate, dimension_names
 from accumulus.stores.group import GroupStore, ancestors_of, group_view, normalize_group, split_view
 from accumulus.stores.keys import GROUP_SUFFIX
 from accumulus.stores.locations import remote_errors
@@ -146,7 +146,7 @@ def ensure_group(store: Store, zarr_format: int) -> None:
         try:
             zarr.open_group(base, path=ancestor, mode="r", use_consolidated=False)
         except (FileNotFoundError, zarr.errors.GroupNotFoundError):
-            zarr.open_group(base, path=ancestor, mode="a", zarr_format=zarr_format)
+            zarr.open_group(base, path=ancestor, mode="a", zarr_format=checked_format(zarr_format))
 
 
 def write_tree(
@@ -218,9 +218,9 @@ def consolidate_groups(store: Store) -> None:
             consolidate(view)
     base, path = split_view(store)
     for ancestor in ancestors_of(path):
-        view = group_view(base, ancestor)
-        if _has_consolidated(view):
-            consolidate(view)
+        ancestor_view = group_view(base, ancestor)
+        if _has_consolidated(ancestor_view):
+            consolidate(ancestor_view)
 
 
 def _has_consolidated(store: Store) -> bool:

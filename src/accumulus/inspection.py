@@ -13,7 +13,7 @@ from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups
 from accumulus.grid import array_bounds, sharding_of
 from accumulus.raw_cube import RawCube
-from accumulus.stores.arrays import bytes_stored, dimension_names
+from accumulus.stores.arrays import array_at, bytes_stored, dimension_names
 from accumulus.stores.inferred_conventions import inferred_conventions
 from accumulus.stores.keys import is_metadata_key
 
@@ -68,7 +68,7 @@ def _objects_stored(array: zarr.Array) -> int | None:
 
     try:
         return sync(count())
-    except Exception:  # as for bytes_stored: listing failures come in many kinds
+    except Exception:  # a store's listing errors, as for stores.arrays.bytes_stored
         return None
 
 
@@ -81,11 +81,12 @@ def stored_bytes(
     root = zarr.open_group(store, mode="r", use_consolidated=False)
     sizes = {}
     for acc in group.accumulations:
-        parts = [bytes_stored(root[f"{group.path}/{n}"]) for n in sorted(set(acc.arrays.values()))]
+        names = sorted(set(acc.arrays.values()))
+        parts = [bytes_stored(array_at(root, f"{group.path}/{n}")) for n in names]
         sizes[acc.key] = None if None in parts else sum(p or 0 for p in parts)
     if raw_store is not None:
         root = zarr.open_group(raw_store, mode="r", use_consolidated=False)
-    return sizes, bytes_stored(root[variable])
+    return sizes, bytes_stored(array_at(root, variable))
 
 
 def describe_cube(cube: RawCube, found: AccumulationGroups | None = None) -> dict[str, Any]:
@@ -134,6 +135,8 @@ def describe_cube(cube: RawCube, found: AccumulationGroups | None = None) -> dic
                 "weights": group.weights,
                 "complete": group.complete,
                 "stride_unit": group.stride_unit,
+                # default (accumulate with no options), ZEP 5 (--minimal) or custom.
+                "layout": spec.layout_name(group),
                 "coverage": {
                     d: {"covered": int(group.coverage.get(d, 0)), "size": n}
                     for d, n in zip(var.dims, var.shape, strict=True)

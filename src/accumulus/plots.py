@@ -17,7 +17,8 @@ get viridis.
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
@@ -35,10 +36,36 @@ WIDTH_INCHES = 9.0
 MISSING_COLOUR = "#d9d9d9"  # cells without a value
 
 
-def result_png(result: QueryResult) -> bytes:
-    """The answer drawn as a PNG: a series, a map, a Hovmöller diagram or an image."""
+# The picture formats a file name's suffix may ask for, as matplotlib names them.
+PICTURE_FORMATS = {
+    ".png": "png",
+    ".jpg": "jpeg",
+    ".jpeg": "jpeg",
+    ".webp": "webp",
+    ".tif": "tiff",
+    ".tiff": "tiff",
+    ".svg": "svg",
+    ".pdf": "pdf",
+}
+
+
+def picture_format(path: str | PurePath) -> str:
+    """The format a picture file's name asks for (PNG without a suffix); one that matplotlib
+    does not write is refused, before anything is computed."""
+    suffix = PurePath(path).suffix.lower()
+    if not suffix:
+        return "png"
+    if suffix not in PICTURE_FORMATS:
+        known = ", ".join(PICTURE_FORMATS)
+        raise AccumulusError(f"cannot draw {path}: a picture's name ends in one of {known}")
+    return PICTURE_FORMATS[suffix]
+
+
+def result_png(result: QueryResult, format: str = "png") -> bytes:
+    """The answer drawn as a PNG (or in ``format``, of ``PICTURE_FORMATS``): a series, a
+    map, a Hovmöller diagram or an image."""
     buffer = io.BytesIO()
-    figure(result).savefig(buffer, format="png")
+    figure(result).savefig(buffer, format=format)
     return buffer.getvalue()
 
 
@@ -59,7 +86,9 @@ def figure(result: QueryResult) -> Figure:
     fig = Figure(figsize=(WIDTH_INCHES, _height(data, kinds, picture)), dpi=100)
     FigureCanvasAgg(fig)
     # "compressed" packs a fixed-aspect map with its colour bar without gaps.
-    layout = "compressed" if picture == "map" else "constrained"
+    layout: Literal["compressed", "constrained"] = (
+        "compressed" if picture == "map" else "constrained"
+    )
     fig.set_layout_engine(layout, rect=(0, 0.035, 1, 0.965))
     ax = fig.subplots()
     if picture == "series":

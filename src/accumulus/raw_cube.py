@@ -172,7 +172,7 @@ class StoredValues:
         # per-call path (a build reads every chunk so).
         region = _slices(key, self.array.shape)
         if region is None:
-            return self.array[key]
+            return np.asarray(self.array[key])
         return read_region(self.array, region)
 
 
@@ -256,7 +256,11 @@ class RawCube:
             warnings.simplefilter("ignore", RuntimeWarning)  # "no consolidated metadata"
             ancestors = [
                 xr.open_dataset(
-                    store, engine="zarr", group=path or None, chunks=None, decode_cf=False
+                    store,  # type: ignore[arg-type]  # xarray's zarr engine opens a zarr Store
+                    engine="zarr",
+                    group=path or None,
+                    chunks=None,
+                    decode_cf=False,
                 )
                 for path in ancestors_of(self.group)
             ]
@@ -358,6 +362,6 @@ class RawCube:
             return np.asarray(self.decoded[name].isel(where).values, dtype="f8")
         if array.store_path.store is not self.store:
             array = array_with(array, store=self.store)
-        stored = array[tuple(where[str(d)] for d in raw.dims)]
+        stored = np.asarray(array[tuple(where[str(d)] for d in raw.dims)])
         attrs = {k: raw.attrs[k] for k in _DECODING_ATTRS if k in raw.attrs}
         return Decoder(name, tuple(str(d) for d in raw.dims), attrs)(stored)

@@ -57,7 +57,7 @@ from accumulus.grid import (
 )
 from accumulus.raw_cube import RawCube, StoredValues
 from accumulus.scope import accumulus_scope, scoped
-from accumulus.stores.arrays import consolidate, dimension_names
+from accumulus.stores.arrays import checked_format, consolidate, dimension_names
 from accumulus.stores.locations import local_path
 from accumulus.stores.opening import open_store, store_label
 from accumulus.stores.zep3 import Zep3DraftKeys
@@ -147,6 +147,8 @@ def rechunk(
         try:
             _write(root, plan, dest_store, fmt, consolidated, scheduler, progress)
         except ChunkReadError as failed:  # the destination is removed on the way out
+            if not failed.of_the_data:
+                raise
             raise AccumulusError(
                 f"{source_label}: {read_problem_text(failed)}; nothing was written (restore "
                 "the chunk, then run it again)"
@@ -325,7 +327,7 @@ def _destination(dest: str, source: str, storage_options: dict | None) -> Iterat
             raise AccumulusError(f"{text}: destination exists; remove it or choose another")
         try:
             yield store
-        except BaseException:
+        except BaseException:  # cleanup, then re-raised
             sync(_delete_all(store))
             raise
         return
@@ -342,7 +344,7 @@ def _destination(dest: str, source: str, storage_options: dict | None) -> Iterat
         if path.exists():
             path.rmdir()  # an empty directory, checked above
         staging.rename(path)
-    except BaseException:
+    except BaseException:  # cleanup, then re-raised
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
@@ -368,7 +370,9 @@ def _write(
     scheduler: str | None,
     progress: compute.Progress | None,
 ) -> None:
-    out = zarr.open_group(store, mode="w", zarr_format=fmt, attributes=dict(root.attrs))
+    out = zarr.open_group(
+        store, mode="w", zarr_format=checked_format(fmt), attributes=dict(root.attrs)
+    )
     groups = sorted(
         (path for path, node in root.members(max_depth=None) if isinstance(node, zarr.Group)),
         key=lambda p: p.count("/"),
@@ -386,7 +390,7 @@ def _write(
                 StoredValues(item.source), chunks=tuple(b.sizes for b in item.bounds), lock=False
             )
             # One task per destination chunk: no two tasks write the same chunk.
-            writes.append(da.store(blocks, target, lock=False, compute=False))
+            writes.append(da.store(blocks, target, lock=False, compute=False))  # type: ignore[arg-type]  # dask writes to any array-like target
     compute.run(writes, scheduler=scheduler, progress=progress)
     if consolidated:
         consolidate(store)
@@ -402,12 +406,12 @@ def _create_like(store: Store, item: ArrayCopy, fmt: int) -> zarr.Array:
             shape=source.shape,
             dtype=str if source.dtype.kind in "OT" else source.dtype,
             chunks=item.zarr_chunks(),
-            zarr_format=fmt,
+            zarr_format=checked_format(fmt),
             **_converted_options(source, item, fmt),
         )
     # Same format: zarr keeps the data type, fill value, codecs, attributes and dimension
     # names of the source ("keep"); only the chunks change.
-    keys = None
+    keys: dict[str, Any] | None = None
     if isinstance(getattr(source.metadata, "chunk_key_encoding", None), Zep3DraftKeys):
         keys = {"name": "default", "separator": "/"}  # standard keys, not the draft's layout
     return zarr.from_array(
@@ -433,8 +437,9 @@ def _converted_options(source: zarr.Array, item: ArrayCopy, fmt: int) -> dict[st
             attributes["_FillValue"] = FillValueCoder.encode(fill, source.dtype)
         options: dict[str, Any] = {"dimension_names": item.dims, "fill_value": fill}
         if not text:
-            filters = [f.get_config() for f in source.filters]
-            compressor = source.compressors[0].get_config() if source.compressors else None
+            v2: Any = source  # a v2 array here: numcodecs codecs, each with its config
+            filters = [f.get_config() for f in v2.filters]
+            compressor = v2.compressors[0].get_config() if v2.compressors else None
             codecs = v3_codecs(join_v2(filters, compressor))
             options.update(
                 filters=codecs.filters,
@@ -445,13 +450,14 @@ def _converted_options(source: zarr.Array, item: ArrayCopy, fmt: int) -> dict[st
         attributes["_ARRAY_DIMENSIONS"] = list(item.dims)
         fill = None
         if "_FillValue" in attributes and not text:
-            fill = FillValueCoder.decode(attributes.pop("_FillValue"), source.dtype)
+            fill = FillValueCoder.decode(attributes.pop("_FillValue"), source.dtype)  # type: ignore[arg-type]  # JSON the coder checks
         options = {"fill_value": fill}
         if not text:
-            configs = join_v3([c.to_dict() for c in source.metadata.codecs])
-            filters, compressor = split_v2(configs)
+            v3: Any = source.metadata  # a v3 array here: it has codecs
+            configs = join_v3([c.to_dict() for c in v3.codecs])
+            v2_filters, compressor = split_v2(configs)
             options.update(
-                filters=[numcodecs_codec(c) for c in filters or ()],
+                filters=[numcodecs_codec(c) for c in v2_filters or ()],
                 compressors=numcodecs_codec(compressor) if compressor else None,
             )
     options["attributes"] = attributes

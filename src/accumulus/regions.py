@@ -229,7 +229,7 @@ def shape_from_geojson(document: str | bytes | Mapping[str, Any], name: str = "u
     for geometry in geometries:
         try:
             shapes.append(shapely.from_geojson(json.dumps(geometry)))
-        except Exception as exc:  # shapely.errors.GEOSException and friends
+        except shapely.errors.ShapelyError as exc:  # GEOS refusing the geometry
             problem = " ".join(str(exc).split())  # GEOS ends its messages with a newline
             raise AccumulusError(f"shape {name}: not a GeoJSON geometry: {problem}") from None
     return _shape(name, name, _polygonal(shapely.union_all(shapes), f"shape {name}"))

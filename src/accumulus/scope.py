@@ -87,7 +87,7 @@ def _turn_on() -> Callable[[], None]:
         for entry in added:
             # Only our own entries: filters others added meanwhile stay.
             if entry in warnings.filters:
-                warnings.filters.remove(entry)
+                warnings.filters.remove(entry)  # type: ignore[attr-defined]  # a list at run time
         # Python caches which warnings it has already filtered; tell it the filters changed
         # (what ``warnings.filterwarnings`` does itself when it adds one).
         warnings._filters_mutated()  # type: ignore[attr-defined]

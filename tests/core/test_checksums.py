@@ -86,7 +86,7 @@ def test_a_damaged_positioned_chunk_is_named(tmp_path, capsys, monkeypatch, zarr
     path = tmp_path / "cube.zarr"
     write_cube(ds, path, {"time": 4, "lat": 4, "lon": 5}, zarr_format=zarr_format)
     api.accumulate(str(path), VAR, ["time"], weights="none", at={"time": 1})
-    array = path / f"{VAR}_accumulation_group" / "acc_time_at_1"
+    array = path / f"{VAR}_accumulation_group" / "accumulus_positions" / "acc_time_at_1"
     key = "c/5/0/0" if zarr_format == 3 else "5.0.0"
     data = bytearray((array / key).read_bytes())
     at = len(data) // 2
@@ -97,4 +97,5 @@ def test_a_damaged_positioned_chunk_is_named(tmp_path, capsys, monkeypatch, zarr
         main()
     err = capsys.readouterr().err
     assert stopped.value.code == 1
-    assert f"chunk {VAR}_accumulation_group/acc_time_at_1/{key} cannot be read" in err
+    positions = f"{VAR}_accumulation_group/accumulus_positions"
+    assert f"chunk {positions}/acc_time_at_1/{key} cannot be read" in err

@@ -1,6 +1,7 @@
-"""Never worse than a scan: the query estimates the chunks and bytes of the plan its
-accumulations allow and of the plain scan of the box, runs the cheaper, and the estimate of
-the plan it runs is what the store is then asked for."""
+"""Never slower than a scan: the query estimates the time of the plan its accumulations
+allow and of the plain scan of the box (chunks, bytes, measured codec and summing rates, the
+store's latency), runs the faster, and the chunks of the plan it runs are what the store is
+then asked for."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ import pytest
 import shapely
 
 import accumulus
+from accumulus.accumulation.query import cost
 from accumulus.accumulation.query.answer import run_query
-from accumulus.accumulation.query.cost import REQUEST_BYTES, PlanCost, raw_cost
+from accumulus.accumulation.query.cost import OBJECT_STORE_LATENCY, scan_cost, storage_of
 from accumulus.accumulation.query.request import Query
+from accumulus.demo import DemoConfig, write_demo_cube
 from accumulus.raw_cube import RawCube
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SIZES = {"time": 60, "lat": 8, "lon": 10}
@@ -52,12 +57,18 @@ def _expected(ds, start: int, stop: int):
     return xarray_reference(selected, ["time"], "area", "mean")
 
 
+def _bytes_and_requests(cost) -> tuple[int, int]:
+    return cost.requests, cost.bytes
+
+
 def test_scan_cost_counts_every_chunk_the_box_touches(cube):
     cube, _ = cube
     var = cube.variable(VAR)
-    cost = raw_cost(var, [{"time": (5, 25), "lat": (0, 8), "lon": (3, 7)}])
-    assert cost == PlanCost(3 * 2 * 2, 3 * 2 * 2 * RAW_CHUNK)
-    assert cost.score == cost.bytes + 12 * REQUEST_BYTES
+    box = {"time": (5, 25), "lat": (0, 8), "lon": (3, 7)}
+    local = scan_cost(var, [box], storage_of(cube.store), ("sum", "count"), ("time",), 2**29)
+    assert _bytes_and_requests(local) == (3 * 2 * 2, 3 * 2 * 2 * RAW_CHUNK)
+    # Twelve requests of small chunks: their fixed cost and little else.
+    assert 12 * cost.LOCAL_REQUEST_SECONDS < local.seconds < 12 * cost.LOCAL_REQUEST_SECONDS + 0.01
 
 
 def test_a_short_unaligned_map_is_a_scan(cube):
@@ -68,9 +79,11 @@ def test_a_short_unaligned_map_is_a_scan(cube):
     result = _map(cube, ("2001-01-06", "2001-01-25"))
     assert result.plan.accumulation_reads == []
     assert len(result.plan.raw_reads) == 1
-    assert result.costs["scan"] == PlanCost(3, 3 * RAW_CHUNK)
-    assert result.costs["accumulation"] == PlanCost(4, 2 * RAW_CHUNK + 2 * ACC_CHUNK)
-    assert "a full scan reads less (3 chunks" in result.note
+    assert _bytes_and_requests(result.costs["scan"]) == (3, 3 * RAW_CHUNK)
+    assert _bytes_and_requests(result.costs["accumulation"]) == (4, 2 * RAW_CHUNK + 2 * ACC_CHUNK)
+    assert result.costs["scan"].seconds < result.costs["accumulation"].seconds
+    assert "a full scan is estimated faster (3 chunks" in result.note
+    assert result.estimate == result.costs["scan"]
     assert result.stats.requests == 3 and result.stats.accumulation_chunks_read == 0
     np.testing.assert_allclose(result.data, _expected(ds, 5, 25), rtol=1e-9)
 
@@ -86,7 +99,7 @@ def test_a_long_map_uses_the_accumulations(cube, days, raw):
     labels = tuple(str(t)[:10] for t in ds.time.values[[start, stop - 1]])
     result = _map(cube, labels)
     assert result.plan.accumulation_reads and result.note == ""
-    assert result.costs["accumulation"].score < result.costs["scan"].score
+    assert result.costs["accumulation"].seconds < result.costs["scan"].seconds
     # The estimate is what the store is asked for.
     assert result.costs["accumulation"].requests == result.stats.requests
     assert result.stats.raw_chunks_read == raw
@@ -145,7 +158,8 @@ def test_the_plan_that_runs_reads_what_its_estimate_said(uncompressed):
         kind = _chosen(result)
         chosen.add(kind)
         other = "scan" if kind == "accumulation" else "accumulation"
-        assert result.costs[kind].score <= result.costs[other].score, isel
+        assert result.costs[kind].seconds <= result.costs[other].seconds, isel
+        assert result.estimate == result.costs[kind]
         assert result.stats.requests == result.costs[kind].requests, isel
         if kind == "scan":
             assert result.stats.bytes_read == result.costs["scan"].bytes
@@ -189,7 +203,7 @@ def test_shapes_go_through_the_same_choice(uncompressed):
     assert forced.plan.accumulation_reads and not scan.plan.accumulation_reads
     assert cheaper.costs == forced.costs and set(cheaper.costs) == {"accumulation", "scan"}
     kind = _chosen(cheaper)
-    assert cheaper.costs[kind].score <= min(c.score for c in cheaper.costs.values())
+    assert cheaper.costs[kind].seconds <= min(c.seconds for c in cheaper.costs.values())
     assert cheaper.stats.requests == cheaper.costs[kind].requests
     assert forced.stats.requests == forced.costs["accumulation"].requests
     assert scan.stats.requests == cheaper.costs["scan"].requests
@@ -212,13 +226,79 @@ def test_json_reports_the_estimates_and_the_measured_counts_of_the_plan_that_ran
     assert set(cheaper["estimates"]) == {"accumulation", "scan"}
     assert cheaper["plan"]["accumulation_chunks_read"] == 0
     assert cheaper["plan"]["requests"] == cheaper["estimates"]["scan"]["requests"] == 3
-    assert "a full scan reads less" in cheaper["note"]
+    assert "a full scan is estimated faster" in cheaper["note"]
+    # The estimate of the plan that ran beside its measured time.
+    assert cheaper["plan"]["estimated_seconds"] == cheaper["estimates"]["scan"]["seconds"] > 0
+    assert cheaper["plan"]["seconds"] > 0
     forced = json.loads(_cli(*args, "--plan", "accumulation").stdout)
     assert forced["plan"]["accumulation_chunks_read"] > 0
     assert forced["plan"]["requests"] == forced["estimates"]["accumulation"]["requests"]
     np.testing.assert_allclose(forced["values"], cheaper["values"], rtol=1e-9)
     refused = _cli(*args, "--plan", "fastest", check=False)
     assert refused.returncode == 2 and "unknown plan 'fastest'" in refused.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Seconds, not request counts
+
+
+@pytest.fixture(scope="module")
+def monthly(tmp_path_factory):
+    """The case of issue 37: 730 days x 30 x 60, raw chunks of 73 days (525 KB), time
+    entries at month ends."""
+    path = tmp_path_factory.mktemp("cost") / "monthly.zarr"
+    write_demo_cube(path, DemoConfig(days=730, resolution=6.0, chunks=(73, 30, 60)))
+    accumulus.accumulate(str(path), "precip", at="time=month")
+    return path
+
+
+def test_a_month_map_reads_the_small_entries_not_the_large_raw_chunks(monthly):
+    """Four chunks of entries against two raw chunks: fewer requests, but 1 MB to decode
+    and sum instead of 60 KB. The estimate in seconds picks the entries."""
+    month = {"time": ("2000-03-01", "2000-03-31")}
+    result = accumulus.query(str(monthly), "precip", "time", month)
+    assert result.costs["scan"].requests < result.costs["accumulation"].requests
+    assert result.costs["accumulation"].seconds < result.costs["scan"].seconds
+    assert result.stats.raw_chunks_read == 0 and result.stats.accumulation_chunks_read == 4
+    scan = accumulus.query(str(monthly), "precip", "time", month, use_accumulation=False)
+    np.testing.assert_allclose(result.data.values, scan.data.values, rtol=1e-9)
+
+
+def test_latency_is_a_round_trip_per_wave_of_chunks(monthly):
+    """Through a store adding 50 ms per request the estimate includes one round trip for a
+    plan whose chunks fit in memory at once, as many as waves for one that does not; on
+    local disk none."""
+    month = {"time": ("2000-03-01", "2000-03-31")}
+    slow = CountingStore(open_store(str(monthly)), latency=0.05)
+    assert storage_of(slow).latency == 0.05 and not storage_of(slow).in_thread
+    remote = accumulus.query(slow, "precip", "time", month)
+    local = accumulus.query(str(monthly), "precip", "time", month)
+    for name in ("accumulation", "scan"):
+        assert 0.05 < remote.costs[name].seconds < 0.05 + 0.5
+        assert local.costs[name].seconds < 0.05
+    # Memory for one raw chunk of 525 KB at a time: the year's 6 chunks are 6 waves.
+    year = {"time": ("2000-01-01", "2000-12-31")}
+    tight = accumulus.query(slow, "precip", "time", year, use_accumulation=False,
+                            memory_bytes=800_000)  # fmt: skip
+    assert tight.stats.raw_chunks_read == 6
+    assert tight.estimate.seconds >= 6 * 0.05
+
+
+def test_object_storage_without_a_known_latency_is_given_a_round_trip():
+    """A store that is not a local directory, memory or zip file is object storage."""
+    from zarr.storage import FsspecStore, LocalStore
+
+    remote = FsspecStore.from_url("memory://cost-remote", read_only=True)
+    assert storage_of(remote).latency == OBJECT_STORE_LATENCY
+    assert storage_of(LocalStore(".")).latency == 0.0
+
+
+def test_codec_rates_are_measured_once_per_process(monthly):
+    cube = RawCube.open(str(monthly))
+    array = cube.variable("precip").array
+    first = cost.decode_rate(array)
+    assert 0 < first < 1e-6  # seconds per byte: any codec decodes faster than 1 MB/s
+    assert cost.decode_rate(array) == first
 
 
 def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -14,6 +14,7 @@ import pytest
 import zarr
 
 from accumulus.chunk_reader import ChunkReadError, ChunkRequest, read_chunks
+from accumulus.errors import AccumulusError
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.opening import open_store
 
@@ -122,3 +123,23 @@ def test_consumers_may_wait_on_zarr_reads_whatever_their_number(stored, tmp_path
     assert not any(thread.is_alive() for thread in threads), "reads never ended"
     expected = float((values.astype("f8") * values).sum())
     np.testing.assert_allclose(sums, [expected] * batches, rtol=1e-9)
+
+
+def test_a_consumer_fault_is_told_apart_from_the_datas(stored):
+    """A consumer failing on a chunk read whole is a fault of the program (raised as it is
+    by the callers, not told to the user as theirs); one refusing it (``AccumulusError``)
+    says the data is at fault, as a chunk that cannot be read does."""
+    array, _, _ = stored
+
+    def buggy(request: ChunkRequest, chunk: np.ndarray) -> None:
+        raise TypeError("a bug")
+
+    def refusing(request: ChunkRequest, chunk: np.ndarray) -> None:
+        raise AccumulusError("not a value the cube may hold")
+
+    with pytest.raises(ChunkReadError) as bug:
+        read_chunks(_requests(array), buggy)
+    assert not bug.value.reading and not bug.value.of_the_data
+    with pytest.raises(ChunkReadError) as refused:
+        read_chunks(_requests(array), refusing)
+    assert not refused.value.reading and refused.value.of_the_data

@@ -313,13 +313,13 @@ def test_blosc_shuffles_the_stored_values(tmp_path, zarr_format):
     write_cube(ds, path, {"time": 10, "lat": 3, "lon": 10}, zarr_format=zarr_format)
     at = {"time": 1, "lat": 1, "lon": 1}
     accumulus.accumulate(str(path), VAR, ["time", "lat,lon"], weights="area", at=at)
-    root = zarr.open_group(path, mode="r")[f"{VAR}_accumulation_group"]
+    root = zarr.open_group(path, mode="r")[f"{VAR}_accumulation_group/accumulus_positions"]
     names = [n for n in root.array_keys() if "_at_" in n]
     assert len(names) == 4  # Σx and counts of both
     for name in names:
         array = root[name]
         map_counts = array.dtype != np.float64 and "_time_" in name
-        directory = path / f"{VAR}_accumulation_group" / name
+        directory = path / f"{VAR}_accumulation_group" / "accumulus_positions" / name
         stored = sorted(
             p for p in directory.rglob("*") if p.is_file() and not p.name.startswith((".", "zarr"))
         )

@@ -133,7 +133,13 @@ def test_the_demo_chooses_its_map_period_from_the_cube(capsys, monkeypatch, tmp_
     )  # fmt: skip
     assert code == 0, err
     assert "time-averaged map, 2000-05-01 to 2000-11-30" in out
-    # Whole months from the month-end entries the demo builds: no raw chunk.
-    map_answer = out[out.index("time-averaged map") :]
-    assert "4 accumulation + 0 raw chunks" in map_answer, map_answer
-    assert (tmp_path / "map.png").stat().st_size > 0
+    assert "time-averaged map, 2000-05-28 to 2000-10-07 (day-precise ends)" in out
+    # The layout it used is named: the default, entries at every day and every cell.
+    assert "time at time=1, lat+lon at lat=1,lon=1" in " ".join(out.split())
+    # The series over a box, whole months and day-precise ends: no raw chunk.
+    answers = out.split("accumulus: ")[1:]
+    assert len(answers) == 3
+    for answer in answers:
+        assert " accumulation + 0 raw chunks" in answer, answer
+    for png in ("timeseries.png", "map.png", "map-days.png"):
+        assert (tmp_path / png).stat().st_size > 0

@@ -18,7 +18,8 @@ import accumulus
 from accumulus.accumulation.model import statistics
 from accumulus.accumulation.model.groups import AccumulationGroups
 from accumulus.accumulation.query.answer import read_answer, usable_layouts
-from accumulus.accumulation.query.cost import chunks_cost
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
+from accumulus.accumulation.query.cost import plan_cost, storage_of
 from accumulus.accumulation.query.execute import chunk_work
 from accumulus.accumulation.query.request import Query, resolve
 from accumulus.accumulation.query.shapes import shape_plans
@@ -406,8 +407,13 @@ def test_a_region_reads_no_raw_chunk_with_entries_at_every_cell(tmp_path):
     groups = AccumulationGroups(cube)
     var = cube.variable(VAR)
     terms = statistics.STATISTICS["mean"].sums_for(weighted=True, infinite=True)
-    costs = [chunks_cost(r for r, _ in chunk_work(groups, var, p, terms).values()) for p in plans]
-    assert result.costs["accumulation"] == min(costs, key=lambda c: c.score)
+    storage, over = storage_of(cube.store), ("lat", "lon")
+    costs = [
+        plan_cost((r for r, _ in chunk_work(groups, var, p, terms).values()), var, storage, terms,
+                  over, DEFAULT_MEMORY_BYTES)
+        for p in plans
+    ]  # fmt: skip
+    assert result.costs["accumulation"] == min(costs, key=lambda c: c.seconds)
 
     path = tmp_path / "chunk-ends.zarr"
     write_cube(ds, path, chunks)

@@ -55,7 +55,9 @@ def test_months_grow_with_appends_and_the_open_month_is_provisional(tmp_path):
         reports = accumulus.verify(str(store))
         assert reports and all(r.ok for r in reports), [r.problems for r in reports]
     # The months before the last, whole, are two entries each.
-    stored = accumulation_array(RawCube.open(str(store)), VAR, "acc_uw_time_at_month")
+    stored = accumulation_array(
+        RawCube.open(str(store)), VAR, "accumulus_positions/acc_uw_time_at_month"
+    )
     data = t.decoded(100)[VAR]
     ends = month_ends(t, 100)
     expected = data.fillna(0).cumsum("time").isel(time=np.array(ends) - 1)
@@ -67,10 +69,14 @@ def test_counts_outgrow_their_type_and_the_group_is_built_again(tmp_path):
     store = tmp_path / "cube.zarr"
     accumulus.append(str(store), write_granule(tmp_path / "a.nc", t, 0, 200), chunks={"time": 50})
     accumulus.accumulate(str(store), VAR, ["time"], at={"time": 1})
-    counts = accumulation_array(RawCube.open(str(store)), VAR, "acc_n_time_at_1")
+    counts = accumulation_array(
+        RawCube.open(str(store)), VAR, "accumulus_positions/acc_n_time_at_1"
+    )
     assert counts.dtype == np.uint8  # up to 200 values per cell, 255 marks a missing chunk
     accumulus.append(str(store), write_granule(tmp_path / "b.nc", t, 200, 300))
-    counts = accumulation_array(RawCube.open(str(store)), VAR, "acc_n_time_at_1")
+    counts = accumulation_array(
+        RawCube.open(str(store)), VAR, "accumulus_positions/acc_n_time_at_1"
+    )
     assert counts.dtype == np.uint16 and counts.shape[0] == 300
     assert placement(store, "time@1").final["time"] == 300  # every step is a whole step
     [report] = accumulus.verify(str(store))

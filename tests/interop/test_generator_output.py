@@ -24,6 +24,7 @@ import accumulus
 from accumulus.errors import AccumulusError
 from accumulus.service import create_app
 from accumulus.stores.inferred_conventions import ArrayDoc, GroupDoc, infer
+from tools import tool
 
 from .generator import DATA, generate
 
@@ -180,6 +181,7 @@ def test_the_generator_run_here_writes_the_committed_fixture(tmp_path):
     < 0.12, from the registry) and checks that it writes what is committed. (Its own zarr
     cannot read back the arrays it writes with ``accumulation_delta_filter``, which need the
     chunk shape to decode; accumulus reads them.)"""
+    tool("python3.11", "Debian: apt-get install python3.11-venv")  # skips where absent
     path = generate(tmp_path / "generated.zarr")
     assert _files(path) == _files(FIXTURE)  # byte for byte: the generator is deterministic
     assert all(report.ok for report in accumulus.verify(str(path), "variable"))

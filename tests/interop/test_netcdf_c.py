@@ -249,6 +249,6 @@ def test_positioned_accumulations(tmp_path):
     write_cube(ds, path, {"time": 10, "lat": 6, "lon": 8})
     at = {"time": 1, "lat": 1, "lon": 1}
     accumulus.accumulate(str(path), "precip", ["time", "lat,lon"], weights="area", at=at)
-    group = zarr.open_group(path / "precip_accumulation_group", mode="r")
+    group = zarr.open_group(path / "precip_accumulation_group" / "accumulus_positions", mode="r")
     assert [n for n in group.array_keys() if "_at_" in n]
     check_store(path)

@@ -4,7 +4,6 @@ map, switch to the Hovmöller diagrams, and check that what is drawn is what the
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import httpx
@@ -15,8 +14,8 @@ from service_cubes import dataset, write_cube
 
 from accumulus.service import create_app
 from accumulus.service.server import running
+from tools import tool
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Without the background-networking switches chromium's own connections hang on a closed
 # network; a fresh profile keeps runs independent.
 CHROMIUM_FLAGS = [
@@ -48,11 +47,11 @@ def service(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture
 def page(service: str, tmp_path: Path):
-    assert Path(CHROMIUM).exists(), "install Debian's chromium (apt-get install chromium)"
+    chromium = tool("chromium", "apt-get install chromium")  # skips where absent (tests/tools.py)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch_persistent_context(
             str(tmp_path / "profile"),
-            executable_path=CHROMIUM,
+            executable_path=chromium,
             args=CHROMIUM_FLAGS,
             headless=True,
             viewport={"width": 1400, "height": 900},

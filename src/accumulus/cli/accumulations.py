@@ -29,8 +29,9 @@ def accumulate(
     dims: list[str] = typer.Option(
         None,
         "--dims",
-        help="A combination to accumulate, e.g. time or latitude,longitude (repeatable). "
-        "Default: every dimension alone plus latitude,longitude.",
+        help="A combination to accumulate, e.g. time or lat,lon (repeatable). "
+        "Default: time at every element and lat,lon at every cell (any box, any period, "
+        "no raw chunk); with --minimal, --stride or --at: every dimension alone plus lat,lon.",
     ),
     stride: list[str] = typer.Option(
         None, "--stride", help="Accumulate every k chunks along a dimension: time=2 (repeatable)."
@@ -38,15 +39,26 @@ def accumulate(
     at: list[str] = typer.Option(
         None,
         "--at",
-        help="Where entries end along a dimension instead of chunk ends: DIM=chunk (default), "
-        "N (every N elements; 1 = every element), month, year, or labels "
-        "(time=2001-01-01,2006-01-01); e.g. --at time=month or --at lat=1,lon=1 (repeatable).",
+        help="Where entries end along a dimension instead of chunk ends: DIM=RULE, the rule "
+        "being chunk (the default), N (every N elements; 1 = every element), month, year, or "
+        "labels separated by commas. E.g. --at time=month, --at lat=1,lon=1 (repeatable).",
     ),
     weights: str = typer.Option(
         None, "--weights", help="area (cos latitude), none, or the name of a weights array."
     ),
     scheduler: Scheduler = None,
-    rebuild: bool = typer.Option(False, "--rebuild", help="Replace accumulations built otherwise."),
+    rebuild: bool = typer.Option(
+        False,
+        "--rebuild",
+        help="Build the group again. It keeps what it was built with (--dims, --at, --stride, "
+        "--weights) unless given here; the output says what was kept.",
+    ),
+    reset: bool = typer.Option(
+        False,
+        "--reset",
+        help="Rebuild from the defaults and the options given here, forgetting what the "
+        "group was built with.",
+    ),
     allow_missing_chunks: bool = typer.Option(
         False,
         "--allow-missing-chunks",
@@ -57,6 +69,12 @@ def accumulate(
         None,
         "--shards/--no-shards",
         help="Write the accumulation arrays in shards (Zarr v3). Default: when the variable is.",
+    ),
+    minimal: bool = typer.Option(
+        False,
+        "--minimal",
+        help="ZEP 5 as written only: every dimension alone plus latitude,longitude at chunk "
+        "ends (the default adds entries at every day and every cell: see inspect).",
     ),
     into: str = typer.Option(
         None,
@@ -85,6 +103,7 @@ def accumulate(
             at=at or None,
             scheduler=scheduler,
             rebuild=rebuild,
+            reset=reset,
             allow_missing_chunks=allow_missing_chunks,
             shards=shards,
             progress=report,
@@ -92,10 +111,13 @@ def accumulate(
             group=group,
             into=into,
             allow_references=allow_references or None,
+            minimal=minimal,
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
         return
+    if result.kept:
+        console.print(f"{variable}: {result.kept}", highlight=False)
     console.print(
         f"{variable}: {result.action} {len(result.arrays)} accumulation arrays with weights "
         f"{result.group.weights} in {result.seconds:.1f} s; raw array "
@@ -164,10 +186,15 @@ def inspect(
         cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())
         objects = [a["objects"] for acc in g["accumulations"] for a in _unique_arrays(acc)]
         console.print(
-            f"[bold]{g['path']}[/] ({g['producer']}), weights {g['weights']}, {status}; "
+            f"[bold]{g['path']}[/] ({g['producer']}), {g['layout']} layout, weights "
+            f"{g['weights']}, {status}; "
             f"covers {cover}; strides count {g['stride_unit']}s; "
             + ("objects unknown" if None in objects else f"{sum(objects)} objects")
         )
+        sizes = [acc["bytes_stored"] for acc in g["accumulations"]]
+        if g["accumulations"] and None not in sizes:
+            raw = g["accumulations"][0]["raw_bytes_stored"]
+            console.print("  all accumulations: " + stored_text(sum(sizes), raw))
         for acc in g["accumulations"]:
             arrays = ", ".join(
                 f"{a['path'].rsplit('/', 1)[-1]} {'x'.join(map(str, a['shape']))} "

@@ -22,7 +22,7 @@ from accumulus.errors import AccumulusError
 def average(
     store: str = typer.Argument(..., help="Cube path or URL."),
     variable: str = typer.Argument(..., help="Data variable."),
-    over: str = typer.Option(..., "--over", help="Dimensions averaged away: latitude,longitude."),
+    over: str = typer.Option(..., "--over", help="Dimensions averaged away, e.g. lat,lon or time."),
     range_: list[str] = typer.Option(
         None,
         "--range",
@@ -44,7 +44,10 @@ def average(
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the result as CSV."),
     png: str = typer.Option(
-        None, "--png", help="Draw the answer (series, map or Hovmöller diagram) to this PNG."
+        None,
+        "--png",
+        help="Draw the answer (series, map or Hovmöller diagram) to this file: PNG, or the "
+        "format its suffix names (.jpg, .webp, .tif, .svg, .pdf).",
     ),
     accumulations: str = typer.Option(
         None, "--accumulations", help="Read accumulations from this sidecar store (--into)."
@@ -70,7 +73,11 @@ def average(
     """Average (or sum, or count) a variable over dimensions and label ranges, or a shape."""
     from accumulus.destinations import check_file, write_file
 
-    picture = check_file(png, "the picture") if png else None  # before the query runs
+    picture, drawn_as = None, "png"
+    if png:  # before the query runs: where the picture goes, and in what format
+        from accumulus.plots import picture_format
+
+        picture, drawn_as = check_file(png, "the picture"), picture_format(png)
     api = load_api()
     from accumulus import output
 
@@ -96,7 +103,7 @@ def average(
         allow_references=allow_references or None,
     )
     if picture is not None:
-        write_file(picture, output.result_png(result))
+        write_file(picture, output.result_png(result, drawn_as))
     if as_json:
         print(output.result_json_bytes(result).decode())
     elif as_csv:
@@ -124,11 +131,41 @@ def _print_result(result, png: str | None) -> None:
     elif data.ndim == 1:
         console.print(data.to_series().to_string(max_rows=40))
     else:
-        console.print(str(data.to_pandas()))  # pandas shortens a large table itself
+        console.print(_summary(data), highlight=False)
     console.print(
         f"[dim]{stats.accumulation_chunks_read} accumulation chunks, {stats.raw_chunks_read} raw "
         f"chunks, {stats.bytes_read} bytes read in {stats.seconds * 1000:.1f} ms"
         + (f"; {result.note}" if result.note else "")
         + (f"; plot written to {png}" if png else "")
         + "[/]"
+    )
+
+
+def _summary(data) -> str:
+    """A map (or any answer of 2 or more dimensions) in a few lines: its grid, the range of
+    its values and how many are missing. A table of it would show its first and last rows
+    only, often polar rows without a value; --csv, --json and --png give every value."""
+    import numpy as np
+
+    from accumulus.output import label
+
+    values = np.asarray(data.values, dtype="f8")
+    valid = values[~np.isnan(values)]
+    grid = " x ".join(f"{d} {n}" for d, n in data.sizes.items())
+    extents = ", ".join(
+        f"{d} {label(data[d].values[0])} to {label(data[d].values[-1])}" for d in data.dims
+    )
+    what = f"{data.attrs.get('stat', 'value')} over {data.attrs.get('over', '')}".strip()
+    units = f" {data.attrs['units']}" if data.attrs.get("units") else ""
+    if valid.size:
+        spread = (
+            f"min {valid.min():.6g}, median {np.median(valid):.6g}, max {valid.max():.6g}{units}"
+        )
+    else:
+        spread = "no value"
+    missing = values.size - valid.size
+    return (
+        f"{data.name} ({what}): {grid} values; {extents}\n"
+        f"  {spread}; {missing} of {values.size} missing\n"
+        "  every value: --csv or --json; a picture: --png FILE"
     )

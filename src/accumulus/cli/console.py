@@ -3,6 +3,8 @@ bar, and how sizes are written."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -10,11 +12,15 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
 
+# The width of a console that is not a terminal: no line of ours is longer.
+UNWRAPPED = 10_000
+
+
 class _Console:
     """A rich ``Console`` made when first used: a command that prints plain JSON (``average
     --json``) then never imports rich."""
 
-    def __init__(self, **options: bool) -> None:
+    def __init__(self, **options: Any) -> None:  # rich.console.Console's keywords
         self._options = options
         self._console: Console | None = None
 
@@ -24,7 +30,12 @@ class _Console:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(**self._options)
+            made = Console(**self._options)
+            if not made.is_terminal and "COLUMNS" not in os.environ:
+                # Piped or redirected: lines as long as they are (a suggested command must
+                # not break mid-line), instead of rich's 80 columns for a non-terminal.
+                made = Console(**self._options, width=UNWRAPPED, soft_wrap=True)
+            self._console = made
         return self._console
 
     def __getattr__(self, name: str) -> Any:
@@ -40,26 +51,29 @@ class ProgressBar:
     work fails or is interrupted (so that an error stays one line). Call it as
     ``report(done, total)``; use it as a context manager."""
 
-    def __init__(self, description: str) -> None:
+    def __init__(self, description: str, count: Callable[[int, int], str] | None = None) -> None:
         self.description = description
+        # What the steps done are, as words (default "done/total"): e.g. granules, when a
+        # command counts two steps for each.
+        self._count = count or (lambda done, total: f"{done}/{total}")
         self._bar: Progress | None = None
         self._task: TaskID | None = None
 
     def __call__(self, done: int, total: int) -> None:
         if self._bar is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+            from rich.progress import BarColumn, Progress, TimeElapsedColumn
 
             self._bar = Progress(
                 "[progress.description]{task.description}",
                 BarColumn(),
-                MofNCompleteColumn(),
+                "{task.fields[count]}",
                 TimeElapsedColumn(),
                 console=err_console.rich,
             )
             self._bar.start()
-            self._task = self._bar.add_task(self.description, total=total)
+            self._task = self._bar.add_task(self.description, total=total, count="")
         assert self._task is not None
-        self._bar.update(self._task, completed=done, total=total)
+        self._bar.update(self._task, completed=done, total=total, count=self._count(done, total))
         if total and done >= total:
             self._bar.stop()  # finished: what is printed next goes below the bar
 

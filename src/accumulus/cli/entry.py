@@ -29,6 +29,24 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        print(f"accumulus {version('accumulus')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """Options of the program itself, before a command."""
+
+
 # Set by a command that leaves nothing to finish once it returns (a query: its answer
 # printed, nothing of its own to write or close): the console script then ends at once.
 _nothing_to_finish = False

@@ -85,7 +85,7 @@ def append(
         return
     sizes = dimension_sizes(chunks, "--chunks")
     shard_sizes = dimension_sizes(shards, "--shards")
-    with ProgressBar("checking and appending granules") as report:
+    with ProgressBar("appending", count=granules_counted) as report:
         result = api.append(
             store,
             granules,
@@ -104,6 +104,9 @@ def append(
         console.print(f"[yellow]recovered:[/] {result.recovered}", highlight=False)
     if result.chunking is not None:
         console.print(f"created {result.store}: {result.chunking.reason}", highlight=False)
+        cube = api.open_cube(store, "r", options, group=group)
+        if any(_is_variable(a.metadata.chunk_grid) for _, a in cube.root.arrays()):
+            _say_how_xarray_reads(result.store)
     if not _appended_any(result, dim):
         return
     before, after = result.extent
@@ -117,6 +120,15 @@ def append(
         f"{result.commits} commit(s), {result.seconds:.1f} s{updated}",
         highlight=False,
     )
+
+
+def granules_counted(done: int, total: int) -> str:
+    """An append's progress in granules: it counts two steps for each, checked (every value
+    read and converted) then written (a granule skipped counts as written)."""
+    n = total // 2
+    if done <= n:
+        return f"{done}/{n} granules checked"
+    return f"{n}/{n} checked, {done - n}/{n} written or skipped"
 
 
 def _appended_any(result: Any, dim: str) -> bool:
@@ -165,12 +177,11 @@ def _append_virtual(
     if not _appended_any(result, dim):
         return
     before, after = result.extent
-    share = result.bytes_read / result.granule_bytes if result.granule_bytes else 0.0
     console.print(
         f"{'created' if result.created else 'extended'} {out} (virtual, Zarr "
         f"v{result.zarr_format}): {len(result.appended)} granule(s) referenced, {dim} "
-        f"{before} → {after} steps; read {size_text(result.bytes_read)} of "
-        f"{size_text(result.granule_bytes)} ({share:.1%}) in {result.seconds:.1f} s",
+        f"{before} → {after} steps in {result.seconds:.1f} s; "
+        + _granule_reads(result.bytes_read, result.granule_bytes),
         highlight=False,
     )
     outside = directories_to_allow(out, result.appended)
@@ -188,6 +199,19 @@ def _append_virtual(
             f"accumulus append {out.removesuffix('.json')}.parq GRANULES --virtual[/]",
             highlight=False,
         )
+
+
+def _granule_reads(read: int, total: int) -> str:
+    """What referencing granules read, against their size. The bytes read are those h5py
+    asked for, some of them more than once (a header's blocks): for small granules that is
+    more than their size, which is said as such rather than as a share above 100 %."""
+    if total and read <= total:
+        return f"read {size_text(read)} of their {size_text(total)} ({read / total:.1%})"
+    times = f"{read / total:.1f}x " if total else ""
+    return (
+        f"read {size_text(read)}, {times}their {size_text(total)} (h5py reads parts of small "
+        "granules, headers and chunk indexes, more than once)"
+    )
 
 
 def filters(
@@ -314,6 +338,31 @@ def rechunk(
     console.print(
         f"wrote {result.dest} (Zarr v{result.zarr_format}, {len(result.chunks)} arrays"
         f"{rebuilt if result.accumulated else ''}) in {result.seconds:.1f} s",
+        highlight=False,
+    )
+    if any(_varies(s) for sizes in result.chunks.values() for s in sizes.values()):
+        _say_how_xarray_reads(result.dest)
+
+
+def _is_variable(grid: Any) -> bool:
+    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
+
+    return isinstance(grid, RectilinearChunkGridMetadata)
+
+
+def _varies(sizes: tuple[int, ...]) -> bool:
+    """Whether chunk sizes along a dimension vary (a last partial chunk does not count)."""
+    return len(set(sizes[:-1])) > 1 or (len(sizes) > 1 and sizes[-1] > sizes[0])
+
+
+def _say_how_xarray_reads(store: str) -> None:
+    """Variable chunks (Zarr v3's rectilinear grid) are read by zarr-python only with its
+    experimental setting on, which accumulus turns on for its own calls alone."""
+    console.print(
+        f"[dim]{store} has variable chunks (ZEP 3): accumulus reads it as it is; xarray and "
+        "zarr read it once zarr's setting is on: zarr.config.set({'array.rectilinear_chunks': "
+        "True}), or ZARR_ARRAY__RECTILINEAR_CHUNKS=True in the environment (see "
+        "docs/variable-chunking.md)[/]",
         highlight=False,
     )
 

@@ -51,7 +51,8 @@ class HDF5Side(ABC):
         """None when HDF5 can apply this filter here, else the reason why not."""
         try:
             self.load()
-        except Exception as exc:  # any import or registration failure is a reason, not a crash
+        except Exception as exc:  # the plugin package's (ImportError, OSError for its library):
+            # a reason, not a crash
             return f"{self.provider} cannot be loaded: {exc}"
         import h5py
 
@@ -104,7 +105,7 @@ class CodecSide(ABC):
             return f"numcodecs has no {self.codec_id!r} codec: {self.codec_hint}"
         try:
             numcodecs.get_codec(self.to_codec(self.example_params))
-        except Exception as exc:  # an installed codec that fails to load (missing library)
+        except Exception as exc:  # numcodecs' on a codec that fails to load (missing library)
             return f"numcodecs' {self.codec_id!r} codec fails to load ({exc}): {self.codec_hint}"
         return None
 

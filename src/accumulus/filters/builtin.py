@@ -120,7 +120,7 @@ class Shuffle(CodecSide):
 
         try:
             numcodecs.get_codec({"id": "shuffle", "elementsize": 4})
-        except Exception as exc:
+        except Exception as exc:  # numcodecs' (ImportError, ValueError): a reason, not a crash
             return f"no 'shuffle' codec in numcodecs here ({exc})"
         return None
 
@@ -350,8 +350,10 @@ class Bitshuffle(CodecSide):
                 f"codec 'bitshuffle': unknown cname {values['cname']!r}; "
                 f"expected one of {sorted(BITSHUFFLE_COMPRESSORS)}"
             )
-        head = (self.check_int("blocksize", values["blocksize"], 0, 2**32 - 1),)
-        head += (BITSHUFFLE_COMPRESSORS[values["cname"]],)
+        head = (
+            self.check_int("blocksize", values["blocksize"], 0, 2**32 - 1),
+            BITSHUFFLE_COMPRESSORS[values["cname"]],
+        )
         if values["cname"] == "zstd":
             return (*head, self.check_int("clevel", values["clevel"] or 0, 0, 22))
         if values["clevel"] is not None:

@@ -94,7 +94,7 @@ def for_array(
     )
     resolved = []
     for config in configs:
-        side = registry.find_codec_side(config.get("id"))
+        side = registry.find_codec_side(config["id"])  # numcodecs_codec checked every id
         resolved.append(side.for_array(dict(config), layout) if side else dict(config))
     return resolved
 

@@ -246,13 +246,13 @@ class Bitshuffle(Codec):
 
     def _compress(self, data: bytes) -> bytes:
         if self.cname == "lz4":
-            return imagecodecs.lz4_encode(data)
-        return imagecodecs.zstd_encode(data, level=self.clevel)
+            return bytes(imagecodecs.lz4_encode(data))
+        return bytes(imagecodecs.zstd_encode(data, level=self.clevel))
 
     def _decompress(self, data: bytes, size: int) -> bytes:
         if self.cname == "lz4":
-            return imagecodecs.lz4_decode(data, out=size)
-        return imagecodecs.zstd_decode(data, out=size)
+            return bytes(imagecodecs.lz4_decode(data, out=size))
+        return bytes(imagecodecs.zstd_decode(data, out=size))
 
 
 def _whole_blocks_end(count: int, block: int) -> int:
@@ -275,4 +275,4 @@ class ImagecodecsZfp(imagecodecs.numcodecs.Zfp):
 
     def __init__(self, *, level: float | None = None, **options) -> None:
         super().__init__(**options)
-        self.level = level
+        self.level = level  # type: ignore[assignment]  # imagecodecs declares an int level

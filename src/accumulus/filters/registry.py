@@ -71,7 +71,7 @@ class FilterRegistry:
         for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=_entry_key):
             try:
                 sides = _plugin_sides(entry_point)
-            except Exception as exc:  # a broken plugin is reported, not fatal (as in HDF5)
+            except Exception as exc:  # a third-party plugin's: reported, not fatal (as in HDF5)
                 problems.append(f"plugin {entry_point.name!r} ({entry_point.value}): {exc}")
                 continue
             provider = entry_point.dist.name if entry_point.dist else entry_point.value
@@ -140,6 +140,8 @@ class FilterRegistry:
     def pair(self, hdf5_id: int) -> FilterPair:
         hdf5_side = self.hdf5_sides.get(hdf5_id)
         codec_side = self.codec_sides.get(hdf5_id)
+        hdf5_problem: str | None
+        codec_problem: str | None
         if hdf5_side is None:
             hdf5_problem = f"no installed package provides HDF5 filter {hdf5_id}"
         else:

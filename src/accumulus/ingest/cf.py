@@ -280,8 +280,8 @@ def _probes(dtype: np.dtype, decoding: Mapping[str, Any]) -> np.ndarray:
         return np.arange(info.min, info.max + 1).astype(dtype)
     rng = np.random.default_rng(0)
     if dtype.kind == "f":
-        info = np.finfo(dtype)
-        edges = [0.0, -0.0, 1.0, -1.0, 0.5, info.max, info.min, info.tiny, np.inf, -np.inf]
+        floats = np.finfo(dtype)
+        edges = [0.0, -0.0, 1.0, -1.0, 0.5, floats.max, floats.min, floats.tiny, np.inf, -np.inf]
         values = [*edges, *rng.normal(0, 1e4, _PROBES), *rng.integers(-(2**20), 2**20, 256)]
     else:
         info = np.iinfo(dtype)
@@ -398,8 +398,8 @@ def _view_dtype(dtype: np.dtype, unsigned: Any) -> np.dtype:
     return dtype
 
 
-def _numbers(value: Any) -> list[float | int]:
-    out = []
+def _numbers(value: Any) -> list[float | int | np.number]:
+    out: list[float | int | np.number] = []
     for item in np.ravel(np.asarray(value)):
         if isinstance(item, np.integer | np.floating | int | float):
             out.append(item)

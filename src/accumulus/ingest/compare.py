@@ -210,7 +210,7 @@ def _groups(source: str) -> list[str]:
         raise AccumulusError(f"source {source}: cannot read it as NetCDF/HDF5: {exc}") from None
 
 
-def _group_paths(group: netCDF4.Group, path: str) -> Iterator[str]:
+def _group_paths(group: netCDF4.Dataset, path: str) -> Iterator[str]:
     yield path
     for name, child in group.groups.items():
         yield from _group_paths(child, f"{path}/{name}" if path else name)
@@ -304,11 +304,11 @@ def _compare_variable(
         detail = f"dimensions {list(cube.dims)} in the cube, {list(dims)} in the source"
         return [Difference(path, dims, None, 0, detail)]
     along = dims.index(dim) if dim in dims and positions is not None else None
-    expected = tuple(
-        int((positions >= 0).sum()) if axis == along else cube.shape[axis]
-        for axis in range(len(dims))
-    )
-    found = source.shape if along is None else _shape_found(source.shape, along, positions)
+    if along is None or positions is None:
+        expected, found = tuple(cube.shape), tuple(source.shape)
+    else:
+        expected = _shape_found(tuple(cube.shape), along, positions)
+        found = _shape_found(tuple(source.shape), along, positions)
     if found != expected:
         detail = f"shape {cube.shape} in the cube, {source.shape} in the source"
         return [Difference(path, dims, None, 0, detail)]

@@ -147,7 +147,7 @@ def template_of(
         )
         if dim not in var.dims:
             values = to_stored(name, np.asarray(var.values), var.attrs, form)
-            if source is not None and form.unpacked:  # times stored as exact instants
+            if source is not None and time is not None and form.unpacked:  # exact instants
                 values = convert_times(values, source, time, form.dtype, where, name)
             static[name] = values
     return Template(dim, variables, static)
@@ -210,7 +210,7 @@ def _time_encoding(dataset: xr.Dataset, name: str) -> TimeEncoding | None:
     units = attrs.get("units")
     if not isinstance(units, str) or not _TIME_UNITS.match(units):
         return None
-    calendar = attrs.get("calendar")
+    calendar: Any = attrs.get("calendar")
     return TimeEncoding(units, _SAME_CALENDARS.get(calendar, calendar))
 
 

@@ -164,7 +164,7 @@ def _chunk_refs(
             f"{shape[axis]} steps, so its last chunk holds padding a reference cannot leave "
             "out; append it without --virtual"
         )
-    refs = []
+    found: list[ChunkRef] = []
 
     def visit(info: Any) -> None:
         if info.filter_mask:
@@ -173,10 +173,10 @@ def _chunk_refs(
                 f"(mask {info.filter_mask}); Zarr cannot decode it with the others' codecs"
             )
         index = tuple(o // c for o, c in zip(info.chunk_offset, chunks, strict=True))
-        refs.append(ChunkRef(index, int(info.byte_offset), int(info.size)))
+        found.append(ChunkRef(index, int(info.byte_offset), int(info.size)))
 
     dataset.id.chunk_iter(visit)
-    return chunks, tuple(refs)
+    return chunks, tuple(found)
 
 
 def _storage(dataset: h5py.Dataset) -> int:

@@ -21,6 +21,7 @@ from accumulus.grid import array_bounds
 from accumulus.ingest.conform import Template, template_of
 from accumulus.ingest.granule_layout import GranuleRecord
 from accumulus.ingest.reference_parquet import read_parquet_set, write_parquet_set
+from accumulus.stores.arrays import array_at, group_at
 from accumulus.stores.local import write_file_atomically
 from accumulus.stores.locations import file_options, url_scheme
 from accumulus.stores.reference_sets import is_parquet_references, open_reference_store
@@ -77,7 +78,7 @@ def _reference_set(
     store = open_reference_store(refs, target, storage_options)
     with rectilinear_grids():
         root = zarr.open_group(store, mode="r")
-        settings = root.attrs.get("accumulus", {})
+        settings: Any = root.attrs.get("accumulus", {})  # JSON, checked below
         virtual = settings.get(VIRTUAL_KEY) if isinstance(settings, dict) else None
         if not isinstance(virtual, dict) or settings.get("append_dim") != dim:
             raise AccumulusError(
@@ -85,14 +86,18 @@ def _reference_set(
                 + (f" (it is appended along {settings['append_dim']!r})" if settings else "")
             )
         group = str(settings.get("group", ""))
-        node = root[group] if group else root
+        node = group_at(root, group)
         dataset = xr.open_dataset(
-            store, engine="zarr", group=group or None, decode_cf=False, chunks=None
+            store,  # type: ignore[arg-type]  # xarray's zarr engine opens a zarr Store
+            engine="zarr",
+            group=group or None,
+            decode_cf=False,
+            chunks=None,
         )
         template = template_of(dataset, dim, target, unpack=False)
         signatures = virtual.get("arrays", {})
         dim_chunks = {
-            name: array_bounds(node[name])[template.variables[name].dims.index(dim)].sizes
+            name: array_bounds(array_at(node, name))[template.variables[name].dims.index(dim)].sizes
             for name in signatures
         }
         inline = {

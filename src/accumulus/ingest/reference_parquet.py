@@ -116,7 +116,7 @@ def write_parquet_set(
         _publish(fs, staging, root)
     except AccumulusError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # fsspec's filesystems' and fastparquet's (OSError, ValueError, ...)
         raise AccumulusError(f"cannot write {target}: {str(exc).splitlines()[0]}") from None
     finally:
         if fs.exists(staging):

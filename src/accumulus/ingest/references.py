@@ -25,7 +25,13 @@ from accumulus.ingest.conform import Template
 from accumulus.ingest.convert import ArrayPlan, create_zarr_array
 from accumulus.ingest.granule_layout import ScannedGranule
 from accumulus.ingest.reference_file import VIRTUAL_KEY, ReferenceSet, rectilinear_grids
-from accumulus.stores.arrays import consolidate, store_metadata
+from accumulus.stores.arrays import (
+    array_at,
+    checked_format,
+    consolidate,
+    group_at,
+    store_metadata,
+)
 from accumulus.stores.keys import is_metadata_key
 
 
@@ -105,7 +111,7 @@ def compose(
     records = [*(existing.granules if existing else ()), *(g.record for g in scanned)]
     # The set's record stays in the root attributes, where readers of reference sets look
     # for the granules it was made from, with the group the cube is in.
-    settings = dict(root.attrs.get("accumulus", {}))
+    settings: dict[str, Any] = dict(root.attrs.get("accumulus", {}))  # type: ignore[arg-type]  # ours, an object
     settings["append_dim"] = dim
     if group:
         settings["group"] = group
@@ -116,15 +122,16 @@ def compose(
     }
     root.attrs["accumulus"] = settings
     if group:  # what the cube's own group says of itself, as an append's does
-        node = root[group]
-        node.attrs["accumulus"] = {**dict(node.attrs.get("accumulus", {})), "append_dim": dim}
+        node = group_at(root, group)
+        ours: Any = node.attrs.get("accumulus", {})  # JSON: an object where we wrote it
+        node.attrs["accumulus"] = {**dict(ours), "append_dim": dim}
     with rectilinear_grids():
         consolidate(store)
     refs: dict[str, Any] = {key: _inline_ref(store, key) for key in _keys(store)}
     if existing is not None:
         refs.update({k: v for k, v in existing.refs.items() if isinstance(v, list)})
     for name in signatures:
-        metadata = root[prefix + name].metadata
+        metadata = array_at(root, prefix + name).metadata
         axis = template.variables[name].dims.index(dim)
         start = chunks_before.get(name, 0)
         for granule in scanned:
@@ -153,7 +160,7 @@ def _create(
 ) -> zarr.Group:
     """A new cube's metadata and inline arrays, from the plan of granule ``first``."""
     dim = template.dim
-    root = zarr.open_group(store, mode="w", zarr_format=zarr_format)
+    root = zarr.open_group(store, mode="w", zarr_format=checked_format(zarr_format))
     for group in first.plan.groups:  # the cube's group and its ancestors, in that order
         if group.path in ("", first.group) or first.group.startswith(group.path + "/"):
             node = root.require_group(group.path) if group.path else root
@@ -170,7 +177,8 @@ def _create(
             shape, grid = list(plan.shape), list(first.chunks[name])
             shape[axis] = sum(sizes)
             grid[axis] = _grid_along(sizes, zarr_format, name, dim)
-            planned = replace(plan, shape=tuple(shape), chunks=grid)
+            # A list as zarr takes it: along the dimension, a size or a list of sizes.
+            planned = replace(plan, shape=tuple(shape), chunks=grid)  # type: ignore[arg-type]
             with rectilinear_grids():
                 create_zarr_array(root, planned, zarr_format, chunk_key_encoding)
         elif name in along:
@@ -214,10 +222,10 @@ def _extend(
     """Grow the referenced arrays' grids and the inline arrays along the dimension."""
     dim = template.dim
     fmt = existing.zarr_format
-    node = root[existing.group] if existing.group else root
+    node = group_at(root, existing.group)
     for name, old in existing.dim_chunks.items():
         sizes = [*old, *(s for g in scanned for s in _dim_chunk_sizes(g, name, dim))]
-        array = node[name]
+        array = array_at(node, name)
         axis = template.variables[name].dims.index(dim)
         grid = _grid_along(sizes, fmt, name, dim)
         with rectilinear_grids():
@@ -227,7 +235,7 @@ def _extend(
                 store_metadata(array, with_chunk_sizes(array.metadata, axis, sum(sizes), sizes))
     for name, values in existing.inline.items():
         new = np.concatenate([values, *(g.inline[name] for g in scanned)])
-        array = node[name]
+        array = array_at(node, name)
         axis = template.variables[name].dims.index(dim)
         array.resize(_replaced(array.shape, axis, new.shape[axis]))
         array[...] = new

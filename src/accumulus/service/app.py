@@ -85,7 +85,7 @@ def create_app(
     add_error_handlers(app, PublicText(catalog))
     for module in (geography, health, datasets, average):
         app.include_router(module.router)
-    app.openapi = partial(openapi_document, app)
+    app.openapi = partial(openapi_document, app)  # type: ignore[method-assign]  # FastAPI's way
     app.add_api_route("/", page, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
     return app
@@ -100,18 +100,19 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     """FastAPI's OpenAPI document of ``app``, with what only its data tells: the datasets and
     variables a path may name (as enums), and a range parameter for each dimension of the
     datasets on the average's operations. Made once, when first asked for."""
-    if app.openapi_schema is None:
-        document = FastAPI.openapi(app)  # made and kept in app.openapi_schema
-        service: Service = app.state.service
-        names = {"dataset": service.catalog.names, "variable": service.variables}
-        for operations in document["paths"].values():
-            for operation in operations.values():
-                for parameter in operation.get("parameters", []):
-                    if parameter["in"] == "path" and parameter["name"] in names:
-                        parameter["schema"]["enum"] = names[parameter["name"]]
-        for operation in document["paths"][average.PATH].values():
-            operation["parameters"] += range_parameters(service.range_patterns)
-    return app.openapi_schema
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    document = FastAPI.openapi(app)  # made and kept in app.openapi_schema
+    service: Service = app.state.service
+    names = {"dataset": service.catalog.names, "variable": service.variables}
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path" and parameter["name"] in names:
+                    parameter["schema"]["enum"] = names[parameter["name"]]
+    for operation in document["paths"][average.PATH].values():
+        operation["parameters"] += range_parameters(service.range_patterns)
+    return document
 
 
 def range_parameters(patterns: dict[str, str]) -> list[dict[str, Any]]:

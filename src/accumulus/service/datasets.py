@@ -15,7 +15,8 @@ from typing import Any
 
 from zarr.abc.store import Store
 
-from accumulus.api import Datacube, DatacubeSnapshot, QueryResult, ResolvedQuery
+from accumulus.api import DatacubeSnapshot, QueryResult, ResolvedQuery
+from accumulus.datacube import Datacube
 from accumulus.errors import AccumulusError
 from accumulus.raw_cube import RawCube
 

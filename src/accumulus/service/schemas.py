@@ -81,6 +81,9 @@ class Plan(BaseModel):
     bytes_read: int
     requests: int
     seconds: float
+    estimated_seconds: float | None = Field(
+        description="The planner's estimate of this plan's time (reading, decoding, summing)."
+    )
 
 
 class AverageResult(BaseModel):

@@ -90,7 +90,7 @@ def serve(
         "allow_references": list(allow_references) if allow_references else None,
         "allowed_hosts": http.allowed_hosts(host, allowed_hosts),
     }
-    options = {
+    options: dict[str, Any] = {  # uvicorn.run's keywords, shared by both ways of running
         "host": host,
         "port": port,
         "log_level": "info",

@@ -78,6 +78,8 @@ class Service:
         """``dataset`` as it stands now (a 503 when it cannot be read)."""
         try:
             return dataset.snapshot()
+        # The service's boundary: a store or library failing (and a fault of ours, logged
+        # with its traceback) is a 503 naming the dataset, never a crash of the service.
         except Exception as exc:
             if not isinstance(exc, AccumulusError):
                 log.exception("reading the snapshot of dataset %s failed", dataset.name)
@@ -134,7 +136,7 @@ class Service:
         stopped = guard.reason is not None and (
             not running.done() or running.exception() is not None
         )
-        if stopped:
+        if stopped and guard.reason is not None:
             if "client" in guard.reason:
                 raise ServiceError(f"answer abandoned: {guard.reason}", CLIENT_GONE)
             raise ServiceError(
@@ -148,7 +150,9 @@ class Service:
             if isinstance(exc, ParameterError | StaleSidecarError):
                 raise
             raise ServiceError(f"dataset {snapshot.dataset!r}: {exc}") from None
-        except Exception as exc:  # a store's content made a library fail: not the client's
+        # The service's boundary: a store's content made a library fail (or a fault of ours,
+        # logged with its traceback): a 503, not the client's mistake.
+        except Exception as exc:
             log.exception("computing an answer on dataset %s failed", snapshot.dataset)
             raise ServiceError(
                 f"dataset {snapshot.dataset!r} could not be read to answer this "

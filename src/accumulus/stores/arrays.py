@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import zarr
 from zarr.abc.store import Store
 from zarr.core.array import AsyncArray
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.common import ZarrFormat
 from zarr.core.metadata import ArrayMetadata
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore, StorePath
 
+from accumulus.errors import AccumulusError
 from accumulus.scope import accumulus_scope
 from accumulus.stores.base import below_wrappers, innermost
 from accumulus.stores.nczarr_metadata import write_nczarr_metadata
@@ -27,9 +30,35 @@ def consolidate(store: Store) -> None:
     write_nczarr_metadata(store)
 
 
+def checked_format(value: int) -> ZarrFormat:
+    """``value`` as zarr's type for a format: 2 or 3."""
+    if value == 2:
+        return 2
+    if value == 3:
+        return 3
+    raise AccumulusError(f"Zarr format {value}: there are formats 2 and 3")
+
+
+def array_at(group: zarr.Group, path: str) -> zarr.Array:
+    """The array at ``path`` below ``group`` (zarr's ``group[path]`` may be either kind)."""
+    node = group[path]
+    if not isinstance(node, zarr.Array):
+        raise TypeError(f"{node.path}: a group where an array is expected")
+    return node
+
+
+def group_at(group: zarr.Group, path: str) -> zarr.Group:
+    """The group at ``path`` below ``group`` (itself for "")."""
+    node = group[path] if path else group
+    if not isinstance(node, zarr.Group):
+        raise TypeError(f"{node.path}: an array where a group is expected")
+    return node
+
+
 def dimension_names(array: zarr.Array) -> tuple[str, ...]:
     """An array's dimension names: ``dimension_names`` in Zarr v3, the xarray convention
     ``_ARRAY_DIMENSIONS`` in v2; empty unless every dimension has a name."""
+    names: Any  # v2's is an attribute: any JSON
     if array.metadata.zarr_format == 3:
         names = array.metadata.dimension_names
     else:
@@ -53,7 +82,9 @@ def bytes_stored(array: zarr.Array) -> int | None:
                 for name in names
             )
         return int(array.nbytes_stored())
-    except Exception:  # listing failures come in many kinds (403 from a web server, ...)
+    # A store's listing errors: OSError, fsspec's and aiohttp's (403 from a web server),
+    # NotImplementedError where a store cannot list.
+    except Exception:
         return None
     finally:
         _forget_listings(array.store_path.store)

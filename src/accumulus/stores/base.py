@@ -34,7 +34,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import Any, ClassVar, Self
 
 from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 
@@ -68,6 +68,22 @@ class DelegatingStore(WrapperStore[Store]):
     def _supports_sync_io(self) -> bool:
         passes = self.sync_reads_pass_through and self.sync_writes_pass_through
         return passes and super()._supports_sync_io
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        return self.read_sync(key, prototype or default_buffer_prototype(), byte_range)
+
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
+    ) -> Buffer | None:
+        """``get_sync``, which a wrapper serving its own bytes overrides (this one reads the
+        store below)."""
+        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
 
     def serves_own_bytes(self, key: str) -> bool:
         """Whether ``get(key)`` may return other bytes than the store below holds at

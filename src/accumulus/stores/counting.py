@@ -166,7 +166,7 @@ class CountingStore(DelegatingStore):
                 self._cache_put(key, value)
             future.set_result(value)
             return value
-        except BaseException as exc:
+        except BaseException as exc:  # handed to the readers waiting on this key, re-raised
             future.set_exception(exc)
             future.exception()  # mark retrieved: nobody may be waiting
             raise

@@ -44,7 +44,7 @@ def group_label(label: str, group: str | None) -> str:
 
 def split_view(store: Store) -> tuple[Store, str]:
     """The store a view (``group_view``, possibly of a view) was made of, and its group."""
-    parts = []
+    parts: list[str] = []
     while isinstance(store, GroupStore):
         parts.insert(0, store.prefix)
         store = store._store
@@ -95,14 +95,10 @@ class GroupStore(DelegatingStore):
     ) -> Buffer | None:
         return await self._store.get(self._key(key), prototype, byte_range)
 
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
-        return super().get_sync(self._key(key), prototype=prototype, byte_range=byte_range)
+        return super().read_sync(self._key(key), prototype, byte_range)
 
     def set_sync(self, key: str, value: Buffer) -> None:
         super().set_sync(self._key(key), value)

@@ -91,8 +91,11 @@ def infer(arrays: Mapping[str, ArrayDoc], groups: Mapping[str, GroupDoc]) -> Inf
             )
         for dim, size in zip(dims, array.shape, strict=True):
             coordinate = arrays.get(dim)
-            bare = coordinate is not None and DIMENSIONS not in coordinate.attrs
-            if bare and coordinate.shape == (size,):
+            if (
+                coordinate is not None
+                and DIMENSIONS not in coordinate.attrs
+                and coordinate.shape == (size,)
+            ):
                 attrs.setdefault(dim, {DIMENSIONS: [dim]})
                 notes.setdefault(dim, f"dimension [{dim!r}]: a 1-D array named as it")
     return Inferred(attrs, notes)
@@ -168,7 +171,7 @@ class InferredConventionsStore(DelegatingStore):
         result = content if presented == document else json.dumps(presented).encode()
         if key == ".zmetadata" and content is not None and result is not None:
             self._consolidated = (content, result, self.inferred)
-        if result is content:
+        if result is None or result is content:
             return value
         return prototype.buffer.from_bytes(result)
 
@@ -177,16 +180,12 @@ class InferredConventionsStore(DelegatingStore):
         the attributes of arrays."""
         return key == ".zmetadata" or key.endswith("/.zattrs")
 
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
         if byte_range is not None or not self.serves_own_bytes(key):  # zarr's sync fast path
-            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
-        return sync(self.get(key, prototype or default_buffer_prototype(), byte_range))
+            return super().read_sync(key, prototype, byte_range)
+        return sync(self.get(key, prototype, byte_range))
 
     async def _present(self, key: str, document: dict | None) -> dict | None:
         if key == ".zmetadata" and document is not None:

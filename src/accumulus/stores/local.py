@@ -65,7 +65,7 @@ def write_file_atomically(path: str, data: Any) -> None:
         finally:
             os.close(fd)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException:  # cleanup, then re-raised: no temporary file is left
         with suppress(OSError):
             os.unlink(temporary)
         raise

@@ -93,7 +93,7 @@ def remote_errors(label: str) -> Iterator[None]:
         raise AccumulusError(f"{label}: access denied ({reason(exc)})") from None
     except (OSError, TimeoutError) as exc:
         raise AccumulusError(f"cannot read {label}: {reason(exc)}") from None
-    except Exception as exc:
+    except Exception as exc:  # aiohttp's and botocore's client errors; others pass on
         if _is_client_error(exc):
             raise AccumulusError(f"cannot read {label}: {reason(exc)}") from None
         raise

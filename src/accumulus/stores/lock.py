@@ -197,7 +197,9 @@ class StoreLock:
                 beat = LockRecord(**{**asdict(self.record), "heartbeat": time.time()})
                 keys.write(self.store, LOCK_KEY, beat.to_json())
                 self._last_beat = beat.heartbeat
-            except Exception:  # a failed heartbeat is retried; check() judges its age
+            # The store's errors (OSError; fsspec's, aiohttp's, botocore's on object storage):
+            # a failed heartbeat is retried, and check() judges its age.
+            except Exception:
                 continue
 
     def check(self) -> None:

@@ -107,7 +107,9 @@ def _open_url(
         return FsspecStore.from_url(url, storage_options=options, read_only=mode == "r")
     except ImportError as exc:
         raise AccumulusError(f"cannot open {url}: {exc}") from None
-    except Exception as exc:  # fsspec raises many kinds; the user needs the URL and the reason
+    # fsspec and its filesystems (s3fs, gcsfs, adlfs, HTTP) raise ValueError, OSError and
+    # their own kinds: the user needs the URL and the reason.
+    except Exception as exc:
         raise AccumulusError(f"cannot open {url}: {reason(exc)}") from None
 
 

@@ -65,7 +65,7 @@ def open_reference_file(
         raise StoreNotFoundError(f"store not found: {url} (no such reference file)") from None
     except ValueError as exc:
         raise AccumulusError(f"{url}: not a reference file (invalid JSON: {exc})") from None
-    except Exception as exc:
+    except Exception as exc:  # fsspec's filesystems' (OSError, aiohttp's, botocore's)
         raise AccumulusError(f"cannot read {url}: {reason(exc)}") from None
     return open_reference_store(document, url, storage_options, allow_references)
 
@@ -92,7 +92,7 @@ def open_parquet_references(url: str, storage_options: dict[str, Any] | None) ->
         mapper.setup()
     except ValueError as exc:
         raise AccumulusError(f"{url}: not a Parquet reference set ({reason(exc)})") from None
-    except Exception as exc:
+    except Exception as exc:  # fsspec's filesystems' and fastparquet's
         raise AccumulusError(f"cannot read {url}: {reason(exc)}") from None
     if not isinstance(mapper.zmetadata, dict):
         raise AccumulusError(f"{url}: not a Parquet reference set (no metadata in .zmetadata)")
@@ -120,7 +120,7 @@ def open_reference_store(
                 raise _malformed(targets, key)
     try:
         fs = CheckedReferenceFileSystem(references, targets, storage_options)
-    except Exception as exc:
+    except Exception as exc:  # fsspec's ReferenceFileSystem on a set it cannot take
         raise AccumulusError(f"{location}: not a kerchunk reference set ({reason(exc)})") from None
     return FsspecStore(fs, read_only=True, path="")
 
@@ -219,7 +219,7 @@ class CheckedReferenceFileSystem(ReferenceFileSystem):
                 raise self._too_large(key, span, limit)
         try:
             data = await self._filesystem(part)._cat_file(part.url, start=first, end=last)
-        except Exception as exc:
+        except Exception as exc:  # the target's filesystem's (OSError, aiohttp's, botocore's)
             raise self.targets.refused(key, f"cannot be read ({_public_reason(exc)})") from None
         if len(data) > limit:
             raise self._too_large(key, len(data), limit)
@@ -235,7 +235,7 @@ class CheckedReferenceFileSystem(ReferenceFileSystem):
         assert isinstance(part, Target)
         try:
             size = await self._filesystem(part)._size(part.url)
-        except Exception as exc:
+        except Exception as exc:  # the target's filesystem's (OSError, aiohttp's, botocore's)
             raise self.targets.refused(key, f"cannot be read ({_public_reason(exc)})") from None
         return {"name": key, "type": "file", "size": size}
 
@@ -308,7 +308,7 @@ def _count(value: Any) -> bool:
         not isinstance(value, numbers.Integral) or isinstance(value, bool)
     ):
         return False
-    return value >= 0
+    return bool(value >= 0)  # type: ignore[operator]  # an int or a NumPy integer here
 
 
 def _span(first: int | None, last: int | None) -> int | None:
@@ -333,6 +333,7 @@ def _decoded_chunk_bytes(references: Any, array: str) -> int | None:
             document = _parsed(references.get(prefix + name))
             if document is None:
                 continue
+            metadata: ArrayV2Metadata | ArrayV3Metadata
             with zarr.config.set({"array.rectilinear_chunks": True}):
                 if name == "zarr.json":
                     metadata = ArrayV3Metadata.from_dict(document)
@@ -340,11 +341,14 @@ def _decoded_chunk_bytes(references: Any, array: str) -> int | None:
                     metadata = ArrayV2Metadata.from_dict(document)
                 grid = ChunkGrid.from_metadata(metadata)
             dtype = metadata.dtype.to_native_dtype()
-        except Exception:  # not array metadata zarr reads: zarr will not read its chunks
+        except Exception:  # zarr's parsing errors: not metadata zarr reads, nor its chunks
             continue
         if dtype.kind in "OT":
             return None
-        edges = [d.size if isinstance(d, FixedDimension) else max(d.edges) for d in grid.dimensions]
+        edges = [
+            d.size if isinstance(d, FixedDimension) else max(d.edges)  # type: ignore[attr-defined]
+            for d in grid.dimensions  # rectilinear (VaryingDimension) otherwise: it has edges
+        ]
         return prod(edges) * dtype.itemsize
     return None
 

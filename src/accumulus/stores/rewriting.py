@@ -11,7 +11,7 @@ import json
 from typing import Any, ClassVar
 
 from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.core.buffer import Buffer, BufferPrototype
 
 from accumulus.errors import AccumulusError
 from accumulus.stores.base import DelegatingStore
@@ -57,15 +57,11 @@ class MetadataRewritingStore(DelegatingStore):
     def serves_own_bytes(self, key: str) -> bool:
         return is_metadata_key(key)
 
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
-        value = super().get_sync(key, prototype=prototype, byte_range=byte_range)
-        return self._rewritten(key, value, prototype or default_buffer_prototype(), byte_range)
+        value = super().read_sync(key, prototype, byte_range)
+        return self._rewritten(key, value, prototype, byte_range)
 
     def _rewritten(
         self,

@@ -25,10 +25,10 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import zarr
-from zarr.abc.store import ByteRequest, Store
+from zarr.abc.store import ByteRequest, Store, SupportsGetSync
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
 
@@ -108,8 +108,8 @@ def read_snapshots(*stores: Store) -> list[MetadataSnapshot | Exception]:
                 continue
             keys = [k for k in collect_aiterator(store.list()) if is_metadata_key(k)]
             found.append(MetadataSnapshot(_read_documents(store, keys), complete=True))
-        except Exception as exc:
-            found.append(exc)
+        except Exception as exc:  # kept, raised by the caller (whose remote_errors translate
+            found.append(exc)  # the store's errors only), as the root's reading was
     return found
 
 
@@ -204,19 +204,14 @@ class PinnedMetadataStore(DelegatingStore):
             return prototype.buffer.from_bytes(self.snapshot.chunks[key])
         return await self._store.get(key, prototype, byte_range)
 
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
         if byte_range is None and self.snapshot.pinned(key):
-            return self._document(key, prototype or default_buffer_prototype())
+            return self._document(key, prototype)
         if byte_range is None and key in self.snapshot.chunks:
-            prototype = prototype or default_buffer_prototype()
             return prototype.buffer.from_bytes(self.snapshot.chunks[key])
-        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        return super().read_sync(key, prototype, byte_range)
 
     async def exists(self, key: str) -> bool:
         if self.snapshot.pinned(key):
@@ -282,7 +277,8 @@ def _documents_now(store: Store, keys: tuple[str, ...]) -> dict[str, bytes]:
     for key in keys:
         if root is not None:
             check_regular_file(root, key)
-        value = store.get_sync(key)
+        # Called where roots_read_here: a local or memory store, which reads synchronously.
+        value = cast(SupportsGetSync, store).get_sync(key)
         if value is not None:
             found[key] = value.to_bytes()
     return found

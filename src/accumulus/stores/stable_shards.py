@@ -136,8 +136,8 @@ class StableShardStore(DelegatingStore):
                 rest = "/".join(parts[i:])
                 try:
                     coords = node.metadata.chunk_key_encoding.decode_chunk_key(rest)
-                except Exception:
-                    return None
+                except (ValueError, NotImplementedError):  # not a key of this encoding; or
+                    return None  # an encoding that cannot decode keys (zarr's base class)
                 if len(coords) != len(node.metadata.shape):
                     return None
                 return path, node, coords
@@ -201,7 +201,8 @@ def _parse_node(value: Buffer | None) -> _Node:
         return _GROUP
     try:
         metadata = ArrayV3Metadata.from_dict(document)
-    except Exception:  # not for zarr-python to read, nor to lay out
+    except Exception:  # zarr's parsing errors (ValueError, TypeError, KeyError, its own):
+        # not for zarr-python to read, nor to lay out
         return "array"
     sharding = sharding_of(metadata)
     if sharding is None:
@@ -222,7 +223,8 @@ async def stable_layout(
     size = sharding._shard_index_size(per_shard)
     try:
         before = (await _index(sharding, per_shard, old, size)).reshape(-1, 2)
-    except Exception:  # not a shard zarr reads: no reader can hold an index of it
+    except Exception:  # zarr's sharding codec's errors on an index it cannot decode (crc32c):
+        # not a shard zarr reads, so no reader can hold an index of it
         return new
     after = (await _index(sharding, per_shard, new, size)).reshape(-1, 2)
     old_bytes, new_bytes = old.as_numpy_array(), new.as_numpy_array()

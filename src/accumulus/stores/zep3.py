@@ -18,7 +18,7 @@ top) is read the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 from zarr.core.chunk_key_encodings import ChunkKeyEncoding, SeparatorLiteral, parse_separator
 from zarr.registry import register_chunk_key_encoding
@@ -47,7 +47,7 @@ class Zep3DraftKeys(ChunkKeyEncoding):
 register_chunk_key_encoding(Zep3DraftKeys.name, Zep3DraftKeys)
 
 
-def is_draft_grid(grid: Any) -> bool:
+def is_draft_grid(grid: Any) -> TypeGuard[dict[str, Any]]:
     """True for a chunk grid written in the ZEP 3 draft's spelling."""
     if not isinstance(grid, dict):
         return False

@@ -48,7 +48,7 @@ from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial, sharding_of
 from accumulus.names import check_component, check_names
 from accumulus.raw_cube import RawCube, VariableInfo
-from accumulus.stores.arrays import consolidate
+from accumulus.stores.arrays import array_at, consolidate
 from accumulus.stores.lock import StoreLock
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
@@ -72,6 +72,8 @@ class BuildResult:
     # where the store cannot list them).
     stored: Mapping[str, int | None] = field(default_factory=dict)
     raw_stored: int | None = None
+    # What the request kept from the group's last build, as a person reads it ("" nothing).
+    kept: str = ""
 
 
 def build_accumulations(
@@ -150,7 +152,7 @@ def _build(
         variable, var.dims, request, coverage, holders, placements, stride_unit(var)
     )
     for name in (wanted.path, *(a for acc in wanted.accumulations for a in acc.arrays.values())):
-        check_component(f"cannot accumulate {variable!r}", name)
+        check_component(f"cannot accumulate {variable!r}", name.rpartition("/")[2])
     stored = target.root(cube)
     previous = _stored_record(stored, variable)
     try:
@@ -380,7 +382,7 @@ def _counts_fit(
     for acc in new.accumulations:
         if acc.placement is None or spec.COUNT not in acc.arrays:
             continue
-        stored = root[f"{old.path}/{acc.arrays[spec.COUNT]}"]
+        stored = array_at(root, f"{old.path}/{acc.arrays[spec.COUNT]}")
         if placement.largest_count(var, acc) >= np.iinfo(stored.dtype).max:
             return False
     return True
@@ -439,6 +441,8 @@ def _fill(cube: RawCube, var: VariableInfo, root: zarr.Group, group: spec.Accumu
     try:
         return stream.fill(root, var, group, *args)
     except ChunkReadError as failed:
+        if not failed.of_the_data:
+            raise
         raise AccumulusError(
             f"{cube.label}: cannot read {var.name!r}: {read_problem_text(failed)}; the build "
             "stopped there (restore the chunk, then run it again)"
@@ -508,7 +512,9 @@ def _withdraw(root: zarr.Group, path: str, target: _Target) -> None:
     data, never from a group whose chunks are going (a build killed in between leaves the
     group withdrawn, and the next build or append makes it again)."""
     node = root.get(path)
-    extension = node.attrs.get(spec.EXTENSION_KEY) if isinstance(node, zarr.Group) else None
+    if not isinstance(node, zarr.Group):
+        return
+    extension = node.attrs.get(spec.EXTENSION_KEY)
     if not isinstance(extension, dict) or extension.get("complete") is not True:
         return
     node.attrs[spec.EXTENSION_KEY] = {**extension, "complete": False}

@@ -205,7 +205,7 @@ def prefix_entries(
         steps = np.moveaxis(prefix, axis, 0)
         for i in range(1, steps.shape[0]):
             steps[i] += steps[i - 1]
-    keep = np.asarray(keep, dtype="int64")
-    if len(keep) == prefix.shape[axis] and (keep == np.arange(len(keep))).all():
+    kept = np.asarray(keep, dtype="int64")
+    if len(kept) == prefix.shape[axis] and (kept == np.arange(len(kept))).all():
         return prefix  # every segment ends an entry (entries at every element)
-    return prefix.take(keep, axis=axis)
+    return prefix.take(kept, axis=axis)

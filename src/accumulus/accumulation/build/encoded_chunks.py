@@ -23,11 +23,12 @@ import threading
 from collections.abc import Sequence
 from itertools import product
 from math import prod
+from typing import cast
 
 import numpy as np
 import zarr
 from numcodecs.compat import ensure_bytes
-from zarr.abc.store import Store
+from zarr.abc.store import Store, SupportsSetSync
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV2Metadata
 from zarr.core.sync import sync
@@ -136,8 +137,9 @@ def _put(store: Store, items: list[tuple[str, bytes]]) -> None:
     through the store's ``set``, which wrappers (counting, stable shard layouts) override."""
     buffer = default_buffer_prototype().buffer
     if writes_synchronously(store):
+        synchronous = cast(SupportsSetSync, store)  # writes_synchronously: local or memory
         for key, data in items:
-            store.set_sync(key, buffer.from_bytes(data))
+            synchronous.set_sync(key, buffer.from_bytes(data))
         return
 
     async def put_all() -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from math import prod
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import zarr
@@ -116,7 +116,7 @@ def codecs(zarr_format: int, bit_shuffle: bool) -> dict[str, Any]:
     as long to encode for 5-30 % fewer bytes, which a build at every element pays on every
     entry."""
     if zarr_format == 3:
-        shuffle = "bitshuffle" if bit_shuffle else "shuffle"
+        shuffle: Literal["bitshuffle", "shuffle"] = "bitshuffle" if bit_shuffle else "shuffle"
         blosc = zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle=shuffle)
         return {"compressors": [blosc, Crc32cCodec()]}
     blosc = Blosc(cname="lz4", clevel=1, shuffle=Blosc.BITSHUFFLE if bit_shuffle else Blosc.SHUFFLE)
@@ -181,7 +181,7 @@ def chunks(
 
 def entry_bytes(var: VariableInfo, acc: spec.Accumulation) -> int:
     """Bytes of one entry of all of ``acc``'s arrays together, each in its stored type."""
-    names = {}
+    names: dict[str, bool] = {}
     for term, name in acc.arrays.items():
         names[name] = names.get(name, False) or statistics.SUMS[term].is_count
     return sum(dtype_and_fill(var, acc, count)[0].itemsize for count in names.values())

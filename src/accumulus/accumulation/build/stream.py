@@ -48,6 +48,7 @@ from accumulus.accumulation.build.encoded_chunks import write_region
 from accumulus.accumulation.model import spec, statistics
 from accumulus.glibc import DEFAULT_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
 from accumulus.raw_cube import VariableInfo
+from accumulus.stores.arrays import array_at
 
 SLAB_BYTES = 256 * 2**20  # stored bytes of raw data per slab, at most
 SUMS_BYTES = 96 * 2**20  # per-segment sums (float64) per slab
@@ -218,7 +219,7 @@ def fill(
     group keeps no tally arrays."""
     _large_arrays_from_the_system()
     targets = {
-        name: root[f"{group.path}/{name}"]
+        name: array_at(root, f"{group.path}/{name}")
         for acc in group.accumulations
         for name in set(acc.arrays.values())
     }

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import dask.array as da
 import numpy as np
@@ -87,7 +88,9 @@ def verify_variable(cube: RawCube, variable: str, root: zarr.Group | None = None
     report = VerifyReport(variable)
     try:
         group = read_group(cube, variable, root)
-    except Exception as exc:  # an invalid group is exactly what verify reports
+    # An invalid group is exactly what verify reports: ours (AccumulusError) or zarr's on
+    # metadata it cannot read.
+    except Exception as exc:
         report.problems.append(str(exc))
         return report
     if group is None:
@@ -103,7 +106,8 @@ def verify_variable(cube: RawCube, variable: str, root: zarr.Group | None = None
         return report
     # The raw chunks the build summed, by their sizes now: when they changed, that is the
     # problem (the sums differ because of it), said in one line.
-    extension = (cube.root if root is None else root)[group.path].attrs.get(spec.EXTENSION_KEY)
+    holder = cube.root if root is None else root
+    extension: Any = holder[group.path].attrs.get(spec.EXTENSION_KEY)  # JSON
     changed = objects_problem(var, group, (extension or {}).get(RECORD_KEY))
     if changed:
         report.problems.append(changed)
@@ -116,7 +120,9 @@ def verify_variable(cube: RawCube, variable: str, root: zarr.Group | None = None
             report.problems.append(str(problem))
     try:
         _compare(cube, var, group, checks)
-    except Exception as exc:  # a corrupt chunk (its checksum fails): say which
+    # A corrupt chunk (the codecs' errors: its checksum fails; the store's), which dask
+    # raises as it is: say which.
+    except Exception as exc:
         failing = [
             problem
             for acc in group.accumulations
@@ -287,7 +293,7 @@ def _piece_totals(x: da.Array, var: VariableInfo, cuts: Cuts, slab: tuple[int, i
         tuple(len(inner(a, i)) for i in range(len(sizes))) if a in cut_at else sizes
         for a, sizes in enumerate(x.chunks)
     )
-    return x.map_blocks(reduce, chunks=chunks, dtype="f8")
+    return x.map_blocks(reduce, chunks=chunks, dtype="f8")  # type: ignore[call-arg,arg-type]  # dask's stubs for the method form
 
 
 def _compare_slab(
@@ -325,8 +331,8 @@ def _compare_slab(
             if key in totals:
                 out += totals[key]
             totals[key] = np.take(out, [-1], axis=batch)
-            starts = [c for c in dict(cuts)[batch] if lo <= c < hi]
-            piece_ends = [*starts[1:], hi]
+            kept = [c for c in dict(cuts)[batch] if lo <= c < hi]
+            piece_ends = [*kept[1:], hi]
             positions = check.ends[dim][: window[dim]]
             start = bisect.bisect_right(positions, lo)  # the first entry this slab ends
             stop = bisect.bisect_right(positions, hi)

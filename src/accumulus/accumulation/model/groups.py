@@ -45,7 +45,8 @@ def read_group(
         return None
     if not isinstance(node, zarr.Group):
         raise AccumulusError(f"{cube.label}: {path} is an array, expected a ZEP 5 group")
-    members = {name: child for name, child in node.members()}
+    # Positioned arrays are in a subgroup (``spec.POSITIONS_GROUP``), named by their path.
+    members = {name: child for name, child in node.members(max_depth=None)}
 
     def array_attrs(name: str) -> Mapping[str, Any] | None:
         child = members.get(name)
@@ -57,7 +58,7 @@ def read_group(
         return _foreign_coverage(cube, var, group, members)
     _check_shapes(cube.label, var, group, members)
     if group.complete:
-        extension = attributes.get(spec.EXTENSION_KEY, {})
+        extension: Any = attributes.get(spec.EXTENSION_KEY, {})  # JSON
         problem = attributes_problem(
             cube,
             var,

@@ -6,6 +6,9 @@ where its entries end. So a build records, in the group's ``accumulus`` attribut
 
 - the raw variable's shape, chunk edges and a digest of its encoding (``sidecar.fingerprint``);
 - each accumulation array's ``_ARRAY_DIMENSIONS`` and ``_ACCUMULATION_STRIDE`` as written;
+- the request it was built from (combinations, strides, positions, weights), so that building
+  it again keeps them even when the group's other attributes can no longer be read
+  (``recorded_request``);
 - the raw objects it summed: for every stored object (a chunk, or a shard of a sharded
   array) lying wholly within the covered extent (a partial last one, which an append
   rewrites, is left out: the sums of its data are checked by ``verify``'s recomputation),
@@ -32,12 +35,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import product
 from typing import Any
 
+import zarr
 from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.sync import sync
 
 from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.positions import rule_from_json, rule_json
 from accumulus.accumulation.model.sidecar import fingerprint, source_problem
-from accumulus.errors import AccumulationReadError
+from accumulus.errors import AccumulationReadError, AccumulusError
 from accumulus.raw_cube import RawCube, VariableInfo
 
 RECORD_KEY = "built_from"  # in the group's ``accumulus`` attribute
@@ -83,6 +88,7 @@ def build_record(
     return {
         "source": found,
         "arrays": arrays_as_written(group),
+        "request": request_json(group.request()),
         "raw": {
             "objects": len(objects),
             "digest": f"{digest:016x}",
@@ -103,6 +109,50 @@ def arrays_as_written(group: spec.AccumulationGroup) -> dict[str, dict[str, Any]
                 "stride": attributes.get("_ACCUMULATION_STRIDE"),
             }
     return arrays
+
+
+def request_json(request: spec.BuildRequest) -> dict[str, Any]:
+    """What a user chose, as the record keeps it (``shards`` is how arrays are stored, not
+    what they hold: not kept)."""
+    return {
+        "combinations": [list(c) for c in request.combinations],
+        "strides": {d: int(s) for d, s in request.strides.items()},
+        "at": {d: rule_json(r) for d, r in request.at.items()},
+        "weights": request.weights,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def stored_record(root: zarr.Group, variable: str) -> dict[str, Any] | None:
+    """The build record of ``variable``'s group in ``root`` (a cube's or a sidecar's), as
+    written; None when there is no group, or no record in it."""
+    try:
+        node = root.get(spec.group_name(variable))
+    except (AccumulusError, ValueError, KeyError):  # attributes that are not JSON
+        return None
+    extension = node.attrs.get(spec.EXTENSION_KEY) if isinstance(node, zarr.Group) else None
+    found = extension.get(RECORD_KEY) if isinstance(extension, dict) else None
+    return found if isinstance(found, dict) else None
+
+
+def recorded_request(record: Any) -> spec.BuildRequest | None:
+    """The request a record says its group was built from (None: a record written before
+    requests were recorded, or none)."""
+    kept = record.get("request") if isinstance(record, dict) else None
+    if not isinstance(kept, dict):
+        return None
+    try:
+        return spec.BuildRequest(
+            combinations=tuple(tuple(str(d) for d in c) for c in kept["combinations"]),
+            strides={str(d): int(s) for d, s in kept.get("strides", {}).items()},
+            at={str(d): rule_from_json(r, str(d)) for d, r in kept.get("at", {}).items()},
+            weights=str(kept["weights"]),
+        )
+    except (AccumulusError, KeyError, TypeError, ValueError):
+        return None  # edited into something else: nothing to keep
 
 
 # --------------------------------------------------------------------------------------------

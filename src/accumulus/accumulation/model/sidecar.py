@@ -35,7 +35,7 @@ from accumulus.accumulation.model import spec
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds
 from accumulus.raw_cube import RawCube, VariableInfo
-from accumulus.stores.arrays import consolidate
+from accumulus.stores.arrays import checked_format, consolidate
 from accumulus.stores.base import innermost
 from accumulus.stores.group import normalize_group
 from accumulus.stores.locations import local_path
@@ -98,7 +98,8 @@ class Sidecar:
                     f"{label} exists and is not a Zarr group: choose a new path for --into"
                 ) from None
             attributes = {SIDECAR_KEY: {**wanted, "format": 1}}
-            zarr.create_group(store, zarr_format=cube.zarr_format, attributes=attributes)
+            fmt = checked_format(cube.zarr_format)
+            zarr.create_group(store, zarr_format=fmt, attributes=attributes)
             consolidate(store)
             return cls(store, label, wanted["source"], wanted["group"])
         settings = sidecar_settings(dict(root.attrs))

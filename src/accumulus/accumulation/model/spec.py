@@ -16,7 +16,11 @@ elements, month or year boundaries, labels) are not ZEP 5 accumulations: they ar
 of ``_ACCUMULATION_GROUP`` (a ZEP 5 reader sees ``{}`` for their combination, or the
 chunk-end arrays of the same combination if there are any, and is not misled) and described
 in the ``accumulus`` attribute under ``positioned``, with their positions. Their arrays carry
-``_ARRAY_DIMENSIONS`` but no ``_ACCUMULATION_STRIDE``, which could only say "every k chunks".
+``_ARRAY_DIMENSIONS`` but no ``_ACCUMULATION_STRIDE``, which could only say "every k chunks",
+so they live in a subgroup, ``accumulus_positions``, where a ZEP 5 reader does not look: the
+group itself and every array in it follow the seed's schemas. The ``accumulus`` attribute
+names them by their path in the group (``accumulus_positions/acc_time_at_month``); groups
+written before (positioned arrays directly in the group) are read as they are.
 """
 
 from __future__ import annotations
@@ -82,6 +86,9 @@ FACTORED_HOLDERS = {SUM: SUM, COUNT: COUNT}
 # Groups say "inner chunk" in their ``accumulus`` attribute; no mention means "chunk".
 CHUNK = "chunk"
 INNER_CHUNK = "inner chunk"
+
+# The subgroup of an accumulation group holding its positioned arrays.
+POSITIONS_GROUP = "accumulus_positions"
 
 
 def group_name(variable: str) -> str:
@@ -291,10 +298,13 @@ def make_group(
         held = holders
         if placement is not None and placement.factored:
             held = {**FACTORED_HOLDERS, **{t: holders[t] for t in TALLIES if t in holders}}
-        suffix = ""
+        prefix, suffix = "", ""
         if placement is not None:
+            prefix = f"{POSITIONS_GROUP}/"
             suffix = "_at_" + "_".join(rule_slug(placement.rules[d]) for d in ordered)
-        arrays = {term: array_name(holder, ordered) + suffix for term, holder in held.items()}
+        arrays = {
+            term: prefix + array_name(holder, ordered) + suffix for term, holder in held.items()
+        }
         accumulations.append(Accumulation(ordered, strides, arrays, dims, placement))
     return AccumulationGroup(
         variable=variable,
@@ -610,3 +620,51 @@ def default_combinations(dims: Sequence[str], horizontal: Sequence[str]) -> list
     if len(together) > 1:
         combos.append(together)
     return combos
+
+
+def default_layout(
+    dims: Sequence[str], horizontal: Sequence[str]
+) -> tuple[list[tuple[str, ...]], dict[str, Rule]]:
+    """What ``accumulate`` builds with no options: the combinations and positions that answer
+    the common questions without a raw chunk, whatever the raw chunks.
+
+    - Each dimension other than the ``horizontal`` ones (time) alone, with an entry at every
+      element: a map over any period, day-precise, is two entries.
+    - The horizontal dimensions together, with an entry at every cell (kept as rows along
+      latitude with area weights): a series over any box, for any period, reads no raw
+      chunk.
+
+    Without horizontal dimensions (no latitude and longitude found), ZEP 5 as written:
+    ``default_combinations`` at chunk ends. What it costs is storage (about two full-size
+    float64 arrays of sums plus their counts), which ``accumulate`` and ``inspect`` report;
+    ``--minimal`` builds the ZEP 5 layout only."""
+    together = tuple(d for d in dims if d in horizontal)
+    if len(together) < 2:
+        return default_combinations(dims, horizontal), {}
+    combos: list[tuple[str, ...]] = [(d,) for d in dims if d not in together]
+    combos.append(together)
+    at: dict[str, Rule] = {d: 1 for d in dims}
+    return combos, at
+
+
+def layout_name(group: AccumulationGroup) -> str:
+    """What a group's layout is, as ``inspect`` names it: ``default`` (what ``accumulate``
+    builds with no options: ``default_layout``), ``ZEP 5`` (entries at chunk ends only, as
+    ``--minimal`` builds), or ``custom`` (other ``--dims``, ``--stride`` or ``--at``)."""
+    if all(a.is_zep5 for a in group.accumulations):
+        return "ZEP 5"
+    combos = [a.dims for a in group.accumulations]
+    together = [c for c in combos if len(c) > 1]
+    alone = {c[0] for c in combos if len(c) == 1}
+    every_element = all(
+        a.placement is not None and set(a.placement.rules.values()) == {1}
+        for a in group.accumulations
+    )
+    if (
+        every_element
+        and len(together) == 1
+        and alone == set(group.variable_dims) - set(together[0])
+        and len(combos) == len(alone) + 1
+    ):
+        return "default"
+    return "custom"

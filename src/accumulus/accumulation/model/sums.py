@@ -37,7 +37,7 @@ def reduce_terms(
         valid, values, infinite = finite, x, False
     else:
         missing = np.isnan(x)
-        infinite = np.count_nonzero(finite) + np.count_nonzero(missing) < x.size
+        infinite = bool(np.count_nonzero(finite) + np.count_nonzero(missing) < x.size)
         valid = ~missing if infinite else finite
         values = np.where(finite, x, 0)
     constant = tuple(a for a in axes if w.shape[a] == 1)

@@ -126,7 +126,7 @@ def weight_values(
     if weights.startswith("array:"):
         name = weights.removeprefix("array:")
         array = ds[name]
-        values = array.isel({d: box[d] for d in array.dims}).values.astype("f8")
+        values = array.isel({d: box[str(d)] for d in array.dims}).values.astype("f8")
         return arranged_weights(name, values, array.dims, dims)
     raise AccumulusError(f"cannot compute weights {weights!r} (accumulation group of another tool)")
 

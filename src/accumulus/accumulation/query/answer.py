@@ -24,7 +24,7 @@ from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.model.spec import Weights
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.query.cost import PlanCost, chunks_cost, raw_cost
+from accumulus.accumulation.query.cost import PlanCost, Storage, plan_cost, scan_cost, storage_of
 from accumulus.accumulation.query.execute import (
     ExecutedPlan,
     InfiniteEntriesError,
@@ -75,6 +75,9 @@ class QueryResult:
     # The dimensions averaged over that the weights vary along: where they change the answer
     # (latitude for area weights; both axes of a curvilinear grid).
     weighted_over: tuple[str, ...] = ()
+    # What the planner estimated the plan that ran would cost (``cost``), to set beside
+    # what it measured (``stats``).
+    estimate: PlanCost | None = None
 
 
 def run_query(
@@ -108,10 +111,15 @@ def run_query(
             resolved = replace(resolved, weights="none")
             terms, layouts = plain, plain_layouts
 
-    plan, work, costs = _cheapest_plan(groups, var, resolved, layouts, terms)
+    storage = _storage(cube, groups)
+    plan, work, costs = _fastest_plan(groups, var, resolved, layouts, terms, storage, memory_bytes)
+    if costs:
+        estimate = costs["accumulation" if plan.accumulation_reads else "scan"]
+    else:
+        estimate = _estimate(var, resolved, terms, storage, memory_bytes, work)
     if costs and not plan.accumulation_reads:
         note = (
-            f"a full scan reads less ({costs['scan']}) than the accumulations would "
+            f"a full scan is estimated faster ({costs['scan']}) than the accumulations "
             f"({costs['accumulation']})"
         )
     try:
@@ -121,6 +129,7 @@ def run_query(
         # raw data answers instead.
         (plan,) = _plans(var, resolved, [])
         work, costs = chunk_work(groups, var, plan, terms), {}
+        estimate = _estimate(var, resolved, terms, storage, memory_bytes, work)
         values, done = read_answer(cube, groups, resolved, plan, work, memory_bytes)
         note = f"{problem}; answered from the raw data"
     data = _data_array(
@@ -150,7 +159,7 @@ def run_query(
     varying = () if weights == "none" else weights_vary_along(cube, weights, var)
     weighted_over = tuple(d for d in varying if d in resolved.over)
     return QueryResult(
-        resolved.query, data, plan, stats, weights, note, extents, costs, weighted_over
+        resolved.query, data, plan, stats, weights, note, extents, costs, weighted_over, estimate
     )
 
 
@@ -194,7 +203,8 @@ def read_answer(
     terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
     done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
     sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
-    values = stat.answer(sums, weights != "none")
+    # (terms, ...): one array per term, as a sequence of them is indexed.
+    values = stat.answer(sums, weights != "none")  # type: ignore[arg-type]
     if np.may_share_memory(values, sums):  # the sums are working space (``execute``)
         values = np.array(values)
     if resolved.mask is not None:
@@ -218,33 +228,62 @@ def _plans(
     return shape_plans(var.dims, resolved.ranges, resolved.over, layouts, resolved.mask, edges)
 
 
-def _cheapest_plan(
+def _storage(cube: RawCube, groups: AccumulationGroups) -> Storage:
+    """How the plan's chunks are read: the slower of the cube's store and a sidecar's."""
+    raw = storage_of(cube.store)
+    if groups.store is None:
+        return raw
+    side = storage_of(groups.store)
+    return Storage(max(raw.latency, side.latency), raw.in_thread and side.in_thread)
+
+
+def _estimate(
+    var: VariableInfo,
+    resolved: ResolvedQuery,
+    terms: Sequence[str],
+    storage: Storage,
+    memory_bytes: int,
+    work: Work,
+) -> PlanCost:
+    """The estimated cost of reading the chunks of ``work``."""
+    requests = (request for request, _ in work.values())
+    return plan_cost(requests, var, storage, terms, resolved.over, memory_bytes)
+
+
+def _fastest_plan(
     groups: AccumulationGroups,
     var: VariableInfo,
     resolved: ResolvedQuery,
     layouts: Sequence[AccumulationLayout],
     terms: Sequence[str],
+    storage: Storage,
+    memory_bytes: int,
 ) -> tuple[QueryPlan, Work, dict[str, PlanCost]]:
-    """The plan the accumulations allow or the plain scan of the same cells, whichever
-    reads less (``cost``), with the chunks it reads and both estimates (none when the plan
-    reads no accumulation: there is nothing to choose). A query asking for the
+    """The plan the accumulations allow or the plain scan of the same cells, whichever is
+    estimated faster (``cost``), with the chunks it reads and both estimates (none when the
+    plan reads no accumulation: there is nothing to choose). A query asking for the
     accumulations' plan gets it, with both estimates. Of several ways the accumulations
-    answer (a shape's), the one that reads least is theirs."""
+    answer (a shape's), the one estimated fastest is theirs."""
+
+    def estimate(work: Work) -> PlanCost:
+        return _estimate(var, resolved, terms, storage, memory_bytes, work)
+
     candidates = [
         (plan, chunk_work(groups, var, plan, terms)) for plan in _plans(var, resolved, layouts)
     ]
     if len(candidates) > 1:
-        costs = [chunks_cost(request for request, _ in work.values()) for _, work in candidates]
-        candidates = [candidates[min(range(len(costs)), key=lambda k: costs[k].score)]]
+        estimates = [estimate(work) for _, work in candidates]
+        candidates = [candidates[min(range(len(estimates)), key=lambda k: estimates[k].seconds)]]
     plan, work = candidates[0]
     if not plan.accumulation_reads:
         return plan, work, {}
     (scan,) = _plans(var, resolved, [])
+    boxes = [read.box for read in scan.reads]
     costs = {
-        "accumulation": chunks_cost(request for request, _ in work.values()),
-        "scan": raw_cost(var, [read.box for read in scan.reads]),
+        "accumulation": estimate(work),
+        "scan": scan_cost(var, boxes, storage, terms, resolved.over, memory_bytes),
     }
-    if resolved.query.plan == "cheaper" and costs["scan"].score < costs["accumulation"].score:
+    if resolved.query.plan == "cheaper" and costs["scan"].seconds < costs["accumulation"].seconds:
         return scan, chunk_work(groups, var, scan, terms), costs
     return plan, work, costs
 
@@ -313,7 +352,13 @@ def _data_array(
     variables = {k: v for index in xindexes.values() for k, v in index.create_variables().items()}
     # Variables and indexes made here, for this answer alone: xarray's direct construction
     # (without it, xarray deep-copies every coordinate of every answer).
-    return xr.DataArray(variable, coords=variables, name=name, indexes=xindexes, fastpath=True)
+    return xr.DataArray(
+        variable,
+        coords=variables,
+        name=name,
+        indexes=xindexes,  # type: ignore[arg-type]  # str keys: Hashable ones, to xarray
+        fastpath=True,
+    )
 
 
 def _weights_without_noise(

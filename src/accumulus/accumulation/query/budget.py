@@ -7,13 +7,12 @@ number to the chunks in flight (their decoded size each, which bounds their stor
 too; a chunk larger than that share alone is refused before it is read) and a quarter to
 the slabs of the threads summing them, so that a full scan of any cube stays near that
 number whatever the cube's size. Chunks in flight get the larger share because on object
-storage they are what hides the latency: with 50 ms per request, a series over 200 chunks
-of 2.4 MB went out in 9-10 sequential round trips with 28 chunks in flight, 5 with 89, 4
-with 131 and 2 with 174.
+storage they are what hides the latency: the more a query has in flight, the fewer its
+sequential round trips.
 
-The default is 512 MiB: that series then goes out in 2 round trips (5 with 256 MiB, 4 with
-384), in the same time where there is no latency, as its chunks are decoded at the same pace
-either way; it holds about 460 MiB at its peak instead of 310 (docs/benchmarks.md, session 12).
+The default is 512 MiB, the least with which a series over 200 raw chunks of 2.4 MB goes out
+in 2 round trips, in the same time where there is no latency, as its chunks are decoded at
+the same pace either way (docs/benchmarks.md, "Figures behind the code").
 """
 
 from __future__ import annotations

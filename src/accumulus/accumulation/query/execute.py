@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from math import prod
+from typing import Any
 
 import numpy as np
+import zarr
+from zarr.abc.store import Store
 
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.chunk_check import read_problem_text
@@ -72,6 +75,10 @@ class EntryPart:
 
 Part = RawPart | EntryPart
 Work = dict[str, tuple[ChunkRequest, list[Part]]]  # chunk key -> the chunk, its parts
+# A chunk a read cuts: its array, coordinates and store, and its part (made with its index).
+Piece = tuple[zarr.Array[Any], tuple[int, ...], Store | None, Callable[[int], Part]]
+# The weights of a slab and their contraction (``_contraction``), by what they depend on.
+WeightsMemo = dict[Any, tuple[Any, tuple[int, np.ndarray] | None]]
 
 
 @dataclass
@@ -144,6 +151,8 @@ def execute(
             cube.store,
         )
     except ChunkReadError as failed:
+        if not failed.of_the_data:
+            raise
         raise _read_error(cube, var, failed, groups.label) from None
     sums = total.result()
     if not checked and not np.isfinite(sums).all():
@@ -200,7 +209,7 @@ def _raw_sums(
     return sums
 
 
-def _broadcast_slab(array, slab: Region):
+def _broadcast_slab(array: Any, slab: Region) -> Any:
     """The slab of an array broadcastable to the chunk (size-1 axes stay whole); a scalar
     as it is."""
     if not isinstance(array, np.ndarray):
@@ -214,11 +223,11 @@ def chunk_work(
     """Every stored chunk the plan reads (by key, in plan order) and what it contributes."""
     work: Work = {}
     index = 0
-    weights_memo: dict = {}  # a shape's many reads share the weights of their slabs
+    weights_memo: WeightsMemo = {}  # a shape's many reads share the weights of their slabs
     requests: dict[tuple[int, tuple[int, ...]], tuple[ChunkRequest, list[Part]]] = {}
     for read in plan.reads:
         if read.is_raw:
-            pieces = _raw_parts(var, plan, read)
+            pieces: Iterator[Piece] = _raw_parts(var, plan, read)
         else:
             group = groups.group(var.name)
             assert group is not None
@@ -285,7 +294,7 @@ def _scratch(shape: tuple[int, ...], which: int) -> np.ndarray:
     size = prod(shape)
     if size > SCRATCH_VALUES:
         return np.empty(shape)
-    spaces = getattr(_SCRATCH, "spaces", None)
+    spaces: list[np.ndarray] | None = getattr(_SCRATCH, "spaces", None)
     if spaces is None:
         spaces = _SCRATCH.spaces = [np.empty(0) for _ in range(4)]
     if spaces[which].size < size:
@@ -312,12 +321,18 @@ class _OrderedTotal:
         self.shape = shape
         self._total = _zeroed(shape, 2)
         self.magnitude = _zeroed(shape, 3)
-        self._waiting: dict[int, tuple[tuple, int, np.ndarray, bool]] = {}
+        self._waiting: dict[int, tuple[tuple[Any, ...], int, np.ndarray, bool]] = {}
         self._next = 0
         self._lock = threading.Lock()
 
     def add(
-        self, index: int, where: tuple, sign: int, value: np.ndarray, *, noisy: bool = False
+        self,
+        index: int,
+        where: tuple[Any, ...],
+        sign: int,
+        value: np.ndarray,
+        *,
+        noisy: bool = False,
     ) -> None:
         with self._lock:
             if index != self._next:
@@ -327,7 +342,7 @@ class _OrderedTotal:
             while self._next in self._waiting:
                 self._add(*self._waiting.pop(self._next))
 
-    def _add(self, where: tuple, sign: int, value: np.ndarray, noisy: bool) -> None:
+    def _add(self, where: tuple[Any, ...], sign: int, value: np.ndarray, noisy: bool) -> None:
         where = (*where, ...)  # a view, also of a single value
         into = self._total[where]
         (np.add if sign > 0 else np.subtract)(into, value, out=into, casting="unsafe")
@@ -343,7 +358,7 @@ class _OrderedTotal:
         return self._total
 
 
-def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read):
+def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read) -> Iterator[Piece]:
     """The raw chunks a raw read cuts, and the part of each it reads."""
     per_dim = []
     for dim, bounds in zip(var.dims, var.bounds, strict=True):
@@ -373,8 +388,8 @@ def _entry_parts(
     read: Read,
     plan: QueryPlan,
     terms: Sequence[str],
-    weights_memo: dict,
-):
+    weights_memo: WeightsMemo,
+) -> Iterator[Piece]:
     """The accumulation chunks holding a read's entries, and the slab of each it reads.
     ``weights_memo``: the weights of slabs already listed, by what they depend on (the
     slab's dimensions and its ranges along those the weights vary along)."""
@@ -393,7 +408,9 @@ def _entry_parts(
     )
     varying = weights_vary_along(groups.cube, group.weights, var)
 
-    def slab_weights(box: Mapping[str, tuple[int, int]]):
+    def slab_weights(
+        box: Mapping[str, tuple[int, int]],
+    ) -> tuple[Any, tuple[int, np.ndarray] | None]:
         """The slab's weights, and as ``_contraction`` gives them."""
         key = (tuple(remaining), summed, tuple((d, box.get(d)) for d in varying))
         if key not in weights_memo:
@@ -410,7 +427,8 @@ def _entry_parts(
         assert held is not None
         holder, weighted = held
         array = groups.array(var.name, acc.arrays[holder])
-        per_dim = []
+        # Per dimension: (chunk, the slab's selection in it, the slab's span or None).
+        per_dim: list[list[tuple[int, int | slice, tuple[int, int] | None]]] = []
         for dim, bounds in zip(acc.array_dims, array_bounds(array), strict=True):
             edges = bounds.edges
             if dim in read.entries:
@@ -427,7 +445,7 @@ def _entry_parts(
             coords = tuple(c for c, _, _ in combo)
             local = tuple(selection for _, selection, _ in combo)
             box = {d: span for d, (_, _, span) in zip(acc.array_dims, combo, strict=True) if span}
-            out = (t, *_out(plan, var, box))
+            out: tuple[int | slice, ...] = (t, *_out(plan, var, box))
             w, contract = slab_weights(box) if weighted else (None, None)
             yield (
                 array, coords, groups.store,

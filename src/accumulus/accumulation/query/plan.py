@@ -106,7 +106,7 @@ def plan_query(
     answer (``execute`` places it modulo the size).
     """
     over_set = set(over)
-    box: Box = {d: tuple(ranges[d]) for d in dims}
+    box: Box = {d: (ranges[d][0], ranges[d][1]) for d in dims}
     reads: list[Read] = []
     kept = tuple(d for d in dims if d in over_set)
     sizes = dict(sizes or {})
@@ -132,7 +132,9 @@ def _across_seams(box: Box, sizes: Mapping[str, int]) -> list[Box]:
     return [dict(parts) for parts in itertools.product(*per_dim)]
 
 
-def _split_off_uncovered(box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]):
+def _split_off_uncovered(
+    box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]
+) -> Box | None:
     """Plan raw reads for the parts of ``box`` beyond the accumulations' coverage and return
     the covered rest (None when nothing is covered)."""
     if not layouts:

@@ -54,10 +54,11 @@ from accumulus.regions import Shape, as_shape
 STATS = tuple(statistics.STATISTICS)
 
 Bound = Any  # a coordinate label (str, number, date), or None for an open end
+Range = tuple[Bound, Bound] | slice  # inclusive, as ``sel(dim=slice(start, end))``
 
 # Which plan runs when accumulations can answer: "cheaper", the accumulations' plan or the
-# plain scan, whichever reads less (``cost``); "accumulation", the accumulations' plan even
-# when a scan would read less (to check or time the accumulations).
+# plain scan, whichever is estimated faster (``cost``); "accumulation", the accumulations'
+# plan even when a scan would be faster (to check or time the accumulations).
 PlanChoice = Literal["cheaper", "accumulation"]
 PLANS: tuple[PlanChoice, ...] = get_args(PlanChoice)
 
@@ -90,19 +91,21 @@ class Query:
         cls,
         variable: str,
         over: Iterable[str] | str,
-        ranges: Mapping[str, tuple[Bound, Bound]] | None = None,
+        ranges: Mapping[str, Range] | None = None,
         **options: Unpack[QueryOptions],
     ) -> Query:
         """The query as Python users write it: ``over`` as "lat,lon" or names, ``ranges``
-        None for none, ``shape`` as anything ``regions.as_shape`` takes (a region's name, a
-        file, GeoJSON, a geometry)."""
+        None for none, each a ``(start, end)`` pair or a ``slice(start, end)``, ``shape`` as
+        anything ``regions.as_shape`` takes (a region's name, a file, GeoJSON, a geometry)."""
         shape = options.get("shape")
         if shape is not None and not isinstance(shape, Shape):
             try:
                 shape = as_shape(shape)
             except AccumulusError as exc:
                 raise ParameterError("shape", str(exc)) from None
-        return cls(variable, split_list(over), dict(ranges or {}), **{**options, "shape": shape})
+        options["shape"] = shape
+        bounds = {dim: as_bounds(dim, r) for dim, r in (ranges or {}).items()}
+        return cls(variable, split_list(over), bounds, **options)
 
 
 class QueryOptions(TypedDict, total=False):
@@ -120,15 +123,15 @@ class QueryOptions(TypedDict, total=False):
 # What the Python API's ``average`` and ``query`` say about a query, written once.
 QUERY_DOC = """\
 The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the dimensions
-``over`` ("lat,lon" or a list), within inclusive label ``ranges`` ({dim: (start, end)},
-like ``sel(dim=slice(start, end))``; None for an open end). Equals
+``over`` ("lat,lon" or a list), within inclusive label ``ranges`` ({dim: (start, end)} or
+{dim: slice(start, end)}, as ``sel`` takes them; None for an open end). Equals
 ``da.sel(...).weighted(w).mean(over)`` on the raw data.
 
 ``weights``: "area" (cos latitude), "none", or an array of the dataset; by default the
 accumulations' weights. ``shape`` (``"ar6:WAF"``, ``"basins.geojson:Amazon"``, GeoJSON, a
 shapely geometry) keeps the cells whose centres it holds, as ``da.where(mask)`` would.
 ``use_accumulation=False`` scans the raw data. ``plan``: "cheaper" runs the accumulations'
-plan when it reads less than a plain scan, "accumulation" always."""
+plan when it is estimated faster than a plain scan, "accumulation" always."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,23 @@ def split_list(text: str | Iterable[str]) -> tuple[str, ...]:
     """``"lat, lon"`` (or a list of names) as ``("lat", "lon")``."""
     items = text.split(",") if isinstance(text, str) else text
     return tuple(s for s in (str(i).strip() for i in items) if s)
+
+
+def as_bounds(dim: str, value: Any) -> tuple[Bound, Bound]:
+    """A range as Python users write it: ``(start, end)`` or ``slice(start, end)``."""
+    if isinstance(value, slice):
+        if value.step is not None:
+            raise ParameterError(
+                dim, f"range {dim}={value!r}: a step does not average; give slice(start, end)"
+            )
+        return value.start, value.stop
+    if isinstance(value, tuple | list) and len(value) == 2:
+        return value[0], value[1]
+    raise ParameterError(
+        dim,
+        f"range {dim}={value!r}: give (start, end) or slice(start, end), inclusive labels "
+        "(None for an open end)",
+    )
 
 
 def split_range(dim: str, text: str) -> tuple[str | None, str | None]:
@@ -272,7 +292,7 @@ def resolve(cube: RawCube, query: Query, groups: AccumulationGroups | None = Non
 
 def _within_axes(
     ranges: Mapping[str, tuple[int, int]], var: VariableInfo, periods: Mapping[str, int]
-):
+) -> Mapping[str, tuple[int, int]]:
     """``ranges``, refused with a shape when one runs across a longitude's seam: the shape
     picks its own cells on either side of the seam, so give it alone."""
     for dim, size in zip(var.dims, var.shape, strict=True):
@@ -360,8 +380,8 @@ _EARLIEST, _LATEST = np.iinfo(np.int64).min + 1, np.iinfo(np.int64).max
 def date_positions(index: pd.DatetimeIndex, start: Bound, stop: Bound) -> tuple[int, int] | None:
     """The positions ``index.slice_indexer(start, stop)`` selects on an ascending index
     for ISO dates (or None for an open end), each date standing for its whole period (a
-    year, a month, a day, …) as pandas reads a partial date: two binary searches, where
-    pandas' own parsing into periods took a tenth of a warm query. A date the index's unit
+    year, a month, a day, …) as pandas reads a partial date: two binary searches, cheaper
+    than pandas' own parsing into periods (docs/benchmarks.md). A date the index's unit
     cannot hold (before 1677 or after 2262 in nanoseconds) lies before or after all of it.
     None for anything else (pandas answers)."""
     if index.tz is not None:
@@ -392,7 +412,8 @@ def iso_period(bound: Bound) -> tuple[np.datetime64, np.datetime64] | None:
         start = np.datetime64(bound)
     except ValueError:
         return None
-    return start, start + np.timedelta64(1, np.datetime_data(start.dtype)[0])
+    unit = np.datetime_data(start.dtype)[0]  # the date's own unit, one numpy names
+    return start, start + np.timedelta64(1, unit)  # type: ignore[call-overload]
 
 
 def in_unit(moment: np.datetime64, unit: str) -> int:
@@ -449,7 +470,7 @@ def position_range(dim: str, size: int, start: Bound, stop: Bound) -> tuple[int,
     without labels (``RawCube.labelled``), as if it were labelled 0 .. size-1; a bound that is
     no such position is refused, naming what is missing: ``latitude=-30/30`` on a dimension
     without latitudes must not select rows 0..30."""
-    found = []
+    found: list[int | None] = []
     for bound in (start, stop):
         text = str(bound).strip() if bound is not None else ""
         if not text:
@@ -548,7 +569,7 @@ def _comparable(index: pd.Index, bound: Bound) -> Bound:
     period = iso_period(bound)
     if isinstance(index, pd.DatetimeIndex) and index.tz is None and period is not None:
         unit = np.datetime_data(index.dtype)[0]
-        return np.datetime64(in_unit(period[0], unit), unit)
+        return np.datetime64(in_unit(period[0], unit), unit)  # type: ignore[call-overload]  # index's unit
     stamp = pd.Timestamp(bound)
     if isinstance(index, xr.CFTimeIndex):
         fields = ("year", "month", "day", "hour", "minute", "second", "microsecond")
@@ -581,9 +602,9 @@ def _text(label: Bound, missing: str = "None") -> str:
     if label is None:
         return missing
     if isinstance(label, pd.Timestamp | np.datetime64):
-        return pd.Timestamp(label).isoformat()
+        return str(pd.Timestamp(label).isoformat())
     if hasattr(label, "isoformat"):
-        return label.isoformat()
+        return str(label.isoformat())
     if isinstance(label, float | np.floating):
         return f"{float(label):g}"
     return str(label)

@@ -93,7 +93,7 @@ def centre_mask(geometry: Any, lats: np.ndarray, lons: np.ndarray) -> np.ndarray
     y = np.where(lats <= -90.0, -90.0 + NUDGE_LAT, lats - NUDGE_LAT)
     xx, yy = (x, y) if lats.ndim == 2 else np.meshgrid(x, y)
     shapely.prepare(geometry)
-    inside = shapely.contains_xy(geometry, xx, yy)
+    inside: np.ndarray = shapely.contains_xy(geometry, xx, yy)
     west, _, east, _ = geometry.bounds
     if east > 180.0:
         inside |= shapely.contains_xy(geometry, xx + 360.0, yy)
@@ -237,7 +237,9 @@ def _block_states(cells: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.n
     return np.where(counts == sizes, WHOLE, np.where(counts > 0, CUT, 0))
 
 
-def _rectangles(states: np.ndarray, rows: np.ndarray, cols: np.ndarray):
+def _rectangles(
+    states: np.ndarray, rows: np.ndarray, cols: np.ndarray
+) -> tuple[list[list[int]], list[list[int]]]:
     """Whole rectangles and cut runs, as (row lo, row hi, col lo, col hi): runs of equal
     states along each row of blocks; a whole run is stacked onto the rectangle above when
     that one spans the same columns and ends where the run's row begins."""

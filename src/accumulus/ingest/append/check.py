@@ -78,7 +78,7 @@ def check(
 def _check_chunking_unchanged(target: Target, request: Request, cube: Committed) -> None:
     """``--chunks``, ``--chunking`` and ``--shards`` apply when a cube is created: on an
     existing cube they must say how it is chunked already."""
-    asked: dict[str, int | str] = dict(request.chunks)
+    asked: dict[str, int | tuple[int, ...] | str] = dict(request.chunks)
     if request.rule is not None:
         asked[target.dim] = request.rule
     if request.shards:

@@ -25,7 +25,7 @@ from accumulus.ingest.journal import (
     write_journal,
 )
 from accumulus.stores import keys
-from accumulus.stores.arrays import dimension_names
+from accumulus.stores.arrays import array_at, dimension_names
 from accumulus.stores.nczarr_metadata import record_dimension_size
 
 
@@ -85,7 +85,7 @@ def _back_to_the_journal(target: Target, journal: Journal) -> tuple[str, frozens
             shape[axis] = journal.extent
             array.resize(tuple(shape))
             record_dimension_size(store, dim, journal.extent)
-    published = snapshot[dim].shape[0] if snapshot is not None else None
+    published = array_at(snapshot, dim).shape[0] if snapshot is not None else None
     updated: frozenset[str] = frozenset()
     if published != journal.extent:
         # A commit got past its journal write but not to consolidation: finish it.
@@ -113,7 +113,8 @@ def _adopt(target: Target, request: Request) -> Journal:
             f"{label}: no array has the dimension {dim!r}, so there is nothing to "
             "append to along it (choose --dim among the cube's dimensions)"
         )
-    extents = {name: root[name].shape[dimension_names(root[name]).index(dim)] for name in names}
+    arrays = {name: array_at(root, name) for name in names}
+    extents = {name: a.shape[dimension_names(a).index(dim)] for name, a in arrays.items()}
     if len(set(extents.values())) != 1:
         raise AccumulusError(
             f"{label}: the arrays along {dim!r} have different lengths {extents}; "
@@ -121,8 +122,8 @@ def _adopt(target: Target, request: Request) -> Journal:
         )
     extent = next(iter(extents.values()))
     for name in names:
-        axis = dimension_names(root[name]).index(dim)
-        if regular_chunk_size(root[name], axis) is None and request.variable_rule is None:
+        axis = dimension_names(arrays[name]).index(dim)
+        if regular_chunk_size(arrays[name], axis) is None and request.variable_rule is None:
             raise AccumulusError(
                 f"{label}: {name!r} has variable chunks along {dim!r}; say "
                 "which rule new chunks follow with --chunking per-granule|month|year"

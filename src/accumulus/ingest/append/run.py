@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from zarr.abc.store import Store
 
@@ -205,9 +206,9 @@ def _zarr_format(asked: int | None, rule: ChunkRule | None, sharded: bool = Fals
 
 
 def _as_list(granules: GranuleLike | Iterable[GranuleLike]) -> list[GranuleLike]:
-    if isinstance(granules, GRANULE_TYPES):
-        return [granules]
-    return list(granules)
+    if isinstance(granules, GRANULE_TYPES):  # the types of a GranuleLike
+        return [cast(GranuleLike, granules)]
+    return list(cast(Iterable[GranuleLike], granules))
 
 
 def _in_group(item: GranuleLike, group: str, dim: str) -> InGroup:

@@ -21,7 +21,7 @@ from accumulus.ingest.cf import decode
 from accumulus.ingest.convert.codecs import CodecSpec
 from accumulus.ingest.convert.plan import ArrayPlan, ConversionPlan, plan_conversion
 from accumulus.ingest.convert.source import blocks, open_source, source_variable
-from accumulus.stores.arrays import consolidate
+from accumulus.stores.arrays import checked_format, consolidate
 from accumulus.stores.locations import local_path
 
 
@@ -63,7 +63,7 @@ def convert(
         if destination.exists():
             destination.rmdir()  # empty, checked above
         staging.rename(destination)
-    except BaseException as exc:
+    except BaseException as exc:  # cleanup, then re-raised (an interruption said in a line)
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(exc, KeyboardInterrupt):
             raise Interrupted(f"nothing was written to {dest}; run the command again") from None
@@ -73,7 +73,7 @@ def convert(
 
 def _write(plan: ConversionPlan, source: Any, staging: Path) -> None:
     store = LocalStore(staging)
-    root = zarr.open_group(store=store, mode="w", zarr_format=plan.zarr_format)
+    root = zarr.open_group(store=store, mode="w", zarr_format=checked_format(plan.zarr_format))
     for group in plan.groups:
         node = root if not group.path else root.require_group(group.path)
         node.attrs.update(group.attributes)

@@ -99,7 +99,11 @@ class GranuleKind(Protocol):
     """A kind of granule: a NetCDF4/HDF5 file, a Zarr store, an ``xarray.Dataset``..."""
 
     description: str  # what messages call it
-    types: tuple[type, ...]  # the Python types it is given (a path may be several kinds)
+
+    @property
+    def types(self) -> tuple[type, ...]:
+        """The Python types it is given (a path may be several kinds)."""
+        ...
 
     def guess_can_open(self, item: GranuleSource) -> bool: ...
 
@@ -131,4 +135,7 @@ class Granule:
     def compression(self, zarr_format: int) -> dict[str, CodecChain | None]:
         """Per variable, its codec chain (encoding order), or None when unknown."""
         chains = self.file.compression(zarr_format, self.group)
-        return {name: chains.get(self.paths.get(name, name)) for name in self.dataset.variables}
+        return {
+            str(name): chains.get(self.paths.get(str(name), str(name)))
+            for name in self.dataset.variables
+        }

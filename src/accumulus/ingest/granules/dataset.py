@@ -86,7 +86,7 @@ class DatasetFile:
 def _identity(encoded: xr.Dataset) -> Identity:
     digest = hashlib.sha256()
     size = 0
-    for key in sorted(encoded.variables):
+    for key in sorted(map(str, encoded.variables)):
         var = encoded.variables[key]
         header = {"name": key, "dims": var.dims, "dtype": str(var.dtype), "attrs": var.attrs}
         digest.update(json.dumps(header, sort_keys=True, default=str).encode())

@@ -122,7 +122,7 @@ def tree_dataset(
                 source = next(a for a in ancestors_of(top) if name in layout[a])
                 paths[name] = f"{source}/{name}" if source else name
             dataset = _dataset(variables, opened[0].attrs, where)
-    except BaseException:
+    except BaseException:  # cleanup, then re-raised
         for each in opened:
             each.close()
         raise

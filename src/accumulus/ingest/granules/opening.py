@@ -28,11 +28,12 @@ def open_granule(
     allow (``reference_targets``)."""
     group, dim = "", None
     if isinstance(item, InGroup):
-        item, group, dim = item.item, normalize_group(item.group), item.dim
+        group, dim = normalize_group(item.group), item.dim
+        item = item.item
     file = _open_file(item, storage_options, allow_references)
     try:
         return read_granule(file, group, dim)
-    except BaseException:
+    except BaseException:  # cleanup, then re-raised
         file.close()
         raise
 
@@ -65,7 +66,8 @@ def resolve_group(
     """The group of ``item`` to append from: ``group`` when given (it must exist), else the
     one group holding variables along ``dim`` (nested groups come with their parent)."""
     if isinstance(item, InGroup):
-        item, group = item.item, item.group if group is None else group
+        group = item.group if group is None else group
+        item = item.item
     file = _open_file(item, storage_options, allow_references)
     try:
         return file.resolve_group(dim, group)

@@ -124,7 +124,11 @@ class ReferencedHDF5File:
         """``group`` alone (a virtual cube references one group) as ``conform`` checks it."""
         try:
             dataset = xr.open_dataset(
-                self._reader, engine="h5netcdf", group=group or None, decode_cf=False, chunks=None
+                self._reader,  # type: ignore[arg-type]  # h5netcdf reads any binary file object
+                engine="h5netcdf",
+                group=group or None,
+                decode_cf=False,
+                chunks=None,
             )
         except Exception as exc:  # h5netcdf raises several kinds on files it cannot map
             raise AccumulusError(f"granule {self.name}: cannot read it as NetCDF4: {exc}") from None

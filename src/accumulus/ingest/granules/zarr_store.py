@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
+from typing import Any
 
 import xarray as xr
 import zarr
@@ -104,7 +105,7 @@ class ZarrFile:
             root = zarr.open_group(self.store, mode="r")
             arrays = [(p, n) for p, n in root.members(max_depth=None) if isinstance(n, zarr.Array)]
             for name, array in arrays:
-                document = array.metadata.to_dict()
+                document: dict[str, Any] = array.metadata.to_dict()  # JSON, by format
                 try:
                     if document.get("zarr_format") == 2:
                         chains[name] = join_v2(document.get("filters"), document.get("compressor"))
@@ -131,7 +132,7 @@ def open_zarr_tree(store: Store, group: str = "", where: str = "", dim: str | No
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # "no consolidated metadata"
                 return xr.open_dataset(
-                    store,
+                    store,  # type: ignore[arg-type]  # xarray's zarr engine opens a zarr Store
                     engine="zarr",
                     group=path or None,
                     decode_cf=False,

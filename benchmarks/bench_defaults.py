@@ -1,0 +1,251 @@
+"""The default path, end to end: ``accumulus append CUBE g*.nc --dim time`` of 24 monthly
+granules, then ``accumulus accumulate CUBE VAR`` with no options, against xarray + Dask.
+
+The granules are two years of the realistic field (``realistic.py``: daily, 1 degree, 180 x
+360 float32, 10 % missing) written by xarray (``to_netcdf``), one per month. ``append``
+chooses the raw chunks and ``accumulate`` the layout (``spec.default_layout``); nothing is
+tuned here. Reported, each figure with its baseline measured in the same run:
+
+- the build: ``accumulate`` seconds against one full read of the raw data (xarray + Dask
+  sum of every value: a build's floor), and the stored bytes of the accumulations against
+  the raw array's;
+- questions drawn at random (seeded): area-averaged series over a box of whole cells for a
+  day-precise period, maps over whole months, maps over day-precise periods. For each, the
+  median time of an open datacube answering (``warm``), the floor (a bare concurrent loop
+  fetching and decoding exactly the chunks the plan names: ``bench_average.floor_reader``),
+  and xarray + Dask's scan of the same selection of the same store, with the raw and
+  accumulation chunks, requests and bytes counted at the store, and the largest relative
+  difference from xarray's answer.
+
+    python benchmarks/bench_defaults.py [--questions 4] [--repeats 5] [--scan-repeats 2]
+        [--days 730] [--fresh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+import accumulus
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
+from bench_average import floor_reader
+from common import DEFAULT_DIR, median_seconds, median_with_cpu, report
+from realistic import VARIABLE, dataset
+
+
+def granules(directory: Path, days: int) -> list[Path]:
+    """Monthly NetCDF granules of the first ``days`` days of the realistic field, written by
+    xarray once and reused."""
+    ds = dataset().isel(time=slice(0, days))
+    months = pd.DatetimeIndex(ds.time.values).to_period("M")
+    paths = []
+    for month in months.unique():
+        path = directory / f"granule-{month}.nc"
+        if not path.exists():
+            part = ds.sel(time=str(month)).compute()
+            part.to_netcdf(path.with_suffix(".tmp"))
+            path.with_suffix(".tmp").rename(path)
+        paths.append(path)
+    return paths
+
+
+def build_cube(directory: Path, days: int, fresh: bool) -> tuple[Path, dict]:
+    """The cube made the default way, with the seconds each command took (None: reused)."""
+    files = granules(directory, days)
+    cube = directory / f"defaults-{days}d.zarr"
+    timings: dict = {"granules": len(files)}
+    if fresh or not (cube / ".zmetadata").exists():
+        import shutil
+
+        shutil.rmtree(cube, ignore_errors=True)
+        command = [sys.executable, "-m", "accumulus", "append", str(cube), *map(str, files)]
+        started = time.perf_counter()
+        subprocess.run([*command, "--dim", "time"], check=True, capture_output=True)
+        timings["append_seconds"] = round(time.perf_counter() - started, 2)
+    return cube, timings
+
+
+def full_read(path: Path) -> float:
+    """One full read of the raw data (fetch, decode, sum): a build's floor."""
+    started = time.perf_counter()
+    xr.open_zarr(path, consolidated=True)[VARIABLE].astype("f8").sum().compute()
+    return time.perf_counter() - started
+
+
+def questions(days: pd.DatetimeIndex, lat: np.ndarray, lon: np.ndarray, n: int, seed: int):
+    """``n`` of each kind, drawn at random: (kind, over, ranges)."""
+    rng = np.random.default_rng(seed)
+    out = []
+
+    def period(whole_months: bool) -> tuple[str, str]:
+        if whole_months:
+            months = days.to_period("M").unique()
+            a, b = sorted(rng.choice(len(months), 2, replace=False))
+            return str(months[a].start_time.date()), str(months[b].end_time.date())
+        a, b = sorted(rng.choice(len(days), 2, replace=False))
+        return str(days[a].date()), str(days[b].date())
+
+    for _ in range(n):
+        y0, y1 = sorted(rng.choice(len(lat), 2, replace=False))
+        x0, x1 = sorted(rng.choice(len(lon), 2, replace=False))
+        box = {"lat": (float(lat[y0]), float(lat[y1])), "lon": (float(lon[x0]), float(lon[x1]))}
+        out.append(("series, box, day-precise period", ("lat", "lon"),
+                    {"time": period(False), **box}))  # fmt: skip
+    for _ in range(n):
+        out.append(("map, whole months", ("time",), {"time": period(True)}))
+    for _ in range(n):
+        out.append(("map, day-precise period", ("time",), {"time": period(False)}))
+    return out
+
+
+def counted(store: CountingStore) -> dict:
+    chunks = [k for k in store.counts.reads if not is_metadata_key(k)]
+    return {
+        "requests": store.counts.read_requests,
+        "chunks": len(chunks),
+        "raw_chunks": len([k for k in chunks if k.startswith(f"{VARIABLE}/")]),
+        "bytes": store.counts.read_bytes,
+    }
+
+
+def xarray_scan(store, over, ranges) -> xr.DataArray:
+    ds = xr.open_zarr(store, consolidated=True)
+    data = ds[VARIABLE].sel({d: slice(*r) for d, r in ranges.items()}).astype("f8")
+    return data.weighted(np.cos(np.deg2rad(ds["lat"]))).mean(list(over)).compute()
+
+
+def ask(path: Path, kind: str, over, ranges, args) -> dict:
+    store = CountingStore(open_store(str(path)))
+    counted_handle = accumulus.open(store)
+    handle = accumulus.open(str(path))  # as a user opens it
+    for opened in (handle, counted_handle):
+        opened.query(VARIABLE, over, ranges)  # warm-up: the snapshot is read once
+    store.reset()
+    result = counted_handle.query(VARIABLE, over, ranges)
+    warm_counts = counted(store)
+    warm, warm_cpu, result = median_with_cpu(
+        lambda: handle.query(VARIABLE, over, ranges), args.repeats
+    )
+    store.reset()
+    floor_reader(counted_handle, result)()
+    floor_counts = counted(store)
+    floor, _, _ = median_with_cpu(floor_reader(handle, result), args.repeats)
+
+    def scan():
+        fresh = CountingStore(open_store(str(path)))
+        return xarray_scan(fresh, over, ranges), fresh
+
+    scan_seconds, (expected, scan_store) = median_seconds(scan, args.scan_repeats)
+    got, want = result.data.values, expected.values
+    return {
+        "kind": kind,
+        "over": list(over),
+        "ranges": {d: [str(a), str(b)] for d, (a, b) in ranges.items()},
+        "plan": {
+            "raw_chunks": result.stats.raw_chunks_read,
+            "accumulation_chunks": result.stats.accumulation_chunks_read,
+            "accumulations": sorted({r.key for r in result.plan.accumulation_reads}),
+        },
+        "warm_seconds": round(warm, 5),
+        "warm_cpu_seconds": round(warm_cpu, 5),
+        "floor_seconds": round(floor, 5),
+        "xarray_seconds": round(scan_seconds, 4),
+        "xarray_over_warm": round(scan_seconds / warm, 1),
+        "warm_over_floor": round(warm / floor, 2),
+        "warm": warm_counts,
+        "floor": floor_counts,
+        "xarray": counted(scan_store),
+        "max_relative_difference": float(np.nanmax(np.abs(got - want) / np.abs(want))),
+    }
+
+
+def storage(path: Path) -> tuple[dict, int | None]:
+    """Stored bytes of each accumulation (as ``inspect`` reports them) and of the raw array."""
+    [group] = accumulus.inspect(str(path))["accumulation_groups"]
+    out, raw = {}, None
+    for acc in group["accumulations"]:
+        raw = acc["raw_bytes_stored"]
+        out[f"{','.join(acc['dims'])} at {acc['at']}"] = acc["bytes_stored"]
+    return out, raw
+
+
+def summary(answers: list[dict]) -> dict:
+    out = {}
+    for kind in dict.fromkeys(a["kind"] for a in answers):
+        these = [a for a in answers if a["kind"] == kind]
+        out[kind] = {
+            "questions": len(these),
+            "raw_chunks_max": max(a["plan"]["raw_chunks"] for a in these),
+            "xarray_over_warm_min": min(a["xarray_over_warm"] for a in these),
+            "xarray_over_warm_median": float(np.median([a["xarray_over_warm"] for a in these])),
+            "warm_over_floor_median": float(np.median([a["warm_over_floor"] for a in these])),
+            "max_relative_difference": max(a["max_relative_difference"] for a in these),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR / "defaults")
+    parser.add_argument("--days", type=int, default=730)
+    parser.add_argument("--questions", type=int, default=4, help="of each kind")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--scan-repeats", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=37)
+    parser.add_argument("--fresh", action="store_true", help="append and accumulate again")
+    args = parser.parse_args()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    path, timings = build_cube(args.dir, args.days, args.fresh)
+    read_seconds = full_read(path)
+    started = time.perf_counter()
+    built = accumulus.accumulate(str(path), VARIABLE, rebuild=args.fresh)
+    build_seconds = time.perf_counter() - started
+    stored, raw = storage(path)
+    total = sum(v or 0 for v in stored.values())
+    handle = accumulus.open(str(path))
+    cube = handle.snapshot().cube
+    var = cube.variable(VARIABLE)
+    days = pd.DatetimeIndex(cube.index("time"))
+    lat, lon = np.asarray(cube.index("lat")), np.asarray(cube.index("lon"))
+    asked = questions(days, lat, lon, args.questions, args.seed)
+    answers = [ask(path, kind, over, ranges, args) for kind, over, ranges in asked]
+    report(
+        {
+            "benchmark": "the default path: append of monthly granules + accumulate, no options",
+            "cube": {
+                "store": str(path),
+                "shape": list(var.shape),
+                "chunks": [list(b.sizes[:2]) for b in var.bounds],
+                "raw_bytes_stored": raw,
+                **timings,
+            },
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "layout": [f"{'+'.join(a.dims)} at {a.rule_text()}" for a in built.group.accumulations],
+            "build": {
+                "action": built.action,
+                "seconds": round(build_seconds, 2) if built.action != "up to date" else None,
+                "full_read_seconds": round(read_seconds, 2),
+                "over_full_read": round(build_seconds / read_seconds, 2)
+                if built.action != "up to date"
+                else None,
+                "stored": stored,
+                "stored_over_raw": round(total / raw, 3) if total and raw else None,
+            },
+            "summary": summary(answers),
+            "questions": answers,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()
