@@ -8,7 +8,8 @@ Cases:
   names the whole file (fetch SciTools/iris-test-data, ``test_data/NetCDF/global/xyt/``).
 - ``yearly``: 51 years of 1-degree float32 maps written by ``xarray.Dataset.to_netcdf``.
 
-Each file is cut into 4 granules and appended twice: with the default layout (chunks that
+Each file is cut into 4 granules and appended three times: with the default layout (regular
+chunks of a month of steps within 10-100 MiB, Zarr v2), with ``--chunking grow`` (chunks that
 grow with the cube) and with the layout appends chose before (``--chunks time=N``: 1017
 steps for the whole CO2 file, one step for yearly data). Questions: a box series (cos-weighted
 mean over a latitude/longitude box at every step) and a time-averaged map, first with no
@@ -106,12 +107,15 @@ def case(name, source, variable, box, before, work, repeats) -> dict:
         "box series": ([*box], box),
         "time map": (["time"], None),
     }
-    layouts = {"growing (default)": [], f"before: --chunks time={before}": ["time", before]}
+    layouts: dict[str, dict] = {
+        "default (regular chunks, Zarr v2)": {},
+        "--chunking grow": {"chunking": "grow"},
+        f"before: --chunks time={before}": {"chunks": {"time": before}},
+    }
     out: dict = {"file": str(source), "steps": dataset.sizes["time"], "layouts": {}}
-    for label, chunks in layouts.items():
-        cube = work / f"{name}-{len(chunks)}.zarr"
-        given = {chunks[0]: chunks[1]} if chunks else None
-        accumulus.append(str(cube), [str(p) for p in parts], chunks=given)
+    for number, (label, options) in enumerate(layouts.items()):
+        cube = work / f"{name}-{number}.zarr"
+        accumulus.append(str(cube), [str(p) for p in parts], **options)
         with accumulus_scope():
             sizes = declared_chunk_sizes(zarr.open_array(cube / variable, mode="r"), 0)
         rows = {}
