@@ -23,10 +23,8 @@ from .helpers import FILL, SCALE, UNITS, VAR, truth, write_granules
 
 
 def assert_matches_truth(store, t, n=None) -> None:
-    """The cube, decoded by xarray, equals the truth's first ``n`` steps. (A cube whose
-    chunks grow, the default, has a rectilinear grid: zarr reads it once told to.)"""
-    with zarr.config.set({"array.rectilinear_chunks": True}):
-        cube = xr.open_zarr(store).load()
+    """The cube, decoded by xarray, equals the truth's first ``n`` steps."""
+    cube = xr.open_zarr(store)
     expected = t.decoded(n)
     np.testing.assert_array_equal(cube["time"].values, expected["time"].values)
     np.testing.assert_array_equal(cube["lat"].values, expected["lat"].values)
@@ -106,8 +104,7 @@ def test_dataset_and_zarr_granules(tmp_path):
 
     assert len(result.appended) == 3
     assert_matches_truth(store, t)
-    with zarr.config.set({"array.rectilinear_chunks": True}):
-        assert zarr.open_group(store, mode="r")["time"].attrs["units"] == UNITS
+    assert zarr.open_group(store, mode="r")["time"].attrs["units"] == UNITS
 
 
 def test_rule_of_thumb_on_a_trmm_sized_grid():

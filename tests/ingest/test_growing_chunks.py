@@ -48,9 +48,9 @@ def test_the_chunks_depend_on_the_granules_only(tmp_path):
     t = truth(30, nlat=6, nlon=8)
     granules = write_granules(tmp_path / "in", t, 6)  # 5 granules of 6 steps
     at_once, one_by_one = tmp_path / "once.zarr", tmp_path / "each.zarr"
-    accumulus.append(str(at_once), granules)
+    accumulus.append(str(at_once), granules, chunking="grow")
     for granule in granules:
-        accumulus.append(str(one_by_one), granule)
+        accumulus.append(str(one_by_one), granule, chunking="grow")
     with accumulus_scope():
         chunks = [
             declared_chunk_sizes(zarr.open_array(store / "precip", mode="r"), 0)

@@ -85,9 +85,12 @@ def killed_appends(base: Path, granules: list[str], trials: int, seed: int) -> I
         # Shards of 8 steps (4 inner chunks of 2 x 6 x 16), granules of 3: most kills land
         # while a shard the last commit left partial is being rewritten.
         ({"chunks": {"time": 2, "lat": 6}, "shards": {"time": 8, "lat": 12}}, TRIALS // 2),
+        # Chunks along time that grow with the cube (a rectilinear grid).
+        ({"chunking": "grow"}, TRIALS // 2),
     ],
-    ids=["chunks", "shards"],
+    ids=["chunks", "shards", "growing"],
 )
+@pytest.mark.usefixtures("rectilinear_chunks")
 def test_kill_minus_9_at_random_moments(tmp_path, layout, trials):
     t = truth(STEPS, nlat=12, nlon=16)
     granules = [str(p) for p in write_granules(tmp_path / "in", t, PER_GRANULE)]

@@ -1,5 +1,6 @@
-"""Small cubes are not slower than their files (issue 34 item 9): chunks along time grow with
-the cube, so a young cube decodes what it holds, not a chunk sized for years of growth.
+"""Small cubes are not slower than their files (issue 34 item 9): with ``--chunking grow``
+chunks along time grow with the cube, so a young cube decodes what it holds, not a chunk
+sized for years of growth.
 
 ECMWF MACC ``SMALL_total_column_co2.nc`` (31 six-hourly steps of packed int16) used to get
 one chunk of 1017 steps on its first append, so that every query decoded 33 times the data;
@@ -97,10 +98,10 @@ def test_a_small_cube_decodes_what_it_holds(tmp_path, capsys, monkeypatch, caden
     parts = granules(source, tmp_path, 4)
     cube = tmp_path / "cube.zarr"
     if one_call:
-        ok(capsys, monkeypatch, "append", str(cube), *map(str, parts))
+        ok(capsys, monkeypatch, "append", str(cube), *map(str, parts), "--chunking", "grow")
     else:
         for part in parts:  # resumed every time, as a daily job does
-            ok(capsys, monkeypatch, "append", str(cube), str(part))
+            ok(capsys, monkeypatch, "append", str(cube), str(part), "--chunking", "grow")
     theirs = xr.open_dataset(source)
     length = theirs.sizes["time"]
     # Each new chunk is as long as the cube before it (or what arrives, if more): at most

@@ -37,7 +37,8 @@ def append(
         None,
         "--chunking",
         help="When the cube is created, along --dim: month or year (a chunk per calendar "
-        "period), per-granule (each granule a chunk), or a size. Variable chunks need Zarr v3.",
+        "period), per-granule (each granule a chunk), grow (chunks that grow with the cube to "
+        "their size), or a size. Variable chunks need Zarr v3.",
     ),
     shards: list[str] = typer.Option(
         None,
@@ -51,8 +52,7 @@ def append(
     zarr_format: int = typer.Option(
         None,
         "--zarr-format",
-        help="When the cube is created: 2 or 3 (default 2; 3 with variable --chunking or "
-        "--shards).",
+        help="When the cube is created: 2 or 3 (default 2; 3 with a named --chunking or --shards).",
     ),
     group: Annotated[
         str | None,

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from accumulus.errors import AccumulusError
-from accumulus.grid import CALENDAR_RULES, growing_cap, regular_chunk_size
+from accumulus.grid import CALENDAR_RULES, GROW, growing_cap, regular_chunk_size
 from accumulus.ingest.append.cube_state import cube_array, stored_coordinate
 from accumulus.ingest.append.values import (
     Batch,
@@ -79,7 +79,13 @@ def _check_chunking_unchanged(target: Target, request: Request, cube: Committed)
     """``--chunks``, ``--chunking`` and ``--shards`` apply when a cube is created: on an
     existing cube they must say how it is chunked already."""
     asked: dict[str, int | tuple[int, ...] | str] = dict(request.chunks)
-    if request.rule is not None:
+    if request.rule == GROW:
+        if growing_cap(cube.variable_rule) is None:
+            raise AccumulusError(
+                f"{target.label}: chunks along {target.dim} do not grow in this cube; "
+                "--chunking grow applies when a cube is created"
+            )
+    elif request.rule is not None:
         asked[target.dim] = request.rule
     if request.shards:
         _check_shards_unchanged(target, request, cube)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
+from accumulus.grid import GROW
 from accumulus.hierarchy import write_tree
 from accumulus.ingest.append.cube_state import fresh_root
 from accumulus.ingest.append.values import Batch, Committed, Request, Target
@@ -39,9 +40,10 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
             for name, var in granule.dataset.variables.items()
         }
         month = steps_per_month(_step_seconds(granule, batch))
-        # Zarr v3 can declare chunks as values arrive: unless told otherwise, chunks along
-        # ``dim`` grow with the cube, so a young cube is not read as one mostly empty chunk.
-        grow = request.rule is None and not request.shards and zarr_format == 3
+        # Asked for (--chunking grow): chunks along ``dim`` grow with the cube, so a young
+        # cube is not read as one mostly empty chunk (Zarr v3: a rectilinear grid, which
+        # plain zarr-python reads with its rectilinear setting, GDAL and netcdf-c not yet).
+        grow = request.rule == GROW and not request.shards
         choice = choose_chunks(specs, dim, request.chunks, variable_rule, month, grow)
         choice = choose_shards(choice, specs, dim, request.shards)
         variable_rule = variable_rule or choice.rule

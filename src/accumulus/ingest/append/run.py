@@ -13,7 +13,7 @@ from zarr.abc.store import Store
 
 from accumulus.compute import Progress
 from accumulus.errors import AccumulusError, Interrupted
-from accumulus.grid import NAMED_RULES, ChunkRule
+from accumulus.grid import GROW, NAMED_RULES, ChunkRule
 from accumulus.ingest.append.check import check
 from accumulus.ingest.append.create import create
 from accumulus.ingest.append.destination import open_target, remove_if_empty
@@ -66,10 +66,11 @@ def append(
 
     On creation: ``chunks`` ({dim: size}), by default chunks of about 100 MiB; ``chunking``
     along ``dim``: a size (regular chunks, like ``chunks={dim: size}``), or ``"month"``,
-    ``"year"`` (a chunk per calendar period of the time coordinate) or ``"per-granule"``
-    (each granule its own chunk), which need Zarr v3 (a rectilinear chunk grid);
-    ``zarr_format`` 2 or 3: by default 3, where chunks along ``dim`` not given grow with the
-    cube up to their chosen size (2 with a chunk size given). On an existing cube they
+    ``"year"`` (a chunk per calendar period of the time coordinate), ``"per-granule"``
+    (each granule its own chunk) or ``"grow"`` (chunks chosen from bytes that grow with the
+    cube up to that size, so a young cube decodes what it holds), which need Zarr v3 (a
+    rectilinear chunk grid); ``zarr_format`` 2 or 3: by default 2 (3 with such a rule or with
+    ``shards``). On an existing cube they
     must agree with how it is chunked. Granules already ingested are skipped; times already
     in the cube are an error, or skipped with ``skip_existing``. Safe to re-run after an
     interruption, and to run while others read. ``progress(done, total)`` is called as
@@ -165,9 +166,9 @@ def _chunking_rule(
     rule = chunking.strip().lower() if isinstance(chunking, str) else chunking
     if isinstance(rule, str) and rule.isdigit():
         rule = int(rule)
-    if rule not in NAMED_RULES and not (type(rule) is int and rule > 0):
+    if rule not in (*NAMED_RULES, GROW) and not (type(rule) is int and rule > 0):
         raise AccumulusError(
-            f"--chunking {chunking}: expected {', '.join(NAMED_RULES)} or a chunk size"
+            f"--chunking {chunking}: expected {', '.join((*NAMED_RULES, GROW))} or a chunk size"
         )
     if dim in chunks and chunks[dim] != rule:
         raise AccumulusError(
@@ -177,8 +178,8 @@ def _chunking_rule(
 
 
 def _zarr_format(asked: int | None, rule: ChunkRule | None, sharded: bool = False) -> int:
-    """The format of a new cube: as asked, else 3 (2 for a regular chunk size along the
-    append dimension without shards, as before growing chunks)."""
+    """The format of a new cube: as asked, else 2 (the format every reader opens as it is),
+    3 where chunks vary along the append dimension (a named rule) or are sharded."""
     variable = isinstance(rule, str)
     if variable and sharded:
         raise AccumulusError(
@@ -187,9 +188,7 @@ def _zarr_format(asked: int | None, rule: ChunkRule | None, sharded: bool = Fals
             "size (or --chunks) to shard, or drop --shards"
         )
     if asked is None:
-        # Zarr v3 unless a regular chunk size is asked for along the dimension: chunks then
-        # grow with the cube (``grid.GrowingGrid``), which Zarr v2 cannot declare.
-        return 2 if isinstance(rule, int) and not sharded else 3
+        return 3 if variable or sharded else 2
     if asked not in (2, 3):
         raise AccumulusError(f"zarr_format must be 2 or 3, got {asked}")
     if asked == 2 and sharded:

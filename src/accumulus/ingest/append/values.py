@@ -10,7 +10,7 @@ import zarr
 from zarr.abc.store import Store
 
 from accumulus.compute import Progress
-from accumulus.grid import ChunkRule
+from accumulus.grid import GROW, ChunkRule
 from accumulus.ingest.conform import Template
 from accumulus.ingest.granules import GranuleLike
 from accumulus.ingest.journal import Journal
@@ -43,8 +43,9 @@ class Request:
 
     @property
     def variable_rule(self) -> str | None:
-        """The variable chunk rule asked for (month, year, per-granule), if any."""
-        return self.rule if isinstance(self.rule, str) else None
+        """The variable chunk rule asked for (month, year, per-granule), if any: chunks that
+        grow (``GROW``) are chosen from bytes when the cube is created."""
+        return self.rule if isinstance(self.rule, str) and self.rule != GROW else None
 
 
 @dataclass(frozen=True)
