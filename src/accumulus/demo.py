@@ -37,8 +37,8 @@ RUNS = 3  # each question is asked this many times each way; medians are reporte
 class DemoConfig:
     days: int = 1461  # four years, 2000-01-01 .. 2003-12-31
     resolution: float = 1.0  # degrees
-    # time, lat, lon; None: what ``append`` chooses for daily granules of this grid (the
-    # 10-100 MiB rule, at most a year per chunk: 365 x 180 x 360, 95 MB, at 1°).
+    # time, lat, lon; None: what ``append`` chooses for daily granules of this grid (a
+    # month of steps within 10-100 MiB: 41 x 180 x 360, 10 MiB, at 1°).
     chunks: tuple[int, int, int] | None = None
     start: str = "2000-01-01"
     view_limit: float = 50.0  # degrees of latitude: no data poleward (a satellite's view)
