@@ -182,7 +182,7 @@ def update_cost(folder: Path, sizes: list[int], steps: int, ny: int, nx: int, ch
         new = write_granule(folder / f"next{size}.nc", archive[:steps] + 1, size)
         store = folder / f"archive{size}.zarr"
         accumulus.append(str(store), old, chunks={"time": chunk})
-        accumulus.accumulate(str(store), VAR)
+        accumulus.accumulate(str(store), VAR, minimal=True)
         counting = CountingStore(open_store(store, "r+"))
         started = time.perf_counter()
         result = accumulus.append(counting, new)
@@ -191,7 +191,7 @@ def update_cost(folder: Path, sizes: list[int], steps: int, ny: int, nx: int, ch
         update_reads = _raw_chunk_reads(counting)
         counting = CountingStore(open_store(store, "r+"))
         started = time.perf_counter()
-        accumulus.accumulate(counting, VAR, rebuild=True)
+        accumulus.accumulate(counting, VAR, rebuild=True, minimal=True)
         rebuild_seconds = time.perf_counter() - started
         assert all(r.ok for r in accumulus.verify(str(store)))
         rows.append(

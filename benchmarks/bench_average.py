@@ -254,7 +254,7 @@ def bench_cube(label: str, path: Path, variable: str, chunks, questions, args) -
     # The group the cube holds is used as it is (the realistic cube may be shared, read
     # only); a cube without one gets the default accumulations.
     if accumulus.open(str(path)).accumulation_group(variable) is None:
-        built = accumulus.accumulate(str(path), variable).action
+        built = accumulus.accumulate(str(path), variable, minimal=True).action
     else:
         built = "used as stored"
     local = [measure(path, variable, name, over, ranges, args) for name, over, ranges in questions]

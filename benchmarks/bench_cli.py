@@ -103,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     cube = realistic_cube(args.dir)
-    built = accumulus.accumulate(str(cube), VARIABLE)
+    built = accumulus.accumulate(str(cube), VARIABLE, minimal=True)
     sources = str(Path(accumulus.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([sources, os.environ.get("PYTHONPATH", "")])}
     # As an installed package runs: its modules compiled once, their bytecode cached (pip

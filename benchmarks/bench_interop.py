@@ -39,7 +39,7 @@ LATENCY = 0.05
 def consolidation(directory: Path, repeats: int) -> dict:
     path = directory / "cube.zarr"
     write_demo_cube(path, DemoConfig(days=1461, resolution=5.0, chunks=(30, 12, 24)))
-    accumulus.accumulate(str(path), VARIABLE)  # the group, and NCZarr metadata in step
+    accumulus.accumulate(str(path), VARIABLE, minimal=True)  # the group, NCZarr metadata in step
 
     def bare(store):
         with accumulus_scope():

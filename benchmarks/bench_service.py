@@ -195,7 +195,7 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
 
     cube = realistic_cube(args.dir)
-    built = accumulus.accumulate(str(cube), VARIABLE)
+    built = accumulus.accumulate(str(cube), VARIABLE, minimal=True)
     dataset = cube.name.removesuffix(".zarr")
     urls = requests_to_send(dataset, args.requests)
     warm_up = requests_to_send(dataset, 4 * args.clients, seed=2)

@@ -378,7 +378,7 @@ def main() -> None:
     layouts = {}
     for name, path in paths.items():
         started = time.perf_counter()
-        built = accumulus.accumulate(str(path), VARIABLE, rebuild=args.rebuild)
+        built = accumulus.accumulate(str(path), VARIABLE, rebuild=args.rebuild, minimal=True)
         layouts[name] = {
             "store": str(path),
             "accumulate": built.action,

@@ -53,7 +53,7 @@ def main() -> None:
     with http_server(path.parent, latency=args.latency) as (base, log):
         url = f"{base}/{path.name}"
         started = time.perf_counter()
-        accumulus.accumulate(url, "precip", into=str(side))
+        accumulus.accumulate(url, "precip", into=str(side), minimal=True)
         build_seconds = time.perf_counter() - started
         handle = accumulus.open(str(side))
         opened = xr.open_zarr(url)

@@ -253,7 +253,7 @@ def test_variable_chunks_need_zarr_v3(tmp_path):
     [
         ({"chunking": "per-granule"}, "is chunked time=month; --chunks and --chunking apply"),
         ({"chunks": {"time": 10}}, "is chunked time=month; --chunks and --chunking apply"),
-        ({"chunking": "weekly"}, "--chunking weekly: expected month, year, per-granule or a"),
+        ({"chunking": "weekly"}, "--chunking weekly: expected month, year, per-granule, grow or a"),
     ],
 )
 def test_an_existing_cube_keeps_its_chunking(tmp_path, options, message):

@@ -48,12 +48,8 @@ def test_datasets_describe_dimensions_variables_and_coverage(client, cube_data):
     assert tas["units"] == "K" and tas["long_name"] == "air temperature"
     acc = tas["accumulation"]
     assert acc["complete"] is True and acc["weights"] == "area"
-    assert {tuple(c["dims"]) for c in acc["combinations"]} == {
-        ("time",),
-        ("lat",),
-        ("lon",),
-        ("lat", "lon"),
-    }
+    # The default layout: time alone, latitude and longitude together (each at every cell).
+    assert {tuple(c["dims"]) for c in acc["combinations"]} == {("time",), ("lat", "lon")}
     assert acc["coverage"]["time"] == {"covered": 40, "size": 40, "through": "2001-02-09T00:00:00"}
     assert client.get("/api/datasets/surface").json() == surface
 
