@@ -38,8 +38,8 @@ def average(
     plan: str = typer.Option(
         "cheaper",
         "--plan",
-        help="cheaper: the accumulations or a full scan, whichever reads less; accumulation: "
-        "the accumulations even when a scan reads less.",
+        help="cheaper: the accumulations or a full scan, whichever is estimated faster; "
+        "accumulation: the accumulations even when a scan is estimated faster.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the result as CSV."),
