@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 import zarr
 
 import accumulus
@@ -40,7 +39,8 @@ from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.opening import open_store
 from bench_average import floor_reader
-from common import DEFAULT_DIR, median_seconds, median_with_cpu, report
+from bench_positions import full_read, timed_scan
+from common import DEFAULT_DIR, median_with_cpu, report
 from realistic import VARIABLE, dataset
 
 
@@ -74,13 +74,6 @@ def build_cube(directory: Path, days: int, fresh: bool) -> tuple[Path, dict]:
         subprocess.run([*command, "--dim", "time"], check=True, capture_output=True)
         timings["append_seconds"] = round(time.perf_counter() - started, 2)
     return cube, timings
-
-
-def full_read(path: Path) -> float:
-    """One full read of the raw data (fetch, decode, sum): a build's floor."""
-    started = time.perf_counter()
-    xr.open_zarr(path, consolidated=True)[VARIABLE].astype("f8").sum().compute()
-    return time.perf_counter() - started
 
 
 def questions(days: pd.DatetimeIndex, lat: np.ndarray, lon: np.ndarray, n: int, seed: int):
@@ -119,12 +112,6 @@ def counted(store: CountingStore) -> dict:
     }
 
 
-def xarray_scan(store, over, ranges) -> xr.DataArray:
-    ds = xr.open_zarr(store, consolidated=True)
-    data = ds[VARIABLE].sel({d: slice(*r) for d, r in ranges.items()}).astype("f8")
-    return data.weighted(np.cos(np.deg2rad(ds["lat"]))).mean(list(over)).compute()
-
-
 def ask(path: Path, kind: str, over, ranges, args) -> dict:
     store = CountingStore(open_store(str(path)))
     counted_handle = accumulus.open(store)
@@ -145,11 +132,7 @@ def ask(path: Path, kind: str, over, ranges, args) -> dict:
     except AttributeError:  # bench_average's floor decodes Zarr v2 arrays only
         floor, floor_counts = None, None
 
-    def scan():
-        fresh = CountingStore(open_store(str(path)))
-        return xarray_scan(fresh, over, ranges), fresh
-
-    scan_seconds, (expected, scan_store) = median_seconds(scan, args.scan_repeats)
+    scan_seconds, expected, scan_store = timed_scan(path, over, ranges, args.scan_repeats)
     got, want = result.data.values, expected.values
     return {
         "kind": kind,

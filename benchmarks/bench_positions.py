@@ -109,6 +109,18 @@ def xarray_scan(store, over, ranges) -> xr.DataArray:
     return data.weighted(np.cos(np.deg2rad(ds["lat"]))).mean(list(over)).compute()
 
 
+def timed_scan(path: Path, over, ranges, repeats: int) -> tuple[float, xr.DataArray, CountingStore]:
+    """xarray + Dask's scan of the same cells, each run on a freshly opened store: its median
+    seconds, its answer and the store that counted its reads."""
+
+    def scan():
+        fresh = CountingStore(open_store(str(path)))
+        return xarray_scan(fresh, over, ranges), fresh
+
+    seconds, (expected, store) = median_seconds(scan, repeats)
+    return seconds, expected, store
+
+
 def counted(*stores: CountingStore) -> dict:
     return {
         "requests": sum(s.counts.read_requests for s in stores),
@@ -139,11 +151,7 @@ def ask(path: Path, side: Path, name: str, args) -> dict:
     in_thread = floor_in_thread_reader(handle, result)
     floor_here = median_seconds(in_thread, args.repeats)[0] if in_thread is not None else None
 
-    def scan():
-        fresh = CountingStore(open_store(str(path)))
-        return xarray_scan(fresh, over, ranges), fresh
-
-    scan_seconds, (expected, scan_store) = median_seconds(scan, args.scan_repeats)
+    scan_seconds, expected, scan_store = timed_scan(path, over, ranges, args.scan_repeats)
     got, want = result.data.values, expected.values
     return {
         "question": name,
