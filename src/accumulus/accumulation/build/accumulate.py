@@ -146,7 +146,9 @@ def _build(
     check_request(var, request)
     compute.check_scheduler(scheduler)
     coverage = final_coverage(cube, var)
-    holders = statistics.stored_arrays(request.weights, statistics.can_be_infinite(var.array.dtype))
+    holders = statistics.stored_arrays(
+        request.weights, statistics.can_be_infinite(var.array.dtype), request.sums
+    )
     placements = placement.placements(cube, var, request, coverage)
     wanted = spec.make_group(
         variable, var.dims, request, coverage, holders, placements, stride_unit(var)
@@ -166,6 +168,10 @@ def _build(
             raise
         existing = None  # damaged (e.g. attributes edited): replaced below
     action = "built" if stored.get(spec.group_name(variable)) is None else "rebuilt"
+    if any(statistics.SUMS[t].centred for t in request.sums):
+        # An update continues the sums about the reference they were built about.
+        kept = existing.reference if existing is not None and not rebuild else None
+        wanted = replace(wanted, reference=kept if kept is not None else _reference(var))
     met = False  # an infinity met by an update of a group keeping no tallies
     if existing is not None and not rebuild:
         # A group keeping no tallies of infinities (none met yet, or built before tallies
@@ -253,6 +259,16 @@ def _fill_new(
     untallied = False if statistics.can_be_infinite(var.array.dtype) else None
     done = replace(group, complete=True, infinities=_infinities(group, seen, untallied))
     return done, targets
+
+
+def _reference(var: VariableInfo) -> float:
+    """The value a group's sums of squares are centred on (``statistics``): the mean of the
+    first raw chunk's finite values (0 where it has none), near the data's own mean, so that
+    a variance cancels little (Σ(x−c)² against Σx²)."""
+    first = tuple(slice(0, b.edges[1] if len(b.edges) > 1 else 0) for b in var.bounds)
+    values = np.asarray(var.decoder.values(var.array[first]), dtype="f8")
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else 0.0
 
 
 def final_coverage(cube: RawCube, var: VariableInfo) -> dict[str, int]:

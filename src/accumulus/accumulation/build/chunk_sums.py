@@ -27,6 +27,7 @@ def chunk_sums(
     reductions: Sequence[tuple[int, ...]],
     edges: Sequence[Sequence[int]] | None = None,
     empty: Callable[[int], np.ndarray] | None = None,
+    reference: float = 0.0,
 ) -> dict[tuple[int, ...], np.ndarray]:
     """The requested sums of a block, per raw chunk along each set of axes in ``reductions``.
 
@@ -36,7 +37,8 @@ def chunk_sums(
     axes)}``. Reductions containing no other requested one are taken from the block, all
     in one pass (``kernel.block_sums``); the others are summed from the largest requested
     one they contain, which is much smaller than the block. ``empty(n)`` gives the float64
-    space the pass fills (default: a new array).
+    space the pass fills (default: a new array). Centred sums (Σ(x−c)²) are taken about
+    ``reference`` (c).
     """
     x = np.asarray(x)
     x = x.reshape(1) if x.ndim == 0 else x
@@ -53,7 +55,8 @@ def chunk_sums(
         }
     else:
         first = [axes for axes in wanted if not any(set(c) < set(axes) for c in wanted)]
-        done = dict(zip(first, _block_sums(x, w, terms, first, edges, empty), strict=True))
+        found = _block_sums(x, w, terms, first, edges, empty, reference)
+        done = dict(zip(first, found, strict=True))
     for axes in wanted:
         if axes in done:
             continue
@@ -79,6 +82,7 @@ def _block_sums(
     reductions: Sequence[tuple[int, ...]],
     edges: Sequence[Sequence[int]],
     empty: Callable[[int], np.ndarray] | None = None,
+    reference: float = 0.0,
 ) -> list[np.ndarray]:
     """Each sum of ``x`` per segment along the axes of each reduction, in one compiled pass
     over the block (numba): ``(len(terms), *x.shape with the segment count on the axes)``
@@ -139,6 +143,7 @@ def _block_sums(
         offsets,
         out,
         fresh,
+        float(reference),
     )
     results = []
     for k, names in enumerate(direct):

@@ -39,6 +39,7 @@ def block_sums(
     offsets: np.ndarray,  # (K,): where each reduction's (T, n_rows, n_columns) sums start
     out: np.ndarray,  # flat float64, added to
     fresh: bool,  # out is not zeroed: no reduction sums anything, each row is zeroed here
+    reference: float = 0.0,  # powers b >= 2 are of x − reference (centred sums of squares)
 ) -> None:
     n_rows_in, q_len = rows.shape
     value = np.empty(q_len)
@@ -67,7 +68,9 @@ def block_sums(
                     continue  # a tally of a row without infinities adds nothing
                 if b >= 2:
                     for q in range(q_len):
-                        power[q] = value[q] ** b
+                        # 0 where missing or infinite (value 0 there, valid or not).
+                        finite = abs(np.float64(rows[r, q])) < np.inf
+                        power[q] = (value[q] - reference) ** b if finite else 0.0
                 elif b < 0:  # the tally of +inf (b = -1) or -inf (b = -2)
                     tallied = np.inf if b == -1 else -np.inf
                     for q in range(q_len):

@@ -279,7 +279,18 @@ def fill(
         in_region = [[w for w in work if (w.raw_start, w.raw_stop) == r] for r in regions]
         empty = buffers.empty if in_process else None
         tasks = [
-            _region_tasks(x, var, dim, region, weights, items, refuse_infinities, empty, tile)
+            _region_tasks(
+                x,
+                var,
+                dim,
+                region,
+                weights,
+                items,
+                refuse_infinities,
+                empty,
+                tile,
+                group.reference or 0.0,
+            )
             for region, items in zip(regions, in_region, strict=True)
         ]
         computed = iter(
@@ -398,6 +409,7 @@ def _region_tasks(
     refuse_infinities: bool = False,
     empty: Callable[[int], np.ndarray] | None = None,
     tile: Mapping[str, tuple[int, int]] | None = None,
+    reference: float = 0.0,
 ) -> tuple[np.ndarray, list[list[tuple[int, int]]]]:
     """Delayed per-block sums of raw ``region`` along ``dim`` (within ``tile`` along the
     dimensions it names): an array shaped like the block grid of tasks, each returning every
@@ -428,6 +440,7 @@ def _region_tasks(
             len(work),
             refuse_infinities,
             empty,
+            reference,
         )
     return tasks, locations
 
@@ -466,13 +479,16 @@ def _block_sums(
     items: int,
     refuse_infinities: bool = False,
     empty: Callable[[int], np.ndarray] | None = None,
+    reference: float = 0.0,
 ):
-    """Every work item's per-segment sums of one block."""
+    """Every work item's per-segment sums of one block (sums of squares about
+    ``reference``)."""
     if refuse_infinities and np.isinf(block).any():
         raise InfinityMet("the data hold an infinity")
     out: list[np.ndarray | None] = [None] * items
     for terms, edges, members in calls:
-        sums = chunk_sums(block, w, terms, [axes for _, axes in members], edges, empty)
+        reductions = [axes for _, axes in members]
+        sums = chunk_sums(block, w, terms, reductions, edges, empty, reference)
         for n, axes in members:
             out[n] = sums[axes]
     return out

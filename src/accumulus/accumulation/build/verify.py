@@ -213,7 +213,7 @@ def _compare(
         w = weights
         if isinstance(w, np.ndarray) and w.shape[axis] > 1:
             w = w[tuple(index)]
-        sums = _slab_sums(var, x[tuple(index)], w, checks, (lo, hi))
+        sums = _slab_sums(var, x[tuple(index)], w, checks, (lo, hi), group.reference or 0.0)
         for check in checks:
             _compare_slab(var, check, dim, (lo, hi), sums, totals)
 
@@ -246,10 +246,12 @@ def _slab_sums(
     w: np.ndarray | float,
     checks: list[_Check],
     slab: tuple[int, int],
+    reference: float = 0.0,
 ) -> dict[tuple[str, Cuts, bool], np.ndarray]:
     """Sums per piece of one slab (raw ``slab`` along the batch axis), for every (term, cuts)
     the checks need and for the same sums of absolute summands: ``{(term, cuts, absolute):
-    array}``, shaped like the slab with the piece count on the cut axes."""
+    array}``, shaped like the slab with the piece count on the cut axes. Centred sums are
+    of x − ``reference``."""
     valid = ~da.isnan(x)
     # Infinite values count (x^0 = 1) but add nothing to the sums of x^b, b > 0: the
     # tallies count them (``statistics``).
@@ -261,7 +263,10 @@ def _slab_sums(
         if s.tally is not None:
             summand = (x == s.tally).astype("f8")
         else:
-            summand = da.where(valid, w**s.weight_power * values**s.value_power, 0.0)
+            about = values - reference if s.centred else values
+            # Centred: 0 where infinite, as the build leaves them out of every power of x.
+            kept = (valid & da.isfinite(x)) if s.centred else valid
+            summand = da.where(kept, w**s.weight_power * about**s.value_power, 0.0)
         lazy[term, cuts, False] = _piece_totals(summand, var, cuts, slab)
         # A count's summands are never negative: its absolute sums are its sums.
         absolute = summand if s.is_count else abs(summand)

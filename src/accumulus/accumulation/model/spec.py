@@ -59,6 +59,10 @@ WSUM = "wsum"  # Σ w·x   _DATA_WEIGHTED
 WCOUNT = "wcount"  # Σ w     _WEIGHTS
 SUM = "sum"  # Σ x     _DATA_UNWEIGHTED
 COUNT = "count"  # Σ 1     (with weights "none" this is _WEIGHTS)
+# Sums of squares about the group's reference value c (opt-in: ``accumulate --stats var``).
+WSUMSQ = "wsumsq"  # Σ w·(x−c)²
+SUMSQ = "sumsq"  # Σ (x−c)²
+OPTIONAL = (WSUMSQ, SUMSQ)  # the sums a build stores only when asked
 # Tallies: how many values are +inf and -inf. Sums hold finite values only (a prefix sum
 # that met an infinity would carry it forever, and inf - inf is NaN); an answer is rebuilt
 # from the sums and the tallies of its range. Kept only where values can be infinite.
@@ -188,6 +192,9 @@ class AccumulationGroup:
     # otherwise they are all 0 and not read). None: not recorded (no tallies, or a group
     # built before tallies).
     infinities: bool | None = None
+    # The value sums of squares are taken about (``statistics``: centred sums); None where
+    # the group holds none.
+    reference: float | None = None
 
     @property
     def path(self) -> str:
@@ -214,6 +221,7 @@ class AccumulationGroup:
                 [list(a.dims), list(a.strides), rules(a)] for a in self.accumulations
             ),
             "stride_unit": self.stride_unit,
+            "sums": sorted({t for a in self.accumulations for t in a.arrays if t in OPTIONAL}),
         }
 
     def request(self) -> BuildRequest:
@@ -232,6 +240,7 @@ class AccumulationGroup:
             strides=strides,
             weights=self.weights,
             at=at,
+            sums=tuple(sorted({t for a in self.accumulations for t in a.arrays if t in OPTIONAL})),
         )
 
 
@@ -246,6 +255,8 @@ class BuildRequest:
     # Accumulation arrays in shards (Zarr v3): None for "when the raw array is sharded".
     # How arrays are stored, not what they hold: not part of the group's configuration.
     shards: bool | None = None
+    # Optional sums to store beside the default ones (``statistics.extra_sums``).
+    sums: tuple[str, ...] = ()
 
     def rules(self, combination: Sequence[str]) -> dict[str, Rule]:
         return {d: self.at.get(d, "chunk") for d in combination}
@@ -297,7 +308,11 @@ def make_group(
         placement = placements.get(ordered)
         held = holders
         if placement is not None and placement.factored:
-            held = {**FACTORED_HOLDERS, **{t: holders[t] for t in TALLIES if t in holders}}
+            # The unweighted sums (Σx², tallies) beside Σx and the count.
+            held = {
+                **FACTORED_HOLDERS,
+                **{t: holders[t] for t in (*TALLIES, SUMSQ) if t in holders},
+            }
         prefix, suffix = "", ""
         if placement is not None:
             prefix = f"{POSITIONS_GROUP}/"
@@ -349,6 +364,8 @@ def group_attributes(group: AccumulationGroup) -> dict[str, Any]:
         extra["stride_unit"] = group.stride_unit
     if group.infinities is not None:
         extra["infinities"] = group.infinities
+    if group.reference is not None:
+        extra["reference"] = group.reference
     return {
         TREE_KEY: accumulation_tree(group.variable_dims, zep5),
         EXTENSION_KEY: {
@@ -553,11 +570,16 @@ def parse_group(
         complete=bool(extension.get("complete", False)),
         stride_unit=str(extension.get("stride_unit", CHUNK)),
         infinities=_flag(extension.get("infinities")),
+        reference=_number(extension.get("reference")),
     )
 
 
 def _flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _parse_placement(

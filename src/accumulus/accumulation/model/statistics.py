@@ -21,7 +21,15 @@ latitude, cell areas). Tallies exist where values can be infinite (floating-poin
 
 Adding a statistic is one ``Statistic`` entry (and a ``Sum`` entry
 for each sum no statistic needed before): the build stores every sum of ``SUMS``, verify
-checks each, and the query asks for the ones its statistic names.
+checks each, and the query asks for the ones its statistic names. A sum marked ``optional``
+is stored only when a build asks for a statistic that needs it (``accumulate --stats var``):
+the default build does not grow.
+
+Sums of squares are *centred*: Σ w^a·(x − c)^b about one reference value c per group
+(``AccumulationGroup.reference``, the mean of the first raw chunk's valid values), so that
+the variance Σw(x−c)²/Σw − (m−c)² cancels only (m−c)², not m² (temperatures in kelvin:
+mean 280, spread 5). A query reading raw chunks only takes them about each cell's own mean
+(two passes, as xarray does).
 """
 
 from __future__ import annotations
@@ -37,12 +45,15 @@ from accumulus.accumulation.model.spec import (
     NEGINF,
     POSINF,
     SUM,
+    SUMSQ,
     TALLIES,
     WCOUNT,
     WSUM,
+    WSUMSQ,
     Accumulation,
     Weights,
 )
+from accumulus.errors import AccumulusError
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,10 @@ class Sum:
     weight_power: int  # a: 0 or 1
     value_power: int  # b: 0, 1, 2, ...
     tally: float | None = None  # a tally's value (+inf or -inf); None for a sum
+    # Stored only when a statistic that needs it is asked for (``extra_sums``).
+    optional: bool = False
+    # Taken of x − c, c the group's reference value (``centred``), not of x.
+    centred: bool = False
 
     @property
     def is_count(self) -> bool:
@@ -78,6 +93,8 @@ SUMS: dict[str, Sum] = {
         Sum(COUNT, 0, 0),  # Σ 1     valid values
         Sum(POSINF, 0, 0, np.inf),  # values that are +inf
         Sum(NEGINF, 0, 0, -np.inf),  # values that are -inf
+        Sum(WSUMSQ, 1, 2, optional=True, centred=True),  # Σ w·(x−c)²  var, std
+        Sum(SUMSQ, 0, 2, optional=True, centred=True),  # Σ (x−c)²
     )
 }
 
@@ -122,6 +139,14 @@ class Statistic:
     finish: Finish
     has_units: bool = True  # the answer carries the variable's units (a count does not)
     sums_values: bool = True  # an infinite value makes it infinite (not so a count)
+    # An infinite value makes it NaN (xarray's var: (inf − inf)² is NaN), not infinite.
+    nan_at_infinity: bool = False
+    units_power: int = 1  # the answer's units are the variable's to this power (var: 2)
+
+    @property
+    def centred(self) -> bool:
+        """Whether it needs sums about a reference value (``SUMS[...].centred``)."""
+        return any(SUMS[s].centred for s in self.sums)
 
     def sums_for(self, weighted: bool, infinite: bool = False) -> tuple[str, ...]:
         """The sums it needs, and the tallies after them when values can be ``infinite``."""
@@ -133,7 +158,10 @@ class Statistic:
         values = self.finish(sums[: len(self.sums)], weighted)
         if len(sums) == len(self.sums):
             return values
-        return with_infinities(values, *sums[len(self.sums) :])
+        posinf, neginf = sums[len(self.sums) :]
+        if self.nan_at_infinity:
+            return np.where((np.asarray(posinf) > 0) | (np.asarray(neginf) > 0), np.nan, values)
+        return with_infinities(values, posinf, neginf)
 
 
 def with_infinities(values: np.ndarray, posinf: np.ndarray, neginf: np.ndarray) -> np.ndarray:
@@ -171,9 +199,32 @@ def _count(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     return np.where(sums[0] != 0, sums[0], np.nan) if weighted else sums[0]
 
 
+def _variance(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+    # Σw(x−m)²/Σw from the centred sums S2 = Σw(x−c)², S1 = Σw(x−c) (the query turns Σw·x
+    # into S1: ``centre``) and W = Σw: S2/W − (S1/W)², never below 0 (rounding). NaN where
+    # no value is valid, as xarray's.
+    squares, centred, weight = sums
+    shift = _ratio(centred, weight)
+    return np.maximum(_ratio(squares, weight) - shift * shift, 0.0)
+
+
+def _std(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+    return np.sqrt(_variance(sums, weighted))
+
+
+def centre(terms: Sequence[str], sums: np.ndarray, reference: float | np.ndarray) -> np.ndarray:
+    """``sums`` (one row per term) with Σw·x and Σx turned into Σw·(x−c) and Σ(x−c), in
+    place, for a statistic finished from centred sums (``Statistic.centred``)."""
+    for linear, weight in ((WSUM, WCOUNT), (SUM, COUNT)):
+        if linear in terms and weight in terms:
+            row = sums[terms.index(linear)]
+            row -= np.asarray(reference) * sums[terms.index(weight)]
+    return sums
+
+
 # The names of the statistics below, for type checkers (``Query.stat``); a test keeps them
 # equal to the table's keys.
-Stat = Literal["mean", "sum", "count"]
+Stat = Literal["mean", "sum", "count", "var", "std"]
 
 STATISTICS: dict[str, Statistic] = {
     s.name: s
@@ -181,8 +232,31 @@ STATISTICS: dict[str, Statistic] = {
         Statistic("mean", (WSUM, WCOUNT), _mean),
         Statistic("sum", (WSUM,), _sum),
         Statistic("count", (WCOUNT,), _count, has_units=False, sums_values=False),
+        Statistic("var", (WSUMSQ, WSUM, WCOUNT), _variance, nan_at_infinity=True, units_power=2),
+        Statistic("std", (WSUMSQ, WSUM, WCOUNT), _std, nan_at_infinity=True),
     )
 }
+
+# What ``accumulate --stats`` names, and the optional sums each adds to a build.
+BUILT_STATS: dict[str, tuple[str, ...]] = {"var": (WSUMSQ, SUMSQ)}
+
+
+def extra_sums(stats: Sequence[str]) -> tuple[str, ...]:
+    """The optional sums a build stores for ``stats`` (names of ``BUILT_STATS``; ``std`` is
+    ``var``'s), or an error naming the one not known."""
+    names: list[str] = []
+    for stat in stats:
+        key = "var" if stat == "std" else stat
+        if key not in BUILT_STATS:
+            known = ", ".join(BUILT_STATS)
+            raise AccumulusError(f"--stats: no sums to build for {stat!r}: use {known}")
+        names.extend(BUILT_STATS[key])
+    return tuple(dict.fromkeys(names))
+
+
+def built_stats(sums: Sequence[str]) -> tuple[str, ...]:
+    """The statistics of ``BUILT_STATS`` whose optional sums are all among ``sums``."""
+    return tuple(k for k, needed in BUILT_STATS.items() if set(needed) <= set(sums))
 
 
 def can_be_infinite(dtype: np.dtype) -> bool:
@@ -199,12 +273,16 @@ def stored_sums(weights: Weights) -> tuple[str, ...]:
     return tuple(SUMS)
 
 
-def stored_arrays(weights: Weights, infinite: bool = True) -> dict[str, str]:
+def stored_arrays(
+    weights: Weights, infinite: bool = True, extra: Sequence[str] = ()
+) -> dict[str, str]:
     """Each sum of an accumulation -> the sum whose array holds it. With unit weights a sum
     and its unweighted twin share one array, named after the weighted sum (ZEP 5's
     _DATA_WEIGHTED then holds Σx), except that Σw and Σ1 share the count's. Tallies only
-    when values can be ``infinite``."""
-    names = [s for s in SUMS if infinite or s not in TALLIES]
+    when values can be ``infinite``; optional sums only those named in ``extra``."""
+    names = [
+        s for s in SUMS if (infinite or s not in TALLIES) and (not SUMS[s].optional or s in extra)
+    ]
     if weights != "none":
         return {s: s for s in names}
     holders = {}

@@ -18,14 +18,20 @@ from accumulus.accumulation.model import statistics
 
 
 def reduce_terms(
-    x: np.ndarray, w: np.ndarray | float, terms: Sequence[str], axes: Sequence[int]
+    x: np.ndarray,
+    w: np.ndarray | float,
+    terms: Sequence[str],
+    axes: Sequence[int],
+    reference: np.ndarray | float = 0.0,
 ) -> np.ndarray:
     """Each requested sum of a block over ``axes`` (axes of ``x``): ``(len(terms), *rest)``.
 
     What a query takes of a raw chunk, in NumPy (float64 sums): a query sums a few chunks,
     where loading the build's compiled loop (numba, about half a second of CPU in a fresh
     process) would cost more than it saves. A weighted sum is taken over the axes its
-    weights do not vary on first, then weighted: one product per remaining value."""
+    weights do not vary on first, then weighted: one product per remaining value. Centred
+    sums (Σ(x−c)²) are taken about ``reference`` (c: a number, or values broadcastable to
+    ``x``, one per cell of the answer)."""
     axes = tuple(sorted(axes))
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64):
@@ -48,7 +54,7 @@ def reduce_terms(
         s = statistics.SUMS[name]
         if s.tally is not None and not infinite:
             continue  # no value equals the tally's infinity
-        summands = _summands(x, valid, values, s)
+        summands = _summands(x, valid, values, s, finite, reference)
         total = np.sum(summands, axis=constant, dtype="f8", keepdims=True)
         if s.weight_power == 1:
             total = total * w
@@ -56,9 +62,19 @@ def reduce_terms(
     return out
 
 
-def _summands(x: np.ndarray, valid: np.ndarray, values: np.ndarray, s: statistics.Sum):
+def _summands(
+    x: np.ndarray,
+    valid: np.ndarray,
+    values: np.ndarray,
+    s: statistics.Sum,
+    finite: np.ndarray,
+    reference: np.ndarray | float,
+):
     """What ``s`` adds per value: 1 per valid value (or per value equal to a tally's
-    infinity), or the finite value to its power (0 where missing or infinite)."""
+    infinity), or the finite value (less ``reference`` for a centred sum) to its power (0
+    where missing or infinite)."""
+    if s.centred:
+        return np.where(finite, values.astype("f8") - reference, 0.0) ** s.value_power
     if s.tally is not None:
         return x == s.tally
     if s.value_power == 0:

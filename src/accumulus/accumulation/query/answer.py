@@ -201,8 +201,13 @@ def read_answer(
     stat = statistics.STATISTICS[resolved.stat]
     infinite = statistics.can_be_infinite(var.array.dtype)
     terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
-    done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+    reference: np.ndarray | float = 0.0
+    if stat.centred:
+        reference = _reference(cube, groups, resolved, plan, work, memory_bytes)
+    done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work, reference=reference)
     sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
+    if stat.centred:
+        sums = statistics.centre(done.terms, sums, reference)
     # (terms, ...): one array per term, as a sequence of them is indexed.
     values = stat.answer(sums, weights != "none")  # type: ignore[arg-type]
     if np.may_share_memory(values, sums):  # the sums are working space (``execute``)
@@ -211,6 +216,31 @@ def read_answer(
         inside = kept_cells(resolved.mask, var.dims, resolved.over)
         values = values if inside is None else np.where(inside, values, np.nan)
     return values, done
+
+
+def _reference(
+    cube: RawCube,
+    groups: AccumulationGroups,
+    resolved: ResolvedQuery,
+    plan: QueryPlan,
+    work: Work | None,
+    memory_bytes: int,
+) -> np.ndarray | float:
+    """What a centred statistic's sums of squares are taken about: the group's reference
+    when the plan reads its entries (raw chunks must then match them); otherwise each
+    cell's own mean, read first (a second pass over the same raw chunks, as xarray's var
+    takes the mean first): the squares then cancel nothing."""
+    var, weights = resolved.variable, resolved.weights
+    if plan.accumulation_reads:
+        group = groups.group(var.name)
+        assert group is not None and group.reference is not None
+        return group.reference
+    mean = statistics.STATISTICS["mean"]
+    terms = mean.sums_for(weighted=weights != "none")
+    done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+    sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
+    means = mean.answer(sums, weights != "none")  # type: ignore[arg-type]
+    return np.where(np.isfinite(means), means, 0.0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -107,6 +107,7 @@ def execute(
     work: Work | None = None,
     *,
     checked: bool = False,
+    reference: np.ndarray | float = 0.0,
 ) -> ExecutedPlan:
     """Σ over the plan's reads of sign x sums, holding about ``memory_bytes`` at most: the
     chunks in flight are bounded by their decoded size, and a raw chunk is summed slab by
@@ -115,7 +116,11 @@ def execute(
     Floating-point entries are checked (``_checked_entries``) only when the answer is not
     finite: a missing chunk's NaN, or an infinity summed in, reaches every sum it is added
     to, so the plan is then read again with every slab ``checked``, which says which chunk
-    it was. Integer entries (counts) are always checked: their fill value is a number."""
+    it was. Integer entries (counts) are always checked: their fill value is a number.
+
+    ``reference``: what raw chunks' centred sums (Σ(x−c)²) are taken about: the group's
+    reference value (a number) when entries are read too, or one value per cell of the
+    answer (shaped like it) when the plan reads raw chunks only."""
     if work is None:
         work = chunk_work(groups, var, plan, terms)
     budget = read_budget(memory_bytes)
@@ -132,9 +137,11 @@ def execute(
     def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
         for part in work[request.key][1]:
             if isinstance(part, RawPart):
+                about = _part_reference(reference, part, reduce_axes)
                 sums = _raw_sums(
-                    cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan
-                )
+                    cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan,
+                    about,
+                )  # fmt: skip
                 total.add(part.index, part.out, part.sign, sums)
             else:
                 slab = chunk[part.local]
@@ -156,7 +163,10 @@ def execute(
         raise _read_error(cube, var, failed, groups.label) from None
     sums = total.result()
     if not checked and not np.isfinite(sums).all():
-        return execute(cube, groups, var, plan, terms, weights, memory_bytes, work, checked=True)
+        return execute(
+            cube, groups, var, plan, terms, weights, memory_bytes, work,
+            checked=True, reference=reference,
+        )  # fmt: skip
     raw_prefix = var.array.store_path.path + "/"
     raw = sum(key.startswith(raw_prefix) for key in work)
     return ExecutedPlan(rows, sums, total.magnitude, counts, len(work) - raw, raw)
@@ -170,6 +180,16 @@ def _reads_tallies(work: Work) -> bool:
         for _, parts in work.values()
         for part in parts
     )
+
+
+def _part_reference(
+    reference: np.ndarray | float, part: RawPart, axes: tuple[int, ...]
+) -> np.ndarray | float:
+    """The reference values of a raw part's cells, broadcastable to the part (size 1 along
+    the ``axes`` summed): the answer's cells it adds to (``part.out``)."""
+    if not isinstance(reference, np.ndarray):
+        return reference
+    return np.expand_dims(reference[part.out[1:]], axes) if axes else reference[part.out[1:]]
 
 
 def noise_floor(magnitude: np.ndarray) -> np.ndarray:
@@ -190,6 +210,7 @@ def _raw_sums(
     weights: spec.Weights,
     budget: ReadBudget,
     plan: QueryPlan,
+    reference: np.ndarray | float = 0.0,
 ) -> np.ndarray:
     """The sums of a raw chunk's part, decoded and summed slab by slab so that the working
     arrays stay within the budget whatever the chunk's size. With a shape (``plan.mask``)
@@ -204,7 +225,7 @@ def _raw_sums(
         if inside is not None:
             values = np.where(_broadcast_slab(inside, slab), values, np.nan)
         sums[(slice(None), *(slab[a] for a in kept))] += reduce_terms(
-            values, _broadcast_slab(w, slab), terms, axes
+            values, _broadcast_slab(w, slab), terms, axes, _broadcast_slab(reference, slab)
         )
     return sums
 
