@@ -27,7 +27,7 @@ from zarr.abc.store import Store
 
 from accumulus import coordinates
 from accumulus.accessor import opened_store
-from accumulus.accumulation.model import spec
+from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.groups import AccumulationGroups, read_group
 from accumulus.accumulation.model.positions import Rule, parse_at, rule_slug
 from accumulus.accumulation.model.record import recorded_request, stored_record
@@ -160,6 +160,7 @@ def accumulate(
     allow_missing_chunks: bool = False,
     allow_references: Sequence[str] | None = None,
     minimal: bool = False,
+    stats: Sequence[str] | None = None,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
@@ -186,7 +187,9 @@ def accumulate(
     computes only what the data grew by; ``rebuild=True`` builds the same group again. A
     configuration given that differs from the group's needs ``rebuild=True``; ``reset=True``
     builds from the defaults and what is given, forgetting the group's (implies ``rebuild``).
-    ``BuildResult.kept`` says what was kept. Building a group again is refused where raw
+    ``BuildResult.kept`` says what was kept. ``stats``: statistics whose extra sums to store
+    beside the default ones, e.g. ``["var"]`` (Σw(x−c)² for ``stat="var"``/``"std"``); by
+    default those the group holds, or none. Building a group again is refused where raw
     chunks are missing that were not missing when it was last built (they would be summed
     as missing values), unless ``allow_missing_chunks``. ``allow_references``: as for ``open``.
     ``into``: write them into this store (created if missing, in an existing directory)
@@ -218,6 +221,10 @@ def accumulate(
                 cube, variable, dims, weights, strides, at, kept, minimal=minimal
             )
             request = replace(request, shards=shards)
+            if stats is not None:
+                request = replace(request, sums=statistics.extra_sums(stats))
+            elif kept is not None:
+                request = replace(request, sums=kept.sums)
             if unknown is not None:
                 kept_text = f"what it was built with cannot be read ({unknown}); built anew"
             sidecar = None

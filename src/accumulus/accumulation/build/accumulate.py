@@ -513,7 +513,10 @@ def check_request(var: VariableInfo, request: spec.BuildRequest) -> None:
 
 def _describe(group: spec.AccumulationGroup) -> str:
     combos = "; ".join(f"{a.key} at {a.rule_text()}" for a in group.accumulations)
-    return f"dims {combos}, weights {group.weights}"
+    stats = statistics.built_stats(group.config()["sums"])
+    return f"dims {combos}, weights {group.weights}" + (
+        f", stats {','.join(stats)}" if stats else ""
+    )
 
 
 def _writable_root(target: _Target) -> zarr.Group:

@@ -119,7 +119,7 @@ def request_json(request: spec.BuildRequest) -> dict[str, Any]:
         "strides": {d: int(s) for d, s in request.strides.items()},
         "at": {d: rule_json(r) for d, r in request.at.items()},
         "weights": request.weights,
-    }
+    } | ({"sums": list(request.sums)} if request.sums else {})
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,6 +150,7 @@ def recorded_request(record: Any) -> spec.BuildRequest | None:
             strides={str(d): int(s) for d, s in kept.get("strides", {}).items()},
             at={str(d): rule_from_json(r, str(d)) for d, r in kept.get("at", {}).items()},
             weights=str(kept["weights"]),
+            sums=tuple(str(t) for t in kept.get("sums", []) if t in spec.OPTIONAL),
         )
     except (AccumulusError, KeyError, TypeError, ValueError):
         return None  # edited into something else: nothing to keep

@@ -217,8 +217,8 @@ def centre(terms: Sequence[str], sums: np.ndarray, reference: float | np.ndarray
     place, for a statistic finished from centred sums (``Statistic.centred``)."""
     for linear, weight in ((WSUM, WCOUNT), (SUM, COUNT)):
         if linear in terms and weight in terms:
-            row = sums[terms.index(linear)]
-            row -= np.asarray(reference) * sums[terms.index(weight)]
+            row = sums[terms.index(linear), ...]  # a view, also of a single value
+            row -= np.asarray(reference) * sums[terms.index(weight), ...]
     return sums
 
 
@@ -255,8 +255,9 @@ def extra_sums(stats: Sequence[str]) -> tuple[str, ...]:
 
 
 def built_stats(sums: Sequence[str]) -> tuple[str, ...]:
-    """The statistics of ``BUILT_STATS`` whose optional sums are all among ``sums``."""
-    return tuple(k for k, needed in BUILT_STATS.items() if set(needed) <= set(sums))
+    """The statistics of ``BUILT_STATS`` whose optional sums are among ``sums`` (an
+    accumulation whose weights factor out keeps the unweighted ones only)."""
+    return tuple(k for k, needed in BUILT_STATS.items() if set(needed) & set(sums))
 
 
 def can_be_infinite(dtype: np.dtype) -> bool:

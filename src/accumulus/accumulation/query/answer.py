@@ -140,7 +140,8 @@ def run_query(
     )
     attributes = cube.raw.variables[var.name].attrs
     if attributes.get("units") is not None and stat.has_units:
-        data.attrs["units"] = attributes["units"]
+        units = str(attributes["units"])
+        data.attrs["units"] = units if stat.units_power == 1 else f"({units})^{stat.units_power}"
     if "long_name" in attributes:
         data.attrs["long_name"] = attributes["long_name"]
     stats = QueryStats(
@@ -154,6 +155,10 @@ def run_query(
         {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over)}
         | stats.to_dict()
     )
+    if stat.centred and not plan.accumulation_reads:
+        note = "; ".join(
+            [*([note] if note else []), f"{resolved.stat} read from the raw chunks (exact)"]
+        )
     extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
     note = "; ".join([*resolved.notes, *([note] if note else [])])
     varying = () if weights == "none" else weights_vary_along(cube, weights, var)

@@ -1,0 +1,46 @@
+"""Helpers of the statistics tests: cubes with the sums of ``accumulate --stats`` built, and
+xarray's answers on the raw data (the independent computation)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import xarray as xr
+
+import accumulus
+from cubes import VAR, area_weights
+
+
+def build(path, dims=None, *, weights="area", stats=("var",), **options):
+    """``accumulus.accumulate`` with the sums of ``stats``."""
+    return accumulus.accumulate(str(path), VAR, dims, weights=weights, stats=stats, **options)
+
+
+def expected(data: xr.DataArray, over: Sequence[str], weights: str, stat: str) -> xr.DataArray:
+    """xarray's ``weighted(w).var/std`` (ddof 0) on the values as float64; NaN where the
+    values hold an infinity (accumulus' choice: xarray's skipna drops the NaN of inf − inf
+    and gives +inf or 0 there, neither a variance)."""
+    data = data.astype("f8")
+    w = area_weights(data) if weights == "area" else xr.DataArray(1.0)
+    answer = getattr(data.weighted(w), stat)(list(over))
+    answer = answer.where(~np.isinf(data).any(list(over)))
+    answer.attrs["stat"] = stat
+    return answer
+
+
+def magnitude(data: xr.DataArray) -> float:
+    """The largest |x| of the finite values (0 without any)."""
+    values = np.asarray(data.values, dtype="f8")
+    finite = values[np.isfinite(values)]
+    return float(np.abs(finite).max()) if finite.size else 0.0
+
+
+def same(got: xr.DataArray, want: xr.DataArray, rtol: float = 1e-7, scale: float = 0.0) -> None:
+    """Equal within ``rtol``, NaN where xarray's is NaN. ``scale``: the values' magnitude
+    (max |x|): a variance that is 0 (one valid value) comes out as rounding noise of the
+    sums it is a difference of, within 1e-12 of ``scale``² (a std within 1e-6 of it)."""
+    got = got.transpose(*want.dims)
+    np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want.values))
+    atol = 1e-12 * scale**2 if want.attrs.get("stat") != "std" else 1e-6 * scale
+    np.testing.assert_allclose(got.values, want.values, rtol=rtol, atol=atol)

@@ -1,0 +1,170 @@
+"""``stat="var"``/``"std"``: xarray's ``weighted(w).var/std`` (ddof 0), from the sums of
+squares ``accumulate(stats=["var"])`` stores, or exactly from raw chunks without them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from statistics_helpers import build, expected, magnitude, same
+
+import accumulus
+from accumulus.accumulation.model import spec
+from accumulus.errors import AccumulusError
+from cubes import VAR, labels, synthetic_dataset, write_cube
+
+DIMS = ("time", "lat", "lon")
+
+
+@st.composite
+def cases(draw):
+    sizes = {d: draw(st.integers(1, 9)) for d in DIMS}
+    return {
+        "sizes": sizes,
+        "chunks": {d: draw(st.integers(1, sizes[d])) for d in DIMS},
+        "nan_fraction": draw(st.sampled_from([0.0, 0.3, 0.9])),
+        "inf_fraction": draw(st.sampled_from([0.0, 0.0, 0.05])),
+        "weights": draw(st.sampled_from(["area", "none"])),
+        "layout": draw(st.sampled_from(["default", "minimal"])),
+        "offset": draw(st.sampled_from([0.0, 280.0])),
+        "seed": draw(st.integers(0, 2**16)),
+    }
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=cases(), data=st.data())
+def test_var_and_std_equal_xarray(tmp_path_factory, case, data):
+    path = tmp_path_factory.mktemp("cube") / "cube.zarr"
+    ds = synthetic_dataset(
+        case["sizes"],
+        seed=case["seed"],
+        nan_fraction=case["nan_fraction"],
+        inf_fraction=case["inf_fraction"],
+    )
+    ds[VAR] = ds[VAR] + np.float32(case["offset"])
+    write_cube(ds, path, case["chunks"])
+    build(path, weights=case["weights"], minimal=case["layout"] == "minimal")
+    for _ in range(3):
+        over = data.draw(st.lists(st.sampled_from(DIMS), min_size=1, max_size=3, unique=True))
+        stat = data.draw(st.sampled_from(["var", "std"]))
+        ranges, isel = {}, {}
+        for dim in DIMS:
+            size = case["sizes"][dim]
+            lo = data.draw(st.integers(0, size - 1))
+            hi = data.draw(st.integers(lo + 1, size))
+            ranges[dim] = labels(ds, dim, lo, hi)
+            isel[dim] = slice(lo, hi)
+        want = expected(ds[VAR].isel(isel), over, case["weights"], stat)
+        for use_accumulation in (True, False):
+            got = accumulus.average(
+                str(path), VAR, over, ranges, stat=stat, weights=case["weights"],
+                use_accumulation=use_accumulation,
+            )  # fmt: skip
+            same(got, want, scale=magnitude(ds[VAR]))
+
+
+@pytest.mark.parametrize("weights", ["area", "none"])
+@pytest.mark.parametrize("minimal", [True, False])
+def test_aligned_maps_and_series_read_no_raw_chunk(tmp_path, weights, minimal):
+    ds = synthetic_dataset({"time": 24, "lat": 9, "lon": 8}, seed=5, nan_fraction=0.2)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 4, "lat": 3, "lon": 4})
+    built = build(path, weights=weights, minimal=minimal)
+    assert built.group.reference is not None
+    [report] = accumulus.verify(str(path), VAR)
+    assert report.ok, report.problems
+    squares = {a.arrays[spec.SUMSQ] for a in built.group.accumulations}
+    assert squares <= set(report.checked)
+    for over, box in [(["time"], {"time": (4, 20)}), (["lat", "lon"], {"lat": (3, 9)})]:
+        ranges = {d: labels(ds, d, *r) for d, r in box.items()}
+        selection = ds[VAR].isel({d: slice(*r) for d, r in box.items()})
+        for stat in ("var", "std"):
+            got = accumulus.average(str(path), VAR, over, ranges, stat=stat, weights=weights)
+            same(got, expected(selection, over, weights, stat), rtol=1e-9)
+            assert got.attrs["raw_chunks_read"] == 0
+            assert got.attrs["accumulation_chunks_read"] > 0
+
+
+def test_the_default_build_stores_no_squares(tmp_path):
+    """Extra sums are asked for: the default build's arrays do not grow."""
+    ds = synthetic_dataset({"time": 12, "lat": 5, "lon": 4}, seed=2)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 4, "lat": 5, "lon": 4})
+    plain = accumulus.accumulate(str(path), VAR)
+    assert all(spec.SUMSQ not in a.arrays for a in plain.group.accumulations)
+    assert plain.group.reference is None
+    # Without them, var is still exact: from the raw chunks, and the answer says so.
+    result = accumulus.query(str(path), VAR, ["time"], stat="var")
+    same(result.data, expected(ds[VAR], ["time"], "area", "var"), rtol=1e-9)
+    assert result.stats.raw_chunks_read > 0 and "raw" in result.note
+    with pytest.raises(AccumulusError, match=r"asked for .*, stats var. Add --rebuild"):
+        build(path)  # other sums than the group's: a rebuild, not a silent change
+    with_squares = build(path, rebuild=True)
+    assert all(spec.SUMSQ in a.arrays for a in with_squares.group.accumulations)
+    # Re-running keeps them (what the group was built with), as it keeps everything else.
+    assert accumulus.accumulate(str(path), VAR).action == "up to date"
+
+
+def test_unknown_stats_are_refused(tmp_path):
+    ds = synthetic_dataset({"time": 4, "lat": 3, "lon": 2}, seed=2)
+    write_cube(ds, tmp_path / "c.zarr", {"time": 2, "lat": 3, "lon": 2})
+    with pytest.raises(AccumulusError, match="no sums to build for 'median'"):
+        build(tmp_path / "c.zarr", stats=["median"])
+
+
+@pytest.mark.parametrize(("mean", "spread"), [(280.0, 5.0), (1.0e5, 0.1)])
+@pytest.mark.parametrize("minimal", [True, False])
+def test_large_mean_small_spread(tmp_path, mean, spread, minimal):
+    """Ten years daily around a large mean: Σx² − n·m² would cancel most digits; sums
+    about the group's reference (the first chunk's mean) keep var within 1e-7 of xarray's
+    two-pass float64 var, for maps over short periods late in the record (a difference of
+    two long prefix sums) and over all of it."""
+    rng = np.random.default_rng(7)
+    time = pd.date_range("2001-01-01", "2010-12-31", freq="D")
+    values = mean + spread * rng.standard_normal((time.size, 3, 4))
+    values[rng.random(values.shape) < 0.1] = np.nan
+    ds = xr.Dataset(
+        {VAR: (("time", "lat", "lon"), values, {"units": "K"})},
+        coords={"time": time, "lat": [-30.0, 0.0, 30.0], "lon": [0.0, 90.0, 180.0, 270.0]},
+    )
+    ds["lat"].attrs.update(units="degrees_north", standard_name="latitude")
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 365, "lat": 3, "lon": 4})
+    build(path, minimal=minimal)
+    for period in [("2010-12-01", "2010-12-31"), ("2001-01-01", "2010-12-31")]:
+        for over in (["time"], ["time", "lat", "lon"]):
+            got = accumulus.average(str(path), VAR, over, {"time": period}, stat="var")
+            want = expected(ds[VAR].sel(time=slice(*period)), over, "area", "var")
+            same(got, want, rtol=1e-7)
+
+
+def test_appends_keep_the_squares_current(tmp_path):
+    ds = synthetic_dataset({"time": 30, "lat": 4, "lon": 3}, seed=9, nan_fraction=0.1)
+    path = tmp_path / "cube.zarr"
+    write_cube(ds.isel(time=slice(0, 12)), path, {"time": 4, "lat": 4, "lon": 3})
+    first = build(path, minimal=True)
+    ds.isel(time=slice(12, 30)).to_zarr(path, append_dim="time")
+    updated = accumulus.accumulate(str(path), VAR)
+    assert updated.action == "updated"
+    assert updated.group.reference == first.group.reference
+    [report] = accumulus.verify(str(path), VAR)
+    assert report.ok, report.problems
+    got = accumulus.average(str(path), VAR, ["time"], stat="var")
+    same(got, expected(ds[VAR], ["time"], "area", "var"), rtol=1e-9)
+    assert got.attrs["raw_chunks_read"] == 0
+
+
+def test_units_are_squared(tmp_path):
+    ds = synthetic_dataset({"time": 4, "lat": 3, "lon": 2}, seed=2)
+    write_cube(ds, tmp_path / "c.zarr", {"time": 2, "lat": 3, "lon": 2})
+    got = accumulus.average(str(tmp_path / "c.zarr"), VAR, ["time"], stat="var")
+    assert got.attrs["units"] == "(mm/day)^2"
+    got = accumulus.average(str(tmp_path / "c.zarr"), VAR, ["time"], stat="std")
+    assert got.attrs["units"] == "mm/day"
