@@ -43,6 +43,7 @@ from accumulus.accumulation.model.record import (
 )
 from accumulus.accumulation.model.sidecar import SOURCE_KEY, Sidecar, StaleSidecarError, fingerprint
 from accumulus.accumulation.model.weights import weight_values
+from accumulus.accumulation.model.years import group_times, years
 from accumulus.chunk_reader import ChunkReadError
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial, sharding_of
@@ -144,6 +145,8 @@ def _build(
     started = time.perf_counter()
     var = cube.variable(variable)
     check_request(var, request)
+    if any(statistics.SUMS[t].time_power for t in request.sums):
+        years(cube.decoded, var.dims, f"--stats trend of {variable!r}")  # refused before writing
     compute.check_scheduler(scheduler)
     coverage = final_coverage(cube, var)
     holders = statistics.stored_arrays(
@@ -455,7 +458,8 @@ def _update(
 def _fill(cube: RawCube, var: VariableInfo, root: zarr.Group, group: spec.AccumulationGroup, *args):
     """``stream.fill``, a raw chunk that cannot be read said in one line naming it."""
     try:
-        return stream.fill(root, var, group, *args)
+        times = group_times(cube.decoded, var.dims, var.name, group)
+        return stream.fill(root, var, group, *args, times=times)
     except ChunkReadError as failed:
         if not failed.of_the_data:
             raise

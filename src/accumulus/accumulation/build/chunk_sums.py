@@ -17,7 +17,7 @@ from math import prod
 import numpy as np
 
 from accumulus.accumulation.model import statistics
-from accumulus.accumulation.model.spec import COUNT
+from accumulus.accumulation.model.spec import COUNT, WCOUNT, WSUM
 
 
 def chunk_sums(
@@ -28,6 +28,7 @@ def chunk_sums(
     edges: Sequence[Sequence[int]] | None = None,
     empty: Callable[[int], np.ndarray] | None = None,
     reference: float = 0.0,
+    times: np.ndarray | None = None,
 ) -> dict[tuple[int, ...], np.ndarray]:
     """The requested sums of a block, per raw chunk along each set of axes in ``reductions``.
 
@@ -38,10 +39,13 @@ def chunk_sums(
     in one pass (``kernel.block_sums``); the others are summed from the largest requested
     one they contain, which is much smaller than the block. ``empty(n)`` gives the float64
     space the pass fills (default: a new array). Centred sums (Σ(x−c)²) are taken about
-    ``reference`` (c).
+    ``reference`` (c); sums against time (Σt^p·x^b) with ``times``, the years of each
+    step broadcastable to ``x``.
     """
     x = np.asarray(x)
     x = x.reshape(1) if x.ndim == 0 else x
+    if any(statistics.SUMS[t].time_power for t in terms):
+        return _timed_sums(x, w, terms, reductions, edges, reference, times)
     edges = [list(e) for e in edges] if edges is not None else [[0]] * x.ndim
     w = np.asarray(w, dtype="f8")
     w = w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
@@ -67,6 +71,39 @@ def chunk_sums(
                 out = np.add.reduceat(out, edges[a], axis=a + 1)
         done[axes] = out
     return {tuple(r): done[tuple(sorted(r))] for r in reductions}
+
+
+def _timed_sums(
+    x: np.ndarray,
+    w: np.ndarray | float,
+    terms: Sequence[str],
+    reductions: Sequence[tuple[int, ...]],
+    edges: Sequence[Sequence[int]] | None,
+    reference: float,
+    times: np.ndarray | None,
+) -> dict[tuple[int, ...], np.ndarray]:
+    """``chunk_sums`` of terms some of which are against time: Σt^p·x^b is the compiled
+    loop's weighted sum with t^p for weights (of x − c where centred), one pass per power
+    of t; the rows are then put in the order of ``terms``."""
+    if times is None:
+        raise ValueError("sums against time need the times of the block")
+    passes: list[tuple[list[str], list[str], np.ndarray | float, np.ndarray]] = []
+    plain = [t for t in terms if not statistics.SUMS[t].time_power]
+    if plain:
+        passes.append((plain, plain, w, x))
+    for power in sorted({statistics.SUMS[t].time_power for t in terms} - {0}):
+        names = [t for t in terms if statistics.SUMS[t].time_power == power]
+        # Σt^p·x as Σw·x and Σt^p as Σw, with w = t^p.
+        codes = [WSUM if statistics.SUMS[t].value_power == 1 else WCOUNT for t in names]
+        centred = any(statistics.SUMS[t].centred for t in names)
+        values = x.astype("f8") - reference if centred else x
+        passes.append((names, codes, np.asarray(times, dtype="f8") ** power, values))
+    rows: dict[str, dict[tuple[int, ...], np.ndarray]] = {}
+    for names, codes, weights, values in passes:
+        done = chunk_sums(values, weights, codes, reductions, edges, None, reference)
+        for k, name in enumerate(names):
+            rows[name] = {axes: sums[k] for axes, sums in done.items()}
+    return {axes: np.stack([rows[t][axes] for t in terms]) for axes in rows[terms[0]]}
 
 
 def load_kernel(dtype: np.dtype) -> None:

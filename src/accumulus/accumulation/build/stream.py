@@ -211,12 +211,14 @@ def fill(
     dim: str | None = None,
     scheduler: str | None = None,
     progress: compute.Progress | None = None,
+    times: np.ndarray | None = None,
 ) -> bool:
     """Write every entry of ``group`` that depends on raw indices from ``start`` on along
     ``dim`` (default: the batch dimension; ``start`` must be a chunk edge there). Entries
     that end before ``start`` are kept and continued from. Returns whether any tally
     written counts an infinity; raises ``InfinityMet`` when the raw data holds one and the
-    group keeps no tally arrays."""
+    group keeps no tally arrays. ``times``: the years of each step, broadcastable to the
+    variable, for a group keeping sums against time (a trend's)."""
     _large_arrays_from_the_system()
     targets = {
         name: array_at(root, f"{group.path}/{name}")
@@ -290,6 +292,7 @@ def fill(
                 empty,
                 tile,
                 group.reference or 0.0,
+                times,
             )
             for region, items in zip(regions, in_region, strict=True)
         ]
@@ -410,6 +413,7 @@ def _region_tasks(
     empty: Callable[[int], np.ndarray] | None = None,
     tile: Mapping[str, tuple[int, int]] | None = None,
     reference: float = 0.0,
+    times: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[list[tuple[int, int]]]]:
     """Delayed per-block sums of raw ``region`` along ``dim`` (within ``tile`` along the
     dimensions it names): an array shaped like the block grid of tasks, each returning every
@@ -433,6 +437,10 @@ def _region_tasks(
                 tuple(slice(lo, hi) if n > 1 else slice(None)
                       for (lo, hi), n in zip(location, weights.shape, strict=True))
             ]  # fmt: skip
+        t = times
+        if t is not None:
+            t = t[tuple(slice(lo, hi) if n > 1 else slice(None)
+                        for (lo, hi), n in zip(location, t.shape, strict=True))]  # fmt: skip
         tasks[block_index] = dask.delayed(_block_sums, pure=True)(
             blocks[block_index],
             w,
@@ -441,6 +449,7 @@ def _region_tasks(
             refuse_infinities,
             empty,
             reference,
+            t,
         )
     return tasks, locations
 
@@ -480,15 +489,16 @@ def _block_sums(
     refuse_infinities: bool = False,
     empty: Callable[[int], np.ndarray] | None = None,
     reference: float = 0.0,
+    times: np.ndarray | None = None,
 ):
     """Every work item's per-segment sums of one block (sums of squares about
-    ``reference``)."""
+    ``reference``; sums against time with ``times``, the block's years)."""
     if refuse_infinities and np.isinf(block).any():
         raise InfinityMet("the data hold an infinity")
     out: list[np.ndarray | None] = [None] * items
     for terms, edges, members in calls:
         reductions = [axes for _, axes in members]
-        sums = chunk_sums(block, w, terms, reductions, edges, empty, reference)
+        sums = chunk_sums(block, w, terms, reductions, edges, empty, reference, times)
         for n, axes in members:
             out[n] = sums[axes]
     return out

@@ -32,6 +32,7 @@ from accumulus.accumulation.model.chunk_check import chunk_problem_text, failing
 from accumulus.accumulation.model.groups import accumulation_array, read_group, stride_unit_problem
 from accumulus.accumulation.model.record import RECORD_KEY, objects_problem
 from accumulus.accumulation.model.weights import weight_values
+from accumulus.accumulation.model.years import group_times
 from accumulus.raw_cube import RawCube, VariableInfo
 
 RTOL = 1e-9
@@ -203,6 +204,7 @@ def _compare(
         cube.decoded, group.weights, var.name, {d: slice(None) for d in var.dims}
     )
     x = var.dask_array(var.grouped_blocks(keep=dim))
+    times = group_times(cube.decoded, var.dims, var.name, group)
     totals: dict[tuple[str, bool], np.ndarray] = {}  # running sums along dim, before the slab
     for first in range(0, len(edges) - 1, per_slab):
         lo, hi = edges[first], edges[min(first + per_slab, len(edges) - 1)]
@@ -213,7 +215,10 @@ def _compare(
         w = weights
         if isinstance(w, np.ndarray) and w.shape[axis] > 1:
             w = w[tuple(index)]
-        sums = _slab_sums(var, x[tuple(index)], w, checks, (lo, hi), group.reference or 0.0)
+        t = times
+        if t is not None and t.shape[axis] > 1:
+            t = t[tuple(index)]
+        sums = _slab_sums(var, x[tuple(index)], w, checks, (lo, hi), group.reference or 0.0, t)
         for check in checks:
             _compare_slab(var, check, dim, (lo, hi), sums, totals)
 
@@ -247,11 +252,13 @@ def _slab_sums(
     checks: list[_Check],
     slab: tuple[int, int],
     reference: float = 0.0,
+    times: np.ndarray | None = None,
 ) -> dict[tuple[str, Cuts, bool], np.ndarray]:
     """Sums per piece of one slab (raw ``slab`` along the batch axis), for every (term, cuts)
     the checks need and for the same sums of absolute summands: ``{(term, cuts, absolute):
     array}``, shaped like the slab with the piece count on the cut axes. Centred sums are
-    of x − ``reference``."""
+    of x − ``reference``; sums against time are weighted by ``times`` (years) to their
+    power."""
     valid = ~da.isnan(x)
     # Infinite values count (x^0 = 1) but add nothing to the sums of x^b, b > 0: the
     # tallies count them (``statistics``).
@@ -266,7 +273,11 @@ def _slab_sums(
             about = values - reference if s.centred else values
             # Centred: 0 where infinite, as the build leaves them out of every power of x.
             kept = (valid & da.isfinite(x)) if s.centred else valid
-            summand = da.where(kept, w**s.weight_power * about**s.value_power, 0.0)
+            factor = w**s.weight_power
+            if s.time_power:
+                assert times is not None
+                factor = factor * times**s.time_power
+            summand = da.where(kept, factor * about**s.value_power, 0.0)
         lazy[term, cuts, False] = _piece_totals(summand, var, cuts, slab)
         # A count's summands are never negative: its absolute sums are its sums.
         absolute = summand if s.is_count else abs(summand)

@@ -62,7 +62,11 @@ COUNT = "count"  # Σ 1     (with weights "none" this is _WEIGHTS)
 # Sums of squares about the group's reference value c (opt-in: ``accumulate --stats var``).
 WSUMSQ = "wsumsq"  # Σ w·(x−c)²
 SUMSQ = "sumsq"  # Σ (x−c)²
-OPTIONAL = (WSUMSQ, SUMSQ)  # the sums a build stores only when asked
+# Sums against time t in years since the first step (``years``): a trend's.
+TSUM = "tsum"  # Σ t     over the valid values
+TTSUM = "ttsum"  # Σ t²
+TXSUM = "txsum"  # Σ t·x
+OPTIONAL = (WSUMSQ, SUMSQ, TSUM, TTSUM, TXSUM)  # the sums a build stores only when asked
 # Tallies: how many values are +inf and -inf. Sums hold finite values only (a prefix sum
 # that met an infinity would carry it forever, and inf - inf is NaN); an answer is rebuilt
 # from the sums and the tallies of its range. Kept only where values can be infinite.
@@ -311,7 +315,7 @@ def make_group(
             # The unweighted sums (Σx², tallies) beside Σx and the count.
             held = {
                 **FACTORED_HOLDERS,
-                **{t: holders[t] for t in (*TALLIES, SUMSQ) if t in holders},
+                **{t: holders[t] for t in (*TALLIES, SUMSQ, TSUM, TTSUM, TXSUM) if t in holders},
             }
         prefix, suffix = "", ""
         if placement is not None:

@@ -47,6 +47,9 @@ from accumulus.accumulation.model.spec import (
     SUM,
     SUMSQ,
     TALLIES,
+    TSUM,
+    TTSUM,
+    TXSUM,
     WCOUNT,
     WSUM,
     WSUMSQ,
@@ -69,11 +72,18 @@ class Sum:
     optional: bool = False
     # Taken of x − c, c the group's reference value (``centred``), not of x.
     centred: bool = False
+    # p of Σ t^p·x^b, t the time in years since the first step (``years``): a trend's sums.
+    time_power: int = 0
 
     @property
     def is_count(self) -> bool:
         """Σ1 or a tally, an exact integer (stored as int64)."""
-        return self.weight_power == 0 and self.value_power == 0
+        return self.weight_power == 0 and self.value_power == 0 and self.time_power == 0
+
+    @property
+    def is_weight(self) -> bool:
+        """Σw or Σ1 (or a tally): a sum of weights, 0 where no value is valid."""
+        return self.value_power == 0 and self.time_power == 0
 
     @property
     def code(self) -> int:
@@ -95,6 +105,9 @@ SUMS: dict[str, Sum] = {
         Sum(NEGINF, 0, 0, -np.inf),  # values that are -inf
         Sum(WSUMSQ, 1, 2, optional=True, centred=True),  # Σ w·(x−c)²  var, std
         Sum(SUMSQ, 0, 2, optional=True, centred=True),  # Σ (x−c)²
+        Sum(TSUM, 0, 0, optional=True, time_power=1),  # Σ t     trend
+        Sum(TTSUM, 0, 0, optional=True, time_power=2),  # Σ t²
+        Sum(TXSUM, 0, 1, optional=True, centred=True, time_power=1),  # Σ t·(x−c)
     )
 }
 
@@ -108,11 +121,12 @@ def _twin(name: str, weight_power: int) -> str:
     """The sum with the same power of x as ``name`` and w to ``weight_power`` (every weighted
     sum of the table has its unweighted twin; an unweighted one without a weighted twin is
     its own)."""
-    power, tally = SUMS[name].value_power, SUMS[name].tally
+    this = SUMS[name]
     twins = [
         s.name
         for s in SUMS.values()
-        if (s.weight_power, s.value_power, s.tally) == (weight_power, power, tally)
+        if (s.weight_power, s.value_power, s.tally, s.time_power)
+        == (weight_power, this.value_power, this.tally, this.time_power)
     ]
     if not twins and weight_power == 1:
         return name
@@ -142,11 +156,17 @@ class Statistic:
     # An infinite value makes it NaN (xarray's var: (inf − inf)² is NaN), not infinite.
     nan_at_infinity: bool = False
     units_power: int = 1  # the answer's units are the variable's to this power (var: 2)
+    per_year: bool = False  # the answer's units are the variable's per year (a trend)
 
     @property
     def centred(self) -> bool:
         """Whether it needs sums about a reference value (``SUMS[...].centred``)."""
         return any(SUMS[s].centred for s in self.sums)
+
+    @property
+    def timed(self) -> bool:
+        """Whether it needs sums against time (``SUMS[...].time_power``)."""
+        return any(SUMS[s].time_power for s in self.sums)
 
     def sums_for(self, weighted: bool, infinite: bool = False) -> tuple[str, ...]:
         """The sums it needs, and the tallies after them when values can be ``infinite``."""
@@ -212,6 +232,17 @@ def _std(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     return np.sqrt(_variance(sums, weighted))
 
 
+def _trend(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+    # The least-squares slope of x against t: (nΣtx − ΣtΣx) / (nΣt² − (Σt)²), unweighted
+    # (per cell, a weight is the same at every step); NaN below 2 valid values or where
+    # they are all at one time.
+    count, total, times, squares, products = sums
+    numerator = count * products - times * total
+    denominator = count * squares - times * times
+    slope = _ratio(numerator, np.where(count >= 2, denominator, 0.0))
+    return np.where(np.asarray(denominator) > 0, slope, np.nan)
+
+
 def centre(terms: Sequence[str], sums: np.ndarray, reference: float | np.ndarray) -> np.ndarray:
     """``sums`` (one row per term) with Σw·x and Σx turned into Σw·(x−c) and Σ(x−c), in
     place, for a statistic finished from centred sums (``Statistic.centred``)."""
@@ -224,7 +255,7 @@ def centre(terms: Sequence[str], sums: np.ndarray, reference: float | np.ndarray
 
 # The names of the statistics below, for type checkers (``Query.stat``); a test keeps them
 # equal to the table's keys.
-Stat = Literal["mean", "sum", "count", "var", "std"]
+Stat = Literal["mean", "sum", "count", "var", "std", "trend"]
 
 STATISTICS: dict[str, Statistic] = {
     s.name: s
@@ -234,11 +265,21 @@ STATISTICS: dict[str, Statistic] = {
         Statistic("count", (WCOUNT,), _count, has_units=False, sums_values=False),
         Statistic("var", (WSUMSQ, WSUM, WCOUNT), _variance, nan_at_infinity=True, units_power=2),
         Statistic("std", (WSUMSQ, WSUM, WCOUNT), _std, nan_at_infinity=True),
+        Statistic(
+            "trend",
+            (COUNT, SUM, TSUM, TTSUM, TXSUM),
+            _trend,
+            nan_at_infinity=True,
+            per_year=True,
+        ),
     )
 }
 
 # What ``accumulate --stats`` names, and the optional sums each adds to a build.
-BUILT_STATS: dict[str, tuple[str, ...]] = {"var": (WSUMSQ, SUMSQ)}
+BUILT_STATS: dict[str, tuple[str, ...]] = {
+    "var": (WSUMSQ, SUMSQ),
+    "trend": (TSUM, TTSUM, TXSUM),
+}
 
 
 def extra_sums(stats: Sequence[str]) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ def reduce_terms(
     terms: Sequence[str],
     axes: Sequence[int],
     reference: np.ndarray | float = 0.0,
+    times: np.ndarray | float | None = None,
 ) -> np.ndarray:
     """Each requested sum of a block over ``axes`` (axes of ``x``): ``(len(terms), *rest)``.
 
@@ -31,7 +32,8 @@ def reduce_terms(
     process) would cost more than it saves. A weighted sum is taken over the axes its
     weights do not vary on first, then weighted: one product per remaining value. Centred
     sums (Σ(x−c)²) are taken about ``reference`` (c: a number, or values broadcastable to
-    ``x``, one per cell of the answer)."""
+    ``x``, one per cell of the answer); sums against time (Σt^p·x^b) with ``times``, the
+    years of each step broadcastable to ``x``."""
     axes = tuple(sorted(axes))
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64):
@@ -55,6 +57,10 @@ def reduce_terms(
         if s.tally is not None and not infinite:
             continue  # no value equals the tally's infinity
         summands = _summands(x, valid, values, s, finite, reference)
+        if s.time_power:
+            if times is None:
+                raise ValueError(f"the sum {name!r} needs the times of the block")
+            summands = summands * np.asarray(times, dtype="f8") ** s.time_power
         total = np.sum(summands, axis=constant, dtype="f8", keepdims=True)
         if s.weight_power == 1:
             total = total * w

@@ -23,6 +23,7 @@ from xarray.indexes import PandasIndex
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.model.spec import Weights
+from accumulus.accumulation.model.years import along, years
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.query.cost import PlanCost, Storage, plan_cost, scan_cost, storage_of
 from accumulus.accumulation.query.execute import (
@@ -141,7 +142,9 @@ def run_query(
     attributes = cube.raw.variables[var.name].attrs
     if attributes.get("units") is not None and stat.has_units:
         units = str(attributes["units"])
-        data.attrs["units"] = units if stat.units_power == 1 else f"({units})^{stat.units_power}"
+        if stat.units_power != 1:
+            units = f"({units})^{stat.units_power}"
+        data.attrs["units"] = f"({units}) per year" if stat.per_year else units
     if "long_name" in attributes:
         data.attrs["long_name"] = attributes["long_name"]
     stats = QueryStats(
@@ -206,10 +209,17 @@ def read_answer(
     stat = statistics.STATISTICS[resolved.stat]
     infinite = statistics.can_be_infinite(var.array.dtype)
     terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
+    times = None
+    if stat.timed:
+        dim, steps = years(cube.decoded, var.dims, f"stat {resolved.stat!r}")
+        times = along(steps, var.axis(dim), len(var.dims))
     reference: np.ndarray | float = 0.0
     if stat.centred:
         reference = _reference(cube, groups, resolved, plan, work, memory_bytes)
-    done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work, reference=reference)
+    done = execute(
+        cube, groups, var, plan, terms, weights, memory_bytes, work,
+        reference=reference, times=times,
+    )  # fmt: skip
     sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
     if stat.centred:
         sums = statistics.centre(done.terms, sums, reference)
@@ -403,7 +413,7 @@ def _weights_without_noise(
     ``magnitude`` of the entries added into them) set to 0 in place: prefix-sum differences
     over no valid value, which would otherwise make a mean of 0/1e-17 instead of NaN."""
     for k, name in enumerate(terms):
-        if statistics.SUMS[name].value_power == 0:
+        if statistics.SUMS[name].is_weight:
             limit, row = noise_floor(magnitude[k]), sums[k, ...]  # a view, also of one value
             row[(row <= limit) & (row >= -limit)] = 0.0
     return sums

@@ -108,6 +108,7 @@ def execute(
     *,
     checked: bool = False,
     reference: np.ndarray | float = 0.0,
+    times: np.ndarray | None = None,
 ) -> ExecutedPlan:
     """Σ over the plan's reads of sign x sums, holding about ``memory_bytes`` at most: the
     chunks in flight are bounded by their decoded size, and a raw chunk is summed slab by
@@ -120,14 +121,15 @@ def execute(
 
     ``reference``: what raw chunks' centred sums (Σ(x−c)²) are taken about: the group's
     reference value (a number) when entries are read too, or one value per cell of the
-    answer (shaped like it) when the plan reads raw chunks only."""
+    answer (shaped like it) when the plan reads raw chunks only. ``times``: the years of
+    each step, broadcastable to the variable, for sums against time (a trend's)."""
     if work is None:
         work = chunk_work(groups, var, plan, terms)
     budget = read_budget(memory_bytes)
     kept = [plan.ranges[d][1] - plan.ranges[d][0] for d in var.dims if d not in plan.over]
     # Σ |entries| of the sums of weights, whose differences may leave rounding noise where
     # no value is valid (``noise_floor``), is kept beside them; the other sums need none.
-    noisy = {t for t in terms if statistics.SUMS[t].value_power == 0}
+    noisy = {t for t in terms if statistics.SUMS[t].is_weight}
     rows = (
         tuple(terms) if _reads_tallies(work) else tuple(t for t in terms if t not in spec.TALLIES)
     )
@@ -140,7 +142,7 @@ def execute(
                 about = _part_reference(reference, part, reduce_axes)
                 sums = _raw_sums(
                     cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan,
-                    about,
+                    about, times,
                 )  # fmt: skip
                 total.add(part.index, part.out, part.sign, sums)
             else:
@@ -165,7 +167,7 @@ def execute(
     if not checked and not np.isfinite(sums).all():
         return execute(
             cube, groups, var, plan, terms, weights, memory_bytes, work,
-            checked=True, reference=reference,
+            checked=True, reference=reference, times=times,
         )  # fmt: skip
     raw_prefix = var.array.store_path.path + "/"
     raw = sum(key.startswith(raw_prefix) for key in work)
@@ -211,12 +213,19 @@ def _raw_sums(
     budget: ReadBudget,
     plan: QueryPlan,
     reference: np.ndarray | float = 0.0,
+    times: np.ndarray | None = None,
 ) -> np.ndarray:
     """The sums of a raw chunk's part, decoded and summed slab by slab so that the working
     arrays stay within the budget whatever the chunk's size. With a shape (``plan.mask``)
     only its cells count: the others are NaN, as missing values are."""
     box = {d: slice(*part.box[d]) for d in var.dims}
     w = _weights_over(cube, var, weights, box)
+    if times is not None:  # the part's steps (times vary along the time axis only)
+        times = times[
+            tuple(
+                box[d] if n > 1 else slice(None) for d, n in zip(var.dims, times.shape, strict=True)
+            )
+        ]
     inside = None if plan.mask is None else plan.mask.window(var.dims, part.box)
     kept = [a for a in range(stored.ndim) if a not in axes]
     sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
@@ -225,7 +234,12 @@ def _raw_sums(
         if inside is not None:
             values = np.where(_broadcast_slab(inside, slab), values, np.nan)
         sums[(slice(None), *(slab[a] for a in kept))] += reduce_terms(
-            values, _broadcast_slab(w, slab), terms, axes, _broadcast_slab(reference, slab)
+            values,
+            _broadcast_slab(w, slab),
+            terms,
+            axes,
+            _broadcast_slab(reference, slab),
+            None if times is None else _broadcast_slab(times, slab),
         )
     return sums
 
