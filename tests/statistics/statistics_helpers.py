@@ -29,6 +29,23 @@ def expected(data: xr.DataArray, over: Sequence[str], weights: str, stat: str) -
     return answer
 
 
+def expected_trend(data: xr.DataArray) -> xr.DataArray:
+    """The least-squares slope against time in years (days / 365.25) of each cell's valid
+    values, by NumPy's ``polyfit`` cell by cell (xarray's fails on a single step or on
+    infinities); NaN below 2 valid values or where one is infinite."""
+    data = data.astype("f8").transpose("time", ...)
+    years = ((data["time"] - data["time"][0]) / np.timedelta64(1, "D")).values / 365.25
+    values = data.values.reshape(data.sizes["time"], -1)
+    slopes = np.full(values.shape[1], np.nan)
+    for cell in range(values.shape[1]):
+        x = values[:, cell]
+        valid = ~np.isnan(x)
+        if valid.sum() >= 2 and np.isfinite(x[valid]).all():
+            slopes[cell] = np.polyfit(years[valid], x[valid], 1)[0]
+    rest = data.isel(time=0, drop=True)
+    return rest.copy(data=slopes.reshape(rest.shape))
+
+
 def magnitude(data: xr.DataArray) -> float:
     """The largest |x| of the finite values (0 without any)."""
     values = np.asarray(data.values, dtype="f8")

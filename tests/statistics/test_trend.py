@@ -1,0 +1,106 @@
+"""``stat="trend"``: the least-squares slope per year of each cell's valid values, as
+``polyfit(deg=1)`` against time in years, from the sums ``accumulate(stats=
+["trend"])`` stores (Σt, Σt², Σt·x), or exactly from raw chunks without them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from statistics_helpers import build, expected_trend
+
+import accumulus
+from accumulus.errors import AccumulusError
+from cubes import VAR, labels, synthetic_dataset, write_cube
+
+DIMS = ("time", "lat", "lon")
+
+
+def close(got: xr.DataArray, want: xr.DataArray, rtol: float = 1e-7) -> None:
+    got = got.transpose(*want.dims)
+    np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want.values))
+    # A slope of 0 (two equal values) comes out as rounding noise of its sums.
+    np.testing.assert_allclose(got.values, want.values, rtol=rtol, atol=1e-9)
+
+
+@st.composite
+def cases(draw):
+    sizes = {"time": draw(st.integers(1, 30)), "lat": draw(st.integers(1, 4)), "lon": 3}
+    return {
+        "sizes": sizes,
+        "chunks": {d: draw(st.integers(1, sizes[d])) for d in DIMS},
+        "nan_fraction": draw(st.sampled_from([0.0, 0.3, 0.8])),
+        "inf_fraction": draw(st.sampled_from([0.0, 0.0, 0.03])),
+        "weights": draw(st.sampled_from(["area", "none"])),
+        "layout": draw(st.sampled_from(["default", "minimal"])),
+        "seed": draw(st.integers(0, 2**16)),
+    }
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(case=cases(), data=st.data())
+def test_trend_equals_xarray_polyfit(tmp_path_factory, case, data):
+    path = tmp_path_factory.mktemp("cube") / "cube.zarr"
+    ds = synthetic_dataset(
+        case["sizes"],
+        seed=case["seed"],
+        nan_fraction=case["nan_fraction"],
+        inf_fraction=case["inf_fraction"],
+    )
+    n = case["sizes"]["time"]
+    ds[VAR] = ds[VAR] + np.float32(280) + np.linspace(0, 3, n, dtype="f4")[:, None, None]
+    write_cube(ds, path, case["chunks"])
+    build(path, weights=case["weights"], stats=["trend"], minimal=case["layout"] == "minimal")
+    for _ in range(3):
+        lo = data.draw(st.integers(0, n - 1))
+        hi = data.draw(st.integers(lo + 1, n))
+        ranges = {"time": labels(ds, "time", lo, hi)}
+        want = expected_trend(ds[VAR].isel(time=slice(lo, hi)))
+        for use_accumulation in (True, False):
+            got = accumulus.average(
+                str(path), VAR, ["time"], ranges, stat="trend", use_accumulation=use_accumulation
+            )
+            close(got, want)
+
+
+@pytest.mark.parametrize("minimal", [True, False])
+def test_ten_years_of_kelvin_maps_read_no_raw_chunk(tmp_path, minimal):
+    """Temperatures (280 K, spread 5 K, +0.03 K a year) daily over ten years: trend maps
+    over chunk-aligned periods from the entries alone, within 1e-7 of polyfit."""
+    rng = np.random.default_rng(3)
+    time = pd.date_range("2001-01-01", "2010-12-31", freq="D")
+    trend = 0.03 * np.arange(time.size) / 365.25
+    values = 280 + trend[:, None, None] + 5 * rng.standard_normal((time.size, 3, 4))
+    values[rng.random(values.shape) < 0.1] = np.nan
+    ds = xr.Dataset(
+        {VAR: (("time", "lat", "lon"), values, {"units": "K"})},
+        coords={"time": time, "lat": [-30.0, 0.0, 30.0], "lon": [0.0, 90.0, 180.0, 270.0]},
+    )
+    ds["lat"].attrs.update(units="degrees_north", standard_name="latitude")
+    path = tmp_path / "cube.zarr"
+    write_cube(ds, path, {"time": 365, "lat": 3, "lon": 4})
+    build(path, stats=["trend"], minimal=minimal)
+    [report] = accumulus.verify(str(path), VAR)
+    assert report.ok, report.problems
+    for lo, hi in [(0, 3650), (365, 2920), (730, 1095)]:
+        ranges = {"time": labels(ds, "time", lo, hi)}
+        got = accumulus.average(str(path), VAR, ["time"], ranges, stat="trend", plan="accumulation")
+        close(got, expected_trend(ds[VAR].isel(time=slice(lo, hi))))
+        assert got.attrs["raw_chunks_read"] == 0
+        assert got.attrs["units"] == "(K) per year"
+
+
+def test_a_trend_needs_a_time_dimension(tmp_path):
+    ds = synthetic_dataset({"lat": 4, "lon": 3}, seed=1)
+    write_cube(ds, tmp_path / "c.zarr", {"lat": 2, "lon": 3})
+    with pytest.raises(AccumulusError, match="one time dimension"):
+        build(tmp_path / "c.zarr", stats=["trend"])
+    with pytest.raises(AccumulusError, match="one time dimension"):
+        accumulus.average(str(tmp_path / "c.zarr"), VAR, ["lat"], stat="trend")
