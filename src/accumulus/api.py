@@ -76,14 +76,19 @@ def open(
     variable: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
 ) -> Datacube:
     """Open a datacube for queries: its metadata is read once per snapshot, and
     ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one.
     ``accumulations``: a store holding its accumulation groups beside it (made with
     ``accumulate(..., into=)``); a store so made may also be opened in place of the cube.
     ``allow_references``: where a reference set (``.json``, ``.parq``) may read besides its
-    own location (directories and URL prefixes; see docs/remote.md)."""
-    handle = _datacube(store, storage_options, group, variable, accumulations, allow_references)
+    own location (directories and URL prefixes; see docs/remote.md).
+    ``ref``: of an icechunk repository (``icechunk://``), the branch, tag or snapshot id
+    read (default: branch ``main``)."""
+    handle = _datacube(
+        store, storage_options, group, variable, accumulations, allow_references, ref
+    )
     handle.snapshot()  # a store that cannot be read is refused now
     return handle
 
@@ -95,6 +100,7 @@ def _datacube(
     variable: str | None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
 ) -> Datacube:
     if isinstance(store, Datacube | RawCube) and accumulations is not None:
         raise AccumulusError("accumulations= is given with a store path or URL, not an open cube")
@@ -109,6 +115,7 @@ def _datacube(
         variable=variable,
         accumulations=accumulations,
         allow_references=allow_references,
+        ref=ref,
     )
 
 
@@ -121,6 +128,7 @@ def open_cube(
     group: str | None = None,
     variable: str | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
 ) -> RawCube:
     """Open a datacube snapshot (reads its metadata once): the group ``group`` of the store,
     or the one group holding ``variable`` (or data variables). An open ``Datacube`` gives its
@@ -134,6 +142,7 @@ def open_cube(
         mode,
         storage_options=storage_options,
         allow_references=allow_references,
+        ref=ref,
     )
     label = None if isinstance(store, Store) else str(store)
     where = label or store_label(opened)
@@ -160,6 +169,7 @@ def accumulate(
     into: str | os.PathLike[str] | None = None,
     allow_missing_chunks: bool = False,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
     minimal: bool = False,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
@@ -195,6 +205,8 @@ def accumulate(
     read-only). The store records
     ``store`` and a fingerprint of what was summed; running again extends it after the
     source grew and rebuilds it when the source changed.
+    ``ref``: of an icechunk repository, the branch the group is committed to (one commit;
+    default ``main``).
     """
     from accumulus.accumulation.build.accumulate import build_accumulations, check_request
 
@@ -210,6 +222,7 @@ def accumulate(
                 group=group,
                 variable=variable,
                 allow_references=allow_references,
+                ref=ref,
             )
             var = cube.variable(variable)
             check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
@@ -368,6 +381,7 @@ def answer(
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
 ) -> QueryResult:
     """The ``QueryResult`` of ``query`` (a ``Query``) on ``store``: data, plan and measured
     stats. Chunks are read and reduced within about ``memory_bytes``; a chunk larger than
@@ -375,7 +389,7 @@ def answer(
     groups beside it."""
     # The store's snapshot is read once, by the query itself.
     handle = _datacube(
-        store, storage_options, group, query.variable, accumulations, allow_references
+        store, storage_options, group, query.variable, accumulations, allow_references, ref
     )
     return handle.answer(query, memory_bytes)
 
@@ -391,6 +405,7 @@ def query(
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
     **options: Unpack[QueryOptions],
 ) -> QueryResult:
     if isinstance(store, xr.Dataset | xr.DataArray):
@@ -411,6 +426,7 @@ def query(
         group=group,
         accumulations=accumulations,
         allow_references=allow_references,
+        ref=ref,
     )
 
 
@@ -425,6 +441,7 @@ def average(
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
     **options: Unpack[QueryOptions],
 ) -> xr.DataArray:
     return query(
@@ -436,6 +453,7 @@ def average(
         group=group,
         accumulations=accumulations,
         allow_references=allow_references,
+        ref=ref,
         **options,
     ).data
 
@@ -446,7 +464,9 @@ _ONE_SHOT = (
     "store it was read from is asked (a ``DataArray`` names its variable, and by default "
     "``over`` is every dimension, as in ``mean()``); one whose values are not the store's "
     "(computed, selected, or never stored) is refused. "
-    "``accumulations``: a store holding its accumulation groups beside it."
+    "``accumulations``: a store holding its accumulation groups beside it. "
+    "``ref``: of an icechunk repository (``icechunk://``), the branch, tag or snapshot id "
+    "asked (default: branch ``main``)."
 )
 query.__doc__ = (
     f"{QUERY_DOC}\n\nThe whole ``QueryResult``: data, plan and measured stats; chunks are read "
@@ -467,19 +487,27 @@ def verify(
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
 ) -> list[VerifyReport]:
     """Recompute accumulations from the raw data and compare (all variables by default).
     A sidecar (or a cube with ``accumulations``) is verified against its source: a group
     whose source changed since it was built is reported stale, the others recomputed from
-    the source's raw data."""
+    the source's raw data. ``ref``: of an icechunk repository, the branch, tag or snapshot
+    id verified (default: branch ``main``)."""
     allowed = allow_references
-    if accumulations is not None or _is_sidecar(store, storage_options, allowed):
-        handle = _datacube(store, storage_options, group, variable, accumulations, allowed)
+    if accumulations is not None or _is_sidecar(store, storage_options, allowed, ref):
+        handle = _datacube(store, storage_options, group, variable, accumulations, allowed, ref)
         snapshot = handle.snapshot()
         cube, groups = snapshot.cube, snapshot.groups
     else:
         cube = open_cube(
-            store, "r", storage_options, group=group, variable=variable, allow_references=allowed
+            store,
+            "r",
+            storage_options,
+            group=group,
+            variable=variable,
+            allow_references=allowed,
+            ref=ref,
         )
         groups = None
     names = [variable] if variable else cube.data_variables
@@ -531,28 +559,33 @@ def inspect(
     group: str | None = None,
     accumulations: str | Store | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
 ) -> dict[str, Any]:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube.
     For a sidecar (or with ``accumulations``): the source's, with the sidecar's groups, and
-    under "sidecar" its source and whether each group still holds for it."""
+    under "sidecar" its source and whether each group still holds for it. ``ref``: of an
+    icechunk repository, the branch, tag or snapshot id described (default: ``main``)."""
     allowed = allow_references
-    if accumulations is not None or _is_sidecar(store, storage_options, allowed):
-        handle = _datacube(store, storage_options, group, None, accumulations, allowed)
+    if accumulations is not None or _is_sidecar(store, storage_options, allowed, ref):
+        handle = _datacube(store, storage_options, group, None, accumulations, allowed, ref)
         snapshot = handle.snapshot()
         return describe_cube(snapshot.cube, snapshot.groups)
     return describe_cube(
-        open_cube(store, "r", storage_options, group=group, allow_references=allowed)
+        open_cube(store, "r", storage_options, group=group, allow_references=allowed, ref=ref)
     )
 
 
 def _is_sidecar(
-    store: StoreLike, storage_options: dict[str, Any] | None, allow_references: Sequence[str] | None
+    store: StoreLike,
+    storage_options: dict[str, Any] | None,
+    allow_references: Sequence[str] | None,
+    ref: str | None = None,
 ) -> bool:
     if not isinstance(store, str | os.PathLike):
         return False
     try:
         opened = open_store(
-            store, "r", storage_options=storage_options, allow_references=allow_references
+            store, "r", storage_options=storage_options, allow_references=allow_references, ref=ref
         )
         root = zarr.open_group(opened, mode="r")
     # Not a readable group (ours: AccumulusError; zarr's and the store's errors): the cube's

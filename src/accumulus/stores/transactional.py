@@ -66,6 +66,14 @@ class TransactionalStore(DelegatingStore):
         self._objects: dict[str, bytes] = dict(_committed_objects(repository, session))
         self._changed = False
 
+    # icechunk's own ``str``/``repr`` wait for the session, which writes in flight hold:
+    # zarr formats a store's name when it makes an array view, in the middle of an append.
+    def __str__(self) -> str:
+        return f"icechunk session of {self.label}"
+
+    def __repr__(self) -> str:
+        return f"TransactionalStore({self.label!r})"
+
     @property
     def supports_consolidated_metadata(self) -> bool:
         return True  # kept in the snapshot's root zarr.json (see the module's docstring)
