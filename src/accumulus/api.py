@@ -26,7 +26,6 @@ import zarr
 from zarr.abc.store import Store
 
 from accumulus import coordinates
-from accumulus.accessor import opened_store
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups, read_group
 from accumulus.accumulation.model.positions import Rule, parse_at, rule_slug
@@ -51,6 +50,7 @@ from accumulus.errors import AccumulusError, Interrupted, ParameterError
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
+from accumulus.opened import opened_store
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
 from accumulus.stores.opening import Mode, open_store, store_label
