@@ -54,6 +54,7 @@ from accumulus.opened import opened_store
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
 from accumulus.stores.opening import Mode, open_store, store_label
+from accumulus.stores.transactional import transaction_of
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
@@ -230,6 +231,10 @@ def accumulate(
                 allow_missing_chunks=allow_missing_chunks,
             )
             result = replace(result, kept=kept_text)
+            # An icechunk repository: the group lands in one commit, or not at all.
+            written = transaction_of(cube.store if side is None else side)
+            if written is not None:
+                written.commit(f"accumulate {variable}: {result.action}")
             if result.action == "up to date":
                 return result
             if sidecar is None:
