@@ -55,7 +55,14 @@ class SlowReads:
                 await asyncio.sleep(seconds)
                 return await inner_get(key, prototype, byte_range)
 
+            def read_sync(key, prototype, byte_range=None):  # a local store's reads
+                self.reads += 1
+                time.sleep(seconds)
+                return inner_read_sync(key, prototype, byte_range)
+
+            inner_read_sync = guarded.read_sync
             guarded.get = get
+            guarded.read_sync = read_sync
             return real(snapshot, request, memory_bytes)
 
         monkeypatch.setattr(state, "compute_answer", slow_compute)

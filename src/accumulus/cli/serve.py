@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -11,7 +11,7 @@ from accumulus.cli.options import (
     EndpointUrl,
     StorageOption,
     group_option,
-    storage_options,
+    reading,
 )
 
 
@@ -71,14 +71,13 @@ def serve(
     from accumulus.service import serve as run_service
     from accumulus.service.guard import ServiceLimits
 
-    cells = {"max_cells": max_cells} if max_cells else {}
+    cells: dict[str, Any] = {"max_cells": max_cells} if max_cells else {}
     run_service(
         stores,
         host=host,
         port=port,
         workers=workers,
         cache_bytes=cache_mb * 2**20,
-        storage_options=storage_options(endpoint_url, storage_option),
         limits=ServiceLimits(
             computations=computations,
             queue_seconds=queue_seconds,
@@ -87,7 +86,7 @@ def serve(
         ),
         group=group,
         accumulations=accumulations or None,
-        allow_references=allow_references or None,
         allowed_hosts=allowed_host or (),
         **cells,
+        **reading(endpoint_url, storage_option, allow_references),
     )

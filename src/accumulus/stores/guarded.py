@@ -7,18 +7,29 @@ through its own ``GuardedStore``, which asks the request's gate (``service.guard
 passed, client gone). A read takes at most ``read_seconds``, reads only regular files of a
 local store (a FIFO would block a reader forever) and reports OS errors by key
 (``stores.safe_reads``).
+
+A local store's chunks may be read in the calling thread (``read_sync``, which the chunk
+reader uses where ``stores.base.reads_synchronously`` allows): the guard is asked and a key
+that is not a regular file refused just as by ``get``, without the hand-overs between
+threads that an answer of a few chunks spent most of its time in (docs/benchmarks.md, the
+service under load). A read of a regular local file has no time limit of its own: it ends.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from accumulus.stores.base import DelegatingStore
-from accumulus.stores.safe_reads import local_root, read_with_limits
+from accumulus.stores.safe_reads import (
+    StoreReadError,
+    check_regular_file,
+    local_root,
+    read_with_limits,
+)
 
 
 class ReadGate(Protocol):
@@ -30,6 +41,8 @@ class ReadGate(Protocol):
 class GuardedStore(DelegatingStore):
     """``store`` read through ``guard``: every read (and size) first checks it, and a read
     takes at most ``read_seconds`` (see the module's docstring)."""
+
+    sync_reads_pass_through: ClassVar[bool] = True  # read_sync guards as get does
 
     def __init__(self, store: Store, guard: ReadGate, read_seconds: float) -> None:
         super().__init__(store)
@@ -47,6 +60,20 @@ class GuardedStore(DelegatingStore):
         return await read_with_limits(
             self._store, self._root, key, prototype, byte_range, self.read_seconds
         )
+
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
+    ) -> Buffer | None:
+        self.guard.check()
+        root = self._root
+        if root is None:
+            return super().read_sync(key, prototype, byte_range)
+        check_regular_file(root, key)
+        try:
+            return super().read_sync(key, prototype, byte_range)
+        except OSError as exc:  # named by its key, never by a server path
+            reason = exc.strerror or type(exc).__name__
+            raise StoreReadError(f"cannot read {key}: {reason}") from None
 
     async def getsize(self, key: str) -> int:
         self.guard.check()
