@@ -19,14 +19,13 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 import xarray as xr
 import zarr
 from zarr.abc.store import Store
 
 from accumulus import coordinates
-from accumulus.accessor import opened_store
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups, read_group
 from accumulus.accumulation.model.positions import Rule, parse_at, rule_slug
@@ -51,6 +50,7 @@ from accumulus.errors import AccumulusError, Interrupted, ParameterError
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
+from accumulus.opened import opened_store
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
 from accumulus.stores.opening import Mode, open_store, store_label
@@ -67,56 +67,46 @@ if TYPE_CHECKING:
 StoreLike = str | Store | RawCube | Datacube
 
 
+class Opening(TypedDict, total=False):
+    """How ``open``, ``answer``, ``query``, ``average``, ``verify`` and ``inspect`` find the
+    cube (keyword arguments): fsspec's ``storage_options``; the ``group`` of the store
+    (default: the one group holding the variable); ``accumulations``, a store holding its
+    accumulation groups beside it (made with ``accumulate(..., into=)``; a store so made may
+    also be given in place of the cube); ``allow_references``, where a reference set
+    (``.json``, ``.parq``) may read besides its own location (directories and URL prefixes;
+    see docs/remote.md); ``ref``, of an icechunk repository (``icechunk://``), the branch, tag
+    or snapshot id read (default: branch ``main``; see docs/transactional.md)."""
+
+    storage_options: dict[str, Any] | None
+    group: str | None
+    accumulations: str | Store | None
+    allow_references: Sequence[str] | None
+    ref: str | None
+
+
+class QueryKeywords(Opening, QueryOptions, total=False):
+    """The keyword arguments of ``query`` and ``average``: how to find the cube, and the
+    options of the question."""
+
+
 @scoped
-def open(
-    store: StoreLike,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    group: str | None = None,
-    variable: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-    ref: str | None = None,
-) -> Datacube:
+def open(store: StoreLike, *, variable: str | None = None, **opening: Unpack[Opening]) -> Datacube:
     """Open a datacube for queries: its metadata is read once per snapshot, and
-    ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one.
-    ``accumulations``: a store holding its accumulation groups beside it (made with
-    ``accumulate(..., into=)``); a store so made may also be opened in place of the cube.
-    ``allow_references``: where a reference set (``.json``, ``.parq``) may read besides its
-    own location (directories and URL prefixes; see docs/remote.md).
-    ``ref``: of an icechunk repository (``icechunk://``), the branch, tag or snapshot id
-    read (default: branch ``main``)."""
-    handle = _datacube(
-        store, storage_options, group, variable, accumulations, allow_references, ref
-    )
+    ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one. The cube
+    is found as ``Opening`` says."""
+    handle = _datacube(store, variable, **opening)
     handle.snapshot()  # a store that cannot be read is refused now
     return handle
 
 
-def _datacube(
-    store: StoreLike,
-    storage_options: dict[str, Any] | None,
-    group: str | None,
-    variable: str | None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-    ref: str | None = None,
-) -> Datacube:
-    if isinstance(store, Datacube | RawCube) and accumulations is not None:
+def _datacube(store: StoreLike, variable: str | None, **opening: Unpack[Opening]) -> Datacube:
+    if isinstance(store, Datacube | RawCube) and opening.get("accumulations") is not None:
         raise AccumulusError("accumulations= is given with a store path or URL, not an open cube")
     if isinstance(store, Datacube):
         return store
     if isinstance(store, RawCube):
         return Datacube.pinned(store)
-    return Datacube.open(
-        store,
-        storage_options,
-        group=group,
-        variable=variable,
-        accumulations=accumulations,
-        allow_references=allow_references,
-        ref=ref,
-    )
+    return Datacube.open(store, variable=variable, **opening)
 
 
 @scoped
@@ -169,8 +159,8 @@ def accumulate(
     into: str | os.PathLike[str] | None = None,
     allow_missing_chunks: bool = False,
     allow_references: Sequence[str] | None = None,
-    ref: str | None = None,
     minimal: bool = False,
+    ref: str | None = None,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
@@ -376,22 +366,14 @@ def answer(
     store: StoreLike,
     query: Query,
     *,
-    storage_options: dict[str, Any] | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
-    group: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-    ref: str | None = None,
+    **opening: Unpack[Opening],
 ) -> QueryResult:
-    """The ``QueryResult`` of ``query`` (a ``Query``) on ``store``: data, plan and measured
-    stats. Chunks are read and reduced within about ``memory_bytes``; a chunk larger than
-    that is refused before it is read. ``accumulations``: a store holding its accumulation
-    groups beside it."""
+    """The ``QueryResult`` of ``query`` (a ``Query``) on ``store``, found as ``Opening`` says:
+    data, plan and measured stats. Chunks are read and reduced within about
+    ``memory_bytes``; a chunk larger than that is refused before it is read."""
     # The store's snapshot is read once, by the query itself.
-    handle = _datacube(
-        store, storage_options, group, query.variable, accumulations, allow_references, ref
-    )
-    return handle.answer(query, memory_bytes)
+    return _datacube(store, query.variable, **opening).answer(query, memory_bytes)
 
 
 def query(
@@ -400,34 +382,23 @@ def query(
     over: Iterable[str] | str | None = None,
     ranges: Mapping[str, Range] | None = None,
     *,
-    storage_options: dict[str, Any] | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
-    group: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-    ref: str | None = None,
-    **options: Unpack[QueryOptions],
+    **keywords: Unpack[QueryKeywords],
 ) -> QueryResult:
+    opening, options = _split(keywords)
     if isinstance(store, xr.Dataset | xr.DataArray):
         opened = store if isinstance(store, xr.DataArray) else store.get(variable or "")
         store, found, variable = opened_store(store, variable)
-        group = group if group is not None else found
+        if opening.get("group") is None:
+            opening["group"] = found
         if over is None and opened is not None:
             over = [str(d) for d in opened.dims]  # as xarray's mean() with no dimension
     if variable is None:
         raise ParameterError("variable", "name the variable to average")
     if over is None:
         raise ParameterError("over", "name the dimensions to average over, e.g. over='lat,lon'")
-    return answer(
-        store,
-        Query.asked(variable, over, ranges, **options),
-        storage_options=storage_options,
-        memory_bytes=memory_bytes,
-        group=group,
-        accumulations=accumulations,
-        allow_references=allow_references,
-        ref=ref,
-    )
+    question = Query.asked(variable, over, ranges, **options)
+    return answer(store, question, memory_bytes=memory_bytes, **opening)
 
 
 @scoped
@@ -436,26 +407,17 @@ def average(
     variable: str | None = None,
     over: Iterable[str] | str | None = None,
     ranges: Mapping[str, Range] | None = None,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    group: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-    ref: str | None = None,
-    **options: Unpack[QueryOptions],
+    **keywords: Unpack[QueryKeywords],
 ) -> xr.DataArray:
-    return query(
-        store,
-        variable,
-        over,
-        ranges,
-        storage_options=storage_options,
-        group=group,
-        accumulations=accumulations,
-        allow_references=allow_references,
-        ref=ref,
-        **options,
-    ).data
+    return query(store, variable, over, ranges, **keywords).data
+
+
+def _split(keywords: QueryKeywords) -> tuple[Opening, QueryOptions]:
+    """A query's keyword arguments as how to find the cube and what is asked of it."""
+    where = Opening.__optional_keys__
+    opening = {k: v for k, v in keywords.items() if k in where}
+    options = {k: v for k, v in keywords.items() if k not in where}
+    return cast(Opening, opening), cast(QueryOptions, options)
 
 
 _ONE_SHOT = (
@@ -464,9 +426,7 @@ _ONE_SHOT = (
     "store it was read from is asked (a ``DataArray`` names its variable, and by default "
     "``over`` is every dimension, as in ``mean()``); one whose values are not the store's "
     "(computed, selected, or never stored) is refused. "
-    "``accumulations``: a store holding its accumulation groups beside it. "
-    "``ref``: of an icechunk repository (``icechunk://``), the branch, tag or snapshot id "
-    "asked (default: branch ``main``)."
+    "``accumulations``: a store holding its accumulation groups beside it."
 )
 query.__doc__ = (
     f"{QUERY_DOC}\n\nThe whole ``QueryResult``: data, plan and measured stats; chunks are read "
@@ -480,36 +440,13 @@ average.__doc__ = (
 
 @scoped
 def verify(
-    store: StoreLike,
-    variable: str | None = None,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    group: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-    ref: str | None = None,
+    store: StoreLike, variable: str | None = None, **opening: Unpack[Opening]
 ) -> list[VerifyReport]:
     """Recompute accumulations from the raw data and compare (all variables by default).
     A sidecar (or a cube with ``accumulations``) is verified against its source: a group
     whose source changed since it was built is reported stale, the others recomputed from
-    the source's raw data. ``ref``: of an icechunk repository, the branch, tag or snapshot
-    id verified (default: branch ``main``)."""
-    allowed = allow_references
-    if accumulations is not None or _is_sidecar(store, storage_options, allowed, ref):
-        handle = _datacube(store, storage_options, group, variable, accumulations, allowed, ref)
-        snapshot = handle.snapshot()
-        cube, groups = snapshot.cube, snapshot.groups
-    else:
-        cube = open_cube(
-            store,
-            "r",
-            storage_options,
-            group=group,
-            variable=variable,
-            allow_references=allowed,
-            ref=ref,
-        )
-        groups = None
+    the source's raw data."""
+    cube, groups = _snapshot(store, variable, opening)
     names = [variable] if variable else cube.data_variables
     reports = [_verify_one(cube, name, groups) for name in names]
     if variable is None:
@@ -552,27 +489,36 @@ def verify_sources(
 
 
 @scoped
-def inspect(
-    store: StoreLike,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    group: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-    ref: str | None = None,
-) -> dict[str, Any]:
+def inspect(store: StoreLike, **opening: Unpack[Opening]) -> dict[str, Any]:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube.
     For a sidecar (or with ``accumulations``): the source's, with the sidecar's groups, and
-    under "sidecar" its source and whether each group still holds for it. ``ref``: of an
-    icechunk repository, the branch, tag or snapshot id described (default: ``main``)."""
-    allowed = allow_references
-    if accumulations is not None or _is_sidecar(store, storage_options, allowed, ref):
-        handle = _datacube(store, storage_options, group, None, accumulations, allowed, ref)
-        snapshot = handle.snapshot()
-        return describe_cube(snapshot.cube, snapshot.groups)
-    return describe_cube(
-        open_cube(store, "r", storage_options, group=group, allow_references=allowed, ref=ref)
+    under "sidecar" its source and whether each group still holds for it."""
+    return describe_cube(*_snapshot(store, None, opening))
+
+
+def _snapshot(
+    store: StoreLike, variable: str | None, opening: Opening
+) -> tuple[RawCube, AccumulationGroups | None]:
+    """The cube ``verify`` and ``inspect`` look at; with a sidecar's accumulation groups
+    when ``store`` is one, or ``accumulations`` names one (None: the cube's own)."""
+    storage_options, allowed = opening.get("storage_options"), opening.get("allow_references")
+    ref = opening.get("ref")
+    if opening.get("accumulations") is not None or _is_sidecar(
+        store, storage_options, allowed, ref
+    ):
+        snapshot = _datacube(store, variable, **opening).snapshot()
+        return snapshot.cube, snapshot.groups
+    group = opening.get("group")
+    cube = open_cube(
+        store,
+        "r",
+        storage_options,
+        group=group,
+        variable=variable,
+        allow_references=allowed,
+        ref=ref,
     )
+    return cube, None
 
 
 def _is_sidecar(

@@ -3,7 +3,7 @@ its accumulations hold), ``verify`` (recompute them, or compare a cube with its 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,10 +15,11 @@ from accumulus.cli.options import (
     EndpointUrl,
     Scheduler,
     StorageOption,
+    Store,
     group_option,
     pairs,
     positive_int,
-    storage_options,
+    reading,
 )
 from accumulus.errors import AccumulusError
 
@@ -107,11 +108,10 @@ def accumulate(
             allow_missing_chunks=allow_missing_chunks,
             shards=shards,
             progress=report,
-            storage_options=storage_options(endpoint_url, storage_option),
             group=group,
             into=into,
-            allow_references=allow_references or None,
             minimal=minimal,
+            **reading(endpoint_url, storage_option, allow_references),
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
@@ -130,7 +130,7 @@ def accumulate(
 
 
 def inspect(
-    store: str = typer.Argument(..., help="Cube path or URL."),
+    store: Store,
     as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
     group: Annotated[
         str | None, group_option("Group of the cube; default: the one group holding data.")
@@ -147,10 +147,7 @@ def inspect(
     api = load_api()
 
     info = api.inspect(
-        store,
-        storage_options=storage_options(endpoint_url, storage_option),
-        group=group,
-        allow_references=allow_references or None,
+        store, group=group, **reading(endpoint_url, storage_option, allow_references)
     )
     if as_json:
         print(json.dumps(info, default=str))
@@ -225,7 +222,7 @@ def _grid_text(grid: dict) -> str:
 
 
 def verify(
-    store: str = typer.Argument(..., help="Cube path or URL."),
+    store: Store,
     names: list[str] = typer.Argument(
         None, help="Variable (default: every accumulated one); with --sources, the files."
     ),
@@ -247,22 +244,14 @@ def verify(
     values with its sources' instead."""
     api = load_api()
 
-    options = storage_options(endpoint_url, storage_option)
-    allowed = allow_references or None
+    source = reading(endpoint_url, storage_option, allow_references)
     if sources:
-        _verify_sources(store, names or [], options, allowed)
+        _verify_sources(store, names or [], source)
         return
     if len(names or []) > 1:
         raise AccumulusError(f"verify takes one variable, got {names}; to compare files: --sources")
     variable = names[0] if names else None
-    reports = api.verify(
-        store,
-        variable,
-        storage_options=options,
-        group=group,
-        accumulations=accumulations,
-        allow_references=allowed,
-    )
+    reports = api.verify(store, variable, group=group, accumulations=accumulations, **source)
     failed = False
     for report in reports:
         if report.ok:
@@ -279,16 +268,12 @@ def verify(
         raise typer.Exit(1)
 
 
-def _verify_sources(
-    store: str, files: list[str], storage_options: dict | None, allowed: list[str] | None
-) -> None:
+def _verify_sources(store: str, files: list[str], source: dict[str, Any]) -> None:
     from rich.markup import escape
 
     api = load_api()
 
-    comparisons = api.verify_sources(
-        store, files, storage_options=storage_options, allow_references=allowed
-    )
+    comparisons = api.verify_sources(store, files, **source)
     for comparison in comparisons:
         if comparison.ok:
             steps = f", {comparison.steps} steps" if comparison.steps is not None else ""

@@ -13,14 +13,15 @@ from accumulus.cli.options import (
     CubeGroup,
     EndpointUrl,
     StorageOption,
+    Store,
     pairs,
-    storage_options,
+    reading,
 )
 from accumulus.errors import AccumulusError
 
 
 def average(
-    store: str = typer.Argument(..., help="Cube path or URL."),
+    store: Store,
     variable: str = typer.Argument(..., help="Data variable."),
     over: str = typer.Option(..., "--over", help="Dimensions averaged away, e.g. lat,lon or time."),
     range_: list[str] = typer.Option(
@@ -97,10 +98,9 @@ def average(
     result = api.answer(
         store,
         question,
-        storage_options=storage_options(endpoint_url, storage_option),
         group=group,
         accumulations=accumulations,
-        allow_references=allow_references or None,
+        **reading(endpoint_url, storage_option, allow_references),
     )
     if picture is not None:
         write_file(picture, output.result_png(result, drawn_as))

@@ -17,7 +17,7 @@ from accumulus.cli.options import (
     StorageOption,
     dimension_sizes,
     group_option,
-    storage_options,
+    reading,
 )
 from accumulus.errors import AccumulusError, Interrupted
 
@@ -74,7 +74,8 @@ def append(
     """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
     api = load_api()
 
-    options = storage_options(endpoint_url, storage_option)
+    source = reading(endpoint_url, storage_option, allow_references)
+    options = source["storage_options"]
     if virtual:
         if chunks or chunking or shards:
             raise AccumulusError(
@@ -93,12 +94,11 @@ def append(
             chunks=sizes or None,
             chunking=chunking,
             skip_existing=skip_existing,
-            storage_options=options,
             zarr_format=zarr_format,
             progress=report,
             group=group,
             shards=shard_sizes or None,
-            allow_references=allow_references or None,
+            **source,
         )
     if result.recovered:
         console.print(f"[yellow]recovered:[/] {result.recovered}", highlight=False)
@@ -326,8 +326,7 @@ def rechunk(
             zarr_format,
             scheduler=scheduler,
             progress=report,
-            storage_options=storage_options(endpoint_url, storage_option),
-            allow_references=allow_references or None,
+            **reading(endpoint_url, storage_option, allow_references),
         )
     named = set(parse_chunk_rules(chunks))
     for path, sizes in result.chunks.items():

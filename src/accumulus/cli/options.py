@@ -50,6 +50,22 @@ Scheduler = Annotated[
 ]
 
 
+Store = Annotated[str, typer.Argument(help="Cube path or URL.")]
+
+
+def reading(
+    endpoint_url: str | None,
+    storage_option: Sequence[str] | None,
+    allow_references: Sequence[str] | None,
+) -> dict[str, Any]:
+    """The keywords of ``api`` for how a command reaches its stores, from the options above:
+    ``storage_options`` (fsspec's, with ``--endpoint-url``) and ``allow_references``."""
+    return {
+        "storage_options": storage_options(endpoint_url, storage_option),
+        "allow_references": list(allow_references or []) or None,
+    }
+
+
 def storage_options(endpoint_url: str | None, items: Sequence[str] | None) -> dict | None:
     """The fsspec options of ``--storage-option`` and ``--endpoint-url``; None for none."""
     from accumulus.stores.locations import parse_storage_options
