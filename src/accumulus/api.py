@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
@@ -54,7 +54,7 @@ from accumulus.opened import opened_store
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
 from accumulus.stores.opening import Mode, open_store, store_label
-from accumulus.stores.transactional import transaction_of
+from accumulus.stores.transactional import history, transaction_of
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
@@ -492,8 +492,15 @@ def verify_sources(
 def inspect(store: StoreLike, **opening: Unpack[Opening]) -> dict[str, Any]:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube.
     For a sidecar (or with ``accumulations``): the source's, with the sidecar's groups, and
-    under "sidecar" its source and whether each group still holds for it."""
-    return describe_cube(*_snapshot(store, None, opening))
+    under "sidecar" its source and whether each group still holds for it. An icechunk
+    repository's commits, down from the ref read, are under "history" (snapshot, time,
+    message, granules and extent as of each)."""
+    cube, groups = _snapshot(store, None, opening)
+    info = describe_cube(cube, groups)
+    commits = history(cube.store)
+    if commits:
+        info["history"] = [asdict(commit) for commit in commits]
+    return info
 
 
 def _snapshot(

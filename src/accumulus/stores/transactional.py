@@ -148,6 +148,15 @@ def transaction_of(store: Store) -> TransactionalStore | None:
     return store
 
 
+def _quiet_icechunk() -> None:
+    """icechunk logs warnings a user cannot act on (lost-response recovery settings) to
+    stderr; only its errors are shown, unless ``ICECHUNK_LOG`` says otherwise."""
+    import icechunk
+
+    if "ICECHUNK_LOG" not in os.environ:
+        icechunk.set_logs_filter("error")
+
+
 def open_repository(
     url: str, mode: str, storage_options: dict[str, Any] | None, ref: str | None
 ) -> TransactionalStore:
@@ -156,6 +165,7 @@ def open_repository(
     the branch ``ref`` names otherwise ("w" creates the repository when missing)."""
     import icechunk
 
+    _quiet_icechunk()
     storage = _storage(url, storage_options, create=mode == "w")
     try:
         if mode == "w":
