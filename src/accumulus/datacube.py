@@ -60,6 +60,7 @@ from accumulus.stores.snapshot import (
     stored_roots,
     with_coordinates,
 )
+from accumulus.stores.transactional import branch_moved
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,10 @@ class Datacube:
         if self._pinned:
             assert self._current is not None
             return self._current
+        moved = branch_moved(self.store)
+        if moved is not None:  # an icechunk branch has a new commit: read it from now on
+            url, branch = moved
+            self.store = open_store(url, "r", storage_options=self._storage_options, ref=branch)
         with self._lock:
             self._reads += 1
             read = self._reads

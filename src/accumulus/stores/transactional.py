@@ -57,12 +57,19 @@ class TransactionalStore(DelegatingStore):
     commit's metadata (see the module's docstring). ``commit`` ends the transaction."""
 
     def __init__(
-        self, store: Store, *, session: Any = None, repository: Any = None, label: str = ""
+        self,
+        store: Store,
+        *,
+        session: Any = None,
+        repository: Any = None,
+        label: str = "",
+        follows: str | None = None,
     ) -> None:
         super().__init__(store)
         self.session = session
         self.repository = repository
         self.label = label
+        self.follows = follows  # the branch a read-only session was opened at
         self._objects: dict[str, bytes] = dict(_committed_objects(repository, session))
         self._changed = False
 
@@ -175,9 +182,27 @@ def open_repository(
         else:
             raise StoreNotFoundError(f"store not found: {url} (no icechunk repository there)")
         session = _session(repository, url, mode, ref)
+        follows = ref or DEFAULT_BRANCH
+        if mode != "r" or follows not in set(repository.list_branches()):
+            follows = None
     except icechunk.IcechunkError as exc:
         raise AccumulusError(f"cannot open {url}: {_reason(exc)}") from None
-    return TransactionalStore(session.store, session=session, repository=repository, label=url)
+    return TransactionalStore(
+        session.store, session=session, repository=repository, label=url, follows=follows
+    )
+
+
+def branch_moved(store: Store) -> tuple[str, str] | None:
+    """When ``store`` reads a branch of a repository that has a newer commit than the one it
+    was opened at: the repository's URL and the branch, to open again (one request).
+    None otherwise (another kind of store, a tag, a snapshot, or no new commit)."""
+    transaction = transaction_of(store)
+    if transaction is None or transaction.follows is None:
+        return None
+    head = transaction.repository.lookup_branch(transaction.follows)
+    if head == transaction.session.snapshot_id:
+        return None
+    return transaction.label, transaction.follows
 
 
 def _session(repository: Any, url: str, mode: str, ref: str | None) -> Any:
