@@ -149,6 +149,24 @@ def test_concurrent_appends_of_the_same_granules_land_once(tmp_path, granules):
     assert len(commits(path)) == 2
 
 
+def test_a_session_store_is_read_and_not_written(tmp_path, granules):
+    """icechunk's own store of a session is read as the repository's URL is; writing into it
+    is refused (accumulus commits what it writes, so it needs the repository)."""
+    t = truth(24)
+    path = tmp_path / "repo"
+    accumulus.append(f"icechunk://{path}", granules[:2], chunks={"time": 3})
+    store = repository(path).readonly_session(branch="main").store
+    got = accumulus.average(store, VAR, "time")
+    want = xarray_reference(t.decoded(6)[VAR], ["time"], "area", "mean")
+    np.testing.assert_allclose(got.values, want.values, rtol=1e-9, equal_nan=True)
+    writable = repository(path).writable_session("main").store
+    with pytest.raises(AccumulusError, match="by its URL"):
+        accumulus.append(writable, granules[2:3])
+    with pytest.raises(AccumulusError, match="session's store is read here"):
+        accumulus.accumulate(writable, VAR)
+    assert len(commits(path)) == 1
+
+
 def test_the_command_line(tmp_path, granules):
     path = tmp_path / "repo"
     url = f"icechunk://{path}"
@@ -156,7 +174,28 @@ def test_the_command_line(tmp_path, granules):
     assert done.returncode == 0, done.stderr
     assert "created" in done.stdout
     log = commits(path)
-    assert len(log) == 1 and granules[2] in log[0].message
+    assert len(log) == 1 and granules[2] in log[0].message and log[0].id in done.stdout
+    assert cli("accumulate", url, VAR).returncode == 0
+    assert cli("append", url, *granules[3:6]).returncode == 0
+    old = log[0].id
+
+    history = cli("inspect", url, "--json")
+    assert history.returncode == 0, history.stderr
+    listed = json.loads(history.stdout)["history"]
+    assert [(c["granules"], c["extent"]) for c in listed] == [(6, 18), (3, 9), (3, 9), (0, 0)]
+    assert listed[2]["snapshot"] == old
+    at_old = json.loads(cli("inspect", url, "--json", "--ref", old).stdout)
+    assert at_old["dimensions"]["time"] == 9 and len(at_old["history"]) == 2
+    assert cli("verify", url, "--ref", old).returncode == 0
+    assert cli("verify", url).returncode == 0
+    answer = cli("average", url, VAR, "--over", "time,lat,lon", "--ref", old, "--json")
+    assert answer.returncode == 0, answer.stderr
+    want = xarray_reference(truth(24).decoded(9)[VAR], ["time", "lat", "lon"], "area", "mean")
+    np.testing.assert_allclose(json.loads(answer.stdout)["values"], want.values, rtol=1e-9)
+
+    wrong = cli("average", url, VAR, "--over", "time", "--ref", "nope")
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip().count("\n") == 0 and "not a branch, tag or snapshot" in wrong.stderr
 
 
 def test_mistakes_are_one_line_and_write_nothing(tmp_path, granules):

@@ -146,6 +146,17 @@ class TransactionalStore(DelegatingStore):
         return str(snapshot)
 
 
+def is_session_store(store: Store) -> bool:
+    """Whether ``store`` is icechunk's own store of a session (not opened by accumulus)."""
+    return type(store).__module__.split(".")[0] == "icechunk"
+
+
+def reading_session(store: Store) -> TransactionalStore:
+    """icechunk's store of a session given by a caller, read through the same view as a
+    repository accumulus opened (its ``.accumulus/`` objects are not read)."""
+    return TransactionalStore(store, label="an icechunk session")
+
+
 def transaction_of(store: Store) -> TransactionalStore | None:
     """The icechunk session below ``store``'s wrappers, or None for any other store."""
     while not isinstance(store, TransactionalStore):
