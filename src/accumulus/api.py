@@ -26,7 +26,6 @@ import zarr
 from zarr.abc.store import Store
 
 from accumulus import coordinates
-from accumulus.accessor import opened_store
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups, read_group
 from accumulus.accumulation.model.positions import Rule, parse_at, rule_slug
@@ -51,9 +50,11 @@ from accumulus.errors import AccumulusError, Interrupted, ParameterError
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
+from accumulus.opened import opened_store
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
 from accumulus.stores.opening import Mode, open_store, store_label
+from accumulus.stores.transactional import transaction_of
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
@@ -230,6 +231,10 @@ def accumulate(
                 allow_missing_chunks=allow_missing_chunks,
             )
             result = replace(result, kept=kept_text)
+            # An icechunk repository: the group lands in one commit, or not at all.
+            written = transaction_of(cube.store if side is None else side)
+            if written is not None:
+                written.commit(f"accumulate {variable}: {result.action}")
             if result.action == "up to date":
                 return result
             if sidecar is None:

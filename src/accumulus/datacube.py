@@ -32,7 +32,7 @@ from zarr.abc.store import Store
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import AccumulationGroups
 from accumulus.accumulation.model.sidecar import Sidecar, sidecar_of
-from accumulus.accumulation.query.answer import QueryResult, run_query
+from accumulus.accumulation.query.answer import QueryResult, accumulations_answer, run_query
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.query.request import (
     QUERY_DOC,
@@ -94,6 +94,11 @@ class DatacubeSnapshot:
         """The answer, its chunks read and reduced within about ``memory_bytes``."""
         with accumulus_scope():
             return run_query(self.cube, query, groups=self.groups, memory_bytes=memory_bytes)
+
+    def scans(self, resolved: ResolvedQuery) -> bool:
+        """Whether ``resolved`` can only be answered from the raw data (no accumulation of
+        this snapshot can take part): the heavy questions."""
+        return not accumulations_answer(self.groups, resolved)
 
     def reading_through(self, wrap: Callable[[Store], Store]) -> DatacubeSnapshot:
         """This snapshot with every chunk read through ``wrap(store)``: the cube's, and a

@@ -39,6 +39,13 @@ def serve(
     computations: int = typer.Option(
         2, "--computations", min=1, help="Answers computed at once; others wait, then get 503."
     ),
+    scans: int = typer.Option(
+        1,
+        "--scans",
+        min=1,
+        help="Answers no accumulation can give (full scans) computed at once, queued apart "
+        "from the others, which never wait behind them.",
+    ),
     memory_mb: int = typer.Option(  # budget.DEFAULT_MEMORY_BYTES (not imported: zarr)
         512, "--memory-mb", min=16, help="Memory one computation's raw reads may hold."
     ),
@@ -80,6 +87,7 @@ def serve(
         cache_bytes=cache_mb * 2**20,
         limits=ServiceLimits(
             computations=computations,
+            scans=scans,
             queue_seconds=queue_seconds,
             request_seconds=request_seconds,
             memory_bytes=memory_mb * 2**20,

@@ -41,6 +41,10 @@ class DatasetSnapshot:
     def cube(self) -> RawCube:
         return self.current.cube
 
+    def scans(self, query: ResolvedQuery) -> bool:
+        """Whether ``query`` is answered from the raw data alone (a heavy question)."""
+        return self.current.scans(query)
+
     def query(self, query: ResolvedQuery, memory_bytes: int) -> QueryResult:
         return self.current.query(query, memory_bytes)
 
