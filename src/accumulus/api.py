@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 import xarray as xr
 import zarr
 from zarr.abc.store import Store
 
 from accumulus import coordinates
-from accumulus.accessor import opened_store
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.groups import AccumulationGroups, read_group
 from accumulus.accumulation.model.positions import Rule, parse_at, rule_slug
@@ -51,9 +50,11 @@ from accumulus.errors import AccumulusError, Interrupted, ParameterError
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
+from accumulus.opened import opened_store
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
 from accumulus.stores.opening import Mode, open_store, store_label
+from accumulus.stores.transactional import history, transaction_of
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
@@ -66,49 +67,46 @@ if TYPE_CHECKING:
 StoreLike = str | Store | RawCube | Datacube
 
 
+class Opening(TypedDict, total=False):
+    """How ``open``, ``answer``, ``query``, ``average``, ``verify`` and ``inspect`` find the
+    cube (keyword arguments): fsspec's ``storage_options``; the ``group`` of the store
+    (default: the one group holding the variable); ``accumulations``, a store holding its
+    accumulation groups beside it (made with ``accumulate(..., into=)``; a store so made may
+    also be given in place of the cube); ``allow_references``, where a reference set
+    (``.json``, ``.parq``) may read besides its own location (directories and URL prefixes;
+    see docs/remote.md); ``ref``, of an icechunk repository (``icechunk://``), the branch, tag
+    or snapshot id read (default: branch ``main``; see docs/transactional.md)."""
+
+    storage_options: dict[str, Any] | None
+    group: str | None
+    accumulations: str | Store | None
+    allow_references: Sequence[str] | None
+    ref: str | None
+
+
+class QueryKeywords(Opening, QueryOptions, total=False):
+    """The keyword arguments of ``query`` and ``average``: how to find the cube, and the
+    options of the question."""
+
+
 @scoped
-def open(
-    store: StoreLike,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    group: str | None = None,
-    variable: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-) -> Datacube:
+def open(store: StoreLike, *, variable: str | None = None, **opening: Unpack[Opening]) -> Datacube:
     """Open a datacube for queries: its metadata is read once per snapshot, and
-    ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one.
-    ``accumulations``: a store holding its accumulation groups beside it (made with
-    ``accumulate(..., into=)``); a store so made may also be opened in place of the cube.
-    ``allow_references``: where a reference set (``.json``, ``.parq``) may read besides its
-    own location (directories and URL prefixes; see docs/remote.md)."""
-    handle = _datacube(store, storage_options, group, variable, accumulations, allow_references)
+    ``.average(...)``/``.query(...)`` reuse it until a writer publishes a new one. The cube
+    is found as ``Opening`` says."""
+    handle = _datacube(store, variable, **opening)
     handle.snapshot()  # a store that cannot be read is refused now
     return handle
 
 
-def _datacube(
-    store: StoreLike,
-    storage_options: dict[str, Any] | None,
-    group: str | None,
-    variable: str | None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-) -> Datacube:
-    if isinstance(store, Datacube | RawCube) and accumulations is not None:
+def _datacube(store: StoreLike, variable: str | None, **opening: Unpack[Opening]) -> Datacube:
+    if isinstance(store, Datacube | RawCube) and opening.get("accumulations") is not None:
         raise AccumulusError("accumulations= is given with a store path or URL, not an open cube")
     if isinstance(store, Datacube):
         return store
     if isinstance(store, RawCube):
         return Datacube.pinned(store)
-    return Datacube.open(
-        store,
-        storage_options,
-        group=group,
-        variable=variable,
-        accumulations=accumulations,
-        allow_references=allow_references,
-    )
+    return Datacube.open(store, variable=variable, **opening)
 
 
 @scoped
@@ -120,6 +118,7 @@ def open_cube(
     group: str | None = None,
     variable: str | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
 ) -> RawCube:
     """Open a datacube snapshot (reads its metadata once): the group ``group`` of the store,
     or the one group holding ``variable`` (or data variables). An open ``Datacube`` gives its
@@ -133,6 +132,7 @@ def open_cube(
         mode,
         storage_options=storage_options,
         allow_references=allow_references,
+        ref=ref,
     )
     label = None if isinstance(store, Store) else str(store)
     where = label or store_label(opened)
@@ -160,6 +160,7 @@ def accumulate(
     allow_missing_chunks: bool = False,
     allow_references: Sequence[str] | None = None,
     minimal: bool = False,
+    ref: str | None = None,
     stats: Sequence[str] | None = None,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
@@ -197,6 +198,8 @@ def accumulate(
     read-only). The store records
     ``store`` and a fingerprint of what was summed; running again extends it after the
     source grew and rebuilds it when the source changed.
+    ``ref``: of an icechunk repository, the branch the group is committed to (one commit;
+    default ``main``).
     """
     from accumulus.accumulation.build.accumulate import build_accumulations, check_request
 
@@ -212,6 +215,7 @@ def accumulate(
                 group=group,
                 variable=variable,
                 allow_references=allow_references,
+                ref=ref,
             )
             var = cube.variable(variable)
             check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
@@ -242,6 +246,10 @@ def accumulate(
                 allow_missing_chunks=allow_missing_chunks,
             )
             result = replace(result, kept=kept_text)
+            # An icechunk repository: the group lands in one commit, or not at all.
+            written = transaction_of(cube.store if side is None else side)
+            if written is not None:
+                written.commit(f"accumulate {variable}: {result.action}")
             if result.action == "up to date":
                 return result
             if sidecar is None:
@@ -365,21 +373,14 @@ def answer(
     store: StoreLike,
     query: Query,
     *,
-    storage_options: dict[str, Any] | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
-    group: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
+    **opening: Unpack[Opening],
 ) -> QueryResult:
-    """The ``QueryResult`` of ``query`` (a ``Query``) on ``store``: data, plan and measured
-    stats. Chunks are read and reduced within about ``memory_bytes``; a chunk larger than
-    that is refused before it is read. ``accumulations``: a store holding its accumulation
-    groups beside it."""
+    """The ``QueryResult`` of ``query`` (a ``Query``) on ``store``, found as ``Opening`` says:
+    data, plan and measured stats. Chunks are read and reduced within about
+    ``memory_bytes``; a chunk larger than that is refused before it is read."""
     # The store's snapshot is read once, by the query itself.
-    handle = _datacube(
-        store, storage_options, group, query.variable, accumulations, allow_references
-    )
-    return handle.answer(query, memory_bytes)
+    return _datacube(store, query.variable, **opening).answer(query, memory_bytes)
 
 
 def query(
@@ -388,32 +389,23 @@ def query(
     over: Iterable[str] | str | None = None,
     ranges: Mapping[str, Range] | None = None,
     *,
-    storage_options: dict[str, Any] | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
-    group: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-    **options: Unpack[QueryOptions],
+    **keywords: Unpack[QueryKeywords],
 ) -> QueryResult:
+    opening, options = _split(keywords)
     if isinstance(store, xr.Dataset | xr.DataArray):
         opened = store if isinstance(store, xr.DataArray) else store.get(variable or "")
         store, found, variable = opened_store(store, variable)
-        group = group if group is not None else found
+        if opening.get("group") is None:
+            opening["group"] = found
         if over is None and opened is not None:
             over = [str(d) for d in opened.dims]  # as xarray's mean() with no dimension
     if variable is None:
         raise ParameterError("variable", "name the variable to average")
     if over is None:
         raise ParameterError("over", "name the dimensions to average over, e.g. over='lat,lon'")
-    return answer(
-        store,
-        Query.asked(variable, over, ranges, **options),
-        storage_options=storage_options,
-        memory_bytes=memory_bytes,
-        group=group,
-        accumulations=accumulations,
-        allow_references=allow_references,
-    )
+    question = Query.asked(variable, over, ranges, **options)
+    return answer(store, question, memory_bytes=memory_bytes, **opening)
 
 
 @scoped
@@ -422,24 +414,17 @@ def average(
     variable: str | None = None,
     over: Iterable[str] | str | None = None,
     ranges: Mapping[str, Range] | None = None,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    group: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-    **options: Unpack[QueryOptions],
+    **keywords: Unpack[QueryKeywords],
 ) -> xr.DataArray:
-    return query(
-        store,
-        variable,
-        over,
-        ranges,
-        storage_options=storage_options,
-        group=group,
-        accumulations=accumulations,
-        allow_references=allow_references,
-        **options,
-    ).data
+    return query(store, variable, over, ranges, **keywords).data
+
+
+def _split(keywords: QueryKeywords) -> tuple[Opening, QueryOptions]:
+    """A query's keyword arguments as how to find the cube and what is asked of it."""
+    where = Opening.__optional_keys__
+    opening = {k: v for k, v in keywords.items() if k in where}
+    options = {k: v for k, v in keywords.items() if k not in where}
+    return cast(Opening, opening), cast(QueryOptions, options)
 
 
 _ONE_SHOT = (
@@ -462,28 +447,13 @@ average.__doc__ = (
 
 @scoped
 def verify(
-    store: StoreLike,
-    variable: str | None = None,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    group: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
+    store: StoreLike, variable: str | None = None, **opening: Unpack[Opening]
 ) -> list[VerifyReport]:
     """Recompute accumulations from the raw data and compare (all variables by default).
     A sidecar (or a cube with ``accumulations``) is verified against its source: a group
     whose source changed since it was built is reported stale, the others recomputed from
     the source's raw data."""
-    allowed = allow_references
-    if accumulations is not None or _is_sidecar(store, storage_options, allowed):
-        handle = _datacube(store, storage_options, group, variable, accumulations, allowed)
-        snapshot = handle.snapshot()
-        cube, groups = snapshot.cube, snapshot.groups
-    else:
-        cube = open_cube(
-            store, "r", storage_options, group=group, variable=variable, allow_references=allowed
-        )
-        groups = None
+    cube, groups = _snapshot(store, variable, opening)
     names = [variable] if variable else cube.data_variables
     reports = [_verify_one(cube, name, groups) for name in names]
     if variable is None:
@@ -526,35 +496,56 @@ def verify_sources(
 
 
 @scoped
-def inspect(
-    store: StoreLike,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    group: str | None = None,
-    accumulations: str | Store | None = None,
-    allow_references: Sequence[str] | None = None,
-) -> dict[str, Any]:
+def inspect(store: StoreLike, **opening: Unpack[Opening]) -> dict[str, Any]:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube.
     For a sidecar (or with ``accumulations``): the source's, with the sidecar's groups, and
-    under "sidecar" its source and whether each group still holds for it."""
-    allowed = allow_references
-    if accumulations is not None or _is_sidecar(store, storage_options, allowed):
-        handle = _datacube(store, storage_options, group, None, accumulations, allowed)
-        snapshot = handle.snapshot()
-        return describe_cube(snapshot.cube, snapshot.groups)
-    return describe_cube(
-        open_cube(store, "r", storage_options, group=group, allow_references=allowed)
+    under "sidecar" its source and whether each group still holds for it. An icechunk
+    repository's commits, down from the ref read, are under "history" (snapshot, time,
+    message, granules and extent as of each)."""
+    cube, groups = _snapshot(store, None, opening)
+    info = describe_cube(cube, groups)
+    commits = history(cube.store)
+    if commits:
+        info["history"] = [asdict(commit) for commit in commits]
+    return info
+
+
+def _snapshot(
+    store: StoreLike, variable: str | None, opening: Opening
+) -> tuple[RawCube, AccumulationGroups | None]:
+    """The cube ``verify`` and ``inspect`` look at; with a sidecar's accumulation groups
+    when ``store`` is one, or ``accumulations`` names one (None: the cube's own)."""
+    storage_options, allowed = opening.get("storage_options"), opening.get("allow_references")
+    ref = opening.get("ref")
+    if opening.get("accumulations") is not None or _is_sidecar(
+        store, storage_options, allowed, ref
+    ):
+        snapshot = _datacube(store, variable, **opening).snapshot()
+        return snapshot.cube, snapshot.groups
+    group = opening.get("group")
+    cube = open_cube(
+        store,
+        "r",
+        storage_options,
+        group=group,
+        variable=variable,
+        allow_references=allowed,
+        ref=ref,
     )
+    return cube, None
 
 
 def _is_sidecar(
-    store: StoreLike, storage_options: dict[str, Any] | None, allow_references: Sequence[str] | None
+    store: StoreLike,
+    storage_options: dict[str, Any] | None,
+    allow_references: Sequence[str] | None,
+    ref: str | None = None,
 ) -> bool:
     if not isinstance(store, str | os.PathLike):
         return False
     try:
         opened = open_store(
-            store, "r", storage_options=storage_options, allow_references=allow_references
+            store, "r", storage_options=storage_options, allow_references=allow_references, ref=ref
         )
         root = zarr.open_group(opened, mode="r")
     # Not a readable group (ours: AccumulusError; zarr's and the store's errors): the cube's

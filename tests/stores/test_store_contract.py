@@ -48,6 +48,7 @@ from accumulus.stores import (
     Zep3DraftStore,
     innermost,
 )
+from accumulus.stores.base import reads_synchronously
 
 pytestmark = pytest.mark.anyio
 
@@ -235,9 +236,14 @@ class TestGuardedStore(_OverLocalStore, StoreTests[GuardedStore, CPUBuffer]):
         await store.set("c/0", CPUBuffer.from_bytes(b"\x01\x02\x03\x04"))
         prototype = default_buffer_prototype()
         assert await store.get("c/0", prototype) is not None
+        # Read in the calling thread too (the chunk reader does, on a local store).
+        assert reads_synchronously(store)
+        assert store.get_sync("c/0").to_bytes() == b"\x01\x02\x03\x04"
         gate.stopped = True
         with pytest.raises(RequestStopped):
             await store.get("c/0", prototype)
+        with pytest.raises(RequestStopped):
+            store.get_sync("c/0")
         with pytest.raises(RequestStopped):
             await store.get_partial_values(prototype, [("c/0", RangeByteRequest(0, 2))])
         with pytest.raises(BaseExceptionGroup) as raised:  # a sharded array's inner chunks

@@ -3,7 +3,7 @@ its accumulations hold), ``verify`` (recompute them, or compare a cube with its 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,12 +13,14 @@ from accumulus.cli.options import (
     AllowReferences,
     CubeGroup,
     EndpointUrl,
+    Ref,
     Scheduler,
     StorageOption,
+    Store,
     group_option,
     pairs,
     positive_int,
-    storage_options,
+    reading,
 )
 from accumulus.errors import AccumulusError
 
@@ -86,6 +88,7 @@ def accumulate(
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
     allow_references: AllowReferences = None,
+    ref: Ref = None,
 ) -> None:
     """Build the ZEP 5 accumulation group of a variable (chunk by chunk, with Dask)."""
     api = load_api()
@@ -107,11 +110,10 @@ def accumulate(
             allow_missing_chunks=allow_missing_chunks,
             shards=shards,
             progress=report,
-            storage_options=storage_options(endpoint_url, storage_option),
             group=group,
             into=into,
-            allow_references=allow_references or None,
             minimal=minimal,
+            **reading(endpoint_url, storage_option, allow_references, ref),
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
@@ -130,7 +132,7 @@ def accumulate(
 
 
 def inspect(
-    store: str = typer.Argument(..., help="Cube path or URL."),
+    store: Store,
     as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
     group: Annotated[
         str | None, group_option("Group of the cube; default: the one group holding data.")
@@ -138,6 +140,7 @@ def inspect(
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
     allow_references: AllowReferences = None,
+    ref: Ref = None,
 ) -> None:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
     import json
@@ -147,10 +150,7 @@ def inspect(
     api = load_api()
 
     info = api.inspect(
-        store,
-        storage_options=storage_options(endpoint_url, storage_option),
-        group=group,
-        allow_references=allow_references or None,
+        store, group=group, **reading(endpoint_url, storage_option, allow_references, ref)
     )
     if as_json:
         print(json.dumps(info, default=str))
@@ -175,6 +175,17 @@ def inspect(
     console.print(table)
     for name, note in info["inferred"].items():
         console.print(f"inferred for {name}: {note}", highlight=False)
+    if "history" in info:  # an icechunk repository: its commits, newest first
+        commits = Table("commit", "time", "granules", "extent", "message")
+        for c in info["history"]:
+            commits.add_row(
+                c["snapshot"],
+                f"{c['written']:%Y-%m-%d %H:%M:%S}",
+                str(c["granules"]),
+                str(c["extent"]),
+                c["message"],
+            )
+        console.print(commits)
     if "sidecar" in info:
         side = info["sidecar"]
         console.print(f"accumulations from sidecar {side['store']} (source {side['source']})")
@@ -225,7 +236,7 @@ def _grid_text(grid: dict) -> str:
 
 
 def verify(
-    store: str = typer.Argument(..., help="Cube path or URL."),
+    store: Store,
     names: list[str] = typer.Argument(
         None, help="Variable (default: every accumulated one); with --sources, the files."
     ),
@@ -241,28 +252,23 @@ def verify(
         None, "--accumulations", help="Verify the accumulations in this sidecar store (--into)."
     ),
     allow_references: AllowReferences = None,
+    ref: Ref = None,
 ) -> None:
     """Recompute accumulations from the raw data; exit 1 on any mismatch (a sidecar: from
     its source's, and exit 1 when it is stale). With --sources FILES…: compare the cube's
     values with its sources' instead."""
     api = load_api()
 
-    options = storage_options(endpoint_url, storage_option)
-    allowed = allow_references or None
+    source = reading(endpoint_url, storage_option, allow_references, ref)
     if sources:
-        _verify_sources(store, names or [], options, allowed)
+        if ref is not None:
+            raise AccumulusError("--ref with --sources: sources are compared with the head")
+        _verify_sources(store, names or [], source)
         return
     if len(names or []) > 1:
         raise AccumulusError(f"verify takes one variable, got {names}; to compare files: --sources")
     variable = names[0] if names else None
-    reports = api.verify(
-        store,
-        variable,
-        storage_options=options,
-        group=group,
-        accumulations=accumulations,
-        allow_references=allowed,
-    )
+    reports = api.verify(store, variable, group=group, accumulations=accumulations, **source)
     failed = False
     for report in reports:
         if report.ok:
@@ -279,16 +285,12 @@ def verify(
         raise typer.Exit(1)
 
 
-def _verify_sources(
-    store: str, files: list[str], storage_options: dict | None, allowed: list[str] | None
-) -> None:
+def _verify_sources(store: str, files: list[str], source: dict[str, Any]) -> None:
     from rich.markup import escape
 
     api = load_api()
 
-    comparisons = api.verify_sources(
-        store, files, storage_options=storage_options, allow_references=allowed
-    )
+    comparisons = api.verify_sources(store, files, **source)
     for comparison in comparisons:
         if comparison.ok:
             steps = f", {comparison.steps} steps" if comparison.steps is not None else ""

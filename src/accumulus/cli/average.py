@@ -12,15 +12,17 @@ from accumulus.cli.options import (
     AllowReferences,
     CubeGroup,
     EndpointUrl,
+    Ref,
     StorageOption,
+    Store,
     pairs,
-    storage_options,
+    reading,
 )
 from accumulus.errors import AccumulusError
 
 
 def average(
-    store: str = typer.Argument(..., help="Cube path or URL."),
+    store: Store,
     variable: str = typer.Argument(..., help="Data variable."),
     over: str = typer.Option(..., "--over", help="Dimensions averaged away, e.g. lat,lon or time."),
     range_: list[str] = typer.Option(
@@ -69,6 +71,7 @@ def average(
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
     allow_references: AllowReferences = None,
+    ref: Ref = None,
 ) -> None:
     """Average (or sum, or count) a variable over dimensions and label ranges, or a shape."""
     from accumulus.destinations import check_file, write_file
@@ -97,10 +100,9 @@ def average(
     result = api.answer(
         store,
         question,
-        storage_options=storage_options(endpoint_url, storage_option),
         group=group,
         accumulations=accumulations,
-        allow_references=allow_references or None,
+        **reading(endpoint_url, storage_option, allow_references, ref),
     )
     if picture is not None:
         write_file(picture, output.result_png(result, drawn_as))

@@ -17,7 +17,7 @@ from accumulus.cli.options import (
     StorageOption,
     dimension_sizes,
     group_option,
-    storage_options,
+    reading,
 )
 from accumulus.errors import AccumulusError, Interrupted
 
@@ -74,7 +74,8 @@ def append(
     """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
     api = load_api()
 
-    options = storage_options(endpoint_url, storage_option)
+    source = reading(endpoint_url, storage_option, allow_references)
+    options = source["storage_options"]
     if virtual:
         if chunks or chunking or shards:
             raise AccumulusError(
@@ -93,12 +94,11 @@ def append(
             chunks=sizes or None,
             chunking=chunking,
             skip_existing=skip_existing,
-            storage_options=options,
             zarr_format=zarr_format,
             progress=report,
             group=group,
             shards=shard_sizes or None,
-            allow_references=allow_references or None,
+            **source,
         )
     if result.recovered:
         console.print(f"[yellow]recovered:[/] {result.recovered}", highlight=False)
@@ -115,9 +115,11 @@ def append(
         if result.accumulations
         else ""
     )
+    # An icechunk repository commits once: the snapshot readers can pin (--ref).
+    commits = f"commit {result.snapshot}" if result.snapshot else f"{result.commits} commit(s)"
     console.print(
         f"appended {len(result.appended)} granule(s): {dim} {before} → {after} steps in "
-        f"{result.commits} commit(s), {result.seconds:.1f} s{updated}",
+        f"{commits}, {result.seconds:.1f} s{updated}",
         highlight=False,
     )
 
@@ -326,8 +328,7 @@ def rechunk(
             zarr_format,
             scheduler=scheduler,
             progress=report,
-            storage_options=storage_options(endpoint_url, storage_option),
-            allow_references=allow_references or None,
+            **reading(endpoint_url, storage_option, allow_references),
         )
     named = set(parse_chunk_rules(chunks))
     for path, sizes in result.chunks.items():

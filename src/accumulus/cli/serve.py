@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -11,7 +11,7 @@ from accumulus.cli.options import (
     EndpointUrl,
     StorageOption,
     group_option,
-    storage_options,
+    reading,
 )
 
 
@@ -39,6 +39,13 @@ def serve(
     computations: int = typer.Option(
         2, "--computations", min=1, help="Answers computed at once; others wait, then get 503."
     ),
+    scans: int = typer.Option(
+        1,
+        "--scans",
+        min=1,
+        help="Answers no accumulation can give (full scans) computed at once, queued apart "
+        "from the others, which never wait behind them.",
+    ),
     memory_mb: int = typer.Option(  # budget.DEFAULT_MEMORY_BYTES (not imported: zarr)
         512, "--memory-mb", min=16, help="Memory one computation's raw reads may hold."
     ),
@@ -60,6 +67,12 @@ def serve(
         help="Read each cube's accumulations from this sidecar store (once per cube, in order).",
     ),
     allow_references: AllowReferences = None,
+    ref: list[str] = typer.Option(
+        None,
+        "--ref",
+        help="Of icechunk repositories: a branch, tag or snapshot id to serve, one dataset "
+        "each, named NAME@REF (repeatable; default: branch main, followed as it grows).",
+    ),
     allowed_host: list[str] = typer.Option(
         None,
         "--allowed-host",
@@ -71,23 +84,24 @@ def serve(
     from accumulus.service import serve as run_service
     from accumulus.service.guard import ServiceLimits
 
-    cells = {"max_cells": max_cells} if max_cells else {}
+    cells: dict[str, Any] = {"max_cells": max_cells} if max_cells else {}
     run_service(
         stores,
         host=host,
         port=port,
         workers=workers,
         cache_bytes=cache_mb * 2**20,
-        storage_options=storage_options(endpoint_url, storage_option),
         limits=ServiceLimits(
             computations=computations,
+            scans=scans,
             queue_seconds=queue_seconds,
             request_seconds=request_seconds,
             memory_bytes=memory_mb * 2**20,
         ),
         group=group,
         accumulations=accumulations or None,
-        allow_references=allow_references or None,
         allowed_hosts=allowed_host or (),
+        refs=ref or None,
         **cells,
+        **reading(endpoint_url, storage_option, allow_references),
     )

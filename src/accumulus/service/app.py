@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
@@ -39,32 +39,54 @@ DEFAULT_CACHE_BYTES = 256 * 2**20
 STATIC = resources.files("accumulus.service") / "static"
 
 
-def create_app(
-    stores: Sequence[str],
-    *,
-    max_cells: int = DEFAULT_MAX_CELLS,
-    cache_bytes: int = DEFAULT_CACHE_BYTES,
-    storage_options: dict[str, Any] | None = None,
-    limits: ServiceLimits | None = None,
-    group: str | None = None,
-    accumulations: Sequence[str] | None = None,
-    allow_references: Sequence[str] | None = None,
-    allowed_hosts: Sequence[str] | None = None,
-) -> FastAPI:
-    """The service for ``stores`` (paths or URLs), each from its group ``group`` (by default
-    the one group holding data variables). A store may be a sidecar (served for the source it
-    names); ``accumulations`` gives each store a sidecar (one per store, in order). Each is
-    opened now, so a store that cannot be read stops the start with an ``AccumulusError``.
-    Answers larger than ``max_cells`` values are refused; up to ``cache_bytes`` of answers
-    are kept; ``limits`` bound the computations (see ``ServiceLimits``). A store that is a
-    reference set reads only under its own location and ``allow_references``. Requests whose
-    ``Host`` is not one of ``allowed_hosts`` (``http.allowed_hosts``) get 400; None answers
-    any (``serve`` gives the names the service is reached by)."""
+class ServiceSettings(TypedDict, total=False):
+    """How a service serves its stores (keyword arguments of ``create_app`` and ``serve``).
+
+    Each store is read from its group ``group`` (by default the one group holding data
+    variables) with fsspec's ``storage_options``; ``accumulations`` gives each store a
+    sidecar (one per store, in order). A store that is a reference set reads only under its
+    own location and ``allow_references``. Answers larger than ``max_cells`` values are
+    refused (default ``DEFAULT_MAX_CELLS``); up to ``cache_bytes`` of answers are kept
+    (default ``DEFAULT_CACHE_BYTES``); ``limits`` bound the computations (see
+    ``ServiceLimits``). Requests whose ``Host`` is not one of ``allowed_hosts``
+    (``http.allowed_hosts``) get 400; None answers any (``serve`` gives the names the service
+    is reached by). ``refs``: of icechunk repositories, the branches, tags or snapshot ids
+    served, one dataset each (``name@ref``); a branch is followed as it gets new commits."""
+
+    max_cells: int
+    cache_bytes: int
+    storage_options: dict[str, Any] | None
+    limits: ServiceLimits | None
+    group: str | None
+    accumulations: Sequence[str] | None
+    allow_references: Sequence[str] | None
+    allowed_hosts: Sequence[str] | None
+    refs: Sequence[str] | None
+
+
+def catalog(stores: Sequence[str], settings: ServiceSettings) -> Catalog:
+    """The datasets ``stores`` are served as (opened by their first snapshot)."""
+    return Catalog(
+        stores,
+        settings.get("storage_options"),
+        settings.get("group"),
+        settings.get("accumulations"),
+        settings.get("allow_references"),
+        settings.get("refs"),
+    )
+
+
+def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> FastAPI:
+    """The service for ``stores`` (paths or URLs), served as ``ServiceSettings`` say. A store
+    may be a sidecar (served for the source it names). Each is opened now, so a store that
+    cannot be read stops the start with an ``AccumulusError``."""
     tune_allocator()
     sys.setswitchinterval(0.001)
-    catalog = Catalog(stores, storage_options, group, accumulations, allow_references)
     service = Service(
-        catalog, max_cells=max_cells, cache_bytes=cache_bytes, limits=limits or ServiceLimits()
+        catalog(stores, settings),
+        max_cells=settings.get("max_cells", DEFAULT_MAX_CELLS),
+        cache_bytes=settings.get("cache_bytes", DEFAULT_CACHE_BYTES),
+        limits=settings.get("limits") or ServiceLimits(),
     )
 
     app = FastAPI(
@@ -78,11 +100,12 @@ def create_app(
     )
     app.state.service = service
     app.add_middleware(HeadAsGet)
+    allowed_hosts = settings.get("allowed_hosts")
     if allowed_hosts is not None:
         app.add_middleware(
             TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False
         )
-    add_error_handlers(app, PublicText(catalog))
+    add_error_handlers(app, PublicText(service.catalog))
     for module in (geography, health, datasets, average):
         app.include_router(module.router)
     app.openapi = partial(openapi_document, app)  # type: ignore[method-assign]  # FastAPI's way

@@ -14,15 +14,14 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Unpack
 
 import uvicorn
 from fastapi import FastAPI
 from uvicorn.config import LOGGING_CONFIG
 
 from accumulus.service import http
-from accumulus.service.app import DEFAULT_CACHE_BYTES, DEFAULT_MAX_CELLS, create_app
-from accumulus.service.datasets import Catalog
+from accumulus.service.app import ServiceSettings, catalog, create_app
 from accumulus.service.guard import ServiceLimits
 
 # How ``serve(..., workers=N)`` hands its settings to the worker processes uvicorn starts
@@ -62,34 +61,16 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     workers: int = 1,
-    max_cells: int = DEFAULT_MAX_CELLS,
-    cache_bytes: int = DEFAULT_CACHE_BYTES,
-    storage_options: dict[str, Any] | None = None,
-    limits: ServiceLimits | None = None,
-    group: str | None = None,
-    accumulations: Sequence[str] | None = None,
-    allow_references: Sequence[str] | None = None,
-    allowed_hosts: Sequence[str] = (),
+    **settings: Unpack[ServiceSettings],
 ) -> None:
-    """Serve ``stores`` (from their group ``group``, with their sidecars ``accumulations``;
-    reference sets reading where ``allow_references`` allows besides their own location)
-    on ``host:port`` until interrupted (loopback only unless ``host`` says otherwise),
-    answering requests for the loopback names, ``host`` and ``allowed_hosts`` (``Host``).
+    """Serve ``stores`` as ``ServiceSettings`` say on ``host:port`` until interrupted
+    (loopback only unless ``host`` says otherwise), answering requests for the loopback
+    names, ``host`` and ``allowed_hosts`` (``Host``).
 
     ``workers``: how many processes answer, sharing the port; each opens the stores itself
     and has its own cache and ``limits``, which therefore hold per process. A store that
     cannot be read stops the start (an ``AccumulusError``) before any process is started."""
-    settings = {
-        "stores": list(stores),
-        "max_cells": max_cells,
-        "cache_bytes": cache_bytes,
-        "storage_options": storage_options,
-        "limits": asdict(limits or ServiceLimits()),
-        "group": group,
-        "accumulations": list(accumulations) if accumulations else None,
-        "allow_references": list(allow_references) if allow_references else None,
-        "allowed_hosts": http.allowed_hosts(host, allowed_hosts),
-    }
+    settings["allowed_hosts"] = http.allowed_hosts(host, settings.get("allowed_hosts") or ())
     options: dict[str, Any] = {  # uvicorn.run's keywords, shared by both ways of running
         "host": host,
         "port": port,
@@ -98,11 +79,11 @@ def serve(
         "http": http.BoundedH11Protocol,
     }
     if workers == 1:
-        uvicorn.run(app_from_settings(settings), **options)
+        uvicorn.run(create_app(stores, **settings), **options)
         return
-    for dataset in Catalog(stores, storage_options, group, accumulations, allow_references):
+    for dataset in catalog(stores, settings):
         dataset.snapshot()  # refused here, once, rather than by every worker
-    os.environ[SETTINGS_VARIABLE] = json.dumps(settings)
+    os.environ[SETTINGS_VARIABLE] = json.dumps(settings_json(stores, settings))
     uvicorn.run(
         f"{__name__}:app_from_environment",
         factory=True,
@@ -114,8 +95,15 @@ def serve(
     )
 
 
-def app_from_settings(settings: dict[str, Any]) -> FastAPI:
-    settings = dict(settings)
+def settings_json(stores: Sequence[str], settings: ServiceSettings) -> dict[str, Any]:
+    """``stores`` and ``settings`` as JSON takes them (``app_from_json`` reads them back)."""
+    limits = settings.get("limits") or ServiceLimits()
+    return {"stores": list(stores), **settings, "limits": asdict(limits)}
+
+
+def app_from_json(document: dict[str, Any]) -> FastAPI:
+    """The application ``settings_json`` describes."""
+    settings = dict(document)
     limits = ServiceLimits(**settings.pop("limits"))
     return create_app(settings.pop("stores"), limits=limits, **settings)
 
@@ -123,7 +111,7 @@ def app_from_settings(settings: dict[str, Any]) -> FastAPI:
 def app_from_environment() -> FastAPI:
     """The application of one worker process of ``serve(..., workers=N)``, from the settings
     its parent left in the environment."""
-    return app_from_settings(json.loads(os.environ[SETTINGS_VARIABLE]))
+    return app_from_json(json.loads(os.environ[SETTINGS_VARIABLE]))
 
 
 @contextmanager

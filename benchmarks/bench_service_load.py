@@ -1,0 +1,489 @@
+"""The service under a data center's load (issue 39): `accumulus serve CUBE --workers 2` on
+the realistic cube with its default accumulations (time at every day, lat+lon at every cell:
+`--at time=1,lat=1,lon=1`), and a client on the same machine sending unique random requests
+with a fixed number in flight.
+
+Requests (all distinct, so the answer cache cannot help): half area-averaged series over a
+random box (2-60 degrees of latitude x 2-120 of longitude, some across 0 degrees, some across
+the date line) and a random day-precise period; half time-averaged maps over a random
+day-precise period and box. Three loads are sent to each server:
+
+- ``16 clients``: 16 requests in flight;
+- ``64 clients``: 64 in flight;
+- ``16 clients, 10 % raw``: as the first, with one request in ten answered from the raw data
+  alone (``accumulation=false``: what a question no accumulation can answer costs, chunks
+  decoded and summed), reported apart ("raw") from the others ("light").
+
+The client is one asyncio process using aiohttp (a dependency already) with keep-alive
+connections, one per request in flight; it runs on the same cores as the server, and its
+own CPU per request is reported beside the server's (the server's processes measured by
+psutil). Reported per load: requests/s, p50/p99/p999 latency, status counts, CPU per request
+(server, client).
+
+The floor: the same questions answered in this process, one after another, by the service's
+own functions without HTTP (`check_average_request` + `compute_answer` on one snapshot):
+CPU per request, p50/p99, and that CPU split by a profile (cProfile) into planning (parsing
+the ranges, resolving labels, choosing the plan), reads (store gets, zarr's machinery),
+decoding (codecs), summing (the plan's arithmetic), the answer (the xarray object, notes)
+and JSON; HTTP is the server's CPU per request less the floor's.
+
+A sample of answers (``--check``) is compared with xarray on the raw data (rtol 1e-9).
+
+``--sources NAME=DIR`` (repeatable) serves the same loads from other source trees (e.g.
+``git archive`` of an older commit, unpacked), in the same run, so that a change is measured
+against what came before on the same (shared, loaded) machine. ``--days`` takes a shorter
+cube (the first days of the same field) for quick runs.
+
+    python benchmarks/bench_service_load.py [--days 3650] [--requests 2000] [--check 24]
+        [--sources before=/tmp/before/src --sources after=src]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+import aiohttp
+import numpy as np
+import pandas as pd
+import psutil
+import xarray as xr
+import zarr
+
+import accumulus
+from accumulus.accumulation.model import spec
+from accumulus.accumulation.model.groups import read_group
+from accumulus.api import open_cube
+from accumulus.service.answers import compute_answer
+from accumulus.service.datasets import Dataset
+from accumulus.service.parameters import AverageParameters, check_average_request
+from common import DEFAULT_DIR
+from realistic import CHUNKS, SHAPE, START, VARIABLE, dataset, realistic_cube
+
+LOADS = {  # name: (requests in flight, share answered from the raw data)
+    "16 clients": (16, 0.0),
+    "64 clients": (64, 0.0),
+    "16 clients, 10 % raw": (16, 0.1),
+}
+MAX_CELLS = 2_000_000
+
+
+# --------------------------------------------------------------------------------------------
+# The cube
+
+
+def prepared_cube(directory: Path, days: int) -> Path:
+    """The realistic cube (or its first ``days``), with the default accumulations."""
+    if days == SHAPE[0]:
+        path = realistic_cube(directory)
+    else:
+        path = directory / f"realistic-{days}x180x360-73x90x90.zarr"
+        if not (path / ".zmetadata").exists():
+            ds = dataset().isel(time=slice(0, days))
+            ds[VARIABLE].encoding = {"chunks": CHUNKS}
+            ds.to_zarr(path, mode="w", zarr_format=2, consolidated=True)
+    cube = open_cube(str(path))
+    root = zarr.open_group(str(path), mode="r")
+    default = False
+    if spec.group_name(VARIABLE) in root:
+        default = spec.layout_name(read_group(cube, VARIABLE, root)) == "default"
+    # The default layout is what `accumulate` builds with no options; an older group of
+    # another layout (bench_average's chunk ends) is replaced.
+    accumulus.accumulate(str(path), VARIABLE, reset=not default)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# The questions
+
+
+@dataclass(frozen=True)
+class Question:
+    url: str  # path and query
+    kind: str  # "series", "map" or "raw"
+
+
+def questions(
+    dataset_name: str, days: int, count: int, raw_share: float, seed: int
+) -> list[Question]:
+    """``count`` distinct questions: series and maps alternately, ``raw_share`` of them
+    answered from the raw data."""
+    rng = np.random.default_rng(seed)
+    first = pd.Timestamp(START)
+    out = []
+    for k in range(count):
+        height, width = rng.uniform(2, 60), rng.uniform(2, 120)
+        south = rng.uniform(-90, 90 - height)
+        west = rng.uniform(-180, 180)
+        east = west + width
+        if east > 180:  # across the date line: west > east
+            east -= 360
+        length = int(rng.integers(1, days + 1))
+        start = first + pd.Timedelta(days=int(rng.integers(0, days - length + 1)))
+        end = start + pd.Timedelta(days=length - 1)
+        series = k % 2 == 0
+        url = (
+            f"/api/datasets/{dataset_name}/{VARIABLE}/average?over="
+            f"{'lat,lon' if series else 'time'}&time={start.date()}/{end.date()}"
+            f"&lat={south:.2f}/{south + height:.2f}&lon={west:.2f}/{east:.2f}"
+        )
+        kind = "series" if series else "map"
+        if rng.random() < raw_share:
+            url, kind = url + "&accumulation=false", "raw"
+        out.append(Question(url, kind))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The server and the client
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_service(cube: Path, port: int, workers: int, sources: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([sources, os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "accumulus", "serve", str(cube), "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--workers", str(workers)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                pass
+            return process
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the service did not start") from None
+            time.sleep(0.2)
+
+
+def server_cpu(process: subprocess.Popen) -> float:
+    """CPU seconds of the server's processes (its parent and workers) so far."""
+    parent = psutil.Process(process.pid)
+    total = 0.0
+    for p in [parent, *parent.children(recursive=True)]:
+        try:
+            times = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+async def _send(base: str, questions: list[Question], clients: int, keep: set[str]) -> dict:
+    latencies: dict[str, list[float]] = {"series": [], "map": [], "raw": []}
+    statuses: dict[int, int] = {}
+    bodies: dict[str, bytes] = {}
+    queue = iter(questions)
+    connector = aiohttp.TCPConnector(limit=clients, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as session:
+
+        async def client() -> None:
+            for question in queue:
+                started = time.perf_counter()
+                async with session.get(question.url) as response:
+                    body = await response.read()
+                latencies[question.kind].append(time.perf_counter() - started)
+                statuses[response.status] = statuses.get(response.status, 0) + 1
+                if question.url in keep and response.status == 200:
+                    bodies[question.url] = body
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+    return {"latencies": latencies, "statuses": statuses, "bodies": bodies}
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    if not seconds:
+        return {}
+    ms = np.array(seconds) * 1000
+    return {
+        "count": len(ms),
+        "p50_ms": round(float(np.percentile(ms, 50)), 1),
+        "p99_ms": round(float(np.percentile(ms, 99)), 1),
+        "p999_ms": round(float(np.percentile(ms, 99.9)), 1),
+    }
+
+
+def drive(
+    base: str, server: subprocess.Popen, qs: list[Question], clients: int, keep: set[str]
+) -> dict:
+    """Send ``qs`` with ``clients`` in flight; measure."""
+    load_before = os.getloadavg()[0]
+    cpu_server, cpu_client = server_cpu(server), time.process_time()
+    started = time.perf_counter()
+    sent = asyncio.run(_send(base, qs, clients, keep))
+    wall = time.perf_counter() - started
+    cpu_server, cpu_client = server_cpu(server) - cpu_server, time.process_time() - cpu_client
+    all_latencies = [s for kind in sent["latencies"].values() for s in kind]
+    light = sent["latencies"]["series"] + sent["latencies"]["map"]
+    result = {
+        "requests": len(qs),
+        "seconds": round(wall, 2),
+        "requests_per_s": round(len(qs) / wall, 1),
+        **{k: v for k, v in percentiles(all_latencies).items() if k != "count"},
+        "statuses": {str(k): v for k, v in sorted(sent["statuses"].items())},
+        "server_cpu_ms_per_request": round(1000 * cpu_server / len(qs), 2),
+        "client_cpu_ms_per_request": round(1000 * cpu_client / len(qs), 2),
+        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "by_kind": {k: percentiles(v) for k, v in sent["latencies"].items() if v},
+    }
+    if sent["latencies"]["raw"]:
+        result["light"] = percentiles(light)
+    result["_bodies"] = sent["bodies"]
+    return result
+
+
+def measure_server(
+    cube: Path,
+    sources: str,
+    workers: int,
+    loads: dict[str, list[Question]],
+    warm_up: list[Question],
+    keep: set[str],
+) -> dict:
+    port = free_port()
+    server = start_service(cube, port, workers, sources)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        drive(base, server, warm_up, 16, set())  # imports, snapshots, the page cache
+        return {name: drive(base, server, qs, LOADS[name][0], keep) for name, qs in loads.items()}
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+# --------------------------------------------------------------------------------------------
+# The floor: the same questions in this process
+
+
+def _answer_here(snapshot, question: Question) -> bytes:
+    query = parse_qsl(urlsplit(question.url).query)
+    options = {k: v for k, v in query if k in ("over", "accumulation")}
+    parameters = AverageParameters(**options)
+    checked = check_average_request(
+        snapshot, VARIABLE, parameters, query=query, max_cells=MAX_CELLS
+    )
+    return compute_answer(snapshot, checked).body
+
+
+# Where the profile's time goes: the first of these (module path fragments or function
+# names) found on a call's stack, innermost first, names its part.
+PARTS = (
+    ("JSON", ("result_json_bytes",)),
+    ("decoding", ("numcodecs", "zarr/codecs", "decode_chunk")),
+    ("reads", ("zarr/storage", "accumulus/stores", "get_sync", "read_chunks")),
+    ("summing", ("execute.py",)),
+    (
+        "planning",
+        (
+            "check_average_request",
+            "_fastest_plan",
+            "usable_layouts",
+            "request.py",
+            "plan.py",
+            "cost.py",
+        ),
+    ),
+)
+
+
+def profile_split(snapshot, qs: list[Question]) -> dict[str, float]:
+    """The share of the floor's CPU by part: each function's own time given to the part of
+    the innermost of its callers (or itself) that names one (``PARTS``); the rest is the
+    answer's assembly ("answer")."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for question in qs:
+        _answer_here(snapshot, question)
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    memo: dict[tuple, str | None] = {}
+
+    def own_part(func: tuple) -> str | None:
+        text = f"{func[0]}:{func[2]}"
+        for part, marks in PARTS:
+            if any(m in text for m in marks):
+                return part
+        return None
+
+    def part_of(func: tuple, depth: int = 0) -> str | None:
+        if func in memo:
+            return memo[func]
+        memo[func] = None  # recursion guard
+        part = own_part(func)
+        if part is None and depth < 40:
+            # The caller that spent most time calling it decides.
+            callers = stats[func][4] if func in stats else {}
+            if callers:
+                caller = max(callers, key=lambda c: callers[c][3] if len(callers[c]) > 3 else 0)
+                part = part_of(caller, depth + 1)
+        memo[func] = part
+        return part
+
+    totals: dict[str, float] = {}
+    for func, (_, _, own, _, _) in stats.items():
+        part = part_of(func) or "answer"
+        totals[part] = totals.get(part, 0.0) + own
+    whole = sum(totals.values())
+    return {part: round(seconds / whole, 3) for part, seconds in sorted(totals.items())}
+
+
+def floor(cube: Path, qs: list[Question], profiled: int) -> dict:
+    handle = Dataset("floor", str(cube))
+    snapshot = handle.snapshot()
+    for question in qs[:20]:  # warm: imports, the page cache
+        _answer_here(snapshot, question)
+    walls, cpus = [], []
+    for question in qs:
+        started, cpu = time.perf_counter(), time.thread_time()
+        _answer_here(snapshot, question)
+        walls.append(time.perf_counter() - started)
+        cpus.append(time.thread_time() - cpu)
+    light = [q for q in qs if q.kind != "raw"]
+    return {
+        "questions": len(qs),
+        "wall": percentiles(walls),
+        "cpu_ms_per_request_mean": round(1000 * statistics.fmean(cpus), 2),
+        "cpu_ms_per_request_median": round(1000 * statistics.median(cpus), 2),
+        "profile_split": profile_split(snapshot, light[:profiled]),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Answers against xarray
+
+
+def expected(raw: xr.DataArray, question: Question) -> xr.DataArray:
+    """``question`` answered by xarray on the raw data (area weights, cos latitude)."""
+    query = dict(parse_qsl(urlsplit(question.url).query))
+    t0, t1 = query["time"].split("/")
+    s, n = (float(v) for v in query["lat"].split("/"))
+    w, e = (float(v) for v in query["lon"].split("/"))
+    lon = raw["lon"].values
+    inside = (lon >= w) & (lon <= e) if w <= e else (lon >= w) | (lon <= e)
+    picked = raw.sel(time=slice(t0, t1), lat=slice(s, n)).isel(lon=np.flatnonzero(inside))
+    weights = np.cos(np.deg2rad(picked["lat"]))
+    over = query["over"].replace("lat,lon", "lat lon").split()
+    return picked.weighted(weights).mean(over).compute()
+
+
+def check_answers(cube: Path, bodies: dict[str, bytes], by_url: dict[str, Question]) -> dict:
+    raw = xr.open_zarr(cube)[VARIABLE].astype("f8")
+    worst, compared = 0.0, 0
+    for url, body in bodies.items():
+        answer = json.loads(body)
+        values = np.array(answer["values"], dtype="f8")
+        want = expected(raw, by_url[url])
+        if answer["dims"] == ["lat", "lon"]:
+            # Across the date line the answer's longitudes run on past 180 (as the box does).
+            lon = (np.array(answer["coords"]["lon"], dtype="f8") + 180) % 360 - 180
+            want = want.sel(lon=lon)
+        want = want.transpose(*answer["dims"]).values
+        both = np.isfinite(want) & np.isfinite(values)
+        if (np.isfinite(want) != np.isfinite(values)).any():
+            raise AssertionError(f"{url}: missing values differ from xarray's")
+        difference = np.abs(values[both] - want[both]) / np.abs(want[both])
+        worst = max(worst, float(difference.max(initial=0.0)))
+        compared += 1
+    if worst > 1e-9:
+        raise AssertionError(f"answers differ from xarray's by {worst:.3g} (relative)")
+    return {"answers_compared": compared, "largest_relative_difference": worst}
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--days", type=int, default=SHAPE[0], help="a shorter cube (quick runs)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=2000, help="per load")
+    parser.add_argument("--loads", nargs="+", default=list(LOADS), choices=list(LOADS))
+    parser.add_argument("--floor-requests", type=int, default=400)
+    parser.add_argument("--profiled", type=int, default=100, help="floor questions profiled")
+    parser.add_argument("--check", type=int, default=24, help="answers compared with xarray")
+    parser.add_argument(
+        "--sources",
+        action="append",
+        default=[],
+        help="NAME=DIR: serve from this source tree too (default: this one's)",
+    )
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+    args.dir.mkdir(parents=True, exist_ok=True)
+
+    cube = prepared_cube(args.dir, args.days)
+    name = cube.name.removesuffix(".zarr")
+    loads = {
+        load: questions(name, args.days, args.requests, LOADS[load][1], seed=10 + k)
+        for k, load in enumerate(args.loads)
+    }
+    warm_up = questions(name, args.days, 200, 0.0, seed=1)
+    by_url = {q.url: q for qs in loads.values() for q in qs}
+    every = [q for qs in loads.values() for q in qs]
+    rng = np.random.default_rng(0)
+    sample = rng.choice(len(every), size=min(args.check, len(every)), replace=False)
+    keep = {every[i].url for i in sample}
+
+    here = str(Path(accumulus.__file__).parents[1])
+    sources = dict(s.split("=", 1) for s in args.sources) or {"this": here}
+    servers = {}
+    checks = {}
+    for label, tree in sources.items():
+        runs = measure_server(cube, str(Path(tree).resolve()), args.workers, loads, warm_up, keep)
+        bodies = {url: body for run in runs.values() for url, body in run.pop("_bodies").items()}
+        try:
+            checks[label] = check_answers(cube, bodies, by_url)
+        except (AssertionError, KeyError, ValueError) as failed:  # reported with the figures
+            checks[label] = {"failed": repr(failed)}
+        servers[label] = runs
+    floor_questions = loads[args.loads[0]][: args.floor_requests]
+    report = {
+        "benchmark": "service under load: unique random requests, accumulus serve --workers "
+        f"{args.workers} (issue 39)",
+        "cube": {"store": str(cube), "shape": [args.days, *SHAPE[1:]], "chunks": list(CHUNKS)},
+        "accumulations": "default: time at every day, lat+lon at every cell",
+        "client": "aiohttp in one asyncio process on the same cores (keep-alive)",
+        "servers": servers,
+        "floor_in_process": floor(cube, floor_questions, args.profiled),
+        "checked_against_xarray": checks,
+        "cpu_count": os.cpu_count(),
+    }
+    if len(servers) == 2:
+        (a, ra), (b, rb) = servers.items()
+        report[f"{b}_over_{a}"] = {
+            load: {
+                "requests_per_s": round(rb[load]["requests_per_s"] / ra[load]["requests_per_s"], 2),
+                "p50": round(rb[load]["p50_ms"] / ra[load]["p50_ms"], 2),
+                "p99": round(rb[load]["p99_ms"] / ra[load]["p99_ms"], 2),
+            }
+            for load in ra
+        }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
