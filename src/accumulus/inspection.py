@@ -9,7 +9,7 @@ from zarr.abc.store import Store
 from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.sync import sync
 
-from accumulus.accumulation.model import spec
+from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.groups import AccumulationGroups
 from accumulus.grid import array_bounds, sharding_of
 from accumulus.raw_cube import RawCube
@@ -130,6 +130,10 @@ def describe_cube(cube: RawCube, found: AccumulationGroups | None = None) -> dic
         groups.append(
             {
                 "variable": name,
+                # Statistics whose extra sums it stores (accumulate --stats), and the bytes
+                # of their arrays (None where a store cannot list them).
+                "stats": _stats_stored(group, accumulations),
+                "reference": group.reference,
                 "path": spec.group_name(name),
                 "producer": group.producer,
                 "weights": group.weights,
@@ -168,3 +172,21 @@ def _describe_sidecar(found: AccumulationGroups) -> dict[str, Any]:
         stale = sidecar.staleness(found.cube, name, found.root)
         variables[name] = {"stale": stale}
     return {"store": sidecar.label, "source": sidecar.source, "variables": variables}
+
+
+def _stats_stored(
+    group: spec.AccumulationGroup, accumulations: list[dict[str, Any]]
+) -> dict[str, int | None]:
+    """Each statistic of ``accumulate --stats`` the group keeps sums for -> the bytes its
+    arrays take, all accumulations together (None where not known)."""
+    stored: dict[str, int | None] = {}
+    held = {t for acc in group.accumulations for t in acc.arrays}
+    for stat in statistics.built_stats(sorted(held)):
+        paths: dict[str, int | None] = {}
+        for acc in accumulations:
+            for term, array in acc["arrays"].items():
+                if term in statistics.BUILT_STATS[stat]:
+                    paths[array["path"]] = array["bytes_stored"]
+        sizes = list(paths.values())
+        stored[stat] = None if None in sizes else sum(s for s in sizes if s is not None)
+    return stored

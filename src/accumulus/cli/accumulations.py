@@ -78,6 +78,12 @@ def accumulate(
         help="ZEP 5 as written only: every dimension alone plus lat,lon at chunk ends (the "
         "default adds entries at every day and every cell: see inspect).",
     ),
+    stats: str = typer.Option(
+        None,
+        "--stats",
+        help="Also store the sums these statistics need, comma-separated: var (var and std: "
+        "Σw(x−c)²), trend (Σt, Σt², Σt·x). Not built by default (they add storage).",
+    ),
     into: str = typer.Option(
         None,
         "--into",
@@ -113,6 +119,7 @@ def accumulate(
             group=group,
             into=into,
             minimal=minimal,
+            stats=[s.strip() for s in stats.split(",") if s.strip()] if stats else None,
             **reading(endpoint_url, storage_option, allow_references, ref),
         )
     if result.action == "up to date":
@@ -206,6 +213,8 @@ def inspect(
         if g["accumulations"] and None not in sizes:
             raw = g["accumulations"][0]["raw_bytes_stored"]
             console.print("  all accumulations: " + stored_text(sum(sizes), raw))
+            for stat, size in g["stats"].items():
+                console.print(f"  of which the sums of --stats {stat}: " + stored_text(size, raw))
         for acc in g["accumulations"]:
             arrays = ", ".join(
                 f"{a['path'].rsplit('/', 1)[-1]} {'x'.join(map(str, a['shape']))} "

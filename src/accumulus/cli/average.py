@@ -30,7 +30,12 @@ def average(
         "--range",
         help="dim=start/end, inclusive labels (repeatable); lon=170/-170 crosses the date line.",
     ),
-    stat: str = typer.Option("mean", "--stat", help="mean, sum or count (= sum of weights)."),
+    stat: str = typer.Option(
+        "mean",
+        "--stat",
+        help="mean, sum, count (= sum of weights), var or std (weighted population variance, "
+        "standard deviation), trend (least-squares slope per year, per cell, over time).",
+    ),
     weights: str = typer.Option(
         None, "--weights", help="area, none or a weights array (default: the accumulations')."
     ),

@@ -34,7 +34,8 @@ class AverageParameters(BaseModel):
     over: str = Field(description="Dimensions averaged away, comma-separated: latitude,longitude.")
     stat: str = Field(
         "mean",
-        description="mean, sum, or count (Σ weights).",
+        description="mean, sum, count (Σ weights), var or std (weighted population variance, "
+        "standard deviation), or trend (least-squares slope per year, per cell, over time).",
         json_schema_extra={"enum": list(STATS)},
     )
     weights: str | None = Field(
