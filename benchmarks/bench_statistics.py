@@ -1,0 +1,178 @@
+"""Statistics from prefix sums (issue 38): var, std and trend maps and series, against
+xarray + Dask scanning the same cells and against the floor, on the realistic field.
+
+The cube is the first ``--days`` days of the realistic field (``realistic.py``: daily, 1
+degree, 180 x 360 float32, 10 % missing, chunks 73 x 90 x 90 = 2.4 MB), written by xarray.
+It is built twice, each time into a fresh copy of the group: the default layout (``accumulate``
+with no options), then the same with ``--stats var,trend``; the build seconds and the bytes
+each statistic's sums add are reported against the raw array's. Then, with the sums:
+
+- ``var_map``/``std_map``: over time for a chunk-aligned period (whole 73-day chunks), against
+  ``ds.weighted(w).var("time")`` (the weights are cos latitude);
+- ``var_series``: over a latitude/longitude box, one value per day for a chunk-aligned
+  period, against ``weighted(w).var(["lat", "lon"])``;
+- ``trend_map``: the slope per year over time, against ``polyfit(deg=1)`` in years;
+- ``var_map_raw``: the var map with the sums ignored (raw chunks, two passes), against the
+  same xarray.
+
+Each figure is the median of ``--repeats`` runs of an open datacube (``warm``), the floor
+(``chunk_reader.read_chunks`` fetching and decoding exactly the chunks the plan names and
+summing each: no planning, no accumulation logic), and xarray + Dask's scan of the same
+selection on a freshly opened store, with the chunks read and the largest relative
+difference from xarray's answer. The machine is shared: say so beside the figures.
+
+    python benchmarks/bench_statistics.py [--days 730] [--repeats 3] [--scan-repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+import accumulus
+from accumulus.accumulation.model import statistics
+from accumulus.accumulation.query.execute import chunk_work
+from accumulus.chunk_reader import read_chunks
+from common import DEFAULT_DIR, median_seconds, report
+from realistic import CHUNKS, VARIABLE, dataset
+
+STEP = CHUNKS[0]  # days per raw chunk along time
+
+
+def write(directory: Path, days: int) -> Path:
+    path = directory / f"statistics-{days}d.zarr"
+    shutil.rmtree(path, ignore_errors=True)
+    ds = dataset().isel(time=slice(0, days))
+    ds[VARIABLE].encoding = {"chunks": CHUNKS}
+    ds.to_zarr(path, mode="w", zarr_format=2, consolidated=True)
+    return path
+
+
+def floor(handle: accumulus.Datacube, result) -> float:
+    """Seconds to fetch, decode and sum exactly the chunks ``result``'s plan reads."""
+    snapshot = handle.snapshot()
+    var = snapshot.cube.variable(VARIABLE)
+    stat = statistics.STATISTICS[result.query.stat]
+    terms = stat.sums_for(weighted=result.weights != "none")
+    work = chunk_work(snapshot.groups, var, result.plan, terms)
+    requests = [request for request, _ in work.values()]
+
+    def run() -> None:
+        read_chunks(requests, lambda _, chunk: chunk.sum(dtype="f8"), None, snapshot.cube.store)
+
+    seconds, _ = median_seconds(run, 3)
+    return seconds
+
+
+def xarray_answer(path: Path, name: str, box: dict) -> xr.DataArray:
+    ds = xr.open_zarr(path, consolidated=True)
+    data = ds[VARIABLE].isel(box).astype("f8")
+    w = np.cos(np.deg2rad(ds["lat"].isel(lat=box.get("lat", slice(None)))))
+    if name in ("var_map", "var_map_raw"):
+        return data.weighted(w).var("time").compute()
+    if name == "std_map":
+        return data.weighted(w).std("time").compute()
+    if name == "var_series":
+        return data.weighted(w).var(["lat", "lon"]).compute()
+    days = (data["time"] - data["time"][0]) / np.timedelta64(1, "D")
+    fit = data.assign_coords(time=days.values / 365.25).polyfit("time", 1, skipna=True)
+    return fit.polyfit_coefficients.sel(degree=1, drop=True).compute()
+
+
+def questions(days: int) -> dict:
+    chunks = days // STEP
+    aligned = slice(STEP, STEP * max(chunks - 1, 2))  # whole chunks, not the first or last
+    box = {"lat": slice(30, 120), "lon": slice(90, 270)}  # 90 x 180 cells, chunk-aligned
+    return {
+        "var_map": ("var", ["time"], {"time": aligned}, True),
+        "std_map": ("std", ["time"], {"time": aligned}, True),
+        "var_series": ("var", ["lat", "lon"], {"time": aligned, **box}, True),
+        "trend_map": ("trend", ["time"], {"time": aligned}, True),
+        "var_map_raw": ("var", ["time"], {"time": aligned}, False),
+    }
+
+
+def labels(path: Path, box: dict) -> dict:
+    ds = xr.open_zarr(path, consolidated=True)
+    out = {}
+    for dim, part in box.items():
+        values = ds[dim].values[part]
+        out[dim] = (str(values[0])[:10], str(values[-1])[:10]) if dim == "time" else (
+            float(values.min()), float(values.max()))  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--days", type=int, default=730)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--scan-repeats", type=int, default=1)
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    args = parser.parse_args()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    path = write(args.dir, args.days)
+
+    builds = {}
+    for name, stats in (("default", None), ("stats_var_trend", ["var", "trend"])):
+        started = time.perf_counter()
+        built = accumulus.accumulate(str(path), VARIABLE, stats=stats, rebuild=True)
+        builds[name] = {
+            "seconds": round(time.perf_counter() - started, 2),
+            "stored_bytes": sum(v or 0 for v in built.stored.values()),
+        }
+    raw = built.raw_stored
+    info = accumulus.inspect(str(path))
+    [group] = [g for g in info["accumulation_groups"] if g["variable"] == VARIABLE]
+    builds["raw_stored_bytes"] = raw
+    builds["per_statistic"] = {
+        s: {"bytes": b, "vs_raw": round(b / raw, 3) if b and raw else None}
+        for s, b in group["stats"].items()
+    }
+
+    handle = accumulus.open(str(path))
+    answers = {}
+    for name, (stat, over, box, use) in questions(args.days).items():
+        ranges = labels(path, box)
+
+        def ask(stat=stat, over=over, ranges=ranges, use=use):
+            return handle.query(VARIABLE, over, ranges, stat=stat, use_accumulation=use)
+
+        warm, result = median_seconds(ask, args.repeats)
+        started = time.perf_counter()
+        expected = None
+        scans = []
+        for _ in range(args.scan_repeats):
+            started = time.perf_counter()
+            expected = xarray_answer(path, name, box)
+            scans.append(time.perf_counter() - started)
+        scan = sorted(scans)[len(scans) // 2]
+        got = result.data.transpose(*expected.dims).values
+        want = expected.values
+        both = np.isfinite(got) & np.isfinite(want) & (want != 0)
+        floor_seconds = floor(handle, result)
+        answers[name] = {
+            "stat": stat,
+            "over": over,
+            "warm_ms": round(warm * 1000, 2),
+            "floor_ms": round(floor_seconds * 1000, 2),
+            "vs_floor": round(warm / floor_seconds, 2),
+            "xarray_ms": round(scan * 1000, 1),
+            "x_faster_than_xarray": round(scan / warm, 1),
+            "accumulation_chunks": result.stats.accumulation_chunks_read,
+            "raw_chunks": result.stats.raw_chunks_read,
+            "bytes": result.stats.bytes_read,
+            "max_rel_diff": float(np.max(np.abs(got[both] - want[both]) / np.abs(want[both])))
+            if both.any()
+            else None,
+            "nan_agree": bool(np.array_equal(np.isnan(got), np.isnan(want))),
+        }
+    report({"days": args.days, "chunks": list(CHUNKS), "builds": builds, "questions": answers})
+
+
+if __name__ == "__main__":
+    main()
