@@ -23,7 +23,7 @@ from xarray.indexes import PandasIndex
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.model.spec import Weights
-from accumulus.accumulation.model.years import along, years
+from accumulus.accumulation.model.years import along, time_dimension, years
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.query.cost import PlanCost, Storage, plan_cost, scan_cost, storage_of
 from accumulus.accumulation.query.execute import (
@@ -36,9 +36,16 @@ from accumulus.accumulation.query.execute import (
     weights_vary_along,
 )
 from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, plan_query
-from accumulus.accumulation.query.request import Query, ResolvedQuery, answer_index, resolve
+from accumulus.accumulation.query.request import (
+    SEASONS,
+    Query,
+    ResolvedQuery,
+    answer_index,
+    resolve,
+)
 from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
+from accumulus.errors import ParameterError
 from accumulus.raw_cube import RawCube, VariableInfo
 
 
@@ -94,6 +101,8 @@ def run_query(
     started = time.perf_counter()
     groups = groups or AccumulationGroups(cube)
     resolved = query if isinstance(query, ResolvedQuery) else resolve(cube, query, groups)
+    if resolved.query.season is not None:
+        return _seasonal(cube, groups, resolved, started, memory_bytes)
     var, weights = resolved.variable, resolved.weights
     stat = statistics.STATISTICS[resolved.stat]
     infinite = statistics.can_be_infinite(var.array.dtype)
@@ -169,6 +178,97 @@ def run_query(
     return QueryResult(
         resolved.query, data, plan, stats, weights, note, extents, costs, weighted_over, estimate
     )
+
+
+def _seasonal(
+    cube: RawCube,
+    groups: AccumulationGroups,
+    resolved: ResolvedQuery,
+    started: float,
+    memory_bytes: int,
+) -> QueryResult:
+    """A query counting one season's days only (``Query.season``): the time range cut into
+    the season's runs of days, each a plan of its own, their sums added (a map, time among
+    ``over``) or finished one season-year each (a series: dimension ``year``)."""
+    var, weights = resolved.variable, resolved.weights
+    season = str(resolved.query.season).upper()
+    tdim = time_dimension(cube.decoded, var.dims)
+    if tdim is None:
+        raise ParameterError("season", f"--season needs a time dimension among {list(var.dims)}")
+    stat = statistics.STATISTICS[resolved.stat]
+    infinite = statistics.can_be_infinite(var.array.dtype)
+    terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
+    if resolved.use_accumulation:
+        layouts, note = usable_layouts(groups, var, weights, terms)
+    else:
+        layouts, note = [], "accumulation not used (full scan requested)"
+    runs = season_runs(cube.decoded[tdim].values, SEASONS[season], *resolved.ranges[tdim])
+    storage = _storage(cube, groups)
+    over = tuple(d for d in var.dims if d in resolved.over or d == tdim)
+    series = tdim not in resolved.over
+    kept = tuple(d for d in resolved.kept if d != tdim)
+    shape = tuple(resolved.ranges[d][1] - resolved.ranges[d][0] for d in kept)
+    total = np.zeros((len(terms), *shape))
+    per_year = []
+    plans, counts = [], [0, 0, 0, 0]
+    for _, lo, hi in runs:
+        part = replace(resolved, over=over, ranges={**resolved.ranges, tdim: (lo, hi)})
+        plan, work, _ = _fastest_plan(groups, var, part, layouts, terms, storage, memory_bytes)
+        done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+        sums = np.zeros((len(terms), *shape))
+        clean = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
+        sums[[terms.index(t) for t in done.terms]] = clean
+        plans.append(plan)
+        for k, n in enumerate((done.accumulation_chunks, done.raw_chunks)):
+            counts[k] += n
+        counts[2] += done.counts.bytes
+        counts[3] += done.counts.requests
+        if series:
+            per_year.append(stat.answer(list(sums), weights != "none"))
+        else:
+            total += sums
+    indexes = {d: answer_index(cube, resolved, d) for d in kept}
+    if series:
+        values = np.array(per_year).reshape(len(runs), *shape)
+        dims = ("year", *kept)
+        indexes["year"] = pd.Index([year for year, _, _ in runs], name="year")
+    else:
+        values, dims = np.asarray(stat.answer(list(total), weights != "none")), kept
+    data = _data_array(values, dims, indexes, var.name)
+    attributes = cube.raw.variables[var.name].attrs
+    if attributes.get("units") is not None and stat.has_units:
+        data.attrs["units"] = attributes["units"]
+    stats = QueryStats(counts[0], counts[1], counts[2], counts[3], time.perf_counter() - started)
+    data.attrs.update(
+        {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over),
+         "season": season} | stats.to_dict()
+    )  # fmt: skip
+    described = f"{season}: {len(runs)} period(s) of its days in the range"
+    note = "; ".join([*resolved.notes, *([note] if note else []), described])
+    extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
+    plan = plans[0] if plans else _plans(var, resolved, [])[0]
+    return QueryResult(resolved.query, data, plan, stats, weights, note, extents)
+
+
+def season_runs(
+    times: np.ndarray, months: Sequence[int], lo: int, hi: int
+) -> list[tuple[int, int, int]]:
+    """The runs of consecutive steps of ``times[lo:hi]`` in ``months``: (season year, start,
+    stop), stop exclusive; a run in December of a season that goes on into January (DJF)
+    belongs to the next year's season."""
+    index = pd.DatetimeIndex(times[lo:hi]) if np.issubdtype(times.dtype, np.datetime64) else None
+    month = np.array(index.month if index is not None else [t.month for t in times[lo:hi]])
+    year = np.array(index.year if index is not None else [t.year for t in times[lo:hi]])
+    wraps = 12 in months and 1 in months
+    season_year = np.where(wraps & (month == 12), year + 1, year)
+    inside = np.isin(month, months)
+    runs: list[tuple[int, int, int]] = []
+    for k in np.flatnonzero(inside):
+        if runs and runs[-1][2] == lo + k and runs[-1][0] == season_year[k]:
+            runs[-1] = (runs[-1][0], runs[-1][1], lo + k + 1)
+        else:
+            runs.append((int(season_year[k]), lo + int(k), lo + int(k) + 1))
+    return runs
 
 
 def _weights_cancel(cube: RawCube, resolved: ResolvedQuery) -> bool:

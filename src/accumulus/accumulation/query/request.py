@@ -59,6 +59,16 @@ Range = tuple[Bound, Bound] | slice  # inclusive, as ``sel(dim=slice(start, end)
 # Which plan runs when accumulations can answer: "cheaper", the accumulations' plan or the
 # plain scan, whichever is estimated faster (``cost``); "accumulation", the accumulations'
 # plan even when a scan would be faster (to check or time the accumulations).
+MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+# The months of each season a query may name (1 = January).
+SEASONS: dict[str, tuple[int, ...]] = {
+    "DJF": (12, 1, 2),
+    "MAM": (3, 4, 5),
+    "JJA": (6, 7, 8),
+    "SON": (9, 10, 11),
+} | {name: (k + 1,) for k, name in enumerate(MONTHS)}
+SEASONAL_STATS = ("mean", "sum", "count")
+
 PlanChoice = Literal["cheaper", "accumulation"]
 PLANS: tuple[PlanChoice, ...] = get_args(PlanChoice)
 
@@ -77,6 +87,8 @@ class Query:
     use_accumulation: bool = True
     shape: Shape | None = None  # average over the cells whose centres it holds
     plan: PlanChoice = "cheaper"
+    # DJF, MAM, JJA, SON or a month (JAN ... DEC): only its days count (``seasons``).
+    season: str | None = None
 
     def __post_init__(self) -> None:
         if self.stat not in statistics.STATISTICS:
@@ -85,6 +97,14 @@ class Query:
         if self.plan not in PLANS:
             known = ", ".join(PLANS)
             raise ParameterError("plan", f"unknown plan {self.plan!r}: use one of {known}")
+        if self.season is not None:
+            if self.season.upper() not in SEASONS:
+                known = ", ".join(SEASONS)
+                raise ParameterError("season", f"unknown season {self.season!r}: use {known}")
+            if self.stat not in SEASONAL_STATS:
+                raise ParameterError(
+                    "season", f"--season takes stat mean, sum or count, not {self.stat!r}"
+                )
 
     @classmethod
     def asked(
@@ -118,6 +138,7 @@ class QueryOptions(TypedDict, total=False):
     use_accumulation: bool
     shape: Any  # a Shape, or what ``regions.as_shape`` takes
     plan: PlanChoice
+    season: str | None
 
 
 # What the Python API's ``average`` and ``query`` say about a query, written once.
@@ -131,7 +152,11 @@ The ``stat`` ("mean", "sum" or "count" = Σ weights) of ``variable`` over the di
 accumulations' weights. ``shape`` (``"ar6:WAF"``, ``"basins.geojson:Amazon"``, GeoJSON, a
 shapely geometry) keeps the cells whose centres it holds, as ``da.where(mask)`` would.
 ``use_accumulation=False`` scans the raw data. ``plan``: "cheaper" runs the accumulations'
-plan when it is estimated faster than a plain scan, "accumulation" always."""
+plan when it is estimated faster than a plain scan, "accumulation" always. ``season``
+("DJF", "MAM", "JJA", "SON", or a month "JAN" ... "DEC") counts that season's days only:
+with time among ``over``, the map of the mean over all of them in the ranges; without, one
+value per year (coordinate ``year``; DJF of year Y is December Y-1 with January and
+February Y), the pooled mean of that season's days in that year."""
 
 
 @dataclass(frozen=True)
