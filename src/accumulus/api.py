@@ -38,6 +38,7 @@ from accumulus.accumulation.model.weights import resolve_weights
 from accumulus.accumulation.query.answer import QueryResult as QueryResult  # re-exported
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.accumulation.query.request import QUERY_DOC, QueryOptions, Range, split_list
+from accumulus.accumulation.query.request import SEASONS as SEASONS  # re-exported
 from accumulus.accumulation.query.request import STATS as STATS  # re-exported
 from accumulus.accumulation.query.request import Query as Query  # re-exported
 from accumulus.accumulation.query.request import ResolvedQuery as ResolvedQuery  # re-exported

@@ -36,6 +36,13 @@ def average(
         help="mean, sum, count (= sum of weights), var or std (weighted population variance, "
         "standard deviation), trend (least-squares slope per year, per cell, over time).",
     ),
+    season: str = typer.Option(
+        None,
+        "--season",
+        help="Only this season's days: DJF, MAM, JJA, SON or a month (JAN...DEC). With "
+        "--over time the map of their mean; otherwise one value per year (DJF: December "
+        "counts for the next year).",
+    ),
     weights: str = typer.Option(
         None, "--weights", help="area, none or a weights array (default: the accumulations')."
     ),
@@ -101,6 +108,7 @@ def average(
         use_accumulation=not no_accumulation,
         plan=plan,
         shape=_shape(shape, region),
+        season=season,
     )
     result = api.answer(
         store,

@@ -18,7 +18,7 @@ import pandas as pd
 import xarray as xr
 from pydantic import BaseModel, Field
 
-from accumulus.api import STATS, Query, ResolvedQuery, malformed_range, split_range
+from accumulus.api import SEASONS, STATS, Query, ResolvedQuery, malformed_range, split_range
 from accumulus.errors import AccumulusError, ParameterError
 from accumulus.regions import Shape, named_region, shape_from_geojson
 from accumulus.service.datasets import DatasetSnapshot
@@ -57,6 +57,14 @@ class AverageParameters(BaseModel):
         "FeatureCollection as the body.",
     )
 
+    season: str | None = Field(
+        None,
+        description="Only this season's days: DJF, MAM, JJA, SON or a month (JAN ... DEC). "
+        "With time among over, the map of their mean; otherwise one value per year (DJF of "
+        "year Y: December Y-1, January and February Y), coordinate year.",
+        json_schema_extra={"enum": list(SEASONS)},
+    )
+
     def query(
         self, variable: str, ranges: dict[str, tuple[str | None, str | None]], shape: Shape | None
     ) -> Query:
@@ -70,6 +78,7 @@ class AverageParameters(BaseModel):
             weights=self.weights,
             use_accumulation=self.accumulation,
             shape=shape,
+            season=self.season,
         )
 
 
