@@ -267,6 +267,7 @@ def test_openapi_documents_the_ranges_and_errors(client):
     )
     assert {"time", "lat", "lon"} <= set(parameters)
     assert parameters["dataset"]["schema"]["enum"] == ["surface"]
-    assert parameters["stat"]["schema"]["enum"] == ["mean", "sum", "count"]
+    assert parameters["stat"]["schema"]["enum"] == ["mean", "sum", "count", "var", "std", "trend"]
+    assert parameters["season"]["schema"]["enum"][:4] == ["DJF", "MAM", "JJA", "SON"]
     assert set(operation["responses"]) == {"200", "404", "422", "503", "504"}
     assert json.dumps(document)  # a valid JSON document
