@@ -28,8 +28,8 @@ the default build does not grow.
 Sums of squares are *centred*: Σ w^a·(x − c)^b about one reference value c per group
 (``AccumulationGroup.reference``, the mean of the first raw chunk's valid values), so that
 the variance Σw(x−c)²/Σw − (m−c)² cancels only (m−c)², not m² (temperatures in kelvin:
-mean 280, spread 5). A query reading raw chunks only takes them about each cell's own mean
-(two passes, as xarray does).
+mean 280, spread 5). A query reading raw chunks only, without a group, takes them about
+the mean of the first raw chunk it selects.
 """
 
 from __future__ import annotations

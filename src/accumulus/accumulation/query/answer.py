@@ -313,9 +313,7 @@ def read_answer(
     if stat.timed:
         dim, steps = years(cube.decoded, var.dims, f"stat {resolved.stat!r}")
         times = along(steps, var.axis(dim), len(var.dims))
-    reference: np.ndarray | float = 0.0
-    if stat.centred:
-        reference = _reference(cube, groups, resolved, plan, work, memory_bytes)
+    reference = _reference(cube, groups, resolved) if stat.centred else 0.0
     done = execute(
         cube, groups, var, plan, terms, weights, memory_bytes, work,
         reference=reference, times=times,
@@ -333,29 +331,23 @@ def read_answer(
     return values, done
 
 
-def _reference(
-    cube: RawCube,
-    groups: AccumulationGroups,
-    resolved: ResolvedQuery,
-    plan: QueryPlan,
-    work: Work | None,
-    memory_bytes: int,
-) -> np.ndarray | float:
-    """What a centred statistic's sums of squares are taken about: the group's reference
-    when the plan reads its entries (raw chunks must then match them); otherwise each
-    cell's own mean, read first (a second pass over the same raw chunks, as xarray's var
-    takes the mean first): the squares then cancel nothing."""
-    var, weights = resolved.variable, resolved.weights
-    if plan.accumulation_reads:
-        group = groups.group(var.name)
-        assert group is not None and group.reference is not None
+def _reference(cube: RawCube, groups: AccumulationGroups, resolved: ResolvedQuery) -> float:
+    """What a centred statistic's sums are taken about: the group's reference value when it
+    has one (raw chunks must then match its entries), otherwise the mean of the finite
+    values of the first raw chunk the selection holds (near the data's mean: the squares
+    then cancel little; one chunk read, as the build does)."""
+    var = resolved.variable
+    group = groups.group(var.name)
+    if group is not None and group.reference is not None:
         return group.reference
-    mean = statistics.STATISTICS["mean"]
-    terms = mean.sums_for(weighted=weights != "none")
-    done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
-    sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
-    means = mean.answer(sums, weights != "none")  # type: ignore[arg-type]
-    return np.where(np.isfinite(means), means, 0.0)
+    region = []
+    for dim, bounds, size in zip(var.dims, var.bounds, var.shape, strict=True):
+        lo = resolved.ranges[dim][0] % max(size, 1)  # (a range across a longitude seam)
+        stop = next((e for e in bounds.edges if e > lo), size)
+        region.append(slice(lo, min(resolved.ranges[dim][1], stop, size)))
+    values = np.asarray(var.decoder.values(var.array[tuple(region)]), dtype="f8")
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else 0.0
 
 
 # --------------------------------------------------------------------------------------------

@@ -107,7 +107,7 @@ def execute(
     work: Work | None = None,
     *,
     checked: bool = False,
-    reference: np.ndarray | float = 0.0,
+    reference: float = 0.0,
     times: np.ndarray | None = None,
 ) -> ExecutedPlan:
     """Σ over the plan's reads of sign x sums, holding about ``memory_bytes`` at most: the
@@ -119,9 +119,8 @@ def execute(
     to, so the plan is then read again with every slab ``checked``, which says which chunk
     it was. Integer entries (counts) are always checked: their fill value is a number.
 
-    ``reference``: what raw chunks' centred sums (Σ(x−c)²) are taken about: the group's
-    reference value (a number) when entries are read too, or one value per cell of the
-    answer (shaped like it) when the plan reads raw chunks only. ``times``: the years of
+    ``reference``: what raw chunks' centred sums (Σ(x−c)²) are taken about (the group's
+    reference value when entries are read too). ``times``: the years of
     each step, broadcastable to the variable, for sums against time (a trend's)."""
     if work is None:
         work = chunk_work(groups, var, plan, terms)
@@ -139,10 +138,9 @@ def execute(
     def consume(request: ChunkRequest, chunk: np.ndarray) -> None:
         for part in work[request.key][1]:
             if isinstance(part, RawPart):
-                about = _part_reference(reference, part, reduce_axes)
                 sums = _raw_sums(
                     cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan,
-                    about, times,
+                    reference, times,
                 )  # fmt: skip
                 total.add(part.index, part.out, part.sign, sums)
             else:
@@ -184,16 +182,6 @@ def _reads_tallies(work: Work) -> bool:
     )
 
 
-def _part_reference(
-    reference: np.ndarray | float, part: RawPart, axes: tuple[int, ...]
-) -> np.ndarray | float:
-    """The reference values of a raw part's cells, broadcastable to the part (size 1 along
-    the ``axes`` summed): the answer's cells it adds to (``part.out``)."""
-    if not isinstance(reference, np.ndarray):
-        return reference
-    return np.expand_dims(reference[part.out[1:]], axes) if axes else reference[part.out[1:]]
-
-
 def noise_floor(magnitude: np.ndarray) -> np.ndarray:
     """Below this a sum taken from prefix-sum differences is rounding noise, not data: each
     difference of float64 entries is exact to about 2**-52 of the entries it adds, so 1e-14
@@ -212,7 +200,7 @@ def _raw_sums(
     weights: spec.Weights,
     budget: ReadBudget,
     plan: QueryPlan,
-    reference: np.ndarray | float = 0.0,
+    reference: float = 0.0,
     times: np.ndarray | None = None,
 ) -> np.ndarray:
     """The sums of a raw chunk's part, decoded and summed slab by slab so that the working
@@ -238,7 +226,7 @@ def _raw_sums(
             _broadcast_slab(w, slab),
             terms,
             axes,
-            _broadcast_slab(reference, slab),
+            reference,
             None if times is None else _broadcast_slab(times, slab),
         )
     return sums
