@@ -34,7 +34,13 @@ def average(
         "mean",
         "--stat",
         help="mean, sum, count (= sum of weights), var or std (weighted population variance, "
-        "standard deviation), trend (least-squares slope per year, per cell, over time).",
+        "standard deviation), trend (least-squares slope per year, per cell, over time), "
+        "corr (Pearson's r with --with VAR2).",
+    ),
+    with_: str = typer.Option(
+        None,
+        "--with",
+        help="The second variable of --stat corr (Pearson's r over --over, on the same grid).",
     ),
     season: str = typer.Option(
         None,
@@ -109,6 +115,7 @@ def average(
         plan=plan,
         shape=_shape(shape, region),
         season=season,
+        with_=with_,
     )
     result = api.answer(
         store,

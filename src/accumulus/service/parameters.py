@@ -35,7 +35,8 @@ class AverageParameters(BaseModel):
     stat: str = Field(
         "mean",
         description="mean, sum, count (Σ weights), var or std (weighted population variance, "
-        "standard deviation), or trend (least-squares slope per year, per cell, over time).",
+        "standard deviation), trend (least-squares slope per year, per cell, over time), or "
+        "corr (Pearson's r with the variable `with`).",
         json_schema_extra={"enum": list(STATS)},
     )
     weights: str | None = Field(
@@ -65,6 +66,13 @@ class AverageParameters(BaseModel):
         json_schema_extra={"enum": list(SEASONS)},
     )
 
+    with_: str | None = Field(
+        None,
+        alias="with",
+        description="The second variable of stat=corr: Pearson's r over `over` (both on one "
+        "grid), as xr.corr.",
+    )
+
     def query(
         self, variable: str, ranges: dict[str, tuple[str | None, str | None]], shape: Shape | None
     ) -> Query:
@@ -79,6 +87,7 @@ class AverageParameters(BaseModel):
             use_accumulation=self.accumulation,
             shape=shape,
             season=self.season,
+            with_=self.with_,
         )
 
 

@@ -161,12 +161,12 @@ class Statistic:
     @property
     def centred(self) -> bool:
         """Whether it needs sums about a reference value (``SUMS[...].centred``)."""
-        return any(SUMS[s].centred for s in self.sums)
+        return any(s in SUMS and SUMS[s].centred for s in self.sums)
 
     @property
     def timed(self) -> bool:
         """Whether it needs sums against time (``SUMS[...].time_power``)."""
-        return any(SUMS[s].time_power for s in self.sums)
+        return any(s in SUMS and SUMS[s].time_power for s in self.sums)
 
     def sums_for(self, weighted: bool, infinite: bool = False) -> tuple[str, ...]:
         """The sums it needs, and the tallies after them when values can be ``infinite``."""
@@ -243,6 +243,39 @@ def _trend(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     return np.where(np.asarray(denominator) > 0, slope, np.nan)
 
 
+# The sums of a correlation, over the pairs where both values are valid: n, Σa, Σb, Σa²,
+# Σb², Σab, each value less its variable's reference (``pair_sums``); not sums of one
+# variable, so not in ``SUMS``.
+PAIR_SUMS = ("pairs", "pair_a", "pair_b", "pair_aa", "pair_bb", "pair_ab")
+
+
+def pair_sums(
+    a: np.ndarray, b: np.ndarray, axes: tuple[int, ...], references: tuple[float, float]
+) -> np.ndarray:
+    """``PAIR_SUMS`` of the pairs of ``a`` and ``b`` (same shape, NaN where missing) over
+    ``axes``, then the tallies of infinities (in either): ``(8, *rest)``."""
+    valid = ~np.isnan(a) & ~np.isnan(b)
+    finite = valid & np.isfinite(a) & np.isfinite(b)
+    x = np.where(finite, a - references[0], 0.0)
+    y = np.where(finite, b - references[1], 0.0)
+    parts = (finite, x, y, x * x, y * y, x * y)
+    infinite = valid & ~finite
+    plus = infinite & ((a == np.inf) | (b == np.inf))
+    minus = infinite & ~plus
+    return np.stack([np.sum(p, axis=axes, dtype="f8") for p in (*parts, plus, minus)])
+
+
+def _correlation(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+    # Pearson's r from the pair sums: cov / sqrt(var_a var_b), each as S2/n − (S1/n)²;
+    # NaN where a variance is 0 or no pair is valid, as xr.corr.
+    n, a, b, aa, bb, ab = sums
+    mean_a, mean_b = _ratio(a, n), _ratio(b, n)
+    cov = _ratio(ab, n) - mean_a * mean_b
+    var_a = np.maximum(_ratio(aa, n) - mean_a * mean_a, 0.0)
+    var_b = np.maximum(_ratio(bb, n) - mean_b * mean_b, 0.0)
+    return _ratio(cov, np.sqrt(var_a * var_b))
+
+
 def centre(terms: Sequence[str], sums: np.ndarray, reference: float | np.ndarray) -> np.ndarray:
     """``sums`` (one row per term) with Σw·x and Σx turned into Σw·(x−c) and Σ(x−c), in
     place, for a statistic finished from centred sums (``Statistic.centred``)."""
@@ -255,7 +288,7 @@ def centre(terms: Sequence[str], sums: np.ndarray, reference: float | np.ndarray
 
 # The names of the statistics below, for type checkers (``Query.stat``); a test keeps them
 # equal to the table's keys.
-Stat = Literal["mean", "sum", "count", "var", "std", "trend"]
+Stat = Literal["mean", "sum", "count", "var", "std", "trend", "corr"]
 
 STATISTICS: dict[str, Statistic] = {
     s.name: s
@@ -272,6 +305,8 @@ STATISTICS: dict[str, Statistic] = {
             nan_at_infinity=True,
             per_year=True,
         ),
+        # Of two variables: its sums are over pairs (``pair_sums``), read from raw chunks.
+        Statistic("corr", PAIR_SUMS, _correlation, has_units=False, nan_at_infinity=True),
     )
 }
 

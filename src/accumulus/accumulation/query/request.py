@@ -89,6 +89,8 @@ class Query:
     plan: PlanChoice = "cheaper"
     # DJF, MAM, JJA, SON or a month (JAN ... DEC): only its days count (``seasons``).
     season: str | None = None
+    # The second variable of stat "corr" (on the same grid).
+    with_: str | None = None
 
     def __post_init__(self) -> None:
         if self.stat not in statistics.STATISTICS:
@@ -97,6 +99,10 @@ class Query:
         if self.plan not in PLANS:
             known = ", ".join(PLANS)
             raise ParameterError("plan", f"unknown plan {self.plan!r}: use one of {known}")
+        if (self.stat == "corr") != (self.with_ is not None):
+            raise ParameterError(
+                "with", "stat corr needs --with VAR2 (with_=), and --with needs stat corr"
+            )
         if self.season is not None:
             if self.season.upper() not in SEASONS:
                 known = ", ".join(SEASONS)
@@ -139,6 +145,7 @@ class QueryOptions(TypedDict, total=False):
     shape: Any  # a Shape, or what ``regions.as_shape`` takes
     plan: PlanChoice
     season: str | None
+    with_: str | None
 
 
 # What the Python API's ``average`` and ``query`` say about a query, written once.
@@ -156,7 +163,9 @@ plan when it is estimated faster than a plain scan, "accumulation" always. ``sea
 ("DJF", "MAM", "JJA", "SON", or a month "JAN" ... "DEC") counts that season's days only:
 with time among ``over``, the map of the mean over all of them in the ranges; without, one
 value per year (coordinate ``year``; DJF of year Y is December Y-1 with January and
-February Y), the pooled mean of that season's days in that year."""
+February Y), the pooled mean of that season's days in that year. ``stat="corr"`` with
+``with_="VAR2"``: Pearson's r of the two variables' valid pairs over ``over``, as
+``xr.corr(a, b, dim=over)``."""
 
 
 @dataclass(frozen=True)
