@@ -267,7 +267,9 @@ def test_openapi_documents_the_ranges_and_errors(client):
     )
     assert {"time", "lat", "lon"} <= set(parameters)
     assert parameters["dataset"]["schema"]["enum"] == ["surface"]
-    assert parameters["stat"]["schema"]["enum"] == ["mean", "sum", "count", "var", "std", "trend"]
+    stats = ["mean", "sum", "count", "var", "std", "trend", "corr"]
+    assert parameters["stat"]["schema"]["enum"] == stats
+    assert "with" in parameters
     assert parameters["season"]["schema"]["enum"][:4] == ["DJF", "MAM", "JJA", "SON"]
     assert set(operation["responses"]) == {"200", "404", "422", "503", "504"}
     assert json.dumps(document)  # a valid JSON document
