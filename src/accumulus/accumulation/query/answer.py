@@ -545,8 +545,8 @@ def usable_layouts(
 def accumulations_answer(groups: AccumulationGroups, resolved: ResolvedQuery) -> bool:
     """Whether some accumulation of ``groups`` can take part in answering ``resolved``
     (before any plan is made: otherwise every value is read from the raw data, a scan)."""
-    if not resolved.use_accumulation:
-        return False
+    if not resolved.use_accumulation or resolved.query.with_ is not None:
+        return False  # (a correlation's pair sums are not built: raw chunks answer it)
     var, weights = resolved.variable, resolved.weights
     stat = statistics.STATISTICS[resolved.stat]
     infinite = statistics.can_be_infinite(var.array.dtype)
