@@ -84,7 +84,7 @@ def test_excess_requests_wait_then_get_503_with_retry_after(own_cube, monkeypatc
     with running(app) as base, httpx.Client(base_url=base, timeout=60) as client:
         first = threading.Thread(target=client.get, args=(SCAN.format(name="own"),))
         first.start()
-        assert wait_until(lambda: app.state.service.slots.busy == 1)
+        assert wait_until(lambda: app.state.service.busy == 1)
         started = time.monotonic()
         refused = client.get(SCAN.format(name="own") + "&stat=sum")
         waited = time.monotonic() - started
@@ -98,7 +98,33 @@ def test_excess_requests_wait_then_get_503_with_retry_after(own_cube, monkeypatc
         assert health.json()["computations"] == 1 and health.json()["status"] == "ok"
         print(f"health while saturated: {(time.monotonic() - started) * 1000:.0f} ms")
         first.join()
-    assert app.state.service.slots.busy == 0
+    assert app.state.service.busy == 0
+
+
+def test_scans_queue_apart_and_never_delay_what_the_accumulations_answer(own_cube, monkeypatch):
+    """Two scans (no accumulation can answer them) take the one scan slot in turn, while a
+    question the accumulations answer takes the one computation slot at once: it is never
+    queued behind them. Reads are slowed (50 ms each), so a scan takes seconds."""
+    slow = SlowReads(monkeypatch, 0.05)
+    limits = ServiceLimits(computations=1, scans=1)
+    app = create_app([str(own_cube)], limits=limits)
+    service = app.state.service
+    with running(app) as base, httpx.Client(base_url=base, timeout=60) as client:
+        scans = [
+            threading.Thread(target=client.get, args=(SCAN.format(name="own") + f"&stat={s}",))
+            for s in ("mean", "sum")
+        ]
+        for scan in scans:
+            scan.start()
+        assert wait_until(lambda: service.scan_slots.busy == 1 and slow.reads > 0)
+        light = client.get("/api/datasets/own/tas/average?over=lat,lon")
+        assert light.status_code == 200, light.text
+        assert light.json()["plan"]["raw_chunks_read"] == 0
+        # The first scan still runs (80 reads of 50 ms), the second waits behind it.
+        assert service.scan_slots.busy == 1 and slow.reads < 80
+        for scan in scans:
+            scan.join()
+    assert service.busy == 0
 
 
 def test_a_computation_past_its_time_is_stopped_with_504(own_cube, monkeypatch):
@@ -110,7 +136,7 @@ def test_a_computation_past_its_time_is_stopped_with_504(own_cube, monkeypatch):
         assert response.status_code == 504
         assert response.json()["error"].startswith("no answer within 0.5 s")
         # The work ends at its next read and gives its slot back: nothing runs on.
-        assert wait_until(lambda: app.state.service.slots.busy == 0, 5)
+        assert wait_until(lambda: app.state.service.busy == 0, 5)
         reads = slow.reads
         time.sleep(0.5)
         assert slow.reads == reads
@@ -123,7 +149,7 @@ def test_work_is_abandoned_when_the_client_goes_away(own_cube, monkeypatch):
     with running(app) as base:
         with pytest.raises(httpx.ReadTimeout):
             httpx.get(base + SCAN.format(name="own"), timeout=0.3)
-        assert wait_until(lambda: app.state.service.slots.busy == 0, 5)
+        assert wait_until(lambda: app.state.service.busy == 0, 5)
         reads = slow.reads
         time.sleep(0.5)
         assert slow.reads == reads < 80

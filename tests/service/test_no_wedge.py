@@ -91,9 +91,9 @@ def storm(base: str, name: str, targets: list[str]) -> list[int]:
 def light_answer_after(app, base: str, name: str) -> None:
     """The service answers a light request, its slots are free and its health is ok."""
     deadline = time.monotonic() + PATIENCE
-    while app.state.service.slots.busy and time.monotonic() < deadline:
+    while app.state.service.busy and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert app.state.service.slots.busy == 0, "computation slots never given back"
+    assert app.state.service.busy == 0, "computation slots never given back"
     light = httpx.get(base + AVERAGE.format(name=name) + LIGHT, timeout=PATIENCE)
     assert light.status_code == 200, light.text
     health = httpx.get(base + "/api/health", timeout=PATIENCE)
@@ -169,7 +169,7 @@ def test_health_is_unhealthy_while_a_slot_is_held_past_the_limits(cube, monkeypa
         # The body rounds to milliseconds: a slot held 0.4004 s past a 0.4 s limit reads 0.4.
         assert health.json()["longest_computation_seconds"] >= limits.stuck_seconds
         release.set()
-        while app.state.service.slots.busy:
+        while app.state.service.busy:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         health = client.get("/api/health")
@@ -188,4 +188,4 @@ def test_a_computation_that_fails_gives_its_slot_back(cube, monkeypatch):
     with running(app) as base:
         answer = httpx.get(base + AVERAGE.format(name="surface") + "?over=lat,lon")
         assert answer.status_code == 503 and "ValueError" in answer.json()["error"]
-        assert app.state.service.slots.busy == 0 and app.state.service.slots.held_longest() == 0
+        assert app.state.service.busy == 0 and app.state.service.held_longest() == 0

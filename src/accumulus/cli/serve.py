@@ -39,6 +39,13 @@ def serve(
     computations: int = typer.Option(
         2, "--computations", min=1, help="Answers computed at once; others wait, then get 503."
     ),
+    scans: int = typer.Option(
+        1,
+        "--scans",
+        min=1,
+        help="Answers no accumulation can give (full scans) computed at once, queued apart "
+        "from the others, which never wait behind them.",
+    ),
     memory_mb: int = typer.Option(  # budget.DEFAULT_MEMORY_BYTES (not imported: zarr)
         512, "--memory-mb", min=16, help="Memory one computation's raw reads may hold."
     ),
@@ -60,6 +67,12 @@ def serve(
         help="Read each cube's accumulations from this sidecar store (once per cube, in order).",
     ),
     allow_references: AllowReferences = None,
+    ref: list[str] = typer.Option(
+        None,
+        "--ref",
+        help="Of icechunk repositories: a branch, tag or snapshot id to serve, one dataset "
+        "each, named NAME@REF (repeatable; default: branch main, followed as it grows).",
+    ),
     allowed_host: list[str] = typer.Option(
         None,
         "--allowed-host",
@@ -80,6 +93,7 @@ def serve(
         cache_bytes=cache_mb * 2**20,
         limits=ServiceLimits(
             computations=computations,
+            scans=scans,
             queue_seconds=queue_seconds,
             request_seconds=request_seconds,
             memory_bytes=memory_mb * 2**20,
@@ -87,6 +101,7 @@ def serve(
         group=group,
         accumulations=accumulations or None,
         allowed_hosts=allowed_host or (),
+        refs=ref or None,
         **cells,
         **reading(endpoint_url, storage_option, allow_references),
     )

@@ -26,12 +26,16 @@ class ServiceLimits:
     """How much one service takes on.
 
     ``computations``: answers computed at once (the rest wait up to ``queue_seconds``, then
-    get 503 with ``Retry-After``); ``request_seconds``: the longest a computation may run
-    (then 504); ``read_seconds``: the longest one chunk read may take; ``memory_bytes``: what
-    one computation's raw reads may hold (see ``accumulation.query.budget``).
+    get 503 with ``Retry-After``); ``scans``: answers no accumulation can give (every value
+    read from the raw data) computed at once, besides those and in a queue of their own, so
+    that the light questions never wait behind a heavy one; ``request_seconds``: the
+    longest a computation may run (then 504); ``read_seconds``: the longest one chunk read
+    may take; ``memory_bytes``: what one computation's raw reads may hold (see
+    ``accumulation.query.budget``).
     """
 
     computations: int = 2
+    scans: int = 1
     queue_seconds: float = 10.0
     request_seconds: float = 60.0
     read_seconds: float = 20.0
@@ -44,7 +48,7 @@ class ServiceLimits:
         return self.request_seconds + self.read_seconds
 
     def __post_init__(self) -> None:
-        if self.computations < 1 or self.memory_bytes < 1:
+        if min(self.computations, self.scans, self.memory_bytes) < 1:
             raise AccumulusError("a service needs at least one computation slot and some memory")
         if min(self.queue_seconds, self.request_seconds, self.read_seconds) <= 0:
             raise AccumulusError("the service's time limits must be positive")

@@ -4,7 +4,9 @@ their worker threads, the limits, and what the OpenAPI document says of the data
 the pattern of each dimension's ranges).
 
 Answers are computed on worker threads, at most ``ServiceLimits.computations`` at once
-(``guard``); the event loop only waits, so ``/api/health`` answers while they run.
+(``guard``), and the scans (questions no accumulation can answer) at most
+``ServiceLimits.scans`` at once in a queue of their own; the event loop only waits, so
+``/api/health`` answers while they run.
 """
 
 from __future__ import annotations
@@ -60,8 +62,9 @@ class Service:
         self.variables = sorted({v for s in first for v in averageable(s.cube)})
         self.cache = AnswerCache(cache_bytes)
         self.slots = ComputeSlots(limits.computations)
+        self.scan_slots = ComputeSlots(limits.scans)
         self.workers = ThreadPoolExecutor(
-            limits.computations, thread_name_prefix="accumulus-answer"
+            limits.computations + limits.scans, thread_name_prefix="accumulus-answer"
         )
         self.health = HealthMonitor(catalog, {s.dataset: s.token for s in first}, self.snapshot_of)
 
@@ -85,17 +88,30 @@ class Service:
                 log.exception("reading the snapshot of dataset %s failed", dataset.name)
             raise ServiceError(f"dataset {dataset.name!r} cannot be read now: {exc}") from None
 
+    @property
+    def busy(self) -> int:
+        """Computations running now (scans too)."""
+        return self.slots.busy + self.scan_slots.busy
+
+    def held_longest(self) -> float:
+        """Seconds the computation running longest has run (0 when none runs)."""
+        return max(self.slots.held_longest(), self.scan_slots.held_longest())
+
     async def compute(
         self, request: Request, snapshot: DatasetSnapshot, checked: AverageRequest
     ) -> Answer:
-        """Compute on a worker thread once a slot is free; stop it when its time is up or its
-        client leaves. The slot is given back by the thread, when the work has really ended."""
-        limits, slots = self.limits, self.slots
+        """Compute on a worker thread once a slot is free (a scan's slot for a question no
+        accumulation answers); stop it when its time is up or its client leaves. The slot is
+        given back by the thread, when the work has really ended."""
+        limits = self.limits
+        scan = snapshot.scans(checked.query)
+        slots, size = (self.scan_slots, limits.scans) if scan else (self.slots, limits.computations)
         slot = await slots.acquire(limits.queue_seconds)
         if slot is None:
             retry = max(1, round(limits.queue_seconds))
+            kind = "scans" if scan else "computations"
             raise ServiceError(
-                f"the service is busy ({limits.computations} computations running and others "
+                f"the service is busy ({size} {kind} running and others "
                 f"waiting); try again in {retry} s",
                 503,
                 {"Retry-After": str(retry)},
@@ -112,7 +128,7 @@ class Service:
                 return compute_answer(guarded, checked, limits.memory_bytes)
             finally:
                 slot.release()
-                if not slots.busy:
+                if not self.busy:
                     release_free_memory()
                 with contextlib.suppress(RuntimeError):  # that request's loop is gone
                     loop.call_soon_threadsafe(finished.set)

@@ -23,7 +23,8 @@ from typing import ClassVar, Protocol
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from accumulus.stores.base import DelegatingStore
+from accumulus.stores.base import DelegatingStore, innermost
+from accumulus.stores.local import LeanLocalStore
 from accumulus.stores.safe_reads import (
     StoreReadError,
     check_regular_file,
@@ -48,6 +49,9 @@ class GuardedStore(DelegatingStore):
         super().__init__(store)
         self.guard = guard
         self.read_seconds = read_seconds
+        # Our local store reads regular files only (by fstat of what it opened) and answers
+        # None for a directory: no stat first, one after a None.
+        self._reads_regular_files_only = isinstance(innermost(store), LeanLocalStore)
 
     @property
     def _root(self) -> Path | None:
@@ -68,12 +72,16 @@ class GuardedStore(DelegatingStore):
         root = self._root
         if root is None:
             return super().read_sync(key, prototype, byte_range)
-        check_regular_file(root, key)
+        if not self._reads_regular_files_only:
+            check_regular_file(root, key)
         try:
-            return super().read_sync(key, prototype, byte_range)
+            found = super().read_sync(key, prototype, byte_range)
         except OSError as exc:  # named by its key, never by a server path
             reason = exc.strerror or type(exc).__name__
             raise StoreReadError(f"cannot read {key}: {reason}") from None
+        if found is None:  # missing, or a directory: refused as get refuses it
+            check_regular_file(root, key)
+        return found
 
     async def getsize(self, key: str) -> int:
         self.guard.check()

@@ -30,6 +30,13 @@ from accumulus.stores.locations import (
 )
 from accumulus.stores.nczarr_compat import NCZarrCompatStore
 from accumulus.stores.reference_sets import is_parquet_references, open_reference_file
+from accumulus.stores.transactional import (
+    is_repository_url,
+    is_session_store,
+    open_repository,
+    reading_session,
+    transaction_of,
+)
 from accumulus.stores.zep3 import Zep3DraftStore
 
 Mode = Literal["r", "r+", "w"]
@@ -41,6 +48,7 @@ def open_store(
     *,
     storage_options: dict[str, Any] | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
 ) -> Store:
     """Return a zarr Store for ``url``.
 
@@ -52,10 +60,26 @@ def open_store(
     Stores written by netcdf-c (see ``stores.nczarr_compat``), ZEP 3 draft chunk grids (see
     ``stores.zep3``) and, read-only, stores without xarray's conventions written by the ZEP 5
     reference generator (see ``stores.inferred_conventions``) are read right.
+    ``icechunk://PATH`` and ``icechunk+s3://BUCKET/PREFIX`` name icechunk repositories
+    (``stores.transactional``): read at ``ref`` (a branch, tag or snapshot id), written on
+    the branch ``ref`` names; ``main`` by default. Other stores have no refs.
     """
     if isinstance(url, Store):
+        if is_session_store(url):
+            if mode != "r":
+                raise AccumulusError(
+                    "an icechunk session's store is read here; to write, give the "
+                    "repository's URL (icechunk://PATH): accumulus commits what it writes"
+                )
+            return reading_session(url)
         return url
-    store = _open(os.fspath(url), mode, storage_options, allow_references or ())
+    text = os.fspath(url)
+    if is_repository_url(text):
+        store: Store = open_repository(text, mode, storage_options, ref)
+    elif ref is not None:
+        raise AccumulusError(f"--ref {ref}: {text} is not an icechunk repository (no refs)")
+    else:
+        store = _open(text, mode, storage_options, allow_references or ())
     if mode == "r":  # stores without xarray's conventions are read, never written
         store = InferredConventionsStore(store)
     return Zep3DraftStore(NCZarrCompatStore(store))
@@ -139,6 +163,9 @@ def _open_zip(path: Path, mode: Mode) -> ZipStore:
 
 def store_label(store: Store) -> str:
     """A short human-readable name for a store, for messages."""
+    transaction = transaction_of(store)
+    if transaction is not None:
+        return transaction.label
     inner = innermost(store)
     if isinstance(inner, LocalStore):
         return str(inner.root)

@@ -739,7 +739,7 @@ def _create_array(
         dtype, fill = ("int64", -1) if count else ("float64", np.nan)
     else:
         dtype, fill = placement.dtype_and_fill(var, acc, count)
-        bits = placement.bit_shuffled(acc, stream.batch_dimension(var), count)
+        bits = placement.bit_shuffled(acc, stream.batch_dimension(var), count, chunks)
         extra = placement.codecs(3 if v3 else 2, bits)
     return group._async_group.create_array(
         name,

@@ -335,6 +335,18 @@ def usable_layouts(
     return layouts, "" if layouts else "no accumulation holds the sums this query needs"
 
 
+def accumulations_answer(groups: AccumulationGroups, resolved: ResolvedQuery) -> bool:
+    """Whether some accumulation of ``groups`` can take part in answering ``resolved``
+    (before any plan is made: otherwise every value is read from the raw data, a scan)."""
+    if not resolved.use_accumulation:
+        return False
+    var, weights = resolved.variable, resolved.weights
+    stat = statistics.STATISTICS[resolved.stat]
+    infinite = statistics.can_be_infinite(var.array.dtype)
+    terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
+    return bool(usable_layouts(groups, var, weights, terms)[0])
+
+
 def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[int, ...]:
     """The first ``final`` of ``positions`` (increasing) that end within ``covered``."""
     return tuple(positions[: min(final, bisect.bisect_right(positions, covered))])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 from zarr.abc.store import Store
@@ -27,6 +27,11 @@ from accumulus.stores.group import group_label, group_view
 from accumulus.stores.lock import StoreLock
 from accumulus.stores.opening import store_label
 from accumulus.stores.stable_shards import StableShardStore
+from accumulus.stores.transactional import (
+    TransactionConflict,
+    is_repository_url,
+    transaction_of,
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class AppendResult:
     accumulations: tuple[str, ...]  # variables whose accumulation groups were updated
     recovered: str  # what an interrupted run had left, and what was done about it
     seconds: float
+    snapshot: str | None = None  # the icechunk commit it made, for a repository
 
 
 def append(
@@ -104,11 +110,44 @@ def append(
         steps=2 * len(items),
     )
     label = store_label(store) if isinstance(store, Store) else os.fspath(store)
+    repository = is_repository_url(label) or transaction_of(store) is not None
+    if repository and zarr_format == 2:
+        raise AccumulusError(f"{label}: icechunk repositories hold Zarr v3 only (--zarr-format 3)")
+    # An icechunk repository commits each run once; a run whose branch moved meanwhile is
+    # done again on the new head (its granules may already be there, or conflict).
+    for attempt in range(_TRANSACTION_ATTEMPTS):
+        try:
+            return _append_once(store, label, items, dim, group, request, started)
+        except TransactionConflict:
+            if isinstance(store, Store) or attempt == _TRANSACTION_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+_TRANSACTION_ATTEMPTS = 5
+
+
+def _append_once(
+    store: str | os.PathLike[str] | Store,
+    label: str,
+    items: list[GranuleLike],
+    dim: str,
+    group: str | None,
+    request: Request,
+    started: float,
+) -> AppendResult:
+    """One run of the phases on ``store``, committed once when it is an icechunk session."""
     # The destination is checked before any granule is read.
-    target_store, new_directory = open_target(store, label, storage_options)
+    target_store, new_directory = open_target(store, label, request.storage_options)
+    transaction = transaction_of(target_store)
+    if transaction is not None:
+        request = _in_repository(request)
+    snapshot = None
     try:
-        group = resolve_group(items[0], dim, group, storage_options, request.allow_references)
-        items = [_in_group(item, group, dim) for item in items]
+        group = resolve_group(
+            items[0], dim, group, request.storage_options, request.allow_references
+        )
+        granules = [_in_group(item, group, dim) for item in items]
         # Shards rewritten keep their old inner chunks in place, for readers of the old index.
         target_store = StableShardStore(target_store)
         # A group of the cube is a store of its own: journal, lock and metadata inside it.
@@ -116,14 +155,16 @@ def append(
         with StoreLock(target_store, label) as lock:
             target = Target(target_store, label, dim, lock)
             recovered = recover(target, request)
-            checked = check(target, request, recovered, items)
+            checked = check(target, request, recovered, granules)
             choice = written = None
             if checked.batch is not None:
                 cube = recovered.cube
                 if cube is None:
                     cube, choice = create(target, request, checked.batch)
                 written = write(target, request, cube, checked.batch)
-            request.progress(request.steps, request.steps)
+        if transaction is not None:  # the one commit: data, journal and accumulations
+            snapshot = transaction.commit(_message(dim, written.appended if written else ()))
+        request.progress(request.steps, request.steps)
     except KeyboardInterrupt:
         raise Interrupted(_kept(target_store, label, dim)) from None
     finally:
@@ -142,7 +183,25 @@ def append(
         accumulations=tuple(sorted(recovered.updated | (written.updated if written else set()))),
         recovered=recovered.note,
         seconds=time.perf_counter() - started,
+        snapshot=snapshot,
     )
+
+
+def _in_repository(request: Request) -> Request:
+    """``request`` for an icechunk repository, which holds Zarr v3 only."""
+    return replace(request, zarr_format=3)
+
+
+def _message(dim: str, appended: Sequence[str]) -> str:
+    """An append's commit message: the granules it appended, by name."""
+    if not appended:
+        return f"append along {dim}: no new granules (recovery only)"
+    shown = ", ".join(appended[:_NAMED])
+    more = f" and {len(appended) - _NAMED} more" if len(appended) > _NAMED else ""
+    return f"append {len(appended)} granule(s) along {dim}: {shown}{more}"
+
+
+_NAMED = 50
 
 
 def _kept(store: Store, label: str, dim: str) -> str:

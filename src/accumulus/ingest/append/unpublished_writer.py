@@ -10,7 +10,9 @@ The first write of a run starts inside the old partial last chunk: zarr reads th
 writes it back whole, its old values unchanged (the rewrite is one atomic object replacement
 on a local directory and on S3). Every other write covers whole chunks as far as the view
 reaches, so zarr never reads a new chunk back: whatever a killed run left there, even under
-another grid, is simply replaced.
+another grid, is simply replaced. In a transaction (an icechunk session, which refuses chunks
+past an array's stored shape) the stored shape grows before each write instead: no reader
+sees the session before its commit.
 
 For a sharded array the grid is the shards' (``cube_state.chunk_along``): a shard is written
 once it is full, and a partial one is rewritten whole by zarr, which reads it back and keeps
@@ -105,8 +107,13 @@ class UnpublishedWriter:
         dim: str,
         start: int,
         grids: Mapping[str, AppendGrid],
+        *,
+        grow_first: bool = False,
     ) -> None:
         self.size = start
+        # In a transaction (an icechunk session) nothing is seen before the commit, and
+        # chunks past an array's stored shape are refused: the shape grows before a write.
+        self._grow_first = grow_first
         self._tails: dict[str, _Tail] = {}
         for name, array in arrays.items():
             axis = dimension_names(array).index(dim)
@@ -166,7 +173,10 @@ class UnpublishedWriter:
 
     def _submit(self, tail: _Tail, start: int, block: np.ndarray) -> None:
         # The view is taken now: a variable grid declares more chunks as granules arrive.
-        view = array_with(tail.array, metadata=tail.metadata_at(start + block.shape[tail.axis]))
+        metadata = tail.metadata_at(start + block.shape[tail.axis])
+        if self._grow_first:
+            store_metadata(tail.array, metadata)
+        view = array_with(tail.array, metadata=metadata)
         future = self._pool.submit(_write, view, tail.axis, start, block)
         self._pending.append((future, block.nbytes))
         self._pending_bytes += block.nbytes

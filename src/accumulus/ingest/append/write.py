@@ -27,6 +27,7 @@ from accumulus.ingest.conform import Template, blocks, conform, decoded_times, t
 from accumulus.ingest.granules import Granule, open_granule
 from accumulus.ingest.journal import GranuleRecord
 from accumulus.stores.arrays import dimension_names
+from accumulus.stores.transactional import transaction_of
 
 
 def write(target: Target, request: Request, cube: Committed, batch: Batch) -> Written:
@@ -44,7 +45,8 @@ def write(target: Target, request: Request, cube: Committed, batch: Batch) -> Wr
         for name, array in arrays.items()
     }
     journal = cube.journal
-    writer = UnpublishedWriter(arrays, target.dim, journal.extent, grids)
+    in_transaction = transaction_of(target.store) is not None
+    writer = UnpublishedWriter(arrays, target.dim, journal.extent, grids, grow_first=in_transaction)
     records: list[GranuleRecord] = []
     appended: list[str] = []
     commits = 0

@@ -28,10 +28,10 @@ async def health_check(service: ServiceDep) -> JSONResponse:
     Answers at once even when the service is saturated (then with the tokens read by the
     previous call). A computation holding its slot past ``ServiceLimits.stuck_seconds``
     makes it "unhealthy", with status 503: the process needs a restart."""
-    slots = service.slots
-    wait = 0.0 if slots.busy else HEALTH_WAIT_IDLE_SECONDS
+    busy = service.busy
+    wait = 0.0 if busy else HEALTH_WAIT_IDLE_SECONDS
     tokens = await service.health.tokens(wait)
-    held = slots.held_longest()
+    held = service.held_longest()
     status = "ok"
     if any(t.startswith("error: ") for t in tokens.values()):
         status = "degraded"
@@ -40,7 +40,7 @@ async def health_check(service: ServiceDep) -> JSONResponse:
     body = {
         "status": status,
         "datasets": tokens,
-        "computations": slots.busy,
+        "computations": busy,
         "longest_computation_seconds": round(held, 3),
         "process": os.getpid(),
     }
