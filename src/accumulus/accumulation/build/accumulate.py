@@ -263,7 +263,8 @@ def final_coverage(cube: RawCube, var: VariableInfo) -> dict[str, int]:
     attribute ``accumulus.append_dim``, set by ``accumulus append``): there the last chunk
     may still be filled by the next append, so entries that end inside it are provisional.
     Queries use final entries only, which is what keeps readers of an older metadata
-    snapshot right while an append rewrites that chunk's entries in place.
+    snapshot right while an append rewrites that chunk's entries in place. Entries that keep
+    their values as the chunk fills extend it to the data's end (``positioned_coverage``).
     """
     coverage = dict(zip(var.dims, var.shape, strict=True))
     settings = cube.root.attrs.get("accumulus", {})
