@@ -24,8 +24,8 @@ class AccumulusAccessor:
     inclusive label ranges given as keywords, as ``da.sel(...)`` takes them. The answer is
     the ``DataArray`` ``accumulus.average`` returns, its read counts in ``attrs``. Options:
     ``weights`` (default the accumulations', area where latitudes are found), ``shape``,
-    ``plan``, ``use_accumulation``, and ``ranges`` (a mapping, for dimensions whose names are
-    not keywords)."""
+    ``plan``, ``use_accumulation``, ``season`` ("JJA", ...), and ``ranges`` (a mapping, for
+    dimensions whose names are not keywords)."""
 
     def __init__(self, data: xr.DataArray) -> None:
         self._data = data
@@ -43,6 +43,23 @@ class AccumulusAccessor:
         ``DataArray.count`` gives it."""
         return self._ask("count", dim, ranges)
 
+    def var(self, dim: str | Iterable[str] | None = None, **ranges: Any) -> xr.DataArray:
+        """The weighted population variance over ``dim``, as ``weighted(w).var(dim)``."""
+        return self._ask("var", dim, ranges)
+
+    def std(self, dim: str | Iterable[str] | None = None, **ranges: Any) -> xr.DataArray:
+        """The weighted population standard deviation over ``dim``."""
+        return self._ask("std", dim, ranges)
+
+    def trend(self, dim: str | Iterable[str] = "time", **ranges: Any) -> xr.DataArray:
+        """The least-squares slope per year over ``dim`` (time), per cell."""
+        return self._ask("trend", dim, ranges)
+
+    def corr(self, other: str, dim: str | Iterable[str] = "time", **ranges: Any) -> xr.DataArray:
+        """Pearson's r with the variable ``other`` of the same store over ``dim``, as
+        ``xr.corr``."""
+        return self._ask("corr", dim, {**ranges, "with_": other})
+
     def _ask(
         self, stat: Stat, dim: str | Iterable[str] | None, ranges: dict[str, Any]
     ) -> xr.DataArray:
@@ -55,4 +72,4 @@ class AccumulusAccessor:
 
 
 # What the accessor's methods take besides dimensions' ranges.
-_OPTIONS = ("weights", "shape", "plan", "use_accumulation", "ranges")
+_OPTIONS = ("weights", "shape", "plan", "use_accumulation", "ranges", "season", "with_")

@@ -66,3 +66,20 @@ def test_corr_is_asked_for_with_a_second_variable(tmp_path):
         accumulus.average(path, VAR, ["time"], stat="corr", with_="nothing")
     with pytest.raises(AccumulusError, match="differ from"):
         accumulus.average(path, VAR, ["time"], stat="corr", with_="other_grid")
+
+
+def test_the_accessor_asks_the_statistics(tmp_path):
+    ds = _two_variables({"time": 40, "lat": 4, "lon": 3}, 5, 0.2)
+    ds.to_zarr(tmp_path / "c.zarr", zarr_format=2, consolidated=True)
+    opened = xr.open_zarr(tmp_path / "c.zarr")
+    data, other = ds[VAR].astype("f8"), ds["tas"].astype("f8")
+    w = np.cos(np.deg2rad(ds["lat"]))
+    np.testing.assert_allclose(
+        opened[VAR].accumulus.corr("tas").values, xr.corr(data, other, dim="time").values
+    )
+    np.testing.assert_allclose(
+        opened[VAR].accumulus.std("time").values, data.weighted(w).std("time").values
+    )
+    january = data.where(data.time.dt.month == 1, drop=True).weighted(w).mean(DIMS)
+    got = opened[VAR].accumulus.mean(["lat", "lon"], season="JAN")
+    np.testing.assert_allclose(got.values, [january.item()])
