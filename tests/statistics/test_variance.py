@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from statistics_helpers import build, expected, magnitude, same
+from statistics_helpers import build, expected, expected_trend, magnitude, same
 
 import accumulus
 from accumulus.accumulation.model import spec
@@ -145,11 +145,11 @@ def test_large_mean_small_spread(tmp_path, mean, spread, minimal):
             same(got, want, rtol=1e-7)
 
 
-def test_appends_keep_the_squares_current(tmp_path):
+def test_appends_keep_the_extra_sums_current(tmp_path):
     ds = synthetic_dataset({"time": 30, "lat": 4, "lon": 3}, seed=9, nan_fraction=0.1)
     path = tmp_path / "cube.zarr"
     write_cube(ds.isel(time=slice(0, 12)), path, {"time": 4, "lat": 4, "lon": 3})
-    first = build(path, minimal=True)
+    first = build(path, minimal=True, stats=["var", "trend"])
     ds.isel(time=slice(12, 30)).to_zarr(path, append_dim="time")
     updated = accumulus.accumulate(str(path), VAR)
     assert updated.action == "updated"
@@ -159,6 +159,9 @@ def test_appends_keep_the_squares_current(tmp_path):
     got = accumulus.average(str(path), VAR, ["time"], stat="var")
     same(got, expected(ds[VAR], ["time"], "area", "var"), rtol=1e-9)
     assert got.attrs["raw_chunks_read"] == 0
+    trend = accumulus.average(str(path), VAR, ["time"], stat="trend", plan="accumulation")
+    np.testing.assert_allclose(trend.values, expected_trend(ds[VAR]).values, rtol=1e-7)
+    assert trend.attrs["raw_chunks_read"] == 0
 
 
 def test_units_are_squared(tmp_path):
