@@ -2,7 +2,8 @@
 against a plain NumPy computation on random blocks: shapes of 1 to 4 axes, chunk edges
 inside the block, weights varying along any axes, float32 and float64, NaN holes and
 infinities of both signs, every sum of the statistics table (the tallies of +inf and -inf
-too) plus Σx² and Σw·x² (powers the table does not use yet)."""
+too; the sums of squares about a reference value; the sums against time with the times of
+the block's first axis)."""
 
 from __future__ import annotations
 
@@ -17,21 +18,18 @@ from accumulus.accumulation.build.chunk_sums import LONG_AXIS, chunk_sums, prefi
 from accumulus.accumulation.model import statistics
 from accumulus.accumulation.model.sums import reduce_terms
 
-SQUARES = {"sumsq": statistics.Sum("sumsq", 0, 2), "wsumsq": statistics.Sum("wsumsq", 1, 2)}
 
-
-@pytest.fixture(autouse=True)
-def squares(monkeypatch):
-    monkeypatch.setattr(statistics, "SUMS", statistics.SUMS | SQUARES)
-
-
-def direct(x, w, name, axes, edges):
-    """One sum per chunk segment along ``axes``, by NumPy slicing: w^a·x^b over valid x
-    (infinite x count in x^0 only), or 1 where x is the tally's infinity."""
-    s = {**statistics.SUMS, **SQUARES}[name]
+def direct(x, w, name, axes, edges, reference=0.0, times=None):
+    """One sum per chunk segment along ``axes``, by NumPy slicing: w^a·t^p·x^b over valid x
+    (x − reference for a centred sum; infinite x count in x^0 only), or 1 where x is the
+    tally's infinity."""
+    s = statistics.SUMS[name]
     w = np.broadcast_to(np.asarray(w, dtype="f8"), x.shape)
-    values = np.where(np.isfinite(x), x.astype("f8"), 0.0)
-    summands = np.where(np.isnan(x), 0.0, w**s.weight_power * values**s.value_power)
+    t = np.broadcast_to(np.asarray(1.0 if times is None else times, dtype="f8"), x.shape)
+    shifted = x.astype("f8") - (reference if s.centred else 0.0)
+    values = np.where(np.isfinite(x), shifted, 0.0)
+    factor = w**s.weight_power * t**s.time_power
+    summands = np.where(np.isnan(x), 0.0, factor * values**s.value_power)
     if s.tally is not None:
         summands = (x == s.tally).astype("f8")
     for a in axes:
@@ -60,30 +58,33 @@ def blocks(draw):
     edges = [sorted({0, *draw(st.lists(st.integers(0, n - 1), max_size=3))}) for n in shape]
     combos = [c for r in range(ndim + 1) for c in itertools.combinations(range(ndim), r)]
     reductions = draw(st.lists(st.sampled_from(combos), min_size=1, max_size=4, unique=True))
-    names = draw(st.permutations([*statistics.SUMS, *SQUARES]))
+    names = draw(st.permutations(list(statistics.SUMS)))
     terms = names[: draw(st.integers(1, len(names)))]
-    return x, w, edges, reductions, terms
+    reference = draw(st.sampled_from([0.0, 1.5]))
+    times = rng.uniform(0, 10, size=[shape[0], *(1 for _ in shape[1:])])
+    return x, w, edges, reductions, terms, reference, times
 
 
 @settings(max_examples=300, deadline=None)
 @given(blocks())
 def test_chunk_sums_equal_numpy(block):
-    x, w, edges, reductions, terms = block
+    x, w, edges, reductions, terms, reference, times = block
     # Working space as a reused buffer may hold it: any sum left unwritten shows as NaN.
-    got = chunk_sums(x, w, terms, reductions, edges, empty=lambda n: np.full(n, np.nan))
+    got = chunk_sums(x, w, terms, reductions, edges, lambda n: np.full(n, np.nan), reference, times)
     for axes in reductions:
-        expected = np.stack([direct(x, w, t, axes, edges) for t in terms])
+        expected = np.stack([direct(x, w, t, axes, edges, reference, times) for t in terms])
         np.testing.assert_allclose(got[axes], expected, rtol=1e-12, atol=1e-12)
 
 
 @settings(max_examples=100, deadline=None)
 @given(blocks())
 def test_reduce_terms_sums_whole_axes(block):
-    x, w, _, reductions, terms = block
+    x, w, _, reductions, terms, reference, times = block
     axes = max(reductions, key=len) or (0,)
-    expected = np.stack([direct(x, w, t, axes, [[0]] * x.ndim) for t in terms])
+    expected = np.stack([direct(x, w, t, axes, [[0]] * x.ndim, reference, times) for t in terms])
     expected = expected.reshape([n for i, n in enumerate(expected.shape) if i - 1 not in axes])
-    np.testing.assert_allclose(reduce_terms(x, w, terms, axes), expected, rtol=1e-12, atol=1e-12)
+    got = reduce_terms(x, w, terms, axes, reference, times)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
 @settings(max_examples=100, deadline=None)
