@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
@@ -54,7 +54,7 @@ from accumulus.opened import opened_store
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
 from accumulus.stores.opening import Mode, open_store, store_label
-from accumulus.stores.transactional import transaction_of
+from accumulus.stores.transactional import history, transaction_of
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
@@ -74,12 +74,14 @@ class Opening(TypedDict, total=False):
     accumulation groups beside it (made with ``accumulate(..., into=)``; a store so made may
     also be given in place of the cube); ``allow_references``, where a reference set
     (``.json``, ``.parq``) may read besides its own location (directories and URL prefixes;
-    see docs/remote.md)."""
+    see docs/remote.md); ``ref``, of an icechunk repository (``icechunk://``), the branch, tag
+    or snapshot id read (default: branch ``main``; see docs/transactional.md)."""
 
     storage_options: dict[str, Any] | None
     group: str | None
     accumulations: str | Store | None
     allow_references: Sequence[str] | None
+    ref: str | None
 
 
 class QueryKeywords(Opening, QueryOptions, total=False):
@@ -116,6 +118,7 @@ def open_cube(
     group: str | None = None,
     variable: str | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
 ) -> RawCube:
     """Open a datacube snapshot (reads its metadata once): the group ``group`` of the store,
     or the one group holding ``variable`` (or data variables). An open ``Datacube`` gives its
@@ -129,6 +132,7 @@ def open_cube(
         mode,
         storage_options=storage_options,
         allow_references=allow_references,
+        ref=ref,
     )
     label = None if isinstance(store, Store) else str(store)
     where = label or store_label(opened)
@@ -156,6 +160,7 @@ def accumulate(
     allow_missing_chunks: bool = False,
     allow_references: Sequence[str] | None = None,
     minimal: bool = False,
+    ref: str | None = None,
 ) -> BuildResult:
     """Build the ZEP 5 accumulation group of ``variable``.
 
@@ -190,6 +195,8 @@ def accumulate(
     read-only). The store records
     ``store`` and a fingerprint of what was summed; running again extends it after the
     source grew and rebuilds it when the source changed.
+    ``ref``: of an icechunk repository, the branch the group is committed to (one commit;
+    default ``main``).
     """
     from accumulus.accumulation.build.accumulate import build_accumulations, check_request
 
@@ -205,6 +212,7 @@ def accumulate(
                 group=group,
                 variable=variable,
                 allow_references=allow_references,
+                ref=ref,
             )
             var = cube.variable(variable)
             check_numeric(cube.raw, cube.decoded, variable, "a variable to accumulate")
@@ -484,8 +492,15 @@ def verify_sources(
 def inspect(store: StoreLike, **opening: Unpack[Opening]) -> dict[str, Any]:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube.
     For a sidecar (or with ``accumulations``): the source's, with the sidecar's groups, and
-    under "sidecar" its source and whether each group still holds for it."""
-    return describe_cube(*_snapshot(store, None, opening))
+    under "sidecar" its source and whether each group still holds for it. An icechunk
+    repository's commits, down from the ref read, are under "history" (snapshot, time,
+    message, granules and extent as of each)."""
+    cube, groups = _snapshot(store, None, opening)
+    info = describe_cube(cube, groups)
+    commits = history(cube.store)
+    if commits:
+        info["history"] = [asdict(commit) for commit in commits]
+    return info
 
 
 def _snapshot(
@@ -494,24 +509,36 @@ def _snapshot(
     """The cube ``verify`` and ``inspect`` look at; with a sidecar's accumulation groups
     when ``store`` is one, or ``accumulations`` names one (None: the cube's own)."""
     storage_options, allowed = opening.get("storage_options"), opening.get("allow_references")
-    if opening.get("accumulations") is not None or _is_sidecar(store, storage_options, allowed):
+    ref = opening.get("ref")
+    if opening.get("accumulations") is not None or _is_sidecar(
+        store, storage_options, allowed, ref
+    ):
         snapshot = _datacube(store, variable, **opening).snapshot()
         return snapshot.cube, snapshot.groups
     group = opening.get("group")
     cube = open_cube(
-        store, "r", storage_options, group=group, variable=variable, allow_references=allowed
+        store,
+        "r",
+        storage_options,
+        group=group,
+        variable=variable,
+        allow_references=allowed,
+        ref=ref,
     )
     return cube, None
 
 
 def _is_sidecar(
-    store: StoreLike, storage_options: dict[str, Any] | None, allow_references: Sequence[str] | None
+    store: StoreLike,
+    storage_options: dict[str, Any] | None,
+    allow_references: Sequence[str] | None,
+    ref: str | None = None,
 ) -> bool:
     if not isinstance(store, str | os.PathLike):
         return False
     try:
         opened = open_store(
-            store, "r", storage_options=storage_options, allow_references=allow_references
+            store, "r", storage_options=storage_options, allow_references=allow_references, ref=ref
         )
         root = zarr.open_group(opened, mode="r")
     # Not a readable group (ours: AccumulusError; zarr's and the store's errors): the cube's

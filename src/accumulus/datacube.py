@@ -60,6 +60,7 @@ from accumulus.stores.snapshot import (
     stored_roots,
     with_coordinates,
 )
+from accumulus.stores.transactional import branch_moved
 
 
 @dataclass(frozen=True)
@@ -160,14 +161,19 @@ class Datacube:
         label: str | None = None,
         accumulations: str | Store | None = None,
         allow_references: Sequence[str] | None = None,
+        ref: str | None = None,
     ) -> Datacube:
         """The datacube at ``url``: its group ``group``, or the one group holding
         ``variable`` (or data variables); the root of a store without groups. ``label``:
         how messages name it (default: ``url``). ``accumulations``: a sidecar store holding
         its accumulation groups (``url`` may also be a sidecar: its source is opened).
-        ``allow_references``: where a reference set may read besides its own location."""
+        ``allow_references``: where a reference set may read besides its own location.
+        ``ref``: of an icechunk repository, the branch, tag or snapshot id read (default:
+        branch ``main``)."""
         allowed = allow_references
-        store = open_store(url, "r", storage_options=storage_options, allow_references=allowed)
+        store = open_store(
+            url, "r", storage_options=storage_options, allow_references=allowed, ref=ref
+        )
         label = label or (None if isinstance(url, Store) else str(url))
         side = None
         if accumulations is not None:
@@ -218,6 +224,10 @@ class Datacube:
         if self._pinned:
             assert self._current is not None
             return self._current
+        moved = branch_moved(self.store)
+        if moved is not None:  # an icechunk branch has a new commit: read it from now on
+            url, branch = moved
+            self.store = open_store(url, "r", storage_options=self._storage_options, ref=branch)
         with self._lock:
             self._reads += 1
             read = self._reads

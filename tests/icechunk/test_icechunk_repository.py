@@ -10,19 +10,32 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import icechunk
 import numpy as np
 import pytest
 import xarray as xr
 
 import accumulus
+import icechunk
 from accumulus.errors import AccumulusError
-from accumulus.stores.transactional import history
 from accumulus.stores.opening import open_store
+from accumulus.stores.transactional import history
 from cubes import xarray_reference
 from ingest.helpers import VAR, check_visible, cli, truth, write_granules
 
 PER_GRANULE = 3
+
+
+def seen(url: str, t, steps: int, ref: str | None = None) -> None:
+    """At ``ref`` the repository holds the first ``steps`` steps of the truth: same times and
+    values, averages (accumulations used where they reach) equal to xarray's."""
+    cube = accumulus.open(url, ref=ref).snapshot().cube
+    expected = t.decoded(steps)
+    np.testing.assert_array_equal(cube.decoded["time"].values, expected["time"].values)
+    np.testing.assert_allclose(cube.decoded[VAR].values, expected[VAR].values, rtol=1e-12)
+    for over in (("lat", "lon"), ("time",)):
+        got = accumulus.average(url, VAR, over, ref=ref)
+        want = xarray_reference(expected[VAR], over, "area", "mean")
+        np.testing.assert_allclose(got.values, want.values, rtol=1e-9, equal_nan=True)
 
 
 def repository(path: Path) -> icechunk.Repository:
@@ -67,7 +80,7 @@ def test_one_commit_per_append_holding_data_journal_and_accumulations(tmp_path, 
     # Every commit read on its own: a prefix of the granules, its accumulations agreeing
     # with the data (verify recomputes them), averages equal to xarray's.
     for info, steps in zip(log, (24, 18, 12, 12), strict=True):
-        assert check_visible(open_store(url, ref=info.id), t, {steps}) == steps
+        seen(url, t, steps, ref=info.id)
         reports = accumulus.verify(url, VAR, ref=info.id)
         assert all(r.ok for r in reports), [r.problems for r in reports]
     assert accumulus.verify(url, VAR) and all(r.ok for r in accumulus.verify(url, VAR))
@@ -95,7 +108,7 @@ def test_time_travel_answers_as_of_a_commit(tmp_path, granules):
         np.testing.assert_allclose(got.values, want.values, rtol=1e-9, equal_nan=True)
 
     listed = history(open_store(url))
-    assert [c.extent for c in listed] == [24, 24, 6, 0]
+    assert [c.extent for c in listed] == [24, 6, 6, 0]  # append, accumulate, append, init
     assert [c.granules for c in listed] == [8, 2, 2, 0]
 
 
@@ -136,6 +149,24 @@ def test_concurrent_appends_of_the_same_granules_land_once(tmp_path, granules):
     assert len(commits(path)) == 2
 
 
+def test_a_session_store_is_read_and_not_written(tmp_path, granules):
+    """icechunk's own store of a session is read as the repository's URL is; writing into it
+    is refused (accumulus commits what it writes, so it needs the repository)."""
+    t = truth(24)
+    path = tmp_path / "repo"
+    accumulus.append(f"icechunk://{path}", granules[:2], chunks={"time": 3})
+    store = repository(path).readonly_session(branch="main").store
+    got = accumulus.average(store, VAR, "time")
+    want = xarray_reference(t.decoded(6)[VAR], ["time"], "area", "mean")
+    np.testing.assert_allclose(got.values, want.values, rtol=1e-9, equal_nan=True)
+    writable = repository(path).writable_session("main").store
+    with pytest.raises(AccumulusError, match="by its URL"):
+        accumulus.append(writable, granules[2:3])
+    with pytest.raises(AccumulusError, match="session's store is read here"):
+        accumulus.accumulate(writable, VAR)
+    assert len(commits(path)) == 1
+
+
 def test_the_command_line(tmp_path, granules):
     path = tmp_path / "repo"
     url = f"icechunk://{path}"
@@ -143,7 +174,28 @@ def test_the_command_line(tmp_path, granules):
     assert done.returncode == 0, done.stderr
     assert "created" in done.stdout
     log = commits(path)
-    assert len(log) == 1 and granules[2] in log[0].message
+    assert len(log) == 1 and granules[2] in log[0].message and log[0].id in done.stdout
+    assert cli("accumulate", url, VAR).returncode == 0
+    assert cli("append", url, *granules[3:6]).returncode == 0
+    old = log[0].id
+
+    history = cli("inspect", url, "--json")
+    assert history.returncode == 0, history.stderr
+    listed = json.loads(history.stdout)["history"]
+    assert [(c["granules"], c["extent"]) for c in listed] == [(6, 18), (3, 9), (3, 9), (0, 0)]
+    assert listed[2]["snapshot"] == old
+    at_old = json.loads(cli("inspect", url, "--json", "--ref", old).stdout)
+    assert at_old["dimensions"]["time"] == 9 and len(at_old["history"]) == 2
+    assert cli("verify", url, "--ref", old).returncode == 0
+    assert cli("verify", url).returncode == 0
+    answer = cli("average", url, VAR, "--over", "time,lat,lon", "--ref", old, "--json")
+    assert answer.returncode == 0, answer.stderr
+    want = xarray_reference(truth(24).decoded(9)[VAR], ["time", "lat", "lon"], "area", "mean")
+    np.testing.assert_allclose(json.loads(answer.stdout)["values"], want.values, rtol=1e-9)
+
+    wrong = cli("average", url, VAR, "--over", "time", "--ref", "nope")
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip().count("\n") == 0 and "not a branch, tag or snapshot" in wrong.stderr
 
 
 def test_mistakes_are_one_line_and_write_nothing(tmp_path, granules):

@@ -13,6 +13,7 @@ from accumulus.cli.options import (
     AllowReferences,
     CubeGroup,
     EndpointUrl,
+    Ref,
     Scheduler,
     StorageOption,
     Store,
@@ -87,6 +88,7 @@ def accumulate(
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
     allow_references: AllowReferences = None,
+    ref: Ref = None,
 ) -> None:
     """Build the ZEP 5 accumulation group of a variable (chunk by chunk, with Dask)."""
     api = load_api()
@@ -111,7 +113,7 @@ def accumulate(
             group=group,
             into=into,
             minimal=minimal,
-            **reading(endpoint_url, storage_option, allow_references),
+            **reading(endpoint_url, storage_option, allow_references, ref),
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
@@ -138,6 +140,7 @@ def inspect(
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
     allow_references: AllowReferences = None,
+    ref: Ref = None,
 ) -> None:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
     import json
@@ -147,7 +150,7 @@ def inspect(
     api = load_api()
 
     info = api.inspect(
-        store, group=group, **reading(endpoint_url, storage_option, allow_references)
+        store, group=group, **reading(endpoint_url, storage_option, allow_references, ref)
     )
     if as_json:
         print(json.dumps(info, default=str))
@@ -172,6 +175,17 @@ def inspect(
     console.print(table)
     for name, note in info["inferred"].items():
         console.print(f"inferred for {name}: {note}", highlight=False)
+    if "history" in info:  # an icechunk repository: its commits, newest first
+        commits = Table("commit", "time", "granules", "extent", "message")
+        for c in info["history"]:
+            commits.add_row(
+                c["snapshot"],
+                f"{c['written']:%Y-%m-%d %H:%M:%S}",
+                str(c["granules"]),
+                str(c["extent"]),
+                c["message"],
+            )
+        console.print(commits)
     if "sidecar" in info:
         side = info["sidecar"]
         console.print(f"accumulations from sidecar {side['store']} (source {side['source']})")
@@ -238,14 +252,17 @@ def verify(
         None, "--accumulations", help="Verify the accumulations in this sidecar store (--into)."
     ),
     allow_references: AllowReferences = None,
+    ref: Ref = None,
 ) -> None:
     """Recompute accumulations from the raw data; exit 1 on any mismatch (a sidecar: from
     its source's, and exit 1 when it is stale). With --sources FILES…: compare the cube's
     values with its sources' instead."""
     api = load_api()
 
-    source = reading(endpoint_url, storage_option, allow_references)
+    source = reading(endpoint_url, storage_option, allow_references, ref)
     if sources:
+        if ref is not None:
+            raise AccumulusError("--ref with --sources: sources are compared with the head")
         _verify_sources(store, names or [], source)
         return
     if len(names or []) > 1:

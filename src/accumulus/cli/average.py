@@ -12,6 +12,7 @@ from accumulus.cli.options import (
     AllowReferences,
     CubeGroup,
     EndpointUrl,
+    Ref,
     StorageOption,
     Store,
     pairs,
@@ -70,6 +71,7 @@ def average(
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
     allow_references: AllowReferences = None,
+    ref: Ref = None,
 ) -> None:
     """Average (or sum, or count) a variable over dimensions and label ranges, or a shape."""
     from accumulus.destinations import check_file, write_file
@@ -100,7 +102,7 @@ def average(
         question,
         group=group,
         accumulations=accumulations,
-        **reading(endpoint_url, storage_option, allow_references),
+        **reading(endpoint_url, storage_option, allow_references, ref),
     )
     if picture is not None:
         write_file(picture, output.result_png(result, drawn_as))

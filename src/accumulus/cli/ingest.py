@@ -115,9 +115,11 @@ def append(
         if result.accumulations
         else ""
     )
+    # An icechunk repository commits once: the snapshot readers can pin (--ref).
+    commits = f"commit {result.snapshot}" if result.snapshot else f"{result.commits} commit(s)"
     console.print(
         f"appended {len(result.appended)} granule(s): {dim} {before} → {after} steps in "
-        f"{result.commits} commit(s), {result.seconds:.1f} s{updated}",
+        f"{commits}, {result.seconds:.1f} s{updated}",
         highlight=False,
     )
 

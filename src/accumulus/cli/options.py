@@ -33,6 +33,17 @@ AllowReferences = Annotated[
 ]
 
 
+# Which commit of an icechunk repository a command reads (or which branch it writes).
+Ref = Annotated[
+    str | None,
+    typer.Option(
+        "--ref",
+        help="Of an icechunk repository (icechunk://, icechunk+s3://): a branch, tag or "
+        "snapshot id (default: branch main).",
+    ),
+]
+
+
 def group_option(what: str) -> Any:
     """``--group``, described for the command that takes it."""
     return typer.Option("--group", help=what)
@@ -57,13 +68,16 @@ def reading(
     endpoint_url: str | None,
     storage_option: Sequence[str] | None,
     allow_references: Sequence[str] | None,
+    ref: str | None = None,
 ) -> dict[str, Any]:
     """The keywords of ``api`` for how a command reaches its stores, from the options above:
-    ``storage_options`` (fsspec's, with ``--endpoint-url``) and ``allow_references``."""
-    return {
+    ``storage_options`` (fsspec's, with ``--endpoint-url``), ``allow_references`` and, when
+    given, the ``ref`` of an icechunk repository."""
+    keywords = {
         "storage_options": storage_options(endpoint_url, storage_option),
         "allow_references": list(allow_references or []) or None,
     }
+    return keywords if ref is None else {**keywords, "ref": ref}
 
 
 def storage_options(endpoint_url: str | None, items: Sequence[str] | None) -> dict | None:

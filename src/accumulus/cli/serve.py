@@ -67,6 +67,12 @@ def serve(
         help="Read each cube's accumulations from this sidecar store (once per cube, in order).",
     ),
     allow_references: AllowReferences = None,
+    ref: list[str] = typer.Option(
+        None,
+        "--ref",
+        help="Of icechunk repositories: a branch, tag or snapshot id to serve, one dataset "
+        "each, named NAME@REF (repeatable; default: branch main, followed as it grows).",
+    ),
     allowed_host: list[str] = typer.Option(
         None,
         "--allowed-host",
@@ -95,6 +101,7 @@ def serve(
         group=group,
         accumulations=accumulations or None,
         allowed_hosts=allowed_host or (),
+        refs=ref or None,
         **cells,
         **reading(endpoint_url, storage_option, allow_references),
     )

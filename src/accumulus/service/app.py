@@ -50,7 +50,8 @@ class ServiceSettings(TypedDict, total=False):
     (default ``DEFAULT_CACHE_BYTES``); ``limits`` bound the computations (see
     ``ServiceLimits``). Requests whose ``Host`` is not one of ``allowed_hosts``
     (``http.allowed_hosts``) get 400; None answers any (``serve`` gives the names the service
-    is reached by)."""
+    is reached by). ``refs``: of icechunk repositories, the branches, tags or snapshot ids
+    served, one dataset each (``name@ref``); a branch is followed as it gets new commits."""
 
     max_cells: int
     cache_bytes: int
@@ -60,6 +61,7 @@ class ServiceSettings(TypedDict, total=False):
     accumulations: Sequence[str] | None
     allow_references: Sequence[str] | None
     allowed_hosts: Sequence[str] | None
+    refs: Sequence[str] | None
 
 
 def catalog(stores: Sequence[str], settings: ServiceSettings) -> Catalog:
@@ -70,6 +72,7 @@ def catalog(stores: Sequence[str], settings: ServiceSettings) -> Catalog:
         settings.get("group"),
         settings.get("accumulations"),
         settings.get("allow_references"),
+        settings.get("refs"),
     )
 
 

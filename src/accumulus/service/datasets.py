@@ -67,6 +67,7 @@ class Dataset:
         group: str | None = None,
         accumulations: str | None = None,
         allow_references: Sequence[str] | None = None,
+        ref: str | None = None,
     ):
         self.name = name
         self.url = url
@@ -77,6 +78,7 @@ class Dataset:
             label=name,
             accumulations=accumulations,
             allow_references=allow_references,
+            ref=ref,
         )
         self._last: DatasetSnapshot | None = None
 
@@ -115,6 +117,7 @@ class Catalog:
         group: str | None = None,
         accumulations: Sequence[str] | None = None,
         allow_references: Sequence[str] | None = None,
+        refs: Sequence[str] | None = None,
     ):
         if not urls:
             raise AccumulusError("give at least one store to serve")
@@ -124,9 +127,20 @@ class Catalog:
                 f"--accumulations is given {len(sidecars)} time(s) for {len(urls)} store(s): "
                 "give it once per store, in the same order"
             )
+        # Of icechunk repositories, one dataset per ref: ``name@ref``.
+        at: Sequence[str | None] = refs or [None]
         self.datasets = {
-            name: Dataset(name, url, storage_options, group, side, allow_references)
+            f"{name}@{ref}" if refs else name: Dataset(
+                f"{name}@{ref}" if refs else name,
+                url,
+                storage_options,
+                group,
+                side,
+                allow_references,
+                ref,
+            )
             for (name, url), side in zip(dataset_names(urls).items(), sidecars, strict=True)
+            for ref in at
         }
 
     def get(self, name: str) -> Dataset | None:

@@ -32,7 +32,9 @@ from accumulus.stores.nczarr_compat import NCZarrCompatStore
 from accumulus.stores.reference_sets import is_parquet_references, open_reference_file
 from accumulus.stores.transactional import (
     is_repository_url,
+    is_session_store,
     open_repository,
+    reading_session,
     transaction_of,
 )
 from accumulus.stores.zep3 import Zep3DraftStore
@@ -63,6 +65,13 @@ def open_store(
     the branch ``ref`` names; ``main`` by default. Other stores have no refs.
     """
     if isinstance(url, Store):
+        if is_session_store(url):
+            if mode != "r":
+                raise AccumulusError(
+                    "an icechunk session's store is read here; to write, give the "
+                    "repository's URL (icechunk://PATH): accumulus commits what it writes"
+                )
+            return reading_session(url)
         return url
     text = os.fspath(url)
     if is_repository_url(text):

@@ -57,14 +57,29 @@ class TransactionalStore(DelegatingStore):
     commit's metadata (see the module's docstring). ``commit`` ends the transaction."""
 
     def __init__(
-        self, store: Store, *, session: Any = None, repository: Any = None, label: str = ""
+        self,
+        store: Store,
+        *,
+        session: Any = None,
+        repository: Any = None,
+        label: str = "",
+        follows: str | None = None,
     ) -> None:
         super().__init__(store)
         self.session = session
         self.repository = repository
         self.label = label
+        self.follows = follows  # the branch a read-only session was opened at
         self._objects: dict[str, bytes] = dict(_committed_objects(repository, session))
         self._changed = False
+
+    # icechunk's own ``str``/``repr`` wait for the session, which writes in flight hold:
+    # zarr formats a store's name when it makes an array view, in the middle of an append.
+    def __str__(self) -> str:
+        return f"icechunk session of {self.label}"
+
+    def __repr__(self) -> str:
+        return f"TransactionalStore({self.label!r})"
 
     @property
     def supports_consolidated_metadata(self) -> bool:
@@ -131,6 +146,17 @@ class TransactionalStore(DelegatingStore):
         return str(snapshot)
 
 
+def is_session_store(store: Store) -> bool:
+    """Whether ``store`` is icechunk's own store of a session (not opened by accumulus)."""
+    return type(store).__module__.split(".")[0] == "icechunk"
+
+
+def reading_session(store: Store) -> TransactionalStore:
+    """icechunk's store of a session given by a caller, read through the same view as a
+    repository accumulus opened (its ``.accumulus/`` objects are not read)."""
+    return TransactionalStore(store, label="an icechunk session")
+
+
 def transaction_of(store: Store) -> TransactionalStore | None:
     """The icechunk session below ``store``'s wrappers, or None for any other store."""
     while not isinstance(store, TransactionalStore):
@@ -138,6 +164,15 @@ def transaction_of(store: Store) -> TransactionalStore | None:
             return None
         store = store._store
     return store
+
+
+def _quiet_icechunk() -> None:
+    """icechunk logs warnings a user cannot act on (lost-response recovery settings) to
+    stderr; only its errors are shown, unless ``ICECHUNK_LOG`` says otherwise."""
+    import icechunk
+
+    if "ICECHUNK_LOG" not in os.environ:
+        icechunk.set_logs_filter("error")
 
 
 def open_repository(
@@ -148,6 +183,7 @@ def open_repository(
     the branch ``ref`` names otherwise ("w" creates the repository when missing)."""
     import icechunk
 
+    _quiet_icechunk()
     storage = _storage(url, storage_options, create=mode == "w")
     try:
         if mode == "w":
@@ -157,9 +193,27 @@ def open_repository(
         else:
             raise StoreNotFoundError(f"store not found: {url} (no icechunk repository there)")
         session = _session(repository, url, mode, ref)
+        branch = ref or DEFAULT_BRANCH
+        read_branch = mode == "r" and branch in set(repository.list_branches())
+        follows = branch if read_branch else None
     except icechunk.IcechunkError as exc:
         raise AccumulusError(f"cannot open {url}: {_reason(exc)}") from None
-    return TransactionalStore(session.store, session=session, repository=repository, label=url)
+    return TransactionalStore(
+        session.store, session=session, repository=repository, label=url, follows=follows
+    )
+
+
+def branch_moved(store: Store) -> tuple[str, str] | None:
+    """When ``store`` reads a branch of a repository that has a newer commit than the one it
+    was opened at: the repository's URL and the branch, to open again (one request).
+    None otherwise (another kind of store, a tag, a snapshot, or no new commit)."""
+    transaction = transaction_of(store)
+    if transaction is None or transaction.follows is None:
+        return None
+    head = transaction.repository.lookup_branch(transaction.follows)
+    if head == transaction.session.snapshot_id:
+        return None
+    return transaction.label, transaction.follows
 
 
 def _session(repository: Any, url: str, mode: str, ref: str | None) -> Any:

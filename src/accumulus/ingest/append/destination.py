@@ -14,6 +14,7 @@ from zarr.storage import FsspecStore
 from accumulus.destinations import check_store
 from accumulus.errors import AccumulusError
 from accumulus.stores.opening import open_store
+from accumulus.stores.transactional import is_session_store
 
 
 def open_target(
@@ -22,6 +23,11 @@ def open_target(
     """The store to append to, and the directory this call creates (removed again if the
     append fails before writing anything). Its parent directory or bucket must exist."""
     if isinstance(store, Store):
+        if is_session_store(store):
+            raise AccumulusError(
+                "append into an icechunk repository by its URL (icechunk://PATH), not a "
+                "session's store: accumulus commits what it writes, once"
+            )
         return store, None
     text = os.fspath(store)
     if text.endswith(".zip"):
