@@ -270,7 +270,7 @@ def _reference(var: VariableInfo) -> float:
     first raw chunk's finite values (0 where it has none), near the data's own mean, so that
     a variance cancels little (Σ(x−c)² against Σx²)."""
     first = tuple(slice(0, b.edges[1] if len(b.edges) > 1 else 0) for b in var.bounds)
-    values = np.asarray(var.decoder.values(var.array[first]), dtype="f8")
+    values = np.asarray(var.decoder.values(np.asarray(var.array[first])), dtype="f8")
     finite = values[np.isfinite(values)]
     return float(finite.mean()) if finite.size else 0.0
 

@@ -211,6 +211,7 @@ def fill(
     dim: str | None = None,
     scheduler: str | None = None,
     progress: compute.Progress | None = None,
+    *,
     times: np.ndarray | None = None,
 ) -> bool:
     """Write every entry of ``group`` that depends on raw indices from ``start`` on along

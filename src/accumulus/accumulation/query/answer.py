@@ -335,7 +335,7 @@ def season_runs(
     runs: list[tuple[int, int, int]] = []
     for k in np.flatnonzero(inside):
         if runs and runs[-1][2] == lo + k and runs[-1][0] == season_year[k]:
-            runs[-1] = (runs[-1][0], runs[-1][1], lo + k + 1)
+            runs[-1] = (runs[-1][0], runs[-1][1], lo + int(k) + 1)
         else:
             runs.append((int(season_year[k]), lo + int(k), lo + int(k) + 1))
     return runs
@@ -415,7 +415,7 @@ def _reference(cube: RawCube, groups: AccumulationGroups, resolved: ResolvedQuer
         lo = resolved.ranges[dim][0] % max(size, 1)  # (a range across a longitude seam)
         stop = next((e for e in bounds.edges if e > lo), size)
         region.append(slice(lo, min(resolved.ranges[dim][1], stop, size)))
-    values = np.asarray(var.decoder.values(var.array[tuple(region)]), dtype="f8")
+    values = np.asarray(var.decoder.values(np.asarray(var.array[tuple(region)])), dtype="f8")
     finite = values[np.isfinite(values)]
     return float(finite.mean()) if finite.size else 0.0
 
