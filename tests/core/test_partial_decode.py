@@ -17,6 +17,8 @@ from zarr.codecs import BloscCodec, BytesCodec
 
 from accumulus import partial_decode
 from accumulus.chunk_reader import ChunkRequest, read_chunks, read_region
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
 
 DTYPES = ["i1", "u2", "<i2", ">i2", "<f4", ">f4", "<f8", "i8", "u4"]
 SHUFFLES = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
@@ -145,3 +147,18 @@ def test_other_codecs_decode_the_whole_chunk(tmp_path, compressors):
     array[...] = np.arange(20.0).reshape(5, 4)
     assert read_last(array).shape == (50, 4)
     np.testing.assert_array_equal(read_last(array)[:5], np.arange(20.0).reshape(5, 4))
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_through_the_event_loop(tmp_path, zarr_format):
+    """A store read through zarr's event loop (object storage, counting wrappers) gets the
+    held steps alike."""
+    path = tmp_path / "c.zarr"
+    array = blosc_array(path, zarr_format, (20, 33, 7), (300, 33, 7), ">f8", "zstd", 5, 1, 256)
+    values = random_values(np.random.default_rng(3), (20, 33, 7), ">f8")
+    array[...] = values
+    store = CountingStore(open_store(str(path)))
+    opened = zarr.open_array(store, path="a", mode="r")
+    chunk = read_last(opened)
+    assert chunk.shape == (20, 33, 7)
+    np.testing.assert_array_equal(chunk, values)
