@@ -239,11 +239,12 @@ def case(name, source, variable, box, before, candidates, work, repeats) -> dict
                     "raw_bytes_decoded": decoded,
                     "raw_bytes_held": held,
                 }
-                rows[f"{question}, {state}"].update(
-                    whole_chunks(handle, variable, over, ranges, theirs[question], repeats)
-                    if decoded != whole_decoded(cube, variable, result)
-                    else {}
-                )
+                whole = whole_decoded(cube, variable, result)
+                if whole != decoded:
+                    rows[f"{question}, {state}"].update(
+                        whole_chunks(handle, variable, over, ranges, theirs[question], repeats),
+                        whole_chunks_raw_bytes_decoded=whole,
+                    )
         out["layouts"][label] = {"time_chunks": ",".join(map(str, sizes)), "questions": rows}
     dataset.close()
     return out
