@@ -17,7 +17,8 @@ tuned here. Reported, each figure with its baseline measured in the same run:
   docstring), which a user's first build does not pay. The default build is then made in
   place (timed too: ``in_place_seconds``) for the questions;
 - questions drawn at random (seeded): area-averaged series over a box of whole cells for a
-  day-precise period, maps over whole months, maps over day-precise periods. For each, the
+  day-precise period, maps over whole months, maps over day-precise periods; and a series
+  and a map over the last 20 days (the last raw chunk, partial as appends leave it). For each, the
   median time of an open datacube answering (``warm``), the floor (a bare concurrent loop
   fetching and decoding exactly the chunks the plan names: ``bench_average.floor_reader``),
   and xarray + Dask's scan of the same selection of the same store, with the raw and
@@ -112,6 +113,11 @@ def questions(days: pd.DatetimeIndex, lat: np.ndarray, lon: np.ndarray, n: int, 
         out.append(("map, whole months", ("time",), {"time": period(True)}))
     for _ in range(n):
         out.append(("map, day-precise period", ("time",), {"time": period(False)}))
+    # And over the last days, which the last raw chunk (partial, as appends leave it) holds.
+    last = (str(days[-20].date()), str(days[-1].date()))
+    box = {"lat": (float(lat[40]), float(lat[120])), "lon": (float(lon[100]), float(lon[300]))}
+    out.append(("series, box, day-precise period", ("lat", "lon"), {"time": last, **box}))
+    out.append(("map, day-precise period", ("time",), {"time": last}))
     return out
 
 

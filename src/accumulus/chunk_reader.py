@@ -11,8 +11,9 @@ A store that can be read without zarr's event loop (a local directory or memory,
 through wrappers that pass synchronous reads through, ``stores.base.reads_synchronously``) is
 read in the calling thread instead: a plan of a few chunks then costs no hand-over between
 threads at all, and a larger one is split into a few runs of chunks read side by side on a
-small thread pool. Requests that count, delay or guard (object storage, the benchmarks'
-counting store, the service's guard) always go through the event loop.
+small thread pool. The service's guard reads a local store this way too (asking its guard
+before each read: ``stores.guarded``). Requests that count or delay (object storage, the
+benchmarks' counting store) always go through the event loop.
 
 A sharded array's chunks are its inner chunks (``grid.read_grid``): each is read as a byte
 range of its shard by zarr's sharding codec (``decode_partial``), after the shard's index,

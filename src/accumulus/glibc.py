@@ -12,7 +12,6 @@ import platform
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
-DEFAULT_TRIM_THRESHOLD = 128 * 2**10  # glibc's, kept while the mmap threshold is fixed
 
 
 def _load() -> ctypes.CDLL | None:

@@ -146,3 +146,30 @@ def _written(path) -> tuple[int, int, bytes]:
     """A file as written: its inode, its modification time and its bytes."""
     stat = path.stat()
     return stat.st_ino, stat.st_mtime_ns, path.read_bytes()
+
+
+def test_the_last_partial_chunk_is_answered_by_entries_at_every_element(tmp_path):
+    """Entries at every element (the default layout's) keep their values as appends fill the
+    last, partial chunk: the group covers it, so a question over its days reads no raw
+    chunk, before and after the next append, and agrees with xarray."""
+    t = daily(100)
+    store = tmp_path / "cube.zarr"
+    accumulus.append(str(store), write_granule(tmp_path / "a.nc", t, 0, 45), chunks={"time": 20})
+    accumulus.accumulate(str(store), VAR)  # the default layout: time=1, lat+lon at every cell
+    for n in (45, 100):
+        if n == 100:
+            accumulus.append(str(store), write_granule(tmp_path / "b.nc", t, 45, 100))
+        # The last chunk (40-60, then 100 of 100) is partial only before the second append.
+        assert read_group(RawCube.open(str(store)), VAR).coverage["time"] == n
+        data = t.decoded(n)[VAR]
+        day = [pd.Timestamp(v).strftime("%Y-%m-%d") for v in data.time.values]
+        weights = np.cos(np.deg2rad(data.lat.astype("f8")))
+        handle = accumulus.open(str(store))
+        questions = [(("lat", "lon"), (day[n - 4], day[n - 1])), (("time",), (day[41], day[n - 2]))]
+        for over, period in questions:
+            # Asked to use the accumulations (on these tiny chunks a scan is estimated faster).
+            got = handle.query(VAR, over, {"time": period}, plan="accumulation")
+            assert got.stats.raw_chunks_read == 0, (n, over, got.plan)
+            assert got.stats.accumulation_chunks_read > 0
+            want = data.sel(time=slice(*period)).weighted(weights).mean(over)
+            np.testing.assert_allclose(got.data.values, want.values, rtol=1e-9)

@@ -24,7 +24,7 @@ from accumulus.demo import DemoConfig, write_demo_cube
 pytestmark = pytest.mark.slow
 
 CLIENTS = 50
-COMPUTATIONS = 2
+COMPUTATIONS = 2  # scans at once (they queue apart from other computations: --scans)
 SCAN = "/api/datasets/demo/precip/average?over=time,lat,lon&accumulation=false"
 MEMORY_MB = 128
 # Python, NumPy, zarr, xarray and the service's threads beyond the computations' budgets.
@@ -44,7 +44,8 @@ def test_fifty_concurrent_full_scans(tmp_path: Path):
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "accumulus", "serve", str(cube), "--port", str(port),
-         "--computations", str(COMPUTATIONS), "--memory-mb", str(MEMORY_MB),
+         "--computations", str(COMPUTATIONS), "--scans", str(COMPUTATIONS),
+         "--memory-mb", str(MEMORY_MB),
          "--queue-seconds", "15", "--request-seconds", "60"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -98,13 +98,19 @@ class Service:
         return max(self.slots.held_longest(), self.scan_slots.held_longest())
 
     async def compute(
-        self, request: Request, snapshot: DatasetSnapshot, checked: AverageRequest
+        self,
+        request: Request,
+        snapshot: DatasetSnapshot,
+        checked: AverageRequest,
+        scan: bool | None = None,
     ) -> Answer:
         """Compute on a worker thread once a slot is free (a scan's slot for a question no
-        accumulation answers); stop it when its time is up or its client leaves. The slot is
-        given back by the thread, when the work has really ended."""
+        accumulation answers: ``scan``, found here when not given); stop it when its time is
+        up or its client leaves. The slot is given back by the thread, when the work has
+        really ended."""
         limits = self.limits
-        scan = snapshot.scans(checked.query)
+        if scan is None:
+            scan = snapshot.scans(checked.query)
         slots, size = (self.scan_slots, limits.scans) if scan else (self.slots, limits.computations)
         slot = await slots.acquire(limits.queue_seconds)
         if slot is None:

@@ -149,7 +149,8 @@ def reads_synchronously(store: Store) -> bool:
     """Whether ``store`` is read as well by ``get_sync`` in the calling thread as through
     zarr's event loop: a local directory or memory, seen only through wrappers whose
     synchronous reads are their asynchronous ones (``sync_reads_pass_through``) — not
-    through one that counts, delays or guards its requests."""
+    through one that counts or delays its requests (the service's guard passes them on,
+    asking its guard first)."""
     return isinstance(below_wrappers(store, "sync_reads_pass_through"), LocalStore | MemoryStore)
 
 

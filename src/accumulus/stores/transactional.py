@@ -193,9 +193,9 @@ def open_repository(
         else:
             raise StoreNotFoundError(f"store not found: {url} (no icechunk repository there)")
         session = _session(repository, url, mode, ref)
-        follows = ref or DEFAULT_BRANCH
-        if mode != "r" or follows not in set(repository.list_branches()):
-            follows = None
+        branch = ref or DEFAULT_BRANCH
+        read_branch = mode == "r" and branch in set(repository.list_branches())
+        follows = branch if read_branch else None
     except icechunk.IcechunkError as exc:
         raise AccumulusError(f"cannot open {url}: {_reason(exc)}") from None
     return TransactionalStore(

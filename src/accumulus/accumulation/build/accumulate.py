@@ -148,6 +148,7 @@ def _build(
     coverage = final_coverage(cube, var)
     holders = statistics.stored_arrays(request.weights, statistics.can_be_infinite(var.array.dtype))
     placements = placement.placements(cube, var, request, coverage)
+    coverage = positioned_coverage(var, request, placements, coverage)
     wanted = spec.make_group(
         variable, var.dims, request, coverage, holders, placements, stride_unit(var)
     )
@@ -262,7 +263,8 @@ def final_coverage(cube: RawCube, var: VariableInfo) -> dict[str, int]:
     attribute ``accumulus.append_dim``, set by ``accumulus append``): there the last chunk
     may still be filled by the next append, so entries that end inside it are provisional.
     Queries use final entries only, which is what keeps readers of an older metadata
-    snapshot right while an append rewrites that chunk's entries in place.
+    snapshot right while an append rewrites that chunk's entries in place. Entries that keep
+    their values as the chunk fills extend it to the data's end (``positioned_coverage``).
     """
     coverage = dict(zip(var.dims, var.shape, strict=True))
     settings = cube.root.attrs.get("accumulus", {})
@@ -274,6 +276,38 @@ def final_coverage(cube: RawCube, var: VariableInfo) -> dict[str, int]:
         if last_chunk_is_partial(var.array, axis):
             coverage[dim] = var.bounds[axis].edges[-2]
     return coverage
+
+
+def positioned_coverage(
+    var: VariableInfo,
+    request: spec.BuildRequest,
+    placements: Mapping[tuple[str, ...], spec.Placement],
+    coverage: Mapping[str, int],
+) -> dict[str, int]:
+    """``coverage`` extended to the data's end where no entry of the request can change as
+    the last, partial chunk is filled: every combination positioned, and along each
+    dimension one sums along, every entry final up to the data's end (at every element,
+    say; not at chunk ends, nor a month still open). Such entries hold sums of values an
+    append does not change, and an update starts after them (``_update_start``), so
+    queries over the last chunk's days read no raw chunk (the default layout on a cube
+    that ``append`` grows: days 697-730 of 730 were read raw)."""
+    combos = [tuple(d for d in var.dims if d in c) for c in request.combinations]
+    if not combos or any(c not in placements for c in combos):
+        return dict(coverage)
+    out = dict(coverage)
+    for dim, covered in coverage.items():
+        size = var.shape[var.axis(dim)]
+        if covered == size:
+            continue
+        for placed in placements.values():
+            positions = placed.positions.get(dim)
+            if positions is not None and (
+                placed.final[dim] < len(positions) or not positions or positions[-1] != size
+            ):
+                break
+        else:
+            out[dim] = size
+    return out
 
 
 def _stored_record(stored: zarr.Group, variable: str) -> dict[str, Any] | None:

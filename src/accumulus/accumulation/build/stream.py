@@ -46,7 +46,7 @@ from accumulus.accumulation.build.buffers import Buffers
 from accumulus.accumulation.build.chunk_sums import chunk_sums, load_kernel, prefix_entries
 from accumulus.accumulation.build.encoded_chunks import write_region
 from accumulus.accumulation.model import spec, statistics
-from accumulus.glibc import DEFAULT_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
+from accumulus.glibc import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
 from accumulus.raw_cube import VariableInfo
 from accumulus.stores.arrays import array_at
 
@@ -362,7 +362,9 @@ def _freed_memory_kept() -> Iterator[None]:
     heap memory instead of handing it back at once (128 KiB, as a fixed mmap threshold
     leaves it): the blocks each slab decodes, reads and encodes (a few MB each) then reuse
     the memory of those before, not fresh pages, each a fault (docs/benchmarks.md). Given
-    back (``malloc_trim``) and reset once done."""
+    back (``malloc_trim``) once done, and left at twice the fixed mmap threshold, glibc's own
+    pairing: at its 128 KiB default every later query of this process (a service, a script
+    that builds then asks) would give back and fault in again the pages it frees."""
     libc = allocator()
     if libc is None:
         yield
@@ -371,7 +373,7 @@ def _freed_memory_kept() -> Iterator[None]:
     try:
         yield
     finally:
-        libc.mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)
+        libc.mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)
         libc.malloc_trim(0)
 
 

@@ -38,6 +38,7 @@ from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, pla
 from accumulus.accumulation.query.request import Query, ResolvedQuery, answer_index, resolve
 from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
+from accumulus.errors import AccumulationReadError
 from accumulus.raw_cube import RawCube, VariableInfo
 
 
@@ -344,7 +345,10 @@ def accumulations_answer(groups: AccumulationGroups, resolved: ResolvedQuery) ->
     stat = statistics.STATISTICS[resolved.stat]
     infinite = statistics.can_be_infinite(var.array.dtype)
     terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
-    return bool(usable_layouts(groups, var, weights, terms)[0])
+    try:
+        return bool(usable_layouts(groups, var, weights, terms)[0])
+    except AccumulationReadError:  # a group that cannot be used: the raw data answers
+        return False
 
 
 def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[int, ...]:

@@ -110,7 +110,9 @@ def append(
         steps=2 * len(items),
     )
     label = store_label(store) if isinstance(store, Store) else os.fspath(store)
-    repository = is_repository_url(label) or transaction_of(store) is not None
+    repository = is_repository_url(label) or (
+        isinstance(store, Store) and transaction_of(store) is not None
+    )
     if repository and zarr_format == 2:
         raise AccumulusError(f"{label}: icechunk repositories hold Zarr v3 only (--zarr-format 3)")
     # An icechunk repository commits each run once; a run whose branch moved meanwhile is

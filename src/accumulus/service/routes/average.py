@@ -71,13 +71,13 @@ async def average(
     started = time.perf_counter()
     body = await _limited_body(request) if request.method == "POST" else None
 
-    snapshot, checked = await run_in_threadpool(
+    snapshot, checked, scan = await run_in_threadpool(
         _checked, service, dataset, variable, parameters, request.query_params.multi_items(), body
     )
     answer = service.cache.get(snapshot, checked.key)
     hit = answer is not None
     if answer is None:
-        answer = await service.compute(request, snapshot, checked)
+        answer = await service.compute(request, snapshot, checked, scan)
         service.cache.put(snapshot, checked.key, answer)
     elapsed_ms = (time.perf_counter() - started) * 1000
     return Response(
@@ -98,9 +98,9 @@ def _checked(
     parameters: AverageParameters,
     query: list[tuple[str, str]],
     body: bytes | None,
-) -> tuple[DatasetSnapshot, AverageRequest]:
-    """The dataset's snapshot and the request checked against it (in a worker thread: this
-    reads a shape or a region set, and the snapshot)."""
+) -> tuple[DatasetSnapshot, AverageRequest, bool]:
+    """The dataset's snapshot, the request checked against it, and whether it is a scan (in
+    a worker thread: this reads a shape or a region set, and the snapshot)."""
     snapshot = service.snapshot_of(service.dataset(dataset))
     checked = check_average_request(
         snapshot,
@@ -110,7 +110,7 @@ def _checked(
         max_cells=service.max_cells,
         shape=requested_shape(parameters.shape, body),
     )
-    return snapshot, checked
+    return snapshot, checked, snapshot.scans(checked.query)
 
 
 async def _limited_body(request: Request) -> bytes:
