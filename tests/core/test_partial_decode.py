@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, BytesCodec
 
 from accumulus import partial_decode
-from accumulus.chunk_reader import ChunkRequest, read_chunks, read_region
+from accumulus.chunk_reader import ChunkReadError, ChunkRequest, read_chunks, read_region
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.opening import open_store
 
@@ -162,3 +162,15 @@ def test_through_the_event_loop(tmp_path, zarr_format):
     chunk = read_last(opened)
     assert chunk.shape == (20, 33, 7)
     np.testing.assert_array_equal(chunk, values)
+
+
+def test_a_cut_chunk_fails_as_before(tmp_path):
+    """A partial last chunk whose file was cut short is not cut further: the whole decode
+    fails on it, named by its chunk, as it did."""
+    path = tmp_path / "c.zarr"
+    array = blosc_array(path, 2, (31, 81, 160), (405, 81, 160), "<i2", "lz4", 5, 1, 0)
+    array[...] = random_values(np.random.default_rng(9), (31, 81, 160), "<i2")
+    stored = path / "a" / "0.0.0"
+    stored.write_bytes(stored.read_bytes()[:-1000])
+    with pytest.raises(ChunkReadError, match=r"a/0\.0\.0"):
+        read_last(array)
