@@ -18,11 +18,13 @@ step) and a time-averaged map, first with no accumulations (every answer reads r
 then after ``accumulate`` (run in a process of its own, as the command line runs it).
 Reported per layout, question and state: the median warm time (an ``accumulus.open`` handle
 asked again), raw and accumulation chunks read, bytes read from the store, raw bytes decoded
-(the declared size of every raw chunk read) and held (the steps those chunks hold), against
-xarray with the file held open (``open_dataset`` once, each question selects, weights and
-reduces), timed in turns with accumulus so that load on a shared machine moves both alike,
-and the ratios of wall and of CPU time. Every answer is checked against xarray's (rtol
-1e-9).
+(the declared size of every raw chunk read, or of the Blosc blocks read of a chunk past the
+cube's end: ``partial_decode``) and held (the steps those chunks hold), against xarray with
+the file held open (``open_dataset`` once, each question selects, weights and reduces),
+timed in turns with accumulus so that load on a shared machine moves both alike, and the
+ratios of wall and of CPU time; where a chunk past the cube's end was decoded in part, the
+same question again with whole chunks decoded (``whole_chunks_*``, the before of that).
+Every answer is checked against xarray's (rtol 1e-9).
 
     python benchmarks/bench_small_cubes.py [--repeats 15] [--co2 PATH]
 """
@@ -37,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +48,7 @@ import xarray as xr
 import zarr
 
 import accumulus
+from accumulus import partial_decode
 from accumulus.grid import array_bounds, declared_chunk_sizes
 from accumulus.ingest.cadence import steps_per_month
 from accumulus.scope import accumulus_scope
@@ -72,12 +76,13 @@ def yearly_file(path: Path) -> Path:
 
 
 def decoded_bytes(cube: Path, variable: str, result) -> tuple[int, int]:
-    """The bytes of every raw chunk the query read, at its declared size (what zarr
-    decodes), and the bytes of the steps those chunks hold: the chunks under the plan's raw
-    reads (those from no accumulation array)."""
+    """The bytes the reader decodes for every raw chunk the query read (the chunks under the
+    plan's raw reads, those from no accumulation array): a chunk's declared size, or, for a
+    Blosc chunk past the cube's end read only as far as the cube holds, the bytes of the
+    blocks decoded (``partial_decode``); and the bytes of the steps those chunks hold."""
     with accumulus_scope():
         array = zarr.open_array(cube / variable, mode="r")
-        sizes = declared_chunk_sizes(array, 0)
+        declared = [declared_chunk_sizes(array, axis) for axis in range(array.ndim)]
         bounds = array_bounds(array)[0]
         chunks = {
             i
@@ -85,9 +90,44 @@ def decoded_bytes(cube: Path, variable: str, result) -> tuple[int, int]:
             if not read.source
             for i in bounds.chunks_overlapping(*read.box["time"])
         }
+        decoded = 0
+        for i in chunks:
+            for rest in product(*(range(len(sizes)) for sizes in declared[1:])):
+                coords = (i, *rest)
+                shape = tuple(declared[axis][c] for axis, c in enumerate(coords))
+                stored = cube / variable / array.metadata.encode_chunk_key(coords)
+                data = stored.read_bytes() if stored.exists() else None
+                decoded += partial_decode.decoded_bytes(array, coords, shape, data)
         step = int(np.prod(array.shape[1:])) * array.dtype.itemsize
         held = sum(bounds.edges[i + 1] - bounds.edges[i] for i in chunks)
-        return sum(sizes[i] for i in chunks) * step, held * step
+        return decoded, held * step
+
+
+def whole_decoded(cube: Path, variable: str, result) -> int:
+    """``decoded_bytes`` as the reader decoded before ``partial_decode``: whole chunks."""
+    partial_decode.ENABLED = False
+    try:
+        return decoded_bytes(cube, variable, result)[0]
+    finally:
+        partial_decode.ENABLED = True
+
+
+def whole_chunks(handle, variable, over, ranges, theirs, repeats) -> dict:
+    """The same question with every chunk decoded whole (as before ``partial_decode``),
+    timed in turns with xarray again: the before of that change, in the same run."""
+    partial_decode.ENABLED = False
+    try:
+        ours, xarray, _ = interleaved_medians(
+            lambda: handle.query(variable, over, ranges), theirs, repeats
+        )
+    finally:
+        partial_decode.ENABLED = True
+    return {
+        "whole_chunks_accumulus_warm_ms": round(ours["wall"] * 1e3, 2),
+        "whole_chunks_xarray_ms": round(xarray["wall"] * 1e3, 2),
+        "whole_chunks_accumulus_over_xarray": round(ours["wall"] / xarray["wall"], 2),
+        "whole_chunks_accumulus_over_xarray_cpu": round(ours["cpu"] / xarray["cpu"], 2),
+    }
 
 
 def build_elsewhere(cube: Path, variable: str) -> None:
@@ -199,6 +239,12 @@ def case(name, source, variable, box, before, candidates, work, repeats) -> dict
                     "raw_bytes_decoded": decoded,
                     "raw_bytes_held": held,
                 }
+                whole = whole_decoded(cube, variable, result)
+                if whole != decoded:
+                    rows[f"{question}, {state}"].update(
+                        whole_chunks(handle, variable, over, ranges, theirs[question], repeats),
+                        whole_chunks_raw_bytes_decoded=whole,
+                    )
         out["layouts"][label] = {"time_chunks": ",".join(map(str, sizes)), "questions": rows}
     dataset.close()
     return out

@@ -62,6 +62,7 @@ from zarr.core.sync import sync
 
 from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, read_grid, sharding_of
+from accumulus.partial_decode import decode_held
 from accumulus.stores.base import reads_synchronously
 
 # Store requests in flight at once: enough for a plan of small chunks to go out together
@@ -191,8 +192,9 @@ def read_chunks(
     """Fetch and decode every requested chunk concurrently and call ``consume(request,
     chunk)`` for each (from worker threads, several at a time: ``consume`` must guard what
     it shares). A chunk that is not stored arrives filled with its array's fill value; the
-    chunk of a partial edge has its declared shape. Each key is read once, even when
-    requested twice. Raises ``ChunkReadError`` naming the first chunk that failed.
+    chunk of a partial edge has its declared shape, or, past the array's end along the first
+    dimension, may stop where the array does (``partial_decode``). Each key is read once,
+    even when requested twice. Raises ``ChunkReadError`` naming the first chunk that failed.
 
     ``memory_bytes`` bounds the chunks held at once (fetched, decoded or being consumed) by
     their decoded size: many small chunks go out together, large ones a few at a time, and
@@ -352,7 +354,7 @@ def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
     if buffer is None:
         return _filled(spec)
     counts.bytes += len(buffer)
-    return chunk.transform.decode_chunk(buffer, spec).as_numpy_array().reshape(spec.shape)
+    return _decode(chunk.request, chunk.transform, buffer, spec)
 
 
 # --------------------------------------------------------------------------------------------
@@ -628,9 +630,19 @@ async def _fetch(request: ChunkRequest, fetcher: _Fetcher) -> _Fetched:
     buffer = await fetcher.get(request, spec.prototype)
     if buffer is None:
         return _Fetched(lambda: _filled(spec))
-    return _Fetched(
-        lambda: transform.decode_chunk(buffer, spec).as_numpy_array().reshape(spec.shape)
-    )
+    return _Fetched(lambda: _decode(request, transform, buffer, spec))
+
+
+def _decode(
+    request: ChunkRequest, transform: ChunkTransform, buffer: Buffer, spec: ArraySpec
+) -> np.ndarray:
+    """A stored chunk decoded by its array's codecs; a chunk past the array's end along the
+    first dimension only as far as the array holds, where its codecs allow
+    (``partial_decode``), so it may be shorter than declared there."""
+    held = decode_held(request.array, request.coords, buffer, spec)
+    if held is not None:
+        return held
+    return transform.decode_chunk(buffer, spec).as_numpy_array().reshape(spec.shape)
 
 
 async def _fetch_decode(request: ChunkRequest, fetcher: _Fetcher) -> np.ndarray:

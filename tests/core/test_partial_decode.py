@@ -1,0 +1,176 @@
+"""A chunk past the array's end along time is decoded only as far as the array holds
+(``partial_decode``): for random shapes, dtypes, chunkings, Blosc compressors, shuffles and
+block sizes, in Zarr v2 and v3, what the reader returns equals the data written, zarr's own
+whole-chunk decode and xarray's reading, exactly; and a chunk holding little of its declared
+length decodes only the blocks that hold it."""
+
+from __future__ import annotations
+
+import numcodecs
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zarr.codecs import BloscCodec, BytesCodec
+
+from accumulus import partial_decode
+from accumulus.chunk_reader import ChunkReadError, ChunkRequest, read_chunks, read_region
+from accumulus.stores.counting import CountingStore
+from accumulus.stores.opening import open_store
+
+DTYPES = ["i1", "u2", "<i2", ">i2", "<f4", ">f4", "<f8", "i8", "u4"]
+SHUFFLES = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
+
+
+def blosc_array(path, zarr_format, shape, chunks, dtype, cname, clevel, shuffle, blocksize):
+    """Array ``a`` of a group at ``path``, compressed by Blosc alone (v2: the compressor with
+    no filters; v3: ``bytes`` then ``blosc``), with xarray's dimension names."""
+    dims = [f"d{i}" for i in range(len(shape))]
+    group = zarr.open_group(path, mode="w", zarr_format=zarr_format)
+    if zarr_format == 2:
+        compressor = numcodecs.Blosc(
+            cname=cname, clevel=clevel, shuffle=shuffle, blocksize=blocksize
+        )
+        array = group.create_array(
+            "a", shape=shape, chunks=chunks, dtype=dtype, compressors=compressor,
+            filters=None, attributes={"_ARRAY_DIMENSIONS": dims},
+        )  # fmt: skip
+    else:
+        endian = "big" if dtype.startswith(">") else "little"
+        array = group.create_array(
+            "a", shape=shape, chunks=chunks, dtype=dtype.lstrip("<>"),
+            serializer=BytesCodec(endian=endian),
+            compressors=BloscCodec(cname=cname, clevel=clevel, shuffle=SHUFFLES[shuffle],
+                                   blocksize=blocksize, typesize=np.dtype(dtype).itemsize),
+            dimension_names=dims,
+        )  # fmt: skip
+    return array
+
+
+def read_last(array: zarr.Array, coords: tuple[int, ...] | None = None) -> np.ndarray:
+    """The chunk at ``coords`` (the first chunk by default) as the reader hands it over."""
+    got: list[np.ndarray] = []
+    coords = coords or (0,) * array.ndim
+    read_chunks([ChunkRequest(array, coords)], lambda _, chunk: got.append(chunk))
+    return got[0]
+
+
+def random_values(rng, shape, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        values = rng.normal(0, 1e3, size=shape)
+    else:
+        info = np.iinfo(dtype)
+        values = rng.integers(info.min, info.max, size=shape, endpoint=True)
+    values = values.astype(dtype)
+    values.flat[:: max(1, values.size // 7)] = 0  # runs that compress, beside noise
+    return values
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    zarr_format=st.sampled_from([2, 3]),
+    dtype=st.sampled_from(DTYPES),
+    rest=st.lists(st.integers(1, 9), max_size=2),
+    chunk_rows=st.integers(2, 300),
+    full_chunks=st.integers(0, 2),
+    data=st.data(),
+    cname=st.sampled_from(["lz4", "zstd", "blosclz", "zlib"]),
+    clevel=st.sampled_from([0, 1, 5]),
+    shuffle=st.sampled_from([0, 1, 2]),
+    blocksize=st.sampled_from([0, 128, 256, 1000]),
+    seed=st.integers(0, 2**16),
+)
+def test_partial_last_chunk_reads_as_the_whole_decode(
+    tmp_path_factory, zarr_format, dtype, rest, chunk_rows, full_chunks, data, cname, clevel,
+    shuffle, blocksize, seed,
+):  # fmt: skip
+    held = data.draw(st.integers(1, chunk_rows - 1))
+    shape = (full_chunks * chunk_rows + held, *rest)
+    chunks = (chunk_rows, *(data.draw(st.integers(1, n)) for n in rest))
+    path = tmp_path_factory.mktemp("partial") / "a.zarr"
+    array = blosc_array(path, zarr_format, shape, chunks, dtype, cname, clevel, shuffle, blocksize)
+    values = random_values(np.random.default_rng(seed), shape, dtype)
+    array[...] = values
+
+    got = read_region(array, [slice(0, n) for n in shape])
+    np.testing.assert_array_equal(got, values, strict=False)
+    np.testing.assert_array_equal(got, array[...])
+    with xr.open_zarr(path, consolidated=False, mask_and_scale=False) as opened:
+        np.testing.assert_array_equal(got, opened["a"].values)
+
+    # The last chunk alone: the held rows, equal to the whole decode's first rows.
+    last = (full_chunks, *(0 for _ in rest))
+    chunk = read_last(array, last)
+    assert chunk.shape in ((chunk_rows, *chunks[1:]), (held, *chunks[1:]))
+    whole = np.asarray(
+        array[tuple(slice(k * c, (k + 1) * c) for k, c in zip(last, chunks, strict=True))]
+    )
+    np.testing.assert_array_equal(chunk[:held], whole[:held])
+
+
+def test_a_chunk_holding_little_decodes_only_its_blocks(tmp_path, monkeypatch):
+    """31 steps of a 405-step chunk (the vendored CO2 cube's layout), both formats: the
+    reader decodes the blocks of the 31 steps, not the chunk, and answers as before."""
+    rng = np.random.default_rng(34)
+    for zarr_format in (2, 3):
+        path = tmp_path / f"v{zarr_format}.zarr"
+        array = blosc_array(path, zarr_format, (31, 81, 160), (405, 81, 160), "<i2", "lz4", 5, 1, 0)
+        values = random_values(rng, (31, 81, 160), "<i2")
+        array[...] = values
+        stored = (path / "a" / ("0.0.0" if zarr_format == 2 else "c/0/0/0")).read_bytes()
+        declared = 405 * 81 * 160 * 2
+        decoded = partial_decode.decoded_bytes(array, (0, 0, 0), (405, 81, 160), stored)
+        assert 31 * 81 * 160 * 2 <= decoded < declared / 4
+
+        assert read_last(array).shape == (31, 81, 160)
+        np.testing.assert_array_equal(read_last(array), values)
+        monkeypatch.setattr(partial_decode, "ENABLED", False)
+        assert partial_decode.decoded_bytes(array, (0, 0, 0), (405, 81, 160), stored) == declared
+        assert read_last(array).shape == (405, 81, 160)
+        np.testing.assert_array_equal(read_last(array)[:31], values)
+        monkeypatch.setattr(partial_decode, "ENABLED", True)
+
+
+@pytest.mark.parametrize(
+    "compressors",
+    [numcodecs.Zstd(), None],
+    ids=["zstd", "uncompressed"],
+)
+def test_other_codecs_decode_the_whole_chunk(tmp_path, compressors):
+    array = zarr.create_array(
+        tmp_path / "a.zarr", shape=(5, 4), chunks=(50, 4), dtype="f8", zarr_format=2,
+        compressors=compressors,
+    )  # fmt: skip
+    array[...] = np.arange(20.0).reshape(5, 4)
+    assert read_last(array).shape == (50, 4)
+    np.testing.assert_array_equal(read_last(array)[:5], np.arange(20.0).reshape(5, 4))
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_through_the_event_loop(tmp_path, zarr_format):
+    """A store read through zarr's event loop (object storage, counting wrappers) gets the
+    held steps alike."""
+    path = tmp_path / "c.zarr"
+    array = blosc_array(path, zarr_format, (20, 33, 7), (300, 33, 7), ">f8", "zstd", 5, 1, 256)
+    values = random_values(np.random.default_rng(3), (20, 33, 7), ">f8")
+    array[...] = values
+    store = CountingStore(open_store(str(path)))
+    opened = zarr.open_array(store, path="a", mode="r")
+    chunk = read_last(opened)
+    assert chunk.shape == (20, 33, 7)
+    np.testing.assert_array_equal(chunk, values)
+
+
+def test_a_cut_chunk_fails_as_before(tmp_path):
+    """A partial last chunk whose file was cut short is not cut further: the whole decode
+    fails on it, named by its chunk, as it did."""
+    path = tmp_path / "c.zarr"
+    array = blosc_array(path, 2, (31, 81, 160), (405, 81, 160), "<i2", "lz4", 5, 1, 0)
+    array[...] = random_values(np.random.default_rng(9), (31, 81, 160), "<i2")
+    stored = path / "a" / "0.0.0"
+    stored.write_bytes(stored.read_bytes()[:-1000])
+    with pytest.raises(ChunkReadError, match=r"a/0\.0\.0"):
+        read_last(array)
