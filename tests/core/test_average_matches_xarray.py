@@ -13,14 +13,22 @@ import itertools
 import numpy as np
 import pytest
 import xarray as xr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import accumulus
 from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.request import Query
 from accumulus.raw_cube import RawCube
-from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
+from cubes import (
+    VAR,
+    case_dataset,
+    cube_property,
+    labels,
+    synthetic_dataset,
+    write_cube,
+    xarray_reference,
+)
 
 DIM_POOL = ("time", "lat", "lon", "level")
 
@@ -85,21 +93,11 @@ def _edges(chunk, size):
     return sorted({*range(0, size, chunk), size})
 
 
-@settings(
-    max_examples=80,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@cube_property(80)
 @given(case=cubes(), data=st.data())
 def test_average_equals_xarray(tmp_path_factory, case, data):
     path = tmp_path_factory.mktemp("cube") / "cube.zarr"
-    ds = synthetic_dataset(
-        case["sizes"],
-        seed=case["seed"],
-        nan_fraction=case["nan_fraction"],
-        inf_fraction=case["inf_fraction"],
-        descending_lat=case["descending_lat"],
-    )
+    ds = case_dataset(case, descending_lat=case["descending_lat"])
     write_cube(
         ds, path, case["chunks"], zarr_format=case["zarr_format"], fill_value=case["fill_value"]
     )

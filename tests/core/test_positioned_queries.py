@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import accumulus
@@ -25,7 +25,15 @@ from accumulus.accumulation.build import placement, stream
 from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.request import Query
 from accumulus.raw_cube import RawCube
-from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
+from cubes import (
+    VAR,
+    case_dataset,
+    cube_property,
+    labels,
+    synthetic_dataset,
+    write_cube,
+    xarray_reference,
+)
 
 RULES = {
     "time": ["month", "year", 1, 2, 5, "labels", "chunk"],
@@ -78,20 +86,11 @@ def _rule_labels(ds, dim, rule):
     return [str(values[i]) for i in rule]
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@cube_property(40)
 @given(case=cubes(), data=st.data())
 def test_positioned_answers_equal_xarray(tmp_path_factory, case, data):
     path = tmp_path_factory.mktemp("cube") / "cube.zarr"
-    ds = synthetic_dataset(
-        case["sizes"],
-        seed=case["seed"],
-        nan_fraction=case["nan_fraction"],
-        inf_fraction=case["inf_fraction"],
-    )
+    ds = case_dataset(case)
     write_cube(ds, path, case["chunks"], zarr_format=case["zarr_format"])
     at = {d: _rule_labels(ds, d, r) for d, r in case["at"].items()}
     accumulus.accumulate(str(path), VAR, case["combos"], weights=case["weights"], at=at)

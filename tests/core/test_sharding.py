@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 import zarr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from zarr.codecs import ShardingCodec
 
@@ -22,7 +22,15 @@ from accumulus.accumulation.query.request import Query
 from accumulus.errors import AccumulusError
 from accumulus.raw_cube import RawCube
 from core.test_cli import run
-from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
+from cubes import (
+    VAR,
+    case_dataset,
+    cube_property,
+    labels,
+    synthetic_dataset,
+    write_cube,
+    xarray_reference,
+)
 
 SIZES = {"time": 60, "lat": 18, "lon": 24}
 CHUNKS = {"time": 5, "lat": 6, "lon": 8}
@@ -309,20 +317,11 @@ def sharded_cubes(draw):
     }
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@cube_property(25)
 @given(case=sharded_cubes(), data=st.data())
 def test_sharded_average_equals_xarray(tmp_path_factory, case, data):
     path = tmp_path_factory.mktemp("sharded") / "cube.zarr"
-    ds = synthetic_dataset(
-        case["sizes"],
-        seed=case["seed"],
-        nan_fraction=case["nan_fraction"],
-        inf_fraction=case["inf_fraction"],
-    )
+    ds = case_dataset(case)
     write_cube(
         ds,
         path,

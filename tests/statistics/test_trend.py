@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from statistics_helpers import build, expected_trend
 
 import accumulus
 from accumulus.errors import AccumulusError
-from cubes import VAR, labels, synthetic_dataset, write_cube
+from cubes import VAR, case_dataset, cube_property, labels, synthetic_dataset, write_cube
 
 DIMS = ("time", "lat", "lon")
 
@@ -40,20 +40,11 @@ def cases(draw):
     }
 
 
-@settings(
-    max_examples=20,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@cube_property(20)
 @given(case=cases(), data=st.data())
 def test_trend_equals_xarray_polyfit(tmp_path_factory, case, data):
     path = tmp_path_factory.mktemp("cube") / "cube.zarr"
-    ds = synthetic_dataset(
-        case["sizes"],
-        seed=case["seed"],
-        nan_fraction=case["nan_fraction"],
-        inf_fraction=case["inf_fraction"],
-    )
+    ds = case_dataset(case)
     n = case["sizes"]["time"]
     ds[VAR] = ds[VAR] + np.float32(280) + np.linspace(0, 3, n, dtype="f4")[:, None, None]
     write_cube(ds, path, case["chunks"])

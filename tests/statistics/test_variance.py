@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from statistics_helpers import build, expected, expected_trend, magnitude, same
 
 import accumulus
 from accumulus.accumulation.model import spec
 from accumulus.errors import AccumulusError
-from cubes import VAR, labels, synthetic_dataset, write_cube
+from cubes import VAR, case_dataset, cube_property, labels, synthetic_dataset, write_cube
 
 DIMS = ("time", "lat", "lon")
 
@@ -34,20 +34,11 @@ def cases(draw):
     }
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@cube_property(25)
 @given(case=cases(), data=st.data())
 def test_var_and_std_equal_xarray(tmp_path_factory, case, data):
     path = tmp_path_factory.mktemp("cube") / "cube.zarr"
-    ds = synthetic_dataset(
-        case["sizes"],
-        seed=case["seed"],
-        nan_fraction=case["nan_fraction"],
-        inf_fraction=case["inf_fraction"],
-    )
+    ds = case_dataset(case)
     ds[VAR] = ds[VAR] + np.float32(case["offset"])
     write_cube(ds, path, case["chunks"])
     build(path, weights=case["weights"], minimal=case["layout"] == "minimal")

@@ -108,13 +108,7 @@ def run_query(
     if resolved.query.with_ is not None:
         return _correlation(cube, resolved, started)
     var, weights = resolved.variable, resolved.weights
-    stat = statistics.STATISTICS[resolved.stat]
-    infinite = statistics.can_be_infinite(var.array.dtype)
-    terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
-    if resolved.use_accumulation:
-        layouts, note = usable_layouts(groups, var, weights, terms)
-    else:
-        layouts, note = [], "accumulation not used (full scan requested)"
+    stat, infinite, terms, layouts, note = _sums_and_layouts(groups, resolved)
     if _weights_cancel(cube, resolved) and _weights_applied(groups, var, layouts):
         # The weights divide out, and would be multiplied in as the sums are read (raw
         # values; the entries of accumulations whose weights factor out): the same
@@ -199,13 +193,7 @@ def _seasonal(
     tdim = time_dimension(cube.decoded, var.dims)
     if tdim is None:
         raise ParameterError("season", f"--season needs a time dimension among {list(var.dims)}")
-    stat = statistics.STATISTICS[resolved.stat]
-    infinite = statistics.can_be_infinite(var.array.dtype)
-    terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
-    if resolved.use_accumulation:
-        layouts, note = usable_layouts(groups, var, weights, terms)
-    else:
-        layouts, note = [], "accumulation not used (full scan requested)"
+    stat, _, terms, layouts, note = _sums_and_layouts(groups, resolved)
     runs = season_runs(cube.decoded[tdim].values, SEASONS[season], *resolved.ranges[tdim])
     storage = _storage(cube, groups)
     over = tuple(d for d in var.dims if d in resolved.over or d == tdim)
@@ -499,6 +487,21 @@ def _fastest_plan(
 # Choosing accumulations
 
 
+def _sums_and_layouts(
+    groups: AccumulationGroups, resolved: ResolvedQuery
+) -> tuple[statistics.Statistic, bool, tuple[str, ...], list[AccumulationLayout], str]:
+    """The statistic ``resolved`` asks, whether its values can be infinite, the sums it
+    needs, and the accumulations that hold them (none, and why, for a full scan)."""
+    var, weights = resolved.variable, resolved.weights
+    stat = statistics.STATISTICS[resolved.stat]
+    infinite = statistics.can_be_infinite(var.array.dtype)
+    terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
+    if not resolved.use_accumulation:
+        return stat, infinite, terms, [], "accumulation not used (full scan requested)"
+    layouts, note = usable_layouts(groups, var, weights, terms)
+    return stat, infinite, terms, layouts, note
+
+
 def usable_layouts(
     groups: AccumulationGroups, var: VariableInfo, weights: Weights, terms: Sequence[str]
 ) -> tuple[list[AccumulationLayout], str]:
@@ -547,12 +550,8 @@ def accumulations_answer(groups: AccumulationGroups, resolved: ResolvedQuery) ->
     (before any plan is made: otherwise every value is read from the raw data, a scan)."""
     if not resolved.use_accumulation or resolved.query.with_ is not None:
         return False  # (a correlation's pair sums are not built: raw chunks answer it)
-    var, weights = resolved.variable, resolved.weights
-    stat = statistics.STATISTICS[resolved.stat]
-    infinite = statistics.can_be_infinite(var.array.dtype)
-    terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
     try:
-        return bool(usable_layouts(groups, var, weights, terms)[0])
+        return bool(_sums_and_layouts(groups, resolved)[3])
     except AccumulationReadError:  # a group that cannot be used: the raw data answers
         return False
 
