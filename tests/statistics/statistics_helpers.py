@@ -4,12 +4,32 @@ xarray's answers on the raw data (the independent computation)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
+from hypothesis import strategies as st
 
 import accumulus
 from cubes import VAR, area_weights
+
+DIMS = ("time", "lat", "lon")
+
+
+@st.composite
+def cases(draw: st.DrawFn, sizes: st.SearchStrategy[dict[str, int]]) -> dict[str, Any]:
+    """A random cube of ``sizes`` (``case_dataset``): its chunks, NaN and infinity
+    fractions, weights, layout (default or minimal) and seed."""
+    drawn = draw(sizes)
+    return {
+        "sizes": drawn,
+        "chunks": {d: draw(st.integers(1, drawn[d])) for d in DIMS},
+        "nan_fraction": draw(st.sampled_from([0.0, 0.3, 0.9])),
+        "inf_fraction": draw(st.sampled_from([0.0, 0.0, 0.05])),
+        "weights": draw(st.sampled_from(["area", "none"])),
+        "layout": draw(st.sampled_from(["default", "minimal"])),
+        "seed": draw(st.integers(0, 2**16)),
+    }
 
 
 def build(path, dims=None, *, weights="area", stats=("var",), **options):
