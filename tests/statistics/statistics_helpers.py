@@ -16,6 +16,13 @@ from cubes import VAR, area_weights
 DIMS = ("time", "lat", "lon")
 
 
+def sizes(
+    time: st.SearchStrategy[int], lat: st.SearchStrategy[int], lon: st.SearchStrategy[int]
+) -> st.SearchStrategy[dict[str, int]]:
+    """Sizes of the dimensions, in the order ``DIMS`` (the order of the cube's dimensions)."""
+    return st.tuples(time, lat, lon).map(lambda drawn: dict(zip(DIMS, drawn, strict=True)))
+
+
 @st.composite
 def cases(draw: st.DrawFn, sizes: st.SearchStrategy[dict[str, int]]) -> dict[str, Any]:
     """A random cube of ``sizes`` (``case_dataset``): its chunks, NaN and infinity

@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 from hypothesis import given
 from hypothesis import strategies as st
-from statistics_helpers import build, cases, expected_trend
+from statistics_helpers import build, cases, expected_trend, sizes
 
 import accumulus
 from accumulus.errors import AccumulusError
@@ -26,11 +26,7 @@ def close(got: xr.DataArray, want: xr.DataArray, rtol: float = 1e-7) -> None:
 
 @cube_property(20)
 @given(
-    case=cases(
-        st.fixed_dictionaries(
-            {"time": st.integers(1, 30), "lat": st.integers(1, 4), "lon": st.just(3)}
-        )
-    ),
+    case=cases(sizes(st.integers(1, 30), st.integers(1, 4), st.just(3))),
     data=st.data(),
 )
 def test_trend_equals_xarray_polyfit(tmp_path_factory, case, data):
