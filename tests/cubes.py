@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 import zarr
-from hypothesis import HealthCheck, settings
 
 VAR = "precip"
 
@@ -48,28 +46,6 @@ def synthetic_dataset(
     if "lat" in ds:
         ds["lat"].attrs.update(units="degrees_north", standard_name="latitude")
     return ds
-
-
-def case_dataset(case: Mapping[str, Any], **options: Any) -> xr.Dataset:
-    """The synthetic dataset a property test's drawn ``case`` describes (its ``sizes``,
-    ``seed``, ``nan_fraction`` and ``inf_fraction``)."""
-    return synthetic_dataset(
-        case["sizes"],
-        seed=case["seed"],
-        nan_fraction=case["nan_fraction"],
-        inf_fraction=case["inf_fraction"],
-        **options,
-    )
-
-
-def cube_property(max_examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Hypothesis settings of a property test that writes a cube an example (slow examples,
-    a function-scoped ``tmp_path_factory``)."""
-    return settings(
-        max_examples=max_examples,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
 
 
 def write_cube(

@@ -20,15 +20,8 @@ import accumulus
 from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.request import Query
 from accumulus.raw_cube import RawCube
-from cubes import (
-    VAR,
-    case_dataset,
-    cube_property,
-    labels,
-    synthetic_dataset,
-    write_cube,
-    xarray_reference,
-)
+from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
+from properties import case_dataset, cube_property
 
 DIM_POOL = ("time", "lat", "lon", "level")
 

@@ -25,15 +25,8 @@ from accumulus.accumulation.build import placement, stream
 from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.request import Query
 from accumulus.raw_cube import RawCube
-from cubes import (
-    VAR,
-    case_dataset,
-    cube_property,
-    labels,
-    synthetic_dataset,
-    write_cube,
-    xarray_reference,
-)
+from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
+from properties import case_dataset, cube_property
 
 RULES = {
     "time": ["month", "year", 1, 2, 5, "labels", "chunk"],

@@ -22,15 +22,8 @@ from accumulus.accumulation.query.request import Query
 from accumulus.errors import AccumulusError
 from accumulus.raw_cube import RawCube
 from core.test_cli import run
-from cubes import (
-    VAR,
-    case_dataset,
-    cube_property,
-    labels,
-    synthetic_dataset,
-    write_cube,
-    xarray_reference,
-)
+from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
+from properties import case_dataset, cube_property
 
 SIZES = {"time": 60, "lat": 18, "lon": 24}
 CHUNKS = {"time": 5, "lat": 6, "lon": 8}

@@ -14,7 +14,8 @@ from statistics_helpers import build, cases, expected_trend, sizes
 
 import accumulus
 from accumulus.errors import AccumulusError
-from cubes import VAR, case_dataset, cube_property, labels, synthetic_dataset, write_cube
+from cubes import VAR, labels, synthetic_dataset, write_cube
+from properties import case_dataset, cube_property
 
 
 def close(got: xr.DataArray, want: xr.DataArray, rtol: float = 1e-7) -> None:

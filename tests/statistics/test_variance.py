@@ -14,7 +14,8 @@ from statistics_helpers import DIMS, build, cases, expected, expected_trend, mag
 import accumulus
 from accumulus.accumulation.model import spec
 from accumulus.errors import AccumulusError
-from cubes import VAR, case_dataset, cube_property, labels, synthetic_dataset, write_cube
+from cubes import VAR, labels, synthetic_dataset, write_cube
+from properties import case_dataset, cube_property
 
 
 @cube_property(25)
