@@ -9,11 +9,14 @@ import logging
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import boto3
+import pytest
 from aiohttp import web
 
 
@@ -90,3 +93,21 @@ def s3_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+# moto's S3 takes any credentials; botocore wants some.
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def s3_bucket(endpoint: str, monkeypatch: pytest.MonkeyPatch, prefix: str) -> str:
+    """A new bucket on ``endpoint`` (its name starting ``prefix``), with ``S3_CREDENTIALS``
+    set for the test."""
+    for name, value in S3_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)
+    return name

@@ -6,9 +6,6 @@ land."""
 
 from __future__ import annotations
 
-import uuid
-
-import boto3
 import numpy as np
 import pytest
 import xarray as xr
@@ -17,13 +14,7 @@ import accumulus
 import icechunk
 from cubes import xarray_reference
 from ingest.helpers import VAR, cli, truth, write_granules
-from servers import s3_server
-
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
+from servers import s3_bucket, s3_server
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +25,7 @@ def endpoint():
 
 @pytest.fixture
 def bucket(endpoint, monkeypatch):
-    for name, value in CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    name = f"repos-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)
-    return name
+    return s3_bucket(endpoint, monkeypatch, "repos")
 
 
 def test_append_read_and_travel_on_s3(endpoint, bucket, tmp_path):

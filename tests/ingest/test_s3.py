@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import boto3
 import numpy as np
 import pytest
@@ -18,16 +16,10 @@ from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.lock import StoreBusyError, StoreLock
 from accumulus.stores.opening import open_store
-from servers import s3_server
+from servers import s3_bucket, s3_server
 
 from .helpers import VAR, check_visible, cli, truth, write_granule, write_granules
 from .test_variable_chunks import daily
-
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +30,7 @@ def endpoint():
 
 @pytest.fixture
 def bucket(endpoint, monkeypatch):
-    for name, value in CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    name = f"cubes-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)
-    return name
+    return s3_bucket(endpoint, monkeypatch, "cubes")
 
 
 def objects(endpoint: str, bucket: str) -> set[str]:

@@ -22,13 +22,8 @@ import xarray as xr
 
 import accumulus
 from cubes import VAR, synthetic_dataset, write_cube
-from servers import s3_server
+from servers import S3_CREDENTIALS, s3_server
 
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 SERIES = f"/api/datasets/cube/{VAR}/average?over=lat,lon&lat=-40/40&lon=5/30"
 MAP = f"/api/datasets/cube/{VAR}/average?over=time&time=2001-01-05/2001-02-20"
 START_SECONDS = 120
@@ -44,7 +39,7 @@ def start_replica(url: str, endpoint: str) -> tuple[subprocess.Popen, str]:
     """`accumulus serve URL` in a process of its own; its base URL once it answers."""
     port = free_port()
     sources = str(Path(accumulus.__file__).parents[1])
-    env = {**os.environ, **CREDENTIALS, "PYTHONPATH": sources}
+    env = {**os.environ, **S3_CREDENTIALS, "PYTHONPATH": sources}
     command = [sys.executable, "-m", "accumulus", "serve", url, "--endpoint-url", endpoint]
     process = subprocess.Popen(
         [*command, "--port", str(port)],
@@ -85,7 +80,7 @@ def upload(s3, bucket: str, folder: Path) -> None:
 
 @pytest.fixture
 def endpoint(monkeypatch):
-    for name, value in CREDENTIALS.items():
+    for name, value in S3_CREDENTIALS.items():
         monkeypatch.setenv(name, value)
     with s3_server() as url:
         yield url
