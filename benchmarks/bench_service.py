@@ -72,8 +72,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_service(cube: Path, port: int, workers: int) -> subprocess.Popen:
-    sources = str(Path(accumulus.__file__).parents[1])
+def start_service(
+    cube: Path, port: int, workers: int, sources: str | None = None
+) -> subprocess.Popen:
+    """``accumulus serve`` of ``cube`` on ``port``, from ``sources`` (a source tree: another
+    version in the same run; default this one), once it answers its health check."""
+    sources = sources or str(Path(accumulus.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([sources, os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "accumulus", "serve", str(cube), "--port", str(port)]
     process = subprocess.Popen(

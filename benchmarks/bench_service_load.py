@@ -46,10 +46,8 @@ import cProfile
 import json
 import os
 import pstats
-import socket
 import statistics
 import subprocess
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -70,6 +68,7 @@ from accumulus.api import open_cube
 from accumulus.service.answers import compute_answer
 from accumulus.service.datasets import Dataset
 from accumulus.service.parameters import AverageParameters, check_average_request
+from bench_service import free_port, start_service
 from common import DEFAULT_DIR
 from realistic import CHUNKS, SHAPE, START, VARIABLE, dataset, realistic_cube
 
@@ -149,33 +148,6 @@ def questions(
 
 # --------------------------------------------------------------------------------------------
 # The server and the client
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_service(cube: Path, port: int, workers: int, sources: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([sources, os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "accumulus", "serve", str(cube), "--port", str(port)]
-    process = subprocess.Popen(
-        [*command, "--workers", str(workers)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                pass
-            return process
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the service did not start") from None
-            time.sleep(0.2)
 
 
 def server_cpu(process: subprocess.Popen) -> float:
