@@ -7,25 +7,12 @@ land."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import xarray as xr
 
 import accumulus
 import icechunk
 from cubes import xarray_reference
 from ingest.helpers import VAR, cli, truth, write_granules
-from servers import s3_bucket, s3_server
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    with s3_server() as url:
-        yield url
-
-
-@pytest.fixture
-def bucket(endpoint, monkeypatch):
-    return s3_bucket(endpoint, monkeypatch, "repos")
 
 
 def test_append_read_and_travel_on_s3(endpoint, bucket, tmp_path):

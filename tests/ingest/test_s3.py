@@ -16,21 +16,9 @@ from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.lock import StoreBusyError, StoreLock
 from accumulus.stores.opening import open_store
-from servers import s3_bucket, s3_server
 
 from .helpers import VAR, check_visible, cli, truth, write_granule, write_granules
 from .test_variable_chunks import daily
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    with s3_server() as url:
-        yield url
-
-
-@pytest.fixture
-def bucket(endpoint, monkeypatch):
-    return s3_bucket(endpoint, monkeypatch, "cubes")
 
 
 def objects(endpoint: str, bucket: str) -> set[str]:
