@@ -4,14 +4,16 @@ xarray's answers on the raw data (the independent computation)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 from hypothesis import strategies as st
 
 import accumulus
-from cubes import VAR, area_weights
+from cubes import VAR, area_weights, write_cube
 
 DIMS = ("time", "lat", "lon")
 
@@ -88,3 +90,18 @@ def same(got: xr.DataArray, want: xr.DataArray, rtol: float = 1e-7, scale: float
     np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want.values))
     atol = 1e-12 * scale**2 if want.attrs.get("stat") != "std" else 1e-6 * scale
     np.testing.assert_allclose(got.values, want.values, rtol=rtol, atol=atol)
+
+
+TEN_YEARS = pd.date_range("2001-01-01", "2010-12-31", freq="D")
+
+
+def ten_year_cube(path: Path, values: np.ndarray) -> xr.Dataset:
+    """``values`` (``TEN_YEARS`` x 3 x 4, kelvin) written at ``path`` in year-long chunks;
+    the dataset written."""
+    ds = xr.Dataset(
+        {VAR: (("time", "lat", "lon"), values, {"units": "K"})},
+        coords={"time": TEN_YEARS, "lat": [-30.0, 0.0, 30.0], "lon": [0.0, 90.0, 180.0, 270.0]},
+    )
+    ds["lat"].attrs.update(units="degrees_north", standard_name="latitude")
+    write_cube(ds, path, {"time": 365, "lat": 3, "lon": 4})
+    return ds

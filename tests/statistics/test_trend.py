@@ -5,12 +5,11 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 import xarray as xr
 from hypothesis import given
 from hypothesis import strategies as st
-from statistics_helpers import build, cases, expected_trend, sizes
+from statistics_helpers import TEN_YEARS, build, cases, expected_trend, sizes, ten_year_cube
 
 import accumulus
 from accumulus.errors import AccumulusError
@@ -54,17 +53,12 @@ def test_ten_years_of_kelvin_maps_read_no_raw_chunk(tmp_path, minimal):
     """Temperatures (280 K, spread 5 K, +0.03 K a year) daily over ten years: trend maps
     over chunk-aligned periods from the entries alone, within 1e-7 of polyfit."""
     rng = np.random.default_rng(3)
-    time = pd.date_range("2001-01-01", "2010-12-31", freq="D")
+    time = TEN_YEARS
     trend = 0.03 * np.arange(time.size) / 365.25
     values = 280 + trend[:, None, None] + 5 * rng.standard_normal((time.size, 3, 4))
     values[rng.random(values.shape) < 0.1] = np.nan
-    ds = xr.Dataset(
-        {VAR: (("time", "lat", "lon"), values, {"units": "K"})},
-        coords={"time": time, "lat": [-30.0, 0.0, 30.0], "lon": [0.0, 90.0, 180.0, 270.0]},
-    )
-    ds["lat"].attrs.update(units="degrees_north", standard_name="latitude")
     path = tmp_path / "cube.zarr"
-    write_cube(ds, path, {"time": 365, "lat": 3, "lon": 4})
+    ds = ten_year_cube(path, values)
     build(path, stats=["trend"], minimal=minimal)
     [report] = accumulus.verify(str(path), VAR)
     assert report.ok, report.problems

@@ -4,12 +4,21 @@ squares ``accumulate(stats=["var"])`` stores, or exactly from raw chunks without
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
-import xarray as xr
 from hypothesis import given
 from hypothesis import strategies as st
-from statistics_helpers import DIMS, build, cases, expected, expected_trend, magnitude, same, sizes
+from statistics_helpers import (
+    DIMS,
+    TEN_YEARS,
+    build,
+    cases,
+    expected,
+    expected_trend,
+    magnitude,
+    same,
+    sizes,
+    ten_year_cube,
+)
 
 import accumulus
 from accumulus.accumulation.model import spec
@@ -106,16 +115,11 @@ def test_large_mean_small_spread(tmp_path, mean, spread, minimal):
     two-pass float64 var, for maps over short periods late in the record (a difference of
     two long prefix sums) and over all of it."""
     rng = np.random.default_rng(7)
-    time = pd.date_range("2001-01-01", "2010-12-31", freq="D")
+    time = TEN_YEARS
     values = mean + spread * rng.standard_normal((time.size, 3, 4))
     values[rng.random(values.shape) < 0.1] = np.nan
-    ds = xr.Dataset(
-        {VAR: (("time", "lat", "lon"), values, {"units": "K"})},
-        coords={"time": time, "lat": [-30.0, 0.0, 30.0], "lon": [0.0, 90.0, 180.0, 270.0]},
-    )
-    ds["lat"].attrs.update(units="degrees_north", standard_name="latitude")
     path = tmp_path / "cube.zarr"
-    write_cube(ds, path, {"time": 365, "lat": 3, "lon": 4})
+    ds = ten_year_cube(path, values)
     build(path, minimal=minimal)
     for period in [("2010-12-01", "2010-12-31"), ("2001-01-01", "2010-12-31")]:
         for over in (["time"], ["time", "lat", "lon"]):
