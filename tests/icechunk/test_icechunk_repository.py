@@ -17,6 +17,7 @@ import xarray as xr
 import accumulus
 import icechunk
 from accumulus.errors import AccumulusError
+from accumulus.ingest.append.run import AppendResult
 from accumulus.stores.opening import open_store
 from accumulus.stores.transactional import history
 from cubes import xarray_reference
@@ -112,12 +113,11 @@ def test_time_travel_answers_as_of_a_commit(tmp_path, granules):
     assert [c.granules for c in listed] == [8, 2, 2, 0]
 
 
-def test_concurrent_appends_of_other_granules_both_land(tmp_path, granules):
-    """A second append lands while the first is writing: the first's commit is refused
-    (its branch moved) and the run is done again on the new head, so both land, once."""
-    t = truth(24)
-    path = tmp_path / "repo"
-    url = f"icechunk://{path}"
+def racing_appends(
+    url: str, granules: list[str], mine: list[str]
+) -> tuple[AppendResult, AppendResult]:
+    """The first two granules appended; then ``mine`` appended while, as soon as it
+    runs, another append of the next two lands first. Both results."""
     accumulus.append(url, granules[:2], chunks={"time": 3})
     other = []
 
@@ -125,8 +125,17 @@ def test_concurrent_appends_of_other_granules_both_land(tmp_path, granules):
         if not other:
             other.append(accumulus.append(url, granules[2:4]))
 
-    result = accumulus.append(url, granules[4:], progress=meanwhile)
-    assert other[0].appended == tuple(granules[2:4])
+    return accumulus.append(url, mine, progress=meanwhile), other[0]
+
+
+def test_concurrent_appends_of_other_granules_both_land(tmp_path, granules):
+    """A second append lands while the first is writing: the first's commit is refused
+    (its branch moved) and the run is done again on the new head, so both land, once."""
+    t = truth(24)
+    path = tmp_path / "repo"
+    url = f"icechunk://{path}"
+    result, other = racing_appends(url, granules, granules[4:])
+    assert other.appended == tuple(granules[2:4])
     assert result.appended == tuple(granules[4:])
     assert check_visible(url, t, {24}) == 24
     assert [journal_of(c)["extent"] for c in commits(path)] == [24, 12, 6]
@@ -136,14 +145,7 @@ def test_concurrent_appends_of_the_same_granules_land_once(tmp_path, granules):
     t = truth(24)
     path = tmp_path / "repo"
     url = f"icechunk://{path}"
-    accumulus.append(url, granules[:2], chunks={"time": 3})
-    other = []
-
-    def meanwhile(done: int, total: int) -> None:
-        if not other:
-            other.append(accumulus.append(url, granules[2:4]))
-
-    result = accumulus.append(url, granules[2:4], progress=meanwhile)
+    result, _ = racing_appends(url, granules, granules[2:4])
     assert result.appended == () and len(result.skipped) == 2
     assert check_visible(url, t, {12}) == 12
     assert len(commits(path)) == 2
