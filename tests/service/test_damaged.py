@@ -102,3 +102,18 @@ def test_a_store_removed_while_served_names_no_path(tmp_path):
     response = client.get(AVERAGE.format(name="gone", var="tas", over="lat,lon"))
     assert response.status_code == 503
     no_leak(response, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "statistic",
+    ["stat=var", "stat=std", "stat=trend", "stat=corr&with=tas", "season=DJF&accumulation=false"],
+)
+def test_every_statistic_refuses_a_fifo_chunk(tmp_path, statistic):
+    """A FIFO among the chunks would block a reader forever: every statistic's reads (a
+    centred statistic's reference chunk, a correlation's pairs) go through the guard."""
+    cube = damaged_cube(tmp_path / "cube.zarr", "fifo")
+    client = TestClient(create_app([str(cube)]))
+    response = client.get(AVERAGE.format(name="cube", var="tas", over="lat,lon") + f"&{statistic}")
+    assert response.status_code == 503, response.text
+    assert "not a regular file" in response.json()["error"]
+    no_leak(response, tmp_path)

@@ -403,7 +403,8 @@ def _reference(cube: RawCube, groups: AccumulationGroups, resolved: ResolvedQuer
         lo = resolved.ranges[dim][0] % max(size, 1)  # (a range across a longitude seam)
         stop = next((e for e in bounds.edges if e > lo), size)
         region.append(slice(lo, min(resolved.ranges[dim][1], stop, size)))
-    values = np.asarray(var.decoder.values(np.asarray(var.array[tuple(region)])), dtype="f8")
+    # Through the reader's store (the service's guard), as every other read of a query.
+    values = cube.decoded_values(var.name, dict(zip(var.dims, region, strict=True)))
     finite = values[np.isfinite(values)]
     return float(finite.mean()) if finite.size else 0.0
 
