@@ -23,7 +23,9 @@ cube's end: ``partial_decode``) and held (the steps those chunks hold), against 
 the file held open (``open_dataset`` once, each question selects, weights and reduces),
 timed in turns with accumulus so that load on a shared machine moves both alike, and the
 ratios of wall and of CPU time; where a chunk past the cube's end was decoded in part, the
-same question again with whole chunks decoded (``whole_chunks_*``, the before of that).
+same question again with whole chunks decoded (``whole_chunks_*``, the before of that); where
+a packed integer variable was read raw, the same question with its values decoded to float64
+before summing (``float_sums_*``, the before of ``sums.reduce_packed``).
 Every answer is checked against xarray's (rtol 1e-9).
 
     python benchmarks/bench_small_cubes.py [--repeats 15] [--co2 PATH]
@@ -49,6 +51,7 @@ import zarr
 
 import accumulus
 from accumulus import partial_decode
+from accumulus.accumulation.query import execute
 from accumulus.grid import array_bounds, declared_chunk_sizes
 from accumulus.ingest.cadence import steps_per_month
 from accumulus.scope import accumulus_scope
@@ -130,6 +133,24 @@ def whole_chunks(handle, variable, over, ranges, theirs, repeats) -> dict:
     }
 
 
+def float_sums(handle, variable, over, ranges, theirs, repeats) -> dict:
+    """The same question with packed integers decoded to float64 before summing (as before
+    ``sums.reduce_packed``), timed in turns with xarray again: the before of that change."""
+    execute.SUM_PACKED = False
+    try:
+        ours, xarray, _ = interleaved_medians(
+            lambda: handle.query(variable, over, ranges), theirs, repeats
+        )
+    finally:
+        execute.SUM_PACKED = True
+    return {
+        "float_sums_accumulus_warm_ms": round(ours["wall"] * 1e3, 2),
+        "float_sums_xarray_ms": round(xarray["wall"] * 1e3, 2),
+        "float_sums_accumulus_over_xarray": round(ours["wall"] / xarray["wall"], 2),
+        "float_sums_accumulus_over_xarray_cpu": round(ours["cpu"] / xarray["cpu"], 2),
+    }
+
+
 def build_elsewhere(cube: Path, variable: str) -> None:
     """``accumulate`` in a process of its own, as the command line runs it: a build fixes
     glibc's mmap threshold for the whole process it runs in (``accumulation/build/stream.py``),
@@ -208,7 +229,9 @@ def case(name, source, variable, box, before, candidates, work, repeats) -> dict
         cube = work / f"{name}-{number}.zarr"
         accumulus.append(str(cube), [str(p) for p in parts], **options)
         with accumulus_scope():
-            sizes = declared_chunk_sizes(zarr.open_array(cube / variable, mode="r"), 0)
+            stored = zarr.open_array(cube / variable, mode="r")
+            sizes = declared_chunk_sizes(stored, 0)
+            packed = stored.dtype.kind in "iu"  # summed as integers (``sums.reduce_packed``)
         rows = {}
         for state in ("raw", "accumulated"):
             if state == "accumulated":
@@ -239,6 +262,10 @@ def case(name, source, variable, box, before, candidates, work, repeats) -> dict
                     "raw_bytes_decoded": decoded,
                     "raw_bytes_held": held,
                 }
+                if result.stats.raw_chunks_read and packed:
+                    rows[f"{question}, {state}"].update(
+                        float_sums(handle, variable, over, ranges, theirs[question], repeats)
+                    )
                 whole = whole_decoded(cube, variable, result)
                 if whole != decoded:
                     rows[f"{question}, {state}"].update(
