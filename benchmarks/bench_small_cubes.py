@@ -115,39 +115,32 @@ def whole_decoded(cube: Path, variable: str, result) -> int:
         partial_decode.ENABLED = True
 
 
-def whole_chunks(handle, variable, over, ranges, theirs, repeats) -> dict:
-    """The same question with every chunk decoded whole (as before ``partial_decode``),
-    timed in turns with xarray again: the before of that change, in the same run."""
-    partial_decode.ENABLED = False
+# Features a question is timed again without, in the same run (the before of each), by the
+# prefix of their figures: the flag that switches each off.
+SWITCHES = {
+    # every chunk decoded whole (as before ``partial_decode``)
+    "whole_chunks": (partial_decode, "ENABLED"),
+    # packed integers decoded to float64 before summing (as before ``sums.reduce_packed``)
+    "float_sums": (execute, "SUM_PACKED"),
+}
+
+
+def timed_without(prefix, handle, variable, over, ranges, theirs, repeats) -> dict:
+    """The same question with the feature ``SWITCHES[prefix]`` switched off, timed in turns
+    with xarray again: the before of that change, in the same run."""
+    module, flag = SWITCHES[prefix]
+    setattr(module, flag, False)
     try:
         ours, xarray, _ = interleaved_medians(
             lambda: handle.query(variable, over, ranges), theirs, repeats
         )
     finally:
-        partial_decode.ENABLED = True
+        setattr(module, flag, True)
     return {
-        "whole_chunks_accumulus_warm_ms": round(ours["wall"] * 1e3, 2),
-        "whole_chunks_xarray_ms": round(xarray["wall"] * 1e3, 2),
-        "whole_chunks_accumulus_over_xarray": round(ours["wall"] / xarray["wall"], 2),
-        "whole_chunks_accumulus_over_xarray_cpu": round(ours["cpu"] / xarray["cpu"], 2),
-    }
-
-
-def float_sums(handle, variable, over, ranges, theirs, repeats) -> dict:
-    """The same question with packed integers decoded to float64 before summing (as before
-    ``sums.reduce_packed``), timed in turns with xarray again: the before of that change."""
-    execute.SUM_PACKED = False
-    try:
-        ours, xarray, _ = interleaved_medians(
-            lambda: handle.query(variable, over, ranges), theirs, repeats
-        )
-    finally:
-        execute.SUM_PACKED = True
-    return {
-        "float_sums_accumulus_warm_ms": round(ours["wall"] * 1e3, 2),
-        "float_sums_xarray_ms": round(xarray["wall"] * 1e3, 2),
-        "float_sums_accumulus_over_xarray": round(ours["wall"] / xarray["wall"], 2),
-        "float_sums_accumulus_over_xarray_cpu": round(ours["cpu"] / xarray["cpu"], 2),
+        f"{prefix}_accumulus_warm_ms": round(ours["wall"] * 1e3, 2),
+        f"{prefix}_xarray_ms": round(xarray["wall"] * 1e3, 2),
+        f"{prefix}_accumulus_over_xarray": round(ours["wall"] / xarray["wall"], 2),
+        f"{prefix}_accumulus_over_xarray_cpu": round(ours["cpu"] / xarray["cpu"], 2),
     }
 
 
@@ -264,12 +257,22 @@ def case(name, source, variable, box, before, candidates, work, repeats) -> dict
                 }
                 if result.stats.raw_chunks_read and packed:
                     rows[f"{question}, {state}"].update(
-                        float_sums(handle, variable, over, ranges, theirs[question], repeats)
+                        timed_without(
+                            "float_sums", handle, variable, over, ranges, theirs[question], repeats
+                        )
                     )
                 whole = whole_decoded(cube, variable, result)
                 if whole != decoded:
                     rows[f"{question}, {state}"].update(
-                        whole_chunks(handle, variable, over, ranges, theirs[question], repeats),
+                        timed_without(
+                            "whole_chunks",
+                            handle,
+                            variable,
+                            over,
+                            ranges,
+                            theirs[question],
+                            repeats,
+                        ),
                         whole_chunks_raw_bytes_decoded=whole,
                     )
         out["layouts"][label] = {"time_chunks": ",".join(map(str, sizes)), "questions": rows}
