@@ -24,7 +24,7 @@ from accumulus.stores import keys
 from accumulus.stores.group import group_view
 from accumulus.stores.opening import open_store
 from ingest.helpers import cli
-from ingest.test_s3 import bucket, endpoint, objects  # noqa: F401 (fixtures)
+from ingest.test_s3 import objects
 
 from .layouts import ImergGrid, imerg_series
 
@@ -255,7 +255,7 @@ def test_daily_granules_share_the_layout(tmp_path):
 
 
 @pytest.mark.slow
-def test_groups_on_s3(endpoint, bucket, imerg_hhr):  # noqa: F811 (fixtures)
+def test_groups_on_s3(endpoint, bucket, imerg_hhr):
     url = f"s3://{bucket}/imerg.zarr"
     options = {"endpoint_url": endpoint}
     accumulus.append(url, imerg_hhr[:3], storage_options=options)
