@@ -23,7 +23,9 @@ cube's end: ``partial_decode``) and held (the steps those chunks hold), against 
 the file held open (``open_dataset`` once, each question selects, weights and reduces),
 timed in turns with accumulus so that load on a shared machine moves both alike, and the
 ratios of wall and of CPU time; where a chunk past the cube's end was decoded in part, the
-same question again with whole chunks decoded (``whole_chunks_*``, the before of that).
+same question again with whole chunks decoded (``whole_chunks_*``, the before of that); where
+a packed integer variable was read raw, the same question with its values decoded to float64
+before summing (``float_sums_*``, the before of ``sums.reduce_packed``).
 Every answer is checked against xarray's (rtol 1e-9).
 
     python benchmarks/bench_small_cubes.py [--repeats 15] [--co2 PATH]
@@ -49,6 +51,7 @@ import zarr
 
 import accumulus
 from accumulus import partial_decode
+from accumulus.accumulation.query import execute
 from accumulus.grid import array_bounds, declared_chunk_sizes
 from accumulus.ingest.cadence import steps_per_month
 from accumulus.scope import accumulus_scope
@@ -112,21 +115,32 @@ def whole_decoded(cube: Path, variable: str, result) -> int:
         partial_decode.ENABLED = True
 
 
-def whole_chunks(handle, variable, over, ranges, theirs, repeats) -> dict:
-    """The same question with every chunk decoded whole (as before ``partial_decode``),
-    timed in turns with xarray again: the before of that change, in the same run."""
-    partial_decode.ENABLED = False
+# Features a question is timed again without, in the same run (the before of each), by the
+# prefix of their figures: the flag that switches each off.
+SWITCHES = {
+    # every chunk decoded whole (as before ``partial_decode``)
+    "whole_chunks": (partial_decode, "ENABLED"),
+    # packed integers decoded to float64 before summing (as before ``sums.reduce_packed``)
+    "float_sums": (execute, "SUM_PACKED"),
+}
+
+
+def timed_without(prefix, handle, variable, over, ranges, theirs, repeats) -> dict:
+    """The same question with the feature ``SWITCHES[prefix]`` switched off, timed in turns
+    with xarray again: the before of that change, in the same run."""
+    module, flag = SWITCHES[prefix]
+    setattr(module, flag, False)
     try:
         ours, xarray, _ = interleaved_medians(
             lambda: handle.query(variable, over, ranges), theirs, repeats
         )
     finally:
-        partial_decode.ENABLED = True
+        setattr(module, flag, True)
     return {
-        "whole_chunks_accumulus_warm_ms": round(ours["wall"] * 1e3, 2),
-        "whole_chunks_xarray_ms": round(xarray["wall"] * 1e3, 2),
-        "whole_chunks_accumulus_over_xarray": round(ours["wall"] / xarray["wall"], 2),
-        "whole_chunks_accumulus_over_xarray_cpu": round(ours["cpu"] / xarray["cpu"], 2),
+        f"{prefix}_accumulus_warm_ms": round(ours["wall"] * 1e3, 2),
+        f"{prefix}_xarray_ms": round(xarray["wall"] * 1e3, 2),
+        f"{prefix}_accumulus_over_xarray": round(ours["wall"] / xarray["wall"], 2),
+        f"{prefix}_accumulus_over_xarray_cpu": round(ours["cpu"] / xarray["cpu"], 2),
     }
 
 
@@ -208,7 +222,9 @@ def case(name, source, variable, box, before, candidates, work, repeats) -> dict
         cube = work / f"{name}-{number}.zarr"
         accumulus.append(str(cube), [str(p) for p in parts], **options)
         with accumulus_scope():
-            sizes = declared_chunk_sizes(zarr.open_array(cube / variable, mode="r"), 0)
+            stored = zarr.open_array(cube / variable, mode="r")
+            sizes = declared_chunk_sizes(stored, 0)
+            packed = stored.dtype.kind in "iu"  # summed as integers (``sums.reduce_packed``)
         rows = {}
         for state in ("raw", "accumulated"):
             if state == "accumulated":
@@ -239,10 +255,24 @@ def case(name, source, variable, box, before, candidates, work, repeats) -> dict
                     "raw_bytes_decoded": decoded,
                     "raw_bytes_held": held,
                 }
+                if result.stats.raw_chunks_read and packed:
+                    rows[f"{question}, {state}"].update(
+                        timed_without(
+                            "float_sums", handle, variable, over, ranges, theirs[question], repeats
+                        )
+                    )
                 whole = whole_decoded(cube, variable, result)
                 if whole != decoded:
                     rows[f"{question}, {state}"].update(
-                        whole_chunks(handle, variable, over, ranges, theirs[question], repeats),
+                        timed_without(
+                            "whole_chunks",
+                            handle,
+                            variable,
+                            over,
+                            ranges,
+                            theirs[question],
+                            repeats,
+                        ),
                         whole_chunks_raw_bytes_decoded=whole,
                     )
         out["layouts"][label] = {"time_chunks": ",".join(map(str, sizes)), "questions": rows}

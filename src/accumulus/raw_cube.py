@@ -87,6 +87,42 @@ class Decoder:
         ]
         return np.where(np.isin(stored, marks), np.nan, stored) if marks else stored
 
+    def packing(self, dtype: np.dtype) -> Packing | None:
+        """The decoding of stored ``dtype`` as a linear map of integers, when it is one
+        whose sums can be taken on the integers (``sums.reduce_packed``) and equal xarray's:
+        integers of at most 32 bits, masked by ``_FillValue``/``missing_value`` only (no
+        ``_Unsigned``, no inferred rule), scaled and offset by float64 numbers, which xarray
+        decodes in float64 (``_choose_float_dtype``; a float32 scale would decode in float32,
+        whose rounding the integers' sums would not repeat). None otherwise."""
+        if dtype.kind not in "iu" or dtype.itemsize > 4:
+            return None
+        if not set(self.attrs) <= {"_FillValue", "missing_value", "scale_factor", "add_offset"}:
+            return None
+        linear = [self.attrs.get(k) for k in ("scale_factor", "add_offset")]
+        if any(v is not None and (np.ndim(v) or np.asarray(v).dtype != "f8") for v in linear):
+            return None
+        marks = tuple(
+            mark
+            for name in ("_FillValue", "missing_value")
+            for mark in np.ravel(self.attrs.get(name, ()))
+            if not pd.isnull(mark)
+        )
+        scale, offset = linear
+        return Packing(
+            tuple(dict.fromkeys(marks)),
+            1.0 if scale is None else float(scale),
+            0.0 if offset is None else float(offset),
+        )
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Stored integers x -> physical values scale·x + offset, missing where x is a mark."""
+
+    marks: tuple[Any, ...]
+    scale: float
+    offset: float
+
 
 @dataclass(frozen=True)
 class VariableInfo:

@@ -26,7 +26,7 @@ from zarr.abc.store import Store
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.chunk_check import read_problem_text
 from accumulus.accumulation.model.groups import AccumulationGroups
-from accumulus.accumulation.model.sums import reduce_terms
+from accumulus.accumulation.model.sums import is_linear, reduce_packed, reduce_terms
 from accumulus.accumulation.model.weights import arranged_weights, varying_dims, weight_values
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
 from accumulus.accumulation.query.plan import QueryPlan, Read
@@ -36,6 +36,10 @@ from accumulus.grid import array_bounds
 from accumulus.raw_cube import RawCube, VariableInfo
 
 Region = tuple[slice, ...]
+
+# Benchmarks set this to False to measure packed integers decoded to float64 before summing
+# (``reduce_terms``) in the same run.
+SUM_PACKED = True
 
 
 @dataclass(frozen=True)
@@ -217,7 +221,17 @@ def _raw_sums(
     inside = None if plan.mask is None else plan.mask.window(var.dims, part.box)
     kept = [a for a in range(stored.ndim) if a not in axes]
     sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
+    # Packed integers summed as they are, scaled once per sum (the float64 values of every
+    # cell cost more than the rest of a raw CO2 map: docs/benchmarks.md, "Packed integers").
+    packing = var.decoder.packing(stored.dtype) if SUM_PACKED and is_linear(terms) else None
     for slab in slabs(stored.shape, budget.slab_values):
+        if packing is not None:
+            sums[(slice(None), *(slab[a] for a in kept))] += reduce_packed(
+                stored[slab], packing.marks, packing.scale, packing.offset,
+                _broadcast_slab(w, slab), terms, axes,
+                None if inside is None else _broadcast_slab(inside, slab),
+            )  # fmt: skip
+            continue
         values = var.decoder.values(stored[slab])
         if inside is not None:
             values = np.where(_broadcast_slab(inside, slab), values, np.nan)
