@@ -3,13 +3,14 @@ test that writes a cube an example."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import xarray as xr
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
-from cubes import synthetic_dataset
+from cubes import labels, synthetic_dataset
 
 
 def case_dataset(case: Mapping[str, Any], **options: Any) -> xr.Dataset:
@@ -32,3 +33,17 @@ def cube_property(max_examples: int) -> Callable[[Callable[..., None]], Callable
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
+
+
+def drawn_ranges(
+    data: st.DataObject, ds: xr.Dataset, dims: Iterable[str], sizes: Mapping[str, int]
+) -> tuple[dict[str, tuple[Any, Any]], dict[str, slice]]:
+    """A random non-empty range along each of ``dims``: as the query's inclusive labels, and
+    as the index slices that select it from ``ds``."""
+    ranges, isel = {}, {}
+    for dim in dims:
+        lo = data.draw(st.integers(0, sizes[dim] - 1))
+        hi = data.draw(st.integers(lo + 1, sizes[dim]))
+        ranges[dim] = labels(ds, dim, lo, hi)
+        isel[dim] = slice(lo, hi)
+    return ranges, isel

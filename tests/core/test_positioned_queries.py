@@ -26,7 +26,7 @@ from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.request import Query
 from accumulus.raw_cube import RawCube
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
-from properties import case_dataset, cube_property
+from properties import case_dataset, cube_property, drawn_ranges
 
 RULES = {
     "time": ["month", "year", 1, 2, 5, "labels", "chunk"],
@@ -95,13 +95,7 @@ def test_positioned_answers_equal_xarray(tmp_path_factory, case, data):
         )
         stat = data.draw(st.sampled_from(["mean", "sum", "count"]))
         weights = data.draw(st.sampled_from(sorted({case["weights"], "none"})))
-        ranges, isel = {}, {}
-        for dim in dims:
-            size = case["sizes"][dim]
-            lo = data.draw(st.integers(0, size - 1))
-            hi = data.draw(st.integers(lo + 1, size))
-            ranges[dim] = labels(ds, dim, lo, hi)
-            isel[dim] = slice(lo, hi)
+        ranges, isel = drawn_ranges(data, ds, dims, case["sizes"])
         query = Query(VAR, tuple(over), ranges, stat=stat, weights=weights)
         result = run_query(cube, query)
         expected = xarray_reference(ds[VAR].isel(isel), over, weights, stat)

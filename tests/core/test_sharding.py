@@ -23,7 +23,7 @@ from accumulus.errors import AccumulusError
 from accumulus.raw_cube import RawCube
 from core.test_cli import run
 from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
-from properties import case_dataset, cube_property
+from properties import case_dataset, cube_property, drawn_ranges
 
 SIZES = {"time": 60, "lat": 18, "lon": 24}
 CHUNKS = {"time": 5, "lat": 6, "lon": 8}
@@ -332,13 +332,7 @@ def test_sharded_average_equals_xarray(tmp_path_factory, case, data):
         over = data.draw(
             st.lists(st.sampled_from(dims), min_size=1, max_size=len(dims), unique=True)
         )
-        ranges, isel = {}, {}
-        for dim in dims:
-            size = case["sizes"][dim]
-            lo = data.draw(st.integers(0, size - 1))
-            hi = data.draw(st.integers(lo + 1, size))
-            ranges[dim] = labels(ds, dim, lo, hi)
-            isel[dim] = slice(lo, hi)
+        ranges, isel = drawn_ranges(data, ds, dims, case["sizes"])
         result = run_query(cube, Query(VAR, tuple(over), ranges))
         expected = xarray_reference(ds[VAR].isel(isel), over, case["weights"], "mean")
         got = result.data.transpose(*expected.dims)

@@ -15,8 +15,8 @@ from statistics_helpers import build, cases, expected, magnitude, same, sizes
 
 import accumulus
 from command_line import run
-from cubes import VAR, labels, synthetic_dataset, write_cube, xarray_reference
-from properties import case_dataset, cube_property
+from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
+from properties import case_dataset, cube_property, drawn_ranges
 
 LEVELS = [1000.0, 850.0, 500.0, 250.0]
 PROFILE = ["time", "lat", "lon"]
@@ -62,10 +62,7 @@ def test_zonal_means_equal_xarray(tmp_path_factory, case, built, data):
     for _ in range(2):
         over = data.draw(st.sampled_from([["lon"], ["lon", "time"]]))
         stat = data.draw(st.sampled_from(["mean", "mean", "var", "std"]))
-        ranges = {}
-        for dim, size in case["sizes"].items():
-            lo = data.draw(st.integers(0, size - 1))
-            ranges[dim] = labels(ds, dim, lo, data.draw(st.integers(lo + 1, size)))
+        ranges, _ = drawn_ranges(data, ds, case["sizes"], case["sizes"])
         compare(path, ds, over, ranges, case["weights"], stat)
 
 

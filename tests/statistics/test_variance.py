@@ -24,7 +24,7 @@ import accumulus
 from accumulus.accumulation.model import spec
 from accumulus.errors import AccumulusError
 from cubes import VAR, labels, synthetic_dataset, write_cube
-from properties import case_dataset, cube_property
+from properties import case_dataset, cube_property, drawn_ranges
 
 
 @cube_property(25)
@@ -42,13 +42,7 @@ def test_var_and_std_equal_xarray(tmp_path_factory, offset, case, data):
     for _ in range(3):
         over = data.draw(st.lists(st.sampled_from(DIMS), min_size=1, max_size=3, unique=True))
         stat = data.draw(st.sampled_from(["var", "std"]))
-        ranges, isel = {}, {}
-        for dim in DIMS:
-            size = case["sizes"][dim]
-            lo = data.draw(st.integers(0, size - 1))
-            hi = data.draw(st.integers(lo + 1, size))
-            ranges[dim] = labels(ds, dim, lo, hi)
-            isel[dim] = slice(lo, hi)
+        ranges, isel = drawn_ranges(data, ds, DIMS, case["sizes"])
         want = expected(ds[VAR].isel(isel), over, case["weights"], stat)
         for use_accumulation in (True, False):
             got = accumulus.average(
