@@ -22,6 +22,13 @@ from accumulus.accumulation.query.answer import QueryResult
 from accumulus.accumulation.query.selection import Extent
 
 _VERBS = {"mean": "averaged", "sum": "summed"}
+# What the other statistics are of the values (count: by the weights, see ``captions``).
+_STATISTIC_NAMES = {
+    "var": "variance",
+    "std": "standard deviation",
+    "trend": "trend per year",
+    "corr": "correlation",
+}
 _REGION_KINDS = ("latitude", "longitude")
 # What the averaged dimensions are called, by their kinds.
 _OVER_NAMES = {
@@ -80,8 +87,14 @@ def captions(result: QueryResult) -> Captions:
     if stat in _VERBS:
         title = f"{over_name}-{_VERBS[stat]} {picture} of {what}"
     else:
-        counted = "number of valid values" if result.weights == "none" else "sum of weights"
-        title = f"{picture.capitalize()} of the {counted} of {name} over {over_name.lower()}"
+        if stat in _STATISTIC_NAMES:
+            counted = _STATISTIC_NAMES[stat]
+        else:
+            counted = "number of valid values" if result.weights == "none" else "sum of weights"
+        partner = f" with {result.query.with_}" if result.query.with_ else ""
+        title = (
+            f"{picture.capitalize()} of the {counted} of {name}{partner} over {over_name.lower()}"
+        )
     return Captions(title, subtitle(result), cost_caption(result))
 
 

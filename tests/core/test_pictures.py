@@ -131,6 +131,17 @@ def test_titles_say_statistic_variable_units_period_region_and_weights(imerg_lik
         accumulus.api.query(imerg_like, "precip", "lat,lon", box, stat="count", weights="none")
     )
     assert counted.title == "Time series of the number of valid values of precip over area"
+    for stat, named in [
+        ("var", "variance"),
+        ("std", "standard deviation"),
+        ("trend", "trend per year"),
+    ]:
+        other = captions(accumulus.api.query(imerg_like, "precip", "time", box, stat=stat))
+        assert other.title == f"Map of the {named} of precip over time"
+    paired = captions(
+        accumulus.api.query(imerg_like, "precip", "time", box, stat="corr", with_="precip")
+    )
+    assert paired.title == "Map of the correlation of precip with precip over time"
     # The JSON answer carries the same words and what was selected, for the web page.
     document = result_json(series)
     assert document["titles"] == text.to_dict()
