@@ -29,11 +29,12 @@ are read by icechunk (from the containers it authorized).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -65,6 +66,31 @@ _NATIVE, _VIRTUAL = 1, 2
 
 class TransactionConflict(AccumulusError):
     """The branch moved while a command wrote: its commit was refused, nothing landed."""
+
+
+# A command whose commit was refused (its branch moved) is run again on the new head this
+# many times in all.
+ATTEMPTS = 5
+
+
+def retried_on_conflict[**P, R](command: Callable[P, R]) -> Callable[P, R]:
+    """``command`` (whose first argument is its store) run again when its commit is refused
+    because the branch moved meanwhile (``TransactionConflict``): on the new head, what the
+    other writer committed is there to build on. A store given as a session is not opened
+    again, so its conflict is raised."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        store = args[0] if args else kwargs.get("store")
+        for attempt in range(ATTEMPTS):
+            try:
+                return command(*args, **kwargs)
+            except TransactionConflict:
+                if not isinstance(store, str | os.PathLike) or attempt == ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    return run
 
 
 def is_repository_url(text: str) -> bool:
