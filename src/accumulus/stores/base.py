@@ -18,7 +18,10 @@ flags, all off unless a wrapper says so):
 - ``sync_writes_pass_through``: its ``set_sync`` does what its ``set`` does
   (``writes_synchronously``);
 - ``rewrites_metadata_only``: chunks keep their keys and bytes below it, so stored bytes
-  and root documents may be read below it (``below_wrappers``).
+  and root documents may be read below it (``below_wrappers``);
+- ``passes_other_reads``: a read of a key it does not serve itself (``serves_own_bytes``)
+  is the store below's, with nothing done around it (no count, delay or guard), so a chunk
+  may be read below it (``reader_of``).
 
 zarr's own synchronous paths (``_supports_sync_io``) see a wrapper as able to do what the
 store below can only when both its synchronous reads and writes pass through: a wrapper
@@ -67,6 +70,7 @@ class DelegatingStore(ReadsSync, WrapperStore[Store]):
     sync_reads_pass_through: ClassVar[bool] = False
     sync_writes_pass_through: ClassVar[bool] = False
     rewrites_metadata_only: ClassVar[bool] = False
+    passes_other_reads: ClassVar[bool] = False
 
     @classmethod
     async def open(cls, store_cls: type[Store], *args: Any, **kwargs: Any) -> Self:
@@ -160,6 +164,15 @@ def below_wrappers(store: Store, marked: str) -> Store:
     ``DelegatingStore`` such as ``rewrites_metadata_only``), down to the first that does
     not."""
     while getattr(type(store), marked, False):
+        store = store._store  # type: ignore[attr-defined]
+    return store
+
+
+def reader_of(store: Store, key: str) -> Store:
+    """The first store under ``store`` that does anything with a read of ``key``: below
+    the wrappers that pass it on as it is (``passes_other_reads``). A query reads a chunk
+    there, past a stack of views that only present metadata."""
+    while getattr(type(store), "passes_other_reads", False) and not store.serves_own_bytes(key):  # type: ignore[attr-defined]
         store = store._store  # type: ignore[attr-defined]
     return store
 
