@@ -4,6 +4,7 @@ clients cannot hold sockets); every malformed body is a 4xx naming the shape."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -14,7 +15,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from accumulus.service import create_app
-from accumulus.service.http import LOOPBACK_NAMES, BoundedH11Protocol, allowed_hosts
+from accumulus.service.http import (
+    LOOPBACK_NAMES,
+    BoundedH11Protocol,
+    TakingTurnsLoop,
+    allowed_hosts,
+)
 from accumulus.service.server import running
 
 AVERAGE = "/api/datasets/surface/tas/average?over=lat,lon&time=2001-01-01/2001-01-05"
@@ -213,3 +219,36 @@ def test_every_malformed_body_is_a_4xx_naming_the_shape(client: TestClient, name
     assert 400 <= response.status_code < 500, response.text
     assert response.json()["parameter"] == "shape"
     assert "\n" not in response.json()["error"]
+
+
+def accepted_within(loop: asyncio.AbstractEventLoop, waiting: int, seconds: float) -> int:
+    """How many of ``waiting`` connections queued on a listening socket ``loop`` accepts in
+    ``seconds``."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    clients = [socket.create_connection(listener.getsockname()) for _ in range(waiting)]
+    accepted = []
+
+    async def serve() -> None:
+        server = await loop.create_server(asyncio.Protocol, sock=listener)
+        original = server._attach  # type: ignore[attr-defined]  # counts each connection
+        server._attach = lambda *a: (accepted.append(1), original(*a))  # type: ignore[attr-defined]
+        await asyncio.sleep(seconds)
+        server.close()
+
+    try:
+        loop.run_until_complete(serve())
+    finally:
+        loop.close()
+        for client in clients:
+            client.close()
+    return len(accepted)
+
+
+def test_worker_processes_take_turns_at_accepting():
+    """``serve --workers N`` shares one listening socket between its processes: asyncio's loop
+    takes every waiting connection the moment it wakes (a client's 16 kept-alive connections
+    all went to one worker); ``TakingTurnsLoop`` takes one, then leaves the others a turn,
+    and still takes them all when no one else does."""
+    assert accepted_within(asyncio.SelectorEventLoop(), 16, 0.002) == 16
+    assert 1 <= accepted_within(TakingTurnsLoop(), 16, 0.002) < 16
+    assert accepted_within(TakingTurnsLoop(), 16, 2.0) == 16

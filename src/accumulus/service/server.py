@@ -77,6 +77,7 @@ def serve(
         "log_level": "info",
         "log_config": logging_config(),
         "http": http.BoundedH11Protocol,
+        "loop": f"{http.__name__}:TakingTurnsLoop",  # uvicorn: a loop class,
     }
     if workers == 1:
         uvicorn.run(create_app(stores, **settings), **options)
