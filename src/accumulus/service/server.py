@@ -76,7 +76,7 @@ def serve(
         "port": port,
         "log_level": "info",
         "log_config": logging_config(),
-        "http": http.BoundedH11Protocol,
+        "http": http.BoundedHttpToolsProtocol,
         "loop": f"{http.__name__}:TakingTurnsLoop",  # uvicorn: a loop class,
     }
     if workers == 1:
@@ -117,7 +117,7 @@ def app_from_environment() -> FastAPI:
 
 @contextmanager
 def running(
-    app: FastAPI, host: str = "127.0.0.1", protocol: type = http.BoundedH11Protocol
+    app: FastAPI, host: str = "127.0.0.1", protocol: type = http.BoundedHttpToolsProtocol
 ) -> Iterator[str]:
     """Serve ``app`` on a free port of ``host`` from a background thread, as ``serve`` does
     (by ``protocol``); yields its base URL (``http://127.0.0.1:PORT``) and stops the server
