@@ -79,6 +79,9 @@ def serve(
         help="A Host name clients reach the service by, besides the loopback names and "
         "--host (repeatable; *.example.org for subdomains, * for any): others get 400.",
     ),
+    access_log: bool = typer.Option(
+        False, "--access-log", help="Log a line per request (costs CPU under load)."
+    ),
 ) -> None:
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
     from accumulus.service import serve as run_service
@@ -90,6 +93,7 @@ def serve(
         host=host,
         port=port,
         workers=workers,
+        access_log=access_log,
         cache_bytes=cache_mb * 2**20,
         limits=ServiceLimits(
             computations=computations,
