@@ -104,6 +104,9 @@ def serve(
             "--host (repeatable; *.example.org for subdomains, * for any): others get 400.",
         ),
     ] = None,
+    access_log: Annotated[
+        bool, typer.Option("--access-log", help="Log a line per request (costs CPU under load).")
+    ] = False,
 ) -> None:
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
     from accumulus.service import serve as run_service
@@ -115,6 +118,7 @@ def serve(
         host=host,
         port=port,
         workers=workers,
+        access_log=access_log,
         cache_bytes=cache_mb * 2**20,
         limits=ServiceLimits(
             computations=computations,
