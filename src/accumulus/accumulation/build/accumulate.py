@@ -43,7 +43,7 @@ from accumulus.accumulation.model.record import (
 )
 from accumulus.accumulation.model.sidecar import SOURCE_KEY, Sidecar, StaleSidecarError, fingerprint
 from accumulus.accumulation.model.weights import weight_values
-from accumulus.accumulation.model.years import group_times, years
+from accumulus.accumulation.model.years import group_times, time_dimension, years
 from accumulus.chunk_reader import ChunkReadError
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial, sharding_of
@@ -149,14 +149,7 @@ def _build(
         years(cube.decoded, var.dims, f"--stats trend of {variable!r}")  # refused before writing
     compute.check_scheduler(scheduler)
     coverage = final_coverage(cube, var)
-    holders = statistics.stored_arrays(
-        request.weights, statistics.can_be_infinite(var.array.dtype), request.sums
-    )
-    placements = placement.placements(cube, var, request, coverage)
-    coverage = positioned_coverage(var, request, placements, coverage)
-    wanted = spec.make_group(
-        variable, var.dims, request, coverage, holders, placements, stride_unit(var)
-    )
+    wanted = _wanted_group(cube, var, request, coverage)
     for name in (wanted.path, *(a for acc in wanted.accumulations for a in acc.arrays.values())):
         check_component(f"cannot accumulate {variable!r}", name.rpartition("/")[2])
     stored = target.root(cube)
@@ -240,6 +233,37 @@ def _build(
     return BuildResult(
         variable, action, done, tuple(sorted(targets)), time.perf_counter() - started
     )
+
+
+def _wanted_group(
+    cube: RawCube, var: VariableInfo, request: spec.BuildRequest, coverage: dict[str, int]
+) -> spec.AccumulationGroup:
+    """The group ``request`` describes, its optional sums where ``spec.split_for_sums``
+    puts them (siblings at chunk ends and months beside combinations at every element)."""
+    infinite = statistics.can_be_infinite(var.array.dtype)
+    plain, summed = spec.split_for_sums(request, time_dimension(cube.decoded, var.dims))
+    parts = [plain, *summed]
+    placed = [placement.placements(cube, var, part, coverage) for part in parts]
+    # The siblings' entries at chunk ends and months are final or provisional on their own
+    # (``Placement.final``: along the dimension ``append`` grows, the last partial chunk's
+    # and an open month's are provisional): the coverage is the chosen combinations'.
+    chosen = {
+        k: p
+        for part, ps in zip(parts, placed, strict=True)
+        if not part.positioned
+        for k, p in ps.items()
+    }
+    coverage = positioned_coverage(var, request, chosen, coverage)
+    accumulations: list[spec.Accumulation] = []
+    group = None
+    for part, placements in zip(parts, placed, strict=True):
+        holders = statistics.stored_arrays(request.weights, infinite, part.sums)
+        group = spec.make_group(
+            var.name, var.dims, part, coverage, holders, placements, stride_unit(var)
+        )
+        accumulations.extend(group.accumulations)
+    assert group is not None
+    return replace(group, accumulations=tuple(accumulations), weights=request.weights)
 
 
 def _fill_new(
