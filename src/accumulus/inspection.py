@@ -133,6 +133,9 @@ def describe_cube(cube: RawCube, found: AccumulationGroups | None = None) -> dic
                 # Statistics whose extra sums it stores (accumulate --stats), and the bytes
                 # of their arrays (None where a store cannot list them).
                 "stats": _stats_stored(group, accumulations),
+                # The bytes of the accumulations added for them beside the default layout
+                # (``spec.split_for_sums``: at chunk ends and months), all their arrays.
+                "stats_siblings_bytes": _siblings_stored(group, accumulations),
                 "reference": group.reference,
                 "path": spec.group_name(name),
                 "producer": group.producer,
@@ -172,6 +175,19 @@ def _describe_sidecar(found: AccumulationGroups) -> dict[str, Any]:
         stale = sidecar.staleness(found.cube, name, found.root)
         variables[name] = {"stale": stale}
     return {"store": sidecar.label, "source": sidecar.source, "variables": variables}
+
+
+def _siblings_stored(
+    group: spec.AccumulationGroup, accumulations: list[dict[str, Any]]
+) -> int | None:
+    """The bytes of ``group``'s accumulations added for a statistic's sums (None where not
+    known)."""
+    sizes = [
+        described["bytes_stored"]
+        for acc, described in zip(group.accumulations, accumulations, strict=True)
+        if group.is_sums_sibling(acc)
+    ]
+    return None if None in sizes else sum(s or 0 for s in sizes)
 
 
 def _stats_stored(

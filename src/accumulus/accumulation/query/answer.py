@@ -147,11 +147,7 @@ def run_query(
         var.name,
     )
     attributes = cube.raw.variables[var.name].attrs
-    if attributes.get("units") is not None and stat.has_units:
-        units = str(attributes["units"])
-        if stat.units_power != 1:
-            units = f"({units})^{stat.units_power}"
-        data.attrs["units"] = f"({units}) per year" if stat.per_year else units
+    _units(data, attributes, stat)
     if "long_name" in attributes:
         data.attrs["long_name"] = attributes["long_name"]
     stats = QueryStats(
@@ -203,10 +199,26 @@ def _seasonal(
     total = np.zeros((len(terms), *shape))
     per_year = []
     plans, counts = [], [0, 0, 0, 0]
+    # var, std and trend: their sums are additive over the runs as a mean's are, about one
+    # reference and against one clock for all of them.
+    reference = _reference(cube, groups, resolved) if stat.centred else 0.0
+    times = None
+    if stat.timed:
+        dim, steps = years(cube.decoded, var.dims, f"stat {resolved.stat!r}")
+        times = along(steps, var.axis(dim), len(var.dims))
+
+    def answer(sums: np.ndarray) -> np.ndarray:
+        if stat.centred:
+            sums = statistics.centre(terms, sums.copy(), reference)
+        return stat.answer(list(sums), weights != "none")
+
     for _, lo, hi in runs:
         part = replace(resolved, over=over, ranges={**resolved.ranges, tdim: (lo, hi)})
         plan, work, _ = _fastest_plan(groups, var, part, layouts, terms, storage, memory_bytes)
-        done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+        done = execute(
+            cube, groups, var, plan, terms, weights, memory_bytes, work,
+            reference=reference, times=times,
+        )  # fmt: skip
         sums = np.zeros((len(terms), *shape))
         clean = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
         sums[[terms.index(t) for t in done.terms]] = clean
@@ -216,7 +228,7 @@ def _seasonal(
         counts[2] += done.counts.bytes
         counts[3] += done.counts.requests
         if series:
-            per_year.append(stat.answer(list(sums), weights != "none"))
+            per_year.append(answer(sums))
         else:
             total += sums
     indexes = {d: answer_index(cube, resolved, d) for d in kept}
@@ -225,11 +237,9 @@ def _seasonal(
         dims = ("year", *kept)
         indexes["year"] = pd.Index([year for year, _, _ in runs], name="year")
     else:
-        values, dims = np.asarray(stat.answer(list(total), weights != "none")), kept
+        values, dims = np.asarray(answer(total)), kept
     data = _data_array(values, dims, indexes, var.name)
-    attributes = cube.raw.variables[var.name].attrs
-    if attributes.get("units") is not None and stat.has_units:
-        data.attrs["units"] = attributes["units"]
+    _units(data, cube.raw.variables[var.name].attrs, stat)
     stats = QueryStats(counts[0], counts[1], counts[2], counts[3], time.perf_counter() - started)
     data.attrs.update(
         {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over),
@@ -240,6 +250,16 @@ def _seasonal(
     extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
     plan = plans[0] if plans else _plans(var, resolved, [])[0]
     return QueryResult(resolved.query, data, plan, stats, weights, note, extents)
+
+
+def _units(data: xr.DataArray, attributes: Mapping[str, Any], stat: statistics.Statistic) -> None:
+    """The answer's units, from the variable's: squared for a variance, per year for a trend."""
+    if attributes.get("units") is None or not stat.has_units:
+        return
+    units = str(attributes["units"])
+    if stat.units_power != 1:
+        units = f"({units})^{stat.units_power}"
+    data.attrs["units"] = f"({units}) per year" if stat.per_year else units
 
 
 def _correlation(cube: RawCube, resolved: ResolvedQuery, started: float) -> QueryResult:
