@@ -31,7 +31,8 @@ from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.sync import sync
 
 from accumulus import compute
-from accumulus.accumulation.build import placement, stream
+from accumulus.accumulation.build import pairs, placement, stream
+from accumulus.accumulation.model import pairs as model_pairs
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.chunk_check import checksummed_codecs, read_problem_text
 from accumulus.accumulation.model.groups import read_group, stride_unit
@@ -105,9 +106,33 @@ def build_accumulations(
     target = _Target.of(cube, into)
     options = (rebuild, scheduler, progress, target, allow_missing_chunks)
     if held_lock is not None or target.store.read_only:
-        return _build(cube, variable, request, *options)
+        return _with_pairs(cube, variable, request, _build(cube, variable, request, *options))
     with StoreLock(target.store, target.label, task="accumulate"):
-        return _build(cube, variable, request, *options)
+        return _with_pairs(cube, variable, request, _build(cube, variable, request, *options))
+
+
+def _with_pairs(
+    cube: RawCube, variable: str, request: spec.BuildRequest, result: BuildResult
+) -> BuildResult:
+    """The pair sums of a correlation (``build.pairs``) built or brought up to date after
+    the group: those asked for (``request.partners``) and those the cube already keeps, so
+    that re-runs and appends keep them current."""
+    if cube.store.read_only:
+        return result
+    root = zarr.open_group(cube.store, mode="r", use_consolidated=False)
+    partners = sorted({*request.partners, *model_pairs.partners(root, variable)})
+    if not partners:
+        return result
+    var = cube.variable(variable)
+    dim = time_dimension(cube.decoded, var.dims)
+    covered = final_coverage(cube, var).get(dim, 0) if dim is not None else 0
+    rebuilt = result.action in ("built", "rebuilt")
+    done = [
+        pairs.build_pairs(cube, variable, other, covered, rebuild=rebuilt) for other in partners
+    ]
+    if result.action == "up to date" and any(a != "up to date" for a in done):
+        result = replace(result, action="updated")
+    return result
 
 
 @dataclass(frozen=True)

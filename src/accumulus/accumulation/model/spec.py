@@ -278,6 +278,8 @@ class BuildRequest:
     # Every combination positioned, at chunk ends too (``split_for_sums``' siblings: their
     # entries are final or provisional as positioned ones are).
     positioned: bool = False
+    # Variables to keep a correlation's pair sums with (``--stats corr:VAR2``, ``pairs``).
+    partners: tuple[str, ...] = ()
 
     def rules(self, combination: Sequence[str]) -> dict[str, Rule]:
         return {d: self.at.get(d, "chunk") for d in combination}

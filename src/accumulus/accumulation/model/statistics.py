@@ -328,7 +328,7 @@ def extra_sums(stats: Sequence[str]) -> tuple[str, ...]:
     for stat in stats:
         key = "var" if stat == "std" else stat
         if key not in BUILT_STATS:
-            known = ", ".join(BUILT_STATS)
+            known = ", ".join([*BUILT_STATS, "corr:VAR2"])
             raise AccumulusError(f"--stats: no sums to build for {stat!r}: use {known}")
         names.extend(BUILT_STATS[key])
     return tuple(dict.fromkeys(names))
