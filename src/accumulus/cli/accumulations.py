@@ -106,7 +106,8 @@ def accumulate(
         typer.Option(
             "--stats",
             help="Also store the sums these statistics need, comma-separated: var (var and std: "
-            "Σw(x−c)²), trend (Σt, Σt², Σt·x). Not built by default (they add storage).",
+            "Σw(x−c)²), trend (Σt, Σt², Σt·x), corr:VAR2 (pair sums with VAR2, along time). "
+            "Beside the default layout they sit at chunk ends and months. Not built by default.",
         ),
     ] = None,
     into: Annotated[
@@ -242,6 +243,23 @@ def inspect(
             console.print("  all accumulations: " + stored_text(sum(sizes), raw))
             for stat, size in g["stats"].items():
                 console.print(f"  of which the sums of --stats {stat}: " + stored_text(size, raw))
+            if g.get("stats_siblings_bytes"):
+                console.print(
+                    "  of which the accumulations holding them at chunk ends and months: "
+                    + stored_text(g["stats_siblings_bytes"], raw)
+                )
+        for other, kept in g.get("pairs", {}).items():
+            if kept.get("complete"):
+                console.print(
+                    f"  pair sums with {other} (--stats corr:{other}): {kept['entries']} entries "
+                    f"at {kept['at']} of {kept['dim']}, "
+                    + stored_text(
+                        kept["array"]["bytes_stored"],
+                        g["accumulations"][0]["raw_bytes_stored"] if g["accumulations"] else None,
+                    )
+                )
+            else:
+                console.print(f"  pair sums with {other}: unfinished (run accumulate again)")
         for acc in g["accumulations"]:
             arrays = ", ".join(
                 f"{a['path'].rsplit('/', 1)[-1]} {'x'.join(map(str, a['shape']))} "
