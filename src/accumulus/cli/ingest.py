@@ -4,6 +4,7 @@ filters convert and append can keep, as Zarr codecs)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -94,7 +95,8 @@ def append(
                 "--virtual keeps the granules' own chunks; --chunks, --chunking and --shards "
                 "do not apply"
             )
-        _append_virtual(store, granules, dim, zarr_format, skip_existing, options, group)
+        allowed = source["allow_references"] or ()
+        _append_virtual(store, granules, dim, zarr_format, skip_existing, options, group, allowed)
         return
     sizes = dimension_sizes(chunks, "--chunks")
     shard_sizes = dimension_sizes(shards, "--shards")
@@ -163,12 +165,15 @@ def _append_virtual(
     skip_existing: bool,
     options: dict | None,
     group: str | None,
+    allowed: Sequence[str] = (),
 ) -> None:
     from accumulus.destinations import check_file, check_store
     from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
     from accumulus.stores.locations import local_path
     from accumulus.stores.reference_sets import is_parquet_references
     from accumulus.stores.reference_targets import directories_to_allow
+    from accumulus.stores.transactional import directories_to_allow as repository_directories
+    from accumulus.stores.transactional import is_repository_url
 
     if local_path(out) is not None:  # before any granule is read
         check = check_store if is_parquet_references(out) else check_file
@@ -182,11 +187,12 @@ def _append_virtual(
             skip_existing=skip_existing,
             storage_options=options,
             group=group,
+            allow_references=allowed,
         )
     except KeyboardInterrupt:
         raise Interrupted(
-            f"{out} is unchanged (a reference set is replaced in one write, once every granule "
-            "is read); run the same command again"
+            f"{out} is unchanged (a reference set is replaced in one write, and a repository "
+            "commits once, after every granule is read); run the same command again"
         ) from None
     if not _appended_any(result, dim):
         return
@@ -198,7 +204,10 @@ def _append_virtual(
         + _granule_reads(result.bytes_read, result.granule_bytes),
         highlight=False,
     )
-    outside = directories_to_allow(out, result.appended)
+    if is_repository_url(out):  # it reads the containers beside it, or those allowed
+        outside = repository_directories(out, result.appended)
+    else:
+        outside = directories_to_allow(out, result.appended)
     if outside:
         console.print(
             f"[dim]{out} reads granules outside its own directory only where its readers "
