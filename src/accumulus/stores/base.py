@@ -98,6 +98,12 @@ class DelegatingStore(ReadsSync, WrapperStore[Store]):
         store below)."""
         return WrapperStore.get_sync(self, key, prototype=prototype, byte_range=byte_range)
 
+    def reads_in_thread(self) -> bool:
+        """Whether this wrapper's ``read_sync`` reads in the calling thread as well as its
+        ``get`` through zarr's event loop, of its own (``reads_synchronously``; a read-only
+        icechunk session of a local repository)."""
+        return False
+
     def serves_own_bytes(self, key: str) -> bool:
         """Whether ``get(key)`` may return other bytes than the store below holds at
         ``key`` (its size is then that of what ``get`` returns)."""
@@ -163,8 +169,12 @@ def reads_synchronously(store: Store) -> bool:
     zarr's event loop: a local directory or memory, seen only through wrappers whose
     synchronous reads are their asynchronous ones (``sync_reads_pass_through``) — not
     through one that counts or delays its requests (the service's guard passes them on,
-    asking its guard first)."""
-    return isinstance(below_wrappers(store, "sync_reads_pass_through"), LocalStore | MemoryStore)
+    asking its guard first) — or a wrapper below them that reads in the calling thread of
+    its own (``DelegatingStore.reads_in_thread``)."""
+    below = below_wrappers(store, "sync_reads_pass_through")
+    if isinstance(below, DelegatingStore):
+        return below.reads_in_thread()
+    return isinstance(below, LocalStore | MemoryStore)
 
 
 def writes_synchronously(store: Store) -> bool:
