@@ -133,10 +133,10 @@ def accumulate(
         result = api.accumulate(
             store,
             variable,
-            dims or None,
+            dims,
             weights=weights,
             strides=strides,
-            at=at or None,
+            at=at,
             scheduler=scheduler,
             rebuild=rebuild,
             reset=reset,
