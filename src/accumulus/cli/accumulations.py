@@ -12,12 +12,12 @@ from accumulus.cli.entry import load_api
 from accumulus.cli.options import (
     AllowReferences,
     CubeGroup,
+    DataGroup,
     EndpointUrl,
     Ref,
     Scheduler,
     StorageOption,
     Store,
-    group_option,
     pairs,
     positive_int,
     reading,
@@ -134,10 +134,10 @@ def accumulate(
         result = api.accumulate(
             store,
             variable,
-            dims or None,
+            dims,
             weights=weights,
             strides=strides,
-            at=at or None,
+            at=at,
             scheduler=scheduler,
             rebuild=rebuild,
             reset=reset,
@@ -169,9 +169,7 @@ def accumulate(
 def inspect(
     store: Store,
     as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
-    group: Annotated[
-        str | None, group_option("Group of the cube; default: the one group holding data.")
-    ] = None,
+    group: DataGroup = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
     allow_references: AllowReferences = None,
@@ -182,9 +180,7 @@ def inspect(
 
     from rich.table import Table
 
-    api = load_api()
-
-    info = api.inspect(
+    info = load_api().inspect(
         store, group=group, **reading(endpoint_url, storage_option, allow_references, ref)
     )
     if as_json:
