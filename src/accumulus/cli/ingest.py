@@ -24,37 +24,47 @@ from accumulus.errors import AccumulusError, Interrupted
 
 
 def append(
-    store: str = typer.Argument(..., help="Cube path or URL (dir, file://, s3://)."),
-    granules: list[str] = typer.Argument(
-        ..., help="NetCDF4/HDF5 files or Zarr stores, in any order."
-    ),
-    dim: str = typer.Option("time", "--dim", help="The dimension to append along."),
-    chunks: list[str] = typer.Option(
-        None,
-        "--chunks",
-        help="When the cube is created: dim=size,... e.g. time=40 (default: ~100 MiB chunks).",
-    ),
-    chunking: str = typer.Option(
-        None,
-        "--chunking",
-        help="When the cube is created, along --dim: month or year (a chunk per calendar "
-        "period), per-granule (each granule a chunk), grow (chunks that grow with the cube to "
-        "their size), or a size. Variable chunks need Zarr v3.",
-    ),
-    shards: list[str] = typer.Option(
-        None,
-        "--shards",
-        help="When the cube is created (Zarr v3): data chunks packed in shards of dim=size,... "
-        "e.g. time=365 (multiples of the chunks; one chunk per shard along other dimensions).",
-    ),
-    skip_existing: bool = typer.Option(
-        False, "--skip-existing", help="Skip steps already in the cube instead of refusing."
-    ),
-    zarr_format: int = typer.Option(
-        None,
-        "--zarr-format",
-        help="When the cube is created: 2 or 3 (default 2; 3 with a named --chunking or --shards).",
-    ),
+    store: Annotated[str, typer.Argument(help="Cube path or URL (dir, file://, s3://).")],
+    granules: Annotated[
+        list[str], typer.Argument(help="NetCDF4/HDF5 files or Zarr stores, in any order.")
+    ],
+    dim: Annotated[str, typer.Option("--dim", help="The dimension to append along.")] = "time",
+    chunks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--chunks",
+            help="When the cube is created: dim=size,... e.g. time=40 (default: ~100 MiB chunks).",
+        ),
+    ] = None,
+    chunking: Annotated[
+        str | None,
+        typer.Option(
+            "--chunking",
+            help="When the cube is created, along --dim: month or year (a chunk per calendar "
+            "period), per-granule (each granule a chunk), grow (chunks that grow with the cube to "
+            "their size), or a size. Variable chunks need Zarr v3.",
+        ),
+    ] = None,
+    shards: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--shards",
+            help="When the cube is created (Zarr v3): data chunks packed in shards of dim=size,... "
+            "e.g. time=365 (multiples of the chunks; one chunk per shard along other dimensions).",
+        ),
+    ] = None,
+    skip_existing: Annotated[
+        bool,
+        typer.Option("--skip-existing", help="Skip steps already in the cube instead of refusing."),
+    ] = False,
+    zarr_format: Annotated[
+        int | None,
+        typer.Option(
+            "--zarr-format",
+            help="When the cube is created: 2 or 3 "
+            "(default 2; 3 with a named --chunking or --shards).",
+        ),
+    ] = None,
     group: Annotated[
         str | None,
         group_option(
@@ -64,12 +74,14 @@ def append(
     ] = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
-    virtual: bool = typer.Option(
-        False,
-        "--virtual",
-        help="Write references to the granules' chunks, no data copied: a .json reference "
-        "file, or a .parq Parquet reference set (for large archives).",
-    ),
+    virtual: Annotated[
+        bool,
+        typer.Option(
+            "--virtual",
+            help="Write references to the granules' chunks, no data copied: a .json reference "
+            "file, or a .parq Parquet reference set (for large archives).",
+        ),
+    ] = False,
     allow_references: AllowReferences = None,
 ) -> None:
     """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
@@ -226,7 +238,7 @@ def _granule_reads(read: int, total: int) -> str:
 
 
 def filters(
-    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
 ) -> None:
     """The HDF5 filter ↔ Zarr codec pairing table: which filters are usable here, and why not."""
     import json
@@ -269,14 +281,16 @@ def _side_text(provider: str | None, problem: str | None) -> str:
 
 
 def convert(
-    src: str = typer.Argument(..., help="NetCDF4/HDF5 or NetCDF-3 file."),
-    dest: str = typer.Argument(..., help="Zarr directory to create (must not exist)."),
-    zarr_format: int = typer.Option(2, "--zarr-format", help="2 (default) or 3."),
-    codec: list[str] = typer.Option(
-        [],
-        "--codec",
-        help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
-    ),
+    src: Annotated[str, typer.Argument(help="NetCDF4/HDF5 or NetCDF-3 file.")],
+    dest: Annotated[str, typer.Argument(help="Zarr directory to create (must not exist).")],
+    zarr_format: Annotated[int, typer.Option("--zarr-format", help="2 (default) or 3.")] = 2,
+    codec: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--codec",
+            help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
+        ),
+    ] = None,
     group: Annotated[
         str | None,
         group_option(
@@ -289,7 +303,7 @@ def convert(
     from accumulus.ingest.convert import convert as convert_file
     from accumulus.ingest.convert import parse_codec_options
 
-    per_variable, default = parse_codec_options(codec)
+    per_variable, default = parse_codec_options(codec or [])
     plan = convert_file(
         src,
         dest,
@@ -309,17 +323,22 @@ def convert(
 
 
 def rechunk(
-    src: str = typer.Argument(..., help="Cube path or URL to read."),
-    dest: str = typer.Argument(..., help="Store to write (must not exist): dir, memory://, s3://."),
-    chunks: list[str] = typer.Option(
-        ...,
-        "--chunks",
-        help="dim=rule: time=month, time=year, lat=90 or time=31,28,31,... (repeatable; "
-        "several in one: time=month,lat=90). Dimensions not named keep their chunks.",
-    ),
-    zarr_format: int = typer.Option(
-        None, "--zarr-format", help="2 or 3. Default: the source's, or 3 when chunks vary."
-    ),
+    src: Annotated[str, typer.Argument(help="Cube path or URL to read.")],
+    dest: Annotated[
+        str, typer.Argument(help="Store to write (must not exist): dir, memory://, s3://.")
+    ],
+    chunks: Annotated[
+        list[str],
+        typer.Option(
+            "--chunks",
+            help="dim=rule: time=month, time=year, lat=90 or time=31,28,31,... (repeatable; "
+            "several in one: time=month,lat=90). Dimensions not named keep their chunks.",
+        ),
+    ],
+    zarr_format: Annotated[
+        int | None,
+        typer.Option("--zarr-format", help="2 or 3. Default: the source's, or 3 when chunks vary."),
+    ] = None,
     scheduler: Scheduler = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
