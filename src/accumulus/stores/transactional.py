@@ -23,8 +23,9 @@ only asynchronous reads, and each one handed to zarr's event loop and on to icec
 threads cost more than the read (0.2-0.7 ms a chunk against 0.02 ms for a file). A snapshot
 never changes, so ``SnapshotFiles`` reads each metadata document once, and each array's
 chunk map once (``array_chunk_iterator``: a chunk's file, offset and length under
-``chunks/``, or its inline bytes); a chunk is then one read of a local file. Virtual chunks
-are read by icechunk (from the containers it authorized).
+``chunks/``, or its inline bytes); a chunk is then one read of a local file, and so is a
+virtual chunk in a local granule of an authorized container (a regular file only). Other
+virtual chunks are read by icechunk.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from zarr.storage import WrapperStore
 from accumulus.errors import AccumulusError
 from accumulus.stores.base import DelegatingStore
 from accumulus.stores.locations import StoreNotFoundError, url_scheme
+from accumulus.stores.safe_reads import read_file_range
 
 SCHEMES = frozenset({"icechunk", "icechunk+s3"})
 DEFAULT_BRANCH = "main"
@@ -274,7 +276,8 @@ def open_repository(
         raise AccumulusError(f"cannot open {url}: {_reason(exc)}") from None
     files = None
     if mode == "r" and url_scheme(url) == "icechunk":
-        files = SnapshotFiles(session.store, _local_path(url))
+        local = tuple(prefix for prefix in access if prefix.startswith("file://"))
+        files = SnapshotFiles(session.store, _local_path(url), local)
     return TransactionalStore(
         session.store,
         session=session,
@@ -290,9 +293,10 @@ class SnapshotFiles:
     metadata documents and chunk maps read once (a snapshot never changes), its chunks
     from the repository's files (see the module's docstring)."""
 
-    def __init__(self, store: Store, root: Path) -> None:
+    def __init__(self, store: Store, root: Path, granules: tuple[str, ...] = ()) -> None:
         self.store = store
         self.chunks = root / "chunks"  # icechunk's layout: chunks/<chunk id>
+        self.granules = granules  # the authorized containers of local files (file://…/)
         self._documents: dict[str, bytes | None] = {}
         # Per array path: its chunks' keys -> inline bytes, or (kind, path, offset, length).
         self._maps: dict[str, dict[str, bytes | tuple[int, str, int, int]]] = {}
@@ -311,12 +315,24 @@ class SnapshotFiles:
         if isinstance(where, bytes):
             return _ranged(where, byte_range)
         kind, path, offset, length = where
-        if kind != _NATIVE:  # a virtual chunk: icechunk checks its granule is unchanged
-            return self._fetched(key, byte_range)
+        if kind == _NATIVE:
+            file = str(self.chunks / path)
+        else:
+            file = self._granule(path)
+            if file is None:  # not a plain local file icechunk may read: icechunk says why
+                return self._fetched(key, byte_range)
         start, stop = _span(length, byte_range)
-        with open(self.chunks / path, "rb") as file:
-            file.seek(offset + start)
-            return file.read(stop - start)
+        return read_file_range(file, offset + start, offset + stop)
+
+    def _granule(self, url: str) -> str | None:
+        """The local file a virtual chunk's URL names, when it lies in an authorized
+        container (as written: no ``..``, no percent-encoding); None otherwise."""
+        if not url.startswith("file://") or "%" in url:
+            return None
+        path = url.removeprefix("file://")
+        if os.path.normpath(path) != path:
+            return None
+        return path if any(url.startswith(prefix) for prefix in self.granules) else None
 
     def _fetched(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
         from zarr.core.buffer import default_buffer_prototype
