@@ -26,6 +26,12 @@ chunk map once (``array_chunk_iterator``: a chunk's file, offset and length unde
 ``chunks/``, or its inline bytes); a chunk is then one read of a local file, and so is a
 virtual chunk in a local granule of an authorized container (a regular file only). Other
 virtual chunks are read by icechunk.
+
+Virtual chunks (``append … --virtual``) are read from *virtual chunk containers*, which
+the repository's configuration lists (``add_containers``: one per granule directory) and a
+reader must authorize. As a reference set reads only beside itself, a repository reads the
+containers beside it and those under ``allow_references`` (``authorized``); a chunk in
+another is refused in one line naming the option to give (``_refused``).
 """
 
 from __future__ import annotations
