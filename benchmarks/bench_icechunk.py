@@ -194,6 +194,38 @@ def housekeeping(path: Path, snapshots: list[str | None], keep: int) -> dict:
     }
 
 
+def growth(args: argparse.Namespace) -> None:
+    """Only the repositories' daily appends, for a long run (10 vs ``days`` commits)."""
+    with tempfile.TemporaryDirectory(prefix="bench-icechunk-") as tmp:
+        work = Path(tmp)
+        granules = make_granules(work / "in", args.days, 8, *args.grid)
+        repo_path, bare = work / "repo", work / "in" / "references-repo"
+        vz_path = work / "virtualizarr-repo"
+        runs = {
+            "icechunk": daily(
+                repo_path, granules, accumulus_appends(f"icechunk://{repo_path}", args.chunk)
+            ),
+            "virtual_references_only": daily(
+                bare, granules, virtual_appends(f"icechunk://{bare}", None)
+            ),
+            "virtualizarr": daily(vz_path, granules, virtualizarr_appends(vz_path, granules)),
+        }
+        paths = {"icechunk": repo_path, "virtual_references_only": bare, "virtualizarr": vz_path}
+        report(
+            {
+                "benchmark": "icechunk --growth-only",
+                "days": args.days,
+                "grid": list(args.grid),
+                "granule_bytes": sum(p.stat().st_size for p in granules) // args.days,
+                "stores": {
+                    name: {**summary(run, args.window), "bytes": directory_bytes(paths[name])}
+                    for name, run in runs.items()
+                },
+                "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            }
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=60)
@@ -203,7 +235,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--keep", type=int, default=7, help="days of snapshots kept by expiry")
     parser.add_argument("--no-virtual", action="store_true", help="copying appends only")
+    parser.add_argument(
+        "--growth-only",
+        action="store_true",
+        help="appends only, into icechunk, virtual_references_only and virtualizarr (no plain "
+        "store, no queries, no expiry): how appends grow over many commits",
+    )
     args = parser.parse_args()
+    if args.growth_only:
+        growth(args)
+        return
 
     with tempfile.TemporaryDirectory(prefix="bench-icechunk-") as tmp:
         work = Path(tmp)
