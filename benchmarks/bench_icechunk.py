@@ -211,32 +211,34 @@ def housekeeping(path: Path, snapshots: list[str | None], keep: int) -> dict:
 
 
 def growth(args: argparse.Namespace) -> None:
-    """Only the repositories' daily appends, for a long run (10 vs ``days`` commits)."""
+    """Only the repositories' daily appends (``--growth-only``, the stores ``--growth-stores``
+    names), for a long run: 10 vs ``days`` commits."""
     with tempfile.TemporaryDirectory(prefix="bench-icechunk-") as tmp:
         work = Path(tmp)
         granules = make_granules(work / "in", args.days, 8, *args.grid)
-        repo_path, bare = work / "repo", work / "in" / "references-repo"
-        vz_path = work / "virtualizarr-repo"
-        runs = {
-            "icechunk": daily(
-                repo_path, granules, accumulus_appends(f"icechunk://{repo_path}", args.chunk)
-            ),
-            "virtual_references_only": daily(
-                bare, granules, virtual_appends(f"icechunk://{bare}", None)
-            ),
-            "virtualizarr": daily(vz_path, granules, virtualizarr_appends(vz_path, granules)),
+        paths = {
+            "icechunk": work / "repo",
+            "virtual_references_only": work / "in" / "references-repo",
+            "virtualizarr": work / "virtualizarr-repo",
         }
-        paths = {"icechunk": repo_path, "virtual_references_only": bare, "virtualizarr": vz_path}
+        stores = {}
+        for name in args.growth_stores.split(","):
+            path = paths[name]
+            if name == "icechunk":
+                append = accumulus_appends(f"icechunk://{path}", args.chunk)
+            elif name == "virtual_references_only":
+                append = virtual_appends(f"icechunk://{path}", None)
+            else:
+                append = virtualizarr_appends(path, granules)
+            run = daily(path, granules, append)
+            stores[name] = {**summary(run, args.window), "bytes": directory_bytes(path)}
         report(
             {
                 "benchmark": "icechunk --growth-only",
                 "days": args.days,
                 "grid": list(args.grid),
                 "granule_bytes": sum(p.stat().st_size for p in granules) // args.days,
-                "stores": {
-                    name: {**summary(run, args.window), "bytes": directory_bytes(paths[name])}
-                    for name, run in runs.items()
-                },
+                "stores": stores,
                 "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             }
         )
@@ -257,6 +259,11 @@ def main() -> None:
         action="store_true",
         help="appends only, into icechunk, virtual_references_only and virtualizarr (no plain "
         "store, no queries, no expiry): how appends grow over many commits",
+    )
+    parser.add_argument(
+        "--growth-stores",
+        default="icechunk,virtual_references_only,virtualizarr",
+        help="with --growth-only: which, comma-separated",
     )
     args = parser.parse_args()
     if args.growth_only:
