@@ -21,6 +21,14 @@ CASES = {
     "counts": ("int64", -1, [numcodecs.Fletcher32()], numcodecs.Zstd(3), "."),
     "shuffled": ("float64", np.nan, [numcodecs.Shuffle(8)], numcodecs.Zlib(1), "/"),
     "bare": ("float32", 0.0, None, None, "."),
+    # As a build writes positioned arrays: Blosc, then the checksum over its bytes.
+    "checked": (
+        "uint16",
+        65535,
+        [numcodecs.Blosc("lz4", 1, numcodecs.Blosc.BITSHUFFLE), numcodecs.Fletcher32()],
+        None,
+        ".",
+    ),
     "big-endian": (">f8", np.nan, None, numcodecs.Blosc("zstd", 1), "."),
 }
 
@@ -154,3 +162,4 @@ def test_chunks_one_value_wide_are_copied_in_chunk_order(
     assert (ordered[-1] is not None) == (shape[2] > 1)
     assert _stored(tmp_path / "g.zarr", "by_us") == _stored(tmp_path / "g.zarr", "by_zarr")
     np.testing.assert_array_equal(by_us[window], values.astype(dtype))
+
