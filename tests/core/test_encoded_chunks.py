@@ -162,4 +162,3 @@ def test_chunks_one_value_wide_are_copied_in_chunk_order(
     assert (ordered[-1] is not None) == (shape[2] > 1)
     assert _stored(tmp_path / "g.zarr", "by_us") == _stored(tmp_path / "g.zarr", "by_zarr")
     np.testing.assert_array_equal(by_us[window], values.astype(dtype))
-

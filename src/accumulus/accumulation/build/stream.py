@@ -52,7 +52,11 @@ from accumulus.raw_cube import VariableInfo
 from accumulus.stores.arrays import array_at
 
 SLAB_BYTES = 256 * 2**20  # stored bytes of raw data per slab, at most
-SUMS_BYTES = 96 * 2**20  # per-segment sums (float64) per slab
+# Per-segment sums (float64) per slab of a walk along the batch dimension: at 96 MiB a build
+# at every element alone (--at lat=1,lon=1) took slabs of two raw chunks and held twice the
+# memory for no less CPU (docs/benchmarks.md, "Default path: build passes").
+SUMS_BYTES = 48 * 2**20
+TILE_SUMS_BYTES = 96 * 2**20  # and per tile of a walk along another one (``tiled_walk``)
 KEPT_BYTES = 320 * 2**20  # arrays kept for the next slab to fill, at most (``Buffers``)
 KEPT_LEAST_BYTES = 16 * 2**20  # and not smaller ones (``MMAP_THRESHOLD``: malloc reuses them)
 WRITES_BOUND = 0.5  # sums per value from which a build is bound by its writes
@@ -95,7 +99,7 @@ def tiled_walk(
     within tiles of the other dimensions that hold whole chunks of every array and of the raw
     data (prefix sums carried from one slab to the next within a tile), every slab's entries
     are whole chunks, written as soon as they are summed. None when that does not apply (or a
-    tile's sums would pass ``SUMS_BYTES``)."""
+    tile's sums would pass ``TILE_SUMS_BYTES``)."""
     prefixed = {acc.prefix_dims for acc in group.accumulations}
     if len(prefixed) != 1:
         return None
@@ -120,7 +124,7 @@ def tiled_walk(
     along = max(var.bounds[var.axis(dim)].sizes, default=1)
     terms = max(len(set(acc.arrays.values())) for acc in group.accumulations)
     if prod(min(n, var.shape[var.axis(d)]) for d, n in sides.items()) * along * terms * 8 > (
-        SUMS_BYTES
+        TILE_SUMS_BYTES
     ):
         return None
     ranges = [
