@@ -313,10 +313,12 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     result may be this thread's scratch space (``_scratch``), to be added before the next."""
     if part.contract is not None:  # weights along one summed axis: Σ w·x in one product
         axis, weights = part.contract
-        values = np.tensordot(slab, weights, axes=([axis], [0]))
-        rest = tuple(a - (a > axis) for a in part.summed if a != axis)
-        if rest:
-            values = values.sum(axis=rest)
+        axes = _AXES[: slab.ndim]
+        kept = [axes[a] for a in range(slab.ndim) if a not in part.summed]
+        # The other summed axes summed and the kept ones ordered in the same call: for the
+        # small slabs of a series, a quarter of tensordot's time.
+        into = "".join(kept[k] for k in part.order)
+        return np.einsum(f"{axes},{axes[axis]}->{into}", slab, weights)
     elif part.weights is not None:
         shape = np.broadcast_shapes(slab.shape, np.shape(part.weights))
         values = np.multiply(slab, part.weights, out=_scratch(shape, 0), dtype="f8")
@@ -327,6 +329,9 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     else:
         values = slab  # converted as it is added
     return values.transpose(part.order)
+
+
+_AXES = "abcdefghijklmnopqrstuvwxyz"  # einsum's names of a slab's axes
 
 
 def _contraction(
