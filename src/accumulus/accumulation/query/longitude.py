@@ -81,7 +81,9 @@ def longitude_range(
     if inside.all():
         return (0, lons.size), clipped
     # The run starts at the cell inside whose predecessor (circularly) is not.
-    lo = int(np.flatnonzero(inside & ~np.roll(inside, 1))[0])
+    before = np.empty_like(inside)  # each cell's predecessor (np.roll, without its overhead)
+    before[0], before[1:] = inside[-1], inside[:-1]
+    lo = int(np.flatnonzero(inside & ~before)[0])
     return (lo, lo + int(inside.sum())), clipped
 
 

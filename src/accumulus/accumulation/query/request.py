@@ -428,11 +428,11 @@ def date_positions(index: pd.DatetimeIndex, start: Bound, stop: Bound) -> tuple[
         if bound is None:
             found.append(len(values) if after else 0)
             continue
-        period = iso_period(bound)
+        period = period_in_unit(bound, unit) if isinstance(bound, str) else None
         if period is None:
             return None
         # The stop's period ends where the next one begins.
-        found.append(int(np.searchsorted(values, in_unit(period[after], unit))))
+        found.append(int(np.searchsorted(values, period[after])))
     lo, hi = found
     return lo, max(lo, hi)
 
@@ -441,7 +441,12 @@ def iso_period(bound: Bound) -> tuple[np.datetime64, np.datetime64] | None:
     """The period an ISO date stands for (a year, a month, a day, …): its start and the start
     of the next, in the unit of the date's last field, which holds any year; None for what
     is not an ISO date (or names none, as "2001-20")."""
-    if not isinstance(bound, str) or not _ISO_DATE.fullmatch(bound):
+    return _iso_period(bound) if isinstance(bound, str) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso_period(bound: str) -> tuple[np.datetime64, np.datetime64] | None:
+    if not _ISO_DATE.fullmatch(bound):
         return None
     try:
         start = np.datetime64(bound)
@@ -449,6 +454,16 @@ def iso_period(bound: Bound) -> tuple[np.datetime64, np.datetime64] | None:
         return None
     unit = np.datetime_data(start.dtype)[0]  # the date's own unit, one numpy names
     return start, start + np.timedelta64(1, unit)  # type: ignore[call-overload]
+
+
+@functools.lru_cache(maxsize=4096)
+def period_in_unit(bound: str, unit: str) -> tuple[int, int] | None:
+    """``iso_period`` of ``bound`` with both ends ``in_unit``: read once per date and unit
+    (a query asks for each of its dates twice, and dates recur from question to question)."""
+    period = iso_period(bound)
+    if period is None:
+        return None
+    return in_unit(period[0], unit), in_unit(period[1], unit)
 
 
 def in_unit(moment: np.datetime64, unit: str) -> int:
@@ -638,10 +653,11 @@ def _comparable(index: pd.Index, bound: Bound) -> Bound:
         return pd.Timestamp(bound)
     if not isinstance(bound, str):
         return bound
-    period = iso_period(bound)
-    if isinstance(index, pd.DatetimeIndex) and index.tz is None and period is not None:
+    if isinstance(index, pd.DatetimeIndex) and index.tz is None:
         unit = np.datetime_data(index.dtype)[0]
-        return np.datetime64(in_unit(period[0], unit), unit)  # type: ignore[call-overload]  # index's unit
+        period = period_in_unit(bound, unit)
+        if period is not None:
+            return np.datetime64(period[0], unit)  # type: ignore[call-overload]  # index's unit
     stamp = pd.Timestamp(bound)
     if isinstance(index, xr.CFTimeIndex):
         fields = ("year", "month", "day", "hour", "minute", "second", "microsecond")
