@@ -688,11 +688,13 @@ def _data_array(
 
 
 def _weights_without_noise(
-    terms: Sequence[str], sums: np.ndarray, magnitude: np.ndarray
+    terms: Sequence[str], sums: np.ndarray, magnitude: np.ndarray | None
 ) -> np.ndarray:
     """The sums, those of weights (Σw, Σ1) within the noise of 0 (``noise_floor`` of the
     ``magnitude`` of the entries added into them) set to 0 in place: prefix-sum differences
     over no valid value, which would otherwise make a mean of 0/1e-17 instead of NaN."""
+    if magnitude is None:  # no floating-point entry was added: nothing to cancel
+        return sums
     for k, name in enumerate(terms):
         if statistics.SUMS[name].is_weight:
             limit, row = noise_floor(magnitude[k]), sums[k, ...]  # a view, also of one value
