@@ -203,6 +203,7 @@ def accumulate(
     default ``main``).
     """
     from accumulus.accumulation.build.accumulate import build_accumulations, check_request
+    from accumulus.accumulation.build.pairs import check_partner, partner_of
 
     if into is not None and not isinstance(store, str | os.PathLike):
         raise AccumulusError("into= needs the source as a path or URL, which it records")
@@ -227,7 +228,14 @@ def accumulate(
             )
             request = replace(request, shards=shards)
             if stats is not None:
-                request = replace(request, sums=statistics.extra_sums(stats))
+                plain, partners = partner_of(list(stats))
+                if partners and into is not None:
+                    raise AccumulusError("--stats corr:VAR2 is kept in the cube, not a sidecar")
+                for other in partners:
+                    check_partner(cube, var, other)  # before anything is written
+                request = replace(
+                    request, sums=statistics.extra_sums(plain), partners=tuple(partners)
+                )
             elif kept is not None:
                 request = replace(request, sums=kept.sums)
             if unknown is not None:

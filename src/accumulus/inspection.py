@@ -9,7 +9,7 @@ from zarr.abc.store import Store
 from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.sync import sync
 
-from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model import pairs, spec, statistics
 from accumulus.accumulation.model.groups import AccumulationGroups
 from accumulus.grid import array_bounds, sharding_of
 from accumulus.raw_cube import RawCube
@@ -133,6 +133,11 @@ def describe_cube(cube: RawCube, found: AccumulationGroups | None = None) -> dic
                 # Statistics whose extra sums it stores (accumulate --stats), and the bytes
                 # of their arrays (None where a store cannot list them).
                 "stats": _stats_stored(group, accumulations),
+                # The bytes of the accumulations added for them beside the default layout
+                # (``spec.split_for_sums``: at chunk ends and months), all their arrays.
+                "stats_siblings_bytes": _siblings_stored(group, accumulations),
+                # A correlation's pair sums with each partner (accumulate --stats corr:VAR2).
+                "pairs": _pairs_stored(cube, name),
                 "reference": group.reference,
                 "path": spec.group_name(name),
                 "producer": group.producer,
@@ -172,6 +177,40 @@ def _describe_sidecar(found: AccumulationGroups) -> dict[str, Any]:
         stale = sidecar.staleness(found.cube, name, found.root)
         variables[name] = {"stale": stale}
     return {"store": sidecar.label, "source": sidecar.source, "variables": variables}
+
+
+def _pairs_stored(cube: RawCube, variable: str) -> dict[str, dict[str, Any]]:
+    """Each variable ``variable`` keeps pair sums with -> where their entries end, how many
+    are final, and their array."""
+    out = {}
+    for other in pairs.partners(cube.root, variable):
+        found = pairs.read_pairs(cube.root, variable, other)
+        if found is None:
+            out[other] = {"complete": False}
+            continue
+        described, array = found
+        out[other] = {
+            "complete": True,
+            "dim": described.dim,
+            "at": "chunk ends",
+            "entries": len(described.positions),
+            "final": described.final,
+            "array": describe_array(array, list(dimension_names(array))),
+        }
+    return out
+
+
+def _siblings_stored(
+    group: spec.AccumulationGroup, accumulations: list[dict[str, Any]]
+) -> int | None:
+    """The bytes of ``group``'s accumulations added for a statistic's sums (None where not
+    known)."""
+    sizes = [
+        described["bytes_stored"]
+        for acc, described in zip(group.accumulations, accumulations, strict=True)
+        if group.is_sums_sibling(acc)
+    ]
+    return None if None in sizes else sum(s or 0 for s in sizes)
 
 
 def _stats_stored(

@@ -1,5 +1,6 @@
 """``stat="corr", with_=VAR2``: Pearson's r of two variables' valid pairs, as
-``xr.corr(a, b, dim=over)``, read from the raw chunks of both (their sums are not built)."""
+``xr.corr(a, b, dim=over)``: from the raw chunks of both, and from the pair sums that
+``accumulate --stats corr:VAR2`` keeps (prefix sums along time at chunk ends)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accumulus
+from accumulus.accumulation.model import pairs
 from accumulus.errors import AccumulusError
 from cubes import VAR, labels, synthetic_dataset
 
@@ -40,6 +42,8 @@ def test_corr_equals_xarray(tmp_path_factory, sizes, seed, nan_fraction, data):
     path = tmp_path_factory.mktemp("corr") / "cube.zarr"
     ds.to_zarr(path, zarr_format=2, consolidated=True,
                encoding={v: {"chunks": c} for v, c in chunks.items()})  # fmt: skip
+    if data.draw(st.booleans()):
+        accumulus.accumulate(str(path), VAR, stats=["corr:tas"])
     over = data.draw(st.lists(st.sampled_from(DIMS), min_size=1, max_size=3, unique=True))
     lo = data.draw(st.integers(0, sizes["time"] - 1))
     hi = data.draw(st.integers(lo + 1, sizes["time"]))
@@ -83,3 +87,66 @@ def test_the_accessor_asks_the_statistics(tmp_path):
     january = data.where(data.time.dt.month == 1, drop=True).weighted(w).mean(DIMS)
     got = opened[VAR].accumulus.mean(["lat", "lon"], season="JAN")
     np.testing.assert_allclose(got.values, [january.item()])
+
+
+def _corr(ds: xr.Dataset, time: slice) -> xr.DataArray:
+    selected = ds.isel(time=time).astype("f8")
+    return xr.corr(selected[VAR], selected["tas"], dim="time")
+
+
+def test_pair_sums_answer_whole_chunks_without_raw_chunks(tmp_path):
+    """``--stats corr:tas``: a map over whole chunks reads two entries and no raw chunk,
+    other periods their ends raw; verify recomputes the entries (and finds one changed);
+    inspect lists them; an append extends them."""
+    ds = _two_variables({"time": 60, "lat": 4, "lon": 5}, 11, 0.2, offset=280.0)
+    path = tmp_path / "cube.zarr"
+    encoding = {v: {"chunks": (10, 4, 5)} for v in (VAR, "tas")}
+    ds.isel(time=slice(0, 40)).to_zarr(path, zarr_format=2, consolidated=True, encoding=encoding)
+    built = accumulus.accumulate(str(path), VAR, stats=["corr:tas"])
+    assert built.action == "built"
+    [group] = accumulus.inspect(str(path))["accumulation_groups"]
+    assert group["pairs"]["tas"]["entries"] == 4 and group["pairs"]["tas"]["final"] == 4
+    [report] = accumulus.verify(str(path), VAR)
+    assert report.ok and pairs.pairs_path(VAR, "tas") in report.checked, report.problems
+    for period, raw in [((10, 30), 0), ((0, 40), 0), ((3, 37), 2 * 2)]:
+        got = accumulus.query(
+            str(path), VAR, ["time"], {"time": labels(ds, "time", *period)},
+            stat="corr", with_="tas",
+        )  # fmt: skip
+        want = _corr(ds, slice(*period))
+        np.testing.assert_allclose(got.data.values, want.values, rtol=1e-9)
+        assert got.stats.raw_chunks_read == raw, (period, got.stats)
+        assert got.stats.accumulation_chunks_read > 0 and "pair sums" in got.note
+    scanned = accumulus.query(
+        str(path), VAR, ["time"], stat="corr", with_="tas", use_accumulation=False
+    )
+    assert scanned.stats.accumulation_chunks_read == 0
+    # Appended by xarray: a re-run extends the pair sums from their last entry.
+    ds.isel(time=slice(40, 60)).to_zarr(path, append_dim="time")
+    assert accumulus.accumulate(str(path), VAR).action == "updated"
+    got = accumulus.query(str(path), VAR, ["time"], stat="corr", with_="tas")
+    np.testing.assert_allclose(got.data.values, _corr(ds, slice(0, 60)).values, rtol=1e-9)
+    assert got.stats.raw_chunks_read == 0
+    [report] = accumulus.verify(str(path), VAR)
+    assert report.ok, report.problems
+    # An entry changed on disk: verify says which.
+    import zarr
+
+    array = zarr.open_group(path, mode="r+")[pairs.pairs_path(VAR, "tas")]
+    array[2, 5] = array[2, 5] + 1.0
+    [report] = accumulus.verify(str(path), VAR)
+    assert any("entry 2" in p and "tas" in p for p in report.problems), report.problems
+
+
+def test_pair_sums_are_asked_for_by_name(tmp_path):
+    ds = _two_variables({"time": 6, "lat": 3, "lon": 2}, 1, 0.0)
+    ds["other_grid"] = (("lat",), np.arange(3.0))
+    ds.to_zarr(tmp_path / "c.zarr", zarr_format=2, consolidated=True)
+    path = str(tmp_path / "c.zarr")
+    with pytest.raises(AccumulusError, match="corr needs its second variable: corr:VAR2"):
+        accumulus.accumulate(path, VAR, stats=["corr"])
+    with pytest.raises(AccumulusError, match="corr:nothing: no such data variable"):
+        accumulus.accumulate(path, VAR, stats=["corr:nothing"])
+    with pytest.raises(AccumulusError, match=r"corr:other_grid: dimensions .* differ"):
+        accumulus.accumulate(path, VAR, stats=["var", "corr:other_grid"])
+    assert accumulus.inspect(path)["accumulation_groups"] == []  # nothing written

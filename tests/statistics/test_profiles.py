@@ -100,11 +100,18 @@ def test_vertical_profiles_equal_xarray(tmp_path, layout, chunks):
                 assert got.dims == kept and list(got["level"].values) == LEVELS
                 assert got.attrs["raw_chunks_read"] == 0, (over, got.attrs)
                 assert got.attrs["accumulation_chunks_read"] > 0
-    if layout == "default":  # prefix sums at every step: any time range, as the docs say
-        period = {"time": ("2001-01-02", "2001-01-07")}
+    if layout == "default":
+        # The mean's sums at every step: any time range. A statistic's sums at chunk ends and
+        # months (``spec.split_for_sums``): a period of whole chunks.
+        days = chunks["time"]
+        aligned = {"time": ("2001-01-01", f"2001-01-{days:02d}")}
+        unaligned = {"time": ("2001-01-02", "2001-01-07")}
         for over in (PROFILE, ["lon", "time"]):
-            got = accumulus.average(str(path), VAR, over, period, stat="std", plan="accumulation")
-            assert got.attrs["raw_chunks_read"] == 0
+            for stat, period in (("mean", unaligned), ("std", aligned)):
+                got = accumulus.average(
+                    str(path), VAR, over, period, stat=stat, plan="accumulation"
+                )
+                assert got.attrs["raw_chunks_read"] == 0, (stat, over, got.attrs)
 
 
 def test_a_vertical_profile_from_the_command_line(tmp_path, capsys, monkeypatch):

@@ -67,5 +67,62 @@ def test_bad_seasons_are_refused(cube):
     _, path = cube
     with pytest.raises(AccumulusError, match="unknown season 'JJX'"):
         accumulus.average(path, VAR, ["time"], season="JJX")
-    with pytest.raises(AccumulusError, match="takes stat mean, sum or count"):
-        accumulus.average(path, VAR, ["time"], season="JJA", stat="var")
+    with pytest.raises(AccumulusError, match="takes stat mean, sum, count, var, std, trend"):
+        accumulus.average(path, VAR, ["time"], season="JJA", stat="corr", with_=VAR)
+
+
+@pytest.fixture(scope="module")
+def summed(tmp_path_factory):
+    """The season cube with the sums of var and trend (default layout: beside it at chunk
+    ends and months)."""
+    ds = synthetic_dataset({"time": 800, "lat": 5, "lon": 4}, seed=3, nan_fraction=0.3)
+    path = tmp_path_factory.mktemp("season") / "cube.zarr"
+    write_cube(ds, path, {"time": 30, "lat": 5, "lon": 2})
+    accumulus.accumulate(str(path), VAR, stats=["var", "trend"])
+    return ds, str(path)
+
+
+@pytest.mark.parametrize("season", ["DJF", "JJA", "MAR"])
+@pytest.mark.parametrize("stat", ["var", "std"])
+def test_seasonal_variability_equals_xarray(summed, season, stat):
+    """var and std of a season's days: the map over all of them, and one value per
+    season-year, as xarray's weighted var of the same days (ddof 0); read from the sums
+    (whole months: no raw chunk) and from the raw chunks alike."""
+    ds, path = summed
+    w = area_weights(ds)
+    days = _season(ds, season)
+    for use_accumulation in (True, False):
+        asked = {"season": season, "stat": stat, "use_accumulation": use_accumulation}
+        got = accumulus.average(path, VAR, ["time"], {"time": RANGE}, **asked)
+        want = getattr(days.weighted(w), stat)("time")
+        np.testing.assert_allclose(got.values, want.values, rtol=1e-9)
+        assert got.attrs["units"] == ("(mm/day)^2" if stat == "var" else "mm/day")
+        december = (days.time.dt.month == 12) & (season == "DJF")
+        year = days.time.dt.year + december
+        grouped = days.assign_coords(year=("time", year.values)).groupby("year")
+        want = grouped.map(lambda g: getattr(g.weighted(w), stat)(["time", "lat", "lon"]))
+        got = accumulus.average(path, VAR, ["lat", "lon"], {"time": RANGE}, **asked)
+        np.testing.assert_array_equal(got["year"].values, want["year"].values)
+        np.testing.assert_allclose(got.values, want.values, rtol=1e-9)
+    # Whole months of a season over whole years: entries only.
+    result = accumulus.query(
+        path, VAR, ["time"], {"time": ("2001-01-01", "2002-12-31")}, season=season, stat=stat,
+        plan="accumulation",
+    )  # fmt: skip
+    assert result.stats.raw_chunks_read == 0 and result.stats.accumulation_chunks_read > 0
+
+
+def test_a_seasonal_trend_equals_a_fit_of_its_days(summed):
+    """trend over a season's days: the least-squares slope of those days (years since the
+    cube's first day), as NumPy's polyfit of them cell by cell."""
+    ds, path = summed
+    days = _season(ds, "JJA")
+    got = accumulus.average(path, VAR, ["time"], {"time": RANGE}, season="JJA", stat="trend")
+    years = ((days.time - ds.time[0]) / np.timedelta64(1, "D")).values / 365.25
+    values = days.transpose("time", ...).values.reshape(days.sizes["time"], -1)
+    want = np.full(values.shape[1], np.nan)
+    for cell in range(values.shape[1]):
+        valid = ~np.isnan(values[:, cell])
+        if valid.sum() >= 2:
+            want[cell] = np.polyfit(years[valid], values[valid, cell], 1)[0]
+    np.testing.assert_allclose(got.transpose("lat", "lon").values.ravel(), want, rtol=1e-7)

@@ -31,7 +31,8 @@ from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.sync import sync
 
 from accumulus import compute
-from accumulus.accumulation.build import placement, stream
+from accumulus.accumulation.build import pairs, placement, stream
+from accumulus.accumulation.model import pairs as model_pairs
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.chunk_check import checksummed_codecs, read_problem_text
 from accumulus.accumulation.model.groups import read_group, stride_unit
@@ -43,7 +44,7 @@ from accumulus.accumulation.model.record import (
 )
 from accumulus.accumulation.model.sidecar import SOURCE_KEY, Sidecar, StaleSidecarError, fingerprint
 from accumulus.accumulation.model.weights import weight_values
-from accumulus.accumulation.model.years import group_times, years
+from accumulus.accumulation.model.years import group_times, time_dimension, years
 from accumulus.chunk_reader import ChunkReadError
 from accumulus.errors import AccumulusError
 from accumulus.grid import last_chunk_is_partial, sharding_of
@@ -105,9 +106,33 @@ def build_accumulations(
     target = _Target.of(cube, into)
     options = (rebuild, scheduler, progress, target, allow_missing_chunks)
     if held_lock is not None or target.store.read_only:
-        return _build(cube, variable, request, *options)
+        return _with_pairs(cube, variable, request, _build(cube, variable, request, *options))
     with StoreLock(target.store, target.label, task="accumulate"):
-        return _build(cube, variable, request, *options)
+        return _with_pairs(cube, variable, request, _build(cube, variable, request, *options))
+
+
+def _with_pairs(
+    cube: RawCube, variable: str, request: spec.BuildRequest, result: BuildResult
+) -> BuildResult:
+    """The pair sums of a correlation (``build.pairs``) built or brought up to date after
+    the group: those asked for (``request.partners``) and those the cube already keeps, so
+    that re-runs and appends keep them current."""
+    if cube.store.read_only:
+        return result
+    root = zarr.open_group(cube.store, mode="r", use_consolidated=False)
+    partners = sorted({*request.partners, *model_pairs.partners(root, variable)})
+    if not partners:
+        return result
+    var = cube.variable(variable)
+    dim = time_dimension(cube.decoded, var.dims)
+    covered = final_coverage(cube, var).get(dim, 0) if dim is not None else 0
+    rebuilt = result.action in ("built", "rebuilt")
+    done = [
+        pairs.build_pairs(cube, variable, other, covered, rebuild=rebuilt) for other in partners
+    ]
+    if result.action == "up to date" and any(a != "up to date" for a in done):
+        result = replace(result, action="updated")
+    return result
 
 
 @dataclass(frozen=True)
@@ -149,14 +174,7 @@ def _build(
         years(cube.decoded, var.dims, f"--stats trend of {variable!r}")  # refused before writing
     compute.check_scheduler(scheduler)
     coverage = final_coverage(cube, var)
-    holders = statistics.stored_arrays(
-        request.weights, statistics.can_be_infinite(var.array.dtype), request.sums
-    )
-    placements = placement.placements(cube, var, request, coverage)
-    coverage = positioned_coverage(var, request, placements, coverage)
-    wanted = spec.make_group(
-        variable, var.dims, request, coverage, holders, placements, stride_unit(var)
-    )
+    wanted = _wanted_group(cube, var, request, coverage)
     for name in (wanted.path, *(a for acc in wanted.accumulations for a in acc.arrays.values())):
         check_component(f"cannot accumulate {variable!r}", name.rpartition("/")[2])
     stored = target.root(cube)
@@ -240,6 +258,37 @@ def _build(
     return BuildResult(
         variable, action, done, tuple(sorted(targets)), time.perf_counter() - started
     )
+
+
+def _wanted_group(
+    cube: RawCube, var: VariableInfo, request: spec.BuildRequest, coverage: dict[str, int]
+) -> spec.AccumulationGroup:
+    """The group ``request`` describes, its optional sums where ``spec.split_for_sums``
+    puts them (siblings at chunk ends and months beside combinations at every element)."""
+    infinite = statistics.can_be_infinite(var.array.dtype)
+    plain, summed = spec.split_for_sums(request, time_dimension(cube.decoded, var.dims))
+    parts = [plain, *summed]
+    placed = [placement.placements(cube, var, part, coverage) for part in parts]
+    # The siblings' entries at chunk ends and months are final or provisional on their own
+    # (``Placement.final``: along the dimension ``append`` grows, the last partial chunk's
+    # and an open month's are provisional): the coverage is the chosen combinations'.
+    chosen = {
+        k: p
+        for part, ps in zip(parts, placed, strict=True)
+        if not part.positioned
+        for k, p in ps.items()
+    }
+    coverage = positioned_coverage(var, request, chosen, coverage)
+    accumulations: list[spec.Accumulation] = []
+    group = None
+    for part, placements in zip(parts, placed, strict=True):
+        holders = statistics.stored_arrays(request.weights, infinite, part.sums)
+        group = spec.make_group(
+            var.name, var.dims, part, coverage, holders, placements, stride_unit(var)
+        )
+        accumulations.extend(group.accumulations)
+    assert group is not None
+    return replace(group, accumulations=tuple(accumulations), weights=request.weights)
 
 
 def _fill_new(

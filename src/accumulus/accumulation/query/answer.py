@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import xarray as xr
+import zarr
 from xarray.indexes import PandasIndex
 
-from accumulus.accumulation.model import spec, statistics
+from accumulus.accumulation.model import pairs, spec, statistics
 from accumulus.accumulation.model.groups import AccumulationGroups, stride_unit_problem
 from accumulus.accumulation.model.spec import Weights
 from accumulus.accumulation.model.years import along, time_dimension, years
@@ -37,7 +38,7 @@ from accumulus.accumulation.query.execute import (
     noise_floor,
     weights_vary_along,
 )
-from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, plan_query
+from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, Read, plan_query
 from accumulus.accumulation.query.request import (
     SEASONS,
     Query,
@@ -49,6 +50,7 @@ from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
 from accumulus.errors import AccumulationReadError, ParameterError
 from accumulus.raw_cube import RawCube, VariableInfo
+from accumulus.stores.arrays import array_with
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ def run_query(
     if resolved.query.season is not None:
         return _seasonal(cube, groups, resolved, started, memory_bytes)
     if resolved.query.with_ is not None:
-        return _correlation(cube, resolved, started)
+        return _correlation(cube, groups, resolved, started)
     var, weights = resolved.variable, resolved.weights
     stat, infinite, terms, layouts, note = _sums_and_layouts(groups, resolved)
     if _weights_cancel(cube, resolved) and _weights_applied(groups, var, layouts):
@@ -147,11 +149,7 @@ def run_query(
         var.name,
     )
     attributes = cube.raw.variables[var.name].attrs
-    if attributes.get("units") is not None and stat.has_units:
-        units = str(attributes["units"])
-        if stat.units_power != 1:
-            units = f"({units})^{stat.units_power}"
-        data.attrs["units"] = f"({units}) per year" if stat.per_year else units
+    _units(data, attributes, stat)
     if "long_name" in attributes:
         data.attrs["long_name"] = attributes["long_name"]
     stats = QueryStats(
@@ -203,10 +201,26 @@ def _seasonal(
     total = np.zeros((len(terms), *shape))
     per_year = []
     plans, counts = [], [0, 0, 0, 0]
+    # var, std and trend: their sums are additive over the runs as a mean's are, about one
+    # reference and against one clock for all of them.
+    reference = _reference(cube, groups, resolved) if stat.centred else 0.0
+    times = None
+    if stat.timed:
+        dim, steps = years(cube.decoded, var.dims, f"stat {resolved.stat!r}")
+        times = along(steps, var.axis(dim), len(var.dims))
+
+    def answer(sums: np.ndarray) -> np.ndarray:
+        if stat.centred:
+            sums = statistics.centre(terms, sums.copy(), reference)
+        return stat.answer(list(sums), weights != "none")
+
     for _, lo, hi in runs:
         part = replace(resolved, over=over, ranges={**resolved.ranges, tdim: (lo, hi)})
         plan, work, _ = _fastest_plan(groups, var, part, layouts, terms, storage, memory_bytes)
-        done = execute(cube, groups, var, plan, terms, weights, memory_bytes, work)
+        done = execute(
+            cube, groups, var, plan, terms, weights, memory_bytes, work,
+            reference=reference, times=times,
+        )  # fmt: skip
         sums = np.zeros((len(terms), *shape))
         clean = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
         sums[[terms.index(t) for t in done.terms]] = clean
@@ -216,7 +230,7 @@ def _seasonal(
         counts[2] += done.counts.bytes
         counts[3] += done.counts.requests
         if series:
-            per_year.append(stat.answer(list(sums), weights != "none"))
+            per_year.append(answer(sums))
         else:
             total += sums
     indexes = {d: answer_index(cube, resolved, d) for d in kept}
@@ -225,11 +239,9 @@ def _seasonal(
         dims = ("year", *kept)
         indexes["year"] = pd.Index([year for year, _, _ in runs], name="year")
     else:
-        values, dims = np.asarray(stat.answer(list(total), weights != "none")), kept
+        values, dims = np.asarray(answer(total)), kept
     data = _data_array(values, dims, indexes, var.name)
-    attributes = cube.raw.variables[var.name].attrs
-    if attributes.get("units") is not None and stat.has_units:
-        data.attrs["units"] = attributes["units"]
+    _units(data, cube.raw.variables[var.name].attrs, stat)
     stats = QueryStats(counts[0], counts[1], counts[2], counts[3], time.perf_counter() - started)
     data.attrs.update(
         {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over),
@@ -242,10 +254,25 @@ def _seasonal(
     return QueryResult(resolved.query, data, plan, stats, weights, note, extents)
 
 
-def _correlation(cube: RawCube, resolved: ResolvedQuery, started: float) -> QueryResult:
-    """Pearson's r of two variables over ``over`` (``stat="corr"``), from their raw chunks:
-    slab by slab along the first dimension (a row of raw chunks at a time), the pair sums
-    about each variable's first selected values' mean (``statistics.pair_sums``)."""
+def _units(data: xr.DataArray, attributes: Mapping[str, Any], stat: statistics.Statistic) -> None:
+    """The answer's units, from the variable's: squared for a variance, per year for a trend."""
+    if attributes.get("units") is None or not stat.has_units:
+        return
+    units = str(attributes["units"])
+    if stat.units_power != 1:
+        units = f"({units})^{stat.units_power}"
+    data.attrs["units"] = f"({units}) per year" if stat.per_year else units
+
+
+def _correlation(
+    cube: RawCube, groups: AccumulationGroups, resolved: ResolvedQuery, started: float
+) -> QueryResult:
+    """Pearson's r of two variables over ``over`` (``stat="corr"``) from their pair sums
+    (``statistics.pair_sums``): two entries of the stored prefix sums per whole-chunk period
+    along time where ``accumulate --stats corr:VAR2`` kept them (``model.pairs``), and the
+    raw chunks of both variables for the rest, slab by slab along the first dimension (a row
+    of raw chunks at a time), about the stored references (or each variable's first
+    selected values' mean)."""
     var = resolved.variable
     other_name = str(resolved.query.with_)
     if other_name not in cube.data_variables:
@@ -262,18 +289,105 @@ def _correlation(cube: RawCube, resolved: ResolvedQuery, started: float) -> Quer
     if any(hi > n for (_, hi), n in zip(resolved.ranges.values(), var.shape, strict=False)):
         raise ParameterError("with", "corr over a range across the longitude seam is not supported")
     stat = statistics.STATISTICS["corr"]
-    axes = tuple(var.axis(d) for d in resolved.over)
     kept = resolved.kept
     shape = tuple(resolved.ranges[d][1] - resolved.ranges[d][0] for d in kept)
-    total = np.zeros((8, *shape))
-    first = var.dims[0]
-    lo, hi = resolved.ranges[first]
-    cuts = [lo, *(e for e in var.bounds[0].edges if lo < e < hi), hi]
+    stored = _stored_pairs(cube, resolved, other_name)
+    layouts = []
     references: tuple[float, float] | None = None
+    if stored is not None:
+        described, _ = stored
+        usable = described.usable_positions()
+        coverage = dict(zip(var.dims, var.shape, strict=True))
+        coverage[described.dim] = usable[-1] if usable else 0
+        layouts = [AccumulationLayout((described.dim,), {described.dim: usable}, coverage)]
+        references = described.references
+    plan = plan_query(var.dims, resolved.ranges, resolved.over, layouts, resolved.sizes)
+    total = np.zeros((8, *shape))
+    entries = raw = 0
+    for read in plan.reads:
+        box = {d: read.box.get(d, resolved.ranges[d]) for d in var.dims}
+        if read.is_raw:
+            sums, references, chunks = _raw_pairs(cube, var, other_name, box, resolved, references)
+            raw += chunks
+        else:
+            assert stored is not None
+            sums = _entry_pairs(cube, stored, var, read, box, resolved)
+            entries += 1
+        out = tuple(slice(box[d][0] - resolved.ranges[d][0], box[d][1] - resolved.ranges[d][0])
+                    for d in kept)  # fmt: skip
+        total[(slice(None), *out)] += read.sign * sums
+    values = stat.answer(list(total), False)
+    data = _data_array(
+        np.asarray(values), kept, {d: answer_index(cube, resolved, d) for d in kept}, var.name
+    )
+    stats = QueryStats(entries, raw, 0, 0, time.perf_counter() - started)
+    data.attrs.update(
+        {"stat": "corr", "with": other_name, "weights": "none", "over": ",".join(resolved.over)}
+        | stats.to_dict()
+    )
+    how = "from its pair sums" if entries else "from the raw chunks of both (exact)"
+    if entries and raw:
+        how = "from its pair sums and the raw chunks of both at the ends"
+    note = "; ".join([*resolved.notes, f"corr with {other_name} read {how}"])
+    extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
+    return QueryResult(resolved.query, data, plan, stats, "none", note, extents)
+
+
+def _stored_pairs(
+    cube: RawCube, resolved: ResolvedQuery, other: str
+) -> tuple[pairs.PairSums, zarr.Array] | None:
+    """The pair sums kept for this correlation, when the query may and can use them: over
+    time, by a cube that keeps them (they are read through the reader's store)."""
+    if not resolved.use_accumulation:
+        return None
+    found = pairs.read_pairs(cube.root, resolved.variable.name, other)
+    if found is None or found[0].dim not in resolved.over:
+        return None
+    described, array = found
+    if array.store_path.store is not cube.store:
+        array = array_with(array, store=cube.store)
+    return described, array
+
+
+def _entry_pairs(
+    cube: RawCube,
+    stored: tuple[pairs.PairSums, zarr.Array],
+    var: VariableInfo,
+    read: Read,
+    box: Mapping[str, tuple[int, int]],
+    resolved: ResolvedQuery,
+) -> np.ndarray:
+    """One entry of the stored pair sums over ``box`` (the dimensions other than time),
+    summed over those of ``over``: ``(8, *kept part)``."""
+    described, array = stored
+    rest = [d for d in var.dims if d != described.dim]
+    index = (read.entries[described.dim], slice(None), *(slice(*box[d]) for d in rest))
+    values = np.asarray(array[index], dtype="f8")
+    summed = tuple(1 + rest.index(d) for d in rest if d in resolved.over)
+    return values.sum(axis=summed) if summed else values
+
+
+def _raw_pairs(
+    cube: RawCube,
+    var: VariableInfo,
+    other: str,
+    box: Mapping[str, tuple[int, int]],
+    resolved: ResolvedQuery,
+    references: tuple[float, float] | None,
+) -> tuple[np.ndarray, tuple[float, float], int]:
+    """The pair sums of ``box`` from the raw chunks of both variables, a row of chunks along
+    the first dimension at a time; the references (the first values' means when none is
+    given) and the chunks read."""
+    axes = tuple(var.axis(d) for d in resolved.over)
+    first = var.dims[0]
+    lo, hi = box[first]
+    cuts = [lo, *(e for e in var.bounds[0].edges if lo < e < hi), hi]
+    kept_shape = [box[d][1] - box[d][0] for d in resolved.kept]
+    total = np.zeros((8, *kept_shape))
     for a, b in itertools.pairwise(cuts):
-        box = {**{d: slice(*resolved.ranges[d]) for d in var.dims}, first: slice(a, b)}
-        x = cube.decoded_values(var.name, box)
-        y = cube.decoded_values(other_name, box)
+        part = {**{d: slice(*box[d]) for d in var.dims}, first: slice(a, b)}
+        x = cube.decoded_values(var.name, part)
+        y = cube.decoded_values(other, part)
         if references is None:
             references = (_finite_mean(x), _finite_mean(y))
         sums = statistics.pair_sums(x, y, axes, references)
@@ -281,26 +395,11 @@ def _correlation(cube: RawCube, resolved: ResolvedQuery, started: float) -> Quer
             total += sums
         else:
             total[:, a - lo : b - lo] += sums
-    values = stat.answer(list(total), False)
-    data = _data_array(
-        np.asarray(values), kept, {d: answer_index(cube, resolved, d) for d in kept}, var.name
+    chunks = 2 * prod(
+        len(bounds.chunks_overlapping(*box[d]))
+        for d, bounds in zip(var.dims, var.bounds, strict=True)
     )
-    chunks = sum(
-        prod(len(bounds.chunks_overlapping(*resolved.ranges[d])) for d, bounds in
-             zip(v.dims, v.bounds, strict=True))
-        for v in (var, other)
-    )  # fmt: skip
-    stats = QueryStats(0, chunks, 0, 0, time.perf_counter() - started)
-    data.attrs.update(
-        {"stat": "corr", "with": other_name, "weights": "none", "over": ",".join(resolved.over)}
-        | stats.to_dict()
-    )
-    note = "; ".join(
-        [*resolved.notes, f"corr with {other_name} read from the raw chunks of both (exact)"]
-    )
-    extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
-    (plan,) = _plans(var, resolved, [])
-    return QueryResult(resolved.query, data, plan, stats, "none", note, extents)
+    return total, references or (0.0, 0.0), chunks
 
 
 def _finite_mean(values: np.ndarray) -> float:
@@ -549,8 +648,13 @@ def usable_layouts(
 def accumulations_answer(groups: AccumulationGroups, resolved: ResolvedQuery) -> bool:
     """Whether some accumulation of ``groups`` can take part in answering ``resolved``
     (before any plan is made: otherwise every value is read from the raw data, a scan)."""
-    if not resolved.use_accumulation or resolved.query.with_ is not None:
-        return False  # (a correlation's pair sums are not built: raw chunks answer it)
+    if resolved.query.with_ is not None:  # a correlation's pair sums, when kept
+        other = str(resolved.query.with_)
+        return resolved.use_accumulation and (
+            pairs.read_pairs(groups.cube.root, resolved.variable.name, other) is not None
+        )
+    if not resolved.use_accumulation:
+        return False
     try:
         return bool(_sums_and_layouts(groups, resolved)[3])
     except AccumulationReadError:  # a group that cannot be used: the raw data answers

@@ -67,7 +67,7 @@ SEASONS: dict[str, tuple[int, ...]] = {
     "JJA": (6, 7, 8),
     "SON": (9, 10, 11),
 } | {name: (k + 1,) for k, name in enumerate(MONTHS)}
-SEASONAL_STATS = ("mean", "sum", "count")
+SEASONAL_STATS = ("mean", "sum", "count", "var", "std", "trend")
 
 PlanChoice = Literal["cheaper", "accumulation"]
 PLANS: tuple[PlanChoice, ...] = get_args(PlanChoice)
@@ -109,7 +109,8 @@ class Query:
                 raise ParameterError("season", f"unknown season {self.season!r}: use {known}")
             if self.stat not in SEASONAL_STATS:
                 raise ParameterError(
-                    "season", f"--season takes stat mean, sum or count, not {self.stat!r}"
+                    "season",
+                    f"--season takes stat {', '.join(SEASONAL_STATS)}, not {self.stat!r}",
                 )
 
     @classmethod
