@@ -268,7 +268,7 @@ def _answer_here(snapshot, question: Question) -> bytes:
 # names) found on a call's stack, innermost first, names its part.
 PARTS = (
     ("JSON", ("result_json_bytes",)),
-    ("decoding", ("numcodecs", "zarr/codecs", "decode_chunk")),
+    ("decoding", ("numcodecs", "zarr/codecs", "decode_chunk", "partial_decode", ":_decode")),
     ("reads", ("zarr/storage", "accumulus/stores", "get_sync", "read_chunks")),
     ("summing", ("execute.py",)),
     (
