@@ -37,7 +37,7 @@ BODY_SECONDS = 60.0
 # How long a worker process waits before accepting again, per connection it holds, and at
 # most (``TakingTurnsLoop``).
 TURN_SECONDS = 0.0005
-MAX_TURN_SECONDS = 0.02
+MAX_TURN_SECONDS = 0.01
 
 
 class HeadAsGet:

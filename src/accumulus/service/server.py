@@ -81,7 +81,6 @@ def serve(
         "log_config": logging_config(),
         "access_log": access_log,
         "http": http.BoundedHttpToolsProtocol,
-        "loop": f"{http.__name__}:TakingTurnsLoop",  # (uvicorn takes a loop class)
     }
     if workers == 1:
         uvicorn.run(create_app(stores, **settings), **options)
@@ -96,6 +95,8 @@ def serve(
         # A worker answers its parent's health pings once its imports are done, which takes
         # seconds on a busy machine: uvicorn's 5 s would restart workers that are starting.
         timeout_worker_healthcheck=WORKER_START_SECONDS,
+        # The workers share the connections (uvicorn takes a loop class by name).
+        loop=f"{http.__name__}:TakingTurnsLoop",
         **options,
     )
 
