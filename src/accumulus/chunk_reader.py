@@ -44,6 +44,8 @@ from typing import cast
 
 import numpy as np
 import zarr
+from numcodecs.abc import Codec as Numcodec
+from numcodecs.compat import ensure_ndarray_like
 from zarr import AsyncArray
 from zarr.abc.store import (
     ByteRequest,
@@ -57,13 +59,13 @@ from zarr.core.array_spec import ArrayConfig, ArraySpec
 from zarr.core.buffer import Buffer, BufferPrototype, NDBuffer, default_buffer_prototype
 from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.chunk_utils import ChunkTransform
-from zarr.core.metadata import ArrayMetadata
+from zarr.core.metadata import ArrayMetadata, ArrayV2Metadata
 from zarr.core.sync import sync
 
 from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, read_grid, sharding_of
-from accumulus.partial_decode import decode_held
-from accumulus.stores.base import reads_synchronously
+from accumulus.partial_decode import BloscChain, blosc_chain, decode_part
+from accumulus.stores.base import reader_of, reads_synchronously
 
 # Store requests in flight at once: enough for a plan of small chunks to go out together
 # (846 chunks of 54 KB: 7 sequential round trips with 128 at a time); what they hold is
@@ -107,6 +109,10 @@ class ChunkRequest:
     array: zarr.Array
     coords: tuple[int, ...]
     store: Store | None = None
+    # The part of the chunk its consumer looks at (slices of the chunk), when not all of it:
+    # only the compressed blocks holding it may be decoded, the rest of the chunk handed
+    # over undefined (``partial_decode``).
+    needed: tuple[slice, ...] | None = None
 
     @cached_property
     def store_key(self) -> str:
@@ -290,8 +296,10 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         if not allowed[id(target)] or grids.transform is None or grids.sharding is not None:
             return None
         spec = _chunk_spec(array.metadata, request.coords)
-        # reads_synchronously: a local or memory store, below wrappers that pass get_sync on.
-        here.append(_Here(request, cast(SupportsGetSync, target), spec, grids.transform))
+        # reads_synchronously: a local or memory store, below wrappers that pass get_sync on;
+        # read below those that only present metadata (``reader_of``).
+        reader = cast(SupportsGetSync, reader_of(target, request.store_key))
+        here.append(_Here(request, reader, spec, grids.transform))
     return here
 
 
@@ -636,12 +644,21 @@ async def _fetch(request: ChunkRequest, fetcher: _Fetcher) -> _Fetched:
 def _decode(
     request: ChunkRequest, transform: ChunkTransform, buffer: Buffer, spec: ArraySpec
 ) -> np.ndarray:
-    """A stored chunk decoded by its array's codecs; a chunk past the array's end along the
-    first dimension only as far as the array holds, where its codecs allow
-    (``partial_decode``), so it may be shorter than declared there."""
-    held = decode_held(request.array, request.coords, buffer, spec)
-    if held is not None:
-        return held
+    """A stored chunk decoded by its array's codecs; where its codecs allow
+    (``partial_decode``), only the part of it ``request.needed`` names, or a chunk past the
+    array's end along the first dimension only as far as the array holds (so it may be
+    shorter than declared there)."""
+    grids = _grids(request.array.metadata)
+    if grids.blosc is not None:
+        part = decode_part(grids.blosc, request.array, request.coords, buffer, spec, request.needed)
+        if part is not None:
+            return part
+    if grids.v2_codecs is not None:
+        data = buffer.as_numpy_array()
+        for codec in grids.v2_codecs:
+            data = codec.decode(data)
+        values = ensure_ndarray_like(data).view(spec.dtype.to_native_dtype())
+        return values.reshape(spec.shape, order=spec.order)
     return transform.decode_chunk(buffer, spec).as_numpy_array().reshape(spec.shape)
 
 
@@ -726,6 +743,11 @@ class _Grids:
     known: bool = False
     specs: dict[tuple[int, ...], ArraySpec] = field(default_factory=dict)  # by chunk shape
     sharding: ShardingCodec | None = None  # ``grid.sharding_of``
+    blosc: BloscChain | None = None  # codecs that can decode part of a chunk
+    # A Zarr v2 array's numcodecs codecs in decoding order, when its values are the bytes
+    # they give, viewed as its dtype: what zarr's ``V2Codec`` does, without its per-chunk
+    # look-ups of zarr's configuration (``_v2_codecs``).
+    v2_codecs: tuple[Numcodec, ...] | None = None
 
 
 # By the metadata object's identity: hashing zarr's metadata serializes it, which costs more
@@ -746,12 +768,29 @@ def _grids(metadata: ArrayMetadata, array: AsyncArray | None = None) -> _Grids:
             ChunkGrid.from_metadata(metadata),
             regular,
             sharding=sharding_of(metadata),
+            blosc=blosc_chain(metadata),
+            v2_codecs=_v2_codecs(metadata),
         )
         _GRIDS[id(metadata)] = found
     if array is not None and not found.known:
         found = replace(found, transform=_sync_transform(array), known=True)
         _GRIDS[id(metadata)] = found
     return found
+
+
+def _v2_codecs(metadata: ArrayMetadata) -> tuple[Numcodec, ...] | None:
+    """A v2 array's compressor and filters in decoding order, for values of a fixed-size
+    dtype; None otherwise, and for the pickle codec, which zarr refuses unless told it may
+    run (its refusal is kept: such chunks go through zarr's codecs)."""
+    if not isinstance(metadata, ArrayV2Metadata) or metadata.dtype.to_native_dtype().hasobject:
+        return None
+    codecs = (
+        *([metadata.compressor] if metadata.compressor else []),
+        *reversed(metadata.filters or ()),
+    )
+    if any(codec.codec_id == "pickle" for codec in codecs):
+        return None
+    return codecs
 
 
 def _sync_transform(array: AsyncArray) -> ChunkTransform | None:

@@ -60,7 +60,7 @@ from accumulus.stores.snapshot import (
     stored_roots,
     with_coordinates,
 )
-from accumulus.stores.transactional import branch_moved
+from accumulus.stores.transactional import branch_moved, transaction_of
 
 
 @dataclass(frozen=True)
@@ -399,7 +399,10 @@ class Datacube:
         with self._lock:
             current, known = self._current, self._roots
         stores = self._stores()
-        if self._pinned or current is None or known is None or roots_read_here(*stores):
+        # An icechunk session's root documents never change (it reads one snapshot), so
+        # they cannot tell a new commit: ``snapshot`` asks the branch (``branch_moved``).
+        fixed = transaction_of(self.store) is not None
+        if self._pinned or current is None or known is None or fixed or roots_read_here(*stores):
             return self.snapshot().query(query, memory_bytes)
         check = _CHECKS.submit(_root_documents, stores)
         try:

@@ -1,26 +1,37 @@
-"""Decode only the part of a chunk the array holds, when the chunk extends past the array's
-end along its first dimension: a cube's time chunks are sized for growth (31 six-hourly steps
-held in a 405-step chunk), and decoding the whole last chunk cost every query 13 times the
-bytes it uses (issue 34 item 9).
+"""Decode only the part of a chunk its reader needs, from the Blosc blocks that hold it.
 
-Along the first dimension of a C-ordered chunk the held steps are a prefix of its elements,
-and a Blosc frame is a header, a table of block offsets and independently compressed blocks.
-The blocks covering the prefix are cut out into a frame of their own (the header's sizes
-rewritten; every block kept whole, so each decodes as it would in the full frame) and
-decoded by numcodecs' Blosc; the prefix goes through the array's remaining codec (zarr's
-``bytes`` codec, or zarr v2's dtype view) for the held shape. numcodecs removed
-``Blosc.decode_partial`` (0.16), so the frame is cut here. Any other codec chain, layout or
-frame is left to the full decode (``None``)."""
+A Blosc frame is a header, a table of block offsets and independently compressed blocks.
+Two cases decode fewer blocks than the chunk has:
+
+- a chunk that extends past the array's end along its first dimension (a cube's time chunks
+  are sized for growth: 31 six-hourly steps held in a 405-step chunk, whose whole decode cost
+  every query 13 times the bytes it uses, issue 34 item 9): the held steps are a prefix of a
+  C-ordered chunk's elements, and the chunk comes back cut to them;
+- a reader that names the part of the chunk it will look at (``needed``: a query's slab of
+  an accumulation chunk, a few time steps of two latitude rows, or a raw box's corner of a
+  chunk): the chunk comes back whole-shaped with only the elements from the first to the last
+  of that part decoded, the rest left undefined.
+
+The blocks covering the bytes wanted are cut out into a frame of their own (the header's
+sizes and the block table rewritten; every block kept whole, so each decodes as it would in
+the full frame), decoded by numcodecs' Blosc, and viewed through the array's remaining codec
+(zarr's ``bytes`` codec, or zarr v2's dtype view). A checksum filter after Blosc (the
+``fletcher32`` every v2 accumulation chunk carries: ``chunk_check``) is verified over the
+whole stored chunk first, as the full decode does. numcodecs removed ``Blosc.decode_partial``
+(0.16), so the frame is cut here. Any other codec chain, layout or frame is left to the full
+decode (``None``)."""
 
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from math import prod
 
 import numcodecs
 import numpy as np
 import zarr
+from numcodecs.abc import Codec
+from numcodecs.fletcher32 import Fletcher32
 from zarr.codecs import BloscCodec, BytesCodec
 from zarr.codecs._v2 import V2Codec  # zarr's own view of v2 bytes as an array
 from zarr.core.array_spec import ArraySpec
@@ -38,6 +49,8 @@ _HEADER = struct.Struct("<BBBBiii")
 _MEMCPYED = 0x02  # the data follows the header uncompressed, without a block table
 _FORMAT = 2  # BLOSC_VERSION_FORMAT of c-blosc 1.x, which numcodecs bundles
 
+Region = tuple[slice, ...]
+
 
 def held_rows(array: zarr.Array, coords: tuple[int, ...], shape: tuple[int, ...]) -> int | None:
     """The steps the chunk at ``coords`` (declared ``shape``) holds along the first
@@ -49,59 +62,123 @@ def held_rows(array: zarr.Array, coords: tuple[int, ...], shape: tuple[int, ...]
     return rows if rows < shape[0] else None
 
 
-def decode_held(
-    array: zarr.Array, coords: tuple[int, ...], stored: Buffer, spec: ArraySpec
+@dataclass(frozen=True)
+class BloscChain:
+    """An array's codecs when they can decode part of a chunk (``blosc_chain``): the
+    checksum filters to verify first, its Blosc compressor, and the codec that turns the
+    decompressed bytes into its array."""
+
+    checks: tuple[Codec, ...]
+    blosc: numcodecs.Blosc
+    rest: BytesCodec | V2Codec
+
+
+def decode_part(
+    chain: BloscChain,
+    array: zarr.Array,
+    coords: tuple[int, ...],
+    stored: Buffer,
+    spec: ArraySpec,
+    needed: Region | None = None,
 ) -> np.ndarray | None:
-    """The held part of a chunk, of shape ``(rows held, *spec.shape[1:])``, decoded from
-    the Blosc blocks that cover it; None where only the full decode can do it."""
+    """The chunk at ``coords`` of ``array`` (its codecs ``chain``) decoded from the Blosc
+    blocks that hold ``needed`` (slices of the chunk, within what the array holds), of the
+    declared shape with the other elements undefined; without ``needed``, the held part of a
+    chunk past the array's end, of shape ``(rows held, *spec.shape[1:])``. None where only
+    the full decode can do it (or it would decode about every block anyway)."""
     if not ENABLED:
         return None
-    rows = held_rows(array, coords, spec.shape)
-    if rows is None:
-        return None
-    chain = _blosc_chain(array.metadata)
-    if chain is None:
-        return None
-    blosc, rest = chain
     itemsize = spec.dtype.to_native_dtype().itemsize
-    needed = rows * prod(spec.shape[1:]) * itemsize
-    frame = prefix_frame(stored.as_numpy_array(), needed, prod(spec.shape) * itemsize)
-    if frame is None:
+    declared = prod(spec.shape) * itemsize
+    if needed is not None:
+        span = byte_span(needed, spec.shape, itemsize)
+        shape = spec.shape
+    else:
+        rows = held_rows(array, coords, spec.shape)
+        if rows is None:
+            return None
+        span = (0, rows * prod(spec.shape[1:]) * itemsize)
+        shape = (rows, *spec.shape[1:])
+    if span is None:
         return None
-    prefix = np.frombuffer(blosc.decode(frame), dtype=np.uint8, count=needed)
-    held = replace(spec, shape=(rows, *spec.shape[1:]))
-    decoded = rest._decode_sync(default_buffer_prototype().buffer.from_array_like(prefix), held)
-    return decoded.as_numpy_array().reshape(held.shape)
+    data = stored.as_numpy_array()
+    body = memoryview(data)[: len(data) - 4 * len(chain.checks)]  # a checksum adds 4 bytes
+    blocks = _blocks(body, *span, declared)
+    if blocks is None:
+        return None
+    for check in chain.checks:  # verified over the whole stored chunk, as the full decode does
+        body = memoryview(check.decode(data))
+    frame, first, size = _cut_frame(body, *blocks)
+    out = np.empty(declared if needed is not None else size, dtype=np.uint8)
+    at = first if needed is not None else 0
+    chain.blosc.decode(frame, out=out[at : at + size])
+    view = out if needed is not None else out[: span[1]]
+    buffer = default_buffer_prototype().buffer.from_array_like(view)
+    held = spec if shape == spec.shape else replace(spec, shape=shape)
+    return chain.rest._decode_sync(buffer, held).as_numpy_array().reshape(shape)
 
 
-def prefix_frame(stored: np.ndarray, needed: int, declared: int) -> bytes | None:
-    """A Blosc frame of the blocks of ``stored`` (a frame of ``declared`` bytes decoded)
-    that hold its first ``needed`` bytes; None when it is not a c-blosc 1.x frame of that
-    size, or when those blocks are all of it."""
-    if len(stored) < _HEADER.size:
+def byte_span(region: Region, shape: tuple[int, ...], itemsize: int) -> tuple[int, int] | None:
+    """The bytes of a C-ordered chunk of ``shape`` from the first element of ``region`` to
+    its last (None for an empty region)."""
+    first = last = 0
+    stride = itemsize
+    for s, n in zip(reversed(region), reversed(shape), strict=True):
+        start, stop, _ = s.indices(n)
+        if stop <= start:
+            return None
+        first += start * stride
+        last += (stop - 1) * stride
+        stride *= n
+    return first, last + itemsize
+
+
+def _blocks(frame: memoryview, start: int, stop: int, declared: int) -> tuple[int, int] | None:
+    """The blocks ``[k0, k1)`` of a c-blosc 1.x frame (``declared`` bytes decoded) that
+    hold bytes ``[start, stop)`` (for a frame stored as it is, bytes, not blocks); None when
+    it is not such a frame, or those are all of it."""
+    if len(frame) < _HEADER.size:
         return None
-    header = stored[: _HEADER.size].tobytes()
-    version, _, flags, _, nbytes, blocksize, cbytes = _HEADER.unpack(header)
-    if version != _FORMAT or nbytes != declared or cbytes != len(stored) or blocksize <= 0:
+    version, _, flags, _, nbytes, blocksize, cbytes = _HEADER.unpack_from(frame)
+    if version != _FORMAT or nbytes != declared or cbytes != len(frame) or blocksize <= 0:
         return None
     if flags & _MEMCPYED:
-        # Stored as it is: a frame of one block of the bytes wanted.
-        size = blocksize = needed
-        end = _HEADER.size + needed
-    else:
-        blocks = -(-nbytes // blocksize)
-        kept = -(-needed // blocksize)
-        if kept >= blocks or len(stored) < _HEADER.size + 4 * blocks:
-            return None
-        size = kept * blocksize
-        # The block table stays whole: each block's offset is from the frame's start, and
-        # only the first ``kept`` entries are read for a frame of ``kept`` blocks.
-        end = int(np.frombuffer(stored, dtype="<i4", count=1, offset=_HEADER.size + 4 * kept)[0])
-        if not _HEADER.size + 4 * blocks <= end <= len(stored):
-            return None
+        return (start, stop) if stop - start < nbytes else None
+    blocks = -(-nbytes // blocksize)
+    k0, k1 = start // blocksize, -(-stop // blocksize)
+    if k1 == blocks and k0 == blocks - 1 and nbytes % blocksize:
+        k0 -= 1  # c-blosc refuses a frame of a last, shorter block alone (fewer bytes than
+        # its block size): the full block before it goes too
+    # Cutting a frame costs about as much as decoding a block: worth it from two left out.
+    if blocks - (k1 - k0) < 2 or len(frame) < _HEADER.size + 4 * blocks:
+        return None
+    return k0, k1
+
+
+def _cut_frame(frame: memoryview, k0: int, k1: int) -> tuple[bytes, int, int]:
+    """A frame of blocks ``[k0, k1)`` of ``frame`` (``_blocks``), with where its decoded
+    bytes begin in the chunk and how many they are."""
+    header = _HEADER.unpack_from(frame)
+    flags, nbytes, blocksize = header[2], header[4], header[5]
+    if flags & _MEMCPYED:  # stored as it is: a frame of one block of the bytes wanted
+        size = k1 - k0
+        data = frame[_HEADER.size + k0 : _HEADER.size + k1]
+        return _HEADER.pack(*header[:4], size, size, _HEADER.size + size) + data, k0, size
+    blocks = -(-nbytes // blocksize)
+    kept = k1 - k0
+    offsets = struct.unpack_from(f"<{kept}i", frame, _HEADER.size + 4 * k0)
+    begin = offsets[0]
+    end = struct.unpack_from("<i", frame, _HEADER.size + 4 * k1)[0] if k1 < blocks else len(frame)
+    # Offsets are from the frame's start: shifted to the end of the new, shorter table.
+    shift = _HEADER.size + 4 * kept - begin
+    first = k0 * blocksize
+    size = min(k1 * blocksize, nbytes) - first
     return (
-        _HEADER.pack(*_HEADER.unpack(header)[:4], size, blocksize, end)
-        + stored[_HEADER.size : end].tobytes()
+        _HEADER.pack(*header[:4], size, blocksize, end + shift)
+        + struct.pack(f"<{kept}i", *(o + shift for o in offsets))
+        + frame[begin:end],
+        first,
+        size,
     )
 
 
@@ -109,23 +186,26 @@ def decoded_bytes(
     array: zarr.Array, coords: tuple[int, ...], shape: tuple[int, ...], stored: bytes | None
 ) -> int:
     """The bytes the reader decodes for the chunk at ``coords`` (declared ``shape``, stored
-    as ``stored``): its declared size, or that of the Blosc blocks holding what the array
-    holds (what a benchmark counts)."""
+    as ``stored``) read whole: its declared size, or that of the Blosc blocks holding what
+    the array holds (what a benchmark counts)."""
     itemsize = array.dtype.itemsize
     declared = prod(shape) * itemsize
     rows = held_rows(array, coords, shape)
-    if not ENABLED or rows is None or stored is None or _blosc_chain(array.metadata) is None:
+    chain = blosc_chain(array.metadata)
+    if not ENABLED or rows is None or stored is None or chain is None:
         return declared
-    needed = rows * prod(shape[1:]) * itemsize
-    frame = prefix_frame(np.frombuffer(stored, dtype=np.uint8), needed, declared)
-    return declared if frame is None else int(_HEADER.unpack(frame[: _HEADER.size])[4])
+    data = memoryview(stored)
+    body = data[: len(data) - 4 * len(chain.checks)]
+    blocks = _blocks(body, 0, rows * prod(shape[1:]) * itemsize, declared)
+    if blocks is None:
+        return declared
+    return _cut_frame(body, *blocks)[2]
 
 
-def _blosc_chain(
-    metadata: ArrayV2Metadata | ArrayV3Metadata,
-) -> tuple[numcodecs.Blosc, BytesCodec | V2Codec] | None:
-    """The array's Blosc compressor and the codec that turns the decompressed bytes into
-    its array, when its codecs are exactly those and its chunks C-ordered."""
+def blosc_chain(metadata: ArrayV2Metadata | ArrayV3Metadata) -> BloscChain | None:
+    """The array's codecs as a ``BloscChain``, when they are exactly those and its chunks
+    C-ordered: v3 ``bytes`` then ``blosc``; v2 Blosc as the compressor, or as the only
+    filter before ``fletcher32`` (accumulation chunks, ``chunk_check``)."""
     if isinstance(metadata, ArrayV3Metadata):
         codecs = metadata.codecs
         if (
@@ -133,11 +213,14 @@ def _blosc_chain(
             and isinstance(codecs[0], BytesCodec)
             and isinstance(codecs[1], BloscCodec)
         ):
-            return codecs[1]._blosc_codec, codecs[0]
+            return BloscChain((), codecs[1]._blosc_codec, codecs[0])
         return None
-    compressor = metadata.compressor
-    if metadata.filters or metadata.order != "C" or not isinstance(compressor, numcodecs.Blosc):
+    if metadata.order != "C" or metadata.dtype.to_native_dtype().hasobject:
         return None
-    if metadata.dtype.to_native_dtype().hasobject:
+    encoded = [*(metadata.filters or ()), *([metadata.compressor] if metadata.compressor else [])]
+    if not encoded or not isinstance(encoded[0], numcodecs.Blosc):
         return None
-    return compressor, V2Codec(filters=None, compressor=None)
+    checks = encoded[1:]
+    if len(checks) > 1 or not all(isinstance(c, Fletcher32) for c in checks):
+        return None
+    return BloscChain(tuple(checks), encoded[0], V2Codec(filters=None, compressor=None))

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from service_cubes import area_mean
+from starlette.responses import PlainTextResponse
 
 from accumulus import api
 from accumulus.output import result_json
 from accumulus.service import create_app
+from accumulus.service.routes import average
 
 # A box and period that cover whole chunks (read from accumulations) and parts of others.
 BOX = "time=2001-01-03/2001-02-01&lat=-80/80&lon=-150/150"
@@ -273,3 +275,36 @@ def test_openapi_documents_the_ranges_and_errors(client):
     assert parameters["season"]["schema"]["enum"][:4] == ["DJF", "MAM", "JJA", "SON"]
     assert set(operation["responses"]) == {"200", "404", "422", "503", "504"}
     assert json.dumps(document)  # a valid JSON document
+
+
+def test_the_short_path_of_a_get_answers_as_the_route_does(cube):
+    """GETs of averages are answered by ``FastAverages`` (without FastAPI's routing), with
+    the bytes and headers the route gives (a POST without a body goes through the route);
+    what its check refuses, and every other request, it passes on to the application."""
+    app = create_app([str(cube)], max_cells=10_000)
+    passed_on: list[str] = []
+
+    async def application(scope, receive, send):
+        passed_on.append(f"{scope['method']} {scope['path']}")
+        await PlainTextResponse("passed on", 418)(scope, receive, send)
+
+    short = TestClient(average.FastAverages(application, app.state.service, app.exception_handlers))
+    got = short.get(MAP + "&stat=sum")
+    posted = TestClient(app).post(MAP + "&stat=sum")
+    assert passed_on == []
+    assert got.status_code == posted.status_code == 200
+    assert got.content == posted.content
+    for header in ("content-type", "content-length", "x-accumulus-snapshot"):
+        assert got.headers[header] == posted.headers[header]
+    assert (got.headers["x-accumulus-cache"], posted.headers["x-accumulus-cache"]) == (
+        "miss",
+        "hit",
+    )
+    assert short.get(MAP + "&stat=median").status_code == 418  # the route's error, there
+    assert short.post(MAP).status_code == 418
+    assert short.get("/api/datasets/surface").status_code == 418
+    assert passed_on == [
+        "GET " + MAP.split("?")[0],
+        "POST " + MAP.split("?")[0],
+        "GET /api/datasets/surface",
+    ]

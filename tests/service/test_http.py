@@ -4,6 +4,7 @@ clients cannot hold sockets); every malformed body is a 4xx naming the shape."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -14,7 +15,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from accumulus.service import create_app
-from accumulus.service.http import LOOPBACK_NAMES, BoundedH11Protocol, allowed_hosts
+from accumulus.service.http import (
+    LOOPBACK_NAMES,
+    BoundedH11Protocol,
+    BoundedHttpToolsProtocol,
+    TakingTurnsLoop,
+    allowed_hosts,
+)
 from accumulus.service.server import running
 
 AVERAGE = "/api/datasets/surface/tas/average?over=lat,lon&time=2001-01-01/2001-01-05"
@@ -22,9 +29,19 @@ AVERAGE = "/api/datasets/surface/tas/average?over=lat,lon&time=2001-01-01/2001-0
 PATIENCE = 30
 
 
-class QuickLimits(BoundedH11Protocol):
+class QuickLimits(BoundedHttpToolsProtocol):
+    """What ``serve`` uses, with short limits."""
+
     head_seconds = 0.5
     body_seconds = 0.5
+
+
+class QuickH11Limits(BoundedH11Protocol):
+    head_seconds = 0.5
+    body_seconds = 0.5
+
+
+QUICK = pytest.mark.parametrize("quick", [QuickLimits, QuickH11Limits], ids=["httptools", "h11"])
 
 
 @pytest.mark.parametrize(
@@ -113,11 +130,12 @@ def read_until_closed(sock: socket.socket) -> bytes:
     return received
 
 
-def test_slow_headers_are_cut_off_and_the_service_still_answers(cube: Path):
+@QUICK
+def test_slow_headers_are_cut_off_and_the_service_still_answers(cube: Path, quick: type):
     """50 clients that send half a request head and wait, and one that sends its head a
     byte at a time: each gets 408 and its connection is closed once its head is late, while
     the service answers everyone else."""
-    with running(create_app([str(cube)]), protocol=QuickLimits) as base:
+    with running(create_app([str(cube)]), protocol=quick) as base:
         port = int(base.rsplit(":", 1)[1])
         slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]
         for sock in slow:
@@ -140,8 +158,9 @@ def test_slow_headers_are_cut_off_and_the_service_still_answers(cube: Path):
         assert httpx.get(base + "/api/health", timeout=PATIENCE).status_code == 200
 
 
-def test_a_late_head_after_a_first_request_and_a_late_body_are_cut_off(cube: Path):
-    with running(create_app([str(cube)]), protocol=QuickLimits) as base:
+@QUICK
+def test_a_late_head_after_a_first_request_and_a_late_body_are_cut_off(cube: Path, quick: type):
+    with running(create_app([str(cube)]), protocol=quick) as base:
         port = int(base.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
@@ -158,12 +177,13 @@ def test_a_late_head_after_a_first_request_and_a_late_body_are_cut_off(cube: Pat
             assert answer.startswith(b"HTTP/1.1 408 ") and b"body" in answer
 
 
-def test_a_prompt_client_is_not_cut_off(cube: Path):
+@QUICK
+def test_a_prompt_client_is_not_cut_off(cube: Path, quick: type):
     """Limits count from the start of what is owed, not while a connection idles between
     requests: a client that sends each request whole keeps its connection for many of them,
     however long it lasts, and may post its body."""
     body = json.dumps(SQUARE).encode()
-    with running(create_app([str(cube)]), protocol=QuickLimits) as base:
+    with running(create_app([str(cube)]), protocol=quick) as base:
         port = int(base.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as sock:
             for _ in range(3):
@@ -213,3 +233,36 @@ def test_every_malformed_body_is_a_4xx_naming_the_shape(client: TestClient, name
     assert 400 <= response.status_code < 500, response.text
     assert response.json()["parameter"] == "shape"
     assert "\n" not in response.json()["error"]
+
+
+def accepted_within(loop: asyncio.AbstractEventLoop, waiting: int, seconds: float) -> int:
+    """How many of ``waiting`` connections queued on a listening socket ``loop`` accepts in
+    ``seconds``."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    clients = [socket.create_connection(listener.getsockname()) for _ in range(waiting)]
+    accepted = []
+
+    async def serve() -> None:
+        server = await loop.create_server(asyncio.Protocol, sock=listener)
+        original = server._attach  # type: ignore[attr-defined]  # counts each connection
+        server._attach = lambda *a: (accepted.append(1), original(*a))  # type: ignore[attr-defined]
+        await asyncio.sleep(seconds)
+        server.close()
+
+    try:
+        loop.run_until_complete(serve())
+    finally:
+        loop.close()
+        for client in clients:
+            client.close()
+    return len(accepted)
+
+
+def test_worker_processes_take_turns_at_accepting():
+    """``serve --workers N`` shares one listening socket between its processes: asyncio's loop
+    takes every waiting connection the moment it wakes (a client's 16 kept-alive connections
+    all went to one worker); ``TakingTurnsLoop`` takes one, then leaves the others a turn,
+    and still takes them all when no one else does."""
+    assert accepted_within(asyncio.SelectorEventLoop(), 16, 0.002) == 16
+    assert 1 <= accepted_within(TakingTurnsLoop(), 16, 0.002) < 16
+    assert accepted_within(TakingTurnsLoop(), 16, 2.0) == 16

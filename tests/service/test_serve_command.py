@@ -144,5 +144,5 @@ def test_serve_refuses_a_store_it_cannot_read(tmp_path: Path, workers: str):
 def test_serve_memory_default_is_the_query_default():
     """The command line names its --memory-mb default as a number (importing the budget
     would import zarr for every command): it must be the one a query uses."""
-    option = inspect.signature(serve).parameters["memory_mb"].default
-    assert option.default * 2**20 == DEFAULT_MEMORY_BYTES
+    default = inspect.signature(serve).parameters["memory_mb"].default
+    assert default * 2**20 == DEFAULT_MEMORY_BYTES

@@ -12,12 +12,12 @@ from accumulus.cli.entry import load_api
 from accumulus.cli.options import (
     AllowReferences,
     CubeGroup,
+    DataGroup,
     EndpointUrl,
     Ref,
     Scheduler,
     StorageOption,
     Store,
-    group_option,
     pairs,
     positive_int,
     reading,
@@ -26,71 +26,98 @@ from accumulus.errors import AccumulusError
 
 
 def accumulate(
-    store: str = typer.Argument(..., help="Cube path or URL (dir, file://, memory://, s3://)."),
-    variable: str = typer.Argument(..., help="Data variable to accumulate."),
-    dims: list[str] = typer.Option(
-        None,
-        "--dims",
-        help="A combination to accumulate, e.g. time or lat,lon (repeatable). "
-        "Default: time at every element and lat,lon at every cell (any box, any period, "
-        "no raw chunk); with --minimal, --stride or --at: every dimension alone plus lat,lon.",
-    ),
-    stride: list[str] = typer.Option(
-        None, "--stride", help="Accumulate every k chunks along a dimension: time=2 (repeatable)."
-    ),
-    at: list[str] = typer.Option(
-        None,
-        "--at",
-        help="Where entries end along a dimension instead of chunk ends: DIM=RULE, the rule "
-        "being chunk (the default), N (every N elements; 1 = every element), month, year, or "
-        "labels separated by commas. E.g. --at time=month, --at lat=1,lon=1 (repeatable).",
-    ),
-    weights: str = typer.Option(
-        None, "--weights", help="area (cos latitude), none, or the name of a weights array."
-    ),
+    store: Annotated[
+        str, typer.Argument(help="Cube path or URL (dir, file://, memory://, s3://).")
+    ],
+    variable: Annotated[str, typer.Argument(help="Data variable to accumulate.")],
+    dims: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dims",
+            help="A combination to accumulate, e.g. time or lat,lon (repeatable). "
+            "Default: time at every element and lat,lon at every cell (any box, any period, "
+            "no raw chunk); with --minimal, --stride or --at: every dimension alone plus lat,lon.",
+        ),
+    ] = None,
+    stride: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--stride", help="Accumulate every k chunks along a dimension: time=2 (repeatable)."
+        ),
+    ] = None,
+    at: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--at",
+            help="Where entries end along a dimension instead of chunk ends: DIM=RULE, the rule "
+            "being chunk (the default), N (every N elements; 1 = every element), month, year, or "
+            "labels separated by commas. E.g. --at time=month, --at lat=1,lon=1 (repeatable).",
+        ),
+    ] = None,
+    weights: Annotated[
+        str | None,
+        typer.Option(
+            "--weights", help="area (cos latitude), none, or the name of a weights array."
+        ),
+    ] = None,
     scheduler: Scheduler = None,
-    rebuild: bool = typer.Option(
-        False,
-        "--rebuild",
-        help="Build the group again. It keeps what it was built with (--dims, --at, --stride, "
-        "--weights) unless given here; the output says what was kept.",
-    ),
-    reset: bool = typer.Option(
-        False,
-        "--reset",
-        help="Rebuild from the defaults and the options given here, forgetting what the "
-        "group was built with.",
-    ),
-    allow_missing_chunks: bool = typer.Option(
-        False,
-        "--allow-missing-chunks",
-        help="Rebuild even where raw chunks the last build summed are missing (they are "
-        "summed as missing values).",
-    ),
-    shards: bool = typer.Option(
-        None,
-        "--shards/--no-shards",
-        help="Write the accumulation arrays in shards (Zarr v3). Default: when the variable is.",
-    ),
-    minimal: bool = typer.Option(
-        False,
-        "--minimal",
-        help="ZEP 5 as written only: every dimension alone plus lat,lon at chunk ends (the "
-        "default adds entries at every day and every cell: see inspect).",
-    ),
-    stats: str = typer.Option(
-        None,
-        "--stats",
-        help="Also store the sums these statistics need, comma-separated: var (var and std: "
-        "Σw(x−c)²), trend (Σt, Σt², Σt·x), corr:VAR2 (pair sums with VAR2, along time). "
-        "Beside the default layout they sit at chunk ends and months. Not built by default.",
-    ),
-    into: str = typer.Option(
-        None,
-        "--into",
-        help="Write the accumulations into this store beside the cube (a sidecar), which is "
-        "only read: for URLs and reference files. Run again to extend or refresh it.",
-    ),
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild",
+            help="Build the group again. It keeps what it was built with (--dims, --at, --stride, "
+            "--weights) unless given here; the output says what was kept.",
+        ),
+    ] = False,
+    reset: Annotated[
+        bool,
+        typer.Option(
+            "--reset",
+            help="Rebuild from the defaults and the options given here, forgetting what the "
+            "group was built with.",
+        ),
+    ] = False,
+    allow_missing_chunks: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing-chunks",
+            help="Rebuild even where raw chunks the last build summed are missing (they are "
+            "summed as missing values).",
+        ),
+    ] = False,
+    shards: Annotated[
+        bool | None,
+        typer.Option(
+            "--shards/--no-shards",
+            help="Write the accumulation arrays in shards (Zarr v3). "
+            "Default: when the variable is.",
+        ),
+    ] = None,
+    minimal: Annotated[
+        bool,
+        typer.Option(
+            "--minimal",
+            help="ZEP 5 as written only: every dimension alone plus lat,lon at chunk ends (the "
+            "default adds entries at every day and every cell: see inspect).",
+        ),
+    ] = False,
+    stats: Annotated[
+        str | None,
+        typer.Option(
+            "--stats",
+            help="Also store the sums these statistics need, comma-separated: var (var and std: "
+            "Σw(x−c)²), trend (Σt, Σt², Σt·x), corr:VAR2 (pair sums with VAR2, along time). "
+            "Beside the default layout they sit at chunk ends and months. Not built by default.",
+        ),
+    ] = None,
+    into: Annotated[
+        str | None,
+        typer.Option(
+            "--into",
+            help="Write the accumulations into this store beside the cube (a sidecar), which is "
+            "only read: for URLs and reference files. Run again to extend or refresh it.",
+        ),
+    ] = None,
     group: CubeGroup = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
@@ -107,10 +134,10 @@ def accumulate(
         result = api.accumulate(
             store,
             variable,
-            dims or None,
+            dims,
             weights=weights,
             strides=strides,
-            at=at or None,
+            at=at,
             scheduler=scheduler,
             rebuild=rebuild,
             reset=reset,
@@ -141,10 +168,8 @@ def accumulate(
 
 def inspect(
     store: Store,
-    as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
-    group: Annotated[
-        str | None, group_option("Group of the cube; default: the one group holding data.")
-    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+    group: DataGroup = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
     allow_references: AllowReferences = None,
@@ -155,9 +180,7 @@ def inspect(
 
     from rich.table import Table
 
-    api = load_api()
-
-    info = api.inspect(
+    info = load_api().inspect(
         store, group=group, **reading(endpoint_url, storage_option, allow_references, ref)
     )
     if as_json:
@@ -264,20 +287,28 @@ def _grid_text(grid: dict) -> str:
 
 def verify(
     store: Store,
-    names: list[str] = typer.Argument(
-        None, help="Variable (default: every accumulated one); with --sources, the files."
-    ),
-    sources: bool = typer.Option(
-        False,
-        "--sources",
-        help="Compare the cube with the files it was made from, as xarray decodes them.",
-    ),
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Variable (default: every accumulated one); with --sources, the files."
+        ),
+    ] = None,
+    sources: Annotated[
+        bool,
+        typer.Option(
+            "--sources",
+            help="Compare the cube with the files it was made from, as xarray decodes them.",
+        ),
+    ] = False,
     group: CubeGroup = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
-    accumulations: str = typer.Option(
-        None, "--accumulations", help="Verify the accumulations in this sidecar store (--into)."
-    ),
+    accumulations: Annotated[
+        str | None,
+        typer.Option(
+            "--accumulations", help="Verify the accumulations in this sidecar store (--into)."
+        ),
+    ] = None,
     allow_references: AllowReferences = None,
     ref: Ref = None,
 ) -> None:

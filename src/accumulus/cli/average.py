@@ -4,6 +4,8 @@ printed as a table, JSON or CSV, and drawn to a PNG. The options become one ``Qu
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from accumulus.cli.console import console
@@ -23,69 +25,99 @@ from accumulus.errors import AccumulusError
 
 def average(
     store: Store,
-    variable: str = typer.Argument(..., help="Data variable."),
-    over: str = typer.Option(..., "--over", help="Dimensions averaged away, e.g. lat,lon or time."),
-    range_: list[str] = typer.Option(
-        None,
-        "--range",
-        help="dim=start/end, inclusive labels (repeatable); lon=170/-170 crosses the date line.",
-    ),
-    stat: str = typer.Option(
-        "mean",
-        "--stat",
-        help="mean, sum, count (= sum of weights), var or std (weighted population variance, "
-        "standard deviation), trend (least-squares slope per year, per cell, over time), "
-        "corr (Pearson's r with --with VAR2).",
-    ),
-    with_: str = typer.Option(
-        None,
-        "--with",
-        help="The second variable of --stat corr (Pearson's r over --over, on the same grid).",
-    ),
-    season: str = typer.Option(
-        None,
-        "--season",
-        help="Only this season's days: DJF, MAM, JJA, SON or a month (JAN...DEC). With "
-        "--over time the map of their mean; otherwise one value per year (DJF: December "
-        "counts for the next year).",
-    ),
-    weights: str = typer.Option(
-        None, "--weights", help="area, none or a weights array (default: the accumulations')."
-    ),
-    no_accumulation: bool = typer.Option(
-        False, "--no-accumulation", help="Force a full scan of the raw data, for comparison."
-    ),
-    plan: str = typer.Option(
-        "cheaper",
-        "--plan",
-        help="cheaper: the accumulations or a full scan, whichever is estimated faster; "
-        "accumulation: the accumulations even when a scan is estimated faster.",
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
-    as_csv: bool = typer.Option(False, "--csv", help="Print the result as CSV."),
-    png: str = typer.Option(
-        None,
-        "--png",
-        help="Draw the answer (series, map or Hovmöller diagram) to this file: PNG, or the "
-        "format its suffix names (.jpg, .webp, .tif, .svg, .pdf).",
-    ),
-    accumulations: str = typer.Option(
-        None, "--accumulations", help="Read accumulations from this sidecar store (--into)."
-    ),
+    variable: Annotated[str, typer.Argument(help="Data variable.")],
+    over: Annotated[
+        str, typer.Option("--over", help="Dimensions averaged away, e.g. lat,lon or time.")
+    ],
+    range_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--range",
+            help="dim=start/end, inclusive labels (repeatable); "
+            "lon=170/-170 crosses the date line.",
+        ),
+    ] = None,
+    stat: Annotated[
+        str,
+        typer.Option(
+            "--stat",
+            help="mean, sum, count (= sum of weights), var or std (weighted population variance, "
+            "standard deviation), trend (least-squares slope per year, per cell, over time), "
+            "corr (Pearson's r with --with VAR2).",
+        ),
+    ] = "mean",
+    with_: Annotated[
+        str | None,
+        typer.Option(
+            "--with",
+            help="The second variable of --stat corr (Pearson's r over --over, on the same grid).",
+        ),
+    ] = None,
+    season: Annotated[
+        str | None,
+        typer.Option(
+            "--season",
+            help="Only this season's days: DJF, MAM, JJA, SON or a month (JAN...DEC). With "
+            "--over time the map of their mean; otherwise one value per year (DJF: December "
+            "counts for the next year).",
+        ),
+    ] = None,
+    weights: Annotated[
+        str | None,
+        typer.Option(
+            "--weights", help="area, none or a weights array (default: the accumulations')."
+        ),
+    ] = None,
+    no_accumulation: Annotated[
+        bool,
+        typer.Option(
+            "--no-accumulation", help="Force a full scan of the raw data, for comparison."
+        ),
+    ] = False,
+    plan: Annotated[
+        str,
+        typer.Option(
+            "--plan",
+            help="cheaper: the accumulations or a full scan, whichever is estimated faster; "
+            "accumulation: the accumulations even when a scan is estimated faster.",
+        ),
+    ] = "cheaper",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the result as one JSON object.")
+    ] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print the result as CSV.")] = False,
+    png: Annotated[
+        str | None,
+        typer.Option(
+            "--png",
+            help="Draw the answer (series, map or Hovmöller diagram) to this file: PNG, or the "
+            "format its suffix names (.jpg, .webp, .tif, .svg, .pdf).",
+        ),
+    ] = None,
+    accumulations: Annotated[
+        str | None,
+        typer.Option(
+            "--accumulations", help="Read accumulations from this sidecar store (--into)."
+        ),
+    ] = None,
     group: CubeGroup = None,
-    shape: str = typer.Option(
-        None,
-        "--shape",
-        help="Average over a shape: FILE (GeoJSON, shapefile...) or FILE:VALUE, the feature "
-        "with a property equal to VALUE (or FILE:PROPERTY=VALUE). Cells count when their "
-        "centre is inside.",
-    ),
-    region: str = typer.Option(
-        None,
-        "--region",
-        help="Average over a named region: SET:NAME, e.g. ar6:WAF, srex:AMZ, giorgi:SAS, "
-        "prudence:AL (sets shipped offline).",
-    ),
+    shape: Annotated[
+        str | None,
+        typer.Option(
+            "--shape",
+            help="Average over a shape: FILE (GeoJSON, shapefile...) or FILE:VALUE, the feature "
+            "with a property equal to VALUE (or FILE:PROPERTY=VALUE). Cells count when their "
+            "centre is inside.",
+        ),
+    ] = None,
+    region: Annotated[
+        str | None,
+        typer.Option(
+            "--region",
+            help="Average over a named region: SET:NAME, e.g. ar6:WAF, srex:AMZ, giorgi:SAS, "
+            "prudence:AL (sets shipped offline).",
+        ),
+    ] = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
     allow_references: AllowReferences = None,

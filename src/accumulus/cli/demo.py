@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from accumulus.cli.console import ProgressBar, console
@@ -9,10 +11,16 @@ from accumulus.errors import AccumulusError
 
 
 def demo(
-    directory: str = typer.Option("demo-output", "--dir", help="Where the cube and plots go."),
-    days: int = typer.Option(1461, "--days", help="Length of the daily series."),
-    resolution: float = typer.Option(1.0, "--resolution", help="Grid spacing in degrees."),
-    fresh: bool = typer.Option(False, "--fresh", help="Regenerate the cube even if present."),
+    directory: Annotated[
+        str, typer.Option("--dir", help="Where the cube and plots go.")
+    ] = "demo-output",
+    days: Annotated[int, typer.Option("--days", help="Length of the daily series.")] = 1461,
+    resolution: Annotated[
+        float, typer.Option("--resolution", help="Grid spacing in degrees.")
+    ] = 1.0,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Regenerate the cube even if present.")
+    ] = False,
 ) -> None:
     """Build a synthetic daily precipitation cube, accumulate it (the default layout), and
     answer an area-averaged time series and two time-averaged maps (whole months, and

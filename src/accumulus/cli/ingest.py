@@ -4,6 +4,7 @@ filters convert and append can keep, as Zarr codecs)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -23,37 +24,47 @@ from accumulus.errors import AccumulusError, Interrupted
 
 
 def append(
-    store: str = typer.Argument(..., help="Cube path or URL (dir, file://, s3://)."),
-    granules: list[str] = typer.Argument(
-        ..., help="NetCDF4/HDF5 files or Zarr stores, in any order."
-    ),
-    dim: str = typer.Option("time", "--dim", help="The dimension to append along."),
-    chunks: list[str] = typer.Option(
-        None,
-        "--chunks",
-        help="When the cube is created: dim=size,... e.g. time=40 (default: ~100 MiB chunks).",
-    ),
-    chunking: str = typer.Option(
-        None,
-        "--chunking",
-        help="When the cube is created, along --dim: month or year (a chunk per calendar "
-        "period), per-granule (each granule a chunk), grow (chunks that grow with the cube to "
-        "their size), or a size. Variable chunks need Zarr v3.",
-    ),
-    shards: list[str] = typer.Option(
-        None,
-        "--shards",
-        help="When the cube is created (Zarr v3): data chunks packed in shards of dim=size,... "
-        "e.g. time=365 (multiples of the chunks; one chunk per shard along other dimensions).",
-    ),
-    skip_existing: bool = typer.Option(
-        False, "--skip-existing", help="Skip steps already in the cube instead of refusing."
-    ),
-    zarr_format: int = typer.Option(
-        None,
-        "--zarr-format",
-        help="When the cube is created: 2 or 3 (default 2; 3 with a named --chunking or --shards).",
-    ),
+    store: Annotated[str, typer.Argument(help="Cube path or URL (dir, file://, s3://).")],
+    granules: Annotated[
+        list[str], typer.Argument(help="NetCDF4/HDF5 files or Zarr stores, in any order.")
+    ],
+    dim: Annotated[str, typer.Option("--dim", help="The dimension to append along.")] = "time",
+    chunks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--chunks",
+            help="When the cube is created: dim=size,... e.g. time=40 (default: ~100 MiB chunks).",
+        ),
+    ] = None,
+    chunking: Annotated[
+        str | None,
+        typer.Option(
+            "--chunking",
+            help="When the cube is created, along --dim: month or year (a chunk per calendar "
+            "period), per-granule (each granule a chunk), grow (chunks that grow with the cube to "
+            "their size), or a size. Variable chunks need Zarr v3.",
+        ),
+    ] = None,
+    shards: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--shards",
+            help="When the cube is created (Zarr v3): data chunks packed in shards of dim=size,... "
+            "e.g. time=365 (multiples of the chunks; one chunk per shard along other dimensions).",
+        ),
+    ] = None,
+    skip_existing: Annotated[
+        bool,
+        typer.Option("--skip-existing", help="Skip steps already in the cube instead of refusing."),
+    ] = False,
+    zarr_format: Annotated[
+        int | None,
+        typer.Option(
+            "--zarr-format",
+            help="When the cube is created: 2 or 3 "
+            "(default 2; 3 with a named --chunking or --shards).",
+        ),
+    ] = None,
     group: Annotated[
         str | None,
         group_option(
@@ -63,12 +74,14 @@ def append(
     ] = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
-    virtual: bool = typer.Option(
-        False,
-        "--virtual",
-        help="Write references to the granules' chunks, no data copied: a .json reference "
-        "file, or a .parq Parquet reference set (for large archives).",
-    ),
+    virtual: Annotated[
+        bool,
+        typer.Option(
+            "--virtual",
+            help="Write references to the granules' chunks, no data copied: a .json reference "
+            "file, or a .parq Parquet reference set (for large archives).",
+        ),
+    ] = False,
     allow_references: AllowReferences = None,
 ) -> None:
     """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
@@ -82,7 +95,8 @@ def append(
                 "--virtual keeps the granules' own chunks; --chunks, --chunking and --shards "
                 "do not apply"
             )
-        _append_virtual(store, granules, dim, zarr_format, skip_existing, options, group)
+        allowed = source["allow_references"] or ()
+        _append_virtual(store, granules, dim, zarr_format, skip_existing, options, group, allowed)
         return
     sizes = dimension_sizes(chunks, "--chunks")
     shard_sizes = dimension_sizes(shards, "--shards")
@@ -151,12 +165,15 @@ def _append_virtual(
     skip_existing: bool,
     options: dict | None,
     group: str | None,
+    allowed: Sequence[str] = (),
 ) -> None:
     from accumulus.destinations import check_file, check_store
     from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
     from accumulus.stores.locations import local_path
     from accumulus.stores.reference_sets import is_parquet_references
     from accumulus.stores.reference_targets import directories_to_allow
+    from accumulus.stores.transactional import directories_to_allow as repository_directories
+    from accumulus.stores.transactional import is_repository_url
 
     if local_path(out) is not None:  # before any granule is read
         check = check_store if is_parquet_references(out) else check_file
@@ -170,11 +187,12 @@ def _append_virtual(
             skip_existing=skip_existing,
             storage_options=options,
             group=group,
+            allow_references=allowed,
         )
     except KeyboardInterrupt:
         raise Interrupted(
-            f"{out} is unchanged (a reference set is replaced in one write, once every granule "
-            "is read); run the same command again"
+            f"{out} is unchanged (a reference set is replaced in one write, and a repository "
+            "commits once, after every granule is read); run the same command again"
         ) from None
     if not _appended_any(result, dim):
         return
@@ -186,7 +204,10 @@ def _append_virtual(
         + _granule_reads(result.bytes_read, result.granule_bytes),
         highlight=False,
     )
-    outside = directories_to_allow(out, result.appended)
+    if is_repository_url(out):  # it reads the containers beside it, or those allowed
+        outside = repository_directories(out, result.appended)
+    else:
+        outside = directories_to_allow(out, result.appended)
     if outside:
         console.print(
             f"[dim]{out} reads granules outside its own directory only where its readers "
@@ -217,7 +238,7 @@ def _granule_reads(read: int, total: int) -> str:
 
 
 def filters(
-    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
 ) -> None:
     """The HDF5 filter ↔ Zarr codec pairing table: which filters are usable here, and why not."""
     import json
@@ -260,14 +281,16 @@ def _side_text(provider: str | None, problem: str | None) -> str:
 
 
 def convert(
-    src: str = typer.Argument(..., help="NetCDF4/HDF5 or NetCDF-3 file."),
-    dest: str = typer.Argument(..., help="Zarr directory to create (must not exist)."),
-    zarr_format: int = typer.Option(2, "--zarr-format", help="2 (default) or 3."),
-    codec: list[str] = typer.Option(
-        [],
-        "--codec",
-        help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
-    ),
+    src: Annotated[str, typer.Argument(help="NetCDF4/HDF5 or NetCDF-3 file.")],
+    dest: Annotated[str, typer.Argument(help="Zarr directory to create (must not exist).")],
+    zarr_format: Annotated[int, typer.Option("--zarr-format", help="2 (default) or 3.")] = 2,
+    codec: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--codec",
+            help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
+        ),
+    ] = None,
     group: Annotated[
         str | None,
         group_option(
@@ -280,7 +303,7 @@ def convert(
     from accumulus.ingest.convert import convert as convert_file
     from accumulus.ingest.convert import parse_codec_options
 
-    per_variable, default = parse_codec_options(codec)
+    per_variable, default = parse_codec_options(codec or [])
     plan = convert_file(
         src,
         dest,
@@ -300,17 +323,22 @@ def convert(
 
 
 def rechunk(
-    src: str = typer.Argument(..., help="Cube path or URL to read."),
-    dest: str = typer.Argument(..., help="Store to write (must not exist): dir, memory://, s3://."),
-    chunks: list[str] = typer.Option(
-        ...,
-        "--chunks",
-        help="dim=rule: time=month, time=year, lat=90 or time=31,28,31,... (repeatable; "
-        "several in one: time=month,lat=90). Dimensions not named keep their chunks.",
-    ),
-    zarr_format: int = typer.Option(
-        None, "--zarr-format", help="2 or 3. Default: the source's, or 3 when chunks vary."
-    ),
+    src: Annotated[str, typer.Argument(help="Cube path or URL to read.")],
+    dest: Annotated[
+        str, typer.Argument(help="Store to write (must not exist): dir, memory://, s3://.")
+    ],
+    chunks: Annotated[
+        list[str],
+        typer.Option(
+            "--chunks",
+            help="dim=rule: time=month, time=year, lat=90 or time=31,28,31,... (repeatable; "
+            "several in one: time=month,lat=90). Dimensions not named keep their chunks.",
+        ),
+    ],
+    zarr_format: Annotated[
+        int | None,
+        typer.Option("--zarr-format", help="2 or 3. Default: the source's, or 3 when chunks vary."),
+    ] = None,
     scheduler: Scheduler = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,

@@ -53,6 +53,10 @@ CubeGroup = Annotated[
     str | None,
     group_option("Group of the cube (e.g. Grid); default: the one group holding the variable."),
 ]
+# Of a command that names no variable (inspect).
+DataGroup = Annotated[
+    str | None, group_option("Group of the cube; default: the one group holding data.")
+]
 Scheduler = Annotated[
     str | None,
     typer.Option(

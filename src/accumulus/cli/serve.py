@@ -16,69 +16,97 @@ from accumulus.cli.options import (
 
 
 def serve(
-    stores: list[str] = typer.Argument(
-        ...,
-        help="Cubes to serve (paths or URLs); each is a dataset named by its base name. A "
-        "sidecar (accumulate --into) is served for the source it names.",
-    ),
-    port: int = typer.Option(8000, "--port", help="TCP port."),
-    host: str = typer.Option(
-        "127.0.0.1", "--host", help="Address to bind (loopback unless you say otherwise)."
-    ),
-    workers: int = typer.Option(
-        1,
-        "--workers",
-        min=1,
-        help="Processes answering on the port, e.g. one per core. Each has its own cache and "
-        "limits (--computations, --memory-mb, --cache-mb hold per process).",
-    ),
-    max_cells: int = typer.Option(
-        None, "--max-cells", min=1, help="Refuse answers with more values (default 2000000)."
-    ),
-    cache_mb: int = typer.Option(256, "--cache-mb", min=0, help="Memory for cached answers."),
-    computations: int = typer.Option(
-        2, "--computations", min=1, help="Answers computed at once; others wait, then get 503."
-    ),
-    scans: int = typer.Option(
-        1,
-        "--scans",
-        min=1,
-        help="Answers no accumulation can give (full scans) computed at once, queued apart "
-        "from the others, which never wait behind them.",
-    ),
-    memory_mb: int = typer.Option(  # budget.DEFAULT_MEMORY_BYTES (not imported: zarr)
-        512, "--memory-mb", min=16, help="Memory one computation's raw reads may hold."
-    ),
-    queue_seconds: float = typer.Option(
-        10.0, "--queue-seconds", min=0.1, help="How long a request waits for a computation."
-    ),
-    request_seconds: float = typer.Option(
-        60.0, "--request-seconds", min=0.1, help="Longest computation (then 504)."
-    ),
+    stores: Annotated[
+        list[str],
+        typer.Argument(
+            help="Cubes to serve (paths or URLs); each is a dataset named by its base name. A "
+            "sidecar (accumulate --into) is served for the source it names."
+        ),
+    ],
+    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind (loopback unless you say otherwise).")
+    ] = "127.0.0.1",
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Processes answering on the port, e.g. one per core. Each has its own cache and "
+            "limits (--computations, --memory-mb, --cache-mb hold per process).",
+        ),
+    ] = 1,
+    max_cells: Annotated[
+        int | None,
+        typer.Option(
+            "--max-cells", min=1, help="Refuse answers with more values (default 2000000)."
+        ),
+    ] = None,
+    cache_mb: Annotated[
+        int, typer.Option("--cache-mb", min=0, help="Memory for cached answers.")
+    ] = 256,
+    computations: Annotated[
+        int,
+        typer.Option(
+            "--computations", min=1, help="Answers computed at once; others wait, then get 503."
+        ),
+    ] = 2,
+    scans: Annotated[
+        int,
+        typer.Option(
+            "--scans",
+            min=1,
+            help="Answers no accumulation can give (full scans) computed at once, queued apart "
+            "from the others, which never wait behind them.",
+        ),
+    ] = 1,
+    memory_mb: Annotated[
+        int,
+        typer.Option("--memory-mb", min=16, help="Memory one computation's raw reads may hold."),
+    ] = 512,  # budget.DEFAULT_MEMORY_BYTES (not imported: zarr)
+    queue_seconds: Annotated[
+        float,
+        typer.Option(
+            "--queue-seconds", min=0.1, help="How long a request waits for a computation."
+        ),
+    ] = 10.0,
+    request_seconds: Annotated[
+        float, typer.Option("--request-seconds", min=0.1, help="Longest computation (then 504).")
+    ] = 60.0,
     group: Annotated[
         str | None,
         group_option("Group of each cube to serve; default: the one group holding data variables."),
     ] = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
-    accumulations: list[str] = typer.Option(
-        None,
-        "--accumulations",
-        help="Read each cube's accumulations from this sidecar store (once per cube, in order).",
-    ),
+    accumulations: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--accumulations",
+            help="Read each cube's accumulations from this sidecar store "
+            "(once per cube, in order).",
+        ),
+    ] = None,
     allow_references: AllowReferences = None,
-    ref: list[str] = typer.Option(
-        None,
-        "--ref",
-        help="Of icechunk repositories: a branch, tag or snapshot id to serve, one dataset "
-        "each, named NAME@REF (repeatable; default: branch main, followed as it grows).",
-    ),
-    allowed_host: list[str] = typer.Option(
-        None,
-        "--allowed-host",
-        help="A Host name clients reach the service by, besides the loopback names and "
-        "--host (repeatable; *.example.org for subdomains, * for any): others get 400.",
-    ),
+    ref: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ref",
+            help="Of icechunk repositories: a branch, tag or snapshot id to serve, one dataset "
+            "each, named NAME@REF (repeatable; default: branch main, followed as it grows).",
+        ),
+    ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="A Host name clients reach the service by, besides the loopback names and "
+            "--host (repeatable; *.example.org for subdomains, * for any): others get 400.",
+        ),
+    ] = None,
+    access_log: Annotated[
+        bool, typer.Option("--access-log", help="Log a line per request (costs CPU under load).")
+    ] = False,
 ) -> None:
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
     from accumulus.service import serve as run_service
@@ -90,6 +118,7 @@ def serve(
         host=host,
         port=port,
         workers=workers,
+        access_log=access_log,
         cache_bytes=cache_mb * 2**20,
         limits=ServiceLimits(
             computations=computations,

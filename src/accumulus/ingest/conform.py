@@ -44,8 +44,8 @@ _SAME_CALENDARS = {"gregorian": "standard", None: "standard", "": "standard"}
 
 @dataclass(frozen=True)
 class TimeEncoding:
-    units: str
-    calendar: str
+    units: str  # CF's "<unit> since <date>"
+    calendar: str  # CF's name; "standard" for "gregorian" or none given
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ class ChunkRef:
     """One stored HDF5 chunk: its chunk index in the granule and its bytes in the file."""
 
     index: tuple[int, ...]
-    offset: int
-    size: int
+    offset: int  # of its first byte in the file
+    size: int  # bytes stored (compressed)
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class GranuleRecord:
     """How a referenced granule is identified: a changed file is refused, not mixed in."""
 
     url: str
-    size: int
+    size: int  # bytes
     modified: str  # mtime (local) or ETag / Last-Modified (remote)
     steps: int
 

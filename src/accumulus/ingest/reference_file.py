@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 import zarr
+from zarr.abc.store import Store
 
 from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds
@@ -75,7 +76,12 @@ def read_reference_set(target: str, dim: str, storage_options: dict | None) -> R
 def _reference_set(
     target: str, refs: dict[str, Any], dim: str, storage_options: dict | None
 ) -> ReferenceSet:
-    store = open_reference_store(refs, target, storage_options)
+    return reference_set_in(open_reference_store(refs, target, storage_options), target, refs, dim)
+
+
+def reference_set_in(store: Store, target: str, refs: Mapping[str, Any], dim: str) -> ReferenceSet:
+    """The virtual cube ``store`` holds (``target``: how messages name it), whose
+    references are ``refs`` (an icechunk repository's: its metadata and inline chunks)."""
     with rectilinear_grids():
         root = zarr.open_group(store, mode="r")
         settings: Any = root.attrs.get("accumulus", {})  # JSON, checked below

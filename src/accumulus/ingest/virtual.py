@@ -42,6 +42,7 @@ from accumulus.ingest.references import compose
 from accumulus.scope import scoped
 from accumulus.stores.group import normalize_group
 from accumulus.stores.reference_sets import is_parquet_references
+from accumulus.stores.transactional import is_repository_url
 
 
 @dataclass(frozen=True)
@@ -71,15 +72,38 @@ def append_virtual(
     skip_existing: bool = False,
     storage_options: dict | None = None,
     group: str | None = None,
+    ref: str | None = None,
+    allow_references: Iterable[str] = (),
 ) -> VirtualResult:
     """Create or extend the virtual cube ``out``, local or a URL: a ``.json`` reference file
     or a ``.parq``/``.parquet`` Parquet reference set, with references to the chunks of
     NetCDF4/HDF5 ``granules`` along ``dim``, in time order whatever the order given. Granule
     paths may be local or URLs (read with ``storage_options``). ``group``: the group of the
     granules to reference (by default the one where ``dim`` is defined), kept at the same
-    place in the cube. Nothing is written unless every granule fits."""
+    place in the cube. Nothing is written unless every granule fits.
+
+    ``out`` may also be an icechunk repository (``icechunk://``, ``icechunk+s3://``): the
+    references are then written into it as virtual chunks, in one commit on the branch
+    ``ref`` (see ``virtual_repository``); ``allow_references``: where its other virtual
+    chunk containers may read, for its accumulations."""
     started = time.perf_counter()
     target = os.fspath(out)
+    if is_repository_url(target):
+        from accumulus.ingest.virtual_repository import append_virtual_repository
+
+        return append_virtual_repository(
+            target,
+            granules,
+            dim,
+            zarr_format=zarr_format,
+            skip_existing=skip_existing,
+            storage_options=storage_options,
+            group=group,
+            ref=ref,
+            allow_references=allow_references,
+        )
+    if ref is not None:
+        raise AccumulusError(f"--ref {ref}: {target} is not an icechunk repository (no refs)")
     parquet = is_parquet_references(target)
     if not (target.endswith(".json") or parquet):
         raise AccumulusError(
@@ -98,31 +122,10 @@ def append_virtual(
         raise AccumulusError(
             f"{target} references the granules' group {existing.group or '/'!r}, not {group!r}"
         )
-    group = existing.group if existing is not None else group
     fmt = existing.zarr_format if existing else (zarr_format or 3)
-    if fmt not in (2, 3):
-        raise AccumulusError(f"zarr_format must be 2 or 3, got {fmt}")
-    known = {g.url: g for g in existing.granules} if existing else {}
-    template = existing.template if existing else None
-    scanned: list[ScannedGranule] = []
-    skipped: list[tuple[str, str]] = []
-    for item in dict.fromkeys(items):  # a granule given twice is appended once
-        url = granule_url(item)
-        if url in known:
-            check_unchanged(item, url, known[url], storage_options)
-            skipped.append((item, "already referenced"))
-            continue
-        granule = scan_granule(item, url, dim, template, fmt, storage_options, group)
-        template, group = template or granule.template, granule.group
-        scanned.append(granule)
+    new = scan_new(existing, items, dim, fmt, storage_options, group, skip_existing)
+    scanned, skipped, template, definer = new.scanned, new.skipped, new.template, new.definer
     before = len(existing.coordinate) if existing else 0
-    # A new cube takes its metadata from the granule its template came from (the first given).
-    definer = scanned[0] if scanned and existing is None else None
-    if scanned:
-        assert template is not None
-        scanned.sort(key=lambda g: _first(g.coordinate))
-        scanned, overlaps = _drop_overlaps(scanned, existing, template, skip_existing)
-        skipped.extend(overlaps)
     if scanned:
         assert template is not None
         # fsspec's Parquet layout parses chunk keys as "i.j.k" (Zarr v2's encoding).
@@ -145,6 +148,53 @@ def append_virtual(
         references=references,
         seconds=time.perf_counter() - started,
     )
+
+
+@dataclass(frozen=True)
+class NewGranules:
+    """The granules an append adds to a virtual cube, scanned, in time order."""
+
+    scanned: list[ScannedGranule]
+    skipped: list[tuple[str, str]]  # (granule, why)
+    template: Template | None  # the cube's, or the first granule's for a new cube
+    definer: ScannedGranule | None  # of a new cube: the granule its metadata comes from
+
+
+def scan_new(
+    existing: ReferenceSet | None,
+    items: list[str],
+    dim: str,
+    fmt: int,
+    storage_options: dict | None,
+    group: str | None,
+    skip_existing: bool,
+) -> NewGranules:
+    """Read the layout of the granules not referenced yet (those that are must be
+    unchanged), in time order; overlaps refused, or skipped with ``skip_existing``."""
+    group = existing.group if existing is not None else group
+    if fmt not in (2, 3):
+        raise AccumulusError(f"zarr_format must be 2 or 3, got {fmt}")
+    known = {g.url: g for g in existing.granules} if existing else {}
+    template = existing.template if existing else None
+    scanned: list[ScannedGranule] = []
+    skipped: list[tuple[str, str]] = []
+    for item in dict.fromkeys(items):  # a granule given twice is appended once
+        url = granule_url(item)
+        if url in known:
+            check_unchanged(item, url, known[url], storage_options)
+            skipped.append((item, "already referenced"))
+            continue
+        granule = scan_granule(item, url, dim, template, fmt, storage_options, group)
+        template, group = template or granule.template, granule.group
+        scanned.append(granule)
+    # A new cube takes its metadata from the granule its template came from (the first given).
+    definer = scanned[0] if scanned and existing is None else None
+    if scanned:
+        assert template is not None
+        scanned.sort(key=lambda g: _first(g.coordinate))
+        scanned, overlaps = _drop_overlaps(scanned, existing, template, skip_existing)
+        skipped.extend(overlaps)
+    return NewGranules(scanned, skipped, template, definer)
 
 
 _V2_KEYS = {"name": "v2", "separator": "."}

@@ -99,6 +99,8 @@ def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> Fa
         redoc_url=None,
     )
     app.state.service = service
+    # (innermost first) GETs of averages answered on a short path; HEAD as GET, before it.
+    app.add_middleware(average.FastAverages, service=service, handlers=app.exception_handlers)
     app.add_middleware(HeadAsGet)
     allowed_hosts = settings.get("allowed_hosts")
     if allowed_hosts is not None:

@@ -25,7 +25,7 @@ from accumulus.raw_cube import RawCube
 class DatasetSnapshot:
     """A dataset as of one metadata snapshot: answer a whole request from it."""
 
-    dataset: str
+    dataset: str  # its name in the service
     current: DatacubeSnapshot
 
     @property

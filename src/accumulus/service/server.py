@@ -61,6 +61,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     workers: int = 1,
+    access_log: bool = False,
     **settings: Unpack[ServiceSettings],
 ) -> None:
     """Serve ``stores`` as ``ServiceSettings`` say on ``host:port`` until interrupted
@@ -69,14 +70,18 @@ def serve(
 
     ``workers``: how many processes answer, sharing the port; each opens the stores itself
     and has its own cache and ``limits``, which therefore hold per process. A store that
-    cannot be read stops the start (an ``AccumulusError``) before any process is started."""
+    cannot be read stops the start (an ``AccumulusError``) before any process is started.
+    ``access_log``: a line per request (off by default: about 3 % of the CPU of an answer
+    under load)."""
     settings["allowed_hosts"] = http.allowed_hosts(host, settings.get("allowed_hosts") or ())
     options: dict[str, Any] = {  # uvicorn.run's keywords, shared by both ways of running
         "host": host,
         "port": port,
         "log_level": "info",
         "log_config": logging_config(),
-        "http": http.BoundedH11Protocol,
+        "access_log": access_log,
+        "http": http.BoundedHttpToolsProtocol,
+        "loop": f"{http.__name__}:TakingTurnsLoop",  # (uvicorn takes a loop class)
     }
     if workers == 1:
         uvicorn.run(create_app(stores, **settings), **options)
@@ -116,7 +121,7 @@ def app_from_environment() -> FastAPI:
 
 @contextmanager
 def running(
-    app: FastAPI, host: str = "127.0.0.1", protocol: type = http.BoundedH11Protocol
+    app: FastAPI, host: str = "127.0.0.1", protocol: type = http.BoundedHttpToolsProtocol
 ) -> Iterator[str]:
     """Serve ``app`` on a free port of ``host`` from a background thread, as ``serve`` does
     (by ``protocol``); yields its base URL (``http://127.0.0.1:PORT``) and stops the server

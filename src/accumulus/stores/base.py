@@ -18,7 +18,10 @@ flags, all off unless a wrapper says so):
 - ``sync_writes_pass_through``: its ``set_sync`` does what its ``set`` does
   (``writes_synchronously``);
 - ``rewrites_metadata_only``: chunks keep their keys and bytes below it, so stored bytes
-  and root documents may be read below it (``below_wrappers``).
+  and root documents may be read below it (``below_wrappers``);
+- ``passes_other_reads``: a read of a key it does not serve itself (``serves_own_bytes``)
+  is the store below's, with nothing done around it (no count, delay or guard), so a chunk
+  may be read below it (``reader_of``).
 
 zarr's own synchronous paths (``_supports_sync_io``) see a wrapper as able to do what the
 store below can only when both its synchronous reads and writes pass through: a wrapper
@@ -30,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import Any, ClassVar, Self
 
@@ -38,13 +42,35 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 
-class DelegatingStore(WrapperStore[Store]):
+class ReadsSync(ABC):
+    """zarr's ``get_sync`` (a store's synchronous read), its signature written once: a store
+    that reads synchronously in its own way implements ``read_sync``, which is always given
+    a buffer prototype. It comes before the zarr store class it overrides, which its
+    ``read_sync`` names to read as zarr does."""
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        return self.read_sync(key, prototype or default_buffer_prototype(), byte_range)
+
+    @abstractmethod
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
+    ) -> Buffer | None: ...
+
+
+class DelegatingStore(ReadsSync, WrapperStore[Store]):
     """A store wrapper whose every read of a key goes through its own ``get`` (see the
     module's docstring)."""
 
     sync_reads_pass_through: ClassVar[bool] = False
     sync_writes_pass_through: ClassVar[bool] = False
     rewrites_metadata_only: ClassVar[bool] = False
+    passes_other_reads: ClassVar[bool] = False
 
     @classmethod
     async def open(cls, store_cls: type[Store], *args: Any, **kwargs: Any) -> Self:
@@ -69,21 +95,18 @@ class DelegatingStore(WrapperStore[Store]):
         passes = self.sync_reads_pass_through and self.sync_writes_pass_through
         return passes and super()._supports_sync_io
 
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
-    ) -> Buffer | None:
-        return self.read_sync(key, prototype or default_buffer_prototype(), byte_range)
-
     def read_sync(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
         """``get_sync``, which a wrapper serving its own bytes overrides (this one reads the
         store below)."""
-        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+        return WrapperStore.get_sync(self, key, prototype=prototype, byte_range=byte_range)
+
+    def reads_in_thread(self) -> bool:
+        """Whether this wrapper's ``read_sync`` reads in the calling thread as well as its
+        ``get`` through zarr's event loop, of its own (``reads_synchronously``; a read-only
+        icechunk session of a local repository)."""
+        return False
 
     def serves_own_bytes(self, key: str) -> bool:
         """Whether ``get(key)`` may return other bytes than the store below holds at
@@ -145,13 +168,26 @@ def below_wrappers(store: Store, marked: str) -> Store:
     return store
 
 
+def reader_of(store: Store, key: str) -> Store:
+    """The first store under ``store`` that does anything with a read of ``key``: below
+    the wrappers that pass it on as it is (``passes_other_reads``). A query reads a chunk
+    there, past a stack of views that only present metadata."""
+    while getattr(type(store), "passes_other_reads", False) and not store.serves_own_bytes(key):  # type: ignore[attr-defined]
+        store = store._store  # type: ignore[attr-defined]
+    return store
+
+
 def reads_synchronously(store: Store) -> bool:
     """Whether ``store`` is read as well by ``get_sync`` in the calling thread as through
     zarr's event loop: a local directory or memory, seen only through wrappers whose
     synchronous reads are their asynchronous ones (``sync_reads_pass_through``) — not
     through one that counts or delays its requests (the service's guard passes them on,
-    asking its guard first)."""
-    return isinstance(below_wrappers(store, "sync_reads_pass_through"), LocalStore | MemoryStore)
+    asking its guard first) — or a wrapper below them that reads in the calling thread of
+    its own (``DelegatingStore.reads_in_thread``)."""
+    below = below_wrappers(store, "sync_reads_pass_through")
+    if isinstance(below, DelegatingStore):
+        return below.reads_in_thread()
+    return isinstance(below, LocalStore | MemoryStore)
 
 
 def writes_synchronously(store: Store) -> bool:

@@ -147,6 +147,7 @@ class InferredConventionsStore(DelegatingStore):
     sync_reads_pass_through: ClassVar[bool] = True
     sync_writes_pass_through: ClassVar[bool] = True
     rewrites_metadata_only: ClassVar[bool] = True
+    passes_other_reads: ClassVar[bool] = True
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)

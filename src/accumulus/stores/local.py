@@ -9,13 +9,14 @@ from contextlib import suppress
 from typing import Any
 
 from zarr.abc.store import ByteRequest
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore
 
+from accumulus.stores.base import ReadsSync
 from accumulus.stores.safe_reads import read_regular_file
 
 
-class LeanLocalStore(LocalStore):
+class LeanLocalStore(ReadsSync, LocalStore):
     """zarr's ``LocalStore`` whose synchronous whole-object reads and writes are a few os
     calls (open, fstat, read; open, write, rename) instead of pathlib, a buffered file and,
     per write, a ``mkdir`` of the parent: less time around the data for every read and write
@@ -23,19 +24,13 @@ class LeanLocalStore(LocalStore):
     20,000. Only regular files are read (``safe_reads.read_regular_file``); a write
     is atomic as ``LocalStore``'s is (a temporary file renamed into place)."""
 
-    def get_sync(
-        self,
-        key: str,
-        *,
-        prototype: BufferPrototype | None = None,
-        byte_range: ByteRequest | None = None,
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
     ) -> Buffer | None:
         if byte_range is not None or not self._is_open:
-            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+            return LocalStore.get_sync(self, key, prototype=prototype, byte_range=byte_range)
         data = read_regular_file(str(self.root), key)
-        if data is None:
-            return None
-        return (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+        return None if data is None else prototype.buffer.from_bytes(data)
 
     def set_sync(self, key: str, value: Buffer) -> None:
         if not self._is_open or self.read_only or not isinstance(value, Buffer):

@@ -75,7 +75,7 @@ def open_store(
         return url
     text = os.fspath(url)
     if is_repository_url(text):
-        store: Store = open_repository(text, mode, storage_options, ref)
+        store: Store = open_repository(text, mode, storage_options, ref, allow_references or ())
     elif ref is not None:
         raise AccumulusError(f"--ref {ref}: {text} is not an icechunk repository (no refs)")
     else:

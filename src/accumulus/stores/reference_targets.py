@@ -79,7 +79,7 @@ class Target:
     """Where a reference reads: a resolved local path (``site`` "") or a URL."""
 
     url: str
-    site: str
+    site: str  # "" for a local path
 
     @property
     def local(self) -> bool:

@@ -36,6 +36,7 @@ class MetadataRewritingStore(DelegatingStore):
     sync_reads_pass_through: ClassVar[bool] = True
     sync_writes_pass_through: ClassVar[bool] = True
     rewrites_metadata_only: ClassVar[bool] = True
+    passes_other_reads: ClassVar[bool] = True
 
     documents: ClassVar[frozenset[str]] = frozenset()
 

@@ -182,6 +182,7 @@ class PinnedMetadataStore(DelegatingStore):
 
     sync_reads_pass_through: ClassVar[bool] = True
     sync_writes_pass_through: ClassVar[bool] = True
+    passes_other_reads: ClassVar[bool] = True
 
     def __init__(self, store: Store, snapshot: MetadataSnapshot) -> None:
         super().__init__(store)

@@ -16,13 +16,24 @@ since its session began (``TransactionConflict``), not by a lock object.
 
 Consolidated metadata is written as for any store: icechunk keeps it in the root group's
 ``zarr.json``, inside the same snapshot as the arrays, so it never disagrees with them.
+
+A read-only session of a local repository is read in the calling thread (``read_sync``,
+``stores.base.reads_synchronously``), as a local Zarr directory is: icechunk's store has
+only asynchronous reads, and each one handed to zarr's event loop and on to icechunk's own
+threads cost more than the read (0.2-0.7 ms a chunk against 0.02 ms for a file). A snapshot
+never changes, so ``SnapshotFiles`` reads each metadata document once, and each array's
+chunk map once (``array_chunk_iterator``: a chunk's file, offset and length under
+``chunks/``, or its inline bytes); a chunk is then one read of a local file. Virtual chunks
+are read by icechunk (from the containers it authorized).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import re
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -30,6 +41,8 @@ from typing import Any
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.chunk_key_encodings import parse_chunk_key_encoding
+from zarr.core.sync import sync
 from zarr.storage import WrapperStore
 
 from accumulus.errors import AccumulusError
@@ -40,8 +53,14 @@ SCHEMES = frozenset({"icechunk", "icechunk+s3"})
 DEFAULT_BRANCH = "main"
 # The commit metadata key holding accumulus's objects (by key) as of that snapshot.
 METADATA_KEY = "accumulus"
+# The commit metadata key of a virtual append's granules and extent (it keeps no journal).
+SUMMARY_KEY = "accumulus_summary"
 # Objects that live only as long as the session: the writers' lock and its guards.
 _SESSION_ONLY = "lock"
+# The names of Zarr metadata documents (v3, and the v2 ones a reader may ask for).
+_DOCUMENTS = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"})
+# icechunk's kinds of chunk reference (``icechunk.ChunkType``).
+_NATIVE, _VIRTUAL = 1, 2
 
 
 class TransactionConflict(AccumulusError):
@@ -64,12 +83,14 @@ class TransactionalStore(DelegatingStore):
         repository: Any = None,
         label: str = "",
         follows: str | None = None,
+        files: SnapshotFiles | None = None,
     ) -> None:
         super().__init__(store)
         self.session = session
         self.repository = repository
         self.label = label
         self.follows = follows  # the branch a read-only session was opened at
+        self.files = files  # a read-only session of a local repository, read in this thread
         self._objects: dict[str, bytes] = dict(_committed_objects(repository, session))
         self._changed = False
 
@@ -89,11 +110,25 @@ class TransactionalStore(DelegatingStore):
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         if not _is_own_object(key):
-            return await self._store.get(key, prototype, byte_range)
+            try:
+                return await self._store.get(key, prototype, byte_range)
+            except Exception as exc:  # icechunk's errors are of several classes
+                raise _refused(exc) from None
         data = self._objects.get(key)
         if data is None:
             return None
         return prototype.buffer.from_bytes(_ranged(data, byte_range))
+
+    def read_sync(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
+    ) -> Buffer | None:
+        if self.files is None or _is_own_object(key):
+            return sync(self.get(key, prototype, byte_range))
+        data = self.files.read(key, byte_range)
+        return None if data is None else prototype.buffer.from_bytes(data)
+
+    def reads_in_thread(self) -> bool:
+        return self.files is not None
 
     async def exists(self, key: str) -> bool:
         if _is_own_object(key):
@@ -102,7 +137,7 @@ class TransactionalStore(DelegatingStore):
 
     async def set(self, key: str, value: Buffer) -> None:
         if not _is_own_object(key):
-            await self._store.set(key, value)
+            await self._store.set(key, _icechunk_grids(key, value))
             return
         self._objects[key] = value.to_bytes()
         self._changed = self._changed or not _session_only(key)
@@ -127,16 +162,21 @@ class TransactionalStore(DelegatingStore):
     def has_changes(self) -> bool:
         return self._changed or bool(self.session.has_uncommitted_changes)
 
-    def commit(self, message: str) -> str | None:
+    def commit(self, message: str, summary: dict[str, int] | None = None) -> str | None:
         """Commit what was written as one snapshot of the branch; returns its id (None when
-        nothing changed). Raises ``TransactionConflict`` when the branch moved meanwhile."""
+        nothing changed). ``summary``: the granules and extent the commit holds, where no
+        journal says them (a virtual cube's). Raises ``TransactionConflict`` when the branch
+        moved meanwhile."""
         import icechunk
 
         if not self.has_changes():
             return None
         kept = {k: v.decode() for k, v in self._objects.items() if not _session_only(k)}
+        metadata: dict[str, Any] = {METADATA_KEY: kept}
+        if summary is not None:
+            metadata[SUMMARY_KEY] = summary
         try:
-            snapshot = self.session.commit(message, metadata={METADATA_KEY: kept}, allow_empty=True)
+            snapshot = self.session.commit(message, metadata=metadata, allow_empty=True)
         except icechunk.ConflictError:
             raise TransactionConflict(
                 f"{self.label}: branch {self.session.branch!r} moved while this command "
@@ -176,31 +216,259 @@ def _quiet_icechunk() -> None:
 
 
 def open_repository(
-    url: str, mode: str, storage_options: dict[str, Any] | None, ref: str | None
+    url: str,
+    mode: str,
+    storage_options: dict[str, Any] | None,
+    ref: str | None,
+    allow_references: Sequence[str] = (),
 ) -> TransactionalStore:
     """The store of a session of the repository ``url`` names: read-only at ``ref`` (a
     branch, a tag or a snapshot id; branch ``main`` by default) for ``mode`` "r", writable on
-    the branch ``ref`` names otherwise ("w" creates the repository when missing)."""
+    the branch ``ref`` names otherwise ("w" creates the repository when missing). Virtual
+    chunks are read from the containers the repository configures that lie beside it or
+    under ``allow_references`` (``authorized``)."""
     import icechunk
 
     _quiet_icechunk()
     storage = _storage(url, storage_options, create=mode == "w")
     try:
-        if mode == "w":
-            repository = icechunk.Repository.open_or_create(storage)
-        elif icechunk.Repository.exists(storage):
-            repository = icechunk.Repository.open(storage)
-        else:
+        exists = icechunk.Repository.exists(storage)
+        if not exists and mode != "w":
             raise StoreNotFoundError(f"store not found: {url} (no icechunk repository there)")
+        config = icechunk.Repository.fetch_config(storage) if exists else None
+        access = authorized(url, config, storage_options, allow_references)
+        repository = icechunk.Repository.open_or_create(
+            storage, authorize_virtual_chunk_access=access
+        )
         session = _session(repository, url, mode, ref)
         branch = ref or DEFAULT_BRANCH
         read_branch = mode == "r" and branch in set(repository.list_branches())
         follows = branch if read_branch else None
     except icechunk.IcechunkError as exc:
         raise AccumulusError(f"cannot open {url}: {_reason(exc)}") from None
+    files = None
+    if mode == "r" and url_scheme(url) == "icechunk":
+        files = SnapshotFiles(session.store, _local_path(url))
     return TransactionalStore(
-        session.store, session=session, repository=repository, label=url, follows=follows
+        session.store,
+        session=session,
+        repository=repository,
+        label=url,
+        follows=follows,
+        files=files,
     )
+
+
+class SnapshotFiles:
+    """A read-only session of a local repository, read without icechunk's event loop: its
+    metadata documents and chunk maps read once (a snapshot never changes), its chunks
+    from the repository's files (see the module's docstring)."""
+
+    def __init__(self, store: Store, root: Path) -> None:
+        self.store = store
+        self.chunks = root / "chunks"  # icechunk's layout: chunks/<chunk id>
+        self._documents: dict[str, bytes | None] = {}
+        # Per array path: its chunks' keys -> inline bytes, or (kind, path, offset, length).
+        self._maps: dict[str, dict[str, bytes | tuple[int, str, int, int]]] = {}
+        self._lock = threading.Lock()
+
+    def read(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
+        if key.rsplit("/", 1)[-1] in _DOCUMENTS:
+            data = self._document(key)
+            return None if data is None else _ranged(data, byte_range)
+        array = self._array_of(key)
+        if array is None:  # not a chunk of an array: asked of icechunk
+            return self._fetched(key, byte_range)
+        where = self._map(array).get(key)
+        if where is None:
+            return None  # a chunk never written: the fill value
+        if isinstance(where, bytes):
+            return _ranged(where, byte_range)
+        kind, path, offset, length = where
+        if kind != _NATIVE:  # a virtual chunk: icechunk checks its granule is unchanged
+            return self._fetched(key, byte_range)
+        start, stop = _span(length, byte_range)
+        with open(self.chunks / path, "rb") as file:
+            file.seek(offset + start)
+            return file.read(stop - start)
+
+    def _fetched(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
+        from zarr.core.buffer import default_buffer_prototype
+
+        try:
+            found = sync(self.store.get(key, default_buffer_prototype(), byte_range))
+        except Exception as exc:  # icechunk's errors are of several classes
+            raise _refused(exc) from None
+        return None if found is None else found.to_bytes()
+
+    def _document(self, key: str) -> bytes | None:
+        if key not in self._documents:
+            data = self._fetched(key, None)
+            with self._lock:
+                self._documents[key] = data
+        return self._documents[key]
+
+    def _array_of(self, key: str) -> str | None:
+        """The path of the array ``key`` is a chunk of (the longest prefix naming one)."""
+        parts = key.split("/")
+        for end in range(len(parts) - 1, -1, -1):
+            path = "/".join(parts[:end])
+            document = self._document(f"{path}/zarr.json" if path else "zarr.json")
+            if document is not None:
+                return path if json.loads(document).get("node_type") == "array" else None
+        return None
+
+    def _map(self, array: str) -> dict[str, bytes | tuple[int, str, int, int]]:
+        found = self._maps.get(array)
+        if found is None:
+            found = sync(self._chunk_map(array))
+            with self._lock:
+                self._maps[array] = found
+        return found
+
+    async def _chunk_map(self, array: str) -> dict[str, bytes | tuple[int, str, int, int]]:
+        document = self._document(f"{array}/zarr.json" if array else "zarr.json")
+        assert document is not None  # _array_of found it
+        encoding = parse_chunk_key_encoding(json.loads(document)["chunk_key_encoding"])
+        prefix = f"{array}/" if array else ""
+        found: dict[str, bytes | tuple[int, str, int, int]] = {}
+        batches = self.store.array_chunk_iterator(f"/{array}")  # type: ignore[attr-defined]
+        async for coords, kinds, paths, offsets, lengths, inlined in batches:
+            for row, kind in enumerate(kinds.tolist()):
+                key = prefix + encoding.encode_chunk_key(tuple(coords[row].tolist()))
+                if row in inlined:
+                    found[key] = bytes(inlined[row])
+                else:
+                    found[key] = (kind, paths[row], int(offsets[row]), int(lengths[row]))
+        return found
+
+
+def authorized(
+    url: str,
+    config: Any,
+    storage_options: dict[str, Any] | None,
+    allow_references: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The credentials of the virtual chunk containers ``config`` (a repository's) names
+    that the repository ``url`` may read: those beside it (under its parent directory or
+    prefix, as a reference set reads beside itself) or under an ``allow_references`` prefix.
+    Others are not authorized, so their chunks are never read."""
+    from icechunk.credentials import HttpAccess, LocalFileSystemAccess, containers_credentials
+
+    containers = (config.virtual_chunk_containers or {}) if config is not None else {}
+    allowed = [_container_prefix(a) for a in (_beside(url), *allow_references)]
+    access: dict[str, Any] = {}
+    for prefix in containers:
+        if not any(prefix.startswith(a) for a in allowed):
+            continue
+        if prefix.startswith("file://"):
+            access[prefix] = LocalFileSystemAccess
+        elif prefix.startswith("s3://"):
+            access[prefix] = _s3_credentials(storage_options)
+        else:
+            access[prefix] = HttpAccess
+    return containers_credentials(access)
+
+
+def add_containers(
+    url: str,
+    storage_options: dict[str, Any] | None,
+    locations: Iterable[str],
+) -> list[str]:
+    """Configure the repository ``url`` (created when missing) to read virtual chunks
+    from the directories (or buckets' prefixes) of the granules at ``locations``: a
+    container for each directory not yet covered, saved in the repository's configuration
+    (a write of its own, before the commit: an unused container is harmless). Returns the
+    prefixes added."""
+    import icechunk
+
+    _quiet_icechunk()
+    storage = _storage(url, storage_options, create=True)
+    try:
+        repository = icechunk.Repository.open_or_create(storage)
+        config = repository.config
+        known = list(config.virtual_chunk_containers or {})
+        added = []
+        for location in locations:
+            prefix = _container_prefix(location.rsplit("/", 1)[0] + "/")
+            if any(prefix.startswith(k) for k in [*known, *added]):
+                continue
+            config.set_virtual_chunk_container(
+                icechunk.VirtualChunkContainer(prefix, _container_store(prefix, storage_options))
+            )
+            added.append(prefix)
+        if added:
+            repository = repository.reopen(config=config)
+            repository.save_config()
+    except icechunk.IcechunkError as exc:
+        raise AccumulusError(f"cannot configure {url}: {_reason(exc)}") from None
+    return added
+
+
+def chunk_location(location: str) -> str:
+    """A granule's location as a virtual chunk reference names it: a URL (local paths as
+    ``file://``)."""
+    return _container_prefix(location)
+
+
+def directories_to_allow(url: str, locations: Iterable[str]) -> list[str]:
+    """The directories of the granules at ``locations`` that the repository ``url`` does
+    not read by itself (``authorized``: beside it): what its readers must allow."""
+    beside = _container_prefix(_beside(url))
+    outside = {_container_prefix(loc.rsplit("/", 1)[0] + "/") for loc in locations}
+    return sorted(d.removeprefix("file://") for d in outside if not d.startswith(beside))
+
+
+def _container_prefix(location: str) -> str:
+    """A local path or a URL as a container's URL prefix (local paths as ``file://``)."""
+    if url_scheme(location) not in ("", "file"):
+        return location
+    path = location.removeprefix("file://")
+    text = str(Path(path).expanduser().absolute())
+    return f"file://{text}/" if location.endswith("/") else f"file://{text}"
+
+
+def _beside(url: str) -> str:
+    """Where the repository ``url`` lies: its parent directory or prefix, with a slash."""
+    if url_scheme(url) == "icechunk":
+        return f"{_local_path(url).parent}/"
+    bucket, _, prefix = url.split("://", 1)[1].partition("/")
+    parent = prefix.strip("/").rpartition("/")[0]
+    return f"s3://{bucket}/{parent}/" if parent else f"s3://{bucket}/"
+
+
+def _container_store(prefix: str, storage_options: dict[str, Any] | None) -> Any:
+    import icechunk
+
+    if prefix.startswith("file://"):
+        return icechunk.local_filesystem_store(prefix.removeprefix("file://"))
+    if prefix.startswith("s3://"):
+        settings = _s3(storage_options)
+        return icechunk.s3_store(
+            region=settings.get("region"),
+            endpoint_url=settings.get("endpoint_url"),
+            allow_http=settings.get("allow_http", False),
+            force_path_style=settings.get("force_path_style", False),
+            s3_compatible="endpoint_url" in settings,
+        )
+    if prefix.startswith(("http://", "https://")):
+        return icechunk.http_store()
+    raise AccumulusError(f"{prefix}: virtual chunks are read from local files, s3:// or http(s)")
+
+
+def _s3_credentials(storage_options: dict[str, Any] | None) -> Any:
+    import icechunk
+
+    settings = _s3(storage_options)
+    if settings.get("anonymous"):
+        return icechunk.s3_credentials(anonymous=True)
+    if "access_key_id" in settings:
+        return icechunk.s3_credentials(
+            access_key_id=settings["access_key_id"],
+            secret_access_key=settings["secret_access_key"],
+            session_token=settings["session_token"],
+        )
+    return icechunk.s3_credentials(from_env=True)
 
 
 def branch_moved(store: Store) -> tuple[str, str] | None:
@@ -245,7 +513,7 @@ def _storage(url: str, storage_options: dict[str, Any] | None, create: bool) -> 
     scheme = url_scheme(url)
     rest = url.split("://", 1)[1]
     if scheme == "icechunk":
-        path = Path(rest).expanduser().absolute()
+        path = _local_path(url)
         if create and not path.parent.is_dir():
             raise AccumulusError(f"cannot create {url}: directory {path.parent} does not exist")
         return icechunk.local_filesystem_storage(str(path))
@@ -255,6 +523,11 @@ def _storage(url: str, storage_options: dict[str, Any] | None, create: bool) -> 
     return icechunk.s3_storage(
         bucket=bucket, prefix=prefix.strip("/") or None, **_s3(storage_options)
     )
+
+
+def _local_path(url: str) -> Path:
+    """The directory of the local repository ``icechunk://PATH`` names."""
+    return Path(url.split("://", 1)[1]).expanduser().absolute()
 
 
 def _s3(storage_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -300,19 +573,26 @@ def history(store: Store) -> list[Commit]:
     transaction = transaction_of(store)
     if transaction is None or transaction.repository is None:
         return []
+    infos = list(transaction.repository.ancestry(snapshot_id=transaction.session.snapshot_id))
     commits = []
-    for info in transaction.repository.ancestry(snapshot_id=transaction.session.snapshot_id):
+    held = (0, 0)  # a commit that records neither (a virtual cube's accumulate) holds its parent's
+    for info in reversed(infos):
         journal = _journal_document(info.metadata)
+        summary = (info.metadata or {}).get(SUMMARY_KEY)
+        if journal:
+            held = (len(journal.get("granules", ())), int(journal.get("extent", 0)))
+        elif isinstance(summary, dict):
+            held = (int(summary.get("granules", 0)), int(summary.get("extent", 0)))
         commits.append(
             Commit(
                 snapshot=str(info.id),
                 written=info.written_at,
                 message=str(info.message),
-                granules=len(journal.get("granules", ())),
-                extent=int(journal.get("extent", 0)),
+                granules=held[0],
+                extent=held[1],
             )
         )
-    return commits
+    return commits[::-1]
 
 
 def _journal_document(metadata: dict[str, Any] | None) -> dict[str, Any]:
@@ -336,6 +616,47 @@ def _committed_objects(repository: Any, session: Any) -> Iterator[tuple[str, byt
         yield key, str(text).encode()
 
 
+def _icechunk_grids(key: str, value: Buffer) -> Buffer:
+    """A metadata document with rectilinear chunk grids as icechunk parses them: a list of
+    sizes for every dimension (zarr writes one size for a regular dimension, which icechunk
+    refuses). The same grid to zarr."""
+    if not key.endswith("zarr.json"):
+        return value
+    data = value.to_bytes()
+    if b'"rectilinear"' not in data:
+        return value
+    document = json.loads(data)
+    _spell_out_grids(document)
+    return value.from_bytes(json.dumps(document).encode())
+
+
+def _spell_out_grids(node: Any) -> None:
+    """Every rectilinear grid under ``node`` (an array's document, or consolidated metadata
+    holding several) with its regular dimensions spelled out as lists of sizes."""
+    if isinstance(node, list):
+        for item in node:
+            _spell_out_grids(item)
+        return
+    if not isinstance(node, dict):
+        return
+    grid = node.get("chunk_grid")
+    if isinstance(grid, dict) and grid.get("name") == "rectilinear" and "shape" in node:
+        shapes = grid.get("configuration", {}).get("chunk_shapes")
+        if isinstance(shapes, list):
+            grid["configuration"]["chunk_shapes"] = [
+                _sizes(size, shape) if isinstance(shape, int) else shape
+                for size, shape in zip(node["shape"], shapes, strict=True)
+            ]
+    for item in node.values():
+        _spell_out_grids(item)
+
+
+def _sizes(size: int, chunk: int) -> list[int]:
+    """A regular dimension's chunk sizes, the last one cut by its end."""
+    full, rest = divmod(size, chunk)
+    return [chunk] * full + ([rest] if rest or not full else [])
+
+
 def _is_own_object(key: str) -> bool:
     return key.startswith(".accumulus/") or "/.accumulus/" in key
 
@@ -356,6 +677,33 @@ def _ranged(data: bytes, byte_range: ByteRequest | None) -> bytes:
     if isinstance(byte_range, SuffixByteRequest):
         return data[-byte_range.suffix :]
     return data
+
+
+def _span(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
+    """The start and stop, within an object of ``length`` bytes, that ``byte_range`` asks."""
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+    if isinstance(byte_range, RangeByteRequest):
+        return min(byte_range.start, length), min(byte_range.end, length)
+    if isinstance(byte_range, OffsetByteRequest):
+        return min(byte_range.offset, length), length
+    if isinstance(byte_range, SuffixByteRequest):
+        return max(0, length - byte_range.suffix), length
+    return 0, length
+
+
+def _refused(exc: Exception) -> Exception:
+    """A read icechunk refused because the chunk's virtual chunk container is not authorized
+    (``authorized``) said as the allowance a reader gives; other errors as they are."""
+    found = re.search(r"url prefix (\S+?),", str(exc))
+    if found is None or "authorize" not in str(exc):
+        return exc
+    where = found.group(1).removeprefix("file://")
+    return AccumulusError(
+        f"a virtual chunk lies in {where}, outside the repository's own location: read it "
+        f"only if you trust the repository, with --allow-references {where} "
+        "(allow_references= in Python)"
+    )
 
 
 def _reason(exc: BaseException) -> str:

@@ -14,6 +14,8 @@ Chunks one value wide along the last axis (entries at every element of it, read 
 series: ``--at lat=1,lon=1``) are not gathered one by one from the region: each would read
 one value per cache line of it. The region is first copied into chunk order in one compiled
 pass (``kernel.chunk_order``), into space each writing thread keeps for the next region.
+A build may also hold such chunks in chunk order from the start (``ordered_layout``: its
+writer sums entries straight into that layout), written then by ``write_ordered``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,50 @@ def write_region(array: zarr.Array, window: Sequence[slice], values: np.ndarray)
         key = f"{array.path}/{metadata.encode_chunk_key(index)}"
         encoded.append((key, _encode(metadata, dtype, chunk)))
     _put(array.store, encoded)
+
+
+def ordered_layout(array: zarr.Array, axis: int) -> tuple[int, ...] | None:
+    """The layout a row of ``array``'s chunks along ``axis`` (whole along the other axes) is
+    held in when its chunks are ``(CT, CY, 1)`` with ``axis`` 0, of an unsharded, C-ordered
+    Zarr v2 array of native numbers: ``(X, GY, CT, CY)``, each chunk ``[x, gy]`` then
+    contiguous, as ``write_ordered`` encodes it; None for any other array."""
+    metadata = array.metadata
+    if not (isinstance(metadata, ArrayV2Metadata) and metadata.order == "C"):
+        return None
+    dtype = metadata.dtype.to_native_dtype()
+    if axis != 0 or len(metadata.chunks) != 3 or metadata.chunks[2] != 1:
+        return None
+    if not (dtype.kind in "fiu" and dtype.isnative):
+        return None
+    side_t, side_y, _ = metadata.chunks
+    return (metadata.shape[2], -(-metadata.shape[1] // side_y), side_t, side_y)
+
+
+def write_ordered(
+    array: zarr.Array, chunk_row: int, ordered: np.ndarray, length: int, batch_bytes: int
+) -> None:
+    """Write chunk row ``chunk_row`` along axis 0 of ``array`` from ``ordered`` (held in
+    ``ordered_layout``), whose first ``length`` entries along that axis are filled: each
+    chunk encoded from its own contiguous block (padded with the fill value past
+    ``length`` or the array's end), stored in batches of about ``batch_bytes`` of values."""
+    metadata = array.metadata
+    assert isinstance(metadata, ArrayV2Metadata)
+    dtype = metadata.dtype.to_native_dtype()
+    side_y = metadata.chunks[1]
+    n_y = metadata.shape[1]
+    encoded: list[tuple[str, bytes]] = []
+    held = 0
+    for x, g in product(range(ordered.shape[0]), range(ordered.shape[1])):
+        rows = min(side_y, n_y - g * side_y)
+        chunk = ordered[x, g, :length, :rows, None]
+        key = f"{array.path}/{metadata.encode_chunk_key((chunk_row, g, x))}"
+        encoded.append((key, _encode(metadata, dtype, chunk)))
+        held += chunk.nbytes
+        if held >= batch_bytes:
+            _put(array.store, encoded)
+            encoded, held = [], 0
+    if encoded:
+        _put(array.store, encoded)
 
 
 _kept = threading.local()  # each thread's space for regions in chunk order

@@ -13,9 +13,10 @@ Where nothing is summed (entries at every element) each output row is one input 
 zeroed by the loop just before it is added to.
 Nothing the size of the block is allocated. Compiled by numba, cached on disk.
 
-Beside it, the build's other compiled loops: long prefix sums (``prefix_rows``), and the
+Beside it, the build's other compiled loops: long prefix sums (``prefix_rows``), the
 copy of a region of entries into chunk order for its writes (``chunk_order``, used by
-``encoded_chunks``).
+``encoded_chunks``), and long prefix sums written straight into a held row in chunk order
+(``prefix_into_chunks``, used by ``stream``'s writer).
 """
 
 from __future__ import annotations
@@ -157,3 +158,22 @@ def chunk_order(values: np.ndarray, out: np.ndarray) -> None:
                 lo = j * side_b
                 for b in range(min(side_b, n_b - lo)):
                     out[i, j, q, row, b] = values[a, lo + b, q]
+
+
+@numba.njit(nogil=True, cache=True)
+def prefix_into_chunks(values: np.ndarray, out: np.ndarray, start: int) -> None:
+    """Cumulative sums of ``values`` (``(T, Y, X)`` float64, any strides) along ``X``,
+    written in chunk order into ``out`` (``(X, GY, CT, CY)``, C-ordered, for chunks ``(CT,
+    CY, 1)``) from ``start`` on along ``CT``: ``out[x, y // CY, start + t, y % CY] = Σ_{x' ≤
+    x} values[t, y, x']``, cast to ``out``'s type (counts: exact sums of ones), added in
+    order as ``prefix_rows`` adds them. One pass where a prefix sum in place, a copy into a
+    held row (with the cast) and a copy into chunk order for the writes took three."""
+    n_t, n_y, n_x = values.shape
+    side = out.shape[3]
+    for t in range(n_t):
+        for y in range(n_y):
+            g, row = y // side, y % side
+            total = 0.0
+            for x in range(n_x):
+                total += values[t, y, x]
+                out[x, g, start + t, row] = total

@@ -44,7 +44,7 @@ import zarr
 from accumulus import compute
 from accumulus.accumulation.build.buffers import Buffers
 from accumulus.accumulation.build.chunk_sums import chunk_sums, load_kernel, prefix_entries
-from accumulus.accumulation.build.encoded_chunks import write_region
+from accumulus.accumulation.build.encoded_chunks import ordered_layout, write_ordered, write_region
 from accumulus.accumulation.model import spec, statistics
 from accumulus.glibc import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
 from accumulus.raw_cube import VariableInfo
@@ -577,10 +577,15 @@ def _write_entries(
     if tile:
         window = tuple(slice(*tile[d]) if d in tile else slice(None) for d in acc.array_dims)
     entries = per_segment
+    # Entries at every element along the last axis only (a series' rows, --at lat=1,lon=1):
+    # the writer takes their prefix sums itself, straight into the rows it holds.
+    prefix_last = _prefix_in_writer(var, work, dim, per_segment, locations)
     # The batch dimension last: the entry before ``work.first`` (the previous slab's last,
     # or the last one an earlier build wrote) is added to the first segment before that
     # prefix sum, which carries it into every entry.
     for d in sorted(acc.prefix_dims, key=lambda d: d == dim):
+        if prefix_last:
+            break
         axis = var.axis(d)
         if d == dim and work.first > 0:
             first = entries[(slice(None),) * (axis + 1) + (slice(0, 1),)]
@@ -597,8 +602,32 @@ def _write_entries(
         values = entries[t].transpose(order)
         if term in spec.TALLIES and values.any():
             writer.infinities = True
-        uncopied |= writer.write(acc.arrays[term], t_axis, work.first, values, window)
+        uncopied |= writer.write(
+            acc.arrays[term], t_axis, work.first, values, window, prefix_last=prefix_last
+        )
     return uncopied and entries is per_segment
+
+
+def _prefix_in_writer(
+    var: VariableInfo,
+    work: _Work,
+    dim: str,
+    per_segment: np.ndarray,
+    locations: Sequence[Sequence[tuple[int, int]]],
+) -> bool:
+    """Whether ``work``'s entries are the cumulative sums of ``per_segment`` along the last
+    axis alone, every segment an entry (entries at every element, the batch dimension not
+    summed), its arrays in the variable's order: then ``_Writer.write(prefix_last=True)``
+    takes them, in one pass into the rows it holds."""
+    acc = work.acc
+    if len(acc.prefix_dims) != 1 or acc.array_dims != var.dims or per_segment.dtype != "f8":
+        return False
+    (d,) = acc.prefix_dims
+    axis = var.axis(d)
+    if d == dim or axis != len(var.dims) - 1:
+        return False
+    ends = [e for lo, hi in locations[axis] for e in segment_ends(lo, hi, work.positions[d])]
+    return len(ends) == per_segment.shape[-1] and ends == list(work.positions[d])
 
 
 @dataclass
@@ -614,6 +643,8 @@ class _Row:
     held: bool = True  # the writer's own space (not a view of entries it was given)
     # Where it lies along the other dimensions (a tile of them; None: their whole extent).
     window: tuple[slice, ...] | None = None
+    # Held in chunk order (``encoded_chunks.ordered_layout``), not in the array's.
+    ordered: bool = False
 
 
 class _Writer:
@@ -670,16 +701,23 @@ class _Writer:
         first: int,
         values: np.ndarray,
         window: tuple[slice, ...] | None = None,
+        prefix_last: bool = False,
     ) -> bool:
         """Write entries from ``first`` on along ``axis``, within ``window`` along the other
         axes (a tile of whole chunks; default: all of them). Returns whether a write queued
         is made from ``values`` itself (whole chunk rows, not copied): then ``values`` must
-        stay as it is until those writes are done (``after_writes``)."""
+        stay as it is until those writes are done (``after_writes``). ``prefix_last``: the
+        entries are the cumulative sums of ``values`` (float64, C-ordered) along its last
+        axis, taken here (in place, or into a row held in chunk order), and ``entry`` is
+        not asked for them."""
         n = values.shape[axis]
         if n == 0:
             return False
         uncopied = False
-        self._last[name] = (first + n - 1, values.take([n - 1], axis=axis).astype("f8"))
+        if prefix_last:
+            self._last.pop(name, None)
+        else:
+            self._last[name] = (first + n - 1, values.take([n - 1], axis=axis).astype("f8"))
         done = 0
         while done < n:
             start = first + done
@@ -689,6 +727,8 @@ class _Writer:
                 # alive): entries at every element of time, one per chunk, are not copied.
                 stop = start + whole
                 whole_rows = _along(values, axis, done, whole)
+                if prefix_last:
+                    _prefix_in_place(whole_rows)
                 self._store(
                     name, _Row(axis, start, stop, stop, whole_rows, held=False, window=window)
                 )
@@ -697,13 +737,20 @@ class _Writer:
                 continue
             # A tiled walk's slabs end at chunk edges along ``axis``: they hold whole rows.
             assert window is None, f"{name}: a tile's entries do not end at a chunk edge"
-            row = self._pending.pop(name, None) or self._new_row(name, axis, start)
+            row = self._pending.pop(name, None) or self._new_row(name, axis, start, prefix_last)
             assert row.stop == start, f"{name}: entries written out of order"
+            assert prefix_last or not row.ordered, f"{name}: entries given summed and not"
             take = min(n - done, row.end - row.stop)
-            # Counts arrive as float64 sums of ones (exact): cast on assignment.
-            _along(row.values, axis, row.stop - row.start, take)[...] = _along(
-                values, axis, done, take
-            )
+            part = _along(values, axis, done, take)
+            if row.ordered:  # summed along the last axis straight into chunk order
+                from accumulus.accumulation.build.kernel import prefix_into_chunks
+
+                prefix_into_chunks(part, row.values, row.stop - row.start)
+            else:
+                if prefix_last:
+                    _prefix_in_place(part)
+                # Counts arrive as float64 sums of ones (exact): cast on assignment.
+                _along(row.values, axis, row.stop - row.start, take)[...] = part
             row.stop += take
             done += take
             if row.stop == row.end:
@@ -735,9 +782,9 @@ class _Writer:
         """Write what waits, and wait for every write (raising the first that failed)."""
         for name in list(self._pending):
             row = self._pending.pop(name)
-            self._store(
-                name, replace(row, values=_along(row.values, row.axis, 0, row.stop - row.start))
-            )
+            if not row.ordered:  # (an ordered row knows its length: stop - start)
+                row = replace(row, values=_along(row.values, row.axis, 0, row.stop - row.start))
+            self._store(name, row)
         while self._writes:
             self._writes.pop(0)[0].result()
 
@@ -754,12 +801,17 @@ class _Writer:
             stop -= stop % chunk
         return max(stop - start, 0)
 
-    def _new_row(self, name: str, axis: int, start: int) -> _Row:
+    def _new_row(self, name: str, axis: int, start: int, prefix_last: bool = False) -> _Row:
         target = self.targets[name]
         chunk = target.chunks[axis]
         end = min((start // chunk + 1) * chunk, target.shape[axis])
         shape = list(target.shape)
         shape[axis] = end - start
+        # Entries summed here along the last axis go straight into chunk order when the
+        # row starts a chunk row (not an update from inside one, which reads it back).
+        layout = ordered_layout(target, axis) if prefix_last and start % chunk == 0 else None
+        if layout is not None:
+            shape = list(layout)
         # A new row is allocated only once it fits beside the writes queued: a long series
         # row (378 MB for lat=1,lon=1 on the bench cube, walked along time: an update, or
         # blocks summed in other processes) is never held twice. It takes the
@@ -769,7 +821,7 @@ class _Writer:
         spare = self._spare.pop(name, None)
         if spare is None or spare.shape != tuple(shape):
             spare = np.empty(shape, dtype=target.dtype)
-        return _Row(axis, start, start, end, spare)
+        return _Row(axis, start, start, end, spare, ordered=layout is not None)
 
     def _wait_for_writes(self, nbytes: int | None, most: int | None = None) -> None:
         """Wait for the oldest writes while those queued and ``nbytes`` more would hold more
@@ -793,9 +845,20 @@ class _Writer:
 
     def _write_row(self, name: str, row: _Row) -> None:
         with self._shard_locks.get(name, nullcontext()):
-            _write_pieces(self.targets[name], row, self.PIECE_BYTES)
+            if row.ordered:
+                target = self.targets[name]
+                chunk_row = row.start // target.chunks[row.axis]
+                write_ordered(target, chunk_row, row.values, row.stop - row.start, self.PIECE_BYTES)
+            else:
+                _write_pieces(self.targets[name], row, self.PIECE_BYTES)
         if row.held:  # before the write is seen done, so that the next row finds it
             self._spare[name] = row.values
+
+
+def _prefix_in_place(values: np.ndarray) -> None:
+    """``values`` (float64) replaced by their cumulative sums along the last axis."""
+    last = values.ndim - 1
+    prefix_entries(values, last, range(values.shape[last]), in_place=True)
 
 
 def _along(values: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from math import prod
 from typing import Any
@@ -258,25 +258,51 @@ def chunk_work(
     groups: AccumulationGroups, var: VariableInfo, plan: QueryPlan, terms: Sequence[str]
 ) -> Work:
     """Every stored chunk the plan reads (by key, in plan order) and what it contributes."""
-    work: Work = {}
     index = 0
     weights_memo: WeightsMemo = {}  # a shape's many reads share the weights of their slabs
-    requests: dict[tuple[int, tuple[int, ...]], tuple[ChunkRequest, list[Part]]] = {}
+    sources: dict[Any, _Source] = {}  # what every read of one accumulation shares
+    placed = _placement(plan, var)
+    # By array and chunk: the chunk, and the parts of it read.
+    chunks: dict[tuple[int, tuple[int, ...]], tuple[Piece, list[Part]]] = {}
     for read in plan.reads:
         if read.is_raw:
-            pieces: Iterator[Piece] = _raw_parts(var, plan, read)
+            pieces: Iterator[Piece] = _raw_parts(var, plan, read, placed)
         else:
-            group = groups.group(var.name)
-            assert group is not None
-            pieces = _entry_parts(groups, var, group, read, plan, terms, weights_memo)
-        for array, coords, store, make_part in pieces:
-            known = requests.get((id(array), coords))
+            source = sources.get(read.key or read.source)
+            if source is None:
+                source = sources[read.key or read.source] = _source(groups, var, read, plan, terms)
+            pieces = _entry_parts(groups, var, source, read, placed, weights_memo)
+        for piece in pieces:
+            array, coords = piece[0], piece[1]
+            known = chunks.get((id(array), coords))
             if known is None:
-                request = ChunkRequest(array, coords, store)
-                known = requests[id(array), coords] = work.setdefault(request.key, (request, []))
-            known[1].append(make_part(index))
+                known = chunks[id(array), coords] = (piece, [])
+            known[1].append(piece[3](index))
             index += 1
+    work: Work = {}
+    for (array, coords, store, _), parts in chunks.values():
+        # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``).
+        request = ChunkRequest(array, coords, store, _reached(parts))
+        known = work.get(request.key)
+        if known is not None:  # the same chunk of another handle on the same array
+            parts = [*known[1], *parts]
+            request = replace(known[0], needed=_reached(parts))
+        work[request.key] = (request, parts)
     return work
+
+
+def _reached(parts: Sequence[Part]) -> tuple[slice, ...]:
+    """The smallest box of a chunk that holds every part of it."""
+    starts: list[int] = []
+    stops: list[int] = []
+    for part in parts:
+        here = [s if isinstance(s, slice) else slice(s, s + 1) for s in part.local]
+        if not starts:
+            starts, stops = [s.start for s in here], [s.stop for s in here]
+            continue
+        starts = [min(a, s.start) for a, s in zip(starts, here, strict=True)]
+        stops = [max(b, s.stop) for b, s in zip(stops, here, strict=True)]
+    return tuple(map(slice, starts, stops))
 
 
 def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
@@ -395,7 +421,9 @@ class _OrderedTotal:
         return self._total
 
 
-def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read) -> Iterator[Piece]:
+def _raw_parts(
+    var: VariableInfo, plan: QueryPlan, read: Read, placed: Callable[[Mapping], tuple]
+) -> Iterator[Piece]:
     """The raw chunks a raw read cuts, and the part of each it reads."""
     per_dim = []
     for dim, bounds in zip(var.dims, var.bounds, strict=True):
@@ -409,7 +437,7 @@ def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read) -> Iterator[Piece
         coords = tuple(c for c, _, _, _ in combo)
         local = tuple(slice(a - start, b - start) for _, a, b, start in combo)
         box = {d: (a, b) for d, (_, a, b, _) in zip(var.dims, combo, strict=True)}
-        out = (slice(None), *_out(plan, var, box))
+        out = (slice(None), *placed(box))
         yield (
             var.array,
             coords,
@@ -418,21 +446,32 @@ def _raw_parts(var: VariableInfo, plan: QueryPlan, read: Read) -> Iterator[Piece
         )
 
 
-def _entry_parts(
-    groups: AccumulationGroups,
-    var: VariableInfo,
-    group: spec.AccumulationGroup,
-    read: Read,
-    plan: QueryPlan,
+@dataclass(frozen=True)
+class _Source:
+    """What every read of one accumulation in a plan shares: its array dimensions left
+    after its entries are picked (``remaining``), those summed and the order of the others
+    in the answer, whether its sums are finite (``tallied``), the dimensions the weights
+    vary along, and per term read: (row, term, array, its bounds, weighted)."""
+
+    group: spec.AccumulationGroup
+    array_dims: tuple[str, ...]
+    remaining: tuple[str, ...]
+    summed: tuple[int, ...]
+    order: tuple[int, ...]
+    tallied: bool
+    varying: tuple[str, ...]
+    terms: tuple[tuple[int, str, zarr.Array[Any], tuple[Any, ...], bool], ...]
+
+
+def _source(
+    groups: AccumulationGroups, var: VariableInfo, read: Read, plan: QueryPlan,
     terms: Sequence[str],
-    weights_memo: WeightsMemo,
-) -> Iterator[Piece]:
-    """The accumulation chunks holding a read's entries, and the slab of each it reads.
-    ``weights_memo``: the weights of slabs already listed, by what they depend on (the
-    slab's dimensions and its ranges along those the weights vary along)."""
+) -> _Source:  # fmt: skip
+    group = groups.group(var.name)
+    assert group is not None
     acc = group.by_key(read.key) if read.key else group.find(read.source)
     assert acc is not None
-    remaining = [d for d in acc.array_dims if d not in read.entries]
+    remaining = tuple(d for d in acc.array_dims if d not in read.entries)
     summed = tuple(remaining.index(d) for d in plan.over if d in remaining)
     kept_order = [d for d in remaining if d not in plan.over]
     order = tuple(kept_order.index(d) for d in var.dims if d in kept_order)
@@ -443,18 +482,7 @@ def _entry_parts(
         or group.infinities is False
         or not statistics.can_be_infinite(var.array.dtype)
     )
-    varying = weights_vary_along(groups.cube, group.weights, var)
-
-    def slab_weights(
-        box: Mapping[str, tuple[int, int]],
-    ) -> tuple[Any, tuple[int, np.ndarray] | None]:
-        """The slab's weights, and as ``_contraction`` gives them."""
-        key = (tuple(remaining), summed, tuple((d, box.get(d)) for d in varying))
-        if key not in weights_memo:
-            w = _slab_weights(groups.cube, var, group.weights, remaining, box)
-            weights_memo[key] = w, _contraction(w, summed)
-        return weights_memo[key]
-
+    read_terms = []
     for t, term in enumerate(terms):
         held = statistics.held_term(acc, term)
         if term in spec.TALLIES and (held is None or not group.infinities):
@@ -464,9 +492,41 @@ def _entry_parts(
         assert held is not None
         holder, weighted = held
         array = groups.array(var.name, acc.arrays[holder])
+        read_terms.append((t, term, array, array_bounds(array), weighted))
+    varying = weights_vary_along(groups.cube, group.weights, var)
+    return _Source(
+        group, tuple(acc.array_dims), remaining, summed, order, tallied, varying,
+        tuple(read_terms),
+    )  # fmt: skip
+
+
+def _entry_parts(
+    groups: AccumulationGroups,
+    var: VariableInfo,
+    source: _Source,
+    read: Read,
+    placed: Callable[[Mapping], tuple],
+    weights_memo: WeightsMemo,
+) -> Iterator[Piece]:
+    """The accumulation chunks holding a read's entries, and the slab of each it reads.
+    ``weights_memo``: the weights of slabs already listed, by what they depend on (the
+    slab's dimensions and its ranges along those the weights vary along)."""
+    remaining, summed = source.remaining, source.summed
+
+    def slab_weights(
+        box: Mapping[str, tuple[int, int]],
+    ) -> tuple[Any, tuple[int, np.ndarray] | None]:
+        """The slab's weights, and as ``_contraction`` gives them."""
+        key = (remaining, summed, tuple((d, box.get(d)) for d in source.varying))
+        if key not in weights_memo:
+            w = _slab_weights(groups.cube, var, source.group.weights, remaining, box)
+            weights_memo[key] = w, _contraction(w, summed)
+        return weights_memo[key]
+
+    for t, term, array, bounds_of, weighted in source.terms:
         # Per dimension: (chunk, the slab's selection in it, the slab's span or None).
         per_dim: list[list[tuple[int, int | slice, tuple[int, int] | None]]] = []
-        for dim, bounds in zip(acc.array_dims, array_bounds(array), strict=True):
+        for dim, bounds in zip(source.array_dims, bounds_of, strict=True):
             edges = bounds.edges
             if dim in read.entries:
                 chunk, offset = bounds.chunk_of(read.entries[dim])
@@ -481,13 +541,16 @@ def _entry_parts(
         for combo in itertools.product(*per_dim):
             coords = tuple(c for c, _, _ in combo)
             local = tuple(selection for _, selection, _ in combo)
-            box = {d: span for d, (_, _, span) in zip(acc.array_dims, combo, strict=True) if span}
-            out: tuple[int | slice, ...] = (t, *_out(plan, var, box))
+            box = {
+                d: span for d, (_, _, span) in zip(source.array_dims, combo, strict=True) if span
+            }
+            out: tuple[int | slice, ...] = (t, *placed(box))
             w, contract = slab_weights(box) if weighted else (None, None)
             yield (
                 array, coords, groups.store,
                 partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
-                        order=order, out=out, weights=w, tallied=tallied, contract=contract),
+                        order=source.order, out=out, weights=w, tallied=source.tallied,
+                        contract=contract),
             )  # fmt: skip
 
 
@@ -542,19 +605,22 @@ def _weights_over(
     return whole[tuple(box[d] if n > 1 else slice(None) for d, n in sizes)]
 
 
-def _out(
-    plan: QueryPlan, var: VariableInfo, box: Mapping[str, tuple[int, int]]
-) -> tuple[slice, ...]:
+def _placement(plan: QueryPlan, var: VariableInfo) -> Callable[[Mapping], tuple[slice, ...]]:
     """Where a box lands in the answer (its kept dimensions): modulo the axis' size (where
     the plan's ranges wrap), so that the part of a longitude range past the grid's seam
     follows the part before it."""
     sizes = {**dict(zip(var.dims, var.shape, strict=True)), **plan.sizes}
-    out = []
-    for d in plan.dims:
-        if d not in plan.over:
-            start = (box[d][0] - plan.ranges[d][0]) % sizes[d]
-            out.append(slice(start, start + box[d][1] - box[d][0]))
-    return tuple(out)
+    kept = [(d, plan.ranges[d][0], sizes[d]) for d in plan.dims if d not in plan.over]
+
+    def placed(box: Mapping[str, tuple[int, int]]) -> tuple[slice, ...]:
+        out = []
+        for d, lo, size in kept:
+            a, b = box[d]
+            start = (a - lo) % size
+            out.append(slice(start, start + b - a))
+        return tuple(out)
+
+    return placed
 
 
 class InfiniteEntriesError(AccumulationReadError):

@@ -144,6 +144,13 @@ def _append_once(
     transaction = transaction_of(target_store)
     if transaction is not None:
         request = _in_repository(request)
+        from accumulus.ingest.virtual_repository import holds_virtual_cube
+
+        if holds_virtual_cube(transaction):
+            raise AccumulusError(
+                f"{label} holds a virtual cube (references to its granules): append to it "
+                "with --virtual"
+            )
     snapshot = None
     try:
         group = resolve_group(

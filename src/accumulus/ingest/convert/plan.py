@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import h5py
 import numpy as np
@@ -91,14 +91,22 @@ class ConversionPlan:
         return {array.path: list(array.codecs) for array in self.arrays}
 
 
+class ConversionOptions(TypedDict, total=False):
+    """What a conversion is asked: the keyword arguments ``convert`` and ``plan_conversion``
+    hand on to ``plan_file`` (which holds their defaults): ``zarr_format``, 2 (the default)
+    or 3; ``codecs`` and ``default_codec``, codec JSON for named variables and for every
+    other (see ``convert``); ``warn`` of fill values dropped (default true); ``group``, the
+    group converted with its nested groups (default: all)."""
+
+    zarr_format: int
+    codecs: Mapping[str, CodecSpec] | None
+    default_codec: CodecSpec | None
+    warn: bool
+    group: str | None
+
+
 def plan_conversion(
-    src: str | os.PathLike[str],
-    *,
-    zarr_format: int = 2,
-    codecs: Mapping[str, CodecSpec] | None = None,
-    default_codec: CodecSpec | None = None,
-    warn: bool = True,
-    group: str | None = None,
+    src: str | os.PathLike[str], **options: Unpack[ConversionOptions]
 ) -> ConversionPlan:
     """Inspect ``src`` and resolve every variable's codecs (of ``group`` and its nested
     groups only, when given); raise before anything is written. Warns of fill values
@@ -108,17 +116,7 @@ def plan_conversion(
         raise AccumulusError(f"{source}: no such file")
     source_format = detect_format(source)
     with open_source(source, source_format) as file:
-        return plan_file(
-            file,
-            source,
-            source_format,
-            zarr_format=zarr_format,
-            codecs=codecs,
-            default_codec=default_codec,
-            warn=warn,
-            unpack=True,
-            group=group,
-        )
+        return plan_file(file, source, source_format, unpack=True, **options)
 
 
 def plan_file(

@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import zarr
@@ -18,8 +17,12 @@ from accumulus.destinations import check_directory
 from accumulus.errors import AccumulusError, Interrupted
 from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
 from accumulus.ingest.cf import decode
-from accumulus.ingest.convert.codecs import CodecSpec
-from accumulus.ingest.convert.plan import ArrayPlan, ConversionPlan, plan_conversion
+from accumulus.ingest.convert.plan import (
+    ArrayPlan,
+    ConversionOptions,
+    ConversionPlan,
+    plan_conversion,
+)
 from accumulus.ingest.convert.source import blocks, open_source, source_variable
 from accumulus.stores.arrays import checked_format, consolidate
 from accumulus.stores.locations import local_path
@@ -28,20 +31,17 @@ from accumulus.stores.locations import local_path
 def convert(
     src: str | os.PathLike[str],
     dest: str | os.PathLike[str],
-    *,
-    zarr_format: int = 2,
-    codecs: Mapping[str, CodecSpec] | None = None,
-    default_codec: CodecSpec | None = None,
-    group: str | None = None,
+    **options: Unpack[ConversionOptions],
 ) -> ConversionPlan:
     """Convert a NetCDF4/HDF5 or NetCDF-3 file to a Zarr directory store at ``dest`` (which
     must not exist).
 
-    ``codecs`` maps a variable ("precip" or "group/precip") to codec JSON (one codec or a
-    chain in encoding order) replacing its mapped filters; ``default_codec`` replaces the
-    filters of every other variable. ``group`` converts one group and its nested groups
-    only, kept at their place, with the coordinate variables their dimensions take from
-    ancestor groups. Returns the plan that was carried out.
+    ``zarr_format``: 2 (the default) or 3. ``codecs`` maps a variable ("precip" or
+    "group/precip") to codec JSON (one codec or a chain in encoding order) replacing its
+    mapped filters; ``default_codec`` replaces the filters of every other variable.
+    ``group`` converts one group and its nested groups only, kept at their place, with the
+    coordinate variables their dimensions take from ancestor groups. Returns the plan that
+    was carried out.
     """
     destination = local_path(dest) or Path(dest)
     if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
@@ -49,9 +49,7 @@ def convert(
     # Missing directories are made, in the nearest one that exists, which must take them.
     nearest = next(p for p in (destination.parent, *destination.parent.parents) if p.exists())
     check_directory(nearest, os.fspath(dest))
-    plan = plan_conversion(
-        src, zarr_format=zarr_format, codecs=codecs, default_codec=default_codec, group=group
-    )
+    plan = plan_conversion(src, **options)
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:

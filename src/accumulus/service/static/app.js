@@ -41,6 +41,18 @@ const page = {
 // ------------------------------------------------------------------------------------------
 // Starting up and choosing
 
+// A picture's panel (index.html's template): its parts get the ids NAME-PART, and the frame
+// holding the canvas and its overlay the id NAME.
+function picturePanel(name, title, readout) {
+  const panel = $(`${name}-panel`);
+  panel.append($("picture-panel").content.cloneNode(true));
+  for (const part of panel.querySelectorAll("[data-part]")) {
+    part.id = part.dataset.part === "frame" ? name : `${name}-${part.dataset.part}`;
+  }
+  $(`${name}-title`).textContent = title;
+  $(`${name}-readout`).textContent = readout;
+}
+
 async function start() {
   const { body } = await api("/api/datasets");
   page.datasets = body.datasets;
@@ -497,7 +509,7 @@ function drawMap(answer, whole) {
   }
   paintCells(context, cells, scale.colour);
   page.map = { answer, ...cells, scale };
-  drawColourBar($("colorbar"), scale, answer.units, page.frame.width);
+  drawColourBar($("map-colorbar"), scale, answer.units, page.frame.width);
   const mean = finite.reduce((a, b) => a + b, 0) / (finite.length || 1);
   showTitles("map", answer);
   $("map-numbers").textContent = `${cells.lats.length} × ${cells.lons.length} cells; ` +
@@ -726,7 +738,7 @@ function clearResults() {
   if (page.frame) $("map-canvas").getContext("2d").clearRect(0, 0, page.frame.width, page.frame.height);
   const hovmoller = $("hovmoller-canvas");
   hovmoller.getContext("2d").clearRect(0, 0, hovmoller.width, hovmoller.height);
-  for (const id of ["series", "colorbar", "hovmoller-axes", "hovmoller-colorbar"]) $(id).replaceChildren();
+  for (const id of ["series", "map-colorbar", "hovmoller-overlay", "hovmoller-colorbar"]) $(id).replaceChildren();
   for (const panel of ["map", "series", "hovmoller"]) {
     for (const part of ["cost", "title", "subtitle"]) $(`${panel}-${part}`).textContent = "";
   }
@@ -783,7 +795,7 @@ function drawHovmoller(answer) {
     context.fillRect(Math.floor(x), Math.floor(y), Math.ceil(x + cw) - Math.floor(x), Math.ceil(y + ch) - Math.floor(y));
   }));
   // Axes: degrees on the place axis, dates on the time axis.
-  const svg = $("hovmoller-axes");
+  const svg = $("hovmoller-overlay");
   svg.setAttribute("width", width);
   svg.setAttribute("height", height);
   const axes = svgElement("g", { transform: `translate(${m.left},${m.top})` });
@@ -930,4 +942,6 @@ window.accumulusPage = {
   },
 };
 
+picturePanel("map", "Time-averaged map", "Hover over the map to read values.");
+picturePanel("hovmoller", "Hovmöller diagram", "Hover over the diagram to read values.");
 start().catch((error) => say(`Cannot load the datasets: ${error.message}`, true));

@@ -1,0 +1,258 @@
+"""Virtual cubes in an icechunk repository: ``append icechunk://… GRANULES --virtual``.
+
+The references are those of a ``.json``/``.parq`` set (``virtual.scan_new`` reads the new
+granules' layouts, ``references.compose`` makes the Zarr metadata, the inline arrays and
+the chunks' byte ranges); here they are written into a writable session instead of a file:
+metadata and inline arrays (coordinates) as Zarr keys, every chunk of a granule as an
+icechunk virtual reference (its granule's URL, offset and length: no data copied), after
+the repository is configured to read the granules' directories (``add_containers``). The
+cube's accumulation groups are brought up to date in the same session, as real chunks, and
+everything lands in one commit, on the branch ``ref`` names, as a copying append does.
+
+A repository holds Zarr v3 only. Monthly granules of unequal length give a rectilinear
+chunk grid (ZEP 3), which icechunk holds (``transactional`` spells its sizes out).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import zarr
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+from accumulus.accumulation.build.accumulate import build_accumulations
+from accumulus.accumulation.model.groups import read_group
+from accumulus.errors import AccumulusError
+from accumulus.hierarchy import consolidate_groups, cube_groups, holds_accumulations
+from accumulus.ingest.reference_file import (
+    VIRTUAL_KEY,
+    ReferenceSet,
+    rectilinear_grids,
+    reference_set_in,
+)
+from accumulus.ingest.references import compose
+from accumulus.ingest.virtual import VirtualResult, scan_new
+from accumulus.raw_cube import RawCube
+from accumulus.stores.arrays import group_at
+from accumulus.stores.keys import is_metadata_key
+from accumulus.stores.opening import open_store
+from accumulus.stores.transactional import (
+    TransactionalStore,
+    TransactionConflict,
+    add_containers,
+    chunk_location,
+    transaction_of,
+)
+
+# A run whose branch moved while it wrote is done again on the new head (as ``append``).
+_ATTEMPTS = 5
+
+
+def append_virtual_repository(
+    url: str,
+    granules: Iterable[str],
+    dim: str = "time",
+    *,
+    zarr_format: int | None = None,
+    skip_existing: bool = False,
+    storage_options: dict | None = None,
+    group: str | None = None,
+    ref: str | None = None,
+    allow_references: Iterable[str] = (),
+) -> VirtualResult:
+    """``virtual.append_virtual`` into the icechunk repository ``url`` (created by the
+    first append): one commit holding the new references, the grown coordinates and the
+    accumulations brought up to date."""
+    started = time.perf_counter()
+    if zarr_format not in (None, 3):
+        raise AccumulusError(f"{url}: icechunk repositories hold Zarr v3 only (--zarr-format 3)")
+    items = [str(g) for g in granules]
+    if not items:
+        raise AccumulusError("no granules given to append")
+    allowed = tuple(allow_references)
+    for attempt in range(_ATTEMPTS):
+        try:
+            return _append_once(
+                url, items, dim, skip_existing, storage_options, group, ref, allowed, started
+            )
+        except TransactionConflict:
+            if attempt == _ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _append_once(
+    url: str,
+    items: list[str],
+    dim: str,
+    skip_existing: bool,
+    storage_options: dict | None,
+    group: str | None,
+    ref: str | None,
+    allowed: tuple[str, ...],
+    started: float,
+) -> VirtualResult:
+    session = _session(url, storage_options, ref, allowed)
+    existing = _existing(session, url, dim)
+    if existing is not None and group is not None and group.strip("/") != existing.group:
+        raise AccumulusError(
+            f"{url} references the granules' group {existing.group or '/'!r}, not {group!r}"
+        )
+    new = scan_new(existing, items, dim, 3, storage_options, group, skip_existing)
+    scanned = new.scanned
+    before = len(existing.coordinate) if existing is not None else 0
+    written_refs = 0
+    if scanned:
+        assert new.template is not None
+        refs = compose(existing, new.definer, scanned, new.template, 3)
+        added = add_containers(url, storage_options, [g.record.url for g in scanned])
+        if added:  # the session must see the new containers to take references into them
+            session = _session(url, storage_options, ref, allowed)
+        _write(session, refs, existing.refs if existing is not None else {})
+        _update_accumulations(session, url)
+        names = ", ".join(g.name for g in scanned)
+        granules = len(existing.granules if existing is not None else ()) + len(scanned)
+        after = before + sum(g.record.steps for g in scanned)
+        session.commit(
+            f"append along {dim} (virtual): {names}",
+            summary={"granules": granules, "extent": after},
+        )
+        written_refs = sum(isinstance(v, list) for v in refs.values())
+    return VirtualResult(
+        store=url,
+        dim=dim,
+        created=existing is None and bool(scanned),
+        appended=tuple(g.name for g in scanned),
+        skipped=tuple(new.skipped),
+        extent=(before, before + sum(g.record.steps for g in scanned)),
+        zarr_format=3,
+        bytes_read=sum(g.bytes_read for g in scanned),
+        granule_bytes=sum(g.record.size for g in scanned),
+        references=written_refs,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def holds_virtual_cube(store: TransactionalStore) -> bool:
+    """Whether the session holds a cube made by ``append … --virtual``."""
+    try:
+        root = zarr.open_group(store, mode="r", use_consolidated=False)
+    except (zarr.errors.GroupNotFoundError, FileNotFoundError):
+        return False
+    settings: Any = root.attrs.get("accumulus", {})  # JSON
+    return isinstance(settings, dict) and VIRTUAL_KEY in settings
+
+
+def _session(
+    url: str, storage_options: dict | None, ref: str | None, allowed: tuple[str, ...]
+) -> TransactionalStore:
+    store = transaction_of(
+        open_store(url, "w", storage_options=storage_options, ref=ref, allow_references=allowed)
+    )
+    assert store is not None  # an icechunk URL opens a session
+    return store
+
+
+def _existing(store: TransactionalStore, url: str, dim: str) -> ReferenceSet | None:
+    """The virtual cube the session holds: its metadata documents and inline arrays read
+    as references (the granules' chunks are not listed), or None in a new repository."""
+    try:
+        with rectilinear_grids():
+            root = zarr.open_group(store, mode="r", use_consolidated=False)
+            members = dict(root.members(max_depth=None))
+    except (zarr.errors.GroupNotFoundError, FileNotFoundError):
+        return None
+    settings: Any = root.attrs.get("accumulus", {})  # JSON, checked here
+    virtual = settings.get(VIRTUAL_KEY) if isinstance(settings, dict) else None
+    if not isinstance(virtual, dict):
+        if not members:
+            return None
+        raise AccumulusError(
+            f"{url} holds a cube appended without --virtual; append its granules the same "
+            "way, or reference them in a new repository"
+        )
+    prefix = f"{settings.get('group', '')}/".lstrip("/")
+    referenced = {prefix + name for name in virtual.get("arrays", {})}
+    prototype = default_buffer_prototype()
+    keys = ["zarr.json", *(f"{path}/zarr.json" for path in members)]
+    cube = group_at(root, str(settings.get("group", "")))
+    for name, array in cube.arrays():
+        path = prefix + name
+        if path not in referenced:  # an inline array: its chunks are the repository's
+            keys.extend(_chunk_keys(store, path, array))
+    refs: dict[str, Any] = {}
+    for key in keys:
+        value = sync(store.get(key, prototype))
+        if value is not None:
+            refs[key] = _as_reference(key, value.to_bytes())
+    return reference_set_in(store, url, refs, dim)
+
+
+def _chunk_keys(store: TransactionalStore, path: str, array: Any) -> list[str]:
+    async def listed() -> list[str]:
+        return [key async for key in store.list_prefix(f"{path}/")]
+
+    return [k for k in sync(listed()) if k.count("/") > path.count("/") and "zarr.json" not in k]
+
+
+def _as_reference(key: str, data: bytes) -> str:
+    """A key's value as a reference set holds it (``references._inline_ref``)."""
+    if is_metadata_key(key):
+        return data.decode()
+    return "base64:" + base64.b64encode(data).decode()
+
+
+def _write(store: TransactionalStore, refs: Mapping[str, Any], before: Mapping[str, Any]) -> None:
+    """Write what changed: metadata documents first (parents before children: icechunk
+    takes a node's chunks once the node exists), then inline chunks, then the new chunk
+    references, as virtual references, one batch per array."""
+    import icechunk
+
+    prototype = default_buffer_prototype()
+    inline = sorted(
+        (k for k, v in refs.items() if isinstance(v, str) and before.get(k) != v),
+        key=lambda k: (not is_metadata_key(k), k.count("/"), k),
+    )
+    for key in inline:
+        text = refs[key]
+        data = base64.b64decode(text[7:]) if text.startswith("base64:") else text.encode()
+        sync(store.set(key, prototype.buffer.from_bytes(data)))
+    by_array: dict[str, list[Any]] = defaultdict(list)
+    for key, value in refs.items():
+        if isinstance(value, list):
+            array, _, chunk = key.rpartition("/c/")
+            index = [int(i) for i in chunk.split("/")]
+            location, offset, length = value
+            by_array[array].append(
+                icechunk.VirtualChunkSpec(index, chunk_location(location), offset, length)
+            )
+    session_store = store._store
+    for array, chunks in by_array.items():
+        failed = session_store.set_virtual_refs(f"/{array}", chunks, validate_containers=True)
+        if failed:
+            raise AccumulusError(
+                f"{store.label}: {len(failed)} chunk reference(s) of {array!r} lie in no "
+                "virtual chunk container of the repository"
+            )
+
+
+def _update_accumulations(store: TransactionalStore, label: str) -> None:
+    """Bring every accumulation group made by accumulus up to date with the references
+    just written (incremental: only the new steps are summed), as real chunks; then the
+    consolidated metadata, which names the groups' new shapes."""
+    with rectilinear_grids():
+        root = zarr.open_group(store, mode="r", use_consolidated=False)
+        if not holds_accumulations(root):
+            return
+        for path in cube_groups(store, use_consolidated=False):
+            cube = RawCube(store, label, use_consolidated=False, group=path)
+            for name in cube.data_variables:
+                group = read_group(cube, name)
+                if group is not None and group.producer == "accumulus":
+                    build_accumulations(cube, name, group.request())
+        consolidate_groups(store)
