@@ -335,7 +335,7 @@ def _correlation(
 
 def _stored_pairs(
     cube: RawCube, resolved: ResolvedQuery, other: str
-) -> tuple[pairs.PairSums, zarr.Array] | None:
+) -> tuple[pairs.PairSums, zarr.Array[Any]] | None:
     """The pair sums kept for this correlation, when the query may and can use them: over
     time, by a cube that keeps them (they are read through the reader's store)."""
     if not resolved.use_accumulation:
@@ -351,7 +351,7 @@ def _stored_pairs(
 
 def _entry_pairs(
     cube: RawCube,
-    stored: tuple[pairs.PairSums, zarr.Array],
+    stored: tuple[pairs.PairSums, zarr.Array[Any]],
     var: VariableInfo,
     read: Read,
     box: Mapping[str, tuple[int, int]],
@@ -361,7 +361,11 @@ def _entry_pairs(
     summed over those of ``over``: ``(8, *kept part)``."""
     described, array = stored
     rest = [d for d in var.dims if d != described.dim]
-    index = (read.entries[described.dim], slice(None), *(slice(*box[d]) for d in rest))
+    index: tuple[int | slice, ...] = (
+        read.entries[described.dim],
+        slice(None),
+        *(slice(*box[d]) for d in rest),
+    )
     values = np.asarray(array[index], dtype="f8")
     summed = tuple(1 + rest.index(d) for d in rest if d in resolved.over)
     return values.sum(axis=summed) if summed else values
