@@ -13,8 +13,9 @@ array's. Then, with the sums:
 - ``var_map``/``std_map``: over time for a chunk-aligned period (whole 73-day chunks), against
   ``ds.weighted(w).var("time")`` (the weights are cos latitude);
 - ``var_series``: over a chunk-aligned latitude/longitude box, one value per day for a
-  chunk-aligned period, against ``weighted(w).var(["lat", "lon"])``; ``var_series_unaligned``
-  the same over a box across a latitude chunk edge (its boundary chunks read raw);
+  chunk-aligned period, against ``weighted(w).var(["lat", "lon"])``; ``var_series_band``
+  the same over latitudes across a chunk edge (the sums keep rows of latitude: no raw chunk),
+  ``var_series_unaligned`` over longitudes within chunks too (those chunks read raw);
 - ``trend_map``: the slope per year over time, against ``polyfit(deg=1)`` in years;
 - ``var_map_raw``: the var map with the sums ignored (raw chunks), against the same xarray;
 - ``var_map_months``: the var map over whole months that are not whole chunks (Feb-Nov 2001:
@@ -96,7 +97,7 @@ def xarray_answer(path: Path, name: str, box: dict) -> xr.DataArray:
         return data.weighted(w).var("time").compute()
     if name == "std_map":
         return data.weighted(w).std("time").compute()
-    if name in ("var_series", "var_series_unaligned"):
+    if name in ("var_series", "var_series_band", "var_series_unaligned"):
         return data.weighted(w).var(["lat", "lon"]).compute()
     if name == "corr_map":
         return xr.corr(data, ds[OTHER].isel(box).astype("f8"), dim="time").compute()
@@ -118,13 +119,15 @@ def questions(days: int) -> dict:
     chunks = days // STEP
     aligned = slice(STEP, STEP * max(chunks - 1, 2))  # whole chunks, not the first or last
     box = {"lat": slice(0, 90), "lon": slice(90, 270)}  # 90 x 180 cells, chunk-aligned
-    unaligned = {"lat": slice(30, 120), "lon": slice(90, 270)}  # across a latitude chunk edge
+    band = {"lat": slice(30, 120), "lon": slice(90, 270)}  # any latitudes, whole lon chunks
+    unaligned = {"lat": slice(30, 120), "lon": slice(100, 260)}  # lon within chunks
     return {
         "var_map": ("var", ["time"], {"time": aligned}, True),
         # February to November 2001: whole months, not whole chunks.
         "var_map_months": ("var", ["time"], {"time": slice(31, 334)}, True),
         "std_map": ("std", ["time"], {"time": aligned}, True),
         "var_series": ("var", ["lat", "lon"], {"time": aligned, **box}, True),
+        "var_series_band": ("var", ["lat", "lon"], {"time": aligned, **band}, True),
         "var_series_unaligned": ("var", ["lat", "lon"], {"time": aligned, **unaligned}, True),
         "trend_map": ("trend", ["time"], {"time": aligned}, True),
         "var_map_raw": ("var", ["time"], {"time": aligned}, False),
