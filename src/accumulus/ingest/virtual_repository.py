@@ -43,14 +43,11 @@ from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.opening import open_store
 from accumulus.stores.transactional import (
     TransactionalStore,
-    TransactionConflict,
     add_containers,
     chunk_location,
+    retried_on_conflict,
     transaction_of,
 )
-
-# A run whose branch moved while it wrote is done again on the new head (as ``append``).
-_ATTEMPTS = 5
 
 
 def append_virtual_repository(
@@ -75,17 +72,12 @@ def append_virtual_repository(
     if not items:
         raise AccumulusError("no granules given to append")
     allowed = tuple(allow_references)
-    for attempt in range(_ATTEMPTS):
-        try:
-            return _append_once(
-                url, items, dim, skip_existing, storage_options, group, ref, allowed, started
-            )
-        except TransactionConflict:
-            if attempt == _ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+    return _append_once(
+        url, items, dim, skip_existing, storage_options, group, ref, allowed, started
+    )
 
 
+@retried_on_conflict  # a branch that moved meanwhile: done again on its head
 def _append_once(
     url: str,
     items: list[str],
