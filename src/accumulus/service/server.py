@@ -71,8 +71,8 @@ def serve(
     ``workers``: how many processes answer, sharing the port; each opens the stores itself
     and has its own cache and ``limits``, which therefore hold per process. A store that
     cannot be read stops the start (an ``AccumulusError``) before any process is started.
-    ``access_log``: a line per request (off by default: about 3 % of the CPU of an answer
-    under load)."""
+    ``access_log``: a line per request (off by default: it adds to the CPU of every answer,
+    docs/benchmarks.md)."""
     settings["allowed_hosts"] = http.allowed_hosts(host, settings.get("allowed_hosts") or ())
     options: dict[str, Any] = {  # uvicorn.run's keywords, shared by both ways of running
         "host": host,

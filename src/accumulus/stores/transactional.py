@@ -20,7 +20,7 @@ Consolidated metadata is written as for any store: icechunk keeps it in the root
 A read-only session of a local repository is read in the calling thread (``read_sync``,
 ``stores.base.reads_synchronously``), as a local Zarr directory is: icechunk's store has
 only asynchronous reads, and each one handed to zarr's event loop and on to icechunk's own
-threads cost more than the read (0.2-0.7 ms a chunk against 0.02 ms for a file). A snapshot
+threads cost many times the read (docs/benchmarks.md). A snapshot
 never changes, so ``SnapshotFiles`` reads each metadata document once, and each array's
 chunk map once (``array_chunk_iterator``: a chunk's file, offset and length under
 ``chunks/``, or its inline bytes); a chunk is then one read of a local file, and so is a
