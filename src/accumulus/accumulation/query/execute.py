@@ -316,7 +316,7 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
         axes = _AXES[: slab.ndim]
         kept = [axes[a] for a in range(slab.ndim) if a not in part.summed]
         # The other summed axes summed and the kept ones ordered in the same call: for the
-        # small slabs of a series, a quarter of tensordot's time.
+        # small slabs of a series, faster than tensordot (docs/benchmarks.md).
         into = "".join(kept[k] for k in part.order)
         return np.einsum(f"{axes},{axes[axis]}->{into}", slab, weights)
     elif part.weights is not None:
