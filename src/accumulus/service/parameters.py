@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Annotated
 
 import pandas as pd
@@ -141,7 +142,7 @@ class AverageRequest:
     query: ResolvedQuery
     format: str
 
-    @property
+    @cached_property  # (asked by the cache twice per answer)
     def key(self) -> tuple:
         """Identifies the answer within a snapshot (for the cache): by the index ranges the
         labels select, so that every spelling of a range (30,000 digits or 3) is one entry,
