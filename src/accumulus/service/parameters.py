@@ -75,7 +75,8 @@ class AverageParameters(BaseModel):
         str | None,
         Field(
             description="Only this season's days: DJF, MAM, JJA, SON or a month (JAN ... DEC). "
-            "With time among over, the map of their mean; otherwise one value per year (DJF of "
+            "With time among over, the map of `stat` over them (mean, sum, count, var, std or "
+            "trend); otherwise one value per year (DJF of "
             "year Y: December Y-1, January and February Y), coordinate year.",
             json_schema_extra={"enum": list(SEASONS)},
         ),
