@@ -497,7 +497,7 @@ def _unit_span(dtype: np.dtype, unit: str) -> tuple[int, int, np.dtype] | None:
     """For a moment of a calendar unit (``dtype``) asked in an index's ``unit``: the first
     and last moments of ``dtype`` (as its integers) that ``unit`` holds, and ``unit``'s
     dtype, found once per pair; None for other pairs (``in_unit`` then converts and checks
-    the conversion each time, 7x slower)."""
+    the conversion each time, several times slower: docs/benchmarks.md)."""
     source = np.datetime_data(dtype)
     if source[0] not in _CALENDAR_UNITS or source[1] != 1 or unit not in _INDEX_UNITS:
         return None
