@@ -20,7 +20,7 @@ Consolidated metadata is written as for any store: icechunk keeps it in the root
 A read-only session of a local repository is read in the calling thread (``read_sync``,
 ``stores.base.reads_synchronously``), as a local Zarr directory is: icechunk's store has
 only asynchronous reads, and each one handed to zarr's event loop and on to icechunk's own
-threads cost more than the read (0.2-0.7 ms a chunk against 0.02 ms for a file). A snapshot
+threads cost many times the read (docs/benchmarks.md). A snapshot
 never changes, so ``SnapshotFiles`` reads each metadata document once, and each array's
 chunk map once (``array_chunk_iterator``: a chunk's file, offset and length under
 ``chunks/``, or its inline bytes); a chunk is then one read of a local file, and so is a
@@ -333,6 +333,7 @@ class SnapshotFiles:
         if isinstance(where, bytes):
             return _ranged(where, byte_range)
         kind, path, offset, length = where
+        file: str | None
         if kind == _NATIVE:
             file = str(self.chunks / path)
         else:
@@ -448,7 +449,7 @@ def add_containers(
         repository = icechunk.Repository.open_or_create(storage)
         config = repository.config
         known = list(config.virtual_chunk_containers or {})
-        added = []
+        added: list[str] = []
         for location in locations:
             prefix = _container_prefix(location.rsplit("/", 1)[0] + "/")
             if any(prefix.startswith(k) for k in [*known, *added]):

@@ -94,7 +94,8 @@ class ExecutedPlan:
     sums: np.ndarray
     # Σ |entries| added into each sum of weights (0 for the other sums): a difference of
     # prefix sums cancels to within a few ulps of this, not always to 0 (``noise_floor``).
-    entry_magnitude: np.ndarray
+    # None when no floating-point entry was added into one (integer counts cancel exactly).
+    entry_magnitude: np.ndarray | None
     counts: ReadCounts
     accumulation_chunks: int
     raw_chunks: int
@@ -152,7 +153,7 @@ def execute(
                 if checked or slab.dtype.kind != "f":
                     slab = _checked_entries(groups.label, request, slab, part.tallied)
                 total.add(part.index, part.out, part.sign, _entry_sums(slab, part),
-                          noisy=part.term in noisy)  # fmt: skip
+                          noisy=part.term in noisy and slab.dtype.kind == "f")  # fmt: skip
 
     try:
         counts = read_chunks(
@@ -283,10 +284,10 @@ def chunk_work(
     for (array, coords, store, _), parts in chunks.values():
         # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``).
         request = ChunkRequest(array, coords, store, _reached(parts))
-        known = work.get(request.key)
-        if known is not None:  # the same chunk of another handle on the same array
-            parts = [*known[1], *parts]
-            request = replace(known[0], needed=_reached(parts))
+        other = work.get(request.key)
+        if other is not None:  # the same chunk of another handle on the same array
+            parts = [*other[1], *parts]
+            request = replace(other[0], needed=_reached(parts))
         work[request.key] = (request, parts)
     return work
 
@@ -312,13 +313,16 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     result may be this thread's scratch space (``_scratch``), to be added before the next."""
     if part.contract is not None:  # weights along one summed axis: Σ w·x in one product
         axis, weights = part.contract
-        values = np.tensordot(slab, weights, axes=([axis], [0]))
-        rest = tuple(a - (a > axis) for a in part.summed if a != axis)
-        if rest:
-            values = values.sum(axis=rest)
+        axes = _AXES[: slab.ndim]
+        kept = [axes[a] for a in range(slab.ndim) if a not in part.summed]
+        # The other summed axes summed and the kept ones ordered in the same call: for the
+        # small slabs of a series, faster than tensordot (docs/benchmarks.md).
+        into = "".join(kept[k] for k in part.order)
+        summed: np.ndarray = np.einsum(f"{axes},{axes[axis]}->{into}", slab, weights)
+        return summed
     elif part.weights is not None:
         shape = np.broadcast_shapes(slab.shape, np.shape(part.weights))
-        values = np.multiply(slab, part.weights, out=_scratch(shape, 0), dtype="f8")
+        values: np.ndarray = np.multiply(slab, part.weights, out=_scratch(shape, 0), dtype="f8")
         if part.summed:
             values = values.sum(axis=part.summed)
     elif part.summed:
@@ -326,6 +330,9 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     else:
         values = slab  # converted as it is added
     return values.transpose(part.order)
+
+
+_AXES = "abcdefghijklmnopqrstuvwxyz"  # einsum's names of a slab's axes
 
 
 def _contraction(
@@ -378,12 +385,12 @@ class _OrderedTotal:
     """The running total, adding parts in plan order whatever order they arrive in: the
     same question gives the same bits every time. A part that arrives early waits (a copy:
     they are small, already reduced) until those before it are in. Beside it, Σ |part| of
-    the parts marked ``noisy`` (``ExecutedPlan.entry_magnitude``)."""
+    the parts marked ``noisy`` (``ExecutedPlan.entry_magnitude``), from the first of them."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:
         self.shape = shape
         self._total = _zeroed(shape, 2)
-        self.magnitude = _zeroed(shape, 3)
+        self.magnitude: np.ndarray | None = None
         self._waiting: dict[int, tuple[tuple[Any, ...], int, np.ndarray, bool]] = {}
         self._next = 0
         self._lock = threading.Lock()
@@ -410,6 +417,8 @@ class _OrderedTotal:
         into = self._total[where]
         (np.add if sign > 0 else np.subtract)(into, value, out=into, casting="unsafe")
         if noisy:
+            if self.magnitude is None:
+                self.magnitude = _zeroed(self.shape, 3)
             size = self.magnitude[where]
             if value.dtype.kind != "u":
                 value = np.abs(value, out=_scratch(value.shape, 1), dtype="f8")
@@ -422,7 +431,10 @@ class _OrderedTotal:
 
 
 def _raw_parts(
-    var: VariableInfo, plan: QueryPlan, read: Read, placed: Callable[[Mapping], tuple]
+    var: VariableInfo,
+    plan: QueryPlan,
+    read: Read,
+    placed: Callable[[Mapping[str, Any]], tuple[slice, ...]],
 ) -> Iterator[Piece]:
     """The raw chunks a raw read cuts, and the part of each it reads."""
     per_dim = []
@@ -505,7 +517,7 @@ def _entry_parts(
     var: VariableInfo,
     source: _Source,
     read: Read,
-    placed: Callable[[Mapping], tuple],
+    placed: Callable[[Mapping[str, Any]], tuple[slice, ...]],
     weights_memo: WeightsMemo,
 ) -> Iterator[Piece]:
     """The accumulation chunks holding a read's entries, and the slab of each it reads.
@@ -605,7 +617,9 @@ def _weights_over(
     return whole[tuple(box[d] if n > 1 else slice(None) for d, n in sizes)]
 
 
-def _placement(plan: QueryPlan, var: VariableInfo) -> Callable[[Mapping], tuple[slice, ...]]:
+def _placement(
+    plan: QueryPlan, var: VariableInfo
+) -> Callable[[Mapping[str, Any]], tuple[slice, ...]]:
     """Where a box lands in the answer (its kept dimensions): modulo the axis' size (where
     the plan's ranges wrap), so that the part of a longitude range past the grid's seam
     follows the part before it."""

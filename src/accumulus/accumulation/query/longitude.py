@@ -21,6 +21,9 @@ twice in the whole circle, and once too often wherever its twin is inside a box)
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import NamedTuple
+
 import numpy as np
 
 from accumulus.errors import AccumulusError
@@ -63,9 +66,10 @@ def longitude_range(
     when the run crosses its seam), and whether the box reaches past a regional grid's
     cells (so the answer must say that it was clipped). An open end is the grid's own first
     or last longitude. Raises ``AccumulusError`` when no cell is inside."""
-    lons = values[: period(values)].astype("f8")
-    west = float(lons.min()) if west is None else float(west)
-    east = float(lons.max()) if east is None else float(east)
+    circle = _circle(values.dtype.str, values.tobytes())
+    lons = circle.lons
+    west = circle.first if west is None else float(west)
+    east = circle.last if east is None else float(east)
     if west <= east and east - west >= 360 - TOLERANCE:
         return (0, lons.size), False  # the whole circle
     width = east - west if west <= east else (east - west) % 360
@@ -73,12 +77,34 @@ def longitude_range(
     inside = (offset <= width + TOLERANCE) | (offset >= 360 - TOLERANCE)
     if not inside.any():
         raise AccumulusError("selects nothing")
-    clipped = _reaches_past(lons, west, width)
+    clipped = _reaches_past(circle, west, width)
     if inside.all():
         return (0, lons.size), clipped
     # The run starts at the cell inside whose predecessor (circularly) is not.
-    lo = int(np.flatnonzero(inside & ~np.roll(inside, 1))[0])
+    before = np.empty_like(inside)  # each cell's predecessor (np.roll, without its overhead)
+    before[0], before[1:] = inside[-1], inside[:-1]
+    lo = int(np.flatnonzero(inside & ~before)[0])
     return (lo, lo + int(inside.sum())), clipped
+
+
+class _Circle(NamedTuple):
+    """What every range on one longitude grid asks of it: its distinct longitudes (float64),
+    the least and greatest, and its smallest step (0 with fewer than two)."""
+
+    lons: np.ndarray
+    first: float
+    last: float
+    step: float
+
+
+@lru_cache(maxsize=16)
+def _circle(dtype: str, labels: bytes) -> _Circle:
+    """The ``_Circle`` of the longitudes ``labels`` (bytes of an array of ``dtype``), worked
+    out once per grid: every query with a longitude range asks again."""
+    values = np.frombuffer(labels, dtype=dtype)
+    lons = values[: period(values)].astype("f8")
+    step = float(np.abs(np.diff(lons)).min()) if lons.size > 1 else 0.0
+    return _Circle(lons, float(lons.min()), float(lons.max()), step)
 
 
 def pieces(lo: int, hi: int, size: int) -> list[tuple[int, int]]:
@@ -105,18 +131,18 @@ def _east_of(lons: np.ndarray, west: float) -> np.ndarray:
     return (lons - west) % 360
 
 
-def _reaches_past(lons: np.ndarray, west: float, width: float) -> bool:
+def _reaches_past(circle: _Circle, west: float, width: float) -> bool:
     """Whether the box [west, west + width] (modulo 360) holds longitudes outside the grid's
     cells, each reaching half a step beyond its centre (and 1% of a step more: labels
     stored as float32 are rounded)."""
+    lons, step = circle.lons, circle.step
     if lons.size < 2:
         return width > TOLERANCE or not (_east_of(lons, west) < TOLERANCE).all()
-    step = float(np.abs(np.diff(lons)).min())
-    start = float(lons.min()) - step * 0.51
-    extent = float(lons.max()) - float(lons.min()) + step * 1.02
+    start = circle.first - step * 0.51
+    extent = circle.last - circle.first + step * 1.02
     if extent >= 360 - step / 2:
         return False  # a global grid: every longitude is in some cell
-    offset = float(_east_of(np.array([west]), start)[0])
+    offset = (west - start) % 360
     if offset >= 360 - TOLERANCE:
         offset = 0.0  # the west edge is the grid's (to within rounding)
     return offset + width > extent + TOLERANCE

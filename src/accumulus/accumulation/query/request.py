@@ -26,6 +26,7 @@ Text as users type it (``"lat,lon"``, ``"2001-01-01/2001-12-31"``) is split here
 from __future__ import annotations
 
 import datetime
+import functools
 import operator
 import re
 from collections.abc import Iterable, Mapping
@@ -162,9 +163,10 @@ shapely geometry) keeps the cells whose centres it holds, as ``da.where(mask)`` 
 ``use_accumulation=False`` scans the raw data. ``plan``: "cheaper" runs the accumulations'
 plan when it is estimated faster than a plain scan, "accumulation" always. ``season``
 ("DJF", "MAM", "JJA", "SON", or a month "JAN" ... "DEC") counts that season's days only:
-with time among ``over``, the map of the mean over all of them in the ranges; without, one
-value per year (coordinate ``year``; DJF of year Y is December Y-1 with January and
-February Y), the pooled mean of that season's days in that year. ``stat="corr"`` with
+with time among ``over``, the map of the statistic (mean, sum, count, var, std or trend)
+over all of them in the ranges; without, one value per year (coordinate ``year``; DJF of
+year Y is December Y-1 with January and February Y), the statistic of that season's days
+in that year, pooled over the cells. ``stat="corr"`` with
 ``with_="VAR2"``: Pearson's r of the two variables' valid pairs over ``over``, as
 ``xr.corr(a, b, dim=over)``."""
 
@@ -428,11 +430,11 @@ def date_positions(index: pd.DatetimeIndex, start: Bound, stop: Bound) -> tuple[
         if bound is None:
             found.append(len(values) if after else 0)
             continue
-        period = iso_period(bound)
+        period = period_in_unit(bound, unit) if isinstance(bound, str) else None
         if period is None:
             return None
         # The stop's period ends where the next one begins.
-        found.append(int(np.searchsorted(values, in_unit(period[after], unit))))
+        found.append(int(np.searchsorted(values, period[after])))
     lo, hi = found
     return lo, max(lo, hi)
 
@@ -441,7 +443,12 @@ def iso_period(bound: Bound) -> tuple[np.datetime64, np.datetime64] | None:
     """The period an ISO date stands for (a year, a month, a day, …): its start and the start
     of the next, in the unit of the date's last field, which holds any year; None for what
     is not an ISO date (or names none, as "2001-20")."""
-    if not isinstance(bound, str) or not _ISO_DATE.fullmatch(bound):
+    return _iso_period(bound) if isinstance(bound, str) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso_period(bound: str) -> tuple[np.datetime64, np.datetime64] | None:
+    if not _ISO_DATE.fullmatch(bound):
         return None
     try:
         start = np.datetime64(bound)
@@ -451,10 +458,26 @@ def iso_period(bound: Bound) -> tuple[np.datetime64, np.datetime64] | None:
     return start, start + np.timedelta64(1, unit)  # type: ignore[call-overload]
 
 
+@functools.lru_cache(maxsize=4096)
+def period_in_unit(bound: str, unit: str) -> tuple[int, int] | None:
+    """``iso_period`` of ``bound`` with both ends ``in_unit``: read once per date and unit
+    (a query asks for each of its dates twice, and dates recur from question to question)."""
+    period = iso_period(bound)
+    if period is None:
+        return None
+    return in_unit(period[0], unit), in_unit(period[1], unit)
+
+
 def in_unit(moment: np.datetime64, unit: str) -> int:
     """``moment`` as an integer count of ``unit`` since 1970, saturated: a moment the unit
     cannot hold is earlier (or later) than every one it can. NumPy converts a year or a
     month to nanoseconds with a silent wrap-around (1417 became 2001-07-22)."""
+    span = _unit_span(moment.dtype, unit)
+    if span is not None:  # a calendar unit to a finer one: exact between the span's ends
+        count = int(moment.view("i8"))
+        if span[0] <= count <= span[1]:
+            return int(moment.astype(span[2]).view("i8"))
+        return _LATEST if count > 0 else _EARLIEST
     try:
         converted = moment.astype(f"M8[{unit}]")
         if converted.astype(moment.dtype) == moment:
@@ -462,6 +485,37 @@ def in_unit(moment: np.datetime64, unit: str) -> int:
     except OverflowError:
         pass
     return _LATEST if moment.astype("i8") > 0 else _EARLIEST
+
+
+# The units of a date's last field (``iso_period``), and those of a pandas index.
+_CALENDAR_UNITS = ("Y", "M", "D", "h", "m", "s")
+_INDEX_UNITS = ("s", "ms", "us", "ns")
+
+
+@functools.lru_cache(maxsize=64)
+def _unit_span(dtype: np.dtype, unit: str) -> tuple[int, int, np.dtype] | None:
+    """For a moment of a calendar unit (``dtype``) asked in an index's ``unit``: the first
+    and last moments of ``dtype`` (as its integers) that ``unit`` holds, and ``unit``'s
+    dtype, found once per pair; None for other pairs (``in_unit`` then converts and checks
+    the conversion each time, several times slower: docs/benchmarks.md)."""
+    source = np.datetime_data(dtype)
+    if source[0] not in _CALENDAR_UNITS or source[1] != 1 or unit not in _INDEX_UNITS:
+        return None
+    target = np.dtype(f"M8[{unit}]")
+    ends = []
+    for extreme, inwards in ((_EARLIEST, 1), (_LATEST, -1)):
+        try:  # the target's extreme in the source's unit (truncated: maybe one past it)
+            count = int(np.array(extreme, dtype="i8").view(target).astype(dtype).view("i8"))
+            while True:
+                moment = np.array(count, dtype="i8").view(dtype)
+                converted = moment.astype(target)
+                if converted.astype(dtype) == moment and converted.view("i8") >= _EARLIEST:
+                    break
+                count += inwards
+        except OverflowError:
+            return None
+        ends.append(count)
+    return ends[0], ends[1], target
 
 
 def answer_index(cube: RawCube, resolved: ResolvedQuery, dim: str) -> pd.Index:
@@ -601,10 +655,11 @@ def _comparable(index: pd.Index, bound: Bound) -> Bound:
         return pd.Timestamp(bound)
     if not isinstance(bound, str):
         return bound
-    period = iso_period(bound)
-    if isinstance(index, pd.DatetimeIndex) and index.tz is None and period is not None:
+    if isinstance(index, pd.DatetimeIndex) and index.tz is None:
         unit = np.datetime_data(index.dtype)[0]
-        return np.datetime64(in_unit(period[0], unit), unit)  # type: ignore[call-overload]  # index's unit
+        period = period_in_unit(bound, unit)
+        if period is not None:
+            return np.datetime64(period[0], unit)  # type: ignore[call-overload]  # index's unit
     stamp = pd.Timestamp(bound)
     if isinstance(index, xr.CFTimeIndex):
         fields = ("year", "month", "day", "hour", "minute", "second", "microsecond")
