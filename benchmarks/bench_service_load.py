@@ -18,7 +18,8 @@ The client is one asyncio process using aiohttp (a dependency already) with keep
 connections, one per request in flight; it runs on the same cores as the server, and its
 own CPU per request is reported beside the server's (the server's processes measured by
 psutil). Reported per load: requests/s, p50/p99/p999 latency, status counts, CPU per request
-(server, client).
+(server, client), and each worker process's CPU seconds (how evenly the connections were
+shared).
 
 The floor: the same questions answered in this process, one after another, by the service's
 own functions without HTTP (`check_average_request` + `compute_answer` on one snapshot):

@@ -191,7 +191,7 @@ def _write(store: TransactionalStore, refs: Mapping[str, Any], before: Mapping[s
             by_array[array].append(
                 icechunk.VirtualChunkSpec(index, chunk_location(location), offset, length)
             )
-    session_store = store._store
+    session_store: icechunk.IcechunkStore = store._store  # type: ignore[assignment]  # the session's
     for array, chunks in by_array.items():
         failed = session_store.set_virtual_refs(f"/{array}", chunks, validate_containers=True)
         if failed:

@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Annotated
 
 import pandas as pd
@@ -74,7 +75,8 @@ class AverageParameters(BaseModel):
         str | None,
         Field(
             description="Only this season's days: DJF, MAM, JJA, SON or a month (JAN ... DEC). "
-            "With time among over, the map of their mean; otherwise one value per year (DJF of "
+            "With time among over, the map of `stat` over them (mean, sum, count, var, std or "
+            "trend); otherwise one value per year (DJF of "
             "year Y: December Y-1, January and February Y), coordinate year.",
             json_schema_extra={"enum": list(SEASONS)},
         ),
@@ -141,7 +143,7 @@ class AverageRequest:
     query: ResolvedQuery
     format: str
 
-    @property
+    @cached_property  # (asked by the cache twice per answer)
     def key(self) -> tuple:
         """Identifies the answer within a snapshot (for the cache): by the index ranges the
         labels select, so that every spelling of a range (30,000 digits or 3) is one entry,

@@ -185,7 +185,7 @@ class Service:
     def _finished(self, finished: asyncio.Event) -> None:
         """A computation has ended (on the event loop): tell its request, and give memory
         back once no computation has run for ``TRIM_IDLE_SECONDS`` (a trim after every
-        answer cost 0.1 ms of the 3-4 of a light one)."""
+        answer cost a light answer a few per cent of its time: docs/benchmarks.md)."""
         finished.set()
         if self._trim is not None:
             self._trim.cancel()

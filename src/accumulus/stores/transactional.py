@@ -321,6 +321,7 @@ class SnapshotFiles:
         if isinstance(where, bytes):
             return _ranged(where, byte_range)
         kind, path, offset, length = where
+        file: str | None
         if kind == _NATIVE:
             file = str(self.chunks / path)
         else:
@@ -436,7 +437,7 @@ def add_containers(
         repository = icechunk.Repository.open_or_create(storage)
         config = repository.config
         known = list(config.virtual_chunk_containers or {})
-        added = []
+        added: list[str] = []
         for location in locations:
             prefix = _container_prefix(location.rsplit("/", 1)[0] + "/")
             if any(prefix.startswith(k) for k in [*known, *added]):

@@ -597,6 +597,24 @@ function drawColourBar(svg, scale, units, width, left = MAP_MARGIN.left) {
 // ------------------------------------------------------------------------------------------
 // The time series
 
+// The series panel's SVG at its size, and the plot within its margins with the value axis
+// (grid lines and labels from lo to hi, placed by y): what a line series and a season's
+// bars are both drawn on.
+function seriesPlot(lo, hi, y) {
+  const { width, height } = SERIES_SIZE, m = SERIES_MARGIN;
+  const w = width - m.left - m.right;
+  const svg = $("series");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  const plot = svgElement("g", { transform: `translate(${m.left},${m.top})` });
+  for (const v of niceTicks(lo, hi, 5)) {
+    plot.append(svgElement("line", { class: "grid", x1: 0, x2: w, y1: y(v), y2: y(v) }));
+    plot.append(svgText(formatNumber(v), { x: -6, y: y(v) + 4, "text-anchor": "end" }));
+  }
+  return { svg, plot };
+}
+
 function drawSeries(answer) {
   if (answer.dims[0] === "year") {
     drawBars(answer);
@@ -612,15 +630,7 @@ function drawSeries(answer) {
   const x = (t) => (t1 > t0 ? ((t - t0) / (t1 - t0)) * w : w / 2);
   const y = (v) => h - ((v - lo) / (hi - lo)) * h;
 
-  const svg = $("series");
-  svg.setAttribute("width", width);
-  svg.setAttribute("height", height);
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  const plot = svgElement("g", { transform: `translate(${m.left},${m.top})` });
-  for (const v of niceTicks(lo, hi, 5)) {
-    plot.append(svgElement("line", { class: "grid", x1: 0, x2: w, y1: y(v), y2: y(v) }));
-    plot.append(svgText(formatNumber(v), { x: -6, y: y(v) + 4, "text-anchor": "end" }));
-  }
+  const { svg, plot } = seriesPlot(lo, hi, y);
   for (const t of timeTicks(t0, t1, 5)) {
     plot.append(svgElement("line", { class: "tick", x1: x(t), x2: x(t), y1: h, y2: h + 4 }));
     plot.append(svgText(new Date(t).toISOString().slice(0, 10), { x: x(t), y: h + 18, "text-anchor": "middle" }));
@@ -679,15 +689,7 @@ function drawBars(answer) {
   if (lo === hi) hi = lo + 1;
   const y = (v) => h - ((v - lo) / (hi - lo)) * h;
   const slot = w / years.length, bar = Math.max(1, slot * 0.7);
-  const svg = $("series");
-  svg.setAttribute("width", width);
-  svg.setAttribute("height", height);
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  const plot = svgElement("g", { transform: `translate(${m.left},${m.top})` });
-  for (const v of niceTicks(lo, hi, 5)) {
-    plot.append(svgElement("line", { class: "grid", x1: 0, x2: w, y1: y(v), y2: y(v) }));
-    plot.append(svgText(formatNumber(v), { x: -6, y: y(v) + 4, "text-anchor": "end" }));
-  }
+  const { svg, plot } = seriesPlot(lo, hi, y);
   const every = Math.max(1, Math.ceil(years.length / 10));
   values.forEach((v, k) => {
     const x = k * slot + (slot - bar) / 2;
