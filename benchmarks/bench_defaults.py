@@ -26,7 +26,7 @@ tuned here. Reported, each figure with its baseline measured in the same run:
   difference from xarray's answer.
 
     python benchmarks/bench_defaults.py [--questions 4] [--repeats 5] [--scan-repeats 2]
-        [--days 730] [--fresh] [--build-repeats 1]
+        [--days 730] [--fresh] [--build-repeats 1] [--baseline-src OLD/src]
 
 ``--days 2920`` (four times as long) shows how the build's cost grows with the cube.
 """
@@ -40,6 +40,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -128,12 +130,15 @@ BUILDS = {
 }
 
 
-def measure_builds(path: Path, repeats: int, trash: Path) -> dict:
+def measure_builds(path: Path, repeats: int, trash: Path, baseline: Path | None = None) -> dict:
     """Each build of ``BUILDS`` into a sidecar, and a full read before each, ``repeats``
-    times, each in a fresh process: medians, and each build against the reads."""
+    times, each in a fresh process: medians, and each build against the reads. With
+    ``baseline`` (another checkout's ``src``), each build is also made by that code, right
+    after this code's (``baseline`` in the output: before/after in one run)."""
     trash.mkdir(exist_ok=True)
     reads: list[dict] = []
     runs: dict[str, list[dict]] = {name: [] for name in BUILDS}
+    before: dict[str, list[dict]] = {name: [] for name in BUILDS}
     run_child(path, VARIABLE, "read")  # warm: the cube and the modules in the page cache
     for repeat in range(repeats):
         for name, (dims, at) in BUILDS.items():
@@ -141,6 +146,11 @@ def measure_builds(path: Path, repeats: int, trash: Path) -> dict:
             sidecar = trash / f"sidecar-{name.replace(',', '-')}-{repeat}.zarr"
             runs[name].append(run_child(path, VARIABLE, "build", dims, at, sidecar))
             runs[name][-1]["stored"] = _stored_bytes(sidecar)
+            if baseline is not None:
+                old = trash / f"baseline-{name.replace(',', '-')}-{repeat}.zarr"
+                with _python_path(baseline):
+                    before[name].append(run_child(path, VARIABLE, "build", dims, at, old))
+                before[name][-1]["stored"] = _stored_bytes(old)
     read_s = statistics.median(r["seconds"] for r in reads)
     read_cpu = statistics.median(r["cpu_seconds"] for r in reads)
     out: dict = {
@@ -149,18 +159,38 @@ def measure_builds(path: Path, repeats: int, trash: Path) -> dict:
         "full_read_peak_rss_mib": round(max(r["peak_rss_bytes"] for r in reads) / 2**20),
     }
     for name, done in runs.items():
-        seconds = statistics.median(b["seconds"] for b in done)
-        cpu = statistics.median(b["cpu_seconds"] for b in done)
-        out[name] = {
-            "seconds": round(seconds, 2),
-            "over_full_read": round(seconds / read_s, 2),
-            "cpu_seconds": round(cpu, 2),
-            "cpu_over_full_read_cpu": round(cpu / read_cpu, 2),
-            "peak_rss_mib": round(max(b["peak_rss_bytes"] for b in done) / 2**20),
-            "seconds_each": [round(b["seconds"], 2) for b in done],
-            "stored_bytes": done[-1]["stored"],
-        }
+        out[name] = _build_figures(done, read_s, read_cpu)
+        if before[name]:
+            out[name]["baseline"] = _build_figures(before[name], read_s, read_cpu)
     return out
+
+
+def _build_figures(done: list[dict], read_s: float, read_cpu: float) -> dict:
+    seconds = statistics.median(b["seconds"] for b in done)
+    cpu = statistics.median(b["cpu_seconds"] for b in done)
+    return {
+        "seconds": round(seconds, 2),
+        "over_full_read": round(seconds / read_s, 2),
+        "cpu_seconds": round(cpu, 2),
+        "cpu_over_full_read_cpu": round(cpu / read_cpu, 2),
+        "peak_rss_mib": round(max(b["peak_rss_bytes"] for b in done) / 2**20),
+        "seconds_each": [round(b["seconds"], 2) for b in done],
+        "stored_bytes": done[-1]["stored"],
+    }
+
+
+@contextmanager
+def _python_path(src: Path) -> Iterator[None]:
+    """Child processes started meanwhile import accumulus from ``src``."""
+    kept = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(src.resolve())
+    try:
+        yield
+    finally:
+        if kept is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = kept
 
 
 def _stored_bytes(sidecar: Path) -> int:
@@ -268,6 +298,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=37)
     parser.add_argument("--fresh", action="store_true", help="append and accumulate again")
     parser.add_argument("--build-repeats", type=int, default=1)
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="another checkout's src/: each build also made by that code, in the same run",
+    )
     args = parser.parse_args()
     # append chunks daily data by calendar month (a rectilinear grid), which xarray reads
     # through zarr only with this setting (docs/remote.md).
@@ -275,7 +310,7 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     trash = args.dir / "deleted-at-the-end"
     path, timings = build_cube(args.dir, args.days, args.fresh, trash)
-    builds = measure_builds(path, args.build_repeats, trash)
+    builds = measure_builds(path, args.build_repeats, trash, args.baseline_src)
     read_seconds = full_read(path)
     started = time.perf_counter()
     built = accumulus.accumulate(str(path), VARIABLE, rebuild=args.fresh)

@@ -18,7 +18,8 @@ The client is one asyncio process using aiohttp (a dependency already) with keep
 connections, one per request in flight; it runs on the same cores as the server, and its
 own CPU per request is reported beside the server's (the server's processes measured by
 psutil). Reported per load: requests/s, p50/p99/p999 latency, status counts, CPU per request
-(server, client).
+(server, client), and each worker process's CPU seconds (how evenly the connections were
+shared).
 
 The floor: the same questions answered in this process, one after another, by the service's
 own functions without HTTP (`check_average_request` + `compute_answer` on one snapshot):
@@ -150,17 +151,17 @@ def questions(
 # The server and the client
 
 
-def server_cpu(process: subprocess.Popen) -> float:
-    """CPU seconds of the server's processes (its parent and workers) so far."""
+def server_cpu(process: subprocess.Popen) -> dict[int, float]:
+    """CPU seconds of each of the server's processes (its parent and workers) so far."""
     parent = psutil.Process(process.pid)
-    total = 0.0
+    seconds = {}
     for p in [parent, *parent.children(recursive=True)]:
         try:
             times = p.cpu_times()
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system
-    return total
+        seconds[p.pid] = times.user + times.system
+    return seconds
 
 
 async def _send(base: str, questions: list[Question], clients: int, keep: set[str]) -> dict:
@@ -207,7 +208,9 @@ def drive(
     started = time.perf_counter()
     sent = asyncio.run(_send(base, qs, clients, keep))
     wall = time.perf_counter() - started
-    cpu_server, cpu_client = server_cpu(server) - cpu_server, time.process_time() - cpu_client
+    by_process = {pid: cpu - cpu_server.get(pid, 0.0) for pid, cpu in server_cpu(server).items()}
+    cpu_client = time.process_time() - cpu_client
+    busy = sorted((cpu for cpu in by_process.values() if cpu > 0.05), reverse=True)
     all_latencies = [s for kind in sent["latencies"].values() for s in kind]
     light = sent["latencies"]["series"] + sent["latencies"]["map"]
     result = {
@@ -216,7 +219,9 @@ def drive(
         "requests_per_s": round(len(qs) / wall, 1),
         **{k: v for k, v in percentiles(all_latencies).items() if k != "count"},
         "statuses": {str(k): v for k, v in sorted(sent["statuses"].items())},
-        "server_cpu_ms_per_request": round(1000 * cpu_server / len(qs), 2),
+        "server_cpu_ms_per_request": round(1000 * sum(by_process.values()) / len(qs), 2),
+        # How the work fell on the worker processes (their CPU seconds, most first).
+        "server_cpu_s_by_worker": [round(cpu, 2) for cpu in busy],
         "client_cpu_ms_per_request": round(1000 * cpu_client / len(qs), 2),
         "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "by_kind": {k: percentiles(v) for k, v in sent["latencies"].items() if v},
@@ -264,7 +269,7 @@ def _answer_here(snapshot, question: Question) -> bytes:
 # names) found on a call's stack, innermost first, names its part.
 PARTS = (
     ("JSON", ("result_json_bytes",)),
-    ("decoding", ("numcodecs", "zarr/codecs", "decode_chunk")),
+    ("decoding", ("numcodecs", "zarr/codecs", "decode_chunk", "partial_decode", ":_decode")),
     ("reads", ("zarr/storage", "accumulus/stores", "get_sync", "read_chunks")),
     ("summing", ("execute.py",)),
     (

@@ -3,23 +3,29 @@ xarray + Dask scanning the same cells and against the floor, on the realistic fi
 
 The cube is the first ``--days`` days of the realistic field (``realistic.py``: daily, 1
 degree, 180 x 360 float32, 10 % missing, chunks 73 x 90 x 90 = 2.4 MB), written by xarray.
-It is built three times, each time into a fresh copy of the group: the default layout
-(``accumulate`` with no options), then with ``--stats var`` and ``--stats var,trend``; the build
+It is built four times, each time into a fresh copy of the group: the default layout
+(``accumulate`` with no options), then with ``--stats var``, ``var,trend`` and
+``var,trend,corr:tas_next``; the build
 seconds and the bytes each statistic's sums add (their optional arrays, and the accumulations at
 chunk ends and months holding them beside the default layout) are reported against the raw
 array's. Then, with the sums:
 
 - ``var_map``/``std_map``: over time for a chunk-aligned period (whole 73-day chunks), against
   ``ds.weighted(w).var("time")`` (the weights are cos latitude);
-- ``var_series``: over a latitude/longitude box, one value per day for a chunk-aligned
-  period, against ``weighted(w).var(["lat", "lon"])``;
+- ``var_series``: over a chunk-aligned latitude/longitude box, one value per day for a
+  chunk-aligned period, against ``weighted(w).var(["lat", "lon"])``; ``var_series_band``
+  the same over latitudes across a chunk edge (the sums keep rows of latitude: no raw chunk),
+  ``var_series_unaligned`` over longitudes within chunks too (those chunks read raw);
 - ``trend_map``: the slope per year over time, against ``polyfit(deg=1)`` in years;
 - ``var_map_raw``: the var map with the sums ignored (raw chunks), against the same xarray;
-- ``corr_map``: Pearson's r with a second variable (``tas_next``) over time, from raw chunks
-  (its sums are not built), against ``xr.corr``;
+- ``var_map_months``: the var map over whole months that are not whole chunks (Feb-Nov 2001:
+  the sums at month boundaries);
+- ``corr_map``: Pearson's r with a second variable (``tas_next``) over time, from its pair sums
+  (``--stats corr:tas_next``, the last build), against ``xr.corr``;
 - ``season_map``: the DJF map over the whole record (``--season DJF``), against
   ``groupby("time.season").mean("time")``; ``season_series``: JJA of each year over the box,
-  against ``groupby("time.year")`` of the JJA days (no floor: a plan per run of days).
+  against ``groupby("time.year")`` of the JJA days (no floor: a plan per run of days);
+  ``season_var_map``: the variance of the DJF days (``--season DJF --stat var``).
 
 Each figure is the median of ``--repeats`` runs of an open datacube (``warm``), the floor
 (``chunk_reader.read_chunks`` fetching and decoding exactly the chunks the plan names and
@@ -65,8 +71,8 @@ def write(directory: Path, days: int) -> Path:
 
 def floor(handle: accumulus.Datacube, result) -> float | None:
     """Seconds to fetch, decode and sum exactly the chunks ``result``'s plan reads (None for
-    a season, which runs a plan per run of its days, and for corr, read from two variables'
-    raw chunks without a plan)."""
+    a season, which runs a plan per run of its days, and for corr, whose pair sums are read
+    outside the plan's chunk listing)."""
     if result.query.season is not None or result.query.stat == "corr":
         return None
     snapshot = handle.snapshot()
@@ -87,14 +93,17 @@ def xarray_answer(path: Path, name: str, box: dict) -> xr.DataArray:
     ds = xr.open_zarr(path, consolidated=True)
     data = ds[VARIABLE].isel(box).astype("f8")
     w = np.cos(np.deg2rad(ds["lat"].isel(lat=box.get("lat", slice(None)))))
-    if name in ("var_map", "var_map_raw"):
+    if name in ("var_map", "var_map_raw", "var_map_months"):
         return data.weighted(w).var("time").compute()
     if name == "std_map":
         return data.weighted(w).std("time").compute()
-    if name == "var_series":
+    if name in ("var_series", "var_series_band", "var_series_unaligned"):
         return data.weighted(w).var(["lat", "lon"]).compute()
     if name == "corr_map":
         return xr.corr(data, ds[OTHER].isel(box).astype("f8"), dim="time").compute()
+    if name == "season_var_map":  # the variance of the DJF days of the whole record
+        djf = data.where(data["time"].dt.season == "DJF", drop=True)
+        return djf.weighted(w).var("time").compute()
     if name == "season_map":  # DJF over the whole record, as groupby("time.season") sees it
         return data.groupby("time.season").mean("time").sel(season="DJF", drop=True).compute()
     if name == "season_series":  # JJA of each year, pooled over the box
@@ -109,15 +118,22 @@ def xarray_answer(path: Path, name: str, box: dict) -> xr.DataArray:
 def questions(days: int) -> dict:
     chunks = days // STEP
     aligned = slice(STEP, STEP * max(chunks - 1, 2))  # whole chunks, not the first or last
-    box = {"lat": slice(30, 120), "lon": slice(90, 270)}  # 90 x 180 cells, chunk-aligned
+    box = {"lat": slice(0, 90), "lon": slice(90, 270)}  # 90 x 180 cells, chunk-aligned
+    band = {"lat": slice(30, 120), "lon": slice(90, 270)}  # any latitudes, whole lon chunks
+    unaligned = {"lat": slice(30, 120), "lon": slice(100, 260)}  # lon within chunks
     return {
         "var_map": ("var", ["time"], {"time": aligned}, True),
+        # February to November 2001: whole months, not whole chunks.
+        "var_map_months": ("var", ["time"], {"time": slice(31, 334)}, True),
         "std_map": ("std", ["time"], {"time": aligned}, True),
         "var_series": ("var", ["lat", "lon"], {"time": aligned, **box}, True),
+        "var_series_band": ("var", ["lat", "lon"], {"time": aligned, **band}, True),
+        "var_series_unaligned": ("var", ["lat", "lon"], {"time": aligned, **unaligned}, True),
         "trend_map": ("trend", ["time"], {"time": aligned}, True),
         "var_map_raw": ("var", ["time"], {"time": aligned}, False),
         "corr_map": ("corr", ["time"], {"time": aligned}, True),
         "season_map": ("mean", ["time"], {}, True),
+        "season_var_map": ("var", ["time"], {}, True),
         "season_series": ("mean", ["lat", "lon"], box, True),
     }
 
@@ -147,6 +163,7 @@ def main() -> None:
         ("default", None),
         ("stats_var", ["var"]),
         ("stats_var_trend", ["var", "trend"]),
+        ("stats_var_trend_corr", ["var", "trend", f"corr:{OTHER}"]),
     ):
         started = time.perf_counter()
         built = accumulus.accumulate(str(path), VARIABLE, stats=stats, rebuild=True)
@@ -170,6 +187,13 @@ def main() -> None:
                 for s, b in group["stats"].items()
             }
             builds[name]["siblings_bytes"] = group["stats_siblings_bytes"]
+            pairs = group["pairs"].get(OTHER)
+            if pairs:
+                paired = pairs["array"]["bytes_stored"]
+                builds[name]["corr_pair_sums"] = {
+                    "bytes": paired,
+                    "vs_raw": round(paired / raw, 3) if raw else None,
+                }
             builds[name]["accumulations"] = {
                 f"{','.join(a['dims'])}@{a['at']}": a["bytes_stored"]
                 for a in group["accumulations"]
@@ -185,7 +209,7 @@ def main() -> None:
         if stat == "corr":
             options["with_"] = OTHER
         if name.startswith("season"):
-            options["season"] = "DJF" if name == "season_map" else "JJA"
+            options["season"] = "JJA" if name == "season_series" else "DJF"
 
         def ask(over=over, ranges=ranges, options=options):
             return handle.query(VARIABLE, over, ranges, **options)

@@ -55,7 +55,7 @@ from accumulus.opened import opened_store
 from accumulus.raw_cube import RawCube
 from accumulus.scope import scoped
 from accumulus.stores.opening import Mode, open_store, store_label
-from accumulus.stores.transactional import history, transaction_of
+from accumulus.stores.transactional import history, retried_on_conflict, transaction_of
 
 if TYPE_CHECKING:
     # Builds, verification and ingestion bring in Dask, h5py and numba: each function
@@ -142,6 +142,7 @@ def open_cube(
 
 
 @scoped
+@retried_on_conflict  # an icechunk branch that moved while it built: built again on its head
 def accumulate(
     store: StoreLike,
     variable: str,

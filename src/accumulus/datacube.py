@@ -227,7 +227,13 @@ class Datacube:
         moved = branch_moved(self.store)
         if moved is not None:  # an icechunk branch has a new commit: read it from now on
             url, branch = moved
-            self.store = open_store(url, "r", storage_options=self._storage_options, ref=branch)
+            self.store = open_store(
+                url,
+                "r",
+                storage_options=self._storage_options,
+                allow_references=self._allow_references,
+                ref=branch,
+            )
         with self._lock:
             self._reads += 1
             read = self._reads

@@ -182,7 +182,7 @@ def _describe_sidecar(found: AccumulationGroups) -> dict[str, Any]:
 def _pairs_stored(cube: RawCube, variable: str) -> dict[str, dict[str, Any]]:
     """Each variable ``variable`` keeps pair sums with -> where their entries end, how many
     are final, and their array."""
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for other in pairs.partners(cube.root, variable):
         found = pairs.read_pairs(cube.root, variable, other)
         if found is None:

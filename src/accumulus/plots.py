@@ -10,8 +10,8 @@ so threads can draw at the same time).
 - any other 2-D answer as a plain image.
 
 Each has the title and subtitle of ``captions`` on top and the cost in a small caption
-below. Values of both signs get a diverging colour map centred on zero (anomalies); others
-get viridis.
+below. Values of both signs, and every trend or correlation (whose sign is the answer), get a
+diverging colour map centred on zero; others get viridis.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 WIDTH_INCHES = 9.0
 MISSING_COLOUR = "#d9d9d9"  # cells without a value
+# Statistics whose zero is the point of the picture: drawn centred on it even when one-signed.
+SIGNED_STATISTICS = frozenset({"trend", "corr"})
 
 
 # The picture formats a file name's suffix may ask for, as matplotlib names them.
@@ -147,7 +149,9 @@ def _draw_map(fig, ax, data: xr.DataArray, kinds: dict, shape=None) -> None:
     lat, lon = _dim_of(kinds, "latitude"), _dim_of(kinds, "longitude")
     field = data.transpose(lat, lon)  # rows are latitudes, whatever the stored order
     lats, lons = field[lat].values.astype("f8"), field[lon].values.astype("f8")
-    mesh = ax.pcolormesh(lons, lats, field.values, shading="nearest", **_colours(field.values))
+    mesh = ax.pcolormesh(
+        lons, lats, field.values, shading="nearest", **_colours(field.values, data)
+    )
     west, east = _edges(lons)
     south, north = _edges(lats)
     ax.add_collection(_coastline_collection(west, east, south, north))
@@ -172,7 +176,7 @@ def _draw_hovmoller(fig, ax, data: xr.DataArray, kinds: dict) -> None:
     if kinds[space] == "latitude":
         # Latitude up (north at the top) against time across.
         field = data.transpose(space, time).values
-        mesh = ax.pcolormesh(numbers, place, field, shading="nearest", **_colours(field))
+        mesh = ax.pcolormesh(numbers, place, field, shading="nearest", **_colours(field, data))
         ax.set_xlim(*_edges(numbers))
         ax.set_ylim(*_edges(place))
         _date_ticks(ax.xaxis, times)
@@ -181,7 +185,7 @@ def _draw_hovmoller(fig, ax, data: xr.DataArray, kinds: dict) -> None:
     else:
         # Longitude across (east to the right) against time running down the page.
         field = data.transpose(time, space).values
-        mesh = ax.pcolormesh(place, numbers, field, shading="nearest", **_colours(field))
+        mesh = ax.pcolormesh(place, numbers, field, shading="nearest", **_colours(field, data))
         ax.set_xlim(*_edges(place))
         lo, hi = _edges(numbers)
         ax.set_ylim(hi, lo)
@@ -195,7 +199,7 @@ def _draw_hovmoller(fig, ax, data: xr.DataArray, kinds: dict) -> None:
 def _draw_image(fig, ax, data: xr.DataArray) -> None:
     y, x = data.dims
     xs, ys = _numeric(data[x].values), _numeric(data[y].values)
-    mesh = ax.pcolormesh(xs, ys, data.values, shading="nearest", **_colours(data.values))
+    mesh = ax.pcolormesh(xs, ys, data.values, shading="nearest", **_colours(data.values, data))
     ax.set_xlabel(str(x))
     ax.set_ylabel(str(y))
     ax.set_facecolor(MISSING_COLOUR)
@@ -229,14 +233,15 @@ def _outline_collection(geometry, west: float, east: float):
     return LineCollection(lines, colors="#e8590c", linewidths=1.4)
 
 
-def _colours(values: np.ndarray) -> dict:
-    """viridis over the range; for values of both signs, a diverging map centred on zero."""
+def _colours(values: np.ndarray, data: xr.DataArray) -> dict:
+    """viridis over the range; for values of both signs, or a statistic in
+    ``SIGNED_STATISTICS``, a diverging map centred on zero."""
     finite = np.asarray(values, dtype="f8")
     finite = finite[np.isfinite(finite)]
     if finite.size == 0:
         return {"cmap": "viridis"}
     lo, hi = float(finite.min()), float(finite.max())
-    if lo < 0 < hi:
+    if lo < 0 < hi or data.attrs.get("stat") in SIGNED_STATISTICS:
         limit = max(-lo, hi)
         return {"cmap": "RdBu_r", "vmin": -limit, "vmax": limit}
     return {"cmap": "viridis", "vmin": lo, "vmax": hi}

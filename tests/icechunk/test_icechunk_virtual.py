@@ -98,19 +98,21 @@ def test_months_of_unequal_length_referenced_accumulated_and_travelled(tmp_path)
 
 
 def test_granules_beside_the_repository_only_unless_allowed(tmp_path):
-    granules = monthly_granules(tmp_path / "elsewhere" / "in", [1, 2])
+    granules = monthly_granules(tmp_path / "elsewhere" / "in", [1, 2, 3])
     url = f"icechunk://{tmp_path / 'sets' / 'repo'}"
     (tmp_path / "sets").mkdir()
-    done = cli("append", url, *map(str, granules), "--virtual")
+    done = cli("append", url, *map(str, granules[:2]), "--virtual")
     assert done.returncode == 0, done.stderr
     assert f"--allow-references {tmp_path / 'elsewhere' / 'in'}/" in done.stdout
     refused = cli("average", url, VAR, "--over", "time")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert f"--allow-references {tmp_path / 'elsewhere' / 'in'}/" in refused.stderr
-    allowed = accumulus.average(
-        url, VAR, ["time"], weights="none", allow_references=[str(tmp_path / "elsewhere")]
-    )
-    np.testing.assert_allclose(allowed.values, granule_means(granules, ["time"]).values, rtol=1e-9)
+    cube = accumulus.open(url, allow_references=[str(tmp_path / "elsewhere")])
+    for held in (granules[:2], granules):
+        if len(held) == 3:  # a new commit while the cube is open: still allowed
+            accumulus.append_virtual(url, granules[2:])
+        got = cube.average(VAR, ["time"], weights="none")
+        np.testing.assert_allclose(got.values, granule_means(held, ["time"]).values, rtol=1e-9)
 
 
 def test_mistakes_are_one_line_and_write_nothing(tmp_path):
@@ -146,3 +148,25 @@ def test_virtual_on_s3(endpoint, bucket, tmp_path):
     got = accumulus.average(url, VAR, ["time"], weights="none", storage_options=options)
     np.testing.assert_allclose(got.values, granule_means(local, ["time"]).values, rtol=1e-9)
     assert all(r.ok for r in accumulus.verify(url, VAR, storage_options=options))
+
+
+def test_local_granules_are_read_in_the_thread(tmp_path, monkeypatch):
+    """Once a snapshot's chunk maps are known, a virtual chunk in a local granule is read
+    from the granule itself, not through icechunk."""
+    granules = monthly_granules(tmp_path / "in", [1, 2, 3])
+    url = f"icechunk://{tmp_path / 'repo'}"
+    accumulus.append_virtual(url, granules)
+    cube = accumulus.open(url)
+    first = cube.average(VAR, ["time"], weights="none")
+    asked = []
+    get = icechunk.IcechunkStore.get
+
+    async def counted(self, key, *args, **kwargs):
+        asked.append(key)
+        return await get(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(icechunk.IcechunkStore, "get", counted)
+    again = cube.average(VAR, ["time"], weights="none")
+    assert asked == []
+    np.testing.assert_array_equal(again.values, first.values)
+    np.testing.assert_allclose(first.values, granule_means(granules, ["time"]).values, rtol=1e-9)

@@ -14,7 +14,7 @@ from starlette.responses import PlainTextResponse
 
 from accumulus import api
 from accumulus.output import result_json
-from accumulus.service import create_app
+from accumulus.service import answers, create_app
 from accumulus.service.routes import average
 
 # A box and period that cover whole chunks (read from accumulations) and parts of others.
@@ -308,3 +308,28 @@ def test_the_short_path_of_a_get_answers_as_the_route_does(cube):
         "POST " + MAP.split("?")[0],
         "GET /api/datasets/surface",
     ]
+
+
+def test_large_text_answers_are_gzipped_for_clients_that_accept_it(cube, monkeypatch):
+    """A text answer of ``GZIP_MIN_BYTES`` or more is compressed once, kept in the cache
+    with it, and sent gzipped to a client whose ``Accept-Encoding`` takes gzip; the others
+    get it as it is. A picture is never compressed again."""
+    monkeypatch.setattr(answers, "GZIP_MIN_BYTES", 1000)
+    app = create_app([str(cube)], max_cells=10_000)
+    with TestClient(app) as client:
+        plain = client.get(MAP, headers={"Accept-Encoding": "identity"})
+        gzipped = client.get(MAP, headers={"Accept-Encoding": "br, gzip;q=0.5"})
+        refused = client.get(MAP, headers={"Accept-Encoding": "gzip;q=0, br"})
+        small = client.get(
+            SERIES + "&time=2001-01-01/2001-01-02", headers={"Accept-Encoding": "gzip"}
+        )
+        picture = client.get(MAP + "&format=png", headers={"Accept-Encoding": "gzip"})
+    assert len(plain.content) >= 1000 and "content-encoding" not in plain.headers
+    assert plain.headers["vary"] == "Accept-Encoding"
+    assert gzipped.headers["content-encoding"] == "gzip"
+    assert gzipped.headers["x-accumulus-cache"] == "hit"
+    assert int(gzipped.headers["content-length"]) < len(plain.content) / 1.5
+    assert gzipped.content == plain.content  # (httpx decompresses)
+    assert "content-encoding" not in refused.headers and refused.content == plain.content
+    assert "content-encoding" not in small.headers and len(small.content) < 1000
+    assert "content-encoding" not in picture.headers and len(picture.content) >= 1000

@@ -58,8 +58,8 @@ def average(
         typer.Option(
             "--season",
             help="Only this season's days: DJF, MAM, JJA, SON or a month (JAN...DEC). With "
-            "--over time the map of their mean; otherwise one value per year (DJF: December "
-            "counts for the next year).",
+            "--over time the map of --stat over them (mean, sum, count, var, std, trend); "
+            "otherwise one value per year (DJF: December counts for the next year).",
         ),
     ] = None,
     weights: Annotated[

@@ -15,6 +15,7 @@ import sys
 import warnings
 from importlib import import_module
 from types import ModuleType
+from typing import Annotated
 
 import typer
 
@@ -40,9 +41,12 @@ def _print_version(asked: bool) -> None:
 
 @app.callback()
 def _options(
-    version: bool = typer.Option(
-        False, "--version", callback=_print_version, is_eager=True, help="Print the version."
-    ),
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
 ) -> None:
     """Options of the program itself, before a command."""
 

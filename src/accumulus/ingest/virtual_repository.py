@@ -1,6 +1,6 @@
 """Virtual cubes in an icechunk repository: ``append icechunk://… GRANULES --virtual``.
 
-The references are those of a ``.json``/``.parq`` set (``virtual.scan_new`` reads the new
+The references are those of a ``.json``/``.parq`` set (``virtual_scan.scan_new`` reads the new
 granules' layouts, ``references.compose`` makes the Zarr metadata, the inline arrays and
 the chunks' byte ranges); here they are written into a writable session instead of a file:
 metadata and inline arrays (coordinates) as Zarr keys, every chunk of a granule as an
@@ -16,9 +16,8 @@ chunk grid (ZEP 3), which icechunk holds (``transactional`` spells its sizes out
 from __future__ import annotations
 
 import base64
-import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import zarr
@@ -36,83 +35,52 @@ from accumulus.ingest.reference_file import (
     reference_set_in,
 )
 from accumulus.ingest.references import compose
-from accumulus.ingest.virtual import VirtualResult, scan_new
+from accumulus.ingest.virtual_scan import VirtualAppend, VirtualResult, scan_new
 from accumulus.raw_cube import RawCube
 from accumulus.stores.arrays import group_at
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.opening import open_store
 from accumulus.stores.transactional import (
     TransactionalStore,
-    TransactionConflict,
     add_containers,
     chunk_location,
+    retried_on_conflict,
     transaction_of,
 )
 
-# A run whose branch moved while it wrote is done again on the new head (as ``append``).
-_ATTEMPTS = 5
 
-
-def append_virtual_repository(
-    url: str,
-    granules: Iterable[str],
-    dim: str = "time",
-    *,
-    zarr_format: int | None = None,
-    skip_existing: bool = False,
-    storage_options: dict | None = None,
-    group: str | None = None,
-    ref: str | None = None,
-    allow_references: Iterable[str] = (),
-) -> VirtualResult:
-    """``virtual.append_virtual`` into the icechunk repository ``url`` (created by the
-    first append): one commit holding the new references, the grown coordinates and the
+def append_virtual_repository(asked: VirtualAppend) -> VirtualResult:
+    """``virtual.append_virtual`` into the icechunk repository ``asked.target`` (created by
+    the first append): one commit holding the new references, the grown coordinates and the
     accumulations brought up to date."""
-    started = time.perf_counter()
-    if zarr_format not in (None, 3):
-        raise AccumulusError(f"{url}: icechunk repositories hold Zarr v3 only (--zarr-format 3)")
-    items = [str(g) for g in granules]
-    if not items:
+    if asked.zarr_format not in (None, 3):
+        raise AccumulusError(
+            f"{asked.target}: icechunk repositories hold Zarr v3 only (--zarr-format 3)"
+        )
+    if not asked.items:
         raise AccumulusError("no granules given to append")
-    allowed = tuple(allow_references)
-    for attempt in range(_ATTEMPTS):
-        try:
-            return _append_once(
-                url, items, dim, skip_existing, storage_options, group, ref, allowed, started
-            )
-        except TransactionConflict:
-            if attempt == _ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+    return _append_once(asked.target, asked)
 
 
-def _append_once(
-    url: str,
-    items: list[str],
-    dim: str,
-    skip_existing: bool,
-    storage_options: dict | None,
-    group: str | None,
-    ref: str | None,
-    allowed: tuple[str, ...],
-    started: float,
-) -> VirtualResult:
-    session = _session(url, storage_options, ref, allowed)
+@retried_on_conflict  # a branch that moved meanwhile: done again on its head (of ``url``)
+def _append_once(url: str, asked: VirtualAppend) -> VirtualResult:
+    dim, group = asked.dim, asked.group
+    session = _session(asked)
     existing = _existing(session, url, dim)
     if existing is not None and group is not None and group.strip("/") != existing.group:
         raise AccumulusError(
             f"{url} references the granules' group {existing.group or '/'!r}, not {group!r}"
         )
-    new = scan_new(existing, items, dim, 3, storage_options, group, skip_existing)
+    new = scan_new(existing, asked, 3)
     scanned = new.scanned
     before = len(existing.coordinate) if existing is not None else 0
     written_refs = 0
     if scanned:
         assert new.template is not None
         refs = compose(existing, new.definer, scanned, new.template, 3)
-        added = add_containers(url, storage_options, [g.record.url for g in scanned])
+        added = add_containers(url, asked.storage_options, [g.record.url for g in scanned])
         if added:  # the session must see the new containers to take references into them
-            session = _session(url, storage_options, ref, allowed)
+            session = _session(asked)
         _write(session, refs, existing.refs if existing is not None else {})
         _update_accumulations(session, url)
         names = ", ".join(g.name for g in scanned)
@@ -123,19 +91,7 @@ def _append_once(
             summary={"granules": granules, "extent": after},
         )
         written_refs = sum(isinstance(v, list) for v in refs.values())
-    return VirtualResult(
-        store=url,
-        dim=dim,
-        created=existing is None and bool(scanned),
-        appended=tuple(g.name for g in scanned),
-        skipped=tuple(new.skipped),
-        extent=(before, before + sum(g.record.steps for g in scanned)),
-        zarr_format=3,
-        bytes_read=sum(g.bytes_read for g in scanned),
-        granule_bytes=sum(g.record.size for g in scanned),
-        references=written_refs,
-        seconds=time.perf_counter() - started,
-    )
+    return VirtualResult.of(asked, existing, new, 3, written_refs)
 
 
 def holds_virtual_cube(store: TransactionalStore) -> bool:
@@ -148,11 +104,15 @@ def holds_virtual_cube(store: TransactionalStore) -> bool:
     return isinstance(settings, dict) and VIRTUAL_KEY in settings
 
 
-def _session(
-    url: str, storage_options: dict | None, ref: str | None, allowed: tuple[str, ...]
-) -> TransactionalStore:
+def _session(asked: VirtualAppend) -> TransactionalStore:
     store = transaction_of(
-        open_store(url, "w", storage_options=storage_options, ref=ref, allow_references=allowed)
+        open_store(
+            asked.target,
+            "w",
+            storage_options=asked.storage_options,
+            ref=asked.ref,
+            allow_references=asked.allow_references,
+        )
     )
     assert store is not None  # an icechunk URL opens a session
     return store
@@ -231,7 +191,7 @@ def _write(store: TransactionalStore, refs: Mapping[str, Any], before: Mapping[s
             by_array[array].append(
                 icechunk.VirtualChunkSpec(index, chunk_location(location), offset, length)
             )
-    session_store = store._store
+    session_store: icechunk.IcechunkStore = store._store  # type: ignore[assignment]  # the session's
     for array, chunks in by_array.items():
         failed = session_store.set_virtual_refs(f"/{array}", chunks, validate_containers=True)
         if failed:

@@ -1,8 +1,10 @@
 """Answering a checked average request: the library's query, rendered as JSON, CSV or PNG
-exactly as ``accumulus average --json/--csv/--png`` renders it."""
+exactly as ``accumulus average --json/--csv/--png`` renders it, and a large text answer (a
+map) compressed as well, once, for the clients that accept gzip."""
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass, replace
 
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
@@ -12,14 +14,26 @@ from accumulus.service.datasets import DatasetSnapshot
 from accumulus.service.parameters import AverageRequest
 
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "png": "image/png"}
+# Text answers from this size on are also kept gzipped (level 1: about half the size, at
+# 0.5 ms per 100 KB; the level-6 default is four times slower for 5 % less).
+GZIP_MIN_BYTES = 64 * 2**10
+GZIP_LEVEL = 1
 
 
 @dataclass(frozen=True)
 class Answer:
-    """A rendered response body."""
+    """A rendered response body, and the same gzipped when it is large text."""
 
     body: bytes
     media_type: str
+    gzipped: bytes | None = None
+
+    @classmethod
+    def rendered(cls, body: bytes, media_type: str) -> Answer:
+        large_text = len(body) >= GZIP_MIN_BYTES and not media_type.startswith("image/")
+        # mtime 0: the same answer is the same bytes.
+        gzipped = gzip.compress(body, GZIP_LEVEL, mtime=0) if large_text else None
+        return cls(body, media_type, gzipped)
 
 
 def compute_answer(
@@ -47,4 +61,4 @@ def compute_answer(
         body = result_csv(result).encode()
     else:
         body = result_png(result)
-    return Answer(body, MEDIA_TYPES[request.format])
+    return Answer.rendered(body, MEDIA_TYPES[request.format])

@@ -20,8 +20,9 @@ ENTRY_OVERHEAD = 1024
 
 
 def entry_bytes(key: tuple, answer: Answer) -> int:
-    """The memory an entry is charged: its body, its key's text and the fixed overhead."""
-    return len(answer.body) + len(repr(key)) + ENTRY_OVERHEAD
+    """The memory an entry is charged: its bodies, its key's text and the fixed overhead."""
+    gzipped = len(answer.gzipped) if answer.gzipped is not None else 0
+    return len(answer.body) + gzipped + len(repr(key)) + ENTRY_OVERHEAD
 
 
 class AnswerCache:

@@ -37,7 +37,7 @@ BODY_SECONDS = 60.0
 # How long a worker process waits before accepting again, per connection it holds, and at
 # most (``TakingTurnsLoop``).
 TURN_SECONDS = 0.0005
-MAX_TURN_SECONDS = 0.02
+MAX_TURN_SECONDS = 0.01
 
 
 class HeadAsGet:
@@ -182,7 +182,7 @@ class TakingTurnsLoop(asyncio.SelectorEventLoop):
     accepting for ``TURN_SECONDS`` per connection it already holds: the worker holding fewest
     (and the one least busy, quicker to wake) takes the next."""
 
-    def _accept_connection(self, protocol_factory, sock, sslcontext=None, server=None, *args):  # type: ignore[no-untyped-def, override]
+    def _accept_connection(self, protocol_factory, sock, sslcontext=None, server=None, *args):
         rest = args[1:]  # (the backlog, accepted at once by asyncio: one here)
         super()._accept_connection(protocol_factory, sock, sslcontext, server, 1, *rest)  # type: ignore[misc]
         held = getattr(server, "_active_count", 0)  # this worker's open connections

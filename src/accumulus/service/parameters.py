@@ -13,6 +13,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from functools import cached_property
+from typing import Annotated
 
 import pandas as pd
 import xarray as xr
@@ -31,47 +33,62 @@ class AverageParameters(BaseModel):
     dimensions), as the OpenAPI document describes them; ``query`` makes them the library's
     ``Query``."""
 
-    over: str = Field(description="Dimensions averaged away, comma-separated: latitude,longitude.")
-    stat: str = Field(
-        "mean",
-        description="mean, sum, count (Σ weights), var or std (weighted population variance, "
-        "standard deviation), trend (least-squares slope per year, per cell, over time), or "
-        "corr (Pearson's r with the variable `with`).",
-        json_schema_extra={"enum": list(STATS)},
-    )
-    weights: str | None = Field(
-        None,
-        description="area (cos latitude), none, or a weights array of the dataset; default: "
-        "the accumulations' weights.",
-    )
-    output_format: str = Field(
-        "json",
-        alias="format",
-        description="json, csv or png.",
-        json_schema_extra={"enum": list(FORMATS)},
-    )
-    accumulation: bool = Field(True, description="false: scan the raw data (for comparison).")
-    shape: str | None = Field(
-        None,
-        description="Average over the cells whose centres lie in a named region, SET:NAME (see "
-        "/api/regions), e.g. ar6:WAF. Or POST a GeoJSON geometry, Feature or "
-        "FeatureCollection as the body.",
-    )
-
-    season: str | None = Field(
-        None,
-        description="Only this season's days: DJF, MAM, JJA, SON or a month (JAN ... DEC). "
-        "With time among over, the map of their mean; otherwise one value per year (DJF of "
-        "year Y: December Y-1, January and February Y), coordinate year.",
-        json_schema_extra={"enum": list(SEASONS)},
-    )
-
-    with_: str | None = Field(
-        None,
-        alias="with",
-        description="The second variable of stat=corr: Pearson's r over `over` (both on one "
-        "grid), as xr.corr.",
-    )
+    over: Annotated[
+        str, Field(description="Dimensions averaged away, comma-separated: latitude,longitude.")
+    ]
+    stat: Annotated[
+        str,
+        Field(
+            description="mean, sum, count (Σ weights), var or std (weighted population variance, "
+            "standard deviation), trend (least-squares slope per year, per cell, over time), or "
+            "corr (Pearson's r with the variable `with`).",
+            json_schema_extra={"enum": list(STATS)},
+        ),
+    ] = "mean"
+    weights: Annotated[
+        str | None,
+        Field(
+            description="area (cos latitude), none, or a weights array of the dataset; default: "
+            "the accumulations' weights.",
+        ),
+    ] = None
+    output_format: Annotated[
+        str,
+        Field(
+            alias="format",
+            description="json, csv or png.",
+            json_schema_extra={"enum": list(FORMATS)},
+        ),
+    ] = "json"
+    accumulation: Annotated[
+        bool, Field(description="false: scan the raw data (for comparison).")
+    ] = True
+    shape: Annotated[
+        str | None,
+        Field(
+            description="Average over the cells whose centres lie in a named region, SET:NAME "
+            "(see /api/regions), e.g. ar6:WAF. Or POST a GeoJSON geometry, Feature or "
+            "FeatureCollection as the body.",
+        ),
+    ] = None
+    season: Annotated[
+        str | None,
+        Field(
+            description="Only this season's days: DJF, MAM, JJA, SON or a month (JAN ... DEC). "
+            "With time among over, the map of `stat` over them (mean, sum, count, var, std or "
+            "trend); otherwise one value per year (DJF of "
+            "year Y: December Y-1, January and February Y), coordinate year.",
+            json_schema_extra={"enum": list(SEASONS)},
+        ),
+    ] = None
+    with_: Annotated[
+        str | None,
+        Field(
+            alias="with",
+            description="The second variable of stat=corr: Pearson's r over `over` (both on one "
+            "grid), as xr.corr.",
+        ),
+    ] = None
 
     def query(
         self, variable: str, ranges: dict[str, tuple[str | None, str | None]], shape: Shape | None
@@ -126,7 +143,7 @@ class AverageRequest:
     query: ResolvedQuery
     format: str
 
-    @property
+    @cached_property  # (asked by the cache twice per answer)
     def key(self) -> tuple:
         """Identifies the answer within a snapshot (for the cache): by the index ranges the
         labels select, so that every spelling of a range (30,000 digits or 3) is one entry,

@@ -71,8 +71,8 @@ def serve(
     ``workers``: how many processes answer, sharing the port; each opens the stores itself
     and has its own cache and ``limits``, which therefore hold per process. A store that
     cannot be read stops the start (an ``AccumulusError``) before any process is started.
-    ``access_log``: a line per request (off by default: about 3 % of the CPU of an answer
-    under load)."""
+    ``access_log``: a line per request (off by default: it adds to the CPU of every answer,
+    docs/benchmarks.md)."""
     settings["allowed_hosts"] = http.allowed_hosts(host, settings.get("allowed_hosts") or ())
     options: dict[str, Any] = {  # uvicorn.run's keywords, shared by both ways of running
         "host": host,
@@ -81,7 +81,6 @@ def serve(
         "log_config": logging_config(),
         "access_log": access_log,
         "http": http.BoundedHttpToolsProtocol,
-        "loop": f"{http.__name__}:TakingTurnsLoop",  # (uvicorn takes a loop class)
     }
     if workers == 1:
         uvicorn.run(create_app(stores, **settings), **options)
@@ -96,6 +95,8 @@ def serve(
         # A worker answers its parent's health pings once its imports are done, which takes
         # seconds on a busy machine: uvicorn's 5 s would restart workers that are starting.
         timeout_worker_healthcheck=WORKER_START_SECONDS,
+        # The workers share the connections (uvicorn takes a loop class by name).
+        loop=f"{http.__name__}:TakingTurnsLoop",
         **options,
     )
 

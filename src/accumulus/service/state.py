@@ -37,6 +37,8 @@ from accumulus.stores.guarded import GuardedStore
 # How often a waiting request looks whether its client is still there.
 WATCH_SECONDS = 0.1
 POLL_SECONDS = 0.005
+# Freed memory goes back to the system once no computation has run for this long.
+TRIM_IDLE_SECONDS = 0.2
 
 log = logging.getLogger("accumulus.service")
 
@@ -66,6 +68,7 @@ class Service:
         self.workers = ThreadPoolExecutor(
             limits.computations + limits.scans, thread_name_prefix="accumulus-answer"
         )
+        self._trim: asyncio.TimerHandle | None = None  # giving memory back when idle
         self.health = HealthMonitor(catalog, {s.dataset: s.token for s in first}, self.snapshot_of)
 
     def dataset(self, name: str) -> Dataset:
@@ -134,10 +137,8 @@ class Service:
                 return compute_answer(guarded, checked, limits.memory_bytes)
             finally:
                 slot.release()
-                if not self.busy:
-                    release_free_memory()
                 with contextlib.suppress(RuntimeError):  # that request's loop is gone
-                    loop.call_soon_threadsafe(finished.set)
+                    loop.call_soon_threadsafe(self._finished, finished)
 
         try:
             running = self.workers.submit(work)
@@ -180,6 +181,20 @@ class Service:
                 f"dataset {snapshot.dataset!r} could not be read to answer this "
                 f"({type(exc).__name__})"
             ) from None
+
+    def _finished(self, finished: asyncio.Event) -> None:
+        """A computation has ended (on the event loop): tell its request, and give memory
+        back once no computation has run for ``TRIM_IDLE_SECONDS`` (a trim after every
+        answer cost a light answer a few per cent of its time: docs/benchmarks.md)."""
+        finished.set()
+        if self._trim is not None:
+            self._trim.cancel()
+        self._trim = asyncio.get_running_loop().call_later(TRIM_IDLE_SECONDS, self._trim_if_idle)
+
+    def _trim_if_idle(self) -> None:
+        self._trim = None
+        if not self.busy:
+            release_free_memory()
 
 
 async def service_of(request: Request) -> Service:

@@ -20,20 +20,28 @@ Consolidated metadata is written as for any store: icechunk keeps it in the root
 A read-only session of a local repository is read in the calling thread (``read_sync``,
 ``stores.base.reads_synchronously``), as a local Zarr directory is: icechunk's store has
 only asynchronous reads, and each one handed to zarr's event loop and on to icechunk's own
-threads cost more than the read (0.2-0.7 ms a chunk against 0.02 ms for a file). A snapshot
+threads cost many times the read (docs/benchmarks.md). A snapshot
 never changes, so ``SnapshotFiles`` reads each metadata document once, and each array's
 chunk map once (``array_chunk_iterator``: a chunk's file, offset and length under
-``chunks/``, or its inline bytes); a chunk is then one read of a local file. Virtual chunks
-are read by icechunk (from the containers it authorized).
+``chunks/``, or its inline bytes); a chunk is then one read of a local file, and so is a
+virtual chunk in a local granule of an authorized container (a regular file only). Other
+virtual chunks are read by icechunk.
+
+Virtual chunks (``append … --virtual``) are read from *virtual chunk containers*, which
+the repository's configuration lists (``add_containers``: one per granule directory) and a
+reader must authorize. As a reference set reads only beside itself, a repository reads the
+containers beside it and those under ``allow_references`` (``authorized``); a chunk in
+another is refused in one line naming the option to give (``_refused``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +56,7 @@ from zarr.storage import WrapperStore
 from accumulus.errors import AccumulusError
 from accumulus.stores.base import DelegatingStore
 from accumulus.stores.locations import StoreNotFoundError, url_scheme
+from accumulus.stores.safe_reads import read_file_range
 
 SCHEMES = frozenset({"icechunk", "icechunk+s3"})
 DEFAULT_BRANCH = "main"
@@ -65,6 +74,31 @@ _NATIVE, _VIRTUAL = 1, 2
 
 class TransactionConflict(AccumulusError):
     """The branch moved while a command wrote: its commit was refused, nothing landed."""
+
+
+# A command whose commit was refused (its branch moved) is run again on the new head this
+# many times in all.
+ATTEMPTS = 5
+
+
+def retried_on_conflict[**P, R](command: Callable[P, R]) -> Callable[P, R]:
+    """``command`` (whose first argument is its store) run again when its commit is refused
+    because the branch moved meanwhile (``TransactionConflict``): on the new head, what the
+    other writer committed is there to build on. A store given as a session is not opened
+    again, so its conflict is raised."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        store = args[0] if args else kwargs.get("store")
+        for attempt in range(ATTEMPTS):
+            try:
+                return command(*args, **kwargs)
+            except TransactionConflict:
+                if not isinstance(store, str | os.PathLike) or attempt == ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    return run
 
 
 def is_repository_url(text: str) -> bool:
@@ -248,7 +282,8 @@ def open_repository(
         raise AccumulusError(f"cannot open {url}: {_reason(exc)}") from None
     files = None
     if mode == "r" and url_scheme(url) == "icechunk":
-        files = SnapshotFiles(session.store, _local_path(url))
+        local = tuple(prefix for prefix in access if prefix.startswith("file://"))
+        files = SnapshotFiles(session.store, _local_path(url), local)
     return TransactionalStore(
         session.store,
         session=session,
@@ -264,9 +299,10 @@ class SnapshotFiles:
     metadata documents and chunk maps read once (a snapshot never changes), its chunks
     from the repository's files (see the module's docstring)."""
 
-    def __init__(self, store: Store, root: Path) -> None:
+    def __init__(self, store: Store, root: Path, granules: tuple[str, ...] = ()) -> None:
         self.store = store
         self.chunks = root / "chunks"  # icechunk's layout: chunks/<chunk id>
+        self.granules = granules  # the authorized containers of local files (file://…/)
         self._documents: dict[str, bytes | None] = {}
         # Per array path: its chunks' keys -> inline bytes, or (kind, path, offset, length).
         self._maps: dict[str, dict[str, bytes | tuple[int, str, int, int]]] = {}
@@ -285,12 +321,25 @@ class SnapshotFiles:
         if isinstance(where, bytes):
             return _ranged(where, byte_range)
         kind, path, offset, length = where
-        if kind != _NATIVE:  # a virtual chunk: icechunk checks its granule is unchanged
-            return self._fetched(key, byte_range)
+        file: str | None
+        if kind == _NATIVE:
+            file = str(self.chunks / path)
+        else:
+            file = self._granule(path)
+            if file is None:  # not a plain local file icechunk may read: icechunk says why
+                return self._fetched(key, byte_range)
         start, stop = _span(length, byte_range)
-        with open(self.chunks / path, "rb") as file:
-            file.seek(offset + start)
-            return file.read(stop - start)
+        return read_file_range(file, offset + start, offset + stop)
+
+    def _granule(self, url: str) -> str | None:
+        """The local file a virtual chunk's URL names, when it lies in an authorized
+        container (as written: no ``..``, no percent-encoding); None otherwise."""
+        if not url.startswith("file://") or "%" in url:
+            return None
+        path = url.removeprefix("file://")
+        if os.path.normpath(path) != path:
+            return None
+        return path if any(url.startswith(prefix) for prefix in self.granules) else None
 
     def _fetched(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
         from zarr.core.buffer import default_buffer_prototype
@@ -388,7 +437,7 @@ def add_containers(
         repository = icechunk.Repository.open_or_create(storage)
         config = repository.config
         known = list(config.virtual_chunk_containers or {})
-        added = []
+        added: list[str] = []
         for location in locations:
             prefix = _container_prefix(location.rsplit("/", 1)[0] + "/")
             if any(prefix.startswith(k) for k in [*known, *added]):

@@ -134,7 +134,10 @@ def _block_sums(
     last = x.ndim - 1
     shapes, direct, tables = [], [], []
     # Along an axis cut at every index each segment is one value: nothing to sum there.
-    reductions = [tuple(a for a in axes if len(edges[a]) < x.shape[a]) for axes in reductions]
+    cut = [tuple(a for a in axes if len(edges[a]) < x.shape[a]) for axes in reductions]
+    # Reductions alike once cut (every element of the axes they sum an entry: the default
+    # layout's map and series sum nothing) take the same sums: taken once, shared.
+    reductions = list(dict.fromkeys(cut))
     for axes in reductions:
         shape = [len(edges[a]) if a in axes else n for a, n in enumerate(x.shape)]
         shapes.append(shape)
@@ -189,7 +192,7 @@ def _block_sums(
             twins = [(t, t if t in names else statistics.unweighted(t)) for t in terms]
             sums = np.stack([sums[names.index(u)] * (1 if u == t else w) for t, u in twins])
         results.append(sums)
-    return results
+    return [results[reductions.index(axes)] for axes in cut]
 
 
 def _row_index(shape: tuple[int, ...], rows: tuple[int, ...]) -> np.ndarray:

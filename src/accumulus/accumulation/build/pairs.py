@@ -138,7 +138,7 @@ def verify_pairs(cube: RawCube, variable: str, root: zarr.Group) -> tuple[list[s
             continue
         described, array = found
         axis = var.axis(described.dim)
-        total = 0.0
+        total = np.zeros(array.shape[1:])
         lo = 0
         for k, end in enumerate(described.usable_positions()):
             box = {described.dim: slice(lo, end)}

@@ -112,9 +112,9 @@ def codecs(zarr_format: int, bit_shuffle: bool) -> dict[str, Any]:
     v3; in v2 Fletcher-32, which netcdf-c reads (it has no crc32c filter), after Blosc as the
     first filter (filters come before the compressor), where Blosc sees the array's elements;
     as a compressor after a checksum filter it would see bytes, and its shuffle would do
-    nothing (sums stored 0.83-0.98 of their size instead of 0.44-0.54). zstd takes 2-4 times
-    as long to encode for 5-30 % fewer bytes, which a build at every element pays on every
-    entry."""
+    nothing (sums stored 0.83-0.98 of their size instead of 0.44-0.54). zstd takes several
+    times as long to encode for a few fewer bytes (docs/benchmarks.md), which a build at
+    every element would pay on every entry."""
     if zarr_format == 3:
         shuffle: Literal["bitshuffle", "shuffle"] = "bitshuffle" if bit_shuffle else "shuffle"
         blosc = zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle=shuffle)
@@ -133,11 +133,11 @@ def bit_shuffled(
     way and take less space bit-shuffled; map sums and series counts take 0.46 and 0.34 of
     their size instead of 0.55 and 0.48 on the default path's cube (a tenth of the default
     layout's bytes) for a few percent more decoding per chunk; series sums take less space
-    too (0.53 instead of 0.54 there) but a box's series read 6-9 % slower, so they keep the
-    byte shuffle. Blosc bit-shuffles a block only if it holds a multiple of 8 values, and
-    leaves it unshuffled otherwise (series counts in chunks of 61 x 180 stored at 0.55 of
-    their size, the same counts in chunks of 82 x 180 at 0.12), so other chunks keep the
-    byte shuffle."""
+    too (0.53 instead of 0.54 there) but a box's series read slower (docs/benchmarks.md), so
+    they keep the byte shuffle. Blosc bit-shuffles a block only if it holds a multiple of 8
+    values, and leaves it unshuffled otherwise (series counts in chunks of 61 x 180 stored
+    at 0.55 of their size, the same counts in chunks of 82 x 180 at 0.12), so other chunks
+    keep the byte shuffle."""
     return (is_count or not is_series(acc, batch)) and prod(chunks) % 8 == 0
 
 

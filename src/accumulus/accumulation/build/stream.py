@@ -16,7 +16,10 @@ sizes, not by the array, and the same code serves a full build (starting at 0) a
 update after the data grew (starting at the old coverage).
 
 Arrays whose chunks span several slabs along the batch dimension (long series, read along
-time) are written a whole chunk row at a time (``_Writer``), so no chunk is written twice.
+time) are written a whole chunk row at a time (``_Writer``), so no chunk is written twice;
+a series' rows at every element are summed along the last axis by the writer itself,
+straight into a row held in chunk order (``_prefix_in_writer``). Accumulations summing
+nothing (entries at every element) share one array of per-segment sums.
 A build whose sums all run along one other dimension at every element (``--at lat=1,lon=1``
 with area weights: longitude) walks that dimension instead, within tiles of the others that
 hold whole chunks (``tiled_walk``): its entries are carried from slab to slab within a tile,
@@ -29,6 +32,7 @@ from __future__ import annotations
 import bisect
 import gc
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -51,7 +55,11 @@ from accumulus.raw_cube import VariableInfo
 from accumulus.stores.arrays import array_at
 
 SLAB_BYTES = 256 * 2**20  # stored bytes of raw data per slab, at most
-SUMS_BYTES = 96 * 2**20  # per-segment sums (float64) per slab
+# Per-segment sums (float64) per slab of a walk along the batch dimension: at 96 MiB a build
+# at every element alone (--at lat=1,lon=1) took slabs of two raw chunks and held twice the
+# memory for no less CPU (docs/benchmarks.md, "Default path: build passes").
+SUMS_BYTES = 48 * 2**20
+TILE_SUMS_BYTES = 96 * 2**20  # and per tile of a walk along another one (``tiled_walk``)
 KEPT_BYTES = 320 * 2**20  # arrays kept for the next slab to fill, at most (``Buffers``)
 KEPT_LEAST_BYTES = 16 * 2**20  # and not smaller ones (``MMAP_THRESHOLD``: malloc reuses them)
 WRITES_BOUND = 0.5  # sums per value from which a build is bound by its writes
@@ -94,7 +102,7 @@ def tiled_walk(
     within tiles of the other dimensions that hold whole chunks of every array and of the raw
     data (prefix sums carried from one slab to the next within a tile), every slab's entries
     are whole chunks, written as soon as they are summed. None when that does not apply (or a
-    tile's sums would pass ``SUMS_BYTES``)."""
+    tile's sums would pass ``TILE_SUMS_BYTES``)."""
     prefixed = {acc.prefix_dims for acc in group.accumulations}
     if len(prefixed) != 1:
         return None
@@ -119,7 +127,7 @@ def tiled_walk(
     along = max(var.bounds[var.axis(dim)].sizes, default=1)
     terms = max(len(set(acc.arrays.values())) for acc in group.accumulations)
     if prod(min(n, var.shape[var.axis(d)]) for d, n in sides.items()) * along * terms * 8 > (
-        SUMS_BYTES
+        TILE_SUMS_BYTES
     ):
         return None
     ranges = [
@@ -335,8 +343,17 @@ def fill(
                 pending = reader.submit(slab_sums, done + 1)
             tile = slabs[done][0]
             written_from = False
+            # Accumulations may share their sums (``chunk_sums``: the same per-segment sums):
+            # those whose entries the writer takes without changing them go first, and only
+            # the last to use them may change them (prefix sums in place).
+            ready.sort(key=lambda r: not _prefix_in_writer(var, r[0], dim, r[1], r[2]))
+            users = Counter(id(per_segment) for _, per_segment, _ in ready)
             for item, per_segment, locations in ready:
-                written_from |= _write_entries(var, item, dim, per_segment, locations, writer, tile)
+                users[id(per_segment)] -= 1
+                kept = users[id(per_segment)] > 0
+                written_from |= _write_entries(
+                    var, item, dim, per_segment, locations, writer, tile, keep_sums=kept
+                )
             # The slab's sums (a block's sums are views of the array the compiled loop
             # filled, shared by the accumulations summed alike) are filled again by a later
             # slab once every write made from them is done.
@@ -564,11 +581,13 @@ def _write_entries(
     locations: Sequence[Sequence[tuple[int, int]]],
     writer: _Writer,
     tile: Mapping[str, tuple[int, int]] | None = None,
+    keep_sums: bool = False,
 ) -> bool:
     """Prefix-sum one accumulation's per-segment sums over a region (within ``tile``) into
     its entries (the sums ending where entries end), continue them from the entry before
     ``work.first``, and write them. Returns whether writes queued are to be made from
-    ``per_segment`` itself."""
+    ``per_segment`` itself. ``keep_sums``: ``per_segment`` is left as it is (another
+    accumulation's entries are taken from it next)."""
     acc = work.acc
     order = [var.axis(d) for d in acc.array_dims]
     t_axis = acc.array_dims.index(dim)
@@ -580,6 +599,8 @@ def _write_entries(
     # Entries at every element along the last axis only (a series' rows, --at lat=1,lon=1):
     # the writer takes their prefix sums itself, straight into the rows it holds.
     prefix_last = _prefix_in_writer(var, work, dim, per_segment, locations)
+    if keep_sums and not prefix_last:
+        entries = per_segment.copy()  # summed in place below
     # The batch dimension last: the entry before ``work.first`` (the previous slab's last,
     # or the last one an earlier build wrote) is added to the first segment before that
     # prefix sum, which carries it into every entry.
@@ -603,7 +624,7 @@ def _write_entries(
         if term in spec.TALLIES and values.any():
             writer.infinities = True
         uncopied |= writer.write(
-            acc.arrays[term], t_axis, work.first, values, window, prefix_last=prefix_last
+            acc.arrays[term], t_axis, work.first, values, window, prefix_last, keep_sums
         )
     return uncopied and entries is per_segment
 
@@ -702,14 +723,15 @@ class _Writer:
         values: np.ndarray,
         window: tuple[slice, ...] | None = None,
         prefix_last: bool = False,
+        keep_values: bool = False,
     ) -> bool:
         """Write entries from ``first`` on along ``axis``, within ``window`` along the other
         axes (a tile of whole chunks; default: all of them). Returns whether a write queued
         is made from ``values`` itself (whole chunk rows, not copied): then ``values`` must
         stay as it is until those writes are done (``after_writes``). ``prefix_last``: the
         entries are the cumulative sums of ``values`` (float64, C-ordered) along its last
-        axis, taken here (in place, or into a row held in chunk order), and ``entry`` is
-        not asked for them."""
+        axis, taken here (in place unless ``keep_values``, or into a row held in chunk
+        order), and ``entry`` is not asked for them."""
         n = values.shape[axis]
         if n == 0:
             return False
@@ -728,7 +750,7 @@ class _Writer:
                 stop = start + whole
                 whole_rows = _along(values, axis, done, whole)
                 if prefix_last:
-                    _prefix_in_place(whole_rows)
+                    whole_rows = _prefix(whole_rows, keep_values)
                 self._store(
                     name, _Row(axis, start, stop, stop, whole_rows, held=False, window=window)
                 )
@@ -748,7 +770,7 @@ class _Writer:
                 prefix_into_chunks(part, row.values, row.stop - row.start)
             else:
                 if prefix_last:
-                    _prefix_in_place(part)
+                    part = _prefix(part, keep_values)
                 # Counts arrive as float64 sums of ones (exact): cast on assignment.
                 _along(row.values, axis, row.stop - row.start, take)[...] = part
             row.stop += take
@@ -855,10 +877,11 @@ class _Writer:
             self._spare[name] = row.values
 
 
-def _prefix_in_place(values: np.ndarray) -> None:
-    """``values`` (float64) replaced by their cumulative sums along the last axis."""
+def _prefix(values: np.ndarray, keep: bool) -> np.ndarray:
+    """The cumulative sums of ``values`` (float64) along the last axis: in their place
+    unless ``keep``."""
     last = values.ndim - 1
-    prefix_entries(values, last, range(values.shape[last]), in_place=True)
+    return prefix_entries(values, last, range(values.shape[last]), in_place=not keep)
 
 
 def _along(values: np.ndarray, axis: int, start: int, length: int) -> np.ndarray:

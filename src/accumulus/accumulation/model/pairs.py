@@ -71,7 +71,9 @@ def partners(root: zarr.Group, variable: str) -> list[str]:
     return sorted(name for name, child in node.arrays() if PAIRS_KEY in child.attrs)
 
 
-def read_pairs(root: zarr.Group, variable: str, other: str) -> tuple[PairSums, zarr.Array] | None:
+def read_pairs(
+    root: zarr.Group, variable: str, other: str
+) -> tuple[PairSums, zarr.Array[Any]] | None:
     """The pair sums of ``variable`` with ``other`` in ``root`` and their array; None when
     there are none (or an array without its description: a build that did not finish)."""
     node = root.get(pairs_path(variable, other))

@@ -297,8 +297,9 @@ def split_for_sums(
     every cell) would hold each optional sum as one more full-size float64 array (Σx² 4.3x
     the raw bytes, docs/benchmarks.md); the maps the statistics answer need entries where
     periods start and end, not at every day. So such a combination keeps the default sums
-    only, and the optional ones go to *siblings* of the same dimensions at chunk ends and,
-    for the time dimension ``dated`` alone, at month boundaries, each with the default sums
+    only, and the optional ones go to *siblings* of the same dimensions at chunk ends (the
+    first of several keeping its rule: rows of latitude) and, for the time dimension
+    ``dated`` alone, at month boundaries, each with the default sums
     beside (an accumulation holds every sum a plan reads from it). Other combinations (at
     chunk ends, months, labels) are coarse already and hold them inline.
 
@@ -317,7 +318,13 @@ def split_for_sums(
     summed = [replace(request, combinations=coarse)] if coarse else []
     for combo in fine:
         ordered = tuple(combo)
-        places: list[dict[str, Rule]] = [{d: CHUNK for d in ordered}]
+        rules = request.rules(ordered)
+        # Of several dimensions (latitude, longitude) the first keeps its rule: rows of
+        # latitude, so that a series over any band of latitudes reads no raw chunk, for a
+        # few entries per row (the longitude chunks').
+        places: list[dict[str, Rule]] = [
+            {d: rules[d] if k == 0 and len(ordered) > 1 else CHUNK for k, d in enumerate(ordered)}
+        ]
         if ordered == (dated,):
             places.append({ordered[0]: "month"})
         for at in places:

@@ -216,15 +216,18 @@ def _seasonal(
 
     for _, lo, hi in runs:
         part = replace(resolved, over=over, ranges={**resolved.ranges, tdim: (lo, hi)})
-        plan, work, _ = _fastest_plan(groups, var, part, layouts, terms, storage, memory_bytes)
+        plans.append(_fastest_plan(groups, var, part, layouts, terms, storage, memory_bytes)[0])
+    # A map adds every run's sums: their reads are one plan, its chunks read in one batch (a
+    # batch per run cost a round of reads each). A series finishes each run on its own.
+    batches = plans if series or not plans else [_merged(plans, resolved.ranges)]
+    for plan in batches:
         done = execute(
-            cube, groups, var, plan, terms, weights, memory_bytes, work,
+            cube, groups, var, plan, terms, weights, memory_bytes,
             reference=reference, times=times,
         )  # fmt: skip
         sums = np.zeros((len(terms), *shape))
         clean = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
         sums[[terms.index(t) for t in done.terms]] = clean
-        plans.append(plan)
         for k, n in enumerate((done.accumulation_chunks, done.raw_chunks)):
             counts[k] += n
         counts[2] += done.counts.bytes
@@ -252,6 +255,14 @@ def _seasonal(
     extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
     plan = plans[0] if plans else _plans(var, resolved, [])[0]
     return QueryResult(resolved.query, data, plan, stats, weights, note, extents)
+
+
+def _merged(plans: Sequence[QueryPlan], ranges: Mapping[str, tuple[int, int]]) -> QueryPlan:
+    """The reads of ``plans`` (of one query's parts along a reduced dimension) as one plan
+    over ``ranges``: the sums of its reads are the sums of theirs."""
+    first = plans[0]
+    reads = tuple(read for plan in plans for read in plan.reads)
+    return replace(first, ranges=dict(ranges), reads=reads)
 
 
 def _units(data: xr.DataArray, attributes: Mapping[str, Any], stat: statistics.Statistic) -> None:
@@ -335,7 +346,7 @@ def _correlation(
 
 def _stored_pairs(
     cube: RawCube, resolved: ResolvedQuery, other: str
-) -> tuple[pairs.PairSums, zarr.Array] | None:
+) -> tuple[pairs.PairSums, zarr.Array[Any]] | None:
     """The pair sums kept for this correlation, when the query may and can use them: over
     time, by a cube that keeps them (they are read through the reader's store)."""
     if not resolved.use_accumulation:
@@ -351,7 +362,7 @@ def _stored_pairs(
 
 def _entry_pairs(
     cube: RawCube,
-    stored: tuple[pairs.PairSums, zarr.Array],
+    stored: tuple[pairs.PairSums, zarr.Array[Any]],
     var: VariableInfo,
     read: Read,
     box: Mapping[str, tuple[int, int]],
@@ -361,7 +372,11 @@ def _entry_pairs(
     summed over those of ``over``: ``(8, *kept part)``."""
     described, array = stored
     rest = [d for d in var.dims if d != described.dim]
-    index = (read.entries[described.dim], slice(None), *(slice(*box[d]) for d in rest))
+    index: tuple[int | slice, ...] = (
+        read.entries[described.dim],
+        slice(None),
+        *(slice(*box[d]) for d in rest),
+    )
     values = np.asarray(array[index], dtype="f8")
     summed = tuple(1 + rest.index(d) for d in rest if d in resolved.over)
     return values.sum(axis=summed) if summed else values

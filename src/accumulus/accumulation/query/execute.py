@@ -284,10 +284,10 @@ def chunk_work(
     for (array, coords, store, _), parts in chunks.values():
         # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``).
         request = ChunkRequest(array, coords, store, _reached(parts))
-        known = work.get(request.key)
-        if known is not None:  # the same chunk of another handle on the same array
-            parts = [*known[1], *parts]
-            request = replace(known[0], needed=_reached(parts))
+        other = work.get(request.key)
+        if other is not None:  # the same chunk of another handle on the same array
+            parts = [*other[1], *parts]
+            request = replace(other[0], needed=_reached(parts))
         work[request.key] = (request, parts)
     return work
 
@@ -316,12 +316,13 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
         axes = _AXES[: slab.ndim]
         kept = [axes[a] for a in range(slab.ndim) if a not in part.summed]
         # The other summed axes summed and the kept ones ordered in the same call: for the
-        # small slabs of a series, a quarter of tensordot's time.
+        # small slabs of a series, faster than tensordot (docs/benchmarks.md).
         into = "".join(kept[k] for k in part.order)
-        return np.einsum(f"{axes},{axes[axis]}->{into}", slab, weights)
+        summed: np.ndarray = np.einsum(f"{axes},{axes[axis]}->{into}", slab, weights)
+        return summed
     elif part.weights is not None:
         shape = np.broadcast_shapes(slab.shape, np.shape(part.weights))
-        values = np.multiply(slab, part.weights, out=_scratch(shape, 0), dtype="f8")
+        values: np.ndarray = np.multiply(slab, part.weights, out=_scratch(shape, 0), dtype="f8")
         if part.summed:
             values = values.sum(axis=part.summed)
     elif part.summed:
@@ -430,7 +431,10 @@ class _OrderedTotal:
 
 
 def _raw_parts(
-    var: VariableInfo, plan: QueryPlan, read: Read, placed: Callable[[Mapping], tuple]
+    var: VariableInfo,
+    plan: QueryPlan,
+    read: Read,
+    placed: Callable[[Mapping[str, Any]], tuple[slice, ...]],
 ) -> Iterator[Piece]:
     """The raw chunks a raw read cuts, and the part of each it reads."""
     per_dim = []
@@ -513,7 +517,7 @@ def _entry_parts(
     var: VariableInfo,
     source: _Source,
     read: Read,
-    placed: Callable[[Mapping], tuple],
+    placed: Callable[[Mapping[str, Any]], tuple[slice, ...]],
     weights_memo: WeightsMemo,
 ) -> Iterator[Piece]:
     """The accumulation chunks holding a read's entries, and the slab of each it reads.
@@ -613,7 +617,9 @@ def _weights_over(
     return whole[tuple(box[d] if n > 1 else slice(None) for d, n in sizes)]
 
 
-def _placement(plan: QueryPlan, var: VariableInfo) -> Callable[[Mapping], tuple[slice, ...]]:
+def _placement(
+    plan: QueryPlan, var: VariableInfo
+) -> Callable[[Mapping[str, Any]], tuple[slice, ...]]:
     """Where a box lands in the answer (its kept dimensions): modulo the axis' size (where
     the plan's ranges wrap), so that the part of a longitude range past the grid's seam
     follows the part before it."""

@@ -163,9 +163,10 @@ shapely geometry) keeps the cells whose centres it holds, as ``da.where(mask)`` 
 ``use_accumulation=False`` scans the raw data. ``plan``: "cheaper" runs the accumulations'
 plan when it is estimated faster than a plain scan, "accumulation" always. ``season``
 ("DJF", "MAM", "JJA", "SON", or a month "JAN" ... "DEC") counts that season's days only:
-with time among ``over``, the map of the mean over all of them in the ranges; without, one
-value per year (coordinate ``year``; DJF of year Y is December Y-1 with January and
-February Y), the pooled mean of that season's days in that year. ``stat="corr"`` with
+with time among ``over``, the map of the statistic (mean, sum, count, var, std or trend)
+over all of them in the ranges; without, one value per year (coordinate ``year``; DJF of
+year Y is December Y-1 with January and February Y), the statistic of that season's days
+in that year, pooled over the cells. ``stat="corr"`` with
 ``with_="VAR2"``: Pearson's r of the two variables' valid pairs over ``over``, as
 ``xr.corr(a, b, dim=over)``."""
 
@@ -496,7 +497,7 @@ def _unit_span(dtype: np.dtype, unit: str) -> tuple[int, int, np.dtype] | None:
     """For a moment of a calendar unit (``dtype``) asked in an index's ``unit``: the first
     and last moments of ``dtype`` (as its integers) that ``unit`` holds, and ``unit``'s
     dtype, found once per pair; None for other pairs (``in_unit`` then converts and checks
-    the conversion each time, 7x slower)."""
+    the conversion each time, several times slower: docs/benchmarks.md)."""
     source = np.datetime_data(dtype)
     if source[0] not in _CALENDAR_UNITS or source[1] != 1 or unit not in _INDEX_UNITS:
         return None

@@ -97,16 +97,32 @@ async def _answered(
     if answer is None:
         answer = await service.compute(request, snapshot, checked, scan)
         service.cache.put(snapshot, checked.key, answer)
+    headers = {
+        "X-Accumulus-Snapshot": snapshot.token,
+        "X-Accumulus-Cache": "hit" if hit else "miss",
+    }
+    body = answer.body
+    if answer.gzipped is not None:
+        headers["Vary"] = "Accept-Encoding"
+        if accepts_gzip(request.headers.get("accept-encoding", "")):
+            body, headers["Content-Encoding"] = answer.gzipped, "gzip"
     elapsed_ms = (time.perf_counter() - started) * 1000
-    return Response(
-        answer.body,
-        media_type=answer.media_type,
-        headers={
-            "X-Accumulus-Snapshot": snapshot.token,
-            "X-Accumulus-Cache": "hit" if hit else "miss",
-            "Server-Timing": f"total;dur={elapsed_ms:.1f}",
-        },
-    )
+    headers["Server-Timing"] = f"total;dur={elapsed_ms:.1f}"
+    return Response(body, media_type=answer.media_type, headers=headers)
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an ``Accept-Encoding`` header accepts gzip (``gzip`` or ``*``, not with
+    ``q=0``)."""
+    for coding in accept_encoding.lower().split(","):
+        name, _, parameters = coding.partition(";")
+        if name.strip() in ("gzip", "*"):
+            q = parameters.strip().removeprefix("q=").strip()
+            try:
+                return not q or float(q) > 0
+            except ValueError:
+                return False
+    return False
 
 
 def _checked(

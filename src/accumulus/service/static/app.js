@@ -60,6 +60,9 @@ async function start() {
   $("dataset").addEventListener("change", chooseDataset);
   $("variable").addEventListener("change", chooseVariable);
   $("mode").addEventListener("change", () => run());
+  $("stat").addEventListener("change", chooseStat);
+  $("with").addEventListener("change", () => run());
+  $("season").addEventListener("change", () => run());
   $("shape-set").addEventListener("change", chooseShapeSet);
   $("shape-region").addEventListener("change", chooseRegion);
   $("shape-file").addEventListener("change", chooseShapeFile);
@@ -84,9 +87,18 @@ function chooseDataset() {
   chooseVariable();
 }
 
+// The statistic: corr asks for a second variable of the same dimensions.
+function chooseStat() {
+  $("with-label").hidden = $("stat").value !== "corr";
+  run();
+}
+
 function chooseVariable() {
   page.variable = page.dataset.variables.find((v) => v.name === $("variable").value);
   page.dims = dimsByKind(page.variable);
+  const partners = page.dataset.variables.filter(
+    (v) => v.dims.join() === page.variable.dims.join() && v.name !== page.variable.name);
+  fillSelect($("with"), partners.map((v) => v.name));
   clearResults();
   if (page.dims === null) {
     say(`The page draws variables with time, latitude and longitude dimensions; ` +
@@ -143,9 +155,20 @@ function numbers(values) {
   return values === "-inf" ? -Infinity : values;
 }
 
-function averageUrl(over, format = "json", { box = true } = {}) {
+// The statistic a panel asks for: a trend is a slope against time, so the series beside
+// its map (over latitude and longitude, one value per day) shows the mean.
+function statOf(over) {
+  const stat = $("stat").value;
+  return stat === "trend" && !over.includes(page.dims.time) ? "mean" : stat;
+}
+
+function averageUrl(over, format = "json", { box = true, season = true } = {}) {
   const d = page.dims;
   const params = new URLSearchParams({ over: over.join(",") });
+  const stat = statOf(over);
+  if (stat !== "mean") params.set("stat", stat);
+  if (stat === "corr") params.set("with", $("with").value);
+  if (season && $("season").value) params.set("season", $("season").value);
   params.set(d.time, `${$("start").value}/${$("end").value}`);
   if (box) {
     params.set(d.lat, `${$("south").value}/${$("north").value}`);
@@ -179,9 +202,11 @@ async function run(attempt = 1) {
   try {
     // A shape from a file is posted with each request; a named one is a parameter.
     const posted = page.shape && page.shape.body ? page.shape.body : null;
+    // A season's Hovmöller diagram would have one row per year, not per day: every day.
+    const seasonal = mode === "map";
     const [map, other, whole] = await Promise.all([
       api(averageUrl(mapOver), posted),
-      api(averageUrl(otherOver), posted),
+      api(averageUrl(otherOver, "json", { season: seasonal }), posted),
       // The whole grid, in grey behind the box, shows where to drag; it is left out when
       // the service finds it too large.
       api(averageUrl(mapOver, "json", { box: false })).catch(() => null),
@@ -246,6 +271,7 @@ function inputsOf(parameter) {
   const byParameter = {
     [d.time]: ["start", "end"], [d.lat]: ["south", "north"], [d.lon]: ["west", "east"],
     dataset: ["dataset"], variable: ["variable"], weights: ["weights"], format: ["mode"],
+    stat: ["stat"], with: ["with"], season: ["season"],
     shape: ["shape-set", "shape-region", "shape-file"],
     over: ["south", "north", "west", "east"],
   };
@@ -469,7 +495,9 @@ function listenForDrags() {
 function drawMap(answer, whole) {
   const cells = cellsOf(answer);
   const finite = answer.values.flat().filter(Number.isFinite);
-  const scale = colourScale(...extent(finite));
+  // A trend or a correlation has a sign that matters: always centred on zero.
+  const signed = ["trend", "corr"].includes(answer.stat);
+  const scale = colourScale(...extent(finite), signed);
   const context = $("map-canvas").getContext("2d");
   context.clearRect(0, 0, page.frame.width, page.frame.height);
   if (whole) {
@@ -527,9 +555,10 @@ function readMap({ lat, lon }) {
     : "outside the box";
 }
 
-// viridis over [min, max]; for values of both signs, RdBu_r over [-m, m] centred on zero.
-function colourScale(min, max) {
-  const diverging = min < 0 && max > 0;
+// viridis over [min, max]; for values of both signs (or ``signed`` ones: trends,
+// correlations), RdBu_r over [-m, m] centred on zero.
+function colourScale(min, max, signed = false) {
+  const diverging = (min < 0 && max > 0) || (signed && (min !== 0 || max !== 0));
   if (diverging) {
     const limit = Math.max(-min, max);
     [min, max] = [-limit, limit];
@@ -568,7 +597,29 @@ function drawColourBar(svg, scale, units, width, left = MAP_MARGIN.left) {
 // ------------------------------------------------------------------------------------------
 // The time series
 
+// The series panel's SVG at its size, and the plot within its margins with the value axis
+// (grid lines and labels from lo to hi, placed by y): what a line series and a season's
+// bars are both drawn on.
+function seriesPlot(lo, hi, y) {
+  const { width, height } = SERIES_SIZE, m = SERIES_MARGIN;
+  const w = width - m.left - m.right;
+  const svg = $("series");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  const plot = svgElement("g", { transform: `translate(${m.left},${m.top})` });
+  for (const v of niceTicks(lo, hi, 5)) {
+    plot.append(svgElement("line", { class: "grid", x1: 0, x2: w, y1: y(v), y2: y(v) }));
+    plot.append(svgText(formatNumber(v), { x: -6, y: y(v) + 4, "text-anchor": "end" }));
+  }
+  return { svg, plot };
+}
+
 function drawSeries(answer) {
+  if (answer.dims[0] === "year") {
+    drawBars(answer);
+    return;
+  }
   const times = answer.coords[page.dims.time].map(parseTime);
   const values = answer.values;
   const { width, height } = SERIES_SIZE, m = SERIES_MARGIN;
@@ -579,15 +630,7 @@ function drawSeries(answer) {
   const x = (t) => (t1 > t0 ? ((t - t0) / (t1 - t0)) * w : w / 2);
   const y = (v) => h - ((v - lo) / (hi - lo)) * h;
 
-  const svg = $("series");
-  svg.setAttribute("width", width);
-  svg.setAttribute("height", height);
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  const plot = svgElement("g", { transform: `translate(${m.left},${m.top})` });
-  for (const v of niceTicks(lo, hi, 5)) {
-    plot.append(svgElement("line", { class: "grid", x1: 0, x2: w, y1: y(v), y2: y(v) }));
-    plot.append(svgText(formatNumber(v), { x: -6, y: y(v) + 4, "text-anchor": "end" }));
-  }
+  const { svg, plot } = seriesPlot(lo, hi, y);
   for (const t of timeTicks(t0, t1, 5)) {
     plot.append(svgElement("line", { class: "tick", x1: x(t), x2: x(t), y1: h, y2: h + 4 }));
     plot.append(svgText(new Date(t).toISOString().slice(0, 10), { x: x(t), y: h + 18, "text-anchor": "middle" }));
@@ -632,6 +675,59 @@ function drawSeries(answer) {
   }));
 }
 
+// A season's series: one bar per year (the season's value that year), from zero (or from
+// the lowest value, when all are far from zero).
+function drawBars(answer) {
+  const years = answer.coords.year, values = answer.values;
+  const { width, height } = SERIES_SIZE, m = SERIES_MARGIN;
+  const w = width - m.left - m.right, h = height - m.top - m.bottom;
+  let [lo, hi] = extent(values.filter(Number.isFinite));
+  if (!Number.isFinite(lo)) [lo, hi] = [0, 1];
+  const base = lo > 0 && lo < 0.5 * hi ? 0 : (hi < 0 && hi > 0.5 * lo ? 0 : lo - 0.1 * (hi - lo || 1));
+  lo = Math.min(lo, base);
+  hi = Math.max(hi, base);
+  if (lo === hi) hi = lo + 1;
+  const y = (v) => h - ((v - lo) / (hi - lo)) * h;
+  const slot = w / years.length, bar = Math.max(1, slot * 0.7);
+  const { svg, plot } = seriesPlot(lo, hi, y);
+  const every = Math.max(1, Math.ceil(years.length / 10));
+  values.forEach((v, k) => {
+    const x = k * slot + (slot - bar) / 2;
+    if (k % every === 0) {
+      plot.append(svgText(String(years[k]), { x: x + bar / 2, y: h + 18, "text-anchor": "middle" }));
+    }
+    if (!Number.isFinite(v)) return;
+    const top = Math.min(y(v), y(base)), tall = Math.abs(y(v) - y(base));
+    const rect = svgElement("rect", {
+      class: "bar", x, y: top, width: bar, height: Math.max(tall, 0.5),
+      "data-year": years[k], "data-value": v,
+    });
+    rect.append(svgElement("title", {}, [`${years[k]}: ${formatValue(v)}`]));
+    plot.append(rect);
+  });
+  plot.append(svgElement("rect", { class: "frame-border", width: w, height: h }));
+  svg.replaceChildren(plot);
+  svg.onmousemove = (event) => {
+    const r = svg.getBoundingClientRect();
+    const k = Math.floor((event.clientX - r.left - m.left) / slot);
+    if (k >= 0 && k < years.length) {
+      $("series-readout").textContent =
+        `${years[k]}: ${formatValue(values[k])}${answer.units ? ` ${answer.units}` : ""}`;
+    }
+  };
+  showTitles("series", answer);
+  $("series-table").tHead.rows[0].cells[0].textContent = "year";
+  $("series-table").tBodies[0].replaceChildren(...values.map((v, k) => {
+    const row = document.createElement("tr");
+    for (const text of [String(years[k]), formatValue(v)]) {
+      const cell = document.createElement("td");
+      cell.textContent = text;
+      row.append(cell);
+    }
+    return row;
+  }));
+}
+
 // The API's own words for an answer: what it shows (title) and where and when (subtitle).
 function showTitles(panel, answer) {
   $(`${panel}-title`).textContent = answer.titles.title;
@@ -649,6 +745,7 @@ function clearResults() {
     for (const part of ["cost", "title", "subtitle"]) $(`${panel}-${part}`).textContent = "";
   }
   $("map-numbers").textContent = "";
+  $("series-table").tHead.rows[0].cells[0].textContent = "time";
   $("series-table").tBodies[0].replaceChildren();
 }
 
