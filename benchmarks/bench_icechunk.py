@@ -153,6 +153,22 @@ def virtualizarr_appends(path: Path, granules: list[Path]) -> Callable[[int, Pat
     return append
 
 
+def alternated(
+    questions: dict[str, Callable[[], xr.DataArray]], rounds: int, repeats: int
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """Each question's median seconds over ``rounds`` rounds, the questions taking turns
+    (on a shared machine the load drifts: each round sees every question under the same
+    load), each round the median of ``repeats`` runs; and each question's answer."""
+    times: dict[str, list[float]] = {name: [] for name in questions}
+    answers = {}
+    for _ in range(rounds):
+        for name, ask in questions.items():
+            median, answer = median_seconds(ask, repeats)
+            times[name].append(median)
+            answers[name] = answer.values
+    return {name: statistics.median(t) for name, t in times.items()}, answers
+
+
 def summary(run: dict, window: int) -> dict:
     first, last = (slice(1, window + 1), slice(-window, None))
 
@@ -194,6 +210,40 @@ def housekeeping(path: Path, snapshots: list[str | None], keep: int) -> dict:
     }
 
 
+def growth(args: argparse.Namespace) -> None:
+    """Only the repositories' daily appends (``--growth-only``, the stores ``--growth-stores``
+    names), for a long run: 10 vs ``days`` commits."""
+    with tempfile.TemporaryDirectory(prefix="bench-icechunk-") as tmp:
+        work = Path(tmp)
+        granules = make_granules(work / "in", args.days, 8, *args.grid)
+        paths = {
+            "icechunk": work / "repo",
+            "virtual_references_only": work / "in" / "references-repo",
+            "virtualizarr": work / "virtualizarr-repo",
+        }
+        stores = {}
+        for name in args.growth_stores.split(","):
+            path = paths[name]
+            if name == "icechunk":
+                append = accumulus_appends(f"icechunk://{path}", args.chunk)
+            elif name == "virtual_references_only":
+                append = virtual_appends(f"icechunk://{path}", None)
+            else:
+                append = virtualizarr_appends(path, granules)
+            run = daily(path, granules, append)
+            stores[name] = {**summary(run, args.window), "bytes": directory_bytes(path)}
+        report(
+            {
+                "benchmark": "icechunk --growth-only",
+                "days": args.days,
+                "grid": list(args.grid),
+                "granule_bytes": sum(p.stat().st_size for p in granules) // args.days,
+                "stores": stores,
+                "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            }
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=60)
@@ -201,9 +251,24 @@ def main() -> None:
     parser.add_argument("--grid", type=int, nargs=2, default=(180, 360), metavar=("NY", "NX"))
     parser.add_argument("--chunk", type=int, default=8 * 30, help="time steps per chunk")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=5, help="turns the questions take")
     parser.add_argument("--keep", type=int, default=7, help="days of snapshots kept by expiry")
     parser.add_argument("--no-virtual", action="store_true", help="copying appends only")
+    parser.add_argument(
+        "--growth-only",
+        action="store_true",
+        help="appends only, into icechunk, virtual_references_only and virtualizarr (no plain "
+        "store, no queries, no expiry): how appends grow over many commits",
+    )
+    parser.add_argument(
+        "--growth-stores",
+        default="icechunk,virtual_references_only,virtualizarr",
+        help="with --growth-only: which, comma-separated",
+    )
     args = parser.parse_args()
+    if args.growth_only:
+        growth(args)
+        return
 
     with tempfile.TemporaryDirectory(prefix="bench-icechunk-") as tmp:
         work = Path(tmp)
@@ -241,19 +306,28 @@ def main() -> None:
         plain_cube = accumulus.open(str(plain_path))
         head_cube = accumulus.open(repo_url)
         old_cube = accumulus.open(repo_url, ref=old)
-        plain_s, want = median_seconds(lambda: plain_cube.average(VAR, "time", **ask), args.repeats)
-        head_s, got = median_seconds(lambda: head_cube.average(VAR, "time", **ask), args.repeats)
-        np.testing.assert_allclose(got.values, want.values, rtol=1e-9, equal_nan=True)
-        old_s, got_old = median_seconds(lambda: old_cube.average(VAR, "time", **ask), args.repeats)
         # The plain store asked for the same steps the old commit holds.
         steps = (args.window + 1) * 8
         times = xr.open_zarr(plain_path)["time"].values
         first, last = (str(np.datetime_as_string(times[i])) for i in (0, steps - 1))
         same = {"ranges": {**BOX, "time": (first, last)}}
-        plain_old_s, want_old = median_seconds(
-            lambda: plain_cube.average(VAR, "time", **same), args.repeats
-        )
-        np.testing.assert_allclose(got_old.values, want_old.values, rtol=1e-9, equal_nan=True)
+        questions = {
+            "plain": lambda: plain_cube.average(VAR, "time", **ask),
+            "head": lambda: head_cube.average(VAR, "time", **ask),
+            "old": lambda: old_cube.average(VAR, "time", **ask),
+            "plain_old": lambda: plain_cube.average(VAR, "time", **same),
+        }
+        if virtual_url is not None:
+            virtual_cube = accumulus.open(virtual_url)
+            questions["virtual"] = lambda: virtual_cube.average(VAR, "time", **ask)
+        seconds, answers = alternated(questions, args.rounds, args.repeats)
+        want = answers["plain"]
+        for name in ("head", "virtual"):
+            if name in answers:
+                np.testing.assert_allclose(answers[name], want, rtol=1e-9, equal_nan=True)
+        np.testing.assert_allclose(answers["old"], answers["plain_old"], rtol=1e-9, equal_nan=True)
+        plain_s, head_s, old_s = seconds["plain"], seconds["head"], seconds["old"]
+        plain_old_s = seconds["plain_old"]
         query = {
             "plain_seconds": plain_s,
             "icechunk_head_seconds": head_s,
@@ -263,14 +337,9 @@ def main() -> None:
             "icechunk_old_snapshot_seconds": old_s,
             "icechunk_old_over_plain_same_steps": old_s / plain_old_s,
         }
-        if virtual_url is not None:
-            virtual_cube = accumulus.open(virtual_url)
-            virtual_s, got_virtual = median_seconds(
-                lambda: virtual_cube.average(VAR, "time", **ask), args.repeats
-            )
-            np.testing.assert_allclose(got_virtual.values, want.values, rtol=1e-9, equal_nan=True)
-            query["virtual_head_seconds"] = virtual_s
-            query["virtual_head_seconds_over_plain"] = virtual_s / plain_s
+        if "virtual" in seconds:
+            query["virtual_head_seconds"] = seconds["virtual"]
+            query["virtual_head_seconds_over_plain"] = seconds["virtual"] / plain_s
 
         stores = {
             name: {**summary(run, args.window), "bytes": directory_bytes(paths[name])}
@@ -281,7 +350,7 @@ def main() -> None:
                 stores[name]["bytes_over_granule_bytes"] = stores[name]["bytes"] / granule_bytes
         kept = housekeeping(repo_path, runs["icechunk"]["snapshots"], args.keep)
         kept_answer = accumulus.open(repo_url).average(VAR, "time", **ask)
-        np.testing.assert_allclose(kept_answer.values, want.values, rtol=1e-9, equal_nan=True)
+        np.testing.assert_allclose(kept_answer.values, want, rtol=1e-9, equal_nan=True)
         kept["plain_bytes"] = stores["plain"]["bytes"]
 
         report(

@@ -266,6 +266,8 @@ def open_repository(
     _quiet_icechunk()
     storage = _storage(url, storage_options, create=mode == "w")
     try:
+        # Before the repository is read: a commit after this changes the stamp.
+        stamp = _stamp(_local_path(url)) if url_scheme(url) == "icechunk" else None
         exists = icechunk.Repository.exists(storage)
         if not exists and mode != "w":
             raise StoreNotFoundError(f"store not found: {url} (no icechunk repository there)")
@@ -283,7 +285,7 @@ def open_repository(
     files = None
     if mode == "r" and url_scheme(url) == "icechunk":
         local = tuple(prefix for prefix in access if prefix.startswith("file://"))
-        files = SnapshotFiles(session.store, _local_path(url), local)
+        files = SnapshotFiles(session.store, _local_path(url), local, stamp)
     return TransactionalStore(
         session.store,
         session=session,
@@ -299,9 +301,19 @@ class SnapshotFiles:
     metadata documents and chunk maps read once (a snapshot never changes), its chunks
     from the repository's files (see the module's docstring)."""
 
-    def __init__(self, store: Store, root: Path, granules: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        store: Store,
+        root: Path,
+        granules: tuple[str, ...] = (),
+        stamp: tuple[int, ...] | None = None,
+    ) -> None:
         self.store = store
+        self.root = root
         self.chunks = root / "chunks"  # icechunk's layout: chunks/<chunk id>
+        # The repository's ``repo`` object (its branches' tips) as it was when the session
+        # was opened: unchanged, no branch moved (``branch_moved``).
+        self.stamp = stamp
         self.granules = granules  # the authorized containers of local files (file://…/)
         self._documents: dict[str, bytes | None] = {}
         # Per array path: its chunks' keys -> inline bytes, or (kind, path, offset, length).
@@ -527,10 +539,27 @@ def branch_moved(store: Store) -> tuple[str, str] | None:
     transaction = transaction_of(store)
     if transaction is None or transaction.follows is None:
         return None
+    # A local repository rewrites its ``repo`` object at every commit: while it stays as it
+    # was, no branch moved (a stat, where icechunk's lookup took 0.02-8 ms on a loaded machine).
+    files = transaction.files
+    now = _stamp(files.root) if files is not None else None
+    if files is not None and now is not None and now == files.stamp:
+        return None
     head = transaction.repository.lookup_branch(transaction.follows)
     if head == transaction.session.snapshot_id:
+        if files is not None:
+            files.stamp = now  # changed by another branch's commit, a tag: still ours
         return None
     return transaction.label, transaction.follows
+
+
+def _stamp(root: Path) -> tuple[int, ...] | None:
+    """The identity of a local repository's ``repo`` object (None where there is none)."""
+    try:
+        info = os.stat(root / "repo")
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
 
 
 def _session(repository: Any, url: str, mode: str, ref: str | None) -> Any:
