@@ -2,7 +2,9 @@
 (``partial_decode``): for random shapes, dtypes, chunkings, Blosc compressors, shuffles and
 block sizes, in Zarr v2 and v3, what the reader returns equals the data written, zarr's own
 whole-chunk decode and xarray's reading, exactly; and a chunk holding little of its declared
-length decodes only the blocks that hold it."""
+length decodes only the blocks that hold it. A chunk asked for with the box a query reads of
+it (``ChunkRequest.needed``) gives that box exactly, behind fletcher32 too, decoding only
+its blocks while the checksum still covers the whole chunk."""
 
 from __future__ import annotations
 
@@ -174,3 +176,92 @@ def test_a_cut_chunk_fails_as_before(tmp_path):
     stored.write_bytes(stored.read_bytes()[:-1000])
     with pytest.raises(ChunkReadError, match=r"a/0\.0\.0"):
         read_last(array)
+
+
+def checksummed_array(path, shape, chunks, dtype, blocksize):
+    """An accumulation-like v2 array: Blosc (LZ4, byte shuffle) as a filter, then
+    ``fletcher32`` over the compressed bytes (``chunk_check.checksummed_codecs``)."""
+    group = zarr.open_group(path, mode="w", zarr_format=2)
+    filters = [
+        numcodecs.Blosc("lz4", 1, numcodecs.Blosc.SHUFFLE, blocksize),
+        numcodecs.Fletcher32(),
+    ]
+    return group.create_array(
+        "a", shape=shape, chunks=chunks, dtype=dtype, filters=filters, compressors=None,
+        attributes={"_ARRAY_DIMENSIONS": [f"d{i}" for i in range(len(shape))]},
+    )  # fmt: skip
+
+
+def read_needed(array: zarr.Array, coords: tuple[int, ...], needed) -> np.ndarray:
+    got: list[np.ndarray] = []
+    request = ChunkRequest(array, coords, needed=needed)
+    read_chunks([request], lambda _, chunk: got.append(chunk))
+    return got[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(["v2", "v3", "checksummed"]),
+    dtype=st.sampled_from(["<f8", "u2", "<i4", ">f4"]),
+    shape=st.lists(st.integers(1, 40), min_size=1, max_size=3),
+    blocksize=st.sampled_from([0, 256, 1000]),
+    data=st.data(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_part_a_reader_needs_reads_as_the_whole_decode(
+    tmp_path_factory, kind, dtype, shape, blocksize, data, seed
+):
+    """A chunk asked for with ``needed`` (a box of it): that box equals the data, whatever
+    blocks it spans (a frame of any run of blocks, the last and shorter one too), for Blosc
+    alone (v2, v3) and Blosc behind fletcher32."""
+    chunks = tuple(data.draw(st.integers(1, n)) for n in shape)
+    path = tmp_path_factory.mktemp("needed") / "a.zarr"
+    if kind == "checksummed":
+        array = checksummed_array(path, shape, chunks, dtype, blocksize)
+    else:
+        array = blosc_array(path, 2 if kind == "v2" else 3, shape, chunks, dtype, "lz4", 1, 1,
+                            blocksize)  # fmt: skip
+    values = random_values(np.random.default_rng(seed), shape, dtype)
+    array[...] = values
+    coords = tuple(
+        data.draw(st.integers(0, -(-n // c) - 1)) for n, c in zip(shape, chunks, strict=True)
+    )
+    held = [min(c, n - k * c) for n, c, k in zip(shape, chunks, coords, strict=True)]
+    needed = []
+    for n in held:
+        lo = data.draw(st.integers(0, n - 1))
+        needed.append(slice(lo, data.draw(st.integers(lo + 1, n))))
+    chunk = read_needed(array, coords, tuple(needed))
+    start = [k * c for k, c in zip(coords, chunks, strict=True)]
+    want = values[tuple(slice(a + s.start, a + s.stop) for a, s in zip(start, needed, strict=True))]
+    np.testing.assert_array_equal(chunk[tuple(needed)], want, strict=False)
+
+
+def test_a_few_rows_of_a_checksummed_chunk_decode_few_blocks(tmp_path, monkeypatch):
+    """Two rows of a 64-row accumulation-like chunk: only the Blosc blocks holding them are
+    decoded (numcodecs' Blosc is handed a frame of them), and a changed byte anywhere in the
+    chunk still fails its checksum, named by its chunk."""
+    array = checksummed_array(tmp_path / "c.zarr", (64, 512), (64, 512), "<f8", 4096)
+    values = random_values(np.random.default_rng(5), (64, 512), "<f8")
+    array[...] = values
+    decoded: list[int] = []
+    decode = numcodecs.Blosc.decode
+
+    def counting(self, buf, out=None):
+        result = decode(self, buf, out)
+        decoded.append(len(out) if out is not None else len(result))
+        return result
+
+    monkeypatch.setattr(numcodecs.Blosc, "decode", counting)
+    chunk = read_needed(array, (0, 0), (slice(10, 12), slice(0, 512)))
+    np.testing.assert_array_equal(chunk[10:12], values[10:12])
+    stored = tmp_path / "c.zarr" / "a" / "0.0"
+    blocksize = int.from_bytes(stored.read_bytes()[8:12], "little")  # Blosc's own choice
+    first, last = 10 * 512 * 8 // blocksize, (12 * 512 * 8 - 1) // blocksize
+    assert decoded == [(last - first + 1) * blocksize]  # the blocks of rows 10 and 11 alone
+    assert decoded[0] <= 64 * 512 * 8 // 4
+    corrupt = bytearray(stored.read_bytes())
+    corrupt[-100] ^= 0xFF  # in a block the query does not decode
+    stored.write_bytes(bytes(corrupt))
+    with pytest.raises(ChunkReadError, match=r"a/0\.0"):
+        read_needed(array, (0, 0), (slice(10, 12), slice(0, 512)))

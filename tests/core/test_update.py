@@ -95,3 +95,54 @@ def test_partial_last_chunk_along_append_dim_is_provisional(tmp_path):
     np.testing.assert_allclose(
         result.data, xarray_reference(ds[VAR], ["time"], "area", "mean"), rtol=1e-9
     )
+
+
+def test_default_layout_grown_into_a_partial_chunk_is_updated_to_the_data_end(tmp_path):
+    # Entries at every element are final up to the data's end, so the group covers the
+    # partial last chunk; grown by xarray, the next accumulate must extend it there (it said
+    # "up to date" when its old coverage equalled the new chunk-end coverage).
+    path = tmp_path / "c.zarr"
+    full = synthetic_dataset({"time": 20, "lat": 10, "lon": 12}, seed=5)
+    write_cube(full.isel(time=slice(0, 16)), path, CHUNKS)
+    group = zarr.open_group(path, mode="r+")
+    group.attrs["accumulus"] = {"append_dim": "time"}
+    zarr.consolidate_metadata(path)
+    assert accumulus.accumulate(str(path), VAR).group.coverage["time"] == 16
+
+    grow(path, full, 16, 20)  # days 16-19: a partial chunk
+    update = accumulus.accumulate(str(path), VAR)
+    assert update.action == "updated"
+    assert update.group.coverage["time"] == 20
+    assert accumulus.accumulate(str(path), VAR).action == "up to date"
+    last = {"time": _labels(full, "time", slice(17, 20))}
+    result = accumulus.api.query(str(path), VAR, ["lat", "lon"], last)
+    assert result.stats.raw_chunks_read == 0
+    expected = xarray_reference(full[VAR].isel(time=slice(17, 20)), ["lat", "lon"], "area", "mean")
+    np.testing.assert_allclose(result.data, expected, rtol=1e-9)
+
+
+def test_a_group_recorded_to_the_last_chunk_end_is_extended_to_the_data_end(tmp_path):
+    # Releases before the default layout covered a partial last chunk recorded coverage up to
+    # its start, with every entry written: accumulate must extend such a group (it said "up
+    # to date", and every question over the last days read raw chunks).
+    path = tmp_path / "c.zarr"
+    full = synthetic_dataset({"time": 20, "lat": 10, "lon": 12}, seed=6)
+    write_cube(full, path, CHUNKS)
+    root = zarr.open_group(path, mode="r+")
+    root.attrs["accumulus"] = {"append_dim": "time"}
+    accumulus.accumulate(str(path), VAR)
+    group = zarr.open_group(path, mode="r+", use_consolidated=False)[f"{VAR}_accumulation_group"]
+    settings = dict(group.attrs["accumulus"])
+    settings["coverage"] = {**settings["coverage"], "time": 16}  # as such a release wrote it
+    group.attrs["accumulus"] = settings
+    zarr.consolidate_metadata(path)
+    last = {"time": _labels(full, "time", slice(17, 20))}
+    assert accumulus.api.query(str(path), VAR, ["lat", "lon"], last).stats.raw_chunks_read > 0
+
+    update = accumulus.accumulate(str(path), VAR)
+    assert update.action == "updated"
+    assert update.group.coverage["time"] == 20
+    result = accumulus.api.query(str(path), VAR, ["lat", "lon"], last)
+    assert result.stats.raw_chunks_read == 0
+    expected = xarray_reference(full[VAR].isel(time=slice(17, 20)), ["lat", "lon"], "area", "mean")
+    np.testing.assert_allclose(result.data, expected, rtol=1e-9)

@@ -201,7 +201,8 @@ def _build(
         full, wanted = wanted, _without_missing_tallies(wanted, existing)
         same = existing.producer == "accumulus" and existing.config() == wanted.config()
         if same and existing.complete:
-            if dict(existing.coverage) == coverage and _placed(existing) == _placed(wanted):
+            covered = dict(existing.coverage) == dict(wanted.coverage)  # to the data's end
+            if covered and _placed(existing) == _placed(wanted):
                 return BuildResult(variable, "up to date", existing, (), 0.0)
             grown = _grown_dimension(existing, wanted)
             if grown is not None and _counts_fit(stored, var, existing, wanted):

@@ -16,7 +16,10 @@ sizes, not by the array, and the same code serves a full build (starting at 0) a
 update after the data grew (starting at the old coverage).
 
 Arrays whose chunks span several slabs along the batch dimension (long series, read along
-time) are written a whole chunk row at a time (``_Writer``), so no chunk is written twice.
+time) are written a whole chunk row at a time (``_Writer``), so no chunk is written twice;
+a series' rows at every element are summed along the last axis by the writer itself,
+straight into a row held in chunk order (``_prefix_in_writer``). Accumulations summing
+nothing (entries at every element) share one array of per-segment sums.
 A build whose sums all run along one other dimension at every element (``--at lat=1,lon=1``
 with area weights: longitude) walks that dimension instead, within tiles of the others that
 hold whole chunks (``tiled_walk``): its entries are carried from slab to slab within a tile,
