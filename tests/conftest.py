@@ -20,3 +20,20 @@ def endpoint() -> Iterator[str]:
 def bucket(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """A new bucket of its own on ``endpoint``, with moto's test credentials set."""
     return s3_bucket(endpoint, monkeypatch, "bucket")
+
+
+@pytest.fixture
+def icechunk_gets(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys asked of icechunk's store (``IcechunkStore.get``) during the test: clear the
+    list to count from a later moment."""
+    import icechunk
+
+    asked: list[str] = []
+    get = icechunk.IcechunkStore.get
+
+    async def counted(self, key, *args, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append(key)
+        return await get(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(icechunk.IcechunkStore, "get", counted)
+    return asked

@@ -4,12 +4,14 @@ map, switch to the Hovmöller diagrams, and check that what is drawn is what the
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 import shapely
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Page, sync_playwright
 from service_cubes import dataset, write_cube
 
 from accumulus.service import create_app
@@ -45,8 +47,10 @@ def service(tmp_path_factory: pytest.TempPathFactory):
         yield base
 
 
-@pytest.fixture
-def page(service: str, tmp_path: Path):
+@contextmanager
+def drawn_page(service: str, tmp_path: Path) -> Iterator[Page]:
+    """The page of ``service`` in chromium, once it has drawn the whole grid (as on
+    arrival); no script error may happen while it is used."""
     chromium = tool("chromium", "apt-get install chromium")  # skips where absent (tests/tools.py)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch_persistent_context(
@@ -61,11 +65,17 @@ def page(service: str, tmp_path: Path):
             errors: list[str] = []
             tab.on("pageerror", lambda error: errors.append(str(error)))
             tab.goto(service + "/")
-            tab.wait_for_selector("body[data-state=drawn]")  # the whole grid, on arrival
+            tab.wait_for_selector("body[data-state=drawn]")
             yield tab
             assert errors == []
         finally:
             browser.close()
+
+
+@pytest.fixture
+def page(service: str, tmp_path: Path):
+    with drawn_page(service, tmp_path) as tab:
+        yield tab
 
 
 def drag_box(tab, north: float, west: float, south: float, east: float) -> None:

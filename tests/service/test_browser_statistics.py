@@ -9,14 +9,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from playwright.sync_api import sync_playwright
 from service_cubes import dataset
-from test_browser import CHROMIUM_FLAGS, painted_cells
+from test_browser import drawn_page, painted_cells
 
 import accumulus
 from accumulus.service import create_app
 from accumulus.service.server import running
-from tools import tool
 
 pytestmark = pytest.mark.slow
 YEARS = 4
@@ -42,22 +40,8 @@ def service(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture
 def page(service: str, tmp_path: Path):
-    chromium = tool("chromium", "apt-get install chromium")  # skips where absent (tests/tools.py)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=chromium, args=CHROMIUM_FLAGS,
-            headless=True, viewport={"width": 1400, "height": 900},
-        )  # fmt: skip
-        try:
-            tab = browser.new_page()
-            errors: list[str] = []
-            tab.on("pageerror", lambda error: errors.append(str(error)))
-            tab.goto(service + "/")
-            tab.wait_for_selector("body[data-state=drawn]")
-            yield tab
-            assert errors == []
-        finally:
-            browser.close()
+    with drawn_page(service, tmp_path) as tab:
+        yield tab
 
 
 def answer_of(tab, service: str, panel: str) -> dict:
