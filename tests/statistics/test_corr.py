@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import accumulus
 from accumulus.accumulation.model import pairs
 from accumulus.errors import AccumulusError
+from command_line import run
 from cubes import VAR, labels, synthetic_dataset
 
 DIMS = ("time", "lat", "lon")
@@ -103,7 +104,7 @@ def test_pair_sums_answer_whole_chunks_without_raw_chunks(tmp_path):
     encoding = {v: {"chunks": (10, 4, 5)} for v in (VAR, "tas")}
     ds.isel(time=slice(0, 40)).to_zarr(path, zarr_format=2, consolidated=True, encoding=encoding)
     built = accumulus.accumulate(str(path), VAR, stats=["corr:tas"])
-    assert built.action == "built"
+    assert built.action == "built" and built.pairs == {"tas": "built"}
     [group] = accumulus.inspect(str(path))["accumulation_groups"]
     assert group["pairs"]["tas"]["entries"] == 4 and group["pairs"]["tas"]["final"] == 4
     [report] = accumulus.verify(str(path), VAR)
@@ -123,7 +124,8 @@ def test_pair_sums_answer_whole_chunks_without_raw_chunks(tmp_path):
     assert scanned.stats.accumulation_chunks_read == 0
     # Appended by xarray: a re-run extends the pair sums from their last entry.
     ds.isel(time=slice(40, 60)).to_zarr(path, append_dim="time")
-    assert accumulus.accumulate(str(path), VAR).action == "updated"
+    extended = accumulus.accumulate(str(path), VAR)
+    assert extended.action == "updated" and extended.pairs == {"tas": "updated"}
     got = accumulus.query(str(path), VAR, ["time"], stat="corr", with_="tas")
     np.testing.assert_allclose(got.data.values, _corr(ds, slice(0, 60)).values, rtol=1e-9)
     assert got.stats.raw_chunks_read == 0
@@ -150,3 +152,13 @@ def test_pair_sums_are_asked_for_by_name(tmp_path):
     with pytest.raises(AccumulusError, match=r"corr:other_grid: dimensions .* differ"):
         accumulus.accumulate(path, VAR, stats=["var", "corr:other_grid"])
     assert accumulus.inspect(path)["accumulation_groups"] == []  # nothing written
+
+
+def test_accumulate_says_what_it_did_to_the_pair_sums(tmp_path, capsys, monkeypatch):
+    path = str(tmp_path / "c.zarr")
+    _two_variables({"time": 6, "lat": 3, "lon": 2}, 1, 0.0).to_zarr(path, zarr_format=2)
+    code, out, _ = run(capsys, monkeypatch, "accumulate", path, VAR, "--stats", "corr:tas")
+    assert code == 0
+    assert "corr pair sums with tas (time at chunk ends): built" in out
+    code, out, _ = run(capsys, monkeypatch, "accumulate", path, VAR)
+    assert code == 0 and "already up to date" in out

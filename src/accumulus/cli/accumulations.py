@@ -164,6 +164,8 @@ def accumulate(
         console.print(f"  {'+'.join(acc.dims)} at {acc.rule_text()}: " + stored_text(
             result.stored.get(acc.key), result.raw_stored
         ))  # fmt: skip
+    for other, done in result.pairs.items():
+        console.print(f"  corr pair sums with {other} (time at chunk ends): {done}")
 
 
 def inspect(

@@ -76,6 +76,9 @@ class BuildResult:
     raw_stored: int | None = None
     # What the request kept from the group's last build, as a person reads it ("" nothing).
     kept: str = ""
+    # The pair sums of a correlation kept beside the group: per second variable, what was
+    # done ("built", "updated" or "up to date").
+    pairs: Mapping[str, str] = field(default_factory=dict)
 
 
 def build_accumulations(
@@ -132,7 +135,7 @@ def _with_pairs(
     ]
     if result.action == "up to date" and any(a != "up to date" for a in done):
         result = replace(result, action="updated")
-    return result
+    return replace(result, pairs=dict(zip(partners, done, strict=True)))
 
 
 @dataclass(frozen=True)
