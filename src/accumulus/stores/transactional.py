@@ -55,6 +55,7 @@ from zarr.storage import WrapperStore
 
 from accumulus.errors import AccumulusError
 from accumulus.stores.base import DelegatingStore
+from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.locations import StoreNotFoundError, url_scheme
 from accumulus.stores.safe_reads import read_file_range
 
@@ -66,10 +67,8 @@ METADATA_KEY = "accumulus"
 SUMMARY_KEY = "accumulus_summary"
 # Objects that live only as long as the session: the writers' lock and its guards.
 _SESSION_ONLY = "lock"
-# The names of Zarr metadata documents (v3, and the v2 ones a reader may ask for).
-_DOCUMENTS = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"})
-# icechunk's kinds of chunk reference (``icechunk.ChunkType``).
-_NATIVE, _VIRTUAL = 1, 2
+# icechunk's kind of a chunk stored in the repository itself (``icechunk.ChunkType``).
+_NATIVE = 1
 
 
 class TransactionConflict(AccumulusError):
@@ -321,7 +320,7 @@ class SnapshotFiles:
         self._lock = threading.Lock()
 
     def read(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
-        if key.rsplit("/", 1)[-1] in _DOCUMENTS:
+        if is_metadata_key(key):
             data = self._document(key)
             return None if data is None else _ranged(data, byte_range)
         array = self._array_of(key)
