@@ -239,6 +239,32 @@ def transaction_of(store: Store) -> TransactionalStore | None:
     return store
 
 
+# Chunks per manifest along each dimension (``new_repository_config``): a query over a whole
+# archive of daily one-step chunks reads one manifest per this many days, an append rewrites
+# at most this many chunk references.
+MANIFEST_SPLIT = 256
+
+
+def new_repository_config() -> Any:
+    """The configuration of a repository accumulus creates: icechunk's default, with every
+    array's chunk references split into manifests of ``MANIFEST_SPLIT`` chunks along each
+    dimension. Without it a commit writes every chunk reference of each array it changed
+    (the manifest of a daily cube's data grows with every day); split, it writes the
+    manifests of the splits it touched: an append, the last ones along time."""
+    import icechunk
+
+    splitting = icechunk.ManifestSplittingConfig.from_dict(
+        {
+            icechunk.ManifestSplitCondition.AnyArray(): {
+                icechunk.ManifestSplitDimCondition.Any(): MANIFEST_SPLIT
+            }
+        }
+    )
+    config = icechunk.RepositoryConfig.default()
+    config.manifest = icechunk.ManifestConfig(splitting=splitting)
+    return config
+
+
 def _quiet_icechunk() -> None:
     """icechunk logs warnings a user cannot act on (lost-response recovery settings) to
     stderr; only its errors are shown, unless ``ICECHUNK_LOG`` says otherwise."""
@@ -273,7 +299,9 @@ def open_repository(
         config = icechunk.Repository.fetch_config(storage) if exists else None
         access = authorized(url, config, storage_options, allow_references)
         repository = icechunk.Repository.open_or_create(
-            storage, authorize_virtual_chunk_access=access
+            storage,
+            config=None if exists else new_repository_config(),
+            authorize_virtual_chunk_access=access,
         )
         session = _session(repository, url, mode, ref)
         branch = ref or DEFAULT_BRANCH
@@ -445,7 +473,9 @@ def add_containers(
     _quiet_icechunk()
     storage = _storage(url, storage_options, create=True)
     try:
-        repository = icechunk.Repository.open_or_create(storage)
+        exists = icechunk.Repository.exists(storage)
+        config = None if exists else new_repository_config()
+        repository = icechunk.Repository.open_or_create(storage, config=config)
         config = repository.config
         known = list(config.virtual_chunk_containers or {})
         added: list[str] = []
@@ -632,6 +662,48 @@ def _s3(storage_options: dict[str, Any] | None) -> dict[str, Any]:
     else:
         settings["from_env"] = True
     return settings
+
+
+@dataclass(frozen=True)
+class Expired:
+    """What ``expire`` did to a repository."""
+
+    snapshots: int  # expired: no longer in any branch's history
+    objects: int  # deleted: chunks, manifests, snapshots and transaction logs
+    bytes: int  # of the objects deleted
+
+
+def expire(url: str, older_than: datetime, storage_options: dict[str, Any] | None) -> Expired:
+    """Expire the snapshots of the repository ``url`` written before ``older_than`` and
+    delete the objects no kept snapshot reads (icechunk's ``expire_snapshots`` then
+    ``garbage_collect``, both with that bound). Branch tips and tags are kept, whatever
+    their age, and so is what they read."""
+    import icechunk
+
+    if url_scheme(url) not in SCHEMES:
+        raise AccumulusError(
+            f"{url}: not an icechunk repository (icechunk://PATH, icechunk+s3://BUCKET/PREFIX); "
+            "only a repository keeps snapshots to expire"
+        )
+    if older_than.tzinfo is None:
+        raise AccumulusError(f"older_than={older_than}: give a time zone (e.g. datetime.UTC)")
+    _quiet_icechunk()
+    storage = _storage(url, storage_options, create=False)
+    try:
+        if not icechunk.Repository.exists(storage):
+            raise StoreNotFoundError(f"store not found: {url} (no icechunk repository there)")
+        repository = icechunk.Repository.open(storage)
+        expired = repository.expire_snapshots(older_than=older_than)
+        collected = repository.garbage_collect(delete_object_older_than=older_than)
+    except icechunk.IcechunkError as exc:
+        raise AccumulusError(f"cannot expire snapshots of {url}: {_reason(exc)}") from None
+    objects = (
+        collected.chunks_deleted
+        + collected.manifests_deleted
+        + collected.snapshots_deleted
+        + collected.transaction_logs_deleted
+    )
+    return Expired(len(expired), objects, collected.bytes_deleted)
 
 
 @dataclass(frozen=True)
