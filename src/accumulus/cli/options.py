@@ -136,6 +136,6 @@ def duration(text: str, what: str) -> datetime.timedelta:
             f"{what} must be a duration such as 7d, 12h, 30m, 90s or 2w, got {text!r}"
         )
     seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if seconds > 1e11:  # past what a time can be counted back from now
+    if seconds > 1e10:  # 317 years: past any archive (and datetime has no year 0)
         raise AccumulusError(f"{what} {text!r} is longer than any archive has existed")
     return datetime.timedelta(seconds=seconds)

@@ -9,10 +9,15 @@ and every reader of a snapshot sees data and accumulations that match.
 
 icechunk holds Zarr v3 nodes only, so accumulus's own objects (``.accumulus/``: the append
 journal, the writers' lock) cannot be keys of the repository. ``TransactionalStore`` keeps
-them beside the session: the journal travels in the commit's metadata (each snapshot carries
-the journal of the data it holds, so time travel reads the right one), and the lock stays in
-memory: writers are kept apart by icechunk's commit, which refuses a commit whose branch moved
-since its session began (``TransactionConflict``), not by a lock object.
+them beside the session: the journal is written at the commit into an attribute of the root
+group (``OBJECTS_ATTRIBUTE``, which the store's readers do not see), so each snapshot
+carries the journal of the data it holds and time travel reads the right one; the commit's
+metadata says only how many granules and steps it holds (``SUMMARY_KEY``). Not the journal
+itself: icechunk copies every commit's metadata into the repository's ``repo`` object,
+rewritten at each commit, where a journal that grows by a granule a day made each commit
+write more (3.8 MB a day after 1,000 days). The lock stays in memory: writers are kept apart
+by icechunk's commit, which refuses a commit whose branch moved since its session began
+(``TransactionConflict``), not by a lock object.
 
 Consolidated metadata is written as for any store: icechunk keeps it in the root group's
 ``zarr.json``, inside the same snapshot as the arrays, so it never disagrees with them.
@@ -61,9 +66,13 @@ from accumulus.stores.safe_reads import read_file_range
 
 SCHEMES = frozenset({"icechunk", "icechunk+s3"})
 DEFAULT_BRANCH = "main"
-# The commit metadata key holding accumulus's objects (by key) as of that snapshot.
+# The commit metadata key that held accumulus's objects (by key) as of that snapshot, in
+# repositories written before they moved to ``OBJECTS_ATTRIBUTE``.
 METADATA_KEY = "accumulus"
-# The commit metadata key of a virtual append's granules and extent (it keeps no journal).
+# The root group's attribute holding accumulus's objects (by key) as of the snapshot.
+OBJECTS_ATTRIBUTE = "accumulus_objects"
+_ROOT = "zarr.json"
+# The commit metadata key of the granules and extent a commit holds.
 SUMMARY_KEY = "accumulus_summary"
 # Objects that live only as long as the session: the writers' lock and its guards.
 _SESSION_ONLY = "lock"
@@ -142,12 +151,18 @@ class TransactionalStore(DelegatingStore):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        if not _is_own_object(key):
+        if _is_own_object(key):
+            data = self._objects.get(key)
+        else:
+            # The root document is read whole: readers see less of it than is stored.
+            whole = key == _ROOT
             try:
-                return await self._store.get(key, prototype, byte_range)
+                value = await self._store.get(key, prototype, None if whole else byte_range)
             except Exception as exc:  # icechunk's errors are of several classes
                 raise _refused(exc) from None
-        data = self._objects.get(key)
+            if not whole or value is None:
+                return value
+            data = _without_objects(value.to_bytes())
         if data is None:
             return None
         return prototype.buffer.from_bytes(_ranged(data, byte_range))
@@ -157,7 +172,11 @@ class TransactionalStore(DelegatingStore):
     ) -> Buffer | None:
         if self.files is None or _is_own_object(key):
             return sync(self.get(key, prototype, byte_range))
-        data = self.files.read(key, byte_range)
+        if key == _ROOT:
+            root = self.files.read(key, None)
+            data = None if root is None else _ranged(_without_objects(root), byte_range)
+        else:
+            data = self.files.read(key, byte_range)
         return None if data is None else prototype.buffer.from_bytes(data)
 
     def reads_in_thread(self) -> bool:
@@ -205,7 +224,10 @@ class TransactionalStore(DelegatingStore):
         if not self.has_changes():
             return None
         kept = {k: v.decode() for k, v in self._objects.items() if not _session_only(k)}
-        metadata: dict[str, Any] = {METADATA_KEY: kept}
+        metadata: dict[str, Any] = {}
+        if kept and not sync(self._keep_objects(kept)):  # no root group to hold them
+            metadata[METADATA_KEY] = kept
+        summary = summary if summary is not None else _summary_of(kept)
         if summary is not None:
             metadata[SUMMARY_KEY] = summary
         try:
@@ -217,6 +239,40 @@ class TransactionalStore(DelegatingStore):
             ) from None
         self._changed = False
         return str(snapshot)
+
+    async def _keep_objects(self, objects: dict[str, str]) -> bool:
+        """Write ``objects`` into the root group's attributes (whatever the session wrote
+        there: its readers do not see them); False when there is no root group."""
+        from zarr.core.buffer import default_buffer_prototype
+
+        prototype = default_buffer_prototype()
+        root = await self._store.get(_ROOT, prototype)
+        if root is None:
+            return False
+        document = json.loads(root.to_bytes())
+        attributes = document.setdefault("attributes", {})
+        if attributes.get(OBJECTS_ATTRIBUTE) != objects:
+            attributes[OBJECTS_ATTRIBUTE] = objects
+            data = json.dumps(document, indent=2).encode()
+            await self._store.set(_ROOT, prototype.buffer.from_bytes(data))
+        return True
+
+
+def _without_objects(root: bytes) -> bytes:
+    """The root group's document as readers see it: without accumulus's objects."""
+    if OBJECTS_ATTRIBUTE.encode() not in root:
+        return root
+    document = json.loads(root)
+    document.get("attributes", {}).pop(OBJECTS_ATTRIBUTE, None)
+    return json.dumps(document, indent=2).encode()
+
+
+def _summary_of(objects: dict[str, str]) -> dict[str, int] | None:
+    """The granules and extent the journal among ``objects`` says the cube holds."""
+    journal = _journal_document({METADATA_KEY: objects})
+    if not journal:
+        return None
+    return {"granules": len(journal.get("granules", ())), "extent": int(journal.get("extent", 0))}
 
 
 def is_session_store(store: Store) -> bool:
@@ -757,11 +813,19 @@ def _journal_document(metadata: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _committed_objects(repository: Any, session: Any) -> Iterator[tuple[str, bytes]]:
-    """The ``.accumulus/`` objects the session's base snapshot carries."""
+    """The ``.accumulus/`` objects the session's base snapshot carries: in its root group's
+    attributes, or (written before those) in its commit's metadata."""
+    from zarr.core.buffer import default_buffer_prototype
+
     if repository is None or session is None:
         return
-    metadata = repository.lookup_snapshot(session.snapshot_id).metadata or {}
-    for key, text in (metadata.get(METADATA_KEY) or {}).items():
+    root = sync(session.store.get(_ROOT, default_buffer_prototype()))
+    attributes = json.loads(root.to_bytes()).get("attributes", {}) if root is not None else {}
+    objects = attributes.get(OBJECTS_ATTRIBUTE)
+    if not isinstance(objects, dict):
+        metadata = repository.lookup_snapshot(session.snapshot_id).metadata or {}
+        objects = metadata.get(METADATA_KEY) or {}
+    for key, text in objects.items():
         yield key, str(text).encode()
 
 
