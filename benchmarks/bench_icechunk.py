@@ -219,6 +219,7 @@ def growth(args: argparse.Namespace) -> None:
         paths = {
             "plain": work / "plain.zarr",
             "icechunk": work / "repo",
+            "virtual": work / "in" / "virtual-repo",
             "virtual_references_only": work / "in" / "references-repo",
             "virtualizarr": work / "virtualizarr-repo",
         }
@@ -229,8 +230,9 @@ def growth(args: argparse.Namespace) -> None:
                 append = accumulus_appends(str(path), args.chunk)
             elif name == "icechunk":
                 append = accumulus_appends(f"icechunk://{path}", args.chunk)
-            elif name == "virtual_references_only":
-                append = virtual_appends(f"icechunk://{path}", None)
+            elif name in ("virtual", "virtual_references_only"):
+                stride = args.chunk if name == "virtual" else None
+                append = virtual_appends(f"icechunk://{path}", stride)
             else:
                 append = virtualizarr_appends(path, granules)
             run = daily(path, granules, append)
@@ -266,7 +268,7 @@ def main() -> None:
     parser.add_argument(
         "--growth-stores",
         default="icechunk,virtual_references_only,virtualizarr",
-        help="with --growth-only: which, comma-separated (also: plain)",
+        help="with --growth-only: which, comma-separated (also: plain, virtual)",
     )
     args = parser.parse_args()
     if args.growth_only:

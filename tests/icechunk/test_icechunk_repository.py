@@ -257,3 +257,33 @@ def test_an_accumulate_whose_branch_moved_is_built_again_on_the_new_head(tmp_pat
     plan = accumulus.open(url).query(VAR, ["time"]).plan
     assert plan.reads and all(read.source for read in plan.reads)  # the group covers all 24
     seen(url, t, 24)
+
+
+def test_append_onto_a_branch(tmp_path, granules):
+    """``append --ref BRANCH`` commits on that branch only; a tag or a snapshot is refused
+    in one line, and so is a ref of a store that is not a repository."""
+    path = tmp_path / "repo"
+    url = f"icechunk://{path}"
+    accumulus.append(url, granules[:2])
+    accumulus.accumulate(url, VAR)
+    repo = repository(path)
+    head = repo.lookup_branch("main")
+    repo.create_branch("dev", head)
+    repo.create_tag("v1", head)
+    done = cli("append", url, *granules[2:4], "--ref", "dev")
+    assert done.returncode == 0, done.stderr
+    dev = repo.lookup_branch("dev")
+    assert repo.lookup_branch("main") == head and dev != head and dev in done.stdout
+    t = truth(24)
+    seen(url, t, 4 * PER_GRANULE, ref="dev")
+    seen(url, t, 2 * PER_GRANULE)
+    for ref in ("v1", head, "nope"):
+        wrong = cli("append", url, granules[4], "--ref", ref)
+        assert wrong.returncode == 2, wrong.stderr
+        assert (
+            wrong.stderr.strip().count("\n") == 0 and f"--ref {ref}: not a branch" in wrong.stderr
+        )
+    plain = cli("append", str(tmp_path / "plain.zarr"), granules[0], "--ref", "dev")
+    assert plain.returncode == 2 and "not an icechunk repository" in plain.stderr
+    assert not (tmp_path / "plain.zarr").exists()
+    assert [repo.lookup_branch(b) for b in ("main", "dev")] == [head, dev]
