@@ -157,6 +157,10 @@ class Statistic:
     nan_at_infinity: bool = False
     units_power: int = 1  # the answer's units are the variable's to this power (var: 2)
     per_year: bool = False  # the answer's units are the variable's per year (a trend)
+    # The answer is unchanged when every weight of a cell's values is multiplied by one
+    # factor (a ratio of weighted sums: mean, var, std): where the weights vary only along
+    # dimensions the answer keeps, it can be taken from the sums without weights.
+    scale_free: bool = False
 
     @property
     def centred(self) -> bool:
@@ -221,19 +225,24 @@ def _count(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
 
 def _variance(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     # Σw(x−m)²/Σw from the centred sums S2 = Σw(x−c)², S1 = Σw(x−c) (the query turns Σw·x
-    # into S1: ``centre``) and W = Σw: S2/W − (S1/W)², never below 0 (rounding). NaN where
+    # into S1: ``centre``) and W = Σw: (S2 − S1²/W)/W, never below 0 (rounding). NaN where
     # no value is valid, as xarray's.
     squares, centred, weight = sums
-    # One pass per operation: ``_ratio``'s masks took several (docs/benchmarks.md).
+    # Into the answer's one array, a pass per operation: each temporary of a map's size was
+    # fresh memory, paged in anew (docs/benchmarks.md).
+    out = np.multiply(centred, centred, out=np.empty(np.shape(centred)))
     with np.errstate(divide="ignore", invalid="ignore"):
-        inverse = np.divide(1.0, weight, dtype="f8")
-        shift = centred * inverse
-        values = squares * inverse - shift * shift
-    return np.where(np.asarray(weight) != 0, np.maximum(values, 0.0), np.nan)
+        np.divide(out, weight, out=out)
+        np.subtract(squares, out, out=out)
+        np.divide(out, weight, out=out)
+    np.maximum(out, 0.0, out=out)
+    np.copyto(out, np.nan, where=np.asarray(weight) == 0)
+    return out
 
 
 def _std(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
-    return np.sqrt(_variance(sums, weighted))
+    values = _variance(sums, weighted)
+    return np.sqrt(values, out=values)
 
 
 def _trend(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
@@ -297,11 +306,18 @@ Stat = Literal["mean", "sum", "count", "var", "std", "trend", "corr"]
 STATISTICS: dict[str, Statistic] = {
     s.name: s
     for s in (
-        Statistic("mean", (WSUM, WCOUNT), _mean),
+        Statistic("mean", (WSUM, WCOUNT), _mean, scale_free=True),
         Statistic("sum", (WSUM,), _sum),
         Statistic("count", (WCOUNT,), _count, has_units=False, sums_values=False),
-        Statistic("var", (WSUMSQ, WSUM, WCOUNT), _variance, nan_at_infinity=True, units_power=2),
-        Statistic("std", (WSUMSQ, WSUM, WCOUNT), _std, nan_at_infinity=True),
+        Statistic(
+            "var",
+            (WSUMSQ, WSUM, WCOUNT),
+            _variance,
+            nan_at_infinity=True,
+            units_power=2,
+            scale_free=True,
+        ),
+        Statistic("std", (WSUMSQ, WSUM, WCOUNT), _std, nan_at_infinity=True, scale_free=True),
         Statistic(
             "trend",
             (COUNT, SUM, TSUM, TTSUM, TXSUM),

@@ -444,12 +444,15 @@ def season_runs(
 
 
 def _weights_cancel(cube: RawCube, resolved: ResolvedQuery) -> bool:
-    """Whether ``resolved`` is a weighted mean whose weights vary only along dimensions
-    its answer keeps (area weights, along latitude, in a map averaged over time): each of
-    its cells is then Σ w·x / Σ w·n with one weight w, which is Σ x / n: summed without
-    weights, it multiplies nothing, with answers equal to rounding (docs/benchmarks.md).
+    """Whether ``resolved`` is a weighted statistic whose weights divide out (a mean,
+    variance or standard deviation: ``Statistic.scale_free``) and vary only along
+    dimensions its answer keeps (area weights, along latitude, in a map over time): each of
+    its cells then weighs all its values alike, and its answer from the sums without
+    weights multiplies nothing, with answers equal to rounding (docs/benchmarks.md).
     Shapes are left as they are."""
-    if resolved.weights == "none" or resolved.stat != "mean" or resolved.mask is not None:
+    if resolved.weights == "none" or resolved.mask is not None:
+        return False
+    if not statistics.STATISTICS[resolved.stat].scale_free:
         return False
     varying = weights_vary_along(cube, resolved.weights, resolved.variable)
     return not set(varying) & set(resolved.over)

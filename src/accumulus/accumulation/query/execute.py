@@ -385,11 +385,18 @@ class _OrderedTotal:
     """The running total, adding parts in plan order whatever order they arrive in: the
     same question gives the same bits every time. A part that arrives early waits (a copy:
     they are small, already reduced) until those before it are in. Beside it, Σ |part| of
-    the parts marked ``noisy`` (``ExecutedPlan.entry_magnitude``), from the first of them."""
+    the parts marked ``noisy`` (``ExecutedPlan.entry_magnitude``), from the first of them.
+
+    The total is working space (``_scratch``) not filled with zeros first: a row (a term)
+    whose first part covers all of it is written by that part (0 ± the part: the same bits
+    as adding it to zeros), one pass instead of two; any other row is zeroed when first
+    reached, or at the end."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:
         self.shape = shape
-        self._total = _zeroed(shape, 2)
+        self._total = _scratch(shape, 2)
+        self._unset = [True] * shape[0]  # rows not written yet (their space undefined)
+        self._row_size = prod(shape[1:])
         self.magnitude: np.ndarray | None = None
         self._waiting: dict[int, tuple[tuple[Any, ...], int, np.ndarray, bool]] = {}
         self._next = 0
@@ -415,7 +422,16 @@ class _OrderedTotal:
     def _add(self, where: tuple[Any, ...], sign: int, value: np.ndarray, noisy: bool) -> None:
         where = (*where, ...)  # a view, also of a single value
         into = self._total[where]
-        (np.add if sign > 0 else np.subtract)(into, value, out=into, casting="unsafe")
+        reached = range(self.shape[0])[where[0]]  # the rows of the part: one, or a range
+        rows = [reached] if isinstance(reached, int) else list(reached)
+        fresh = [row for row in rows if self._unset[row]]
+        whole = fresh == rows and into.size == len(rows) * self._row_size
+        for row in fresh:
+            self._unset[row] = False
+            if not whole:
+                self._total[row, ...].fill(0.0)
+        start = 0.0 if whole else into
+        (np.add if sign > 0 else np.subtract)(start, value, out=into, casting="unsafe")
         if noisy:
             if self.magnitude is None:
                 self.magnitude = _zeroed(self.shape, 3)
@@ -427,6 +443,9 @@ class _OrderedTotal:
 
     def result(self) -> np.ndarray:
         assert not self._waiting
+        for row, unset in enumerate(self._unset):
+            if unset:  # no part reached it
+                self._total[row, ...].fill(0.0)
         return self._total
 
 
