@@ -217,17 +217,22 @@ def growth(args: argparse.Namespace) -> None:
         work = Path(tmp)
         granules = make_granules(work / "in", args.days, 8, *args.grid)
         paths = {
+            "plain": work / "plain.zarr",
             "icechunk": work / "repo",
+            "virtual": work / "in" / "virtual-repo",
             "virtual_references_only": work / "in" / "references-repo",
             "virtualizarr": work / "virtualizarr-repo",
         }
         stores = {}
         for name in args.growth_stores.split(","):
             path = paths[name]
-            if name == "icechunk":
+            if name == "plain":
+                append = accumulus_appends(str(path), args.chunk)
+            elif name == "icechunk":
                 append = accumulus_appends(f"icechunk://{path}", args.chunk)
-            elif name == "virtual_references_only":
-                append = virtual_appends(f"icechunk://{path}", None)
+            elif name in ("virtual", "virtual_references_only"):
+                stride = args.chunk if name == "virtual" else None
+                append = virtual_appends(f"icechunk://{path}", stride)
             else:
                 append = virtualizarr_appends(path, granules)
             run = daily(path, granules, append)
@@ -257,13 +262,13 @@ def main() -> None:
     parser.add_argument(
         "--growth-only",
         action="store_true",
-        help="appends only, into icechunk, virtual_references_only and virtualizarr (no plain "
-        "store, no queries, no expiry): how appends grow over many commits",
+        help="appends only, into the stores --growth-stores names (no queries, no expiry): how "
+        "appends grow over many commits",
     )
     parser.add_argument(
         "--growth-stores",
         default="icechunk,virtual_references_only,virtualizarr",
-        help="with --growth-only: which, comma-separated",
+        help="with --growth-only: which, comma-separated (also: plain, virtual)",
     )
     args = parser.parse_args()
     if args.growth_only:

@@ -166,9 +166,13 @@ def _cut_frame(frame: memoryview, k0: int, k1: int) -> tuple[bytes, int, int]:
         return _HEADER.pack(*header[:4], size, size, _HEADER.size + size) + data, k0, size
     blocks = -(-nbytes // blocksize)
     kept = k1 - k0
-    offsets = struct.unpack_from(f"<{kept}i", frame, _HEADER.size + 4 * k0)
-    begin = offsets[0]
-    end = struct.unpack_from("<i", frame, _HEADER.size + 4 * k1)[0] if k1 < blocks else len(frame)
+    table = struct.unpack_from(f"<{blocks}i", frame, _HEADER.size)
+    offsets = table[k0:k1]
+    # Blocks lie in the frame in the order they were compressed: by several threads (c-blosc
+    # in numcodecs' main thread) not always in block order, so the bytes kept run from the
+    # first of them to where the block after the last of them begins.
+    begin, last = min(offsets), max(offsets)
+    end = min((o for o in table if o > last), default=len(frame))
     # Offsets are from the frame's start: shifted to the end of the new, shorter table.
     shift = _HEADER.size + 4 * kept - begin
     first = k0 * blocksize
