@@ -48,6 +48,7 @@ from accumulus.accumulation.query.request import (
 )
 from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
+from accumulus.chunk_reader import ReadCounts, read_region
 from accumulus.errors import AccumulationReadError, ParameterError
 from accumulus.raw_cube import RawCube, VariableInfo
 from accumulus.stores.arrays import array_with
@@ -310,8 +311,9 @@ def _correlation(
         layouts = [AccumulationLayout((described.dim,), {described.dim: usable}, coverage)]
         references = described.references
     plan = plan_query(var.dims, resolved.ranges, resolved.over, layouts, resolved.sizes)
-    total = np.zeros((8, *shape))
+    total: np.ndarray | None = None
     entries = raw = 0
+    counts = ReadCounts()
     for read in plan.reads:
         box = {d: read.box.get(d, resolved.ranges[d]) for d in var.dims}
         if read.is_raw:
@@ -319,16 +321,27 @@ def _correlation(
             raw += chunks
         else:
             assert stored is not None
-            sums = _entry_pairs(cube, stored, var, read, box, resolved)
+            sums = _entry_pairs(stored, var, read, box, resolved, counts)
             entries += 1
+        # Each read's sums are its own (fresh) array, added in place: a map's 8 sums are
+        # 4 MB, and each temporary of that size fresh memory to page in.
+        if total is None and sums.shape == (8, *shape):
+            total = sums if read.sign > 0 else np.negative(sums, out=sums)
+            continue
+        if total is None:
+            total = np.zeros((8, *shape))
         out = tuple(slice(box[d][0] - resolved.ranges[d][0], box[d][1] - resolved.ranges[d][0])
                     for d in kept)  # fmt: skip
-        total[(slice(None), *out)] += read.sign * sums
+        into = total[(slice(None), *out)]
+        (np.add if read.sign > 0 else np.subtract)(into, sums, out=into)
+    if total is None:
+        total = np.zeros((8, *shape))
     values = stat.answer(list(total), False)
     data = _data_array(
         np.asarray(values), kept, {d: answer_index(cube, resolved, d) for d in kept}, var.name
     )
-    stats = QueryStats(entries, raw, 0, 0, time.perf_counter() - started)
+    # (The raw chunks' requests and bytes are not counted: they are read through xarray.)
+    stats = QueryStats(entries, raw, counts.bytes, counts.requests, time.perf_counter() - started)
     data.attrs.update(
         {"stat": "corr", "with": other_name, "weights": "none", "over": ",".join(resolved.over)}
         | stats.to_dict()
@@ -358,23 +371,22 @@ def _stored_pairs(
 
 
 def _entry_pairs(
-    cube: RawCube,
     stored: tuple[pairs.PairSums, zarr.Array[Any]],
     var: VariableInfo,
     read: Read,
     box: Mapping[str, tuple[int, int]],
     resolved: ResolvedQuery,
+    counts: ReadCounts,
 ) -> np.ndarray:
     """One entry of the stored pair sums over ``box`` (the dimensions other than time),
-    summed over those of ``over``: ``(8, *kept part)``."""
+    summed over those of ``over``: ``(8, *kept part)``, an array of its own. The chunks
+    are read in one batch (``read_region``), their requests and bytes added to ``counts``."""
     described, array = stored
     rest = [d for d in var.dims if d != described.dim]
-    index: tuple[int | slice, ...] = (
-        read.entries[described.dim],
-        slice(None),
-        *(slice(*box[d]) for d in rest),
-    )
-    values = np.asarray(array[index], dtype="f8")
+    entry = read.entries[described.dim]
+    region = (slice(entry, entry + 1), slice(None, None), *(slice(*box[d]) for d in rest))
+    region = tuple(slice(*s.indices(n)[:2]) for s, n in zip(region, array.shape, strict=True))
+    values = read_region(array, region, counts)[0].astype("f8", copy=False)
     summed = tuple(1 + rest.index(d) for d in rest if d in resolved.over)
     return values.sum(axis=summed) if summed else values
 
