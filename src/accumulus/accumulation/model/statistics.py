@@ -186,7 +186,10 @@ class Statistic:
             return values
         posinf, neginf = sums[len(self.sums) :]
         if self.nan_at_infinity:
-            return np.where((np.asarray(posinf) > 0) | (np.asarray(neginf) > 0), np.nan, values)
+            infinite = (np.asarray(posinf) > 0) | (np.asarray(neginf) > 0)
+            if not infinite.any():  # (as a rule: no new array of the answer's size)
+                return values
+            return np.where(infinite, np.nan, values)
         return with_infinities(values, posinf, neginf)
 
 

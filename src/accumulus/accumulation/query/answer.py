@@ -361,7 +361,12 @@ def _stored_pairs(
     time, by a cube that keeps them (they are read through the reader's store)."""
     if not resolved.use_accumulation:
         return None
-    found = pairs.read_pairs(cube.root, resolved.variable.name, other)
+    name = resolved.variable.name
+    # Their array, opened once per snapshot (opening it reads no chunk: its metadata is the
+    # snapshot's).
+    found = cube.remembered(
+        ("pair sums", name, other), lambda: pairs.read_pairs(cube.root, name, other)
+    )
     if found is None or found[0].dim not in resolved.over:
         return None
     described, array = found
@@ -638,7 +643,15 @@ def usable_layouts(
 ) -> tuple[list[AccumulationLayout], str]:
     """Where the entries of every accumulation of ``var`` that holds ``terms`` with
     ``weights`` end (``AccumulationLayout``), within the extent they cover; none, and why,
-    when the group cannot answer."""
+    when the group cannot answer. Worked out once per snapshot's groups."""
+    key = ("usable layouts", var.name, weights, tuple(terms))
+    layouts, note = groups.remembered(key, lambda: _usable_layouts(groups, var, weights, terms))
+    return list(layouts), note
+
+
+def _usable_layouts(
+    groups: AccumulationGroups, var: VariableInfo, weights: Weights, terms: Sequence[str]
+) -> tuple[list[AccumulationLayout], str]:
     group = groups.group(var.name)
     if group is None:
         return [], "no accumulation group"
