@@ -391,9 +391,9 @@ def _entry_pairs(
     entry = read.entries[described.dim]
     region = (slice(entry, entry + 1), slice(None, None), *(slice(*box[d]) for d in rest))
     region = tuple(slice(*s.indices(n)[:2]) for s, n in zip(region, array.shape, strict=True))
-    values = read_region(array, region, counts)[0].astype("f8", copy=False)
+    values: np.ndarray = read_region(array, region, counts)[0].astype("f8", copy=False)
     summed = tuple(1 + rest.index(d) for d in rest if d in resolved.over)
-    return values.sum(axis=summed) if summed else values
+    return np.sum(values, axis=summed) if summed else values
 
 
 def _raw_pairs(
