@@ -53,7 +53,7 @@ from accumulus.accumulation.model import pairs, statistics
 from accumulus.accumulation.query.execute import chunk_work
 from accumulus.chunk_reader import ChunkRequest, read_chunks
 from accumulus.grid import array_bounds
-from common import DEFAULT_DIR, median_seconds, report
+from common import DEFAULT_DIR, median_with_cpu, report
 from realistic import CHUNKS, VARIABLE, dataset
 
 STEP = CHUNKS[0]  # days per raw chunk along time
@@ -72,12 +72,12 @@ def write(directory: Path, days: int) -> Path:
     return path
 
 
-def floor(handle: accumulus.Datacube, result) -> float:
+def floor(handle: accumulus.Datacube, result) -> tuple[float, float]:
     """Seconds to fetch and decode exactly the chunks ``result``'s plan reads, sum the part
     of each it needs, and finish the statistic from sums of the answer's shape: no labels,
     no planning, no accumulation logic. For a season, the chunks of all its runs' reads
     (one plan); for corr, the chunks of its pair sums the plan's entries lie in (and the
-    raw chunks of both variables under its raw reads)."""
+    raw chunks of both variables under its raw reads). Wall and CPU seconds (medians)."""
     snapshot = handle.snapshot()
     cube = snapshot.cube
     var = cube.variable(VARIABLE)
@@ -99,8 +99,8 @@ def floor(handle: accumulus.Datacube, result) -> float:
         read_chunks(requests, summed, None, cube.store)
         stat.answer(sums, result.weights != "none")
 
-    seconds, _ = median_seconds(run, 3)
-    return seconds
+    wall, cpu, _ = median_with_cpu(run, 3)
+    return wall, cpu
 
 
 def pair_requests(cube, var, plan) -> list[ChunkRequest]:
@@ -251,7 +251,7 @@ def main() -> None:
         def ask(over=over, ranges=ranges, options=options):
             return handle.query(VARIABLE, over, ranges, **options)
 
-        warm, result = median_seconds(ask, args.repeats)
+        warm, warm_cpu, result = median_with_cpu(ask, args.repeats)
         started = time.perf_counter()
         expected = None
         scans = []
@@ -263,13 +263,18 @@ def main() -> None:
         got = result.data.transpose(*expected.dims).values
         want = expected.values
         both = np.isfinite(got) & np.isfinite(want) & (want != 0)
-        floor_seconds = floor(handle, result)
+        floor_seconds, floor_cpu = floor(handle, result)
         answers[name] = {
             "stat": stat,
             "over": over,
             "warm_ms": round(warm * 1000, 2),
             "floor_ms": round(floor_seconds * 1000, 2),
             "vs_floor": round(warm / floor_seconds, 2),
+            # CPU seconds of every thread of the process: on a shared machine wall time
+            # also counts waiting for a core, which CPU time does not.
+            "warm_cpu_ms": round(warm_cpu * 1000, 2),
+            "floor_cpu_ms": round(floor_cpu * 1000, 2),
+            "vs_floor_cpu": round(warm_cpu / floor_cpu, 2),
             "xarray_ms": round(scan * 1000, 1),
             "x_faster_than_xarray": round(scan / warm, 1),
             "accumulation_chunks": result.stats.accumulation_chunks_read,

@@ -182,10 +182,19 @@ def _seasonal(
     each run's apart, in a slot of its own (``QueryPlan.slots``), finished all at once."""
     var, weights = resolved.variable, resolved.weights
     season = str(resolved.query.season).upper()
-    tdim = time_dimension(cube.decoded, var.dims)
+    tdim = cube.remembered(
+        ("time dimension", var.name), lambda: time_dimension(cube.decoded, var.dims)
+    )
     if tdim is None:
         raise ParameterError("season", f"--season needs a time dimension among {list(var.dims)}")
-    runs = season_runs(cube.decoded[tdim].values, SEASONS[season], *resolved.ranges[tdim])
+    months = SEASONS[season]
+    # Which steps are the season's, and of which year: worked out once per snapshot.
+    inside, season_year = cube.remembered(
+        ("season days", tdim, months),
+        lambda: _season_days(cube.decoded[tdim].values, tuple(months)),
+    )
+    lo, hi = resolved.ranges[tdim]
+    runs = _runs(inside[lo:hi], season_year[lo:hi], lo)
     over = tuple(d for d in var.dims if d in resolved.over or d == tdim)
     series = tdim not in resolved.over
     kept = tuple(d for d in resolved.kept if d != tdim)
@@ -442,19 +451,33 @@ def season_runs(
     """The runs of consecutive steps of ``times[lo:hi]`` in ``months``: (season year, start,
     stop), stop exclusive; a run in December of a season that goes on into January (DJF)
     belongs to the next year's season."""
-    index = pd.DatetimeIndex(times[lo:hi]) if np.issubdtype(times.dtype, np.datetime64) else None
-    month = np.array(index.month if index is not None else [t.month for t in times[lo:hi]])
-    year = np.array(index.year if index is not None else [t.year for t in times[lo:hi]])
+    inside, season_year = _season_days(times, tuple(months))
+    return _runs(inside[lo:hi], season_year[lo:hi], lo)
+
+
+def _season_days(times: np.ndarray, months: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Of each step of ``times``: whether its month is among ``months``, and the year of
+    the season it belongs to (December's is the next year's when the season wraps)."""
+    index = pd.DatetimeIndex(times) if np.issubdtype(times.dtype, np.datetime64) else None
+    month = np.array(index.month if index is not None else [t.month for t in times])
+    year = np.array(index.year if index is not None else [t.year for t in times])
     wraps = 12 in months and 1 in months
-    season_year = np.where(wraps & (month == 12), year + 1, year)
-    inside = np.isin(month, months)
-    runs: list[tuple[int, int, int]] = []
-    for k in np.flatnonzero(inside):
-        if runs and runs[-1][2] == lo + k and runs[-1][0] == season_year[k]:
-            runs[-1] = (runs[-1][0], runs[-1][1], lo + int(k) + 1)
-        else:
-            runs.append((int(season_year[k]), lo + int(k), lo + int(k) + 1))
-    return runs
+    return np.isin(month, months), np.where(wraps & (month == 12), year + 1, year)
+
+
+def _runs(inside: np.ndarray, season_year: np.ndarray, lo: int) -> list[tuple[int, int, int]]:
+    """The runs of consecutive steps ``inside`` of one season year, from step ``lo``."""
+    steps = np.flatnonzero(inside)
+    if not steps.size:
+        return []
+    # A run ends where the next step inside is not the next step, or of another year.
+    ends = (np.diff(steps) != 1) | (np.diff(season_year[steps]) != 0)
+    starts = np.concatenate([[0], np.flatnonzero(ends) + 1])
+    stops = np.concatenate([np.flatnonzero(ends), [steps.size - 1]])
+    return [
+        (int(season_year[steps[a]]), lo + int(steps[a]), lo + int(steps[b]) + 1)
+        for a, b in zip(starts, stops, strict=True)
+    ]
 
 
 def _weights_cancel(cube: RawCube, resolved: ResolvedQuery) -> bool:
