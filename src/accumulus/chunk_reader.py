@@ -115,9 +115,13 @@ class ChunkRequest:
     needed: tuple[slice, ...] | None = None
 
     @cached_property
+    def _place(self) -> _ShardPlace | None:
+        return _place_in_shard(self.array.metadata, self.coords)
+
+    @cached_property
     def store_key(self) -> str:
         """The key of the object holding the chunk (its shard, for a sharded array)."""
-        place = _place_in_shard(self.array.metadata, self.coords)
+        place = self._place
         coords = self.coords if place is None else place.shard
         path = self.array.store_path.path
         chunk = self.array.metadata.encode_chunk_key(coords)
@@ -127,7 +131,7 @@ class ChunkRequest:
     def key(self) -> str:
         """The chunk's name: its store key, followed by its place in the shard when the
         array is sharded (``temp/c/0/1/2[3,0,1]``)."""
-        place = _place_in_shard(self.array.metadata, self.coords)
+        place = self._place
         if place is None:
             return self.store_key
         return f"{self.store_key}[{','.join(map(str, place.inner))}]"

@@ -34,6 +34,7 @@ the mean of the first raw chunk it selects.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -112,6 +113,7 @@ SUMS: dict[str, Sum] = {
 }
 
 
+@functools.cache
 def unweighted(name: str) -> str:
     """The sum that ``name`` becomes when every weight is 1 (Σw·x -> Σx, Σw -> Σ1)."""
     return _twin(name, weight_power=0)
