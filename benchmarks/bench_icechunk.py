@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -72,25 +74,41 @@ def files(path: Path) -> dict[Path, tuple[int, int]]:
     return found
 
 
-def written(before: dict[Path, tuple[int, int]], after: dict[Path, tuple[int, int]]) -> tuple:
-    """Objects created or changed between two listings, and their bytes."""
+def written(
+    root: Path, before: dict[Path, tuple[int, int]], after: dict[Path, tuple[int, int]]
+) -> tuple[int, int, dict[str, int]]:
+    """Objects created or changed between two listings, their bytes, and their bytes by
+    the top folder or file under ``root`` they are in (of a repository: ``chunks``,
+    ``manifests``, ``snapshots``, ``transactions``, its ``repo`` object and the copies of it
+    icechunk keeps in ``overwritten``)."""
     changed = [p for p, state in after.items() if before.get(p) != state]
-    return len(changed), sum(after[p][0] for p in changed)
+    kinds: dict[str, int] = {}
+    for p in changed:
+        kind = p.relative_to(root).parts[0]
+        kinds[kind] = kinds.get(kind, 0) + after[p][0]
+    return len(changed), sum(after[p][0] for p in changed), kinds
 
 
 def daily(root: Path, granules: list[Path], append: Callable[[int, Path], str | None]) -> dict:
     """One ``append(day, granule)`` per granule: the seconds each took, the objects and
     bytes it wrote under ``root``, the snapshot it made."""
-    seconds, objects, grown, snapshots = [], [], [], []
+    seconds, objects, grown, snapshots, kinds = [], [], [], [], []
     for day, granule in enumerate(granules):
         before = files(root)
         started = time.perf_counter()
         snapshots.append(append(day, granule))
         seconds.append(time.perf_counter() - started)
-        count, nbytes = written(before, files(root))
+        count, nbytes, by_kind = written(root, before, files(root))
         objects.append(count)
         grown.append(nbytes)
-    return {"seconds": seconds, "objects": objects, "written": grown, "snapshots": snapshots}
+        kinds.append(by_kind)
+    return {
+        "seconds": seconds,
+        "objects": objects,
+        "written": grown,
+        "snapshots": snapshots,
+        "kinds": kinds,
+    }
 
 
 def accumulus_appends(url: str, chunk: int) -> Callable[[int, Path], str | None]:
@@ -175,6 +193,11 @@ def summary(run: dict, window: int) -> dict:
     def median(key: str, part: slice) -> float:
         return statistics.median(run[key][part])
 
+    def by_kind(part: slice) -> dict[str, float]:
+        days = run["kinds"][part]
+        names = sorted({kind for day in days for kind in day})
+        return {kind: statistics.median(day.get(kind, 0) for day in days) for kind in names}
+
     return {
         "append_seconds_first_days": median("seconds", first),
         "append_seconds_last_days": median("seconds", last),
@@ -183,6 +206,8 @@ def summary(run: dict, window: int) -> dict:
         "objects_written_per_append_last_days": median("objects", last),
         "bytes_written_per_append_first_days": median("written", first),
         "bytes_written_per_append_last_days": median("written", last),
+        "bytes_written_by_kind_first_days": by_kind(first),
+        "bytes_written_by_kind_last_days": by_kind(last),
     }
 
 
@@ -217,21 +242,27 @@ def growth(args: argparse.Namespace) -> None:
         work = Path(tmp)
         granules = make_granules(work / "in", args.days, 8, *args.grid)
         paths = {
+            "plain": work / "plain.zarr",
             "icechunk": work / "repo",
+            "virtual": work / "in" / "virtual-repo",
             "virtual_references_only": work / "in" / "references-repo",
             "virtualizarr": work / "virtualizarr-repo",
         }
         stores = {}
         for name in args.growth_stores.split(","):
             path = paths[name]
-            if name == "icechunk":
+            if name == "plain":
+                append = accumulus_appends(str(path), args.chunk)
+            elif name == "icechunk":
                 append = accumulus_appends(f"icechunk://{path}", args.chunk)
-            elif name == "virtual_references_only":
-                append = virtual_appends(f"icechunk://{path}", None)
+            elif name in ("virtual", "virtual_references_only"):
+                stride = args.chunk if name == "virtual" else None
+                append = virtual_appends(f"icechunk://{path}", stride)
             else:
                 append = virtualizarr_appends(path, granules)
             run = daily(path, granules, append)
             stores[name] = {**summary(run, args.window), "bytes": directory_bytes(path)}
+            print(json.dumps({name: stores[name]}), file=sys.stderr)  # kept if a later one fails
         report(
             {
                 "benchmark": "icechunk --growth-only",
@@ -257,13 +288,13 @@ def main() -> None:
     parser.add_argument(
         "--growth-only",
         action="store_true",
-        help="appends only, into icechunk, virtual_references_only and virtualizarr (no plain "
-        "store, no queries, no expiry): how appends grow over many commits",
+        help="appends only, into the stores --growth-stores names (no queries, no expiry): how "
+        "appends grow over many commits",
     )
     parser.add_argument(
         "--growth-stores",
         default="icechunk,virtual_references_only,virtualizarr",
-        help="with --growth-only: which, comma-separated",
+        help="with --growth-only: which, comma-separated (also: plain, virtual)",
     )
     args = parser.parse_args()
     if args.growth_only:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
 import accumulus
 import icechunk
@@ -31,8 +33,12 @@ STEPS = 60
 def branch_head(path: Path) -> tuple[str, dict]:
     """The commit branch main is at, and the journal it carries."""
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(path)))
-    info = repo.lookup_snapshot(repo.lookup_branch("main"))
-    return info.id, json.loads(info.metadata["accumulus"][".accumulus/journal.json"])
+    head = repo.lookup_branch("main")
+    root = repo.readonly_session(snapshot_id=head).store.get(
+        "zarr.json", default_buffer_prototype()
+    )
+    objects = json.loads(sync(root).to_bytes())["attributes"]["accumulus_objects"]
+    return head, json.loads(objects[".accumulus/journal.json"])
 
 
 def chunk_objects(path: Path) -> int:

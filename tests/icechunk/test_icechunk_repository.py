@@ -13,13 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
 import accumulus
 import icechunk
 from accumulus.errors import AccumulusError
 from accumulus.ingest.append.run import AppendResult
 from accumulus.stores.opening import open_store
-from accumulus.stores.transactional import history
+from accumulus.stores.transactional import (
+    METADATA_KEY,
+    OBJECTS_ATTRIBUTE,
+    SUMMARY_KEY,
+    history,
+)
 from cubes import xarray_reference
 from ingest.helpers import VAR, check_visible, cli, truth, write_granules
 
@@ -48,9 +55,18 @@ def commits(path: Path) -> list[icechunk.SnapshotInfo]:
     return list(repository(path).ancestry(branch="main"))[:-1]
 
 
-def journal_of(info: icechunk.SnapshotInfo) -> dict:
-    objects = info.metadata["accumulus"]
-    return json.loads(objects[".accumulus/journal.json"])
+def journal_of(path: Path, info: icechunk.SnapshotInfo) -> dict:
+    """The append journal the commit ``info`` carries (in its root group's attributes), which
+    its metadata sums up."""
+    session = repository(path).readonly_session(snapshot_id=info.id)
+    objects = json.loads(
+        sync(session.store.get("zarr.json", default_buffer_prototype())).to_bytes()
+    )
+    journal = json.loads(objects["attributes"][OBJECTS_ATTRIBUTE][".accumulus/journal.json"])
+    summary = info.metadata[SUMMARY_KEY]
+    assert summary == {"granules": len(journal["granules"]), "extent": journal["extent"]}
+    assert METADATA_KEY not in info.metadata  # not copied into the repository's ``repo`` object
+    return journal
 
 
 @pytest.fixture
@@ -76,7 +92,7 @@ def test_one_commit_per_append_holding_data_journal_and_accumulations(tmp_path, 
     for info, names in ((log[0], granules[6:]), (log[1], granules[4:6]), (log[3], granules[:4])):
         assert all(name in info.message for name in names), info.message
     # Each commit carries the journal of the data it holds.
-    assert [journal_of(c)["extent"] for c in log] == [24, 18, 12, 12]
+    assert [journal_of(path, c)["extent"] for c in log] == [24, 18, 12, 12]
 
     # Every commit read on its own: a prefix of the granules, its accumulations agreeing
     # with the data (verify recomputes them), averages equal to xarray's.
@@ -138,7 +154,7 @@ def test_concurrent_appends_of_other_granules_both_land(tmp_path, granules):
     assert other.appended == tuple(granules[2:4])
     assert result.appended == tuple(granules[4:])
     assert check_visible(url, t, {24}) == 24
-    assert [journal_of(c)["extent"] for c in commits(path)] == [24, 12, 6]
+    assert [journal_of(path, c)["extent"] for c in commits(path)] == [24, 12, 6]
 
 
 def test_concurrent_appends_of_the_same_granules_land_once(tmp_path, granules):
@@ -241,3 +257,33 @@ def test_an_accumulate_whose_branch_moved_is_built_again_on_the_new_head(tmp_pat
     plan = accumulus.open(url).query(VAR, ["time"]).plan
     assert plan.reads and all(read.source for read in plan.reads)  # the group covers all 24
     seen(url, t, 24)
+
+
+def test_append_onto_a_branch(tmp_path, granules):
+    """``append --ref BRANCH`` commits on that branch only; a tag or a snapshot is refused
+    in one line, and so is a ref of a store that is not a repository."""
+    path = tmp_path / "repo"
+    url = f"icechunk://{path}"
+    accumulus.append(url, granules[:2])
+    accumulus.accumulate(url, VAR)
+    repo = repository(path)
+    head = repo.lookup_branch("main")
+    repo.create_branch("dev", head)
+    repo.create_tag("v1", head)
+    done = cli("append", url, *granules[2:4], "--ref", "dev")
+    assert done.returncode == 0, done.stderr
+    dev = repo.lookup_branch("dev")
+    assert repo.lookup_branch("main") == head and dev != head and dev in done.stdout
+    t = truth(24)
+    seen(url, t, 4 * PER_GRANULE, ref="dev")
+    seen(url, t, 2 * PER_GRANULE)
+    for ref in ("v1", head, "nope"):
+        wrong = cli("append", url, granules[4], "--ref", ref)
+        assert wrong.returncode == 2, wrong.stderr
+        assert (
+            wrong.stderr.strip().count("\n") == 0 and f"--ref {ref}: not a branch" in wrong.stderr
+        )
+    plain = cli("append", str(tmp_path / "plain.zarr"), granules[0], "--ref", "dev")
+    assert plain.returncode == 2 and "not an icechunk repository" in plain.stderr
+    assert not (tmp_path / "plain.zarr").exists()
+    assert [repo.lookup_branch(b) for b in ("main", "dev")] == [head, dev]

@@ -163,3 +163,38 @@ def test_local_granules_are_read_in_the_thread(tmp_path, icechunk_gets):
     assert icechunk_gets == []
     np.testing.assert_array_equal(again.values, first.values)
     np.testing.assert_allclose(first.values, granule_means(granules, ["time"]).values, rtol=1e-9)
+
+
+def test_an_append_reads_and_writes_the_coordinates_last_chunk_only(
+    tmp_path, monkeypatch, icechunk_gets
+):
+    """What an append reads back of the cube does not grow with its length: the metadata
+    documents and the last chunk of the coordinates (here 40 steps long, so that months
+    cross chunk edges), never the earlier ones; the coordinates come out whole."""
+    from accumulus.ingest import references
+
+    monkeypatch.setattr(references, "_INLINE_CHUNK", 40)
+    granules = monthly_granules(tmp_path / "in", [1, 2, 3, 4, 5, 6])
+    url = f"icechunk://{tmp_path / 'repo'}"
+    accumulus.append_virtual(url, granules[:1])
+    steps = 31
+    for granule in granules[1:]:
+        icechunk_gets.clear()
+        result = accumulus.append_virtual(url, [granule])
+        assert result.extent[0] == steps
+        last = (steps - 1) // 40  # the chunk of the last step before the append
+        asked = {k for k in icechunk_gets if k.startswith(("time/c/", "time_bnds/c/"))}
+        assert {k.split("/c/")[1].split("/")[0] for k in asked} == {str(last)}, asked
+        steps = result.extent[1]
+    from icechunk.credentials import LocalFileSystemAccess
+
+    repo = icechunk.Repository.open(
+        icechunk.local_filesystem_storage(str(tmp_path / "repo")),
+        authorize_virtual_chunk_access={
+            f"file://{(tmp_path / 'in').resolve()}/": LocalFileSystemAccess
+        },
+    )
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        ds = xr.open_zarr(repo.readonly_session(branch="main").store, consolidated=False)
+        assert ds["time"].encoding["chunks"] == (40,)
+        same_as_granules(ds.load(), granules)

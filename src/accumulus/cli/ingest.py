@@ -83,11 +83,19 @@ def append(
         ),
     ] = False,
     allow_references: AllowReferences = None,
+    ref: Annotated[
+        str | None,
+        typer.Option(
+            "--ref",
+            help="Of an icechunk repository (icechunk://, icechunk+s3://): the branch to commit "
+            "to (default: main).",
+        ),
+    ] = None,
 ) -> None:
     """Create a cube from granules, or append them to it. Safe to re-run, safe to kill."""
     api = load_api()
 
-    source = reading(endpoint_url, storage_option, allow_references)
+    source = reading(endpoint_url, storage_option, allow_references, ref)
     options = source["storage_options"]
     if virtual:
         if chunks or chunking or shards:
@@ -96,7 +104,9 @@ def append(
                 "do not apply"
             )
         allowed = source["allow_references"] or ()
-        _append_virtual(store, granules, dim, zarr_format, skip_existing, options, group, allowed)
+        _append_virtual(
+            store, granules, dim, zarr_format, skip_existing, options, group, allowed, ref
+        )
         return
     sizes = dimension_sizes(chunks, "--chunks")
     shard_sizes = dimension_sizes(shards, "--shards")
@@ -166,6 +176,7 @@ def _append_virtual(
     options: dict | None,
     group: str | None,
     allowed: Sequence[str] = (),
+    ref: str | None = None,
 ) -> None:
     from accumulus.destinations import check_file, check_store
     from accumulus.ingest.virtual import LARGE_JSON_SET, append_virtual
@@ -187,6 +198,7 @@ def _append_virtual(
             skip_existing=skip_existing,
             storage_options=options,
             group=group,
+            ref=ref,
             allow_references=allowed,
         )
     except KeyboardInterrupt:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import datetime
+import re
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -119,3 +121,21 @@ def dimension_sizes(items: Sequence[str] | None, what: str) -> dict[str, int]:
     """``dim=size`` options (repeatable, or several in one: ``time=40,lat=90``)."""
     found = [item for text in items or [] for item in text.split(",") if item.strip()]
     return {d: positive_int(n, f"{what} {d}") for d, n in pairs(found, what).items()}
+
+
+# A duration: a number and its unit (seconds, minutes, hours, days, weeks).
+_DURATION = re.compile(r"(\d+(?:\.\d*)?)\s*([smhdw])")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration(text: str, what: str) -> datetime.timedelta:
+    """A duration written as a number and a unit: ``7d``, ``12h``, ``30m``, ``90s``, ``2w``."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None:
+        raise AccumulusError(
+            f"{what} must be a duration such as 7d, 12h, 30m, 90s or 2w, got {text!r}"
+        )
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if seconds > 1e10:  # 317 years: past any archive (and datetime has no year 0)
+        raise AccumulusError(f"{what} {text!r} is longer than any archive has existed")
+    return datetime.timedelta(seconds=seconds)

@@ -15,6 +15,11 @@ from accumulus.cli.options import (
 )
 
 
+def _option(flag: str, help_text: str, minimum: float | None = None) -> Any:
+    """An option of the service, with the smallest number it takes where it is a limit."""
+    return typer.Option(flag, min=minimum, help=help_text)
+
+
 def serve(
     stores: Annotated[
         list[str],
@@ -29,49 +34,37 @@ def serve(
     ] = "127.0.0.1",
     workers: Annotated[
         int,
-        typer.Option(
+        _option(
             "--workers",
-            min=1,
-            help="Processes answering on the port, e.g. one per core. Each has its own cache and "
+            "Processes answering on the port, e.g. one per core. Each has its own cache and "
             "limits (--computations, --memory-mb, --cache-mb hold per process).",
+            1,
         ),
     ] = 1,
     max_cells: Annotated[
-        int | None,
-        typer.Option(
-            "--max-cells", min=1, help="Refuse answers with more values (default 2000000)."
-        ),
+        int | None, _option("--max-cells", "Refuse answers with more values (default 2000000).", 1)
     ] = None,
-    cache_mb: Annotated[
-        int, typer.Option("--cache-mb", min=0, help="Memory for cached answers.")
-    ] = 256,
+    cache_mb: Annotated[int, _option("--cache-mb", "Memory for cached answers.", 0)] = 256,
     computations: Annotated[
-        int,
-        typer.Option(
-            "--computations", min=1, help="Answers computed at once; others wait, then get 503."
-        ),
+        int, _option("--computations", "Answers computed at once; others wait, then get 503.", 1)
     ] = 2,
     scans: Annotated[
         int,
-        typer.Option(
+        _option(
             "--scans",
-            min=1,
-            help="Answers no accumulation can give (full scans) computed at once, queued apart "
+            "Answers no accumulation can give (full scans) computed at once, queued apart "
             "from the others, which never wait behind them.",
+            1,
         ),
     ] = 1,
     memory_mb: Annotated[
-        int,
-        typer.Option("--memory-mb", min=16, help="Memory one computation's raw reads may hold."),
+        int, _option("--memory-mb", "Memory one computation's raw reads may hold.", 16)
     ] = 512,  # budget.DEFAULT_MEMORY_BYTES (not imported: zarr)
     queue_seconds: Annotated[
-        float,
-        typer.Option(
-            "--queue-seconds", min=0.1, help="How long a request waits for a computation."
-        ),
+        float, _option("--queue-seconds", "How long a request waits for a computation.", 0.1)
     ] = 10.0,
     request_seconds: Annotated[
-        float, typer.Option("--request-seconds", min=0.1, help="Longest computation (then 504).")
+        float, _option("--request-seconds", "Longest computation (then 504).", 0.1)
     ] = 60.0,
     group: Annotated[
         str | None,
@@ -81,26 +74,25 @@ def serve(
     storage_option: StorageOption = None,
     accumulations: Annotated[
         list[str] | None,
-        typer.Option(
+        _option(
             "--accumulations",
-            help="Read each cube's accumulations from this sidecar store "
-            "(once per cube, in order).",
+            "Read each cube's accumulations from this sidecar store (once per cube, in order).",
         ),
     ] = None,
     allow_references: AllowReferences = None,
     ref: Annotated[
         list[str] | None,
-        typer.Option(
+        _option(
             "--ref",
-            help="Of icechunk repositories: a branch, tag or snapshot id to serve, one dataset "
+            "Of icechunk repositories: a branch, tag or snapshot id to serve, one dataset "
             "each, named NAME@REF (repeatable; default: branch main, followed as it grows).",
         ),
     ] = None,
     allowed_host: Annotated[
         list[str] | None,
-        typer.Option(
+        _option(
             "--allowed-host",
-            help="A Host name clients reach the service by, besides the loopback names and "
+            "A Host name clients reach the service by, besides the loopback names and "
             "--host (repeatable; *.example.org for subdomains, * for any): others get 400.",
         ),
     ] = None,

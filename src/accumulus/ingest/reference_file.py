@@ -40,10 +40,19 @@ class ReferenceSet:
     zarr_format: int
     granules: tuple[GranuleRecord, ...]
     signatures: Mapping[str, Any]  # referenced array -> what its granules must agree on
-    coordinate: np.ndarray  # along the append dimension, as stored
-    inline: Mapping[str, np.ndarray]  # inline arrays along the append dimension
+    coordinate: np.ndarray  # along the append dimension, as stored, from ``start`` on
+    inline: Mapping[str, np.ndarray]  # inline arrays along the append dimension, from ``start``
     dim_chunks: Mapping[str, tuple[int, ...]]  # referenced array -> chunk sizes along dim
     group: str = ""  # the group of the set that is the cube ("" for the root)
+    # Where ``coordinate`` and ``inline`` begin along the dimension: the first step of the
+    # inline arrays' last chunk. Only their tail is read, and an append rewrites them from
+    # there: its work does not grow with the cube's length.
+    start: int = 0
+
+    @property
+    def steps(self) -> int:
+        """The cube's length along the append dimension."""
+        return self.start + len(self.coordinate)
 
 
 @contextmanager
@@ -81,7 +90,7 @@ def _reference_set(
 
 def reference_set_in(store: Store, target: str, refs: Mapping[str, Any], dim: str) -> ReferenceSet:
     """The virtual cube ``store`` holds (``target``: how messages name it), whose
-    references are ``refs`` (an icechunk repository's: its metadata and inline chunks)."""
+    references are ``refs`` (an icechunk repository's: its metadata documents)."""
     with rectilinear_grids():
         root = zarr.open_group(store, mode="r")
         settings: Any = root.attrs.get("accumulus", {})  # JSON, checked below
@@ -99,6 +108,7 @@ def reference_set_in(store: Store, target: str, refs: Mapping[str, Any], dim: st
             group=group or None,
             decode_cf=False,
             chunks=None,
+            create_default_indexes=False,  # an index would read the whole coordinate
         )
         template = template_of(dataset, dim, target, unpack=False)
         signatures = virtual.get("arrays", {})
@@ -106,10 +116,17 @@ def reference_set_in(store: Store, target: str, refs: Mapping[str, Any], dim: st
             name: array_bounds(array_at(node, name))[template.variables[name].dims.index(dim)].sizes
             for name in signatures
         }
+        names = [name for name in template.appended if name not in signatures]
+        start = min(
+            (
+                _last_chunk_start(array_at(node, n), template.variables[n].dims.index(dim))
+                for n in names
+            ),
+            default=0,
+        )
         inline = {
-            name: np.asarray(dataset.variables[name].values)
-            for name in template.appended
-            if name not in signatures
+            name: np.asarray(dataset.variables[name][{dim: slice(start, None)}].values)
+            for name in names
         }
     granules = tuple(
         GranuleRecord(g["url"], int(g["size"]), str(g["modified"]), int(g["steps"]))
@@ -125,7 +142,14 @@ def reference_set_in(store: Store, target: str, refs: Mapping[str, Any], dim: st
         inline=inline,
         dim_chunks=dim_chunks,
         group=group,
+        start=start,
     )
+
+
+def _last_chunk_start(array: zarr.Array, axis: int) -> int:
+    """The first step of an array's last chunk along ``axis`` (0 when it is empty)."""
+    bounds = array_bounds(array)[axis]
+    return bounds.edges[bounds.chunk_of(bounds.size - 1)[0]] if bounds.size else 0
 
 
 def write_atomically(

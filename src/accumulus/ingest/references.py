@@ -185,7 +185,8 @@ def _create(
             _write_inline(root, plan, along[name], _INLINE_CHUNK, chunk_key_encoding)
         else:
             values = first.static[name]
-            _write_inline(root, plan, values, max(1, values.size), chunk_key_encoding)
+            whole = max(1, values.shape[0]) if values.ndim else 1
+            _write_inline(root, plan, values, whole, chunk_key_encoding)
     return root
 
 
@@ -233,21 +234,22 @@ def _extend(
                 array.resize(_replaced(array.shape, axis, sum(sizes)))
             else:
                 store_metadata(array, with_chunk_sizes(array.metadata, axis, sum(sizes), sizes))
-    for name, values in existing.inline.items():
+    for name, values in existing.inline.items():  # the tail, from ``existing.start``
         new = np.concatenate([values, *(g.inline[name] for g in scanned)])
         array = array_at(node, name)
         axis = template.variables[name].dims.index(dim)
-        array.resize(_replaced(array.shape, axis, new.shape[axis]))
-        array[...] = new
+        array.resize(_replaced(array.shape, axis, existing.start + new.shape[axis]))
+        array[(slice(None),) * axis + (slice(existing.start, None),)] = new
 
 
 def _replaced(shape: Sequence[int], axis: int, size: int) -> tuple[int, ...]:
     return tuple(size if a == axis else n for a, n in enumerate(shape))
 
 
-# Inline arrays along the append dimension (times, time bounds) are chunked this long, so
-# an append rewrites one small chunk.
-_INLINE_CHUNK = 2**16
+# Inline arrays along the append dimension (times, time bounds) are chunked this long,
+# whatever the first granule's length: an append rewrites the last chunk (at most 8 KB of
+# times), and a reader opens the coordinate of 100,000 steps in 100 reads.
+_INLINE_CHUNK = 1024
 
 
 def _write_inline(
@@ -257,8 +259,9 @@ def _write_inline(
     chunk: int,
     chunk_key_encoding: dict[str, str] | None,
 ) -> None:
-    """A small array stored in the reference file itself."""
-    chunks = (min(chunk, max(1, values.shape[0])), *values.shape[1:]) if values.ndim else None
+    """A small array stored in the reference file itself, ``chunk`` long along its first
+    dimension."""
+    chunks = (chunk, *values.shape[1:]) if values.ndim else None
     fmt = root.metadata.zarr_format
     planned = replace(plan, shape=values.shape, chunks=chunks)
     array = create_zarr_array(root, planned, fmt, chunk_key_encoding)

@@ -16,8 +16,10 @@ chunk grid (ZEP 3), which icechunk holds (``transactional`` spells its sizes out
 from __future__ import annotations
 
 import base64
+import itertools
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import zarr
@@ -27,6 +29,7 @@ from zarr.core.sync import sync
 from accumulus.accumulation.build.accumulate import build_accumulations
 from accumulus.accumulation.model.groups import read_group
 from accumulus.errors import AccumulusError
+from accumulus.grid import array_bounds
 from accumulus.hierarchy import consolidate_groups, cube_groups, holds_accumulations
 from accumulus.ingest.reference_file import (
     VIRTUAL_KEY,
@@ -37,7 +40,7 @@ from accumulus.ingest.reference_file import (
 from accumulus.ingest.references import compose
 from accumulus.ingest.virtual_scan import VirtualAppend, VirtualResult, scan_new
 from accumulus.raw_cube import RawCube
-from accumulus.stores.arrays import group_at
+from accumulus.stores.arrays import array_at, group_at
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.opening import open_store
 from accumulus.stores.transactional import (
@@ -73,7 +76,7 @@ def _append_once(url: str, asked: VirtualAppend) -> VirtualResult:
         )
     new = scan_new(existing, asked, 3)
     scanned = new.scanned
-    before = len(existing.coordinate) if existing is not None else 0
+    before = existing.steps if existing is not None else 0
     written_refs = 0
     if scanned:
         assert new.template is not None
@@ -119,8 +122,10 @@ def _session(asked: VirtualAppend) -> TransactionalStore:
 
 
 def _existing(store: TransactionalStore, url: str, dim: str) -> ReferenceSet | None:
-    """The virtual cube the session holds: its metadata documents and inline arrays read
-    as references (the granules' chunks are not listed), or None in a new repository."""
+    """The virtual cube the session holds, or None in a new repository: its metadata
+    documents, and the last chunk of each inline array along ``dim`` (what an append
+    rewrites), read as references. The granules' chunks are not listed, nor the inline
+    arrays' earlier chunks: what is read does not grow with the cube's length."""
     try:
         with rectilinear_grids():
             root = zarr.open_group(store, mode="r", use_consolidated=False)
@@ -136,28 +141,34 @@ def _existing(store: TransactionalStore, url: str, dim: str) -> ReferenceSet | N
             f"{url} holds a cube appended without --virtual; append its granules the same "
             "way, or reference them in a new repository"
         )
-    prefix = f"{settings.get('group', '')}/".lstrip("/")
-    referenced = {prefix + name for name in virtual.get("arrays", {})}
-    prototype = default_buffer_prototype()
     keys = ["zarr.json", *(f"{path}/zarr.json" for path in members)]
-    cube = group_at(root, str(settings.get("group", "")))
-    for name, array in cube.arrays():
-        path = prefix + name
-        if path not in referenced:  # an inline array: its chunks are the repository's
-            keys.extend(_chunk_keys(store, path, array))
-    refs: dict[str, Any] = {}
+    existing = reference_set_in(store, url, _read(store, keys), dim)
+    cube = group_at(root, existing.group)
+    prefix = f"{existing.group}/".lstrip("/")
+    tail: list[str] = []
+    for name in existing.inline:
+        array = array_at(cube, name)
+        axis = existing.template.variables[name].dims.index(dim)
+        tail.extend(prefix + name + "/" + k for k in _chunk_keys_from(array, axis, existing.start))
+    return replace(existing, refs={**existing.refs, **_read(store, tail)})
+
+
+def _read(store: TransactionalStore, keys: list[str]) -> dict[str, str]:
+    """The keys' values (those that exist) as a reference set holds them."""
+    prototype = default_buffer_prototype()
+    refs = {}
     for key in keys:
         value = sync(store.get(key, prototype))
         if value is not None:
             refs[key] = _as_reference(key, value.to_bytes())
-    return reference_set_in(store, url, refs, dim)
+    return refs
 
 
-def _chunk_keys(store: TransactionalStore, path: str, array: Any) -> list[str]:
-    async def listed() -> list[str]:
-        return [key async for key in store.list_prefix(f"{path}/")]
-
-    return [k for k in sync(listed()) if k.count("/") > path.count("/") and "zarr.json" not in k]
+def _chunk_keys_from(array: zarr.Array, axis: int, start: int) -> list[str]:
+    """The keys (under the array) of its chunks that hold steps ``start`` on along ``axis``."""
+    ranges = [range(bounds.n_chunks) for bounds in array_bounds(array)]
+    ranges[axis] = array_bounds(array)[axis].chunks_overlapping(start, array.shape[axis])
+    return [array.metadata.encode_chunk_key(index) for index in itertools.product(*ranges)]
 
 
 def _as_reference(key: str, data: bytes) -> str:

@@ -68,7 +68,7 @@ class VirtualResult:
         """What the append ``asked`` did, adding ``new`` to ``existing`` (None: no cube
         yet), with ``references`` in the set after it."""
         scanned = new.scanned
-        before = len(existing.coordinate) if existing is not None else 0
+        before = existing.steps if existing is not None else 0
         return cls(
             store=asked.target,
             dim=asked.dim,

@@ -9,10 +9,15 @@ and every reader of a snapshot sees data and accumulations that match.
 
 icechunk holds Zarr v3 nodes only, so accumulus's own objects (``.accumulus/``: the append
 journal, the writers' lock) cannot be keys of the repository. ``TransactionalStore`` keeps
-them beside the session: the journal travels in the commit's metadata (each snapshot carries
-the journal of the data it holds, so time travel reads the right one), and the lock stays in
-memory: writers are kept apart by icechunk's commit, which refuses a commit whose branch moved
-since its session began (``TransactionConflict``), not by a lock object.
+them beside the session: the journal is written at the commit into an attribute of the root
+group (``OBJECTS_ATTRIBUTE``, which the store's readers do not see), so each snapshot
+carries the journal of the data it holds and time travel reads the right one; the commit's
+metadata says only how many granules and steps it holds (``SUMMARY_KEY``). Not the journal
+itself: icechunk copies every commit's metadata into the repository's ``repo`` object,
+rewritten at each commit, where a journal that grows by a granule a day made each commit
+write more (3.8 MB a day after 1,000 days). The lock stays in memory: writers are kept apart
+by icechunk's commit, which refuses a commit whose branch moved since its session began
+(``TransactionConflict``), not by a lock object.
 
 Consolidated metadata is written as for any store: icechunk keeps it in the root group's
 ``zarr.json``, inside the same snapshot as the arrays, so it never disagrees with them.
@@ -61,9 +66,13 @@ from accumulus.stores.safe_reads import read_file_range
 
 SCHEMES = frozenset({"icechunk", "icechunk+s3"})
 DEFAULT_BRANCH = "main"
-# The commit metadata key holding accumulus's objects (by key) as of that snapshot.
+# The commit metadata key that held accumulus's objects (by key) as of that snapshot, in
+# repositories written before they moved to ``OBJECTS_ATTRIBUTE``.
 METADATA_KEY = "accumulus"
-# The commit metadata key of a virtual append's granules and extent (it keeps no journal).
+# The root group's attribute holding accumulus's objects (by key) as of the snapshot.
+OBJECTS_ATTRIBUTE = "accumulus_objects"
+_ROOT = "zarr.json"
+# The commit metadata key of the granules and extent a commit holds.
 SUMMARY_KEY = "accumulus_summary"
 # Objects that live only as long as the session: the writers' lock and its guards.
 _SESSION_ONLY = "lock"
@@ -142,12 +151,18 @@ class TransactionalStore(DelegatingStore):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        if not _is_own_object(key):
+        if _is_own_object(key):
+            data = self._objects.get(key)
+        else:
+            # The root document is read whole: readers see less of it than is stored.
+            whole = key == _ROOT
             try:
-                return await self._store.get(key, prototype, byte_range)
+                value = await self._store.get(key, prototype, None if whole else byte_range)
             except Exception as exc:  # icechunk's errors are of several classes
                 raise _refused(exc) from None
-        data = self._objects.get(key)
+            if not whole or value is None:
+                return value
+            data = _without_objects(value.to_bytes())
         if data is None:
             return None
         return prototype.buffer.from_bytes(_ranged(data, byte_range))
@@ -157,7 +172,11 @@ class TransactionalStore(DelegatingStore):
     ) -> Buffer | None:
         if self.files is None or _is_own_object(key):
             return sync(self.get(key, prototype, byte_range))
-        data = self.files.read(key, byte_range)
+        if key == _ROOT:
+            root = self.files.read(key, None)
+            data = None if root is None else _ranged(_without_objects(root), byte_range)
+        else:
+            data = self.files.read(key, byte_range)
         return None if data is None else prototype.buffer.from_bytes(data)
 
     def reads_in_thread(self) -> bool:
@@ -205,7 +224,10 @@ class TransactionalStore(DelegatingStore):
         if not self.has_changes():
             return None
         kept = {k: v.decode() for k, v in self._objects.items() if not _session_only(k)}
-        metadata: dict[str, Any] = {METADATA_KEY: kept}
+        metadata: dict[str, Any] = {}
+        if kept and not sync(self._keep_objects(kept)):  # no root group to hold them
+            metadata[METADATA_KEY] = kept
+        summary = summary if summary is not None else _summary_of(kept)
         if summary is not None:
             metadata[SUMMARY_KEY] = summary
         try:
@@ -217,6 +239,40 @@ class TransactionalStore(DelegatingStore):
             ) from None
         self._changed = False
         return str(snapshot)
+
+    async def _keep_objects(self, objects: dict[str, str]) -> bool:
+        """Write ``objects`` into the root group's attributes (whatever the session wrote
+        there: its readers do not see them); False when there is no root group."""
+        from zarr.core.buffer import default_buffer_prototype
+
+        prototype = default_buffer_prototype()
+        root = await self._store.get(_ROOT, prototype)
+        if root is None:
+            return False
+        document = json.loads(root.to_bytes())
+        attributes = document.setdefault("attributes", {})
+        if attributes.get(OBJECTS_ATTRIBUTE) != objects:
+            attributes[OBJECTS_ATTRIBUTE] = objects
+            data = json.dumps(document, indent=2).encode()
+            await self._store.set(_ROOT, prototype.buffer.from_bytes(data))
+        return True
+
+
+def _without_objects(root: bytes) -> bytes:
+    """The root group's document as readers see it: without accumulus's objects."""
+    if OBJECTS_ATTRIBUTE.encode() not in root:
+        return root
+    document = json.loads(root)
+    document.get("attributes", {}).pop(OBJECTS_ATTRIBUTE, None)
+    return json.dumps(document, indent=2).encode()
+
+
+def _summary_of(objects: dict[str, str]) -> dict[str, int] | None:
+    """The granules and extent the journal among ``objects`` says the cube holds."""
+    journal = _journal_document({METADATA_KEY: objects})
+    if not journal:
+        return None
+    return {"granules": len(journal.get("granules", ())), "extent": int(journal.get("extent", 0))}
 
 
 def is_session_store(store: Store) -> bool:
@@ -237,6 +293,32 @@ def transaction_of(store: Store) -> TransactionalStore | None:
             return None
         store = store._store
     return store
+
+
+# Chunks per manifest along each dimension (``new_repository_config``): a query over a whole
+# archive of daily one-step chunks reads one manifest per this many days, an append rewrites
+# at most this many chunk references.
+MANIFEST_SPLIT = 256
+
+
+def new_repository_config() -> Any:
+    """The configuration of a repository accumulus creates: icechunk's default, with every
+    array's chunk references split into manifests of ``MANIFEST_SPLIT`` chunks along each
+    dimension. Without it a commit writes every chunk reference of each array it changed
+    (the manifest of a daily cube's data grows with every day); split, it writes the
+    manifests of the splits it touched: an append, the last ones along time."""
+    import icechunk
+
+    splitting = icechunk.ManifestSplittingConfig.from_dict(
+        {
+            icechunk.ManifestSplitCondition.AnyArray(): {
+                icechunk.ManifestSplitDimCondition.Any(): MANIFEST_SPLIT
+            }
+        }
+    )
+    config = icechunk.RepositoryConfig.default()
+    config.manifest = icechunk.ManifestConfig(splitting=splitting)
+    return config
 
 
 def _quiet_icechunk() -> None:
@@ -273,7 +355,9 @@ def open_repository(
         config = icechunk.Repository.fetch_config(storage) if exists else None
         access = authorized(url, config, storage_options, allow_references)
         repository = icechunk.Repository.open_or_create(
-            storage, authorize_virtual_chunk_access=access
+            storage,
+            config=None if exists else new_repository_config(),
+            authorize_virtual_chunk_access=access,
         )
         session = _session(repository, url, mode, ref)
         branch = ref or DEFAULT_BRANCH
@@ -445,7 +529,9 @@ def add_containers(
     _quiet_icechunk()
     storage = _storage(url, storage_options, create=True)
     try:
-        repository = icechunk.Repository.open_or_create(storage)
+        exists = icechunk.Repository.exists(storage)
+        config = None if exists else new_repository_config()
+        repository = icechunk.Repository.open_or_create(storage, config=config)
         config = repository.config
         known = list(config.virtual_chunk_containers or {})
         added: list[str] = []
@@ -539,7 +625,7 @@ def branch_moved(store: Store) -> tuple[str, str] | None:
     if transaction is None or transaction.follows is None:
         return None
     # A local repository rewrites its ``repo`` object at every commit: while it stays as it
-    # was, no branch moved (a stat, where icechunk's lookup took 0.02-8 ms on a loaded machine).
+    # was, no branch moved: a stat is much cheaper than icechunk's look-up of the branch.
     files = transaction.files
     now = _stamp(files.root) if files is not None else None
     if files is not None and now is not None and now == files.stamp:
@@ -635,6 +721,48 @@ def _s3(storage_options: dict[str, Any] | None) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Expired:
+    """What ``expire`` did to a repository."""
+
+    snapshots: int  # expired: no longer in any branch's history
+    objects: int  # deleted: chunks, manifests, snapshots and transaction logs
+    bytes: int  # of the objects deleted
+
+
+def expire(url: str, older_than: datetime, storage_options: dict[str, Any] | None) -> Expired:
+    """Expire the snapshots of the repository ``url`` written before ``older_than`` and
+    delete the objects no kept snapshot reads (icechunk's ``expire_snapshots`` then
+    ``garbage_collect``, both with that bound). Branch tips and tags are kept, whatever
+    their age, and so is what they read."""
+    import icechunk
+
+    if url_scheme(url) not in SCHEMES:
+        raise AccumulusError(
+            f"{url}: not an icechunk repository (icechunk://PATH, icechunk+s3://BUCKET/PREFIX); "
+            "only a repository keeps snapshots to expire"
+        )
+    if older_than.tzinfo is None:
+        raise AccumulusError(f"older_than={older_than}: give a time zone (e.g. datetime.UTC)")
+    _quiet_icechunk()
+    storage = _storage(url, storage_options, create=False)
+    try:
+        if not icechunk.Repository.exists(storage):
+            raise StoreNotFoundError(f"store not found: {url} (no icechunk repository there)")
+        repository = icechunk.Repository.open(storage)
+        expired = repository.expire_snapshots(older_than=older_than)
+        collected = repository.garbage_collect(delete_object_older_than=older_than)
+    except icechunk.IcechunkError as exc:
+        raise AccumulusError(f"cannot expire snapshots of {url}: {_reason(exc)}") from None
+    objects = (
+        collected.chunks_deleted
+        + collected.manifests_deleted
+        + collected.snapshots_deleted
+        + collected.transaction_logs_deleted
+    )
+    return Expired(len(expired), objects, collected.bytes_deleted)
+
+
+@dataclass(frozen=True)
 class Commit:
     """One commit of a branch, as ``inspect`` lists it."""
 
@@ -685,11 +813,19 @@ def _journal_document(metadata: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _committed_objects(repository: Any, session: Any) -> Iterator[tuple[str, bytes]]:
-    """The ``.accumulus/`` objects the session's base snapshot carries."""
+    """The ``.accumulus/`` objects the session's base snapshot carries: in its root group's
+    attributes, or (written before those) in its commit's metadata."""
+    from zarr.core.buffer import default_buffer_prototype
+
     if repository is None or session is None:
         return
-    metadata = repository.lookup_snapshot(session.snapshot_id).metadata or {}
-    for key, text in (metadata.get(METADATA_KEY) or {}).items():
+    root = sync(session.store.get(_ROOT, default_buffer_prototype()))
+    attributes = json.loads(root.to_bytes()).get("attributes", {}) if root is not None else {}
+    objects = attributes.get(OBJECTS_ATTRIBUTE)
+    if not isinstance(objects, dict):
+        metadata = repository.lookup_snapshot(session.snapshot_id).metadata or {}
+        objects = metadata.get(METADATA_KEY) or {}
+    for key, text in objects.items():
         yield key, str(text).encode()
 
 

@@ -18,11 +18,17 @@ from accumulus.stores.transactional import is_session_store
 
 
 def open_target(
-    store: str | os.PathLike[str] | Store, label: str, storage_options: dict | None
+    store: str | os.PathLike[str] | Store,
+    label: str,
+    storage_options: dict | None,
+    ref: str | None = None,
 ) -> tuple[Store, Path | None]:
-    """The store to append to, and the directory this call creates (removed again if the
-    append fails before writing anything). Its parent directory or bucket must exist."""
+    """The store to append to (of an icechunk repository: a session on the branch ``ref``),
+    and the directory this call creates (removed again if the append fails before writing
+    anything). Its parent directory or bucket must exist."""
     if isinstance(store, Store):
+        if ref is not None:
+            raise AccumulusError(f"ref={ref!r} names a branch of a repository given by its URL")
         if is_session_store(store):
             raise AccumulusError(
                 "append into an icechunk repository by its URL (icechunk://PATH), not a "
@@ -36,7 +42,7 @@ def open_target(
             "append to a directory or s3:// store, and zip a copy"
         )
     new_directory = check_store(text, "the cube")
-    target = open_store(text, "w", storage_options=storage_options)
+    target = open_store(text, "w", storage_options=storage_options, ref=ref)
     inner = target
     while hasattr(inner, "_store"):
         inner = inner._store

@@ -66,6 +66,7 @@ def append(
     group: str | None = None,
     shards: Mapping[str, int] | None = None,
     allow_references: Sequence[str] | None = None,
+    ref: str | None = None,
 ) -> AppendResult:
     """Append ``granules`` (NetCDF4/HDF5 files, Zarr stores or ``xarray.Dataset`` objects)
     to the cube at ``store`` along ``dim``, creating it from the first granule if needed.
@@ -87,7 +88,7 @@ def append(
     sizes (multiples of the chunk sizes; one chunk per shard along dimensions not named);
     on an existing cube they must agree with its shards. ``allow_references``: where a
     granule that is a reference set (``.parq``, or a ``.json`` URL) may read besides its own
-    location.
+    location. ``ref``: of an icechunk repository, the branch to commit to (default ``main``).
     """
     started = time.perf_counter()
     items = _as_list(granules)
@@ -119,7 +120,7 @@ def append(
     # done again on the new head (its granules may already be there, or conflict).
     for attempt in range(_TRANSACTION_ATTEMPTS):
         try:
-            return _append_once(store, label, items, dim, group, request, started)
+            return _append_once(store, label, items, dim, group, request, started, ref)
         except TransactionConflict:
             if isinstance(store, Store) or attempt == _TRANSACTION_ATTEMPTS - 1:
                 raise
@@ -137,10 +138,12 @@ def _append_once(
     group: str | None,
     request: Request,
     started: float,
+    ref: str | None,
 ) -> AppendResult:
-    """One run of the phases on ``store``, committed once when it is an icechunk session."""
+    """One run of the phases on ``store``, committed once when it is an icechunk session
+    (on the branch ``ref``)."""
     # The destination is checked before any granule is read.
-    target_store, new_directory = open_target(store, label, request.storage_options)
+    target_store, new_directory = open_target(store, label, request.storage_options, ref)
     transaction = transaction_of(target_store)
     if transaction is not None:
         request = _in_repository(request)
