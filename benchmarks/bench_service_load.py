@@ -12,7 +12,16 @@ day-precise period and box. Three loads are sent to each server:
 - ``64 clients``: 64 in flight;
 - ``16 clients, 10 % raw``: as the first, with one request in ten answered from the raw data
   alone (``accumulation=false``: what a question no accumulation can answer costs, chunks
-  decoded and summed), reported apart ("raw") from the others ("light").
+  decoded and summed), reported apart ("raw") from the others ("light");
+- ``16 clients, cache hits``: 50 questions asked over and over, so that (after their first
+  round) every answer is in the cache: what the service costs without the query (HTTP, the
+  request's check, the look-up).
+
+Every load counts the answers served from the cache (``X-Accumulus-Cache: hit``): unique
+random questions never hit it. And the cores the server and client got (their CPU seconds
+over the wall time): on a machine shared with other work, requests/s is bounded by that
+share, so the CPU per request is the figure to compare, and 2 cores over the server's and
+the client's CPU per request the most requests/s two free cores could give (``ceiling``).
 
 The client is one asyncio process using aiohttp (a dependency already) with keep-alive
 connections, one per request in flight; it runs on the same cores as the server, and its
@@ -77,7 +86,11 @@ LOADS = {  # name: (requests in flight, share answered from the raw data)
     "16 clients": (16, 0.0),
     "64 clients": (64, 0.0),
     "16 clients, 10 % raw": (16, 0.1),
+    "16 clients, cache hits": (16, 0.0),
 }
+# The questions of the cache-hit load: this many, asked over and over (after one round).
+HIT_QUESTIONS = 50
+CORES = 2
 MAX_CELLS = 2_000_000
 
 
@@ -167,6 +180,7 @@ def server_cpu(process: subprocess.Popen) -> dict[int, float]:
 async def _send(base: str, questions: list[Question], clients: int, keep: set[str]) -> dict:
     latencies: dict[str, list[float]] = {"series": [], "map": [], "raw": []}
     statuses: dict[int, int] = {}
+    hits = [0]
     bodies: dict[str, bytes] = {}
     queue = iter(questions)
     connector = aiohttp.TCPConnector(limit=clients, force_close=False)
@@ -178,13 +192,14 @@ async def _send(base: str, questions: list[Question], clients: int, keep: set[st
                 started = time.perf_counter()
                 async with session.get(question.url) as response:
                     body = await response.read()
+                    hits[0] += response.headers.get("X-Accumulus-Cache") == "hit"
                 latencies[question.kind].append(time.perf_counter() - started)
                 statuses[response.status] = statuses.get(response.status, 0) + 1
                 if question.url in keep and response.status == 200:
                     bodies[question.url] = body
 
         await asyncio.gather(*(client() for _ in range(clients)))
-    return {"latencies": latencies, "statuses": statuses, "bodies": bodies}
+    return {"latencies": latencies, "statuses": statuses, "bodies": bodies, "hits": hits[0]}
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
@@ -213,16 +228,23 @@ def drive(
     busy = sorted((cpu for cpu in by_process.values() if cpu > 0.05), reverse=True)
     all_latencies = [s for kind in sent["latencies"].values() for s in kind]
     light = sent["latencies"]["series"] + sent["latencies"]["map"]
+    server_ms = 1000 * sum(by_process.values()) / len(qs)
+    client_ms = 1000 * cpu_client / len(qs)
     result = {
         "requests": len(qs),
         "seconds": round(wall, 2),
         "requests_per_s": round(len(qs) / wall, 1),
         **{k: v for k, v in percentiles(all_latencies).items() if k != "count"},
         "statuses": {str(k): v for k, v in sorted(sent["statuses"].items())},
-        "server_cpu_ms_per_request": round(1000 * sum(by_process.values()) / len(qs), 2),
+        "cache_hits": sent["hits"],
+        "server_cpu_ms_per_request": round(server_ms, 2),
         # How the work fell on the worker processes (their CPU seconds, most first).
         "server_cpu_s_by_worker": [round(cpu, 2) for cpu in busy],
-        "client_cpu_ms_per_request": round(1000 * cpu_client / len(qs), 2),
+        "client_cpu_ms_per_request": round(client_ms, 2),
+        # The cores server and client got; and what two free cores would give at this CPU
+        # per request (the client's included: it runs on the same cores).
+        "cores_used": round((server_ms + client_ms) * len(qs) / 1000 / wall, 2),
+        "ceiling_requests_per_s_on_2_cores": round(CORES * 1000 / (server_ms + client_ms)),
         "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "by_kind": {k: percentiles(v) for k, v in sent["latencies"].items() if v},
     }
@@ -348,6 +370,19 @@ def floor(cube: Path, qs: list[Question], profiled: int) -> dict:
     }
 
 
+def cpu_split(run: dict, floor_figures: dict) -> dict[str, float]:
+    """A served request's CPU by part (ms): the floor's CPU (mean) split as its profile
+    splits it, HTTP and the hand-overs between threads the rest of the server's CPU per
+    request, and the client's."""
+    cpu = floor_figures["cpu_ms_per_request_mean"]
+    split = {part: round(share * cpu, 2) for part, share in floor_figures["profile_split"].items()}
+    return {
+        "http_and_handovers": round(run["server_cpu_ms_per_request"] - cpu, 2),
+        **split,
+        "client": run["client_cpu_ms_per_request"],
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # Answers against xarray
 
@@ -418,6 +453,9 @@ def main() -> None:
         load: questions(name, args.days, args.requests, LOADS[load][1], seed=10 + k)
         for k, load in enumerate(args.loads)
     }
+    if "16 clients, cache hits" in loads:  # the same few questions, over and over
+        few = loads["16 clients, cache hits"][:HIT_QUESTIONS]
+        loads["16 clients, cache hits"] = (few * (args.requests // len(few) + 1))[: args.requests]
     warm_up = questions(name, args.days, 200, 0.0, seed=1)
     by_url = {q.url: q for qs in loads.values() for q in qs}
     every = [q for qs in loads.values() for q in qs]
@@ -438,6 +476,11 @@ def main() -> None:
             checks[label] = {"failed": repr(failed)}
         servers[label] = runs
     floor_questions = loads[args.loads[0]][: args.floor_requests]
+    floor_figures = floor(cube, floor_questions, args.profiled)
+    for runs in servers.values():
+        for load, run in runs.items():
+            if LOADS[load][1] == 0 and not load.endswith("cache hits"):
+                run["cpu_split_ms_per_request"] = cpu_split(run, floor_figures)
     report = {
         "benchmark": "service under load: unique random requests, accumulus serve --workers "
         f"{args.workers} (issue 39)",
@@ -445,7 +488,7 @@ def main() -> None:
         "accumulations": "default: time at every day, lat+lon at every cell",
         "client": "aiohttp in one asyncio process on the same cores (keep-alive)",
         "servers": servers,
-        "floor_in_process": floor(cube, floor_questions, args.profiled),
+        "floor_in_process": floor_figures,
         "checked_against_xarray": checks,
         "cpu_count": os.cpu_count(),
     }

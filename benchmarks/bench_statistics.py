@@ -24,13 +24,14 @@ array's. Then, with the sums:
   (``--stats corr:tas_next``, the last build), against ``xr.corr``;
 - ``season_map``: the DJF map over the whole record (``--season DJF``), against
   ``groupby("time.season").mean("time")``; ``season_series``: JJA of each year over the box,
-  against ``groupby("time.year")`` of the JJA days (no floor: a plan per run of days);
-  ``season_var_map``: the variance of the DJF days (``--season DJF --stat var``).
+  against ``groupby("time.year")`` of the JJA days; ``season_var_map``: the variance of
+  the DJF days (``--season DJF --stat var``).
 
 Each figure is the median of ``--repeats`` runs of an open datacube (``warm``), the floor
-(``chunk_reader.read_chunks`` fetching and decoding exactly the chunks the plan names and
-summing each: no planning, no accumulation logic), and xarray + Dask's scan of the same
-selection on a freshly opened store, with the chunks read and the largest relative
+(``floor``: ``chunk_reader.read_chunks`` fetching and decoding exactly the chunks the plan
+names, summing the part of each it needs, then the statistic finished from sums of the
+answer's shape: no labels, no planning, no accumulation logic), and xarray + Dask's scan of
+the same selection on a freshly opened store, with the chunks read and the largest relative
 difference from xarray's answer. The machine is shared: say so beside the figures.
 
     python benchmarks/bench_statistics.py [--days 730] [--repeats 3] [--scan-repeats 1]
@@ -39,6 +40,7 @@ difference from xarray's answer. The machine is shared: say so beside the figure
 from __future__ import annotations
 
 import argparse
+import itertools
 import shutil
 import time
 from pathlib import Path
@@ -47,10 +49,11 @@ import numpy as np
 import xarray as xr
 
 import accumulus
-from accumulus.accumulation.model import statistics
+from accumulus.accumulation.model import pairs, statistics
 from accumulus.accumulation.query.execute import chunk_work
-from accumulus.chunk_reader import read_chunks
-from common import DEFAULT_DIR, median_seconds, report
+from accumulus.chunk_reader import ChunkRequest, read_chunks
+from accumulus.grid import array_bounds
+from common import DEFAULT_DIR, median_with_cpu, report
 from realistic import CHUNKS, VARIABLE, dataset
 
 STEP = CHUNKS[0]  # days per raw chunk along time
@@ -69,24 +72,58 @@ def write(directory: Path, days: int) -> Path:
     return path
 
 
-def floor(handle: accumulus.Datacube, result) -> float | None:
-    """Seconds to fetch, decode and sum exactly the chunks ``result``'s plan reads (None for
-    a season, which runs a plan per run of its days, and for corr, whose pair sums are read
-    outside the plan's chunk listing)."""
-    if result.query.season is not None or result.query.stat == "corr":
-        return None
+def floor(handle: accumulus.Datacube, result) -> tuple[float, float]:
+    """Seconds to fetch and decode exactly the chunks ``result``'s plan reads, sum the part
+    of each it needs, and finish the statistic from sums of the answer's shape: no labels,
+    no planning, no accumulation logic. For a season, the chunks of all its runs' reads
+    (one plan); for corr, the chunks of its pair sums the plan's entries lie in (and the
+    raw chunks of both variables under its raw reads). Wall and CPU seconds (medians)."""
     snapshot = handle.snapshot()
-    var = snapshot.cube.variable(VARIABLE)
+    cube = snapshot.cube
+    var = cube.variable(VARIABLE)
     stat = statistics.STATISTICS[result.query.stat]
-    terms = stat.sums_for(weighted=result.weights != "none")
-    work = chunk_work(snapshot.groups, var, result.plan, terms)
-    requests = [request for request, _ in work.values()]
+    if result.query.stat == "corr":
+        requests = pair_requests(cube, var, result.plan)
+    else:
+        # (Where the weights divide out the query reads the sums without them: the same
+        # arrays of an accumulation whose weights factor out, so the same chunks.)
+        terms = stat.sums_for(weighted=result.weights != "none")
+        work = chunk_work(snapshot.groups, var, result.plan, terms)
+        requests = [request for request, _ in work.values()]
+    sums = [np.ones(result.data.shape) for _ in stat.sums]
+
+    def summed(request, chunk) -> None:
+        chunk[request.needed or ...].sum(dtype="f8")
 
     def run() -> None:
-        read_chunks(requests, lambda _, chunk: chunk.sum(dtype="f8"), None, snapshot.cube.store)
+        read_chunks(requests, summed, None, cube.store)
+        stat.answer(sums, result.weights != "none")
 
-    seconds, _ = median_seconds(run, 3)
-    return seconds
+    wall, cpu, _ = median_with_cpu(run, 3)
+    return wall, cpu
+
+
+def pair_requests(cube, var, plan) -> list[ChunkRequest]:
+    """The chunks a correlation's plan reads: of its pair sums, those holding each entry
+    read over its box; of both variables, those under each raw read."""
+    described, array = pairs.read_pairs(cube.root, VARIABLE, OTHER)
+    other = cube.variable(OTHER)
+    bounds = array_bounds(array)
+    rest = [d for d in var.dims if d != described.dim]
+    requests = []
+    for read in plan.reads:
+        box = {d: read.box.get(d, plan.ranges[d]) for d in var.dims}
+        if read.is_raw:
+            along = zip(var.dims, var.bounds, strict=True)
+            chunks = [b.chunks_overlapping(*box[d]) for d, b in along]
+            for coords in itertools.product(*chunks):
+                requests += [ChunkRequest(var.array, coords), ChunkRequest(other.array, coords)]
+            continue
+        entry, _ = bounds[0].chunk_of(read.entries[described.dim])
+        chunks = [[entry], range(bounds[1].n_chunks)]
+        chunks += [b.chunks_overlapping(*box[d]) for d, b in zip(rest, bounds[2:], strict=True)]
+        requests += [ChunkRequest(array, coords) for coords in itertools.product(*chunks)]
+    return requests
 
 
 def xarray_answer(path: Path, name: str, box: dict) -> xr.DataArray:
@@ -214,7 +251,7 @@ def main() -> None:
         def ask(over=over, ranges=ranges, options=options):
             return handle.query(VARIABLE, over, ranges, **options)
 
-        warm, result = median_seconds(ask, args.repeats)
+        warm, warm_cpu, result = median_with_cpu(ask, args.repeats)
         started = time.perf_counter()
         expected = None
         scans = []
@@ -226,13 +263,18 @@ def main() -> None:
         got = result.data.transpose(*expected.dims).values
         want = expected.values
         both = np.isfinite(got) & np.isfinite(want) & (want != 0)
-        floor_seconds = floor(handle, result)
+        floor_seconds, floor_cpu = floor(handle, result)
         answers[name] = {
             "stat": stat,
             "over": over,
             "warm_ms": round(warm * 1000, 2),
-            "floor_ms": None if floor_seconds is None else round(floor_seconds * 1000, 2),
-            "vs_floor": None if floor_seconds is None else round(warm / floor_seconds, 2),
+            "floor_ms": round(floor_seconds * 1000, 2),
+            "vs_floor": round(warm / floor_seconds, 2),
+            # CPU seconds of every thread of the process: on a shared machine wall time
+            # also counts waiting for a core, which CPU time does not.
+            "warm_cpu_ms": round(warm_cpu * 1000, 2),
+            "floor_cpu_ms": round(floor_cpu * 1000, 2),
+            "vs_floor_cpu": round(warm_cpu / floor_cpu, 2),
             "xarray_ms": round(scan * 1000, 1),
             "x_faster_than_xarray": round(scan / warm, 1),
             "accumulation_chunks": result.stats.accumulation_chunks_read,

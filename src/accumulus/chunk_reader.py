@@ -115,9 +115,13 @@ class ChunkRequest:
     needed: tuple[slice, ...] | None = None
 
     @cached_property
+    def _place(self) -> _ShardPlace | None:
+        return _place_in_shard(self.array.metadata, self.coords)
+
+    @cached_property
     def store_key(self) -> str:
         """The key of the object holding the chunk (its shard, for a sharded array)."""
-        place = _place_in_shard(self.array.metadata, self.coords)
+        place = self._place
         coords = self.coords if place is None else place.shard
         path = self.array.store_path.path
         chunk = self.array.metadata.encode_chunk_key(coords)
@@ -127,7 +131,7 @@ class ChunkRequest:
     def key(self) -> str:
         """The chunk's name: its store key, followed by its place in the shard when the
         array is sharded (``temp/c/0/1/2[3,0,1]``)."""
-        place = _place_in_shard(self.array.metadata, self.coords)
+        place = self._place
         if place is None:
             return self.store_key
         return f"{self.store_key}[{','.join(map(str, place.inner))}]"
@@ -236,11 +240,14 @@ def _check_sizes(requests: Sequence[ChunkRequest], memory_bytes: int) -> None:
             raise ChunkReadError(request, problem)
 
 
-def read_region(array: zarr.Array, region: Sequence[slice]) -> np.ndarray:
+def read_region(
+    array: zarr.Array, region: Sequence[slice], counts: ReadCounts | None = None
+) -> np.ndarray:
     """``array[region]`` (one slice of step 1 per axis) with every chunk it touches read in
     one batch (``read_chunks``) and copied into place: what ``zarr.Array.__getitem__``
     returns, without its per-call selection machinery and event-loop round trip when the
-    store is read in this thread. A build reads every raw chunk this way."""
+    store is read in this thread. A build reads every raw chunk this way. ``counts``: the
+    requests and bytes read are added to it."""
     bounds = array_bounds(array)
     starts = [s.start for s in region]
     out = np.empty([s.stop - s.start for s in region], dtype=array.dtype)
@@ -259,7 +266,10 @@ def read_region(array: zarr.Array, region: Sequence[slice]) -> np.ndarray:
             at.append(slice(start - starts[axis], stop - starts[axis]))
         out[tuple(at)] = chunk[tuple(inside)]
 
-    read_chunks((ChunkRequest(array, coords) for coords in product(*overlapping)), place)
+    done = read_chunks((ChunkRequest(array, coords) for coords in product(*overlapping)), place)
+    if counts is not None:
+        counts.requests += done.requests
+        counts.bytes += done.bytes
     return out
 
 

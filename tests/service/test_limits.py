@@ -294,3 +294,39 @@ def test_the_removed_store_answers_503_and_the_others_still_answer(tmp_path, cub
     assert "one" in listing["unavailable"]
     assert client.get("/api/datasets/one").status_code == 503
     assert client.get(SCAN.format(name="two")).status_code == 200
+
+
+def test_threads_and_requests_share_the_slot_queue_in_order():
+    """A worker thread of the short path (``acquire_here``) waits in the same first come,
+    first served queue as a request on the event loop, and gives up after its timeout."""
+    slots = ComputeSlots(1)
+    order: list[str] = []
+
+    def on_thread(name: str) -> None:
+        slot = slots.acquire_here(5)
+        assert slot is not None
+        order.append(name)
+        time.sleep(0.01)
+        slot.release()
+
+    async def on_loop(name: str) -> None:
+        slot = await slots.acquire(5)
+        assert slot is not None
+        order.append(name)
+        slot.release()
+
+    async def main() -> None:
+        first = await slots.acquire(1)
+        assert first is not None
+        thread = threading.Thread(target=on_thread, args=("thread",))
+        thread.start()
+        assert await asyncio.to_thread(wait_until, lambda: len(slots._waiters) == 1)
+        waiting = asyncio.create_task(on_loop("loop"))
+        await asyncio.sleep(0.02)
+        assert slots.acquire_here(0.05) is None  # held, and others wait before it
+        first.release()
+        await waiting
+        await asyncio.to_thread(thread.join)
+
+    asyncio.run(main())
+    assert order == ["thread", "loop"] and slots.busy == 0 and not slots._waiters

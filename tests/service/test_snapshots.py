@@ -207,3 +207,29 @@ def test_answer_cache_drops_and_refuses_older_snapshots():
     assert len(cache) == 0
     cache.put(old, ("q",), Answer(b"old", "text/plain"))  # computed by a slow request
     assert len(cache) == 0
+
+
+def test_whether_a_question_is_a_scan_is_known_per_snapshot(tmp_path: Path, cube_data):
+    """The service remembers whether a kind of question can only be answered by a scan, per
+    snapshot: a cube served before its accumulations exist scans (in the scans' queue);
+    once ``accumulate`` has published them, the same question, on the new snapshot, is
+    answered from them, and its answer is xarray's either way."""
+    path = write_cube(tmp_path / "later.zarr", cube_data, CHUNKS, accumulate=False)
+    app = create_app([str(path)])
+    service = app.state.service
+    client = TestClient(app)
+    url = "/api/datasets/later/tas/average?over=lat,lon&time=2001-01-03/2001-01-20"
+    before = client.get(url)
+    assert before.status_code == 200, before.text
+    assert before.json()["plan"]["accumulation_chunks_read"] == 0
+    assert list(service._scans.values()) == [True]
+
+    api.accumulate(str(path), "tas")
+    after = client.get(url)
+    assert after.headers["X-Accumulus-Snapshot"] != before.headers["X-Accumulus-Snapshot"]
+    assert after.headers["X-Accumulus-Cache"] == "miss"
+    assert after.json()["plan"]["accumulation_chunks_read"] > 0
+    assert sorted(service._scans.values()) == [False, True]  # one per snapshot
+    want = area_mean(cube_data, ["lat", "lon"], time=slice("2001-01-03", "2001-01-20"))
+    for answer in (before, after):
+        np.testing.assert_allclose(answer.json()["values"], want.values, rtol=1e-9)

@@ -63,6 +63,18 @@ def test_a_seasonal_series_reads_entries_only(cube):
     assert 0 < result.stats.accumulation_chunks_read <= 4 * result.data.sizes["year"]
 
 
+def test_a_seasonal_series_is_one_batch_of_reads(cube):
+    """Every season-year's reads are one plan, each in its year's slot: each chunk read
+    once, however many years' entries it holds."""
+    _, path = cube
+    result = accumulus.query(path, VAR, ["lat", "lon"], {"time": RANGE}, season="DJF")
+    years = result.data.sizes["year"]
+    assert result.plan.slots == years == 3
+    assert {read.slot for read in result.plan.reads} == set(range(years))
+    stats = result.stats
+    assert stats.requests == stats.accumulation_chunks_read + stats.raw_chunks_read
+
+
 def test_bad_seasons_are_refused(cube):
     _, path = cube
     with pytest.raises(AccumulusError, match="unknown season 'JJX'"):

@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from accumulus.service.datasets import Catalog
 from accumulus.service.errors import PublicText, add_error_handlers
@@ -89,7 +90,7 @@ def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> Fa
         limits=settings.get("limits") or ServiceLimits(),
     )
 
-    app = FastAPI(
+    app = ServiceApp(
         title="accumulus",
         summary="Area-averaged time series and time-averaged maps from Zarr datacubes with "
         "ZEP 5 chunk-level accumulations.",
@@ -99,10 +100,12 @@ def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> Fa
         redoc_url=None,
     )
     app.state.service = service
-    # (innermost first) GETs of averages answered on a short path; HEAD as GET, before it.
-    app.add_middleware(average.FastAverages, service=service, handlers=app.exception_handlers)
-    app.add_middleware(HeadAsGet)
     allowed_hosts = settings.get("allowed_hosts")
+    # GETs of averages answered on a short path, before everything else (``ServiceApp``).
+    app.fast = average.FastAverages(
+        partial(FastAPI.__call__, app), service, app.exception_handlers, allowed_hosts
+    )
+    app.add_middleware(HeadAsGet)
     if allowed_hosts is not None:
         app.add_middleware(
             TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False
@@ -114,6 +117,19 @@ def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> Fa
     app.add_api_route("/", page, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
     return app
+
+
+class ServiceApp(FastAPI):
+    """FastAPI's application, whose requests go first to ``fast`` (when set: a GET of an
+    average is answered there, everything else passed on to the application)."""
+
+    fast: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.fast is None:
+            await super().__call__(scope, receive, send)
+        else:
+            await self.fast(scope, receive, send)
 
 
 def page() -> FileResponse:

@@ -12,10 +12,12 @@ the next request's.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.errors import AccumulusError
@@ -123,6 +125,20 @@ class ComputeSlots:
             self._give_up(waiter)
             raise
 
+    def acquire_here(self, timeout: float) -> Slot | None:
+        """``acquire`` for a worker thread (blocks it): the short path of a GET computes
+        on the thread that checked the request, without a hand-over to the event loop."""
+        with self._lock:
+            if len(self._held) < self.size and not self._waiters:
+                return self._take()
+            waiter = _Waiter(None, concurrent.futures.Future())
+            self._waiters.append(waiter)
+        try:
+            return waiter.future.result(max(timeout, 0.0))
+        except concurrent.futures.TimeoutError:
+            self._give_up(waiter)
+            return None
+
     def _take(self) -> Slot:
         slot = Slot(self, time.monotonic())
         self._held.add(slot)
@@ -144,6 +160,10 @@ class ComputeSlots:
             while self._waiters:
                 waiter = self._waiters.popleft()
                 handed = self._take()
+                if waiter.loop is None:  # a thread waits (``acquire_here``)
+                    waiter.granted = handed
+                    waiter.future.set_result(handed)
+                    return
                 try:
                     waiter.loop.call_soon_threadsafe(_grant, waiter.future, handed)
                 except RuntimeError:  # that waiter's loop is closed: skip it
@@ -167,8 +187,8 @@ class Slot:
 
 @dataclass
 class _Waiter:
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop | None  # None: a thread waits on a concurrent future
+    future: Any  # asyncio.Future on ``loop``, else concurrent.futures.Future
     granted: Slot | None = None
 
 

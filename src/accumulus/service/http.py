@@ -150,22 +150,30 @@ class BoundedH11Protocol(_Deadlines, H11Protocol):
 
 class BoundedHttpToolsProtocol(_Deadlines, HttpToolsProtocol):
     """uvicorn's protocol on httptools (llhttp, in C: what ``serve`` uses), with deadlines on
-    a request's head and body (``_Deadlines``), followed through the parser's callbacks."""
+    a request's head and body (``_Deadlines``). The parser's callbacks say what the client
+    owes (``_owing``); the deadline is set once the data received has been parsed, so a
+    request that arrives whole in one read (nearly all) starts no timer at all."""
+
+    _owing: str | None = "head"
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._owe("head")
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._owe(self._owing)
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._owe("head")  # (from its first byte, on a kept-alive connection)
+        self._owing = "head"  # (from its first byte, on a kept-alive connection)
 
     def on_headers_complete(self) -> None:
-        self._owe("body")
+        self._owing = "body"
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self._owe(None)
+        self._owing = None
         super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:

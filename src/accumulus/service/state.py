@@ -7,6 +7,11 @@ Answers are computed on worker threads, at most ``ServiceLimits.computations`` a
 (``guard``), and the scans (questions no accumulation can answer) at most
 ``ServiceLimits.scans`` at once in a queue of their own; the event loop only waits, so
 ``/api/health`` answers while they run.
+
+A GET of an average takes a shorter way (``run_here``): checked, looked up in the cache and
+computed by one call on a thread of its own pool (``light``), which hands the loop one
+result; one watcher task per process enforces the queue's time, the computation's time and
+a client's leaving for every such call at once, instead of timers per request.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Annotated
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -39,6 +45,9 @@ WATCH_SECONDS = 0.1
 POLL_SECONDS = 0.005
 # Freed memory goes back to the system once no computation has run for this long.
 TRIM_IDLE_SECONDS = 0.2
+# Kinds of question whose scan-or-not is remembered (then forgotten at once: a new
+# snapshot's kinds replace them).
+MAX_KINDS = 1024
 
 log = logging.getLogger("accumulus.service")
 
@@ -68,7 +77,17 @@ class Service:
         self.workers = ThreadPoolExecutor(
             limits.computations + limits.scans, thread_name_prefix="accumulus-answer"
         )
+        # The short path's threads, one per computation slot: each takes a slot to compute,
+        # so none waits for one (with more threads than slots, handing a slot from thread
+        # to thread was 5 % of the GIL's time under load: docs/service.md).
+        self.light = ThreadPoolExecutor(limits.computations, thread_name_prefix="accumulus-get")
+        self._calls: set[HereCall] = set()  # on the short path now (``run_here``)
+        self._watcher: asyncio.Task | None = None
+        # Whether a question is a scan depends on its variable, statistic, weights and
+        # accumulation choice, not on its ranges: found once per snapshot and kind.
+        self._scans: dict[tuple, bool] = {}
         self._trim: asyncio.TimerHandle | None = None  # giving memory back when idle
+        self._last_finished = 0.0
         self.health = HealthMonitor(catalog, {s.dataset: s.token for s in first}, self.snapshot_of)
 
     def dataset(self, name: str) -> Dataset:
@@ -100,6 +119,102 @@ class Service:
         """Seconds the computation running longest has run (0 when none runs)."""
         return max(self.slots.held_longest(), self.scan_slots.held_longest())
 
+    def scans(self, snapshot: DatasetSnapshot, checked: AverageRequest) -> bool:
+        """Whether ``checked`` is a scan (``DatasetSnapshot.scans``), remembered per snapshot
+        and kind of question: the planner's look-up of usable accumulations is then made
+        once per request, by the query, not twice."""
+        query = checked.query.query
+        kind = (
+            snapshot.dataset,
+            snapshot.token,
+            checked.query.variable.name,
+            checked.query.weights,
+            query.stat,
+            query.use_accumulation,
+            query.with_,
+        )
+        found = self._scans.get(kind)
+        if found is None:
+            found = snapshot.scans(checked.query)
+            if len(self._scans) > MAX_KINDS:  # old snapshots' kinds
+                self._scans.clear()
+            self._scans[kind] = found
+        return found
+
+    def compute_here(
+        self, call: HereCall, snapshot: DatasetSnapshot, checked: AverageRequest
+    ) -> Answer:
+        """``compute`` on this worker thread (of ``light``, for ``run_here``): takes a
+        computation slot within what is left of the queue's time, and reads through a guard
+        the watcher stops when the time is up or the client leaves."""
+        limits = self.limits
+        slot = self.slots.acquire_here(limits.queue_seconds - (time.monotonic() - call.queued))
+        if slot is None:
+            raise busy_error(limits, scan=False)
+        guard = call.guard = RequestGuard(limits.request_seconds)
+        try:
+            guarded = snapshot.reading_through(
+                lambda store: GuardedStore(store, guard, limits.read_seconds)
+            )
+            return compute_answer(guarded, checked, limits.memory_bytes)
+        except Exception as exc:
+            raise computation_failure(snapshot, exc) from None
+        finally:
+            slot.release()
+
+    async def run_here(
+        self, work: Callable[[HereCall], Any], disconnected: Callable[[], Awaitable[bool]]
+    ) -> Any:
+        """``work(call)`` on a thread of ``light``, its result (or exception) handed back to
+        this loop once. While it waits for a thread, past ``queue_seconds`` it is dropped (503
+        busy); while it computes, past ``request_seconds`` (504) or when ``disconnected()``
+        says the client left, its guard is stopped and the request answered at once (the
+        work ends at its next read). ``_watch`` looks, every ``WATCH_SECONDS``."""
+        loop = asyncio.get_running_loop()
+        call = HereCall(loop.create_future(), time.monotonic(), disconnected)
+        self._calls.add(call)
+        if self._watcher is None:
+            self._watcher = loop.create_task(self._watch())
+        try:
+            try:
+                self.light.submit(call.run, work)
+            except BaseException:  # never started (the service is shutting down)
+                call.drop(None)
+                raise
+            return await call.future
+        except asyncio.CancelledError:
+            call.drop(None)
+            if call.guard is not None:
+                call.guard.stop("the client went away")
+            raise
+        finally:
+            self._calls.discard(call)
+            self._computed()
+
+    async def _watch(self) -> None:
+        """Every ``WATCH_SECONDS`` while calls are on the short path: drop those queued past
+        ``queue_seconds``, stop those computing past ``request_seconds`` or whose client
+        left."""
+        limits = self.limits
+        try:
+            while self._calls:
+                await asyncio.sleep(WATCH_SECONDS)
+                now = time.monotonic()
+                for call in list(self._calls):
+                    guard = call.guard
+                    if guard is None:
+                        if now - call.queued > limits.queue_seconds:
+                            call.drop(busy_error(limits, scan=False))
+                        continue
+                    if guard.reason is None and guard.expired:
+                        guard.stop(f"the request took more than {limits.request_seconds:g} s")
+                    elif guard.reason is None and await call.disconnected():
+                        guard.stop("the client went away")
+                    if guard.reason is not None:
+                        call.fail(stopped_error(limits, guard.reason))
+        finally:
+            self._watcher = None
+
     async def compute(
         self,
         request: Request,
@@ -113,18 +228,11 @@ class Service:
         really ended."""
         limits = self.limits
         if scan is None:
-            scan = snapshot.scans(checked.query)
-        slots, size = (self.scan_slots, limits.scans) if scan else (self.slots, limits.computations)
+            scan = self.scans(snapshot, checked)
+        slots = self.scan_slots if scan else self.slots
         slot = await slots.acquire(limits.queue_seconds)
         if slot is None:
-            retry = max(1, round(limits.queue_seconds))
-            kind = "scans" if scan else "computations"
-            raise ServiceError(
-                f"the service is busy ({size} {kind} running and others "
-                f"waiting); try again in {retry} s",
-                503,
-                {"Retry-After": str(retry)},
-            )
+            raise busy_error(limits, scan)
         guard = RequestGuard(limits.request_seconds)
         loop, finished = asyncio.get_running_loop(), asyncio.Event()
 
@@ -160,41 +268,127 @@ class Service:
             not running.done() or running.exception() is not None
         )
         if stopped and guard.reason is not None:
-            if "client" in guard.reason:
-                raise ServiceError(f"answer abandoned: {guard.reason}", CLIENT_GONE)
-            raise ServiceError(
-                f"no answer within {limits.request_seconds:g} s; narrow the ranges, use the "
-                "accumulations, or try again when the service is less busy",
-                504,
-            )
+            raise stopped_error(limits, guard.reason)
         try:
             return running.result()
-        except AccumulusError as exc:
-            if isinstance(exc, ParameterError | StaleSidecarError):
-                raise
-            raise ServiceError(f"dataset {snapshot.dataset!r}: {exc}") from None
-        # The service's boundary: a store's content made a library fail (or a fault of ours,
-        # logged with its traceback): a 503, not the client's mistake.
         except Exception as exc:
-            log.exception("computing an answer on dataset %s failed", snapshot.dataset)
-            raise ServiceError(
-                f"dataset {snapshot.dataset!r} could not be read to answer this "
-                f"({type(exc).__name__})"
-            ) from None
+            raise computation_failure(snapshot, exc) from None
 
     def _finished(self, finished: asyncio.Event) -> None:
-        """A computation has ended (on the event loop): tell its request, and give memory
-        back once no computation has run for ``TRIM_IDLE_SECONDS`` (a trim after every
-        answer cost a light answer a few per cent of its time: docs/benchmarks.md)."""
+        """A computation has ended (on the event loop): tell its request."""
         finished.set()
-        if self._trim is not None:
-            self._trim.cancel()
-        self._trim = asyncio.get_running_loop().call_later(TRIM_IDLE_SECONDS, self._trim_if_idle)
+        self._computed()
+
+    def _computed(self) -> None:
+        """A computation has ended (on the event loop): give memory back once no
+        computation has run for ``TRIM_IDLE_SECONDS`` (a trim after every answer cost a
+        light answer a few per cent of its time: docs/benchmarks.md). One timer at a time,
+        moved on when it fires early, not one per answer."""
+        loop = asyncio.get_running_loop()
+        self._last_finished = loop.time()
+        if self._trim is None:
+            self._trim = loop.call_later(TRIM_IDLE_SECONDS, self._trim_if_idle)
 
     def _trim_if_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        idle = loop.time() - self._last_finished
+        if self.busy or idle < TRIM_IDLE_SECONDS:
+            wait = TRIM_IDLE_SECONDS if self.busy else TRIM_IDLE_SECONDS - idle
+            self._trim = loop.call_later(wait, self._trim_if_idle)
+            return
         self._trim = None
-        if not self.busy:
-            release_free_memory()
+        release_free_memory()
+
+
+def busy_error(limits: ServiceLimits, scan: bool) -> ServiceError:
+    """The 503 of a request that waited ``queue_seconds`` for a computation slot."""
+    retry = max(1, round(limits.queue_seconds))
+    kind, size = ("scans", limits.scans) if scan else ("computations", limits.computations)
+    return ServiceError(
+        f"the service is busy ({size} {kind} running and others waiting); try again in {retry} s",
+        503,
+        {"Retry-After": str(retry)},
+    )
+
+
+def stopped_error(limits: ServiceLimits, reason: str) -> ServiceError:
+    """The answer of a computation stopped for ``reason`` (its client left, or its time)."""
+    if "client" in reason:
+        return ServiceError(f"answer abandoned: {reason}", CLIENT_GONE)
+    return ServiceError(
+        f"no answer within {limits.request_seconds:g} s; narrow the ranges, use the "
+        "accumulations, or try again when the service is less busy",
+        504,
+    )
+
+
+def computation_failure(snapshot: DatasetSnapshot, exc: Exception) -> Exception:
+    """What a computation's failure is answered as: a parameter's or a stale sidecar's
+    error as it is; another ``AccumulusError`` or a library's failure on a store's content
+    (or a fault of ours, logged with its traceback) a 503 naming the dataset: the service's
+    boundary, not the client's mistake."""
+    if isinstance(exc, ParameterError | StaleSidecarError | ServiceError):
+        return exc
+    if isinstance(exc, AccumulusError):
+        return ServiceError(f"dataset {snapshot.dataset!r}: {exc}")
+    log.error("computing an answer on dataset %s failed", snapshot.dataset, exc_info=exc)
+    return ServiceError(
+        f"dataset {snapshot.dataset!r} could not be read to answer this ({type(exc).__name__})"
+    )
+
+
+@dataclass(eq=False)
+class HereCall:
+    """One call on the short path (``Service.run_here``): queued since ``queued``
+    (monotonic), computing once its ``guard`` is set; its result reaches the loop through
+    ``future``, once (``run``, ``fail``, ``drop``: the first wins)."""
+
+    future: asyncio.Future
+    queued: float
+    disconnected: Callable[[], Awaitable[bool]]
+    guard: RequestGuard | None = None
+    _state: str = "queued"  # then "running" or "dropped"
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, work: Callable[[HereCall], Any]) -> None:
+        """On the worker thread: ``work(self)``, unless the call was dropped meanwhile."""
+        with self._lock:
+            if self._state != "queued":
+                return
+            self._state = "running"
+        try:
+            result = work(self)
+        except BaseException as exc:  # handed to the request, raised there
+            self._hand_over(_fail, exc)
+        else:
+            self._hand_over(_succeed, result)
+
+    def drop(self, error: Exception | None) -> None:
+        """On the loop: never run it (answered with ``error``, if any), if not yet running."""
+        with self._lock:
+            if self._state != "queued":
+                return
+            self._state = "dropped"
+        if error is not None:
+            _fail(self.future, error)
+
+    def fail(self, error: Exception) -> None:
+        """On the loop: answer with ``error`` now (the work, stopped, ends by itself)."""
+        _fail(self.future, error)
+
+    def _hand_over(self, settle: Callable[[asyncio.Future, Any], None], value: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # that request's loop is gone
+            self.future.get_loop().call_soon_threadsafe(settle, self.future, value)
+
+
+def _succeed(future: asyncio.Future, value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _fail(future: asyncio.Future, error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
 
 
 async def service_of(request: Request) -> Service:

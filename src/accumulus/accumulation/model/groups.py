@@ -15,8 +15,8 @@ against the source before they are used.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, cast
 
 import zarr
 from zarr.abc.store import Store
@@ -154,6 +154,16 @@ class AccumulationGroups:
             str, spec.AccumulationGroup | StaleSidecarError | BuildRecordError | None
         ] = {}
         self._arrays: dict[tuple[str, str], zarr.Array] = {}
+        self._remembered: dict[Hashable, Any] = {}
+
+    def remembered[T](self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``, computed once for these groups under ``key``: for what depends on
+        the groups and the snapshot only (which accumulations a query's sums can come
+        from), which every query would otherwise work out again. A ``compute`` that raises
+        is not remembered."""
+        if key not in self._remembered:
+            self._remembered[key] = compute()
+        return cast(T, self._remembered[key])
 
     def reading_through(self, wrap: Callable[[Store], Store]) -> AccumulationGroups:
         """These groups with a sidecar's chunks read through ``wrap(store)`` (the cube's own

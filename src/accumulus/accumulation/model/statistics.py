@@ -34,6 +34,7 @@ the mean of the first raw chunk it selects.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -112,6 +113,7 @@ SUMS: dict[str, Sum] = {
 }
 
 
+@functools.cache
 def unweighted(name: str) -> str:
     """The sum that ``name`` becomes when every weight is 1 (Σw·x -> Σx, Σw -> Σ1)."""
     return _twin(name, weight_power=0)
@@ -184,7 +186,10 @@ class Statistic:
             return values
         posinf, neginf = sums[len(self.sums) :]
         if self.nan_at_infinity:
-            return np.where((np.asarray(posinf) > 0) | (np.asarray(neginf) > 0), np.nan, values)
+            infinite = (np.asarray(posinf) > 0) | (np.asarray(neginf) > 0)
+            if not infinite.any():  # (as a rule: no new array of the answer's size)
+                return values
+            return np.where(infinite, np.nan, values)
         return with_infinities(values, posinf, neginf)
 
 
@@ -248,12 +253,18 @@ def _std(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
 def _trend(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     # The least-squares slope of x against t: (nΣtx − ΣtΣx) / (nΣt² − (Σt)²), unweighted
     # (per cell, a weight is the same at every step); NaN below 2 valid values or where
-    # they are all at one time.
+    # they are all at one time. (Three arrays of the answer's shape, as ``_variance``.)
     count, total, times, squares, products = sums
-    numerator = count * products - times * total
-    denominator = count * squares - times * times
-    slope = _ratio(numerator, np.where(count >= 2, denominator, 0.0))
-    return np.where(np.asarray(denominator) > 0, slope, np.nan)
+    numerator = np.multiply(count, products, out=np.empty(np.shape(count)))
+    denominator = np.multiply(times, total, out=np.empty(np.shape(count)))
+    numerator -= denominator
+    np.multiply(count, squares, out=denominator)
+    out = np.multiply(times, times, out=np.empty(np.shape(count)))
+    denominator -= out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.divide(numerator, denominator, out=out)
+    np.copyto(out, np.nan, where=(np.asarray(count) < 2) | ~(denominator > 0))
+    return out
 
 
 # The sums of a correlation, over the pairs where both values are valid: n, Σa, Σb, Σa²,
@@ -280,13 +291,25 @@ def pair_sums(
 
 def _correlation(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     # Pearson's r from the pair sums: cov / sqrt(var_a var_b), each as S2/n − (S1/n)²;
-    # NaN where a variance is 0 or no pair is valid, as xr.corr.
+    # NaN where a variance is 0 or no pair is valid, as xr.corr. (Four arrays of the
+    # answer's shape, as ``_variance``; where n is 0 every one is NaN.)
     n, a, b, aa, bb, ab = sums
-    mean_a, mean_b = _ratio(a, n), _ratio(b, n)
-    cov = _ratio(ab, n) - mean_a * mean_b
-    var_a = np.maximum(_ratio(aa, n) - mean_a * mean_a, 0.0)
-    var_b = np.maximum(_ratio(bb, n) - mean_b * mean_b, 0.0)
-    return _ratio(cov, np.sqrt(var_a * var_b))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_a = np.divide(a, n, out=np.empty(np.shape(n)))
+        mean_b = np.divide(b, n, out=np.empty(np.shape(n)))
+        cov = np.divide(ab, n, out=np.empty(np.shape(n)))
+        spare = np.multiply(mean_a, mean_b, out=np.empty(np.shape(n)))
+        cov -= spare
+        var_a = np.divide(aa, n, out=spare)
+        var_a -= np.square(mean_a, out=mean_a)
+        np.maximum(var_a, 0.0, out=var_a)
+        var_b = np.divide(bb, n, out=mean_a)
+        var_b -= np.square(mean_b, out=mean_b)
+        np.maximum(var_b, 0.0, out=var_b)
+        spread = np.sqrt(np.multiply(var_a, var_b, out=var_a), out=var_a)
+        np.divide(cov, spread, out=cov)
+    np.copyto(cov, np.nan, where=spread == 0)
+    return cov
 
 
 def centre(terms: Sequence[str], sums: np.ndarray, reference: float | np.ndarray) -> np.ndarray:

@@ -48,6 +48,7 @@ from accumulus.accumulation.query.request import (
 )
 from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
+from accumulus.chunk_reader import ReadCounts, read_region
 from accumulus.errors import AccumulationReadError, ParameterError
 from accumulus.raw_cube import RawCube, VariableInfo
 from accumulus.stores.arrays import array_with
@@ -110,17 +111,8 @@ def run_query(
     if resolved.query.with_ is not None:
         return _correlation(cube, groups, resolved, started)
     var, weights = resolved.variable, resolved.weights
-    stat, infinite, terms, layouts, note = _sums_and_layouts(groups, resolved)
-    if _weights_cancel(cube, resolved) and _weights_applied(groups, var, layouts):
-        # The weights divide out, and would be multiplied in as the sums are read (raw
-        # values; the entries of accumulations whose weights factor out): the same
-        # accumulations give the sums without weights.
-        plain = stat.sums_for(weighted=False, infinite=infinite)
-        plain_layouts = usable_layouts(groups, var, "none", plain)[0] if layouts else []
-        if [layout.key for layout in plain_layouts] == [layout.key for layout in layouts]:
-            resolved = replace(resolved, weights="none")
-            terms, layouts = plain, plain_layouts
-
+    stat, read_with, terms, layouts, note = _sums_for(cube, groups, resolved)
+    resolved = replace(resolved, weights=read_with)
     storage = _storage(cube, groups)
     plan, work, costs = _fastest_plan(groups, var, resolved, layouts, terms, storage, memory_bytes)
     if costs:
@@ -184,85 +176,100 @@ def _seasonal(
     memory_bytes: int,
 ) -> QueryResult:
     """A query counting one season's days only (``Query.season``): the time range cut into
-    the season's runs of days, each a plan of its own, their sums added (a map, time among
-    ``over``) or finished one season-year each (a series: dimension ``year``)."""
+    the season's runs of days, each planned on its own, all their reads one plan whose
+    chunks are read in one batch (a chunk holding entries of several runs is read once).
+    A map (time among ``over``) adds every run's sums; a series (dimension ``year``) keeps
+    each run's apart, in a slot of its own (``QueryPlan.slots``), finished all at once."""
     var, weights = resolved.variable, resolved.weights
     season = str(resolved.query.season).upper()
-    tdim = time_dimension(cube.decoded, var.dims)
+    tdim = cube.remembered(
+        ("time dimension", var.name), lambda: time_dimension(cube.decoded, var.dims)
+    )
     if tdim is None:
         raise ParameterError("season", f"--season needs a time dimension among {list(var.dims)}")
-    stat, _, terms, layouts, note = _sums_and_layouts(groups, resolved)
-    runs = season_runs(cube.decoded[tdim].values, SEASONS[season], *resolved.ranges[tdim])
-    storage = _storage(cube, groups)
+    months = SEASONS[season]
+    # Which steps are the season's, and of which year: worked out once per snapshot.
+    inside, season_year = cube.remembered(
+        ("season days", tdim, months),
+        lambda: _season_days(cube.decoded[tdim].values, tuple(months)),
+    )
+    lo, hi = resolved.ranges[tdim]
+    runs = _runs(inside[lo:hi], season_year[lo:hi], lo)
     over = tuple(d for d in var.dims if d in resolved.over or d == tdim)
     series = tdim not in resolved.over
     kept = tuple(d for d in resolved.kept if d != tdim)
-    shape = tuple(resolved.ranges[d][1] - resolved.ranges[d][0] for d in kept)
-    total = np.zeros((len(terms), *shape))
-    per_year = []
-    plans, counts = [], [0, 0, 0, 0]
+    whole = replace(resolved, over=over)  # every run's days: time among ``over``
+    stat, read_with, terms, layouts, note = _sums_for(cube, groups, whole)
+    whole = replace(whole, weights=read_with)
+    storage = _storage(cube, groups)
+    reads: list[Read] = []
+    scans: list[Read] = []
+    for slot, (_, lo, hi) in enumerate(runs):
+        part = replace(whole, ranges={**resolved.ranges, tdim: (lo, hi)})
+        if part.mask is None:
+            plan = plan_query(var.dims, part.ranges, over, layouts, part.sizes)
+        else:  # of a shape's ways, the one estimated fastest
+            plan = _fastest_plan(groups, var, part, layouts, terms, storage, memory_bytes)[0]
+        (scan,) = _plans(var, part, [])
+        at = slot if series else 0
+        reads += [replace(read, slot=at) for read in plan.reads]
+        scans += [replace(read, slot=at) for read in scan.reads]
+    merged = QueryPlan(
+        var.dims, over, dict(resolved.ranges), tuple(reads), whole.mask, dict(resolved.sizes),
+        slots=len(runs) if series else None,
+    )  # fmt: skip
+    plan, work, costs = _fastest_plan(
+        groups, var, whole, layouts, terms, storage, memory_bytes,
+        plans=[merged], scan=replace(merged, reads=tuple(scans)),
+    )  # fmt: skip
     # var, std and trend: their sums are additive over the runs as a mean's are, about one
     # reference and against one clock for all of them.
-    reference = _reference(cube, groups, resolved) if stat.centred else 0.0
-    times = None
-    if stat.timed:
-        dim, steps = years(cube.decoded, var.dims, f"stat {resolved.stat!r}")
-        times = along(steps, var.axis(dim), len(var.dims))
-
-    def answer(sums: np.ndarray) -> np.ndarray:
-        if stat.centred:
-            sums = statistics.centre(terms, sums.copy(), reference)
-        return stat.answer(list(sums), weights != "none")
-
-    for _, lo, hi in runs:
-        part = replace(resolved, over=over, ranges={**resolved.ranges, tdim: (lo, hi)})
-        plans.append(_fastest_plan(groups, var, part, layouts, terms, storage, memory_bytes)[0])
-    # A map adds every run's sums: their reads are one plan, its chunks read in one batch (a
-    # batch per run cost a round of reads each). A series finishes each run on its own.
-    batches = plans if series or not plans else [_merged(plans, resolved.ranges)]
-    for plan in batches:
-        done = execute(
-            cube, groups, var, plan, terms, weights, memory_bytes,
-            reference=reference, times=times,
-        )  # fmt: skip
-        sums = np.zeros((len(terms), *shape))
-        clean = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
-        sums[[terms.index(t) for t in done.terms]] = clean
-        for k, n in enumerate((done.accumulation_chunks, done.raw_chunks)):
-            counts[k] += n
-        counts[2] += done.counts.bytes
-        counts[3] += done.counts.requests
-        if series:
-            per_year.append(answer(sums))
-        else:
-            total += sums
+    values, done = read_answer(cube, groups, whole, plan, work, memory_bytes)
     indexes = {d: answer_index(cube, resolved, d) for d in kept}
+    dims = kept
     if series:
-        values = np.array(per_year).reshape(len(runs), *shape)
         dims = ("year", *kept)
         indexes["year"] = pd.Index([year for year, _, _ in runs], name="year")
-    else:
-        values, dims = np.asarray(answer(total)), kept
     data = _data_array(values, dims, indexes, var.name)
     _units(data, cube.raw.variables[var.name].attrs, stat)
-    stats = QueryStats(counts[0], counts[1], counts[2], counts[3], time.perf_counter() - started)
+    stats = QueryStats(
+        done.accumulation_chunks, done.raw_chunks, done.counts.bytes, done.counts.requests,
+        time.perf_counter() - started,
+    )  # fmt: skip
     data.attrs.update(
         {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over),
          "season": season} | stats.to_dict()
     )  # fmt: skip
+    if costs and not plan.accumulation_reads:
+        note = "; ".join(
+            [*([note] if note else []), f"a full scan is estimated faster ({costs['scan']}) "
+             f"than the accumulations ({costs['accumulation']})"]
+        )  # fmt: skip
     described = f"{season}: {len(runs)} period(s) of its days in the range"
     note = "; ".join([*resolved.notes, *([note] if note else []), described])
     extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
-    plan = plans[0] if plans else _plans(var, resolved, [])[0]
-    return QueryResult(resolved.query, data, plan, stats, weights, note, extents)
+    estimate = costs.get("accumulation" if plan.accumulation_reads else "scan")
+    return QueryResult(
+        resolved.query, data, plan, stats, weights, note, extents, costs, estimate=estimate
+    )
 
 
-def _merged(plans: Sequence[QueryPlan], ranges: Mapping[str, tuple[int, int]]) -> QueryPlan:
-    """The reads of ``plans`` (of one query's parts along a reduced dimension) as one plan
-    over ``ranges``: the sums of its reads are the sums of theirs."""
-    first = plans[0]
-    reads = tuple(read for plan in plans for read in plan.reads)
-    return replace(first, ranges=dict(ranges), reads=reads)
+def _sums_for(
+    cube: RawCube, groups: AccumulationGroups, resolved: ResolvedQuery
+) -> tuple[statistics.Statistic, Weights, tuple[str, ...], list[AccumulationLayout], str]:
+    """The statistic ``resolved`` asks, the weights its sums are read with, those sums and
+    the accumulations that hold them (none, and why, for a full scan). Without weights
+    where they divide out (``_weights_cancel``) and would be multiplied in as the sums are
+    read (raw values; the entries of accumulations whose weights factor out): the same
+    accumulations give the sums without weights."""
+    var, weights = resolved.variable, resolved.weights
+    stat, infinite, terms, layouts, note = _sums_and_layouts(groups, resolved)
+    if _weights_cancel(cube, resolved) and _weights_applied(groups, var, layouts):
+        plain = stat.sums_for(weighted=False, infinite=infinite)
+        plain_layouts = usable_layouts(groups, var, "none", plain)[0] if layouts else []
+        if [layout.key for layout in plain_layouts] == [layout.key for layout in layouts]:
+            return stat, "none", plain, plain_layouts, note
+    return stat, weights, terms, layouts, note
 
 
 def _units(data: xr.DataArray, attributes: Mapping[str, Any], stat: statistics.Statistic) -> None:
@@ -313,8 +320,9 @@ def _correlation(
         layouts = [AccumulationLayout((described.dim,), {described.dim: usable}, coverage)]
         references = described.references
     plan = plan_query(var.dims, resolved.ranges, resolved.over, layouts, resolved.sizes)
-    total = np.zeros((8, *shape))
+    total: np.ndarray | None = None
     entries = raw = 0
+    counts = ReadCounts()
     for read in plan.reads:
         box = {d: read.box.get(d, resolved.ranges[d]) for d in var.dims}
         if read.is_raw:
@@ -322,16 +330,27 @@ def _correlation(
             raw += chunks
         else:
             assert stored is not None
-            sums = _entry_pairs(cube, stored, var, read, box, resolved)
+            sums = _entry_pairs(stored, var, read, box, resolved, counts)
             entries += 1
+        # Each read's sums are its own (fresh) array, added in place: a map's 8 sums are
+        # 4 MB, and each temporary of that size fresh memory to page in.
+        if total is None and sums.shape == (8, *shape):
+            total = sums if read.sign > 0 else np.negative(sums, out=sums)
+            continue
+        if total is None:
+            total = np.zeros((8, *shape))
         out = tuple(slice(box[d][0] - resolved.ranges[d][0], box[d][1] - resolved.ranges[d][0])
                     for d in kept)  # fmt: skip
-        total[(slice(None), *out)] += read.sign * sums
+        into = total[(slice(None), *out)]
+        (np.add if read.sign > 0 else np.subtract)(into, sums, out=into)
+    if total is None:
+        total = np.zeros((8, *shape))
     values = stat.answer(list(total), False)
     data = _data_array(
         np.asarray(values), kept, {d: answer_index(cube, resolved, d) for d in kept}, var.name
     )
-    stats = QueryStats(entries, raw, 0, 0, time.perf_counter() - started)
+    # (The raw chunks' requests and bytes are not counted: they are read through xarray.)
+    stats = QueryStats(entries, raw, counts.bytes, counts.requests, time.perf_counter() - started)
     data.attrs.update(
         {"stat": "corr", "with": other_name, "weights": "none", "over": ",".join(resolved.over)}
         | stats.to_dict()
@@ -351,7 +370,12 @@ def _stored_pairs(
     time, by a cube that keeps them (they are read through the reader's store)."""
     if not resolved.use_accumulation:
         return None
-    found = pairs.read_pairs(cube.root, resolved.variable.name, other)
+    name = resolved.variable.name
+    # Their array, opened once per snapshot (opening it reads no chunk: its metadata is the
+    # snapshot's).
+    found = cube.remembered(
+        ("pair sums", name, other), lambda: pairs.read_pairs(cube.root, name, other)
+    )
     if found is None or found[0].dim not in resolved.over:
         return None
     described, array = found
@@ -361,25 +385,24 @@ def _stored_pairs(
 
 
 def _entry_pairs(
-    cube: RawCube,
     stored: tuple[pairs.PairSums, zarr.Array[Any]],
     var: VariableInfo,
     read: Read,
     box: Mapping[str, tuple[int, int]],
     resolved: ResolvedQuery,
+    counts: ReadCounts,
 ) -> np.ndarray:
     """One entry of the stored pair sums over ``box`` (the dimensions other than time),
-    summed over those of ``over``: ``(8, *kept part)``."""
+    summed over those of ``over``: ``(8, *kept part)``, an array of its own. The chunks
+    are read in one batch (``read_region``), their requests and bytes added to ``counts``."""
     described, array = stored
     rest = [d for d in var.dims if d != described.dim]
-    index: tuple[int | slice, ...] = (
-        read.entries[described.dim],
-        slice(None),
-        *(slice(*box[d]) for d in rest),
-    )
-    values = np.asarray(array[index], dtype="f8")
+    entry = read.entries[described.dim]
+    region = (slice(entry, entry + 1), slice(None, None), *(slice(*box[d]) for d in rest))
+    region = tuple(slice(*s.indices(n)[:2]) for s, n in zip(region, array.shape, strict=True))
+    values: np.ndarray = read_region(array, region, counts)[0].astype("f8", copy=False)
     summed = tuple(1 + rest.index(d) for d in rest if d in resolved.over)
-    return values.sum(axis=summed) if summed else values
+    return np.sum(values, axis=summed) if summed else values
 
 
 def _raw_pairs(
@@ -428,19 +451,33 @@ def season_runs(
     """The runs of consecutive steps of ``times[lo:hi]`` in ``months``: (season year, start,
     stop), stop exclusive; a run in December of a season that goes on into January (DJF)
     belongs to the next year's season."""
-    index = pd.DatetimeIndex(times[lo:hi]) if np.issubdtype(times.dtype, np.datetime64) else None
-    month = np.array(index.month if index is not None else [t.month for t in times[lo:hi]])
-    year = np.array(index.year if index is not None else [t.year for t in times[lo:hi]])
+    inside, season_year = _season_days(times, tuple(months))
+    return _runs(inside[lo:hi], season_year[lo:hi], lo)
+
+
+def _season_days(times: np.ndarray, months: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Of each step of ``times``: whether its month is among ``months``, and the year of
+    the season it belongs to (December's is the next year's when the season wraps)."""
+    index = pd.DatetimeIndex(times) if np.issubdtype(times.dtype, np.datetime64) else None
+    month = np.array(index.month if index is not None else [t.month for t in times])
+    year = np.array(index.year if index is not None else [t.year for t in times])
     wraps = 12 in months and 1 in months
-    season_year = np.where(wraps & (month == 12), year + 1, year)
-    inside = np.isin(month, months)
-    runs: list[tuple[int, int, int]] = []
-    for k in np.flatnonzero(inside):
-        if runs and runs[-1][2] == lo + k and runs[-1][0] == season_year[k]:
-            runs[-1] = (runs[-1][0], runs[-1][1], lo + int(k) + 1)
-        else:
-            runs.append((int(season_year[k]), lo + int(k), lo + int(k) + 1))
-    return runs
+    return np.isin(month, months), np.where(wraps & (month == 12), year + 1, year)
+
+
+def _runs(inside: np.ndarray, season_year: np.ndarray, lo: int) -> list[tuple[int, int, int]]:
+    """The runs of consecutive steps ``inside`` of one season year, from step ``lo``."""
+    steps = np.flatnonzero(inside)
+    if not steps.size:
+        return []
+    # A run ends where the next step inside is not the next step, or of another year.
+    ends = (np.diff(steps) != 1) | (np.diff(season_year[steps]) != 0)
+    starts = np.concatenate([[0], np.flatnonzero(ends) + 1])
+    stops = np.concatenate([np.flatnonzero(ends), [steps.size - 1]])
+    return [
+        (int(season_year[steps[a]]), lo + int(steps[a]), lo + int(steps[b]) + 1)
+        for a, b in zip(starts, stops, strict=True)
+    ]
 
 
 def _weights_cancel(cube: RawCube, resolved: ResolvedQuery) -> bool:
@@ -571,26 +608,30 @@ def _fastest_plan(
     terms: Sequence[str],
     storage: Storage,
     memory_bytes: int,
+    plans: Sequence[QueryPlan] | None = None,
+    scan: QueryPlan | None = None,
 ) -> tuple[QueryPlan, Work, dict[str, PlanCost]]:
     """The plan the accumulations allow or the plain scan of the same cells, whichever is
     estimated faster (``cost``), with the chunks it reads and both estimates (none when the
     plan reads no accumulation: there is nothing to choose). A query asking for the
     accumulations' plan gets it, with both estimates. Of several ways the accumulations
-    answer (a shape's), the one estimated fastest is theirs."""
+    answer (a shape's), the one estimated fastest is theirs. ``plans`` and ``scan``: those
+    ways and the scan, when made already (a season's, of all its runs)."""
 
     def estimate(work: Work) -> PlanCost:
         return _estimate(var, resolved, terms, storage, memory_bytes, work)
 
-    candidates = [
-        (plan, chunk_work(groups, var, plan, terms)) for plan in _plans(var, resolved, layouts)
-    ]
+    if plans is None:
+        plans = _plans(var, resolved, layouts)
+    candidates = [(plan, chunk_work(groups, var, plan, terms)) for plan in plans]
     if len(candidates) > 1:
         estimates = [estimate(work) for _, work in candidates]
         candidates = [candidates[min(range(len(estimates)), key=lambda k: estimates[k].seconds)]]
     plan, work = candidates[0]
     if not plan.accumulation_reads:
         return plan, work, {}
-    (scan,) = _plans(var, resolved, [])
+    if scan is None:
+        (scan,) = _plans(var, resolved, [])
     boxes = [read.box for read in scan.reads]
     costs = {
         "accumulation": estimate(work),
@@ -625,7 +666,15 @@ def usable_layouts(
 ) -> tuple[list[AccumulationLayout], str]:
     """Where the entries of every accumulation of ``var`` that holds ``terms`` with
     ``weights`` end (``AccumulationLayout``), within the extent they cover; none, and why,
-    when the group cannot answer."""
+    when the group cannot answer. Worked out once per snapshot's groups."""
+    key = ("usable layouts", var.name, weights, tuple(terms))
+    layouts, note = groups.remembered(key, lambda: _usable_layouts(groups, var, weights, terms))
+    return list(layouts), note
+
+
+def _usable_layouts(
+    groups: AccumulationGroups, var: VariableInfo, weights: Weights, terms: Sequence[str]
+) -> tuple[list[AccumulationLayout], str]:
     group = groups.group(var.name)
     if group is None:
         return [], "no accumulation group"

@@ -12,10 +12,10 @@ one array of shape ``(len(terms), *answer shape)``.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from math import prod
 from typing import Any
 
@@ -42,7 +42,9 @@ Region = tuple[slice, ...]
 SUM_PACKED = True
 
 
-@dataclass(frozen=True)
+# Parts are made by the dozen per query: plain slotted classes (a frozen dataclass sets each
+# field through object.__setattr__, several times slower to make); never changed once made.
+@dataclass(slots=True)
 class RawPart:
     """A raw chunk's share of one raw read: ``sign`` x the sums over ``local`` (slices of
     the chunk), whose index ranges are ``box``, added at ``out`` of the total."""
@@ -51,10 +53,10 @@ class RawPart:
     sign: int
     local: Region
     box: Mapping[str, tuple[int, int]]
-    out: tuple[slice, ...]
+    out: tuple[int | slice, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class EntryPart:
     """An accumulation chunk's share of one accumulation read, for one term: the entries
     and ranges ``local`` of the chunk, summed along ``summed`` (dimensions averaged over),
@@ -79,8 +81,8 @@ class EntryPart:
 
 Part = RawPart | EntryPart
 Work = dict[str, tuple[ChunkRequest, list[Part]]]  # chunk key -> the chunk, its parts
-# A chunk a read cuts: its array, coordinates and store, and its part (made with its index).
-Piece = tuple[zarr.Array[Any], tuple[int, ...], Store | None, Callable[[int], Part]]
+# A chunk a read cuts: its array, coordinates and store, and its part.
+Piece = tuple[zarr.Array[Any], tuple[int, ...], Store | None, Part]
 # The weights of a slab and their contraction (``_contraction``), by what they depend on.
 WeightsMemo = dict[Any, tuple[Any, tuple[int, np.ndarray] | None]]
 
@@ -131,6 +133,8 @@ def execute(
         work = chunk_work(groups, var, plan, terms)
     budget = read_budget(memory_bytes)
     kept = [plan.ranges[d][1] - plan.ranges[d][0] for d in var.dims if d not in plan.over]
+    if plan.slots is not None:
+        kept.insert(0, plan.slots)
     # Σ |entries| of the sums of weights, whose differences may leave rounding noise where
     # no value is valid (``noise_floor``), is kept beside them; the other sums need none.
     noisy = {t for t in terms if statistics.SUMS[t].is_weight}
@@ -167,7 +171,9 @@ def execute(
             raise
         raise _read_error(cube, var, failed, groups.label) from None
     sums = total.result()
-    if not checked and not np.isfinite(sums).all():
+    # A NaN anywhere is their least and greatest, an infinity one of them: two passes
+    # without an array of flags, faster than ``isfinite(...).all()``.
+    if not checked and sums.size and not (math.isfinite(sums.min()) and math.isfinite(sums.max())):
         return execute(
             cube, groups, var, plan, terms, weights, memory_bytes, work,
             checked=True, reference=reference, times=times,
@@ -258,8 +264,9 @@ def _broadcast_slab(array: Any, slab: Region) -> Any:
 def chunk_work(
     groups: AccumulationGroups, var: VariableInfo, plan: QueryPlan, terms: Sequence[str]
 ) -> Work:
-    """Every stored chunk the plan reads (by key, in plan order) and what it contributes."""
-    index = 0
+    """Every stored chunk the plan reads (by key, in plan order) and what it contributes
+    (at its read's slot of the answer, when the plan has ``slots``)."""
+    counter = itertools.count()  # the parts' places in the plan, as they are listed
     weights_memo: WeightsMemo = {}  # a shape's many reads share the weights of their slabs
     sources: dict[Any, _Source] = {}  # what every read of one accumulation shares
     placed = _placement(plan, var)
@@ -267,19 +274,18 @@ def chunk_work(
     chunks: dict[tuple[int, tuple[int, ...]], tuple[Piece, list[Part]]] = {}
     for read in plan.reads:
         if read.is_raw:
-            pieces: Iterator[Piece] = _raw_parts(var, plan, read, placed)
+            pieces: Iterator[Piece] = _raw_parts(var, plan, read, placed, counter)
         else:
             source = sources.get(read.key or read.source)
             if source is None:
                 source = sources[read.key or read.source] = _source(groups, var, read, plan, terms)
-            pieces = _entry_parts(groups, var, source, read, placed, weights_memo)
+            pieces = _entry_parts(groups, var, source, read, placed, weights_memo, counter)
         for piece in pieces:
             array, coords = piece[0], piece[1]
             known = chunks.get((id(array), coords))
             if known is None:
                 known = chunks[id(array), coords] = (piece, [])
-            known[1].append(piece[3](index))
-            index += 1
+            known[1].append(piece[3])
     work: Work = {}
     for (array, coords, store, _), parts in chunks.values():
         # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``).
@@ -294,16 +300,11 @@ def chunk_work(
 
 def _reached(parts: Sequence[Part]) -> tuple[slice, ...]:
     """The smallest box of a chunk that holds every part of it."""
-    starts: list[int] = []
-    stops: list[int] = []
-    for part in parts:
-        here = [s if isinstance(s, slice) else slice(s, s + 1) for s in part.local]
-        if not starts:
-            starts, stops = [s.start for s in here], [s.stop for s in here]
-            continue
-        starts = [min(a, s.start) for a, s in zip(starts, here, strict=True)]
-        stops = [max(b, s.stop) for b, s in zip(stops, here, strict=True)]
-    return tuple(map(slice, starts, stops))
+    boxes = [[s if isinstance(s, slice) else slice(s, s + 1) for s in part.local] for part in parts]
+    if len(boxes) == 1:
+        return tuple(boxes[0])
+    along = zip(*boxes, strict=True)
+    return tuple(slice(min(s.start for s in d), max(s.stop for s in d)) for d in along)
 
 
 def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
@@ -453,9 +454,11 @@ def _raw_parts(
     var: VariableInfo,
     plan: QueryPlan,
     read: Read,
-    placed: Callable[[Mapping[str, Any]], tuple[slice, ...]],
+    placed: Callable[[Mapping[str, Any], int], tuple[int | slice, ...]],
+    counter: Iterator[int],
 ) -> Iterator[Piece]:
-    """The raw chunks a raw read cuts, and the part of each it reads."""
+    """The raw chunks a raw read cuts, and the part of each it reads (numbered by
+    ``counter``)."""
     per_dim = []
     for dim, bounds in zip(var.dims, var.bounds, strict=True):
         lo, hi = read.box[dim]
@@ -468,13 +471,8 @@ def _raw_parts(
         coords = tuple(c for c, _, _, _ in combo)
         local = tuple(slice(a - start, b - start) for _, a, b, start in combo)
         box = {d: (a, b) for d, (_, a, b, _) in zip(var.dims, combo, strict=True)}
-        out = (slice(None), *placed(box))
-        yield (
-            var.array,
-            coords,
-            None,
-            partial(RawPart, sign=read.sign, local=local, box=box, out=out),
-        )
+        out = (slice(None), *placed(box, read.slot))
+        yield var.array, coords, None, RawPart(next(counter), read.sign, local, box, out)
 
 
 @dataclass(frozen=True)
@@ -482,7 +480,9 @@ class _Source:
     """What every read of one accumulation in a plan shares: its array dimensions left
     after its entries are picked (``remaining``), those summed and the order of the others
     in the answer, whether its sums are finite (``tallied``), the dimensions the weights
-    vary along, and per term read: (row, term, array, its bounds, weighted)."""
+    vary along, and the terms read, by the chunk bounds of their arrays (the same for every
+    term of an accumulation, as a build writes them): (bounds, ((row, term, array,
+    weighted), ...))."""
 
     group: spec.AccumulationGroup
     array_dims: tuple[str, ...]
@@ -491,7 +491,7 @@ class _Source:
     order: tuple[int, ...]
     tallied: bool
     varying: tuple[str, ...]
-    terms: tuple[tuple[int, str, zarr.Array[Any], tuple[Any, ...], bool], ...]
+    grids: tuple[tuple[tuple[Any, ...], tuple[tuple[int, str, zarr.Array[Any], bool], ...]], ...]
 
 
 def _source(
@@ -513,7 +513,8 @@ def _source(
         or group.infinities is False
         or not statistics.can_be_infinite(var.array.dtype)
     )
-    read_terms = []
+    # (Compared, not hashed: hashing a dimension's edges costs more than comparing them.)
+    grids: list[tuple[tuple[Any, ...], list[tuple[int, str, zarr.Array[Any], bool]]]] = []
     for t, term in enumerate(terms):
         held = statistics.held_term(acc, term)
         if term in spec.TALLIES and (held is None or not group.infinities):
@@ -523,11 +524,16 @@ def _source(
         assert held is not None
         holder, weighted = held
         array = groups.array(var.name, acc.arrays[holder])
-        read_terms.append((t, term, array, array_bounds(array), weighted))
+        bounds = array_bounds(array)
+        alike = next((members for other, members in grids if other == bounds), None)
+        if alike is None:
+            alike = []
+            grids.append((bounds, alike))
+        alike.append((t, term, array, weighted))
     varying = weights_vary_along(groups.cube, group.weights, var)
     return _Source(
         group, tuple(acc.array_dims), remaining, summed, order, tallied, varying,
-        tuple(read_terms),
+        tuple((bounds, tuple(members)) for bounds, members in grids),
     )  # fmt: skip
 
 
@@ -536,12 +542,15 @@ def _entry_parts(
     var: VariableInfo,
     source: _Source,
     read: Read,
-    placed: Callable[[Mapping[str, Any]], tuple[slice, ...]],
+    placed: Callable[[Mapping[str, Any], int], tuple[int | slice, ...]],
     weights_memo: WeightsMemo,
+    counter: Iterator[int],
 ) -> Iterator[Piece]:
-    """The accumulation chunks holding a read's entries, and the slab of each it reads.
-    ``weights_memo``: the weights of slabs already listed, by what they depend on (the
-    slab's dimensions and its ranges along those the weights vary along)."""
+    """The accumulation chunks holding a read's entries, and the slab of each it reads
+    (numbered by ``counter``). Where the chunks lie is worked out once for all the terms
+    whose arrays are chunked alike. ``weights_memo``: the weights of slabs already listed,
+    by what they depend on (the slab's dimensions and its ranges along those the weights
+    vary along)."""
     remaining, summed = source.remaining, source.summed
 
     def slab_weights(
@@ -554,7 +563,7 @@ def _entry_parts(
             weights_memo[key] = w, _contraction(w, summed)
         return weights_memo[key]
 
-    for t, term, array, bounds_of, weighted in source.terms:
+    for bounds_of, members in source.grids:
         # Per dimension: (chunk, the slab's selection in it, the slab's span or None).
         per_dim: list[list[tuple[int, int | slice, tuple[int, int] | None]]] = []
         for dim, bounds in zip(source.array_dims, bounds_of, strict=True):
@@ -575,14 +584,14 @@ def _entry_parts(
             box = {
                 d: span for d, (_, _, span) in zip(source.array_dims, combo, strict=True) if span
             }
-            out: tuple[int | slice, ...] = (t, *placed(box))
-            w, contract = slab_weights(box) if weighted else (None, None)
-            yield (
-                array, coords, groups.store,
-                partial(EntryPart, sign=read.sign, term=term, local=local, summed=summed,
-                        order=source.order, out=out, weights=w, tallied=source.tallied,
-                        contract=contract),
-            )  # fmt: skip
+            at = placed(box, read.slot)
+            for t, term, array, weighted in members:
+                w, contract = slab_weights(box) if weighted else (None, None)
+                part = EntryPart(
+                    next(counter), read.sign, term, local, summed, source.order, (t, *at),
+                    w, source.tallied, contract,
+                )  # fmt: skip
+                yield array, coords, groups.store, part
 
 
 def weights_vary_along(cube: RawCube, weights: spec.Weights, var: VariableInfo) -> tuple[str, ...]:
@@ -638,15 +647,16 @@ def _weights_over(
 
 def _placement(
     plan: QueryPlan, var: VariableInfo
-) -> Callable[[Mapping[str, Any]], tuple[slice, ...]]:
-    """Where a box lands in the answer (its kept dimensions): modulo the axis' size (where
-    the plan's ranges wrap), so that the part of a longitude range past the grid's seam
-    follows the part before it."""
+) -> Callable[[Mapping[str, Any], int], tuple[int | slice, ...]]:
+    """Where a box lands in the answer (its kept dimensions, after its read's slot when the
+    plan has ``slots``): modulo the axis' size (where the plan's ranges wrap), so that the
+    part of a longitude range past the grid's seam follows the part before it."""
     sizes = {**dict(zip(var.dims, var.shape, strict=True)), **plan.sizes}
     kept = [(d, plan.ranges[d][0], sizes[d]) for d in plan.dims if d not in plan.over]
+    slotted = plan.slots is not None
 
-    def placed(box: Mapping[str, tuple[int, int]]) -> tuple[slice, ...]:
-        out = []
+    def placed(box: Mapping[str, tuple[int, int]], slot: int) -> tuple[int | slice, ...]:
+        out: list[int | slice] = [slot] if slotted else []
         for d, lo, size in kept:
             a, b = box[d]
             start = (a - lo) % size

@@ -52,6 +52,7 @@ class Read:
     entries: Mapping[str, int]
     box: Mapping[str, tuple[int, int]]
     key: str = ""  # the accumulation read (``AccumulationLayout.key``)
+    slot: int = 0  # where its sums go along the answer's slots (``QueryPlan.slots``)
 
     @property
     def is_raw(self) -> bool:
@@ -61,7 +62,8 @@ class Read:
         parts = [f"{d}@{k}" for d, k in self.entries.items()]
         parts += [f"{d}[{a}:{b}]" for d, (a, b) in self.box.items()]
         what = "raw" if self.is_raw else f"acc({self.key or ','.join(self.source)})"
-        return f"{'+' if self.sign > 0 else '-'} {what} " + " ".join(parts)
+        into = f" -> [{self.slot}]" if self.slot else ""
+        return f"{'+' if self.sign > 0 else '-'} {what} " + " ".join(parts) + into
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class QueryPlan:
     mask: Any = None
     # Where ranges wrap round (``plan_query``'s ``sizes``); the axis' size where not given.
     sizes: Mapping[str, int] = field(default_factory=dict)
+    # Several answers of one shape from one batch of reads (a seasonal series: one per
+    # season-year): their number, each read adding into its ``Read.slot``; None for one.
+    slots: int | None = None
 
     @property
     def raw_reads(self) -> list[Read]:

@@ -4,7 +4,7 @@ number of steps. Titles of maps and series are written from it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,16 +48,58 @@ def selection(
     dims: Sequence[str],
     ranges: Mapping[str, tuple[int, int]],
     sizes: Mapping[str, int] | None = None,
-) -> dict[str, Extent]:
+) -> Selection:
     """The extent of each of ``dims`` within the index ``ranges`` (half-open; ``sizes``:
-    where they wrap round, as ``ResolvedQuery.sizes``)."""
+    where they wrap round, as ``ResolvedQuery.sizes``), worked out when first looked at."""
+    return Selection(cube, tuple(dims), dict(ranges), dict(sizes or {}))
+
+
+class Selection(Mapping[str, Extent]):
+    """``selection``'s extents by dimension, found when first asked for: most answers are
+    used for their values alone, and the labels of a date cost pandas tens of microseconds
+    to pick out, per dimension, per answer."""
+
+    def __init__(
+        self,
+        cube: RawCube,
+        dims: tuple[str, ...],
+        ranges: dict[str, tuple[int, int]],
+        sizes: dict[str, int],
+    ) -> None:
+        self._asked = (cube, dims, ranges, sizes)
+        self._extents: dict[str, Extent] | None = None
+
+    def _found(self) -> dict[str, Extent]:
+        if self._extents is None:
+            self._extents = _extents(*self._asked)
+        return self._extents
+
+    def __getitem__(self, dim: str) -> Extent:
+        return self._found()[dim]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._found())
+
+    def __len__(self) -> int:
+        return len(self._found())
+
+    def __repr__(self) -> str:
+        return repr(self._found())
+
+
+def _extents(
+    cube: RawCube,
+    dims: Sequence[str],
+    ranges: Mapping[str, tuple[int, int]],
+    sizes: Mapping[str, int],
+) -> dict[str, Extent]:
     extents = {}
     for dim in dims:
         start, stop = ranges[dim]
         index = cube.index(dim)
         if stop <= start:
             continue
-        size = (sizes or {}).get(dim, len(index))
+        size = sizes.get(dim, len(index))
         seam = stop > size  # a longitude range across the grid's seam
         last = index[(stop - 1) % size]
         extents[dim] = Extent(
