@@ -135,6 +135,7 @@ class TransactionalStore(DelegatingStore):
         self.files = files  # a read-only session of a local repository, read in this thread
         self._objects: dict[str, bytes] = dict(_committed_objects(repository, session))
         self._changed = False
+        self._root: bytes | None = None  # the root document readers see, read from ``files``
 
     # icechunk's own ``str``/``repr`` wait for the session, which writes in flight hold:
     # zarr formats a store's name when it makes an array view, in the middle of an append.
@@ -172,9 +173,11 @@ class TransactionalStore(DelegatingStore):
     ) -> Buffer | None:
         if self.files is None or _is_own_object(key):
             return sync(self.get(key, prototype, byte_range))
-        if key == _ROOT:
-            root = self.files.read(key, None)
-            data = None if root is None else _ranged(_without_objects(root), byte_range)
+        if key == _ROOT:  # the snapshot's: it never changes, nor what readers see of it
+            if self._root is None:
+                root = self.files.read(key, None)
+                self._root = b"" if root is None else _without_objects(root)
+            data = _ranged(self._root, byte_range) if self._root else None
         else:
             data = self.files.read(key, byte_range)
         return None if data is None else prototype.buffer.from_bytes(data)
