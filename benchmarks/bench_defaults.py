@@ -162,6 +162,12 @@ def measure_builds(path: Path, repeats: int, trash: Path, baseline: Path | None 
         out[name] = _build_figures(done, read_s, read_cpu)
         if before[name]:
             out[name]["baseline"] = _build_figures(before[name], read_s, read_cpu)
+            # Each new build against the old one made right after it: on a shared machine
+            # the load moves between repeats more than within a pair.
+            out[name]["cpu_over_baseline_each"] = [
+                round(new["cpu_seconds"] / old["cpu_seconds"], 3)
+                for new, old in zip(done, before[name], strict=True)
+            ]
     return out
 
 
@@ -175,6 +181,7 @@ def _build_figures(done: list[dict], read_s: float, read_cpu: float) -> dict:
         "cpu_over_full_read_cpu": round(cpu / read_cpu, 2),
         "peak_rss_mib": round(max(b["peak_rss_bytes"] for b in done) / 2**20),
         "seconds_each": [round(b["seconds"], 2) for b in done],
+        "cpu_seconds_each": [round(b["cpu_seconds"], 2) for b in done],
         "stored_bytes": done[-1]["stored"],
     }
 

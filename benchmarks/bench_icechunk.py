@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -260,6 +262,7 @@ def growth(args: argparse.Namespace) -> None:
                 append = virtualizarr_appends(path, granules)
             run = daily(path, granules, append)
             stores[name] = {**summary(run, args.window), "bytes": directory_bytes(path)}
+            print(json.dumps({name: stores[name]}), file=sys.stderr)  # kept if a later one fails
         report(
             {
                 "benchmark": "icechunk --growth-only",

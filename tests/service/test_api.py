@@ -333,3 +333,23 @@ def test_large_text_answers_are_gzipped_for_clients_that_accept_it(cube, monkeyp
     assert "content-encoding" not in refused.headers and refused.content == plain.content
     assert "content-encoding" not in small.headers and len(small.content) < 1000
     assert "content-encoding" not in picture.headers and len(picture.content) >= 1000
+
+
+def test_coordinates_written_at_once_are_those_written_one_by_one():
+    """``labels`` writes whole arrays of numbers and times at once: the same JSON values,
+    of the same types, as ``label`` value by value (missing numbers as null)."""
+    from accumulus.output import label, labels
+
+    arrays = [
+        np.linspace(-89.5, 89.5, 7, dtype="f4"),
+        np.linspace(-179.5, 179.5, 9),
+        np.arange(-3, 4),
+        np.arange(5, dtype="u2"),
+        np.array([1.5, np.nan, np.inf]),
+        np.array(["2001-01-01", "2001-01-02T12:00:00.5"], dtype="datetime64[ns]"),
+    ]
+    for values in arrays:
+        at_once = labels(values)
+        one_by_one = [label(v) for v in values]
+        assert at_once == one_by_one
+        assert [type(v) for v in at_once] == [type(v) for v in one_by_one]

@@ -31,7 +31,8 @@ class AnswerCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._answers: OrderedDict[tuple, Answer] = OrderedDict()
+        # key -> (answer, what it is charged: ``entry_bytes``, found once)
+        self._answers: OrderedDict[tuple, tuple[Answer, int]] = OrderedDict()
         self._bytes = 0
         self._newest: dict[str, int] = {}  # dataset -> newest snapshot generation seen
         self._lock = threading.Lock()
@@ -40,10 +41,11 @@ class AnswerCache:
         key = (snapshot.dataset, snapshot.token, request_key)
         with self._lock:
             self._see(snapshot)
-            answer = self._answers.get(key)
-            if answer is not None:
-                self._answers.move_to_end(key)
-            return answer
+            found = self._answers.get(key)
+            if found is None:
+                return None
+            self._answers.move_to_end(key)
+            return found[0]
 
     @property
     def charged_bytes(self) -> int:
@@ -58,11 +60,10 @@ class AnswerCache:
             self._see(snapshot)
             if snapshot.generation < self._newest[snapshot.dataset] or key in self._answers:
                 return  # computed on a snapshot already superseded, or already here
-            self._answers[key] = answer
+            self._answers[key] = (answer, cost)
             self._bytes += cost
             while self._bytes > self.max_bytes:
-                old_key, old = self._answers.popitem(last=False)
-                self._bytes -= entry_bytes(old_key, old)
+                self._bytes -= self._answers.popitem(last=False)[1][1]
 
     def __len__(self) -> int:
         return len(self._answers)
@@ -74,4 +75,4 @@ class AnswerCache:
         self._newest[dataset] = snapshot.generation
         stale = [k for k in self._answers if k[0] == dataset and k[1] != snapshot.token]
         for key in stale:
-            self._bytes -= entry_bytes(key, self._answers.pop(key))
+            self._bytes -= self._answers.pop(key)[1]

@@ -77,10 +77,10 @@ class Service:
         self.workers = ThreadPoolExecutor(
             limits.computations + limits.scans, thread_name_prefix="accumulus-answer"
         )
-        # The short path's threads: twice the computation slots, so that requests are
-        # checked (and cache hits answered) while others compute (measured: 1.2-1.3x the
-        # requests/s of one thread per slot, docs/service.md).
-        self.light = ThreadPoolExecutor(2 * limits.computations, thread_name_prefix="accumulus-get")
+        # The short path's threads, one per computation slot: each takes a slot to compute,
+        # so none waits for one (with more threads than slots, handing a slot from thread
+        # to thread was 5 % of the GIL's time under load: docs/service.md).
+        self.light = ThreadPoolExecutor(limits.computations, thread_name_prefix="accumulus-get")
         self._calls: set[HereCall] = set()  # on the short path now (``run_here``)
         self._watcher: asyncio.Task | None = None
         # Whether a question is a scan depends on its variable, statistic, weights and

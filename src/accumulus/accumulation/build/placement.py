@@ -41,11 +41,7 @@ from accumulus.accumulation.model.weights import varying_dims
 from accumulus.raw_cube import RawCube, VariableInfo
 
 MAP_CHUNK = 4 * 2**20  # bytes of float64 entries per chunk of a map-like array, at most
-# The same for arrays read as long series (a box's rows). 512 KiB, not 256: on the default
-# path's cube a whole column of latitude (328 days x 180 rows), a quarter fewer objects for a
-# build to create, and a box's series reads 4-8 objects instead of 6-12 in the same CPU time
-# (docs/benchmarks.md, "Default path: fewer objects").
-SERIES_CHUNK = 512 * 2**10
+SERIES_CHUNK = 256 * 2**10  # the same for arrays read as long series (a box's rows)
 BUFFER_BYTES = 384 * 2**20  # entries a build holds back to write long series chunks whole
 
 

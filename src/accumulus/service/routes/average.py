@@ -81,7 +81,13 @@ async def average(
     started = time.perf_counter()
     body = await _limited_body(request) if request.method == "POST" else None
     snapshot, checked, scan = await run_in_threadpool(
-        _checked, service, dataset, variable, parameters, request.query_params.multi_items(), body
+        _checked_scan,
+        service,
+        dataset,
+        variable,
+        parameters,
+        request.query_params.multi_items(),
+        body,
     )
     return await _answered(service, request, snapshot, checked, scan, started)
 
@@ -135,9 +141,9 @@ def _checked(
     parameters: AverageParameters,
     query: list[tuple[str, str]],
     body: bytes | None,
-) -> tuple[DatasetSnapshot, AverageRequest, bool]:
-    """The dataset's snapshot, the request checked against it, and whether it is a scan (in
-    a worker thread: this reads a shape or a region set, and the snapshot)."""
+) -> tuple[DatasetSnapshot, AverageRequest]:
+    """The dataset's snapshot and the request checked against it (in a worker thread: this
+    reads a shape or a region set, and the snapshot)."""
     snapshot = service.snapshot_of(service.dataset(dataset))
     checked = check_average_request(
         snapshot,
@@ -147,6 +153,19 @@ def _checked(
         max_cells=service.max_cells,
         shape=requested_shape(parameters.shape, body),
     )
+    return snapshot, checked
+
+
+def _checked_scan(
+    service: Service,
+    dataset: str,
+    variable: str,
+    parameters: AverageParameters,
+    query: list[tuple[str, str]],
+    body: bytes | None,
+) -> tuple[DatasetSnapshot, AverageRequest, bool]:
+    """As ``_checked``, and whether the request is a scan."""
+    snapshot, checked = _checked(service, dataset, variable, parameters, query, body)
     return snapshot, checked, service.scans(snapshot, checked)
 
 
@@ -276,16 +295,8 @@ def _here(
     try:
         options = {name: text for name, text in query if name in OPTIONS}
         parameters = AverageParameters.model_validate(options)
-        snapshot = service.snapshot_of(service.dataset(dataset))
-        checked = check_average_request(
-            snapshot,
-            variable,
-            parameters,
-            query=query,
-            max_cells=service.max_cells,
-            shape=requested_shape(parameters.shape, None),
-        )
-    except Exception:
+        snapshot, checked = _checked(service, dataset, variable, parameters, query, None)
+    except Exception:  # pydantic's, ours, FastAPI's: the full path asks again and answers
         return None
     answer = service.cache.get(snapshot, checked.key)
     if answer is not None:
