@@ -35,7 +35,7 @@ from numcodecs.fletcher32 import Fletcher32
 from zarr.codecs import BloscCodec, BytesCodec
 from zarr.codecs._v2 import V2Codec  # zarr's own view of v2 bytes as an array
 from zarr.core.array_spec import ArraySpec
-from zarr.core.buffer import Buffer, default_buffer_prototype
+from zarr.core.buffer import Buffer
 from zarr.core.metadata import ArrayV2Metadata, ArrayV3Metadata
 
 from accumulus.grid import array_bounds
@@ -113,7 +113,9 @@ def decode_part(
     at = first if needed is not None else 0
     chain.blosc.decode(frame, out=out[at : at + size])
     view = out if needed is not None else out[: span[1]]
-    buffer = default_buffer_prototype().buffer.from_array_like(view)
+    # The chunk's own prototype (zarr's default when its spec was made): asking zarr for
+    # its default again looks its configuration up, once per chunk.
+    buffer = spec.prototype.buffer.from_array_like(view)
     held = spec if shape == spec.shape else replace(spec, shape=shape)
     return chain.rest._decode_sync(buffer, held).as_numpy_array().reshape(shape)
 

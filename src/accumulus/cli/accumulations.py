@@ -18,6 +18,7 @@ from accumulus.cli.options import (
     Scheduler,
     StorageOption,
     Store,
+    option,
     pairs,
     positive_int,
     reading,
@@ -32,56 +33,52 @@ def accumulate(
     variable: Annotated[str, typer.Argument(help="Data variable to accumulate.")],
     dims: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--dims",
-            help="A combination to accumulate, e.g. time or lat,lon (repeatable). "
+            "A combination to accumulate, e.g. time or lat,lon (repeatable). "
             "Default: time at every element and lat,lon at every cell (any box, any period, "
             "no raw chunk); with --minimal, --stride or --at: every dimension alone plus lat,lon.",
         ),
     ] = None,
     stride: Annotated[
         list[str] | None,
-        typer.Option(
-            "--stride", help="Accumulate every k chunks along a dimension: time=2 (repeatable)."
-        ),
+        option("--stride", "Accumulate every k chunks along a dimension: time=2 (repeatable)."),
     ] = None,
     at: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--at",
-            help="Where entries end along a dimension instead of chunk ends: DIM=RULE, the rule "
+            "Where entries end along a dimension instead of chunk ends: DIM=RULE, the rule "
             "being chunk (the default), N (every N elements; 1 = every element), month, year, or "
             "labels separated by commas. E.g. --at time=month, --at lat=1,lon=1 (repeatable).",
         ),
     ] = None,
     weights: Annotated[
         str | None,
-        typer.Option(
-            "--weights", help="area (cos latitude), none, or the name of a weights array."
-        ),
+        option("--weights", "area (cos latitude), none, or the name of a weights array."),
     ] = None,
     scheduler: Scheduler = None,
     rebuild: Annotated[
         bool,
-        typer.Option(
+        option(
             "--rebuild",
-            help="Build the group again. It keeps what it was built with (--dims, --at, --stride, "
+            "Build the group again. It keeps what it was built with (--dims, --at, --stride, "
             "--weights) unless given here; the output says what was kept.",
         ),
     ] = False,
     reset: Annotated[
         bool,
-        typer.Option(
+        option(
             "--reset",
-            help="Rebuild from the defaults and the options given here, forgetting what the "
+            "Rebuild from the defaults and the options given here, forgetting what the "
             "group was built with.",
         ),
     ] = False,
     allow_missing_chunks: Annotated[
         bool,
-        typer.Option(
+        option(
             "--allow-missing-chunks",
-            help="Rebuild even where raw chunks the last build summed are missing (they are "
+            "Rebuild even where raw chunks the last build summed are missing (they are "
             "summed as missing values).",
         ),
     ] = False,
@@ -95,26 +92,26 @@ def accumulate(
     ] = None,
     minimal: Annotated[
         bool,
-        typer.Option(
+        option(
             "--minimal",
-            help="ZEP 5 as written only: every dimension alone plus lat,lon at chunk ends (the "
+            "ZEP 5 as written only: every dimension alone plus lat,lon at chunk ends (the "
             "default adds entries at every day and every cell: see inspect).",
         ),
     ] = False,
     stats: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--stats",
-            help="Also store the sums these statistics need, comma-separated: var (var and std: "
+            "Also store the sums these statistics need, comma-separated: var (var and std: "
             "Σw(x−c)²), trend (Σt, Σt², Σt·x), corr:VAR2 (pair sums with VAR2, along time). "
             "Beside the default layout they sit at chunk ends and months. Not built by default.",
         ),
     ] = None,
     into: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--into",
-            help="Write the accumulations into this store beside the cube (a sidecar), which is "
+            "Write the accumulations into this store beside the cube (a sidecar), which is "
             "only read: for URLs and reference files. Run again to extend or refresh it.",
         ),
     ] = None,
@@ -170,7 +167,7 @@ def accumulate(
 
 def inspect(
     store: Store,
-    as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+    as_json: Annotated[bool, option("--json", "Print everything as JSON.")] = False,
     group: DataGroup = None,
     endpoint_url: EndpointUrl = None,
     storage_option: StorageOption = None,
@@ -297,9 +294,8 @@ def verify(
     ] = None,
     sources: Annotated[
         bool,
-        typer.Option(
-            "--sources",
-            help="Compare the cube with the files it was made from, as xarray decodes them.",
+        option(
+            "--sources", "Compare the cube with the files it was made from, as xarray decodes them."
         ),
     ] = False,
     group: CubeGroup = None,
@@ -307,9 +303,7 @@ def verify(
     storage_option: StorageOption = None,
     accumulations: Annotated[
         str | None,
-        typer.Option(
-            "--accumulations", help="Verify the accumulations in this sidecar store (--into)."
-        ),
+        option("--accumulations", "Verify the accumulations in this sidecar store (--into)."),
     ] = None,
     allow_references: AllowReferences = None,
     ref: Ref = None,

@@ -17,6 +17,7 @@ from accumulus.cli.options import (
     Ref,
     StorageOption,
     Store,
+    option,
     pairs,
     reading,
 )
@@ -26,95 +27,84 @@ from accumulus.errors import AccumulusError
 def average(
     store: Store,
     variable: Annotated[str, typer.Argument(help="Data variable.")],
-    over: Annotated[
-        str, typer.Option("--over", help="Dimensions averaged away, e.g. lat,lon or time.")
-    ],
+    over: Annotated[str, option("--over", "Dimensions averaged away, e.g. lat,lon or time.")],
     range_: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--range",
-            help="dim=start/end, inclusive labels (repeatable); "
-            "lon=170/-170 crosses the date line.",
+            "dim=start/end, inclusive labels (repeatable); lon=170/-170 crosses the date line.",
         ),
     ] = None,
     stat: Annotated[
         str,
-        typer.Option(
+        option(
             "--stat",
-            help="mean, sum, count (= sum of weights), var or std (weighted population variance, "
+            "mean, sum, count (= sum of weights), var or std (weighted population variance, "
             "standard deviation), trend (least-squares slope per year, per cell, over time), "
             "corr (Pearson's r with --with VAR2).",
         ),
     ] = "mean",
     with_: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--with",
-            help="The second variable of --stat corr (Pearson's r over --over, on the same grid).",
+            "The second variable of --stat corr (Pearson's r over --over, on the same grid).",
         ),
     ] = None,
     season: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--season",
-            help="Only this season's days: DJF, MAM, JJA, SON or a month (JAN...DEC). With "
+            "Only this season's days: DJF, MAM, JJA, SON or a month (JAN...DEC). With "
             "--over time the map of --stat over them (mean, sum, count, var, std, trend); "
             "otherwise one value per year (DJF: December counts for the next year).",
         ),
     ] = None,
     weights: Annotated[
         str | None,
-        typer.Option(
-            "--weights", help="area, none or a weights array (default: the accumulations')."
-        ),
+        option("--weights", "area, none or a weights array (default: the accumulations')."),
     ] = None,
     no_accumulation: Annotated[
         bool,
-        typer.Option(
-            "--no-accumulation", help="Force a full scan of the raw data, for comparison."
-        ),
+        option("--no-accumulation", "Force a full scan of the raw data, for comparison."),
     ] = False,
     plan: Annotated[
         str,
-        typer.Option(
+        option(
             "--plan",
-            help="cheaper: the accumulations or a full scan, whichever is estimated faster; "
+            "cheaper: the accumulations or a full scan, whichever is estimated faster; "
             "accumulation: the accumulations even when a scan is estimated faster.",
         ),
     ] = "cheaper",
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the result as one JSON object.")
-    ] = False,
-    as_csv: Annotated[bool, typer.Option("--csv", help="Print the result as CSV.")] = False,
+    as_json: Annotated[bool, option("--json", "Print the result as one JSON object.")] = False,
+    as_csv: Annotated[bool, option("--csv", "Print the result as CSV.")] = False,
     png: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--png",
-            help="Draw the answer (series, map or Hovmöller diagram) to this file: PNG, or the "
+            "Draw the answer (series, map or Hovmöller diagram) to this file: PNG, or the "
             "format its suffix names (.jpg, .webp, .tif, .svg, .pdf).",
         ),
     ] = None,
     accumulations: Annotated[
         str | None,
-        typer.Option(
-            "--accumulations", help="Read accumulations from this sidecar store (--into)."
-        ),
+        option("--accumulations", "Read accumulations from this sidecar store (--into)."),
     ] = None,
     group: CubeGroup = None,
     shape: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--shape",
-            help="Average over a shape: FILE (GeoJSON, shapefile...) or FILE:VALUE, the feature "
+            "Average over a shape: FILE (GeoJSON, shapefile...) or FILE:VALUE, the feature "
             "with a property equal to VALUE (or FILE:PROPERTY=VALUE). Cells count when their "
             "centre is inside.",
         ),
     ] = None,
     region: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--region",
-            help="Average over a named region: SET:NAME, e.g. ar6:WAF, srex:AMZ, giorgi:SAS, "
+            "Average over a named region: SET:NAME, e.g. ar6:WAF, srex:AMZ, giorgi:SAS, "
             "prudence:AL (sets shipped offline).",
         ),
     ] = None,

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
 from accumulus.cli.console import ProgressBar, console
+from accumulus.cli.options import option
 from accumulus.errors import AccumulusError
 
 
 def demo(
-    directory: Annotated[
-        str, typer.Option("--dir", help="Where the cube and plots go.")
-    ] = "demo-output",
-    days: Annotated[int, typer.Option("--days", help="Length of the daily series.")] = 1461,
-    resolution: Annotated[
-        float, typer.Option("--resolution", help="Grid spacing in degrees.")
-    ] = 1.0,
-    fresh: Annotated[
-        bool, typer.Option("--fresh", help="Regenerate the cube even if present.")
-    ] = False,
+    directory: Annotated[str, option("--dir", "Where the cube and plots go.")] = "demo-output",
+    days: Annotated[int, option("--days", "Length of the daily series.")] = 1461,
+    resolution: Annotated[float, option("--resolution", "Grid spacing in degrees.")] = 1.0,
+    fresh: Annotated[bool, option("--fresh", "Regenerate the cube even if present.")] = False,
 ) -> None:
     """Build a synthetic daily precipitation cube, accumulate it (the default layout), and
     answer an area-averaged time series and two time-averaged maps (whole months, and

@@ -18,6 +18,7 @@ from accumulus.cli.options import (
     StorageOption,
     dimension_sizes,
     group_option,
+    option,
     reading,
 )
 from accumulus.errors import AccumulusError, Interrupted
@@ -28,41 +29,40 @@ def append(
     granules: Annotated[
         list[str], typer.Argument(help="NetCDF4/HDF5 files or Zarr stores, in any order.")
     ],
-    dim: Annotated[str, typer.Option("--dim", help="The dimension to append along.")] = "time",
+    dim: Annotated[str, option("--dim", "The dimension to append along.")] = "time",
     chunks: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--chunks",
-            help="When the cube is created: dim=size,... e.g. time=40 (default: ~100 MiB chunks).",
+            "When the cube is created: dim=size,... e.g. time=40 (default: ~100 MiB chunks).",
         ),
     ] = None,
     chunking: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--chunking",
-            help="When the cube is created, along --dim: month or year (a chunk per calendar "
+            "When the cube is created, along --dim: month or year (a chunk per calendar "
             "period), per-granule (each granule a chunk), grow (chunks that grow with the cube to "
             "their size), or a size. Variable chunks need Zarr v3.",
         ),
     ] = None,
     shards: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--shards",
-            help="When the cube is created (Zarr v3): data chunks packed in shards of dim=size,... "
+            "When the cube is created (Zarr v3): data chunks packed in shards of dim=size,... "
             "e.g. time=365 (multiples of the chunks; one chunk per shard along other dimensions).",
         ),
     ] = None,
     skip_existing: Annotated[
         bool,
-        typer.Option("--skip-existing", help="Skip steps already in the cube instead of refusing."),
+        option("--skip-existing", "Skip steps already in the cube instead of refusing."),
     ] = False,
     zarr_format: Annotated[
         int | None,
-        typer.Option(
+        option(
             "--zarr-format",
-            help="When the cube is created: 2 or 3 "
-            "(default 2; 3 with a named --chunking or --shards).",
+            "When the cube is created: 2 or 3 (default 2; 3 with a named --chunking or --shards).",
         ),
     ] = None,
     group: Annotated[
@@ -76,18 +76,18 @@ def append(
     storage_option: StorageOption = None,
     virtual: Annotated[
         bool,
-        typer.Option(
+        option(
             "--virtual",
-            help="Write references to the granules' chunks, no data copied: a .json reference "
+            "Write references to the granules' chunks, no data copied: a .json reference "
             "file, or a .parq Parquet reference set (for large archives).",
         ),
     ] = False,
     allow_references: AllowReferences = None,
     ref: Annotated[
         str | None,
-        typer.Option(
+        option(
             "--ref",
-            help="Of an icechunk repository (icechunk://, icechunk+s3://): the branch to commit "
+            "Of an icechunk repository (icechunk://, icechunk+s3://): the branch to commit "
             "to (default: main).",
         ),
     ] = None,
@@ -250,7 +250,7 @@ def _granule_reads(read: int, total: int) -> str:
 
 
 def filters(
-    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+    as_json: Annotated[bool, option("--json", "Print the table as JSON.")] = False,
 ) -> None:
     """The HDF5 filter ↔ Zarr codec pairing table: which filters are usable here, and why not."""
     import json
@@ -295,12 +295,12 @@ def _side_text(provider: str | None, problem: str | None) -> str:
 def convert(
     src: Annotated[str, typer.Argument(help="NetCDF4/HDF5 or NetCDF-3 file.")],
     dest: Annotated[str, typer.Argument(help="Zarr directory to create (must not exist).")],
-    zarr_format: Annotated[int, typer.Option("--zarr-format", help="2 (default) or 3.")] = 2,
+    zarr_format: Annotated[int, option("--zarr-format", "2 (default) or 3.")] = 2,
     codec: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--codec",
-            help="VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
+            "VAR='<json>' for one variable, or '<json>' for all others; a codec or a list.",
         ),
     ] = None,
     group: Annotated[
@@ -341,15 +341,15 @@ def rechunk(
     ],
     chunks: Annotated[
         list[str],
-        typer.Option(
+        option(
             "--chunks",
-            help="dim=rule: time=month, time=year, lat=90 or time=31,28,31,... (repeatable; "
+            "dim=rule: time=month, time=year, lat=90 or time=31,28,31,... (repeatable; "
             "several in one: time=month,lat=90). Dimensions not named keep their chunks.",
         ),
     ],
     zarr_format: Annotated[
         int | None,
-        typer.Option("--zarr-format", help="2 or 3. Default: the source's, or 3 when chunks vary."),
+        option("--zarr-format", "2 or 3. Default: the source's, or 3 when chunks vary."),
     ] = None,
     scheduler: Scheduler = None,
     endpoint_url: EndpointUrl = None,

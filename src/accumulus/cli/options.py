@@ -12,23 +12,26 @@ import typer
 
 from accumulus.errors import AccumulusError
 
+
+def option(flag: str, help_text: str, minimum: float | None = None) -> Any:
+    """An option by its flag and help, with the smallest number it takes where it is a limit:
+    the commands' options in one shape."""
+    return typer.Option(flag, min=minimum, help=help_text)
+
+
 # How a command reaches a store: the S3 endpoint and fsspec options (see ``storage_options``),
 # and where the reference sets it opens (the store, a sidecar's source, a granule) may read
 # besides their own location.
-EndpointUrl = Annotated[
-    str | None, typer.Option("--endpoint-url", help="S3 endpoint for s3:// URLs.")
-]
+EndpointUrl = Annotated[str | None, option("--endpoint-url", "S3 endpoint for s3:// URLs.")]
 StorageOption = Annotated[
     list[str] | None,
-    typer.Option(
-        "--storage-option", help="KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."
-    ),
+    option("--storage-option", "KEY=VALUE passed to fsspec, e.g. anon=true (repeatable)."),
 ]
 AllowReferences = Annotated[
     list[str] | None,
-    typer.Option(
+    option(
         "--allow-references",
-        help="A reference set (.json, .parq) may read chunks under this directory or URL "
+        "A reference set (.json, .parq) may read chunks under this directory or URL "
         "prefix besides its own location, e.g. /data/granules or https://host/data/ "
         "(repeatable).",
     ),
@@ -38,9 +41,9 @@ AllowReferences = Annotated[
 # Which commit of an icechunk repository a command reads (or which branch it writes).
 Ref = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--ref",
-        help="Of an icechunk repository (icechunk://, icechunk+s3://): a branch, tag or "
+        "Of an icechunk repository (icechunk://, icechunk+s3://): a branch, tag or "
         "snapshot id (default: branch main).",
     ),
 ]
@@ -61,9 +64,7 @@ DataGroup = Annotated[
 ]
 Scheduler = Annotated[
     str | None,
-    typer.Option(
-        "--scheduler", help="threads (default), processes, or tcp://host:port (distributed)."
-    ),
+    option("--scheduler", "threads (default), processes, or tcp://host:port (distributed)."),
 ]
 
 

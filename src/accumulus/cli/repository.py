@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from accumulus.cli.console import console, size_text
-from accumulus.cli.options import EndpointUrl, StorageOption, duration, storage_options
+from accumulus.cli.options import EndpointUrl, StorageOption, duration, option, storage_options
 
 
 def expire(
@@ -18,9 +18,9 @@ def expire(
     ],
     older_than: Annotated[
         str,
-        typer.Option(
+        option(
             "--older-than",
-            help="Expire snapshots written longer ago than this: 7d, 12h, 30m, 2w (branch "
+            "Expire snapshots written longer ago than this: 7d, 12h, 30m, 2w (branch "
             "tips and tags are kept).",
         ),
     ],

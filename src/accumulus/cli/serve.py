@@ -11,13 +11,9 @@ from accumulus.cli.options import (
     EndpointUrl,
     StorageOption,
     group_option,
+    option,
     reading,
 )
-
-
-def _option(flag: str, help_text: str, minimum: float | None = None) -> Any:
-    """An option of the service, with the smallest number it takes where it is a limit."""
-    return typer.Option(flag, min=minimum, help=help_text)
 
 
 def serve(
@@ -28,13 +24,13 @@ def serve(
             "sidecar (accumulate --into) is served for the source it names."
         ),
     ],
-    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+    port: Annotated[int, option("--port", "TCP port.")] = 8000,
     host: Annotated[
-        str, typer.Option("--host", help="Address to bind (loopback unless you say otherwise).")
+        str, option("--host", "Address to bind (loopback unless you say otherwise).")
     ] = "127.0.0.1",
     workers: Annotated[
         int,
-        _option(
+        option(
             "--workers",
             "Processes answering on the port, e.g. one per core. Each has its own cache and "
             "limits (--computations, --memory-mb, --cache-mb hold per process).",
@@ -42,15 +38,15 @@ def serve(
         ),
     ] = 1,
     max_cells: Annotated[
-        int | None, _option("--max-cells", "Refuse answers with more values (default 2000000).", 1)
+        int | None, option("--max-cells", "Refuse answers with more values (default 2000000).", 1)
     ] = None,
-    cache_mb: Annotated[int, _option("--cache-mb", "Memory for cached answers.", 0)] = 256,
+    cache_mb: Annotated[int, option("--cache-mb", "Memory for cached answers.", 0)] = 256,
     computations: Annotated[
-        int, _option("--computations", "Answers computed at once; others wait, then get 503.", 1)
+        int, option("--computations", "Answers computed at once; others wait, then get 503.", 1)
     ] = 2,
     scans: Annotated[
         int,
-        _option(
+        option(
             "--scans",
             "Answers no accumulation can give (full scans) computed at once, queued apart "
             "from the others, which never wait behind them.",
@@ -58,13 +54,13 @@ def serve(
         ),
     ] = 1,
     memory_mb: Annotated[
-        int, _option("--memory-mb", "Memory one computation's raw reads may hold.", 16)
+        int, option("--memory-mb", "Memory one computation's raw reads may hold.", 16)
     ] = 512,  # budget.DEFAULT_MEMORY_BYTES (not imported: zarr)
     queue_seconds: Annotated[
-        float, _option("--queue-seconds", "How long a request waits for a computation.", 0.1)
+        float, option("--queue-seconds", "How long a request waits for a computation.", 0.1)
     ] = 10.0,
     request_seconds: Annotated[
-        float, _option("--request-seconds", "Longest computation (then 504).", 0.1)
+        float, option("--request-seconds", "Longest computation (then 504).", 0.1)
     ] = 60.0,
     group: Annotated[
         str | None,
@@ -74,7 +70,7 @@ def serve(
     storage_option: StorageOption = None,
     accumulations: Annotated[
         list[str] | None,
-        _option(
+        option(
             "--accumulations",
             "Read each cube's accumulations from this sidecar store (once per cube, in order).",
         ),
@@ -82,7 +78,7 @@ def serve(
     allow_references: AllowReferences = None,
     ref: Annotated[
         list[str] | None,
-        _option(
+        option(
             "--ref",
             "Of icechunk repositories: a branch, tag or snapshot id to serve, one dataset "
             "each, named NAME@REF (repeatable; default: branch main, followed as it grows).",
@@ -90,14 +86,14 @@ def serve(
     ] = None,
     allowed_host: Annotated[
         list[str] | None,
-        _option(
+        option(
             "--allowed-host",
             "A Host name clients reach the service by, besides the loopback names and "
             "--host (repeatable; *.example.org for subdomains, * for any): others get 400.",
         ),
     ] = None,
     access_log: Annotated[
-        bool, typer.Option("--access-log", help="Log a line per request (costs CPU under load).")
+        bool, option("--access-log", "Log a line per request (costs CPU under load).")
     ] = False,
 ) -> None:
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""

@@ -157,7 +157,7 @@ class Service:
                 lambda store: GuardedStore(store, guard, limits.read_seconds)
             )
             return compute_answer(guarded, checked, limits.memory_bytes)
-        except Exception as exc:
+        except Exception as exc:  # the service's boundary: see computation_failure
             raise computation_failure(snapshot, exc) from None
         finally:
             slot.release()
@@ -271,7 +271,7 @@ class Service:
             raise stopped_error(limits, guard.reason)
         try:
             return running.result()
-        except Exception as exc:
+        except Exception as exc:  # the service's boundary: see computation_failure
             raise computation_failure(snapshot, exc) from None
 
     def _finished(self, finished: asyncio.Event) -> None:

@@ -686,11 +686,13 @@ def _checked_entries(
                 "before accumulus tallied them apart; `accumulus accumulate --rebuild` "
                 "replaces it)"
             )
-        missing = np.isnan(slab).any()
-    elif slab.dtype.kind == "u":
-        missing = (slab == np.iinfo(slab.dtype).max).any()
+        missing = bool(np.isnan(slab).any())
+    elif not slab.size:
+        missing = False
+    elif slab.dtype.kind == "u":  # (the extreme of a slab: no array of flags)
+        missing = bool(slab.max() == np.iinfo(slab.dtype).max)
     else:
-        missing = (slab < 0).any()
+        missing = bool(slab.min() < 0)
     if missing:
         raise AccumulationReadError(
             f"{label}: accumulation array {request.array.path} has a missing chunk "

@@ -80,15 +80,13 @@ async def average(
     within a shape when one is named or posted."""
     started = time.perf_counter()
     body = await _limited_body(request) if request.method == "POST" else None
-    snapshot, checked, scan = await run_in_threadpool(
-        _checked_scan,
-        service,
-        dataset,
-        variable,
-        parameters,
-        request.query_params.multi_items(),
-        body,
-    )
+    query = request.query_params.multi_items()
+
+    def checked_scan() -> tuple[DatasetSnapshot, AverageRequest, bool]:
+        snapshot, checked = _checked(service, dataset, variable, parameters, query, body)
+        return snapshot, checked, service.scans(snapshot, checked)
+
+    snapshot, checked, scan = await run_in_threadpool(checked_scan)
     return await _answered(service, request, snapshot, checked, scan, started)
 
 
@@ -154,19 +152,6 @@ def _checked(
         shape=requested_shape(parameters.shape, body),
     )
     return snapshot, checked
-
-
-def _checked_scan(
-    service: Service,
-    dataset: str,
-    variable: str,
-    parameters: AverageParameters,
-    query: list[tuple[str, str]],
-    body: bytes | None,
-) -> tuple[DatasetSnapshot, AverageRequest, bool]:
-    """As ``_checked``, and whether the request is a scan."""
-    snapshot, checked = _checked(service, dataset, variable, parameters, query, body)
-    return snapshot, checked, service.scans(snapshot, checked)
 
 
 async def _limited_body(request: Request) -> bytes:
