@@ -198,3 +198,20 @@ def test_an_append_reads_and_writes_the_coordinates_last_chunk_only(
         ds = xr.open_zarr(repo.readonly_session(branch="main").store, consolidated=False)
         assert ds["time"].encoding["chunks"] == (40,)
         same_as_granules(ds.load(), granules)
+
+
+def test_virtual_append_onto_a_branch_from_the_command_line(tmp_path):
+    granules = monthly_granules(tmp_path / "in", [1, 2, 3])
+    path = tmp_path / "repo"
+    url = f"icechunk://{path}"
+    accumulus.append_virtual(url, granules[:2])
+    repo = icechunk.Repository.open(icechunk.local_filesystem_storage(str(path)))
+    head = repo.lookup_branch("main")
+    repo.create_branch("dev", head)
+    done = cli("append", url, str(granules[2]), "--virtual", "--ref", "dev")
+    assert done.returncode == 0, done.stderr
+    assert repo.lookup_branch("main") == head != repo.lookup_branch("dev")
+    got = accumulus.average(url, VAR, ["time"], weights="none", ref="dev")
+    np.testing.assert_allclose(got.values, granule_means(granules, ["time"]).values, rtol=1e-9)
+    wrong = cli("append", url, str(granules[2]), "--virtual", "--ref", head)
+    assert wrong.returncode == 2 and f"--ref {head}: not a branch" in wrong.stderr
