@@ -287,3 +287,22 @@ def test_append_onto_a_branch(tmp_path, granules):
     assert plain.returncode == 2 and "not an icechunk repository" in plain.stderr
     assert not (tmp_path / "plain.zarr").exists()
     assert [repo.lookup_branch(b) for b in ("main", "dev")] == [head, dev]
+
+
+def test_a_repository_whose_journal_is_in_the_commit_metadata_is_appended_to(tmp_path, granules):
+    """Repositories written before the journal moved to the root group's attributes kept
+    it in each commit's metadata: it is read from there, and the next commit moves it."""
+    path = tmp_path / "repo"
+    url = f"icechunk://{path}"
+    accumulus.append(url, granules[:2])
+    repo = repository(path)
+    old = repo.writable_session("main")
+    document = json.loads(sync(old.store.get("zarr.json", default_buffer_prototype())).to_bytes())
+    objects = document["attributes"].pop(OBJECTS_ATTRIBUTE)
+    data = default_buffer_prototype().buffer.from_bytes(json.dumps(document).encode())
+    sync(old.store.set("zarr.json", data))
+    old.commit("as written before", metadata={METADATA_KEY: objects})
+    again = accumulus.append(url, granules[:4])  # the first two are in the journal: skipped
+    assert again.appended == tuple(granules[2:4]) and again.extent == (6, 12)
+    assert journal_of(path, commits(path)[0])["extent"] == 12
+    seen(url, truth(24), 12)
