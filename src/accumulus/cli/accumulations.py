@@ -10,22 +10,19 @@ import typer
 from accumulus.cli.console import ProgressBar, console, err_console, size_text, stored_text
 from accumulus.cli.entry import load_api
 from accumulus.cli.options import (
-    AllowReferences,
     CubeGroup,
     DataGroup,
-    EndpointUrl,
-    Ref,
     Scheduler,
-    StorageOption,
     Store,
     option,
     pairs,
     positive_int,
-    reading,
+    reaching_stores,
 )
 from accumulus.errors import AccumulusError
 
 
+@reaching_stores
 def accumulate(
     store: Annotated[
         str, typer.Argument(help="Cube path or URL (dir, file://, memory://, s3://).")
@@ -116,10 +113,8 @@ def accumulate(
         ),
     ] = None,
     group: CubeGroup = None,
-    endpoint_url: EndpointUrl = None,
-    storage_option: StorageOption = None,
-    allow_references: AllowReferences = None,
-    ref: Ref = None,
+    *,
+    source: dict[str, Any],
 ) -> None:
     """Build the ZEP 5 accumulation group of a variable (chunk by chunk, with Dask)."""
     api = load_api()
@@ -145,7 +140,7 @@ def accumulate(
             into=into,
             minimal=minimal,
             stats=[s.strip() for s in stats.split(",") if s.strip()] if stats else None,
-            **reading(endpoint_url, storage_option, allow_references, ref),
+            **source,
         )
     if result.action == "up to date":
         console.print(f"{variable}: accumulations already up to date; nothing written")
@@ -165,23 +160,20 @@ def accumulate(
         console.print(f"  corr pair sums with {other} (time at chunk ends): {done}")
 
 
+@reaching_stores
 def inspect(
     store: Store,
     as_json: Annotated[bool, option("--json", "Print everything as JSON.")] = False,
     group: DataGroup = None,
-    endpoint_url: EndpointUrl = None,
-    storage_option: StorageOption = None,
-    allow_references: AllowReferences = None,
-    ref: Ref = None,
+    *,
+    source: dict[str, Any],
 ) -> None:
     """Arrays, dimensions, chunk grids, codecs, sizes and accumulation groups of a cube."""
     import json
 
     from rich.table import Table
 
-    info = load_api().inspect(
-        store, group=group, **reading(endpoint_url, storage_option, allow_references, ref)
-    )
+    info = load_api().inspect(store, group=group, **source)
     if as_json:
         print(json.dumps(info, default=str))
         return
@@ -284,6 +276,7 @@ def _grid_text(grid: dict) -> str:
     return text
 
 
+@reaching_stores
 def verify(
     store: Store,
     names: Annotated[
@@ -299,23 +292,20 @@ def verify(
         ),
     ] = False,
     group: CubeGroup = None,
-    endpoint_url: EndpointUrl = None,
-    storage_option: StorageOption = None,
     accumulations: Annotated[
         str | None,
         option("--accumulations", "Verify the accumulations in this sidecar store (--into)."),
     ] = None,
-    allow_references: AllowReferences = None,
-    ref: Ref = None,
+    *,
+    source: dict[str, Any],
 ) -> None:
     """Recompute accumulations from the raw data; exit 1 on any mismatch (a sidecar: from
     its source's, and exit 1 when it is stale). With --sources FILES…: compare the cube's
     values with its sources' instead."""
     api = load_api()
 
-    source = reading(endpoint_url, storage_option, allow_references, ref)
     if sources:
-        if ref is not None:
+        if "ref" in source:
             raise AccumulusError("--ref with --sources: sources are compared with the head")
         _verify_sources(store, names or [], source)
         return

@@ -4,26 +4,23 @@ printed as a table, JSON or CSV, and drawn to a PNG. The options become one ``Qu
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from accumulus.cli.console import console
 from accumulus.cli.entry import load_api, nothing_to_finish
 from accumulus.cli.options import (
-    AllowReferences,
     CubeGroup,
-    EndpointUrl,
-    Ref,
-    StorageOption,
     Store,
     option,
     pairs,
-    reading,
+    reaching_stores,
 )
 from accumulus.errors import AccumulusError
 
 
+@reaching_stores
 def average(
     store: Store,
     variable: Annotated[str, typer.Argument(help="Data variable.")],
@@ -108,10 +105,8 @@ def average(
             "prudence:AL (sets shipped offline).",
         ),
     ] = None,
-    endpoint_url: EndpointUrl = None,
-    storage_option: StorageOption = None,
-    allow_references: AllowReferences = None,
-    ref: Ref = None,
+    *,
+    source: dict[str, Any],
 ) -> None:
     """Average (or sum, or count) a variable over dimensions and label ranges, or a shape."""
     from accumulus.destinations import check_file, write_file
@@ -144,7 +139,7 @@ def average(
         question,
         group=group,
         accumulations=accumulations,
-        **reading(endpoint_url, storage_option, allow_references, ref),
+        **source,
     )
     if picture is not None:
         write_file(picture, output.result_png(result, drawn_as))

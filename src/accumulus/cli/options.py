@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import datetime
+import functools
+import inspect
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -69,6 +71,36 @@ Scheduler = Annotated[
 
 
 Store = Annotated[str, typer.Argument(help="Cube path or URL.")]
+
+
+def reaching_stores(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with the options of how it reaches its stores (``--endpoint-url``,
+    ``--storage-option``, ``--allow-references``, ``--ref``), declared here once and handed
+    to it as ``source``: the keywords of ``api`` that ``reading`` makes of them."""
+    own = inspect.signature(command, eval_str=True)
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in (
+            ("endpoint_url", EndpointUrl),
+            ("storage_option", StorageOption),
+            ("allow_references", AllowReferences),
+            ("ref", Ref),
+        )
+    ]
+
+    @functools.wraps(command)
+    def with_source(**given: Any) -> None:
+        source = reading(
+            given.pop("endpoint_url"),
+            given.pop("storage_option"),
+            given.pop("allow_references"),
+            given.pop("ref"),
+        )
+        command(**given, source=source)
+
+    kept = [p for name, p in own.parameters.items() if name != "source"]
+    with_source.__signature__ = own.replace(parameters=[*kept, *added])  # type: ignore[attr-defined]
+    return with_source
 
 
 def reading(
