@@ -15,9 +15,9 @@ carries the journal of the data it holds and time travel reads the right one; th
 metadata says only how many granules and steps it holds (``SUMMARY_KEY``). Not the journal
 itself: icechunk copies every commit's metadata into the repository's ``repo`` object,
 rewritten at each commit, where a journal that grows by a granule a day made each commit
-write more (3.8 MB a day after 1,000 days). The lock stays in memory: writers are kept apart
-by icechunk's commit, which refuses a commit whose branch moved since its session began
-(``TransactionConflict``), not by a lock object.
+write more the longer the archive (docs/benchmarks.md). The lock stays in memory: writers
+are kept apart by icechunk's commit, which refuses a commit whose branch moved since its
+session began (``TransactionConflict``), not by a lock object.
 
 Consolidated metadata is written as for any store: icechunk keeps it in the root group's
 ``zarr.json``, inside the same snapshot as the arrays, so it never disagrees with them.
@@ -304,6 +304,15 @@ def transaction_of(store: Store) -> TransactionalStore | None:
 MANIFEST_SPLIT = 256
 
 
+def _open_or_create(storage: Any, exists: bool, **options: Any) -> Any:
+    """The repository at ``storage`` (``exists``: whether it does), created with
+    ``new_repository_config`` when it does not."""
+    import icechunk
+
+    config = None if exists else new_repository_config()
+    return icechunk.Repository.open_or_create(storage, config=config, **options)
+
+
 def new_repository_config() -> Any:
     """The configuration of a repository accumulus creates: icechunk's default, with every
     array's chunk references split into manifests of ``MANIFEST_SPLIT`` chunks along each
@@ -357,11 +366,7 @@ def open_repository(
             raise StoreNotFoundError(f"store not found: {url} (no icechunk repository there)")
         config = icechunk.Repository.fetch_config(storage) if exists else None
         access = authorized(url, config, storage_options, allow_references)
-        repository = icechunk.Repository.open_or_create(
-            storage,
-            config=None if exists else new_repository_config(),
-            authorize_virtual_chunk_access=access,
-        )
+        repository = _open_or_create(storage, exists, authorize_virtual_chunk_access=access)
         session = _session(repository, url, mode, ref)
         branch = ref or DEFAULT_BRANCH
         read_branch = mode == "r" and branch in set(repository.list_branches())
@@ -532,9 +537,7 @@ def add_containers(
     _quiet_icechunk()
     storage = _storage(url, storage_options, create=True)
     try:
-        exists = icechunk.Repository.exists(storage)
-        config = None if exists else new_repository_config()
-        repository = icechunk.Repository.open_or_create(storage, config=config)
+        repository = _open_or_create(storage, icechunk.Repository.exists(storage))
         config = repository.config
         known = list(config.virtual_chunk_containers or {})
         added: list[str] = []
