@@ -283,7 +283,9 @@ def _documents_now(store: Store, keys: tuple[str, ...]) -> dict[str, bytes]:
         # cost"). A lean local store refuses other files itself, without a stat of its own.
         directory = str(store.root)
         return {
-            key: value for key in keys if (value := read_regular_file(directory, key)) is not None
+            key: content
+            for key in keys
+            if (content := read_regular_file(directory, key)) is not None
         }
     root = None if isinstance(store, LeanLocalStore) else local_root(store)
     found = {}
