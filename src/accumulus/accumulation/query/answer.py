@@ -261,7 +261,23 @@ def _sums_for(
     the accumulations that hold them (none, and why, for a full scan). Without weights
     where they divide out (``_weights_cancel``) and would be multiplied in as the sums are
     read (raw values; the entries of accumulations whose weights factor out): the same
-    accumulations give the sums without weights."""
+    accumulations give the sums without weights. The same for every box of a snapshot:
+    worked out once per kind of question (a shape's, each time)."""
+    if resolved.mask is not None:
+        return _sums_now(cube, groups, resolved)
+    key = (
+        "sums for", resolved.variable.name, resolved.stat, resolved.weights,
+        resolved.use_accumulation, tuple(resolved.over),
+    )  # fmt: skip
+    stat, read_with, terms, layouts, note = groups.remembered(
+        key, lambda: _sums_now(cube, groups, resolved)
+    )
+    return stat, read_with, terms, list(layouts), note
+
+
+def _sums_now(
+    cube: RawCube, groups: AccumulationGroups, resolved: ResolvedQuery
+) -> tuple[statistics.Statistic, Weights, tuple[str, ...], list[AccumulationLayout], str]:
     var, weights = resolved.variable, resolved.weights
     stat, infinite, terms, layouts, note = _sums_and_layouts(groups, resolved)
     if _weights_cancel(cube, resolved) and _weights_applied(groups, var, layouts):
