@@ -660,7 +660,10 @@ def _decode(
     shorter than declared there)."""
     grids = _grids(request.array.metadata)
     if grids.blosc is not None:
-        part = decode_part(grids.blosc, request.array, request.coords, buffer, spec, request.needed)
+        needed = request.needed
+        if needed is not None and _whole(needed, spec.shape):
+            needed = None  # (a map's time step: nothing to leave out, no frame to look at)
+        part = decode_part(grids.blosc, request.array, request.coords, buffer, spec, needed)
         if part is not None:
             return part
     if grids.v2_codecs is not None:
@@ -670,6 +673,13 @@ def _decode(
         values = ensure_ndarray_like(data).view(grids.native)
         return values.reshape(spec.shape, order=spec.order)
     return transform.decode_chunk(buffer, spec).as_numpy_array().reshape(spec.shape)
+
+
+def _whole(region: tuple[slice, ...], shape: tuple[int, ...]) -> bool:
+    """Whether ``region`` (slices of a chunk of ``shape``) is all of it."""
+    return len(region) == len(shape) and all(
+        s.indices(n) == (0, n, 1) for s, n in zip(region, shape, strict=True)
+    )
 
 
 async def _fetch_decode(request: ChunkRequest, fetcher: _Fetcher) -> np.ndarray:
