@@ -120,13 +120,22 @@ def questions(days: pd.DatetimeIndex, lat: np.ndarray, lon: np.ndarray, n: int, 
     box = {"lat": (float(lat[40]), float(lat[120])), "lon": (float(lon[100]), float(lon[300]))}
     out.append(("series, box, day-precise period", ("lat", "lon"), {"time": last, **box}))
     out.append(("map, day-precise period", ("time",), {"time": last}))
+    # Short and long day-precise maps at fixed places, ends off month and chunk boundaries
+    # (the default layout's time entries are at months and every 4 days within them).
+    for start, length in ((47, 5), (130, 8), (200, 16), (402, 11), (95, 300)):
+        if start + length <= len(days):
+            period = (str(days[start].date()), str(days[start + length - 1].date()))
+            out.append(("map, day-precise period, fixed", ("time",), {"time": period}))
     return out
 
 
 BUILDS = {
     "default": (None, None),
+    "time=month+4": (["time"], {"time": "month+4"}),
     "time=1": (["time"], {"time": 1}),
     "lat=1,lon=1": (["lat,lon"], {"lat": 1, "lon": 1}),
+    # The default layout before issue 37's storage target (time at every day).
+    "time=1 + lat=1,lon=1": (["time", "lat,lon"], {"time": 1, "lat": 1, "lon": 1}),
 }
 
 
@@ -310,6 +319,13 @@ def main() -> None:
         type=Path,
         help="another checkout's src/: each build also made by that code, in the same run",
     )
+    parser.add_argument(
+        "--at",
+        action="append",
+        help="build the cube's group with these positions instead of the default layout "
+        "(with --dims; e.g. --dims time --dims lat,lon --at time=1 --at lat=1,lon=1)",
+    )
+    parser.add_argument("--dims", action="append", help="with --at")
     args = parser.parse_args()
     # append chunks daily data by calendar month (a rectilinear grid), which xarray reads
     # through zarr only with this setting (docs/remote.md).
@@ -320,7 +336,14 @@ def main() -> None:
     builds = measure_builds(path, args.build_repeats, trash, args.baseline_src)
     read_seconds = full_read(path)
     started = time.perf_counter()
-    built = accumulus.accumulate(str(path), VARIABLE, rebuild=args.fresh)
+    built = accumulus.accumulate(
+        str(path),
+        VARIABLE,
+        dims=args.dims,
+        at=args.at,
+        rebuild=args.fresh or bool(args.at),
+        reset=bool(args.at),
+    )
     build_seconds = time.perf_counter() - started
     stored, raw = storage(path)
     total = sum(v or 0 for v in stored.values())

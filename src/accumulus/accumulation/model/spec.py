@@ -37,6 +37,7 @@ import jsonschema
 from accumulus.accumulation.model.positions import (
     Rule,
     entry_positions,
+    is_fine,
     rule_from_json,
     rule_json,
     rule_slug,
@@ -309,9 +310,7 @@ def split_for_sums(
     if not request.sums:
         return request, ()
     rules_of = request.rules
-    fine = tuple(
-        c for c in request.combinations if any(isinstance(r, int) for r in rules_of(c).values())
-    )
+    fine = tuple(c for c in request.combinations if any(is_fine(r) for r in rules_of(c).values()))
     if not fine:
         return request, ()
     coarse = tuple(c for c in request.combinations if c not in fine)
