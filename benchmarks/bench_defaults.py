@@ -134,8 +134,10 @@ BUILDS = {
     "time=month+4": (["time"], {"time": "month+4"}),
     "time=1": (["time"], {"time": 1}),
     "lat=1,lon=1": (["lat,lon"], {"lat": 1, "lon": 1}),
-    # The default layout before issue 37's storage target (time at every day).
+    # The default layout before issue 37's storage target (time at every day), and the one
+    # with time entries at months and every 4 days within them.
     "time=1 + lat=1,lon=1": (["time", "lat,lon"], {"time": 1, "lat": 1, "lon": 1}),
+    "time=month+4 + lat=1,lon=1": (["time", "lat,lon"], {"time": "month+4", "lat": 1, "lon": 1}),
 }
 
 
@@ -313,7 +315,7 @@ def main() -> None:
     parser.add_argument("--scan-repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=37)
     parser.add_argument("--fresh", action="store_true", help="append and accumulate again")
-    parser.add_argument("--build-repeats", type=int, default=1)
+    parser.add_argument("--build-repeats", type=int, default=1, help="0: no builds timed")
     parser.add_argument(
         "--baseline-src",
         type=Path,
@@ -333,7 +335,11 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     trash = args.dir / "deleted-at-the-end"
     path, timings = build_cube(args.dir, args.days, args.fresh, trash)
-    builds = measure_builds(path, args.build_repeats, trash, args.baseline_src)
+    builds = (
+        measure_builds(path, args.build_repeats, trash, args.baseline_src)
+        if args.build_repeats
+        else None
+    )
     read_seconds = full_read(path)
     started = time.perf_counter()
     built = accumulus.accumulate(

@@ -119,6 +119,11 @@ def rule_slug(rule: Rule) -> str:
     return "labels" if isinstance(rule, tuple) else str(rule).replace("+", "_")
 
 
+def rule_label(rule: Rule) -> str:
+    """A rule as outputs name it: as written (``month+4``), or ``labels``."""
+    return "labels" if isinstance(rule, tuple) else str(rule)
+
+
 def subdivision(rule: Rule) -> tuple[str, int] | None:
     """The calendar period and step of a ``month+N`` rule; None for other rules."""
     found = _SUBDIVIDED.match(rule) if isinstance(rule, str) else None

@@ -40,6 +40,7 @@ from accumulus.accumulation.model.positions import (
     is_fine,
     rule_from_json,
     rule_json,
+    rule_label,
     rule_slug,
 )
 from accumulus.errors import AccumulusError
@@ -178,7 +179,7 @@ class Accumulation:
             strides = ",".join(map(str, self.strides))
             return "chunk ends" + (f" (stride {strides})" if set(self.strides) != {1} else "")
         rules = self.placement.rules
-        return ",".join(f"{d}={rule_slug(rules[d])}" for d in self.dims)
+        return ",".join(f"{d}={rule_label(rules[d])}" for d in self.dims)
 
 
 @dataclass(frozen=True)
