@@ -110,6 +110,10 @@ def test_an_entry_past_an_end_is_taken_when_nearer():
     inner = AccumulationLayout(("t",), layout.positions, layout.coverage, "t")
     plan = plan_query(("t", "x"), {"t": (1, 30), "x": (0, 5)}, ("t",), [inner])
     assert all(r.sign > 0 for r in plan.raw_reads)
+    # An exact span of another accumulation beats one reaching past the range.
+    months = AccumulationLayout(("t",), {"t": (31,)}, layout.coverage, "m", reach=True)
+    plan = plan_query(("t", "x"), {"t": (4, 28), "x": (0, 5)}, ("t",), [months, layout])
+    assert not plan.raw_reads and {r.key for r in plan.reads} == {"t"}
     values = np.random.default_rng(1).random((31, 5))
     for lay in (layout, inner):
         plan = plan_query(("t", "x"), {"t": (1, 30), "x": (0, 5)}, ("t",), [lay])

@@ -47,8 +47,8 @@ def accumulate(
             "--at",
             "Where entries end along a dimension instead of chunk ends: DIM=RULE, the rule "
             "being chunk (the default), N (every N elements; 1 = every element), month, year, "
-            "month+N (months and every N elements within each), or labels separated by commas. "
-            "E.g. --at time=month, --at time=month+4, --at lat=1,lon=1 (repeatable).",
+            "month+N (also every N elements of each month), or labels separated by commas. "
+            "E.g. --at time=month, --at lat=1,lon=1 (repeatable).",
         ),
     ] = None,
     weights: Annotated[

@@ -195,6 +195,13 @@ def _nearest_span(positions: Sequence[int], lo: int, hi: int) -> tuple[int, int]
     return best
 
 
+def _answered(extent: tuple[int, int], span: tuple[int, int]) -> int:
+    """How many elements of ``extent`` a span answers without raw reads: its width when it
+    lies inside, less the raw elements it reaches past ``extent`` otherwise."""
+    (lo, hi), (p, q) = extent, span
+    return (hi - lo) - abs(p - lo) - abs(hi - q)
+
+
 def _plan_box(box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]) -> None:
     best: tuple[tuple[int, int], AccumulationLayout, dict[str, tuple[int, int]]] | None = None
     for layout in layouts:
@@ -208,8 +215,9 @@ def _plan_box(box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]
                 break
             spans[dim] = span
         else:
-            # Prefer accumulations that reduce more dimensions at once, then the widest span.
-            score = (len(layout.dims), prod(q - p for p, q in spans.values()))
+            # Prefer accumulations that reduce more dimensions at once, then the widest span,
+            # less what a span reaching past the box leaves to subtract.
+            score = (len(layout.dims), prod(_answered(box[d], spans[d]) for d in spans))
             if best is None or score > best[0]:
                 best = (score, layout, spans)
     if best is None:
