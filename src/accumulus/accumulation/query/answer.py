@@ -539,7 +539,12 @@ def read_answer(
     terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
     times = None
     if stat.timed:
-        dim, steps = years(cube.decoded, var.dims, f"stat {resolved.stat!r}")
+        # Worked out once per snapshot: every trend asked again (docs/benchmarks.md,
+        # "Per-question cost").
+        dim, steps = cube.remembered(
+            ("years", tuple(var.dims)),
+            lambda: _fixed(years(cube.decoded, var.dims, f"stat {resolved.stat!r}")),
+        )
         times = along(steps, var.axis(dim), len(var.dims))
     reference = _reference(cube, groups, resolved) if stat.centred else 0.0
     done = execute(
@@ -557,6 +562,12 @@ def read_answer(
         inside = kept_cells(resolved.mask, var.dims, resolved.over)
         values = values if inside is None else np.where(inside, values, np.nan)
     return values, done
+
+
+def _fixed(found: tuple[str, np.ndarray]) -> tuple[str, np.ndarray]:
+    """``years``' answer, its steps read-only: shared by the snapshot's questions."""
+    found[1].flags.writeable = False
+    return found
 
 
 def _reference(cube: RawCube, groups: AccumulationGroups, resolved: ResolvedQuery) -> float:
