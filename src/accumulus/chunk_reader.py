@@ -64,8 +64,9 @@ from zarr.core.sync import sync
 
 from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, read_grid, sharding_of
-from accumulus.partial_decode import BloscChain, blosc_chain, decode_part
+from accumulus.partial_decode import BloscChain, blosc_chain, decode_part, decode_ranges
 from accumulus.stores.base import reader_of, reads_synchronously
+from accumulus.stores.local import LeanLocalStore
 
 # Store requests in flight at once: enough for a plan of small chunks to go out together
 # (846 chunks of 54 KB: 7 sequential round trips with 128 at a time); what they hold is
@@ -113,6 +114,9 @@ class ChunkRequest:
     # only the compressed blocks holding it may be decoded, the rest of the chunk handed
     # over undefined (``partial_decode``).
     needed: tuple[slice, ...] | None = None
+    # The parts of it, when several apart (a range's two ends in one raw chunk): read by byte
+    # ranges, only the blocks holding each are read (``partial_decode.decode_ranges``).
+    regions: tuple[tuple[slice, ...], ...] | None = None
 
     @cached_property
     def _place(self) -> _ShardPlace | None:
@@ -289,6 +293,8 @@ class _Here:
     spec: ArraySpec
     transform: ChunkTransform
     nbytes: int
+    # Read by byte ranges (``_read_ranges``): only the Blosc blocks holding the part needed.
+    ranged: bool = False
 
 
 def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> list[_Here] | None:
@@ -309,7 +315,14 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         # read below those that only present metadata (``reader_of``).
         reader = cast(SupportsGetSync, reader_of(target, request.store_key))
         nbytes = prod(spec.shape) * grids.itemsize
-        here.append(_Here(request, reader, spec, grids.transform, nbytes))
+        ranged = (
+            isinstance(reader, LeanLocalStore)
+            and grids.blosc is not None
+            and not grids.blosc.checks
+            and request.needed is not None
+            and not _whole(request.needed, spec.shape)
+        )
+        here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged))
     return here
 
 
@@ -367,12 +380,41 @@ def _read_run(
 def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
     """One chunk fetched by ``get_sync`` and decoded by its array's codecs."""
     spec = chunk.spec
+    if chunk.ranged:
+        store = cast(LeanLocalStore, chunk.store)
+        ranged = store.read_parts_sync(
+            chunk.request.store_key, partial(_read_ranges, chunk, counts)
+        )
+        return _filled(spec) if ranged is None else ranged
     buffer = chunk.store.get_sync(chunk.request.store_key, prototype=spec.prototype)
     counts.requests += 1
     if buffer is None:
         return _filled(spec)
     counts.bytes += len(buffer)
     return _decode(chunk.request, chunk.transform, buffer, spec)
+
+
+def _read_ranges(
+    chunk: _Here, counts: ReadCounts, read: Callable[[int, int], bytes], stored: int
+) -> np.ndarray:
+    """A chunk of a local file (``stored`` bytes, opened once) decoded from the byte ranges
+    ``partial_decode.decode_ranges`` reads of it (a header, then the blocks holding the
+    part needed), or read whole and decoded when its frame cannot be cut (one more read)."""
+
+    def counted(start: int, stop: int) -> bytes:
+        data = read(start, stop)
+        counts.requests += 1
+        counts.bytes += len(data)
+        return data
+
+    request, spec = chunk.request, chunk.spec
+    blosc = _grids(request.array.metadata).blosc
+    assert blosc is not None and request.needed is not None  # (``_Here.ranged``)
+    part = decode_ranges(blosc, spec, request.regions or (request.needed,), counted, stored)
+    if part is not None:
+        return part
+    buffer = spec.prototype.buffer.from_bytes(counted(0, stored))
+    return _decode(request, chunk.transform, buffer, spec)
 
 
 # --------------------------------------------------------------------------------------------

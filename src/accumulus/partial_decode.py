@@ -24,6 +24,7 @@ decode (``None``)."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from math import prod
 
@@ -48,6 +49,10 @@ ENABLED = True
 _HEADER = struct.Struct("<BBBBiii")
 _MEMCPYED = 0x02  # the data follows the header uncompressed, without a block table
 _FORMAT = 2  # BLOSC_VERSION_FORMAT of c-blosc 1.x, which numcodecs bundles
+# ``decode_ranges``: the first read of a chunk, its header and a block table of up to 1020
+# blocks (a longer one is read next); chunks stored in fewer bytes are read whole (one read).
+_PREFIX = 4096
+RANGED_FROM = 64 * 2**10
 
 Region = tuple[slice, ...]
 
@@ -113,11 +118,121 @@ def decode_part(
     at = first if needed is not None else 0
     chain.blosc.decode(frame, out=out[at : at + size])
     view = out if needed is not None else out[: span[1]]
+    return _as_array(chain, spec, view, shape)
+
+
+def _as_array(
+    chain: BloscChain, spec: ArraySpec, decoded: np.ndarray, shape: tuple[int, ...]
+) -> np.ndarray:
+    """Decoded bytes (uint8) viewed through the array's remaining codec, as ``shape``."""
     # The chunk's own prototype (zarr's default when its spec was made): asking zarr for
     # its default again looks its configuration up, once per chunk.
-    buffer = spec.prototype.buffer.from_array_like(view)
+    buffer = spec.prototype.buffer.from_array_like(decoded)
     held = spec if shape == spec.shape else replace(spec, shape=shape)
     return chain.rest._decode_sync(buffer, held).as_numpy_array().reshape(shape)
+
+
+def decode_ranges(
+    chain: BloscChain,
+    spec: ArraySpec,
+    regions: Sequence[Region],
+    read: Callable[[int, int], bytes],
+    stored: int,
+) -> np.ndarray | None:
+    """The chunk (its codecs ``chain``, ``spec``) of ``stored`` bytes, of its declared shape
+    with only ``regions`` (boxes of it) sure to be decoded, from the bytes of it that
+    ``read(start, stop)`` gives: its header and block table, then for each run of blocks
+    holding a region (runs that meet merged) the compressed bytes of that run, cut into a
+    frame of its own and decoded (as ``decode_part``). None (nothing decoded; at most the
+    first bytes read) where the frame is not one that can be cut or about every block would
+    be read anyway, and where a checksum filter covers the whole stored chunk: that cannot
+    be verified from a part, so such chunks are read whole."""
+    if not ENABLED or chain.checks or stored < RANGED_FROM:
+        return None
+    itemsize = spec.dtype.to_native_dtype().itemsize
+    declared = prod(spec.shape) * itemsize
+    spans = [s for s in (byte_span(r, spec.shape, itemsize) for r in regions) if s is not None]
+    if not spans:
+        return None
+    head = read(0, min(stored, _PREFIX))
+    if len(head) < _HEADER.size:
+        return None
+    header = _HEADER.unpack_from(head)
+    version, _, flags, _, nbytes, blocksize, cbytes = header
+    if version != _FORMAT or nbytes != declared or cbytes != stored or blocksize <= 0:
+        return None
+    out = np.empty(declared, dtype=np.uint8)
+    if flags & _MEMCPYED:  # stored as it is: the bytes wanted, after the header
+        for start, stop in spans:
+            data = read(_HEADER.size + start, _HEADER.size + stop)
+            if len(data) != stop - start:
+                return None
+            out[start:stop] = np.frombuffer(data, dtype=np.uint8)
+        return _as_array(chain, spec, out, spec.shape)
+    blocks = -(-nbytes // blocksize)
+    table_end = _HEADER.size + 4 * blocks
+    runs = _block_runs(spans, nbytes, blocksize)
+    if runs is None:
+        return None
+    if table_end > len(head):
+        head = read(0, table_end)
+        if len(head) < table_end:
+            return None
+    table = struct.unpack_from(f"<{blocks}i", head, _HEADER.size)
+    for k0, k1 in runs:
+        offsets = table[k0:k1]
+        begin, last = min(offsets), max(offsets)  # (blocks out of order: ``_cut_frame``)
+        end = min((o for o in table if o > last), default=stored)
+        if not table_end <= begin <= last < end <= stored:
+            return None  # a table that does not fit the frame: the full decode says so
+        body = read(begin, end)
+        if len(body) != end - begin:
+            return None
+        shift = _HEADER.size + 4 * (k1 - k0) - begin
+        first = k0 * blocksize
+        size = min(k1 * blocksize, nbytes) - first
+        frame = (
+            _HEADER.pack(*header[:4], size, blocksize, end + shift)
+            + struct.pack(f"<{k1 - k0}i", *(o + shift for o in offsets))
+            + body
+        )
+        chain.blosc.decode(frame, out=out[first : first + size])
+    return _as_array(chain, spec, out, spec.shape)
+
+
+def _block_runs(
+    spans: Sequence[tuple[int, int]], nbytes: int, blocksize: int
+) -> list[tuple[int, int]] | None:
+    """The runs of blocks ``[k0, k1)`` holding the byte ``spans``, those that meet merged;
+    None when they would leave fewer than two blocks out."""
+    runs: list[tuple[int, int]] = []
+    for k0, k1 in sorted(_blocks_of(start, stop, nbytes, blocksize) for start, stop in spans):
+        if runs and k0 <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(k1, runs[-1][1]))
+        else:
+            runs.append((k0, k1))
+    if -(-nbytes // blocksize) - sum(k1 - k0 for k0, k1 in runs) < 2:
+        return None
+    return runs
+
+
+def _blocks_of(start: int, stop: int, nbytes: int, blocksize: int) -> tuple[int, int]:
+    """The blocks ``[k0, k1)`` of a frame of ``nbytes`` decoded in blocks of ``blocksize``
+    that hold bytes ``[start, stop)``."""
+    blocks = -(-nbytes // blocksize)
+    k0, k1 = start // blocksize, -(-stop // blocksize)
+    if k1 == blocks and k0 == blocks - 1 and nbytes % blocksize:
+        k0 -= 1  # c-blosc refuses a frame of a last, shorter block alone (fewer bytes than
+        # its block size): the full block before it goes too
+    return k0, k1
+
+
+def _block_range(start: int, stop: int, nbytes: int, blocksize: int) -> tuple[int, int] | None:
+    """The blocks ``[k0, k1)`` that hold bytes ``[start, stop)``; None when that would be
+    about all of them (cutting a frame costs about as much as decoding a block: worth it
+    from two left out)."""
+    runs = _block_runs([(start, stop)], nbytes, blocksize)
+    return None if runs is None else runs[0]
 
 
 def byte_span(region: Region, shape: tuple[int, ...], itemsize: int) -> tuple[int, int] | None:
@@ -146,15 +261,9 @@ def _blocks(frame: memoryview, start: int, stop: int, declared: int) -> tuple[in
         return None
     if flags & _MEMCPYED:
         return (start, stop) if stop - start < nbytes else None
-    blocks = -(-nbytes // blocksize)
-    k0, k1 = start // blocksize, -(-stop // blocksize)
-    if k1 == blocks and k0 == blocks - 1 and nbytes % blocksize:
-        k0 -= 1  # c-blosc refuses a frame of a last, shorter block alone (fewer bytes than
-        # its block size): the full block before it goes too
-    # Cutting a frame costs about as much as decoding a block: worth it from two left out.
-    if blocks - (k1 - k0) < 2 or len(frame) < _HEADER.size + 4 * blocks:
+    if len(frame) < _HEADER.size + 4 * -(-nbytes // blocksize):
         return None
-    return k0, k1
+    return _block_range(start, stop, nbytes, blocksize)
 
 
 def _cut_frame(frame: memoryview, k0: int, k1: int) -> tuple[bytes, int, int]:

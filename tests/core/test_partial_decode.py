@@ -291,3 +291,43 @@ def test_blocks_stored_out_of_order_decode_as_the_whole(tmp_path):
         needed = (slice(*rows), slice(0, 64))
         chunk = read_needed(array, (0, 0), needed)
         np.testing.assert_array_equal(chunk[needed], values[slice(*rows)])
+
+
+def test_a_local_chunk_is_read_by_byte_ranges_of_the_blocks_needed(tmp_path, monkeypatch):
+    """A chunk of a local directory asked for in two parts apart (a range's two ends): only
+    its header and the compressed blocks holding each part are read from the file (three
+    reads, far fewer bytes than it stores), and those parts equal the data; a chunk not
+    stored is its fill value; behind fletcher32 (a checksum over the whole stored chunk) it
+    is read whole, and a changed byte anywhere still fails it."""
+    monkeypatch.setattr(partial_decode, "RANGED_FROM", 0)
+    written = blosc_array(tmp_path / "r.zarr", 2, (1024, 512), (512, 512), "<f8", "lz4", 5, 1, 8192)
+    values = random_values(np.random.default_rng(8), (1024, 512), "<f8")
+    written[:512] = values[:512]
+    array = zarr.open_array(open_store(str(tmp_path / "r.zarr")), path="a")
+    ends = ((slice(1, 3), slice(0, 512)), (slice(500, 502), slice(0, 512)))
+    got: list[np.ndarray] = []
+    request = ChunkRequest(array, (0, 0), needed=(slice(1, 502), slice(0, 512)), regions=ends)
+    counts = read_chunks([request], lambda _, chunk: got.append(chunk))
+    for end in ends:
+        np.testing.assert_array_equal(got[0][end], values[end])
+    stored = (tmp_path / "r.zarr" / "a" / "0.0").stat().st_size
+    assert counts.requests == 3
+    assert counts.bytes < stored / 8
+    missing = read_needed(array, (1, 0), ends[0])
+    assert np.isnan(missing).all() or (missing == array.metadata.fill_value).all()
+
+    checked = checksummed_array(tmp_path / "c.zarr", (512, 512), (512, 512), "<f8", 8192)
+    checked[...] = values[:512]
+    checked = zarr.open_array(open_store(str(tmp_path / "c.zarr")), path="a")
+    got.clear()
+    request = ChunkRequest(checked, (0, 0), needed=(slice(1, 502), slice(0, 512)), regions=ends)
+    counts = read_chunks([request], lambda _, chunk: got.append(chunk))
+    np.testing.assert_array_equal(got[0][ends[1]], values[ends[1]])
+    assert counts.requests == 1
+    assert counts.bytes == (tmp_path / "c.zarr" / "a" / "0.0").stat().st_size
+    path = tmp_path / "c.zarr" / "a" / "0.0"
+    corrupt = bytearray(path.read_bytes())
+    corrupt[-100] ^= 0xFF
+    path.write_bytes(bytes(corrupt))
+    with pytest.raises(ChunkReadError, match=r"a/0\.0"):
+        read_needed(checked, (0, 0), ends[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
@@ -13,7 +14,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore
 
 from accumulus.stores.base import ReadsSync
-from accumulus.stores.safe_reads import read_regular_file
+from accumulus.stores.safe_reads import read_regular_file, read_regular_file_parts
 
 
 class LeanLocalStore(ReadsSync, LocalStore):
@@ -31,6 +32,16 @@ class LeanLocalStore(ReadsSync, LocalStore):
             return LocalStore.get_sync(self, key, prototype=prototype, byte_range=byte_range)
         data = read_regular_file(str(self.root), key)
         return None if data is None else prototype.buffer.from_bytes(data)
+
+    def read_parts_sync[T](
+        self, key: str, parts: Callable[[Callable[[int, int], bytes], int], T]
+    ) -> T | None:
+        """``parts(read, size)`` on the object at ``key`` opened once, reading only the
+        byte ranges it asks for (``safe_reads.read_regular_file_parts``); None where there is
+        no object."""
+        if not self._is_open:
+            self._ensure_open_sync()
+        return read_regular_file_parts(str(self.root), key, parts)
 
     def set_sync(self, key: str, value: Buffer) -> None:
         if not self._is_open or self.read_only or not isinstance(value, Buffer):

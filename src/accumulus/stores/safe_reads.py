@@ -11,6 +11,8 @@ import asyncio
 import errno
 import os
 import stat
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from zarr.abc.store import ByteRequest, Store
@@ -93,6 +95,42 @@ def read_regular_file(root: str, key: str) -> bytes | None:
         return data
     finally:
         os.close(fd)
+
+
+def read_regular_file_parts[T](
+    root: str, key: str, parts: Callable[[Callable[[int, int], bytes], int], T]
+) -> T | None:
+    """``parts(read, size)`` on the regular file at ``key`` under ``root``, opened once:
+    ``read(start, stop)`` gives its bytes ``[start, stop)`` (fewer at its end) by a
+    positioned read, ``size`` is its size. Every read is of that one file, even when the key
+    is replaced meanwhile (an append's rewrite renames a new file into place), so parts read
+    apart belong together. None where there is no file or it is a directory; what is
+    neither is refused before anything is read from it (as ``read_regular_file``)."""
+    try:
+        fd = os.open(os.path.join(root, key), _READ_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_regular(key, info.st_mode)
+        return parts(partial(_pread_all, fd), info.st_size)
+    finally:
+        os.close(fd)
+
+
+def _pread_all(fd: int, start: int, stop: int) -> bytes:
+    data = os.pread(fd, stop - start, start)
+    if len(data) < stop - start and data:  # a short read (over 2 GiB): read on to the end
+        rest = [data]
+        start += len(data)
+        while start < stop and (block := os.pread(fd, stop - start, start)):
+            rest.append(block)
+            start += len(block)
+        data = b"".join(rest)
+    return data
 
 
 def local_root(store: Store) -> Path | None:

@@ -295,18 +295,29 @@ def chunk_work(
     work: Work = {}
     for (array, coords, store, _), parts in chunks.values():
         # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``).
-        request = ChunkRequest(array, coords, store, _reached(parts))
+        request = ChunkRequest(array, coords, store, _reached(parts), _boxes(parts))
         other = work.get(request.key)
         if other is not None:  # the same chunk of another handle on the same array
             parts = [*other[1], *parts]
-            request = replace(other[0], needed=_reached(parts))
+            request = replace(other[0], needed=_reached(parts), regions=_boxes(parts))
         work[request.key] = (request, parts)
     return work
 
 
+def _boxes(parts: Sequence[Part]) -> tuple[tuple[slice, ...], ...] | None:
+    """Each part's box of the chunk, when there are several (``ChunkRequest.regions``)."""
+    if len(parts) < 2:
+        return None
+    return tuple(_box(part) for part in parts)
+
+
+def _box(part: Part) -> tuple[slice, ...]:
+    return tuple(s if isinstance(s, slice) else slice(s, s + 1) for s in part.local)
+
+
 def _reached(parts: Sequence[Part]) -> tuple[slice, ...]:
     """The smallest box of a chunk that holds every part of it."""
-    boxes = [[s if isinstance(s, slice) else slice(s, s + 1) for s in part.local] for part in parts]
+    boxes = [_box(part) for part in parts]
     if len(boxes) == 1:
         return tuple(boxes[0])
     along = zip(*boxes, strict=True)
