@@ -228,6 +228,14 @@ def _raw_sums(
         ]
     inside = None if plan.mask is None else plan.mask.window(var.dims, part.box)
     kept = [a for a in range(stored.ndim) if a not in axes]
+    if (
+        inside is None
+        and times is None
+        and stored.dtype.kind == "f"
+        and stored.size <= budget.slab_values
+        and _plain(terms, w, axes)
+    ):
+        return _plain_sums(var.decoder.values(stored), w, terms, axes)
     sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
     # Packed integers summed as they are, scaled once per sum (the float64 values of every
     # cell cost more than the rest of a raw CO2 map: docs/benchmarks.md, "Packed integers").
@@ -252,6 +260,53 @@ def _raw_sums(
             None if times is None else _broadcast_slab(times, slab),
         )
     return sums
+
+
+def _plain(terms: Sequence[str], w: Any, axes: tuple[int, ...]) -> bool:
+    """Whether ``_plain_sums`` takes these sums: each Σ w^a·x^b with b ≤ 1 or a tally (not
+    centred, not against time), with weights that do not vary along the axes summed."""
+    if isinstance(w, np.ndarray) and any(a < w.ndim and w.shape[a] > 1 for a in axes):
+        return False
+    return all(
+        (t := statistics.SUMS[term]).value_power <= 1 and not t.centred and not t.time_power
+        for term in terms
+    )
+
+
+def _plain_sums(x: np.ndarray, w: Any, terms: Sequence[str], axes: tuple[int, ...]) -> np.ndarray:
+    """``reduce_terms`` of a raw part of floating-point values in one slab, for the sums
+    ``_plain`` allows, with the same bits (the same sums, in the same order, each written
+    into its row of the answer): the few raw steps at a range's end, without its general
+    path's copies (docs/benchmarks.md, "A few raw days at a range's end")."""
+    kept = [n for a, n in enumerate(x.shape) if a not in axes]
+    out = np.empty((len(terms), *kept))
+    finite = np.isfinite(x)
+    if finite.all():
+        valid, values, infinite = finite, x, False
+    else:
+        missing = np.isnan(x)
+        infinite = bool(np.count_nonzero(finite) + np.count_nonzero(missing) < x.size)
+        valid = ~missing if infinite else finite
+        values = np.where(finite, x, 0)
+    weights = None
+    if isinstance(w, np.ndarray) or w != 1.0:
+        w = np.asarray(w, dtype="f8")
+        w = w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
+        weights = w.reshape([n for a, n in enumerate(w.shape) if a not in axes])
+    for i, name in enumerate(terms):
+        term = statistics.SUMS[name]
+        row = out[i, ...]  # (a view, also of a single value)
+        if term.tally is not None:
+            if not infinite:
+                row.fill(0.0)
+                continue
+            summands = x == term.tally
+        else:
+            summands = valid if term.value_power == 0 else values
+        np.sum(summands, axis=axes, dtype="f8", out=row)
+        if term.weight_power == 1 and weights is not None:
+            np.multiply(row, weights, out=row)
+    return out
 
 
 def _broadcast_slab(array: Any, slab: Region) -> Any:

@@ -1,0 +1,58 @@
+"""The lean sums of a raw part (``execute._plain_sums``) are ``reduce_terms``' bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accumulus.accumulation.model import statistics
+from accumulus.accumulation.model.sums import reduce_terms
+from accumulus.accumulation.query.execute import _plain, _plain_sums
+
+LINEAR = [
+    statistics.WSUM,
+    statistics.WCOUNT,
+    statistics.SUM,
+    statistics.COUNT,
+    statistics.POSINF,
+    statistics.NEGINF,
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 7), min_size=1, max_size=3),
+    dtype=st.sampled_from(["f4", "f8"]),
+    holes=st.sampled_from(["none", "nan", "nan+inf"]),
+    weighted=st.sampled_from(["one", "scalar", "kept"]),
+    data=st.data(),
+    seed=st.integers(0, 2**16),
+)
+def test_plain_sums_are_reduce_terms(shape, dtype, holes, weighted, data, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1e3, size=shape).astype(dtype)
+    if holes != "none":
+        x.flat[rng.integers(0, x.size, x.size // 3 + 1)] = np.nan
+    if holes == "nan+inf":
+        x.flat[rng.integers(0, x.size)] = np.inf
+        x.flat[rng.integers(0, x.size)] = -np.inf
+    axes = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    w: np.ndarray | float = 1.0
+    if weighted == "scalar":
+        w = 0.37
+    elif weighted == "kept":
+        w = rng.uniform(0.1, 1, size=[1 if a in axes else n for a, n in enumerate(shape)])
+    terms = data.draw(st.lists(st.sampled_from(LINEAR), min_size=1, max_size=6, unique=True))
+    assert _plain(terms, w, axes)
+    want = reduce_terms(x, w, terms, axes)
+    got = _plain_sums(x, w, terms, axes)
+    np.testing.assert_array_equal(got, want, strict=True)
+
+
+def test_not_plain():
+    """Centred sums, sums against time and weights varying along a summed axis go the
+    general way."""
+    assert not _plain([statistics.SUMSQ], 1.0, (0,))
+    assert not _plain([statistics.TSUM], 1.0, (0,))
+    assert not _plain([statistics.SUM], np.ones((3, 1)), (0,))
