@@ -64,7 +64,13 @@ from zarr.core.sync import sync
 
 from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, read_grid, sharding_of
-from accumulus.partial_decode import BloscChain, blosc_chain, decode_part, decode_ranges
+from accumulus.partial_decode import (
+    BloscChain,
+    blosc_chain,
+    byte_span,
+    decode_part,
+    decode_ranges,
+)
 from accumulus.stores.base import reader_of, reads_synchronously
 from accumulus.stores.local import LeanLocalStore
 
@@ -322,8 +328,18 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
             and request.needed is not None
             and not _whole(request.needed, spec.shape)
         )
+        if ranged:  # what it decodes: the parts needed (and the rest of their blocks)
+            nbytes = min(nbytes, _span_bytes(request, spec.shape, grids.itemsize))
         here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged))
     return here
+
+
+def _span_bytes(request: ChunkRequest, shape: tuple[int, ...], itemsize: int) -> int:
+    """The bytes from the first to the last element of each part of the chunk ``request``
+    needs, added up."""
+    regions = request.regions or (request.needed,)
+    spans = (byte_span(region, shape, itemsize) for region in regions if region is not None)
+    return sum(stop - start for start, stop in (s for s in spans if s is not None))
 
 
 def _read_here(
