@@ -143,3 +143,32 @@ def test_a_large_block_is_summed_without_per_sum_copies():
     for axes, sums in got.items():
         expected = np.stack([direct(x, w, t, axes, [[0]] * 3) for t in terms])
         np.testing.assert_allclose(sums, expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", ["f4", "f8"])
+def test_sums_at_every_element_are_taken_without_the_compiled_loop(monkeypatch, dtype):
+    """Segments one value long (entries at every element: ``--at time=1``): Σx, Σw·x, Σ1 and
+    Σw are each value (0 where missing or infinite, -0.0 as 0.0) and its validity, weighted
+    after, the same bytes as the compiled loop's (which a sum of squares still takes), which
+    is not called for them."""
+    from accumulus.accumulation.build import chunk_sums as module
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(1.0, 2.0, size=(5, 4, 6)).astype(dtype)
+    x[rng.random(x.shape) < 0.3] = np.nan
+    x[0, 0, :3] = [np.inf, -np.inf, -0.0]
+    w = rng.uniform(0.1, 1.0, size=(1, 4, 1))
+    terms = [statistics.SUM, statistics.COUNT, statistics.WSUM, statistics.WCOUNT]
+    edges = [list(range(5)), [0], [0]]
+    compiled = chunk_sums(x, w, [*terms, statistics.SUMSQ], [(0,)], edges)[(0,)][:4]
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the compiled loop was called")
+
+    monkeypatch.setattr(module, "_compiled_block_sums", refused)
+    got = chunk_sums(x, w, terms, [(0,)], edges, lambda n: np.full(n, np.nan))[(0,)]
+    values = np.where(np.isfinite(x), x, 0).astype("f8")
+    valid = (~np.isnan(x)).astype("f8")
+    assert np.array_equal(got, np.stack([values, valid, values * w, valid * w]))
+    assert np.array_equal(got, compiled)
+    assert not np.signbit(got[:, 0, 0, 2]).any()  # (-0.0 given)

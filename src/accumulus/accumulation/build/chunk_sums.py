@@ -124,8 +124,6 @@ def _block_sums(
     """Each sum of ``x`` per segment along the axes of each reduction, in one compiled pass
     over the block (numba): ``(len(terms), *x.shape with the segment count on the axes)``
     per reduction."""
-    from accumulus.accumulation.build.kernel import block_sums  # numba: imported when first used
-
     if x.dtype not in (np.float32, np.float64) or not x.dtype.isnative:
         x = x.astype("f8")
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
@@ -167,6 +165,73 @@ def _block_sums(
     # first, which spares a pass over all of it here.
     fresh = not any(reductions)
     out = (empty or np.empty)(int(sizes.sum()))
+    plain = {tuple(p) for p in powers[0, : n_terms[0]].tolist()} <= {(0, 0), (0, 1)}
+    if fresh and len(reductions) == 1 and plain:  # each value and its validity
+        _each_value(x, powers[0, : n_terms[0], 1], out)
+    else:
+        _compiled_block_sums(
+            rows,
+            weights,
+            weight_of,
+            tables,
+            columns,
+            n_columns,
+            n_rows,
+            [last in axes for axes in reductions],
+            powers,
+            n_terms,
+            offsets,
+            out,
+            fresh,
+            reference,
+        )
+    results = []
+    for k, names in enumerate(direct):
+        sums = out[offsets[k] : offsets[k] + sizes[k]].reshape(len(names), *shapes[k])
+        if names != tuple(terms):  # weighted sums from their unweighted twins
+            twins = [(t, t if t in names else statistics.unweighted(t)) for t in terms]
+            sums = np.stack([sums[names.index(u)] * (1 if u == t else w) for t, u in twins])
+        results.append(sums)
+    return [results[reductions.index(axes)] for axes in cut]
+
+
+def _each_value(x: np.ndarray, value_powers: np.ndarray, out: np.ndarray) -> None:
+    """The sums of segments one value long, Σx (power 1) or Σ1 (power 0) for each of
+    ``value_powers``, into ``out`` one after the other: each value (0 where missing or
+    infinite) or its validity (1 or 0, infinities valid), as the compiled loop makes them.
+    NumPy passes over the block, as fast as the loop's (a few ms per 10 MB), without it to
+    load: numba's first call in a process takes half a second of CPU (docs/benchmarks.md,
+    "Build CPU")."""
+    n = x.size
+    missing = np.isnan(x)
+    for t, power in enumerate(value_powers.tolist()):
+        into = out[t * n : (t + 1) * n].reshape(x.shape)
+        if power == 1:
+            np.add(x, 0.0, out=into)  # -0.0 as 0.0, as the loop adds each value to 0.0
+            np.putmask(into, ~np.isfinite(x), 0.0)
+        else:
+            np.logical_not(missing, out=into)
+
+
+def _compiled_block_sums(
+    rows: np.ndarray,
+    weights: np.ndarray,
+    weight_of: np.ndarray,
+    tables: list[np.ndarray],
+    columns: np.ndarray,
+    n_columns: np.ndarray,
+    n_rows: np.ndarray,
+    sums_last: list[bool],
+    powers: np.ndarray,
+    n_terms: np.ndarray,
+    offsets: np.ndarray,
+    out: np.ndarray,
+    fresh: bool,
+    reference: float,
+) -> None:
+    """``kernel.block_sums`` (``out`` zeroed first unless ``fresh``)."""
+    from accumulus.accumulation.build.kernel import block_sums  # numba: imported when first used
+
     if not fresh:
         out.fill(0.0)
     block_sums(
@@ -177,7 +242,7 @@ def _block_sums(
         columns,
         n_columns,
         n_rows,
-        np.array([last in axes for axes in reductions], dtype="int64"),
+        np.array(sums_last, dtype="int64"),
         powers,
         n_terms,
         offsets,
@@ -185,14 +250,6 @@ def _block_sums(
         fresh,
         float(reference),
     )
-    results = []
-    for k, names in enumerate(direct):
-        sums = out[offsets[k] : offsets[k] + sizes[k]].reshape(len(names), *shapes[k])
-        if names != tuple(terms):  # weighted sums from their unweighted twins
-            twins = [(t, t if t in names else statistics.unweighted(t)) for t in terms]
-            sums = np.stack([sums[names.index(u)] * (1 if u == t else w) for t, u in twins])
-        results.append(sums)
-    return [results[reductions.index(axes)] for axes in cut]
 
 
 def _row_index(shape: tuple[int, ...], rows: tuple[int, ...]) -> np.ndarray:

@@ -350,7 +350,9 @@ def fill(
         _freed_memory_kept(),
     ):
         pending = reader.submit(slab_sums, 0) if slabs else None
-        if in_process and len(from_raw) < len(accumulations):
+        if in_process and any(
+            _summed(var, *item) for item in accumulations if id(item[0]) not in from_raw
+        ):
             # Blocks are summed in this process: the compiled loop is loaded meanwhile.
             threading.Thread(target=load_kernel, args=(x.dtype,), daemon=True).start()
         for done in range(len(slabs)):
@@ -656,6 +658,20 @@ def _write_entries(
             acc.arrays[term], t_axis, work.first, values, window, prefix_last, keep_sums
         )
     return uncopied and entries is per_segment
+
+
+def _summed(
+    var: VariableInfo,
+    acc: spec.Accumulation,
+    positions: Mapping[str, tuple[int, ...]],
+    stored: tuple[str, ...],
+) -> bool:
+    """Whether ``acc``'s per-segment sums need the compiled loop: not at every element, or
+    of more than values and counts (``chunk_sums._each_value`` makes those)."""
+    every = all(
+        list(positions[d]) == list(range(1, var.shape[var.axis(d)] + 1)) for d in acc.prefix_dims
+    )
+    return not every or any(statistics.unweighted(t) not in (spec.SUM, spec.COUNT) for t in stored)
 
 
 def _from_raw(
