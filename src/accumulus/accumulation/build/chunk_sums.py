@@ -165,9 +165,23 @@ def _block_sums(
     # first, which spares a pass over all of it here.
     fresh = not any(reductions)
     out = (empty or np.empty)(int(sizes.sum()))
-    plain = {tuple(p) for p in powers[0, : n_terms[0]].tolist()} <= {(0, 0), (0, 1)}
-    if fresh and len(reductions) == 1 and plain:  # each value and its validity
-        _each_value(x, powers[0, : n_terms[0], 1], out)
+    # Values and counts summed along the first axis at most (maps at every element, or at
+    # a few positions along time): in NumPy.
+    plain = all(
+        axes in ((), (0,)) and {tuple(p) for p in powers[k, : n_terms[k]].tolist()} <= PLAIN
+        for k, axes in enumerate(reductions)
+    )
+    if plain:
+        views = [
+            out[offsets[k] : offsets[k] + sizes[k]].reshape(n_terms[k], *shapes[k])
+            for k in range(len(reductions))
+        ]
+        for k, axes in enumerate(reductions):
+            if not axes:
+                _each_value(x, powers[k, : n_terms[k], 1], views[k])
+        summed = [(views[k], powers[k, : n_terms[k], 1]) for k, a in enumerate(reductions) if a]
+        if summed:
+            _sums_along_first(x, edges[0], summed)
     else:
         _compiled_block_sums(
             rows,
@@ -195,22 +209,45 @@ def _block_sums(
     return [results[reductions.index(axes)] for axes in cut]
 
 
+PLAIN = {(0, 0), (0, 1)}  # (weight, value) powers of Σ1 and Σx
+
+
 def _each_value(x: np.ndarray, value_powers: np.ndarray, out: np.ndarray) -> None:
     """The sums of segments one value long, Σx (power 1) or Σ1 (power 0) for each of
-    ``value_powers``, into ``out`` one after the other: each value (0 where missing or
-    infinite) or its validity (1 or 0, infinities valid), as the compiled loop makes them.
-    NumPy passes over the block, as fast as the loop's (a few ms per 10 MB), without it to
+    ``value_powers``, into ``out[t]``: each value (0 where missing or infinite) or its
+    validity (1 or 0, infinities valid), the same bytes as the compiled loop's. NumPy passes
+    over the block, about twice the loop's time (a few ms per 10 MB), without the loop to
     load: numba's first call in a process takes half a second of CPU (docs/benchmarks.md,
     "Build CPU")."""
-    n = x.size
     missing = np.isnan(x)
     for t, power in enumerate(value_powers.tolist()):
-        into = out[t * n : (t + 1) * n].reshape(x.shape)
+        into = out[t]
         if power == 1:
             np.add(x, 0.0, out=into)  # -0.0 as 0.0, as the loop adds each value to 0.0
             np.putmask(into, ~np.isfinite(x), 0.0)
         else:
             np.logical_not(missing, out=into)
+
+
+def _sums_along_first(
+    x: np.ndarray, starts: Sequence[int], summed: Sequence[tuple[np.ndarray, np.ndarray]]
+) -> None:
+    """Σx (power 1) and Σ1 (power 0) over the segments of the first axis starting at
+    ``starts``, into each ``(out, value_powers)`` of ``summed``: ``out[t, s]``. Each step
+    (a map) is made once and added to its segment's sums, in the order (and so to the bits)
+    the compiled loop adds them."""
+    segment = np.searchsorted(np.asarray(starts), np.arange(x.shape[0]), side="right") - 1
+    value = np.empty(x.shape[1:])
+    valid = np.empty(x.shape[1:])
+    for out, _ in summed:
+        out.fill(0.0)
+    for r in range(x.shape[0]):
+        np.add(x[r], 0.0, out=value)  # -0.0 as 0.0, as the loop adds each value to 0.0
+        np.putmask(value, ~np.isfinite(x[r]), 0.0)
+        np.logical_not(np.isnan(x[r]), out=valid)
+        for out, powers in summed:
+            for t, power in enumerate(powers.tolist()):
+                out[t, segment[r]] += value if power == 1 else valid
 
 
 def _compiled_block_sums(

@@ -666,12 +666,15 @@ def _summed(
     positions: Mapping[str, tuple[int, ...]],
     stored: tuple[str, ...],
 ) -> bool:
-    """Whether ``acc``'s per-segment sums need the compiled loop: not at every element, or
-    of more than values and counts (``chunk_sums._each_value`` makes those)."""
-    every = all(
-        list(positions[d]) == list(range(1, var.shape[var.axis(d)] + 1)) for d in acc.prefix_dims
+    """Whether ``acc``'s per-segment sums need the compiled loop: summed along another axis
+    than the first (at positions other than every element), or more than values and counts
+    (``chunk_sums`` takes those in NumPy)."""
+    along_first = all(
+        var.axis(d) == 0 or list(positions[d]) == list(range(1, var.shape[var.axis(d)] + 1))
+        for d in acc.prefix_dims
     )
-    return not every or any(statistics.unweighted(t) not in (spec.SUM, spec.COUNT) for t in stored)
+    plain = all(statistics.unweighted(t) in (spec.SUM, spec.COUNT) for t in stored)
+    return not (along_first and plain)
 
 
 def _from_raw(
