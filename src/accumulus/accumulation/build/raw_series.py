@@ -88,8 +88,9 @@ def write_row(
     out_s = _space("sums", (width, -(-n_y // rows_s), side, rows_s), "f8")
     out_c = _space("counts", (width, -(-n_y // rows_c), side, rows_c), count_type)
     # Past the row's end, and past the last row of latitude, chunks hold the fill values.
-    out_s.fill(ms.fill_value)
-    out_c.fill(mc.fill_value)
+    for out, rows, fill in ((out_s, rows_s, ms.fill_value), (out_c, rows_c, mc.fill_value)):
+        out[:, :, length:] = fill
+        out[:, -1, :, n_y - (out.shape[1] - 1) * rows :] = fill
     carry_s = np.zeros((length, n_y))
     carry_c = np.zeros((length, n_y), count_type)
     encoded: list[tuple[str, bytes]] = []
