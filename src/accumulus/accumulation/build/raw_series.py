@@ -20,7 +20,7 @@ prefix_into_chunks`` after ``kernel.block_sums``), from 0.0 along each row: the 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -83,8 +83,6 @@ def write_row(
     raw = _space("raw", (longest, n_y, width), kind)
     missing = _space("missing", (longest, n_y, width), bool)
     keep = _space("keep", (longest, n_y, width), bits)
-    values = _space("values", (width, longest, n_y), "f8")
-    valid = _space("valid", (width, longest, n_y), count_type)
     out_s = _space("sums", (width, -(-n_y // rows_s), side, rows_s), "f8")
     out_c = _space("counts", (width, -(-n_y // rows_c), side, rows_c), count_type)
     # Past the row's end, and past the last row of latitude, chunks hold the fill values.
@@ -102,27 +100,14 @@ def write_row(
         for block in blocks:
             days = block.shape[0]
             r, m, k = raw[:days, :, :w], missing[:days, :, :w], keep[:days, :, :w]
-            v, c = values[:w, :days], valid[:w, :days]
             # The block's longitudes, then 0 where missing: each value ANDed with 0 (missing)
             # or all ones (the bits of -1), a cheaper pass than a masked assignment.
             np.copyto(r, block[:, :, x0:x1])
             np.isnan(r, out=m)
             np.subtract(m.view("u1"), 1, out=k, dtype=bits)
             np.bitwise_and(r.view(bits), k, out=r.view(bits))
-            np.copyto(v, r.transpose(2, 0, 1))
-            np.negative(k, out=k)  # 1 where valid
-            np.copyto(c, k.transpose(2, 0, 1), casting="unsafe")
-            # Each longitude adds to the sums of the ones before (0.0 before the first),
-            # slice after slice: np.cumsum along this axis takes several times as long.
-            v[0] += carry_s[at : at + days]
-            c[0] += carry_c[at : at + days]
-            for i in range(1, w):
-                np.add(v[i - 1], v[i], out=v[i])
-                np.add(c[i - 1], c[i], out=c[i])
-            carry_s[at : at + days] = v[w - 1]
-            carry_c[at : at + days] = c[w - 1]
-            _into_chunks(out_s, v, at, rows_s)
-            _into_chunks(out_c, c, at, rows_c)
+            _prefix_into(out_s, r, carry_s, at, np.copyto)
+            _prefix_into(out_c, m, carry_c, at, _valid)
             at += days
         for array, out in ((sums, out_s), (counts, out_c)):
             metadata = array.metadata
@@ -139,11 +124,31 @@ def write_row(
         put_objects(sums.store, encoded)
 
 
-def _into_chunks(out: np.ndarray, part: np.ndarray, at: int, side: int) -> None:
-    """``out[x, g, at + t, r] = part[x, t, g * side + r]``: days ``at`` on of a few
-    longitudes' sums, from ``(X, days, rows)`` into chunk order ``(X, G, CT, CY)``."""
-    n_y = part.shape[2]
+def _valid(into: np.ndarray, missing: np.ndarray) -> None:
+    np.logical_not(missing, out=into)
+
+
+def _prefix_into(
+    out: np.ndarray,
+    part: np.ndarray,
+    carry: np.ndarray,
+    at: int,
+    put: Callable[[np.ndarray, np.ndarray], None],
+) -> None:
+    """The cumulative sums along its last axis of ``part`` (``(days, rows, X)``, put into
+    ``out`` by ``put``: values as they are, or validity from missing), continued from
+    ``carry`` (``(days, rows)`` from day ``at``: the sums of the longitudes before, updated),
+    into days ``at`` on of chunk order ``out`` (``(X, G, CT, CY)``). Each longitude adds to
+    the sums of the ones before, one slice after another (0.0 before the first: -0.0 given
+    as 0.0), in place: ``np.cumsum`` along this axis takes several times as long."""
+    days, n_y, w = part.shape
+    side = out.shape[3]
     for g in range(out.shape[1]):
         lo = g * side
         rows = min(side, n_y - lo)
-        out[: part.shape[0], g, at : at + part.shape[1], :rows] = part[:, :, lo : lo + rows]
+        into = out[:w, g, at : at + days, :rows]
+        put(into, part[:, lo : lo + rows].transpose(2, 0, 1))
+        into[0] += carry[at : at + days, lo : lo + rows]
+        for i in range(1, w):
+            np.add(into[i - 1], into[i], out=into[i])
+        carry[at : at + days, lo : lo + rows] = into[w - 1]
