@@ -17,7 +17,9 @@ update after the data grew (starting at the old coverage).
 
 Arrays whose chunks span several slabs along the batch dimension (long series, read along
 time) are written a whole chunk row at a time (``_Writer``), so no chunk is written twice;
-a series' rows at every element are summed along the last axis by the writer itself,
+a series' rows at every element are summed along the last axis by the writer itself:
+from the raw values, kept as they come until a chunk row is whole (``raw_series``: the
+default layout's ``lat+lon``, half the bytes of its sums, no sums taken per slab), or else
 straight into a row held in chunk order (``_prefix_in_writer``). Accumulations summing
 nothing (entries at every element) share one array of per-segment sums.
 A build whose sums all run along one other dimension at every element (``--at lat=1,lon=1``
