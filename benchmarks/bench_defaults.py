@@ -8,8 +8,9 @@ tuned here. Reported, each figure with its baseline measured in the same run:
 
 - the build: ``accumulate`` seconds against one full read of the raw data (xarray + Dask
   sum of every value: a build's floor), and the stored bytes of the accumulations against
-  the raw array's. Each build (the default one, and its two halves ``--at time=1`` and
-  ``--at lat=1,lon=1`` for issue 39) and each read runs in a fresh process
+  the raw array's. Each build (the default one, its two halves ``--at time=1`` and
+  ``--at lat=1,lon=1`` for issue 39, and the default with ``--at time=month+4``) and each
+  read runs in a fresh process
   (``bench_accumulate.run_child``: wall and CPU seconds, peak RSS), alternating, into a
   sidecar beside the cube; the sidecars, and with ``--fresh`` the cube made before, are
   deleted only once everything is measured: on this project's file system, files created
@@ -18,7 +19,8 @@ tuned here. Reported, each figure with its baseline measured in the same run:
   place (timed too: ``in_place_seconds``) for the questions;
 - questions drawn at random (seeded): area-averaged series over a box of whole cells for a
   day-precise period, maps over whole months, maps over day-precise periods; and a series
-  and a map over the last 20 days (the last raw chunk, partial as appends leave it). For each, the
+  and a map over the last 20 days (the last raw chunk, partial as appends leave it), and
+  maps over 5 fixed day-precise periods (5 to 300 days, ends off months). For each, the
   median time of an open datacube answering (``warm``), the floor (a bare concurrent loop
   fetching and decoding exactly the chunks the plan names: ``bench_average.floor_reader``),
   and xarray + Dask's scan of the same selection of the same store, with the raw and
@@ -27,6 +29,10 @@ tuned here. Reported, each figure with its baseline measured in the same run:
 
     python benchmarks/bench_defaults.py [--questions 4] [--repeats 5] [--scan-repeats 2]
         [--days 730] [--fresh] [--build-repeats 1] [--baseline-src OLD/src]
+        [--dims time --dims lat,lon --at time=month+4 --at lat=1,lon=1]
+
+``--dims``/``--at`` build the cube's group (the questions') with those instead of the
+default layout; ``--build-repeats 0`` times no build.
 
 ``--days 2920`` (four times as long) shows how the build's cost grows with the cube.
 """
@@ -120,6 +126,12 @@ def questions(days: pd.DatetimeIndex, lat: np.ndarray, lon: np.ndarray, n: int, 
     box = {"lat": (float(lat[40]), float(lat[120])), "lon": (float(lon[100]), float(lon[300]))}
     out.append(("series, box, day-precise period", ("lat", "lon"), {"time": last, **box}))
     out.append(("map, day-precise period", ("time",), {"time": last}))
+    # Short and long day-precise maps at fixed places, ends off month and chunk boundaries
+    # (the default layout's time entries are at months and every 4 days within them).
+    for start, length in ((47, 5), (130, 8), (200, 16), (402, 11), (95, 300)):
+        if start + length <= len(days):
+            period = (str(days[start].date()), str(days[start + length - 1].date()))
+            out.append(("map, day-precise period, fixed", ("time",), {"time": period}))
     return out
 
 
@@ -127,6 +139,9 @@ BUILDS = {
     "default": (None, None),
     "time=1": (["time"], {"time": 1}),
     "lat=1,lon=1": (["lat,lon"], {"lat": 1, "lon": 1}),
+    # The default with time entries at months and every 4 days within them instead of every
+    # day: 2.0x the raw bytes instead of 3.0x (docs/benchmarks.md).
+    "time=month+4 + lat=1,lon=1": (["time", "lat,lon"], {"time": "month+4", "lat": 1, "lon": 1}),
 }
 
 
@@ -304,12 +319,19 @@ def main() -> None:
     parser.add_argument("--scan-repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=37)
     parser.add_argument("--fresh", action="store_true", help="append and accumulate again")
-    parser.add_argument("--build-repeats", type=int, default=1)
+    parser.add_argument("--build-repeats", type=int, default=1, help="0: no builds timed")
     parser.add_argument(
         "--baseline-src",
         type=Path,
         help="another checkout's src/: each build also made by that code, in the same run",
     )
+    parser.add_argument(
+        "--at",
+        action="append",
+        help="build the cube's group with these positions instead of the default layout "
+        "(with --dims; e.g. --dims time --dims lat,lon --at time=1 --at lat=1,lon=1)",
+    )
+    parser.add_argument("--dims", action="append", help="with --at")
     args = parser.parse_args()
     # append chunks daily data by calendar month (a rectilinear grid), which xarray reads
     # through zarr only with this setting (docs/remote.md).
@@ -317,10 +339,21 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     trash = args.dir / "deleted-at-the-end"
     path, timings = build_cube(args.dir, args.days, args.fresh, trash)
-    builds = measure_builds(path, args.build_repeats, trash, args.baseline_src)
+    builds = (
+        measure_builds(path, args.build_repeats, trash, args.baseline_src)
+        if args.build_repeats
+        else None
+    )
     read_seconds = full_read(path)
     started = time.perf_counter()
-    built = accumulus.accumulate(str(path), VARIABLE, rebuild=args.fresh)
+    built = accumulus.accumulate(
+        str(path),
+        VARIABLE,
+        dims=args.dims,
+        at=args.at,
+        rebuild=args.fresh or bool(args.at),
+        reset=bool(args.at),
+    )
     build_seconds = time.perf_counter() - started
     stored, raw = storage(path)
     total = sum(v or 0 for v in stored.values())

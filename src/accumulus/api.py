@@ -28,7 +28,7 @@ from zarr.abc.store import Store
 from accumulus import coordinates
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.groups import AccumulationGroups, read_group
-from accumulus.accumulation.model.positions import Rule, parse_at, rule_slug
+from accumulus.accumulation.model.positions import Rule, parse_at, rule_text
 from accumulus.accumulation.model.record import recorded_request, stored_record
 from accumulus.accumulation.model.sidecar import Sidecar, sidecar_settings
 from accumulus.accumulation.model.sidecar import (
@@ -362,7 +362,7 @@ def _request(
         parts.append("dims " + ", ".join("+".join(c) for c in combos))
     positions = {d: r for d, r in kept_at.items() if d not in given_at and r != "chunk"}
     if positions:
-        parts.append("--at " + ",".join(f"{d}={rule_slug(r)}" for d, r in positions.items()))
+        parts.append("--at " + ",".join(f"{d}={rule_text(r)}" for d, r in positions.items()))
     steps = {d: s for d, s in kept_strides.items() if d not in (strides or {}) and s != 1}
     if steps:
         parts.append("--stride " + ",".join(f"{d}={s}" for d, s in steps.items()))

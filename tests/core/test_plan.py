@@ -37,7 +37,7 @@ def execute_with_numpy(values: np.ndarray, dims, plan: QueryPlan, layouts) -> np
 
 
 @st.composite
-def problems(draw):
+def problems(draw, reach=False):
     ndim = draw(st.integers(1, 3))
     dims = ("a", "b", "c")[:ndim]
     bounds = {}
@@ -56,6 +56,7 @@ def problems(draw):
                 for d in c
             },
             coverage,
+            reach=reach,
         )
         for c in chosen
     ]
@@ -70,6 +71,10 @@ def problems(draw):
 @settings(max_examples=300, deadline=None)
 @given(problems(), st.integers(0, 2**16))
 def test_plan_sums_equal_direct_sums(problem, seed):
+    _check_sums(problem, seed)
+
+
+def _check_sums(problem, seed):
     dims, bounds, layouts, ranges, over = problem
     values = np.random.default_rng(seed).random([bounds[d].size for d in dims])
     plan = plan_query(dims, ranges, over, layouts)
@@ -77,6 +82,43 @@ def test_plan_sums_equal_direct_sums(problem, seed):
     direct = values[tuple(slice(*ranges[d]) for d in dims)]
     expected = direct.sum(axis=tuple(i for i, d in enumerate(dims) if d in over))
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(problems(reach=True), st.integers(0, 2**16))
+def test_plans_reaching_past_the_range_sum_the_same(problem, seed):
+    _check_sums(problem, seed)
+
+
+def test_an_entry_past_an_end_is_taken_when_nearer():
+    # Entries every 4 days from each month's start (month+4), a range of days 1-29.
+    layout = AccumulationLayout(
+        ("t",), {"t": (4, 8, 12, 16, 20, 24, 28, 31)}, {"t": 31, "x": 5}, "t", reach=True
+    )
+    plan = plan_query(("t", "x"), {"t": (1, 30), "x": (0, 5)}, ("t",), [layout])
+    assert plan.describe().splitlines() == [
+        "+ acc(t) t@7 x[0:5]",  # days 0-30, less the raw days outside the range
+        "- raw t[0:1] x[0:5]",
+        "- raw t[30:31] x[0:5]",
+    ]
+    # On a tie, the entry inside; where every choice leaves as many raw days, all raw.
+    plan = plan_query(("t", "x"), {"t": (3, 10), "x": (0, 5)}, ("t",), [layout])
+    assert [r.describe() for r in plan.raw_reads] == ["+ raw t[3:4] x[0:5]", "+ raw t[8:10] x[0:5]"]
+    plan = plan_query(("t", "x"), {"t": (6, 10), "x": (0, 5)}, ("t",), [layout])
+    assert plan.describe() == "+ raw t[6:10] x[0:5]"
+    # Without reach (chunk ends), only entries inside the range.
+    inner = AccumulationLayout(("t",), layout.positions, layout.coverage, "t")
+    plan = plan_query(("t", "x"), {"t": (1, 30), "x": (0, 5)}, ("t",), [inner])
+    assert all(r.sign > 0 for r in plan.raw_reads)
+    # An exact span of another accumulation beats one reaching past the range.
+    months = AccumulationLayout(("t",), {"t": (31,)}, layout.coverage, "m", reach=True)
+    plan = plan_query(("t", "x"), {"t": (4, 28), "x": (0, 5)}, ("t",), [months, layout])
+    assert not plan.raw_reads and {r.key for r in plan.reads} == {"t"}
+    values = np.random.default_rng(1).random((31, 5))
+    for lay in (layout, inner):
+        plan = plan_query(("t", "x"), {"t": (1, 30), "x": (0, 5)}, ("t",), [lay])
+        got = execute_with_numpy(values, ("t", "x"), plan, [lay])
+        np.testing.assert_allclose(got, values[1:30].sum(axis=0), rtol=1e-12)
 
 
 @settings(max_examples=300, deadline=None)

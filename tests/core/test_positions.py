@@ -24,6 +24,8 @@ from accumulus.grid import ChunkBounds
     [
         ("time=month", {"time": "month"}),
         ("time=YEAR", {"time": "year"}),
+        ("time=Month+4", {"time": "month+4"}),
+        ("time=year+30", {"time": "year+30"}),
         ("time=chunk", {"time": "chunk"}),
         ("lat=1,lon=1", {"lat": 1, "lon": 1}),
         (["time=10", "lat=2"], {"time": 10, "lat": 2}),
@@ -43,6 +45,7 @@ def test_parse_at(spec, rules):
     [
         ("time=0", "a step must be a positive integer"),
         ("time=-3", "a step must be a positive integer"),
+        ("time=month+0", "a step must be a positive integer"),
         ("time=", "give chunk, month, year"),
         ("month", "expected dim=rule"),
         ("time=month,time=1", "given twice"),
@@ -80,6 +83,24 @@ def test_month_positions_in_any_calendar(calendar):
     assert days[0] == 31 if calendar != "360_day" else days[0] == 30
     years = entry_positions("year", 400, dim="time", index=index)
     assert years == ({"360_day": 360, "noleap": 365}.get(calendar, 365), 400)
+
+
+@pytest.mark.parametrize("calendar", ["standard", "360_day"])
+def test_month_steps_restart_at_every_month(calendar):
+    cftime = calendar != "standard"
+    times = xr.date_range("2001-01-01", periods=75, freq="D", calendar=calendar, use_cftime=cftime)
+    got = entry_positions("month+4", 75, dim="time", index=pd.Index(times))
+    months = entry_positions("month", 75, dim="time", index=pd.Index(times))
+    assert set(months) <= set(got)  # whole months stay two entries
+    starts = (0, *months[:-1])
+    within = [p for p in got if p not in months]
+    # Every other entry is a whole number of 4-day steps from its month's start.
+    assert all((p - max(s for s in starts if s < p)) % 4 == 0 for p in within)
+    assert max(np.diff([0, *got])) == 4  # no day is more than 2 from an entry
+    if calendar == "standard":
+        assert got == (4, 8, 12, 16, 20, 24, 28, 31, 35, 39, 43, 47, 51, 55, 59,
+                       63, 67, 71, 75)  # fmt: skip
+    assert final_entries("month+4", got, 75, appended=True) == len(got) - 1
 
 
 def test_label_positions_follow_the_coordinate_order():

@@ -46,8 +46,9 @@ def accumulate(
         option(
             "--at",
             "Where entries end along a dimension instead of chunk ends: DIM=RULE, the rule "
-            "being chunk (the default), N (every N elements; 1 = every element), month, year, or "
-            "labels separated by commas. E.g. --at time=month, --at lat=1,lon=1 (repeatable).",
+            "being chunk (the default), N (every N elements; 1 = every element), month, year, "
+            "month+N (also every N elements of each month), or labels separated by commas. "
+            "E.g. --at time=month, --at lat=1,lon=1 (repeatable).",
         ),
     ] = None,
     weights: Annotated[

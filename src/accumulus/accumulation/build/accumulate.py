@@ -356,13 +356,15 @@ def positioned_coverage(
     placements: Mapping[tuple[str, ...], spec.Placement],
     coverage: Mapping[str, int],
 ) -> dict[str, int]:
-    """``coverage`` extended to the data's end where no entry of the request can change as
-    the last, partial chunk is filled: every combination positioned, and along each
-    dimension one sums along, every entry final up to the data's end (at every element,
-    say; not at chunk ends, nor a month still open). Such entries hold sums of values an
-    append does not change, and an update starts after them (``_update_start``), so
-    queries over the last chunk's days read no raw chunk (the default layout on a cube
-    that ``append`` grows: days 697-730 of 730 were read raw)."""
+    """``coverage`` extended to the data's end where no entry of the request a query reads
+    can change as the last, partial chunk is filled: every combination positioned, and
+    along each dimension one sums along, every entry final up to the data's end but the
+    one at it (at every element, say, or every 4 days of a month still open; not at chunk
+    ends, whose entries end inside the partial chunk). Final entries hold sums of values an
+    append does not change, a provisional last one is not read (``Placement.final``), and
+    an update starts at the last final entry (``_update_start``), so queries over the last
+    chunk's days read only the days after it raw (the default layout on a cube that
+    ``append`` grows: days 697-730 of 730 were read raw)."""
     combos = [tuple(d for d in var.dims if d in c) for c in request.combinations]
     if not combos or any(c not in placements for c in combos):
         return dict(coverage)
@@ -374,7 +376,7 @@ def positioned_coverage(
         for placed in placements.values():
             positions = placed.positions.get(dim)
             if positions is not None and (
-                placed.final[dim] < len(positions) or not positions or positions[-1] != size
+                placed.final[dim] < len(positions) - 1 or not positions or positions[-1] != size
             ):
                 break
         else:

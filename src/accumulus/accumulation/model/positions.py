@@ -10,6 +10,10 @@ is what a user writes after ``--at DIM=``:
 - ``month`` or ``year``: at the calendar boundaries of the dimension's CF-decoded time
   coordinate, in whatever calendar it uses (``grid.period_keys``): whole months or years of
   daily data chunked by 73 days are two entries each;
+- ``month+N`` (or ``year+N``): those boundaries, and every N elements counted from each
+  period's start (``month+4`` on daily data: days 5, 9, ... of each month begin an entry):
+  whole months are two entries, and any other period ends at most N/2 elements from one,
+  the default layout's time positions (``spec.default_layout``);
 - labels (``2001-01-01,2006-01-01`` or ``-30,0,30``): before each label, in the
   coordinate's order (a range that starts at a label ends just before the next one).
 
@@ -24,6 +28,7 @@ Everything here is pure: positions are computed from sizes, chunk bounds and coo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,8 +40,11 @@ from accumulus.grid import CALENDAR_RULES, ChunkBounds, dim_items, period_keys
 
 CHUNK = "chunk"
 NAMED = (CHUNK, *CALENDAR_RULES)
+# A calendar rule with steps within each period: ``month+4``.
+_SUBDIVIDED = re.compile(r"^(" + "|".join(CALENDAR_RULES) + r")\+(\d+)$")
 
-# "chunk", "month" or "year"; an integer step N; or a tuple of labels (as text).
+# "chunk", "month" or "year", "month+N" or "year+N"; an integer step N; or a tuple of labels
+# (as text).
 Rule = str | int | tuple[str, ...]
 
 
@@ -59,7 +67,9 @@ def as_position_rule(value: Any, dim: str) -> Rule:
     """One dimension's rule, checked. Text is a named rule, a step (an integer) or one
     label; a list or tuple is labels."""
     if isinstance(value, bool):
-        raise AccumulusError(f"--at {dim}={value}: expected chunk, month, year, N or labels")
+        raise AccumulusError(
+            f"--at {dim}={value}: expected chunk, month, year, month+N, N or labels"
+        )
     if isinstance(value, int | np.integer):
         if value < 1:
             raise AccumulusError(f"--at {dim}={value}: a step must be a positive integer")
@@ -68,6 +78,11 @@ def as_position_rule(value: Any, dim: str) -> Rule:
         text = value.strip()
         if text.lower() in NAMED:
             return text.lower()
+        subdivided = _SUBDIVIDED.match(text.lower().replace(" ", ""))
+        if subdivided:
+            if int(subdivided[2]) < 1:
+                raise AccumulusError(f"--at {dim}={text}: a step must be a positive integer")
+            return f"{subdivided[1]}+{int(subdivided[2])}"
         if not text:
             raise AccumulusError(f"--at {dim}=: give chunk, month, year, a step N or labels")
         try:
@@ -81,7 +96,7 @@ def as_position_rule(value: Any, dim: str) -> Rule:
             raise AccumulusError(f"--at {dim}: an empty label in {list(value)}")
         return labels
     raise AccumulusError(
-        f"--at {dim}={value!r}: expected chunk, month, year, a step N or a list of labels"
+        f"--at {dim}={value!r}: expected chunk, month, year, month+N, a step N or a list of labels"
     )
 
 
@@ -100,8 +115,26 @@ def rule_from_json(value: Any, dim: str) -> Rule:
 
 
 def rule_slug(rule: Rule) -> str:
-    """A rule in an array name: ``1``, ``month``, ``labels``."""
+    """A rule in an array name: ``1``, ``month``, ``month_4``, ``labels``."""
+    return "labels" if isinstance(rule, tuple) else str(rule).replace("+", "_")
+
+
+def rule_label(rule: Rule) -> str:
+    """A rule as outputs name it: as written (``month+4``), or ``labels``."""
     return "labels" if isinstance(rule, tuple) else str(rule)
+
+
+def subdivision(rule: Rule) -> tuple[str, int] | None:
+    """The calendar period and step of a ``month+N`` rule; None for other rules."""
+    found = _SUBDIVIDED.match(rule) if isinstance(rule, str) else None
+    return (found[1], int(found[2])) if found else None
+
+
+def is_fine(rule: Rule) -> bool:
+    """Whether a rule puts entries within calendar periods (every N elements, or ``month+N``):
+    as many entries as a fraction of the elements, where ``chunk``, ``month`` and labels put
+    a few."""
+    return isinstance(rule, int) or subdivision(rule) is not None
 
 
 def is_chunk_rule(rule: Rule) -> bool:
@@ -133,15 +166,22 @@ def entry_positions(
         raise AccumulusError(
             f"--at {dim}={rule_text(rule)}: dimension {dim!r} needs a coordinate of its length"
         )
-    if rule in CALENDAR_RULES:
+    steps = subdivision(rule)
+    if rule in CALENDAR_RULES or steps is not None:
+        period, step = steps if steps is not None else (str(rule), 0)
         try:
-            keys = period_keys(np.asarray(index), str(rule))
+            keys = period_keys(np.asarray(index), period)
         except ValueError as exc:
             raise AccumulusError(
                 f"--at {dim}={rule} needs a CF time coordinate, but {dim!r} holds {exc}"
             ) from None
         changes = (np.flatnonzero(np.diff(keys)) + 1).tolist()
-        return (*changes, size)
+        if not step:
+            return (*changes, size)
+        starts, ends = [0, *changes], [*changes, size]
+        return tuple(
+            p for a, b in zip(starts, ends, strict=True) for p in (*range(a + step, b, step), b)
+        )
     assert isinstance(rule, tuple)
     found = {label_position(index, dim, label) for label in rule}
     return (*sorted(p for p in found if 0 < p < size), size)

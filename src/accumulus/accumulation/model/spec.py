@@ -37,8 +37,10 @@ import jsonschema
 from accumulus.accumulation.model.positions import (
     Rule,
     entry_positions,
+    is_fine,
     rule_from_json,
     rule_json,
+    rule_label,
     rule_slug,
 )
 from accumulus.errors import AccumulusError
@@ -177,7 +179,7 @@ class Accumulation:
             strides = ",".join(map(str, self.strides))
             return "chunk ends" + (f" (stride {strides})" if set(self.strides) != {1} else "")
         rules = self.placement.rules
-        return ",".join(f"{d}={rule_slug(rules[d])}" for d in self.dims)
+        return ",".join(f"{d}={rule_label(rules[d])}" for d in self.dims)
 
 
 @dataclass(frozen=True)
@@ -309,9 +311,7 @@ def split_for_sums(
     if not request.sums:
         return request, ()
     rules_of = request.rules
-    fine = tuple(
-        c for c in request.combinations if any(isinstance(r, int) for r in rules_of(c).values())
-    )
+    fine = tuple(c for c in request.combinations if any(is_fine(r) for r in rules_of(c).values()))
     if not fine:
         return request, ()
     coarse = tuple(c for c in request.combinations if c not in fine)

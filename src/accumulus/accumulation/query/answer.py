@@ -708,7 +708,11 @@ def _usable_layouts(
                 d: _final_within(placed.positions[d], placed.final[d], covered[d])
                 for d in placed.accumulated
             }
-        layouts.append(AccumulationLayout(acc.prefix_dims, positions, dict(covered), acc.key))
+        layouts.append(
+            AccumulationLayout(
+                acc.prefix_dims, positions, dict(covered), acc.key, reach=not acc.is_zep5
+            )
+        )
     return layouts, "" if layouts else "no accumulation holds the sums this query needs"
 
 

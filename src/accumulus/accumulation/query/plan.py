@@ -10,7 +10,10 @@ several accumulated dimensions the same holds by inclusion-exclusion over the co
 positions (answered from an accumulation) and the thin slabs left at either end, and plans
 each slab the same way with whatever accumulation still spans it; what no accumulation spans
 is read raw. A chunk-aligned box therefore reads no raw data, and an unaligned one reads raw
-data only in its partial boundary chunks. Parts outside the extent the accumulations cover
+data only in its partial boundary chunks. An accumulation with entries at positions of its
+own (``reach``: every 4 days of each month, say) may also take the entry just past an end of
+a range when it is nearer, and subtract the raw elements between: a day-precise period then
+reads at most half a step of raw days at each end. Parts outside the extent the accumulations cover
 are read raw, so a plan never returns sums the accumulations do not hold.
 
 Everything here is pure: a plan is data you can print and test.
@@ -36,6 +39,11 @@ class AccumulationLayout:
     positions: Mapping[str, tuple[int, ...]]  # entry k sums raw indices [0, positions[dim][k])
     coverage: Mapping[str, int]  # raw extent the sums cover, per variable dimension
     key: str = ""  # which accumulation of the group (``Accumulation.key``), when several
+    # Whether a range of one dimension may take the entry just outside an end when it is
+    # nearer than the one inside, and subtract the raw elements between (``_nearest_span``):
+    # positions not at chunk ends (``month+4``), where fewer raw elements are fewer blocks
+    # decoded and fewer raw chunks cut.
+    reach: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,18 +176,48 @@ def _inner_span(positions: Sequence[int], lo: int, hi: int) -> tuple[int, int] |
     return points[i], points[j]
 
 
+def _nearest_span(positions: Sequence[int], lo: int, hi: int) -> tuple[int, int] | None:
+    """The [p, q) with p, q in {0} ∪ positions that leaves the fewest raw elements to add
+    (between ``lo`` and p, q and ``hi`` when inside) or subtract (when outside): each end
+    takes the position nearest to it, the inner one on a tie. None when every choice
+    leaves as many raw elements as the range holds."""
+    points = (0, *positions)
+    i = bisect.bisect_left(points, lo)  # the first point at or after lo
+    j = bisect.bisect_right(points, hi) - 1  # the last point at or before hi
+    starts = [points[k] for k in (i, i - 1) if 0 <= k < len(points)]
+    ends = [points[k] for k in (j, j + 1) if 0 <= k < len(points)]
+    best, left = None, hi - lo
+    for p in starts:
+        for q in ends:
+            raw = abs(p - lo) + abs(hi - q)
+            if q > p and raw < left:
+                best, left = (p, q), raw
+    return best
+
+
+def _answered(extent: tuple[int, int], span: tuple[int, int]) -> int:
+    """How many elements of ``extent`` a span answers without raw reads: its width when it
+    lies inside, less the raw elements it reaches past ``extent`` otherwise."""
+    (lo, hi), (p, q) = extent, span
+    return (hi - lo) - abs(p - lo) - abs(hi - q)
+
+
 def _plan_box(box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]) -> None:
     best: tuple[tuple[int, int], AccumulationLayout, dict[str, tuple[int, int]]] | None = None
     for layout in layouts:
         spans = {}
         for dim in layout.dims:
-            span = _inner_span(layout.positions[dim], *box[dim])
+            if layout.reach and len(layout.dims) == 1:
+                span = _nearest_span(layout.positions[dim], *box[dim])
+            else:
+                span = _inner_span(layout.positions[dim], *box[dim])
             if span is None:
                 break
             spans[dim] = span
         else:
-            # Prefer accumulations that reduce more dimensions at once, then the widest span.
-            score = (len(layout.dims), prod(q - p for p, q in spans.values()))
+            # Prefer accumulations that reduce more dimensions at once, then the widest span,
+            # less what a span reaching past the box leaves to subtract.
+            score = (len(layout.dims), prod(_answered(box[d], spans[d]) for d in spans))
             if best is None or score > best[0]:
                 best = (score, layout, spans)
     if best is None:
@@ -195,8 +233,12 @@ def _plan_box(box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]
         p, q = spans[dim]
         if lo < p:
             _plan_box({**rest, dim: (lo, p)}, layouts, reads)
+        elif p < lo:  # an entry before the range: the raw elements up to it subtracted
+            reads.append(Read((), -1, {}, {**rest, dim: (p, lo)}))
         if q < hi:
             _plan_box({**rest, dim: (q, hi)}, layouts, reads)
+        elif hi < q:  # an entry past the range
+            reads.append(Read((), -1, {}, {**rest, dim: (hi, q)}))
         rest[dim] = (p, q)
 
 

@@ -297,6 +297,12 @@ def shape_plans(
     is planned as a box and the answer masked afterwards."""
     over = tuple(over)
     box = {**ranges, **mask.ranges()}
+    # A span reaching past a block along latitude or longitude would subtract raw cells
+    # outside it, which the masked raw reads leave out: there, spans stay inside.
+    layouts = [
+        replace(lay, reach=False) if {mask.lat, mask.lon} & set(lay.dims) else lay
+        for lay in layouts
+    ]
     if mask.lat not in over and mask.lon not in over:
         return [replace(plan_query(dims, box, over, layouts), mask=mask)]
     usable = [lay for lay in layouts if set(lay.dims) <= set(over)]
