@@ -19,6 +19,9 @@ import numpy as np
 from accumulus.accumulation.model import statistics
 from accumulus.accumulation.model.spec import COUNT, WCOUNT, WSUM
 
+PLAIN = {(0, 0), (0, 1)}  # (weight, value) powers of Σ1 and Σx
+STEP_VALUES = 4096  # values a step holds at least, for sums along the first axis in NumPy
+
 
 def chunk_sums(
     x: np.ndarray,
@@ -166,9 +169,11 @@ def _block_sums(
     fresh = not any(reductions)
     out = (empty or np.empty)(int(sizes.sum()))
     # Values and counts summed along the first axis at most (maps at every element, or at
-    # a few positions along time): in NumPy.
+    # a few positions along time): in NumPy, step by step where steps are summed (so only
+    # where a step holds many values: each is a few NumPy calls).
     plain = all(
-        axes in ((), (0,)) and {tuple(p) for p in powers[k, : n_terms[k]].tolist()} <= PLAIN
+        (not axes or (axes == (0,) and x[0].size >= STEP_VALUES))
+        and {tuple(p) for p in powers[k, : n_terms[k]].tolist()} <= PLAIN
         for k, axes in enumerate(reductions)
     )
     if plain:
@@ -207,9 +212,6 @@ def _block_sums(
             sums = np.stack([sums[names.index(u)] * (1 if u == t else w) for t, u in twins])
         results.append(sums)
     return [results[reductions.index(axes)] for axes in cut]
-
-
-PLAIN = {(0, 0), (0, 1)}  # (weight, value) powers of Σ1 and Σx
 
 
 def _each_value(x: np.ndarray, value_powers: np.ndarray, out: np.ndarray) -> None:

@@ -50,7 +50,12 @@ import zarr
 from accumulus import compute
 from accumulus.accumulation.build import raw_series
 from accumulus.accumulation.build.buffers import Buffers
-from accumulus.accumulation.build.chunk_sums import chunk_sums, load_kernel, prefix_entries
+from accumulus.accumulation.build.chunk_sums import (
+    STEP_VALUES,
+    chunk_sums,
+    load_kernel,
+    prefix_entries,
+)
 from accumulus.accumulation.build.encoded_chunks import ordered_layout, write_ordered, write_region
 from accumulus.accumulation.model import spec, statistics
 from accumulus.glibc import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
@@ -672,7 +677,8 @@ def _summed(
     than the first (at positions other than every element), or more than values and counts
     (``chunk_sums`` takes those in NumPy)."""
     along_first = all(
-        var.axis(d) == 0 or list(positions[d]) == list(range(1, var.shape[var.axis(d)] + 1))
+        (var.axis(d) == 0 and prod(var.shape[1:]) >= STEP_VALUES)
+        or list(positions[d]) == list(range(1, var.shape[var.axis(d)] + 1))
         for d in acc.prefix_dims
     )
     plain = all(statistics.unweighted(t) in (spec.SUM, spec.COUNT) for t in stored)
