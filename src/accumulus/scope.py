@@ -16,6 +16,7 @@ scope, and no call can switch the setting off under another.
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -74,13 +75,22 @@ def scoped[**P, R](function: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+# The filters ``warnings.filterwarnings("ignore", message=..., category=...)`` would add for
+# ``QUIET``, made once: every call from outside the scope (each query of an open datacube)
+# adds and removes them, and adding them one by one cost more than the rest of the scope
+# (docs/benchmarks.md, "Per-question cost").
+_FILTERS = [("ignore", re.compile(message, re.I), category, None, 0) for message, category in QUIET]
+
+
 def _turn_on() -> Callable[[], None]:
     before = zarr.config.get("array.rectilinear_chunks")
     zarr.config.set({"array.rectilinear_chunks": True})
-    added: list[Any] = []
-    for message, category in QUIET:
-        warnings.filterwarnings("ignore", message=message, category=category)
-        added.append(warnings.filters[0])
+    added: list[Any] = list(reversed(_FILTERS))  # the first of QUIET ends last, as before
+    for entry in added:  # as ``filterwarnings`` adds one: any same entry moves to the front
+        if entry in warnings.filters:
+            warnings.filters.remove(entry)  # type: ignore[attr-defined]  # a list at run time
+    warnings.filters[0:0] = added  # type: ignore[index]
+    warnings._filters_mutated()  # type: ignore[attr-defined]
 
     def restore() -> None:
         zarr.config.set({"array.rectilinear_chunks": before})

@@ -162,3 +162,18 @@ def test_accumulate_says_what_it_did_to_the_pair_sums(tmp_path, capsys, monkeypa
     assert "corr pair sums with tas (time at chunk ends): built" in out
     code, out, _ = run(capsys, monkeypatch, "accumulate", path, VAR)
     assert code == 0 and "already up to date" in out
+
+
+def test_corr_of_one_pair_is_nan(tmp_path):
+    # One valid pair has no spread: r is NaN, as xr.corr's, although the difference of two
+    # entries of pair sums leaves rounding where the variances are 0.
+    ds = _two_variables({"time": 6, "lat": 12, "lon": 12}, 3, 0.0, offset=280.0)
+    path = tmp_path / "cube.zarr"
+    ds.to_zarr(path, zarr_format=2, consolidated=True, encoding={VAR: {"chunks": (1, 12, 12)}})
+    accumulus.accumulate(str(path), VAR, stats=["corr:tas"])
+    for step in range(1, 6):
+        got = accumulus.average(
+            str(path), VAR, ["time"], {"time": labels(ds, "time", step, step + 1)},
+            stat="corr", with_="tas",
+        )  # fmt: skip
+        assert np.isnan(got.values).all(), step

@@ -38,7 +38,12 @@ from accumulus.stores.base import DelegatingStore, below_wrappers, reads_synchro
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.local import LeanLocalStore
 from accumulus.stores.rewriting import parse_metadata
-from accumulus.stores.safe_reads import check_regular_file, local_root, read_with_limits
+from accumulus.stores.safe_reads import (
+    check_regular_file,
+    local_root,
+    read_regular_file,
+    read_with_limits,
+)
 
 READ_SECONDS = 10.0  # the longest one metadata document may take to read
 
@@ -272,7 +277,16 @@ def stored_roots(store: Store, snapshot: MetadataSnapshot) -> dict[str, bytes] |
 
 def _documents_now(store: Store, keys: tuple[str, ...]) -> dict[str, bytes]:
     """The objects at ``keys`` that exist, read in this thread (only regular files)."""
-    # A lean local store refuses other files itself, without a stat of its own.
+    if type(store) is LeanLocalStore and store._is_open:
+        # Its files read as bytes, without a buffer made and copied again for each: the
+        # check every query of an open datacube makes (docs/benchmarks.md, "Per-question
+        # cost"). A lean local store refuses other files itself, without a stat of its own.
+        directory = str(store.root)
+        return {
+            key: content
+            for key in keys
+            if (content := read_regular_file(directory, key)) is not None
+        }
     root = None if isinstance(store, LeanLocalStore) else local_root(store)
     found = {}
     for key in keys:

@@ -291,7 +291,8 @@ def pair_sums(
 
 def _correlation(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     # Pearson's r from the pair sums: cov / sqrt(var_a var_b), each as S2/n − (S1/n)²;
-    # NaN where a variance is 0 or no pair is valid, as xr.corr. (Four arrays of the
+    # NaN where a variance is 0 or fewer than 2 pairs are valid, as xr.corr (one pair's
+    # variances are 0, but differences of prefix sums leave rounding there). (Four arrays of the
     # answer's shape, as ``_variance``; where n is 0 every one is NaN.)
     n, a, b, aa, bb, ab = sums
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -308,7 +309,7 @@ def _correlation(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
         np.maximum(var_b, 0.0, out=var_b)
         spread = np.sqrt(np.multiply(var_a, var_b, out=var_a), out=var_a)
         np.divide(cov, spread, out=cov)
-    np.copyto(cov, np.nan, where=spread == 0)
+    np.copyto(cov, np.nan, where=(spread == 0) | (np.asarray(n) < 2))
     return cov
 
 

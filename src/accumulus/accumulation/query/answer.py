@@ -261,7 +261,23 @@ def _sums_for(
     the accumulations that hold them (none, and why, for a full scan). Without weights
     where they divide out (``_weights_cancel``) and would be multiplied in as the sums are
     read (raw values; the entries of accumulations whose weights factor out): the same
-    accumulations give the sums without weights."""
+    accumulations give the sums without weights. The same for every box of a snapshot:
+    worked out once per kind of question (a shape's, each time)."""
+    if resolved.mask is not None:
+        return _sums_now(cube, groups, resolved)
+    key = (
+        "sums for", resolved.variable.name, resolved.stat, resolved.weights,
+        resolved.use_accumulation, tuple(resolved.over),
+    )  # fmt: skip
+    stat, read_with, terms, layouts, note = groups.remembered(
+        key, lambda: _sums_now(cube, groups, resolved)
+    )
+    return stat, read_with, terms, list(layouts), note
+
+
+def _sums_now(
+    cube: RawCube, groups: AccumulationGroups, resolved: ResolvedQuery
+) -> tuple[statistics.Statistic, Weights, tuple[str, ...], list[AccumulationLayout], str]:
     var, weights = resolved.variable, resolved.weights
     stat, infinite, terms, layouts, note = _sums_and_layouts(groups, resolved)
     if _weights_cancel(cube, resolved) and _weights_applied(groups, var, layouts):
@@ -523,7 +539,12 @@ def read_answer(
     terms = stat.sums_for(weighted=weights != "none", infinite=infinite)
     times = None
     if stat.timed:
-        dim, steps = years(cube.decoded, var.dims, f"stat {resolved.stat!r}")
+        # Worked out once per snapshot: every trend asked again (docs/benchmarks.md,
+        # "Per-question cost").
+        dim, steps = cube.remembered(
+            ("years", tuple(var.dims)),
+            lambda: _fixed(years(cube.decoded, var.dims, f"stat {resolved.stat!r}")),
+        )
         times = along(steps, var.axis(dim), len(var.dims))
     reference = _reference(cube, groups, resolved) if stat.centred else 0.0
     done = execute(
@@ -541,6 +562,12 @@ def read_answer(
         inside = kept_cells(resolved.mask, var.dims, resolved.over)
         values = values if inside is None else np.where(inside, values, np.nan)
     return values, done
+
+
+def _fixed(found: tuple[str, np.ndarray]) -> tuple[str, np.ndarray]:
+    """``years``' answer, its steps read-only: shared by the snapshot's questions."""
+    found[1].flags.writeable = False
+    return found
 
 
 def _reference(cube: RawCube, groups: AccumulationGroups, resolved: ResolvedQuery) -> float:

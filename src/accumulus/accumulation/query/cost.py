@@ -183,22 +183,27 @@ def plan_cost(
     """The estimated cost of reading and summing these chunks (distinct ones, as a plan's
     batch reads them): raw chunks of ``var`` and accumulation chunks."""
     raw_path = var.array.store_path.path
-    arrays: dict[str, tuple[tuple[ChunkBounds, ...], Rate, bool]] = {}  # by path: bounds,
-    # decoding, whether raw
+    # By array object (several handles on one array are alike): its bounds, decoding,
+    # summing and value size, looked up once per plan, not per chunk.
+    arrays: dict[int, tuple[tuple[ChunkBounds, ...], Rate, Rate, int]] = {}
     tally = _Tally()
     raw_rate = raw_sum_rate(var, terms, over)
     entry_rate = entry_sum_rate()
     for request in requests:
         array = request.array
-        path = array.store_path.path
-        known = arrays.get(path)
+        known = arrays.get(id(array))
         if known is None:
-            known = arrays[path] = (array_bounds(array), decode_rate(array), path == raw_path)
-        bounds, decoding, raw = known
+            raw = array.store_path.path == raw_path
+            known = arrays[id(array)] = (
+                array_bounds(array),
+                decode_rate(array),
+                raw_rate if raw else entry_rate,
+                array.dtype.itemsize,
+            )
+        bounds, decoding, summing, itemsize = known
         values = prod(b.sizes[c] for b, c in zip(bounds, request.coords, strict=True))
-        nbytes = values * array.dtype.itemsize
-        summing = (raw_rate if raw else entry_rate).seconds(values)
-        tally.add(1, nbytes, decoding.seconds(nbytes) + summing)
+        nbytes = values * itemsize
+        tally.add(1, nbytes, decoding.seconds(nbytes) + summing.seconds(values))
     return tally.cost(storage, memory_bytes)
 
 
@@ -394,6 +399,10 @@ def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -
     """Turning stored values into physical ones (``Decoder.values``) and summing ``terms``
     of them over ``over`` with weights varying along the first dimension averaged over, per
     chunk and per value, measured once per process and kind of query."""
+    remembered = (id(var), tuple(terms), tuple(over))
+    known = _RAW.get(remembered)
+    if known is not None and known[0] is var:
+        return known[1]
     axes = tuple(var.axis(d) for d in over)
     key = ("raw", var.array.dtype.str, tuple(sorted(var.decoder.attrs)), tuple(terms), axes)
 
@@ -406,7 +415,14 @@ def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -
         return _best_of(lambda: reduce_terms(values(stored), weights, terms, axes, times=1.0))
 
     shape = _sample_shape(_chunk_shape(var.bounds))
-    return _measured(key, lambda: _rate(reduce_seconds, shape, 1))
+    rate = _measured(key, lambda: _rate(reduce_seconds, shape, 1))
+    if len(_RAW) >= 256:
+        _RAW.clear()
+    _RAW[remembered] = (var, rate)  # by the variable's identity: its key costs more to make
+    return rate
+
+
+_RAW: dict[tuple[int, tuple[str, ...], tuple[str, ...]], tuple[VariableInfo, Rate]] = {}
 
 
 def entry_sum_rate() -> Rate:

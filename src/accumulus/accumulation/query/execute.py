@@ -16,6 +16,7 @@ import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from math import prod
 from typing import Any
 
@@ -278,7 +279,12 @@ def chunk_work(
         else:
             source = sources.get(read.key or read.source)
             if source is None:
-                source = sources[read.key or read.source] = _source(groups, var, read, plan, terms)
+                # The same for every query of the snapshot asking the same sums over the
+                # same dimensions: worked out once (docs/benchmarks.md, "Per-question cost").
+                key = ("source", var.name, read.key or read.source, tuple(plan.over), tuple(terms))
+                source = sources[read.key or read.source] = groups.remembered(
+                    key, partial(_source, groups, var, read, plan, terms)
+                )
             pieces = _entry_parts(groups, var, source, read, placed, weights_memo, counter)
         for piece in pieces:
             array, coords = piece[0], piece[1]
@@ -326,8 +332,11 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
         values: np.ndarray = np.multiply(slab, part.weights, out=_scratch(shape, 0), dtype="f8")
         if part.summed:
             values = values.sum(axis=part.summed)
-    elif part.summed:
+    elif part.summed and any(slab.shape[a] > 1 for a in part.summed):
         values = slab.sum(axis=part.summed, dtype="f8")
+    elif part.summed:  # summed along axes of one entry (a map's time): the entries as they
+        # are, converted as they are added, not summed into a copy first (the same values)
+        values = slab.reshape([n for a, n in enumerate(slab.shape) if a not in part.summed])
     else:
         values = slab  # converted as it is added
     return values.transpose(part.order)

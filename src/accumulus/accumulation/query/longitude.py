@@ -60,13 +60,14 @@ def _monotonic(lons: np.ndarray) -> bool:
 
 
 def longitude_range(
-    values: np.ndarray, west: float | None, east: float | None
+    values: np.ndarray, west: float | None, east: float | None, known: _Circle | None = None
 ) -> tuple[tuple[int, int], bool]:
     """The cells of the box ``west/east`` as ``(lo, hi)`` (``hi`` past the grid's ``period``
     when the run crosses its seam), and whether the box reaches past a regional grid's
     cells (so the answer must say that it was clipped). An open end is the grid's own first
-    or last longitude. Raises ``AccumulusError`` when no cell is inside."""
-    circle = _circle(values.dtype.str, values.tobytes())
+    or last longitude. Raises ``AccumulusError`` when no cell is inside. ``known``: the
+    grid's ``circle_of``, when kept."""
+    circle = circle_of(values) if known is None else known
     lons = circle.lons
     west = circle.first if west is None else float(west)
     east = circle.last if east is None else float(east)
@@ -85,6 +86,11 @@ def longitude_range(
     before[0], before[1:] = inside[-1], inside[:-1]
     lo = int(np.flatnonzero(inside & ~before)[0])
     return (lo, lo + int(inside.sum())), clipped
+
+
+def circle_of(values: np.ndarray) -> _Circle:
+    """What every range on the longitude grid ``values`` asks of it (``_Circle``)."""
+    return _circle(values.dtype.str, values.tobytes())
 
 
 class _Circle(NamedTuple):

@@ -29,7 +29,7 @@ import datetime
 import functools
 import operator
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from math import prod
@@ -368,26 +368,31 @@ def index_range(
     bounds, numbers either way round), and whether the range reaches past the coordinate's
     cells (clipped to them). ``circular``: a longitude, compared modulo 360
     (``longitude.longitude_range``)."""
-    if len(index) > 1 and not (index.is_monotonic_increasing or index.is_monotonic_decreasing):
+    order = _of_index(index, "order", lambda: _order(index))
+    if order is None:
         raise AccumulusError(f"coordinate {dim!r} is not monotonic; cannot select a range on it")
     start, stop = _coerce(index, dim, start), _coerce(index, dim, stop)
     if circular:
         for bound in (start, stop):
             if bound is not None and not np.isfinite(bound):
                 raise AccumulusError(f"range bound {bound} for {dim!r} is not a finite longitude")
+        circle = _of_index(index, "circle", lambda: longitude.circle_of(np.asarray(index)))
         try:
-            return longitude.longitude_range(np.asarray(index), start, stop)
+            return longitude.longitude_range(np.asarray(index), start, stop, circle)
         except AccumulusError:
             raise _selects_nothing(index, dim, start, stop) from None
     if _is_number(start) and _is_number(stop) and start > stop:
         start, stop = stop, start
-    descending = len(index) > 1 and not index.is_monotonic_increasing
+    descending = order == "descending"
 
     def positions(a: Bound, b: Bound) -> tuple[int, int]:
         if isinstance(index, pd.DatetimeIndex) and not descending:
             found = date_positions(index, a, b)
             if found is not None:
                 return found
+        found = float_positions(index, a, b, descending)
+        if found is not None:
+            return found
         try:
             sl = index.slice_indexer(b, a) if descending else index.slice_indexer(a, b)
         except (KeyError, ValueError, TypeError) as exc:
@@ -405,6 +410,71 @@ def index_range(
                 f"range {dim}={start}/{stop} is reversed: its start comes after its end"
             )
     raise _selects_nothing(index, dim, start, stop)
+
+
+def _order(index: pd.Index) -> str | None:
+    """How the labels run: "ascending" (one label, or all alike, too), "descending", or
+    None when they are not monotonic."""
+    if len(index) <= 1 or index.is_monotonic_increasing:
+        return "ascending"
+    return "descending" if index.is_monotonic_decreasing else None
+
+
+# What ranges ask of a coordinate's index (its order, its cells' outer edges, a longitude's
+# circle), worked out once per index object: an open datacube keeps its indexes for the
+# snapshot, and every query asks again. Each entry keeps its index alive (its id is not
+# reused); indexes are immutable.
+_INDEX_FACTS: dict[tuple[int, str], tuple[pd.Index, Any]] = {}
+
+
+def _of_index(index: pd.Index, what: str, compute: Callable[[], Any]) -> Any:
+    known = _INDEX_FACTS.get((id(index), what))
+    if known is not None and known[0] is index:
+        return known[1]
+    value = compute()
+    if len(_INDEX_FACTS) >= 256:
+        _INDEX_FACTS.clear()
+    _INDEX_FACTS[id(index), what] = (index, value)
+    return value
+
+
+def float_positions(
+    index: pd.Index, start: Bound, stop: Bound, descending: bool
+) -> tuple[int, int] | None:
+    """The positions ``index.slice_indexer(start, stop)`` selects on a monotonic index of
+    float64 labels (``slice_indexer(stop, start)`` on a descending one) for bounds that are
+    finite numbers (or None for an open end), found as pandas finds them: a bound of a
+    monotonic index is NumPy's binary search of its values (an exact match, which pandas
+    looks up first, is where that search stops), from the other end on a descending one.
+    Without pandas' layers around it: one query resolves two or three ranges
+    (docs/benchmarks.md, "Per-question cost"). None for anything else (pandas answers;
+    float32 labels too, which pandas matches to a bound rounded to float32 first)."""
+    if type(index) is not pd.Index or index.dtype != np.float64:
+        return None
+    if not (_finite_number(start) and _finite_number(stop)):
+        return None
+    values = index.values
+    size = len(values)
+    if descending:
+        backwards = values[::-1]
+        lo = 0 if stop is None else size - int(backwards.searchsorted(stop, "right"))
+        hi = size if start is None else size - int(backwards.searchsorted(start, "left"))
+    else:
+        lo = 0 if start is None else int(values.searchsorted(start, "left"))
+        hi = size if stop is None else int(values.searchsorted(stop, "right"))
+    return lo, max(lo, hi)
+
+
+def _finite_number(bound: Bound) -> bool:
+    """None, or a real number that float64 holds exactly and that is finite (NaN, an
+    infinity, a huge integer are left to pandas)."""
+    if bound is None:
+        return True
+    if isinstance(bound, bool | np.bool_):
+        return False
+    if isinstance(bound, int | np.integer):
+        return abs(int(bound)) <= 2**53
+    return isinstance(bound, float | np.floating) and bool(np.isfinite(bound))
 
 
 # A date as ISO 8601 writes it, down to the second, of a year from -9999 to 9999 (0000 is
@@ -635,18 +705,21 @@ def _reaches_past(index: pd.Index, start: Bound, stop: Bound) -> bool:
     step past its label (so ``lat=-90/90`` does not reach past cells centred on ±89.5), and
     1% of a step more: labels stored as float32 are rounded (-89.95 is -89.94999694...)."""
     try:
-        labels = np.asarray(index)  # monotonic (``index_range``): sorted one way or the other
-        if len(labels) > 1 and labels[0] > labels[-1]:
-            labels = labels[::-1]
-        below = (labels[1] - labels[0]) * 0.51 if len(labels) > 1 else labels[0] - labels[0]
-        above = (labels[-1] - labels[-2]) * 0.51 if len(labels) > 1 else below
+        lowest, highest = _of_index(index, "outer edges", lambda: _outer_edges(index))
         low, high = _comparable(index, start), _comparable(index, stop)
-        return bool(
-            (low is not None and low < labels[0] - below)
-            or (high is not None and high > labels[-1] + above)
-        )
+        return bool((low is not None and low < lowest) or (high is not None and high > highest))
     except (TypeError, ValueError, OverflowError):
         return False  # labels without a distance (names), or a date pandas cannot hold
+
+
+def _outer_edges(index: pd.Index) -> tuple[Any, Any]:
+    """Half a step and 1% beyond the first and the last labels (``_reaches_past``)."""
+    labels = np.asarray(index)  # monotonic (``index_range``): sorted one way or the other
+    if len(labels) > 1 and labels[0] > labels[-1]:
+        labels = labels[::-1]
+    below = (labels[1] - labels[0]) * 0.51 if len(labels) > 1 else labels[0] - labels[0]
+    above = (labels[-1] - labels[-2]) * 0.51 if len(labels) > 1 else below
+    return labels[0] - below, labels[-1] + above
 
 
 def _comparable(index: pd.Index, bound: Bound) -> Bound:
@@ -713,7 +786,7 @@ def _coerce(index: pd.Index, dim: str, bound: Bound) -> Bound:
                 f"range bound {bound!r} for {dim!r} is not a date (use ISO 8601, e.g. 2001-12-31)"
             ) from None
         return bound
-    if pd.api.types.is_numeric_dtype(index.dtype) and isinstance(bound, str):
+    if isinstance(bound, str) and pd.api.types.is_numeric_dtype(index.dtype):
         if not bound.isascii():  # float() reads other scripts' digits too: ١٠ is 10
             raise AccumulusError(f"range bound {bound!r} for {dim!r} is not a number")
         try:
