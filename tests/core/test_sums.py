@@ -143,3 +143,40 @@ def test_a_large_block_is_summed_without_per_sum_copies():
     for axes, sums in got.items():
         expected = np.stack([direct(x, w, t, axes, [[0]] * 3) for t in terms])
         np.testing.assert_allclose(sums, expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", ["f4", "f8"])
+@pytest.mark.parametrize("starts", [[0, 1, 2, 3, 4], [0, 2, 3]])
+def test_values_and_counts_along_the_first_axis_are_taken_without_the_compiled_loop(
+    monkeypatch, dtype, starts
+):
+    """Segments along the first axis only (maps at every step, ``--at time=1``, or at a few,
+    ``--at time=month``): Σx, Σw·x, Σ1 and Σw are the values (0 where missing or infinite,
+    -0.0 as 0.0) and validities summed per segment, weighted after, in the same bytes as
+    the compiled loop's (which a sum of squares still takes), which is not called for them."""
+    from accumulus.accumulation.build import chunk_sums as module
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(1.0, 2.0, size=(5, 4, 6)).astype(dtype)
+    x[rng.random(x.shape) < 0.3] = np.nan
+    x[0, 0, :3] = [np.inf, -np.inf, -0.0]
+    x[:, 1, 1] = -0.0
+    w = rng.uniform(0.1, 1.0, size=(1, 4, 1))
+    terms = [statistics.SUM, statistics.COUNT, statistics.WSUM, statistics.WCOUNT]
+    edges = [starts, [0], [0]]
+    compiled = chunk_sums(x, w, [*terms, statistics.SUMSQ], [(0,)], edges)[(0,)][:4]
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the compiled loop was called")
+
+    monkeypatch.setattr(module, "_compiled_block_sums", refused)
+    monkeypatch.setattr(module, "STEP_VALUES", 1)  # (steps this small: the loop otherwise)
+    got = chunk_sums(x, w, terms, [(0,)], edges, lambda n: np.full(n, np.nan))[(0,)]
+    values = np.where(np.isfinite(x), x, 0).astype("f8")
+    valid = (~np.isnan(x)).astype("f8")
+    per_segment = [np.add.reduceat(a, starts, axis=0) for a in (values, valid)]
+    expected = np.stack([*per_segment, per_segment[0] * w, per_segment[1] * w])
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert np.array_equal(got, compiled)
+    assert np.array_equal(np.signbit(got), np.signbit(compiled))
+    assert not np.signbit(got[:, 0, 1, 1]).any()  # (-0.0 given, every step)

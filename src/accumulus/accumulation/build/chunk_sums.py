@@ -19,6 +19,9 @@ import numpy as np
 from accumulus.accumulation.model import statistics
 from accumulus.accumulation.model.spec import COUNT, WCOUNT, WSUM
 
+PLAIN = {(0, 0), (0, 1)}  # (weight, value) powers of Σ1 and Σx
+STEP_VALUES = 4096  # values a step holds at least, for sums along the first axis in NumPy
+
 
 def chunk_sums(
     x: np.ndarray,
@@ -124,8 +127,6 @@ def _block_sums(
     """Each sum of ``x`` per segment along the axes of each reduction, in one compiled pass
     over the block (numba): ``(len(terms), *x.shape with the segment count on the axes)``
     per reduction."""
-    from accumulus.accumulation.build.kernel import block_sums  # numba: imported when first used
-
     if x.dtype not in (np.float32, np.float64) or not x.dtype.isnative:
         x = x.astype("f8")
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
@@ -167,6 +168,109 @@ def _block_sums(
     # first, which spares a pass over all of it here.
     fresh = not any(reductions)
     out = (empty or np.empty)(int(sizes.sum()))
+    # Values and counts summed along the first axis at most (maps at every element, or at
+    # a few positions along time): in NumPy, step by step where steps are summed (so only
+    # where a step holds many values: each is a few NumPy calls).
+    plain = all(
+        (not axes or (axes == (0,) and x[0].size >= STEP_VALUES))
+        and {tuple(p) for p in powers[k, : n_terms[k]].tolist()} <= PLAIN
+        for k, axes in enumerate(reductions)
+    )
+    if plain:
+        views = [
+            out[offsets[k] : offsets[k] + sizes[k]].reshape(n_terms[k], *shapes[k])
+            for k in range(len(reductions))
+        ]
+        for k, axes in enumerate(reductions):
+            if not axes:
+                _each_value(x, powers[k, : n_terms[k], 1], views[k])
+        summed = [(views[k], powers[k, : n_terms[k], 1]) for k, a in enumerate(reductions) if a]
+        if summed:
+            _sums_along_first(x, edges[0], summed)
+    else:
+        _compiled_block_sums(
+            rows,
+            weights,
+            weight_of,
+            tables,
+            columns,
+            n_columns,
+            n_rows,
+            [last in axes for axes in reductions],
+            powers,
+            n_terms,
+            offsets,
+            out,
+            fresh,
+            reference,
+        )
+    results = []
+    for k, names in enumerate(direct):
+        sums = out[offsets[k] : offsets[k] + sizes[k]].reshape(len(names), *shapes[k])
+        if names != tuple(terms):  # weighted sums from their unweighted twins
+            twins = [(t, t if t in names else statistics.unweighted(t)) for t in terms]
+            sums = np.stack([sums[names.index(u)] * (1 if u == t else w) for t, u in twins])
+        results.append(sums)
+    return [results[reductions.index(axes)] for axes in cut]
+
+
+def _each_value(x: np.ndarray, value_powers: np.ndarray, out: np.ndarray) -> None:
+    """The sums of segments one value long, Σx (power 1) or Σ1 (power 0) for each of
+    ``value_powers``, into ``out[t]``: each value (0 where missing or infinite) or its
+    validity (1 or 0, infinities valid), the same bytes as the compiled loop's. NumPy passes
+    over the block, about twice the loop's time (a few ms per 10 MB), without the loop to
+    load: numba's first call in a process takes half a second of CPU (docs/benchmarks.md,
+    "Build CPU")."""
+    missing = np.isnan(x)
+    for t, power in enumerate(value_powers.tolist()):
+        into = out[t]
+        if power == 1:
+            np.add(x, 0.0, out=into)  # -0.0 as 0.0, as the loop adds each value to 0.0
+            np.putmask(into, ~np.isfinite(x), 0.0)
+        else:
+            np.logical_not(missing, out=into)
+
+
+def _sums_along_first(
+    x: np.ndarray, starts: Sequence[int], summed: Sequence[tuple[np.ndarray, np.ndarray]]
+) -> None:
+    """Σx (power 1) and Σ1 (power 0) over the segments of the first axis starting at
+    ``starts``, into each ``(out, value_powers)`` of ``summed``: ``out[t, s]``. Each step
+    (a map) is made once and added to its segment's sums, in the order (and so to the bits)
+    the compiled loop adds them."""
+    segment = np.searchsorted(np.asarray(starts), np.arange(x.shape[0]), side="right") - 1
+    value = np.empty(x.shape[1:])
+    valid = np.empty(x.shape[1:])
+    for out, _ in summed:
+        out.fill(0.0)
+    for r in range(x.shape[0]):
+        np.add(x[r], 0.0, out=value)  # -0.0 as 0.0, as the loop adds each value to 0.0
+        np.putmask(value, ~np.isfinite(x[r]), 0.0)
+        np.logical_not(np.isnan(x[r]), out=valid)
+        for out, powers in summed:
+            for t, power in enumerate(powers.tolist()):
+                out[t, segment[r]] += value if power == 1 else valid
+
+
+def _compiled_block_sums(
+    rows: np.ndarray,
+    weights: np.ndarray,
+    weight_of: np.ndarray,
+    tables: list[np.ndarray],
+    columns: np.ndarray,
+    n_columns: np.ndarray,
+    n_rows: np.ndarray,
+    sums_last: list[bool],
+    powers: np.ndarray,
+    n_terms: np.ndarray,
+    offsets: np.ndarray,
+    out: np.ndarray,
+    fresh: bool,
+    reference: float,
+) -> None:
+    """``kernel.block_sums`` (``out`` zeroed first unless ``fresh``)."""
+    from accumulus.accumulation.build.kernel import block_sums  # numba: imported when first used
+
     if not fresh:
         out.fill(0.0)
     block_sums(
@@ -177,7 +281,7 @@ def _block_sums(
         columns,
         n_columns,
         n_rows,
-        np.array([last in axes for axes in reductions], dtype="int64"),
+        np.array(sums_last, dtype="int64"),
         powers,
         n_terms,
         offsets,
@@ -185,14 +289,6 @@ def _block_sums(
         fresh,
         float(reference),
     )
-    results = []
-    for k, names in enumerate(direct):
-        sums = out[offsets[k] : offsets[k] + sizes[k]].reshape(len(names), *shapes[k])
-        if names != tuple(terms):  # weighted sums from their unweighted twins
-            twins = [(t, t if t in names else statistics.unweighted(t)) for t in terms]
-            sums = np.stack([sums[names.index(u)] * (1 if u == t else w) for t, u in twins])
-        results.append(sums)
-    return [results[reductions.index(axes)] for axes in cut]
 
 
 def _row_index(shape: tuple[int, ...], rows: tuple[int, ...]) -> np.ndarray:

@@ -7,7 +7,7 @@ selection and scatter into a chunk buffer and an event-loop round trip per chunk
 a build's load (docs/benchmarks.md). For an unsharded Zarr v2 array the spec fixes a chunk's
 bytes completely: its values, padded with the fill value to the whole chunk shape, in C
 order, through the array's filters then its compressor (the numcodecs objects zarr itself
-calls). Such chunks are encoded here and stored together (``_put``). Other arrays (Zarr v3,
+calls). Such chunks are encoded here and stored together (``put_objects``). Other arrays (Zarr v3,
 sharded, Fortran order) and regions that cut a chunk are written through zarr.
 
 Chunks one value wide along the last axis (entries at every element of it, read as long
@@ -70,8 +70,8 @@ def write_region(array: zarr.Array, window: Sequence[slice], values: np.ndarray)
             )
             chunk = values[part]
         key = f"{array.path}/{metadata.encode_chunk_key(index)}"
-        encoded.append((key, _encode(metadata, dtype, chunk)))
-    _put(array.store, encoded)
+        encoded.append((key, encode_chunk(metadata, dtype, chunk)))
+    put_objects(array.store, encoded)
 
 
 def ordered_layout(array: zarr.Array, axis: int) -> tuple[int, ...] | None:
@@ -109,13 +109,13 @@ def write_ordered(
         rows = min(side_y, n_y - g * side_y)
         chunk = ordered[x, g, :length, :rows, None]
         key = f"{array.path}/{metadata.encode_chunk_key((chunk_row, g, x))}"
-        encoded.append((key, _encode(metadata, dtype, chunk)))
+        encoded.append((key, encode_chunk(metadata, dtype, chunk)))
         held += chunk.nbytes
         if held >= batch_bytes:
-            _put(array.store, encoded)
+            put_objects(array.store, encoded)
             encoded, held = [], 0
     if encoded:
-        _put(array.store, encoded)
+        put_objects(array.store, encoded)
 
 
 _kept = threading.local()  # each thread's space for regions in chunk order
@@ -160,7 +160,7 @@ def _whole_chunks(
     )
 
 
-def _encode(metadata: ArrayV2Metadata, dtype: np.dtype, values: np.ndarray) -> bytes:
+def encode_chunk(metadata: ArrayV2Metadata, dtype: np.dtype, values: np.ndarray) -> bytes:
     """One chunk's stored bytes (``values`` may be a part of it, at the array's end)."""
     if values.shape == metadata.chunks:
         chunk = np.ascontiguousarray(values, dtype=dtype)
@@ -175,7 +175,7 @@ def _encode(metadata: ArrayV2Metadata, dtype: np.dtype, values: np.ndarray) -> b
     return ensure_bytes(data)
 
 
-def _put(store: Store, items: list[tuple[str, bytes]]) -> None:
+def put_objects(store: Store, items: list[tuple[str, bytes]]) -> None:
     """Store every ``(key, bytes)``: into a local directory or memory one after the other in
     this thread (``stores.base.writes_synchronously``: through zarr's event loop each write
     is a task, a worker thread and a wake-up, which cost a build at every element more

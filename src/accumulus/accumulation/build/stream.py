@@ -17,7 +17,9 @@ update after the data grew (starting at the old coverage).
 
 Arrays whose chunks span several slabs along the batch dimension (long series, read along
 time) are written a whole chunk row at a time (``_Writer``), so no chunk is written twice;
-a series' rows at every element are summed along the last axis by the writer itself,
+a series' rows at every element are summed along the last axis by the writer itself:
+from the raw values, kept as they come until a chunk row is whole (``raw_series``: the
+default layout's ``lat+lon``, half the bytes of its sums, no sums taken per slab), or else
 straight into a row held in chunk order (``_prefix_in_writer``). Accumulations summing
 nothing (entries at every element) share one array of per-segment sums.
 A build whose sums all run along one other dimension at every element (``--at lat=1,lon=1``
@@ -46,8 +48,14 @@ import numpy as np
 import zarr
 
 from accumulus import compute
+from accumulus.accumulation.build import raw_series
 from accumulus.accumulation.build.buffers import Buffers
-from accumulus.accumulation.build.chunk_sums import chunk_sums, load_kernel, prefix_entries
+from accumulus.accumulation.build.chunk_sums import (
+    STEP_VALUES,
+    chunk_sums,
+    load_kernel,
+    prefix_entries,
+)
 from accumulus.accumulation.build.encoded_chunks import ordered_layout, write_ordered, write_region
 from accumulus.accumulation.model import spec, statistics
 from accumulus.glibc import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
@@ -208,6 +216,9 @@ class _Work:
     raw_start: int
     raw_stop: int
     first: int
+    # Its entries are made by the writer from the raw values (``raw_series``): the slab's
+    # raw block is handed over as it is, no sums taken.
+    raw: bool = False
 
 
 def fill(
@@ -278,13 +289,26 @@ def fill(
     whole = writes_bound and in_process
     blocks = _tile_blocks(var, dim, tiles) if whole else var.grouped_blocks(keep=dim)
     x = var.dask_array(blocks, as_summed=True)
+    # Series at every element of the last axis whose entries the writer makes from the raw
+    # values (``raw_series``), where the data cannot hold an infinity unseen.
+    from_raw = {
+        id(acc)
+        for acc, positions, stored in accumulations
+        if refuse_infinities
+        and tiled is None
+        and x.dtype in (np.float32, np.float64)
+        and _from_raw(var, acc, positions, stored, targets, dim, start)
+    }
     buffers = Buffers(KEPT_BYTES, least_bytes=KEPT_LEAST_BYTES)
 
     def slab_sums(done: int) -> list[tuple[_Work, np.ndarray, list[list[tuple[int, int]]]]]:
         """Each accumulation's per-segment sums over slab ``done`` (one pass over its data),
         with where the blocks summed lie."""
         tile, slab_start, slab_stop = slabs[done]
-        work = [_work(*item, dim, slab_start, slab_stop) for item in accumulations]
+        work = [
+            _work(*item, dim, slab_start, slab_stop, id(item[0]) in from_raw)
+            for item in accumulations
+        ]
         work = [w for w in work if w.raw_stop > w.raw_start]
         regions = sorted({(w.raw_start, w.raw_stop) for w in work})
         in_region = [[w for w in work if (w.raw_start, w.raw_stop) == r] for r in regions]
@@ -333,7 +357,9 @@ def fill(
         _freed_memory_kept(),
     ):
         pending = reader.submit(slab_sums, 0) if slabs else None
-        if in_process:
+        if in_process and any(
+            _summed(var, *item) for item in accumulations if id(item[0]) not in from_raw
+        ):
             # Blocks are summed in this process: the compiled loop is loaded meanwhile.
             threading.Thread(target=load_kernel, args=(x.dtype,), daemon=True).start()
         for done in range(len(slabs)):
@@ -346,6 +372,12 @@ def fill(
             # Accumulations may share their sums (``chunk_sums``: the same per-segment sums):
             # those whose entries the writer takes without changing them go first, and only
             # the last to use them may change them (prefix sums in place).
+            raw = [r for r in ready if r[0].raw]
+            ready = [r for r in ready if not r[0].raw]
+            for item, block, _ in raw:  # the raw values, kept by the writer as they are
+                writer.write_raw(
+                    item.acc.arrays[spec.SUM], item.acc.arrays[spec.COUNT], item.first, block[0]
+                )
             ready.sort(key=lambda r: not _prefix_in_writer(var, r[0], dim, r[1], r[2]))
             users = Counter(id(per_segment) for _, per_segment, _ in ready)
             for item, per_segment, locations in ready:
@@ -362,7 +394,7 @@ def fill(
                 writer.after_writes(buffers.give, owners)
             else:
                 buffers.give(owners)
-            del ready, owners
+            del ready, owners, raw
         writer.flush()
     return writer.infinities
 
@@ -465,7 +497,7 @@ def _region_tasks(
             blocks[block_index],
             w,
             _calls(var, work, location),
-            len(work),
+            [n for n, item in enumerate(work) if item.raw],
             refuse_infinities,
             empty,
             reference,
@@ -483,6 +515,8 @@ def _calls(var: VariableInfo, work: Sequence[_Work], location: Sequence[tuple[in
     reduce, share one call (one pass over the block)."""
     calls: list[tuple[tuple[str, ...], dict[int, list[int]], list]] = []
     for n, item in enumerate(work):
+        if item.raw:
+            continue
         axes = tuple(var.axis(d) for d in item.acc.prefix_dims)
         cuts = {
             var.axis(d): segment_starts(*location[var.axis(d)], item.positions[d])
@@ -505,17 +539,21 @@ def _block_sums(
     block: np.ndarray,
     w: np.ndarray | float,
     calls: Sequence[Call],
-    items: int,
+    raw: Sequence[int],
     refuse_infinities: bool = False,
     empty: Callable[[int], np.ndarray] | None = None,
     reference: float = 0.0,
     times: np.ndarray | None = None,
 ):
     """Every work item's per-segment sums of one block (sums of squares about
-    ``reference``; sums against time with ``times``, the block's years)."""
+    ``reference``; sums against time with ``times``, the block's years); for the items
+    ``raw`` (their entries made from the raw values), the block itself, as sums are shaped
+    (a first axis of one)."""
     if refuse_infinities and np.isinf(block).any():
         raise InfinityMet("the data hold an infinity")
-    out: list[np.ndarray | None] = [None] * items
+    out: list[np.ndarray | None] = [None] * (len(raw) + sum(len(c[2]) for c in calls))
+    for n in raw:
+        out[n] = block[None]
     for terms, edges, members in calls:
         reductions = [axes for _, axes in members]
         sums = chunk_sums(block, w, terms, reductions, edges, empty, reference, times)
@@ -629,6 +667,49 @@ def _write_entries(
     return uncopied and entries is per_segment
 
 
+def _summed(
+    var: VariableInfo,
+    acc: spec.Accumulation,
+    positions: Mapping[str, tuple[int, ...]],
+    stored: tuple[str, ...],
+) -> bool:
+    """Whether ``acc``'s per-segment sums need the compiled loop: summed along another axis
+    than the first (at positions other than every element), or more than values and counts
+    (``chunk_sums`` takes those in NumPy)."""
+    along_first = all(
+        (var.axis(d) == 0 and prod(var.shape[1:]) >= STEP_VALUES)
+        or list(positions[d]) == list(range(1, var.shape[var.axis(d)] + 1))
+        for d in acc.prefix_dims
+    )
+    plain = all(statistics.unweighted(t) in (spec.SUM, spec.COUNT) for t in stored)
+    return not (along_first and plain)
+
+
+def _from_raw(
+    var: VariableInfo,
+    acc: spec.Accumulation,
+    positions: Mapping[str, tuple[int, ...]],
+    stored: tuple[str, ...],
+    targets: Mapping[str, zarr.Array],
+    dim: str,
+    start: int,
+) -> bool:
+    """Whether ``acc``'s entries are made by the writer from the raw values
+    (``raw_series.write_row``): a series (``dim``, the first axis, kept) summed along the
+    last axis alone, an entry at every element, storing Σx and the count only, in arrays
+    held in chunk order from ``start`` on."""
+    if acc.array_dims != var.dims or dim != var.dims[0] or len(acc.prefix_dims) != 1:
+        return False
+    (d,) = acc.prefix_dims
+    n = var.shape[-1]
+    if d != var.dims[-1] or d == dim or list(positions[d]) != list(range(1, n + 1)):
+        return False
+    if set(stored) != {spec.SUM, spec.COUNT}:
+        return False
+    sums, counts = targets[acc.arrays[spec.SUM]], targets[acc.arrays[spec.COUNT]]
+    return sums is not counts and raw_series.eligible(sums, counts, start)
+
+
 def _prefix_in_writer(
     var: VariableInfo,
     work: _Work,
@@ -668,6 +749,18 @@ class _Row:
     ordered: bool = False
 
 
+@dataclass
+class _RawRow:
+    """The raw values of a series' chunk row along the batch dimension, kept as they came
+    until the row is whole, then made into the entries of its arrays (``raw_series``)."""
+
+    counts: str  # the array of counts beside the sums it is keyed by
+    start: int
+    stop: int  # values kept so far end here
+    end: int  # the row ends here (a chunk boundary, or the array's end)
+    blocks: list[np.ndarray]
+
+
 class _Writer:
     """Writes entries as slabs make them, in threads of its own (``threads``, a few writes
     behind), so the next slab's entries are computed meanwhile. Along the batch dimension an
@@ -689,6 +782,7 @@ class _Writer:
         # Prefix sums are never all fill values: write every chunk without comparing.
         self.targets = {n: a.with_config({"write_empty_chunks": True}) for n, a in targets.items()}
         self._pending: dict[str, _Row] = {}
+        self._raw: dict[str, _RawRow] = {}  # by the array of sums
         self._spare: dict[str, np.ndarray] = {}  # each array's last row written, to reuse
         self._last: dict[str, tuple[int, np.ndarray]] = {}
         self._thread = ThreadPoolExecutor(threads)
@@ -781,6 +875,43 @@ class _Writer:
                 self._pending[name] = row
         return uncopied
 
+    def write_raw(self, sums: str, counts: str, first: int, values: np.ndarray) -> None:
+        """Entries of a series' arrays ``sums`` and ``counts`` from ``first`` on along axis 0,
+        made from the raw values ``values`` (``raw_series.write_row``): kept as they are
+        until their chunk row is whole, then summed and written by a writing thread."""
+        target = self.targets[sums]
+        chunk = target.chunks[0]
+        n = values.shape[0]
+        done = 0
+        while done < n:
+            start = first + done
+            row = self._raw.pop(sums, None)
+            if row is None:
+                assert start % chunk == 0, f"{sums}: raw values from inside a chunk row"
+                end = min((start // chunk + 1) * chunk, target.shape[0])
+                row = _RawRow(counts, start, start, end, [])
+            assert row.stop == start, f"{sums}: entries written out of order"
+            take = min(n - done, row.end - row.stop)
+            row.blocks.append(values[done : done + take])
+            row.stop += take
+            done += take
+            if row.stop == row.end:
+                self._store_raw(sums, row)
+            else:
+                self._raw[sums] = row
+
+    def _store_raw(self, sums: str, row: _RawRow) -> None:
+        size = sum(b.nbytes for b in row.blocks)
+        self._wait_for_writes(size, self.IN_FLIGHT)
+        self._writes.append((self._thread.submit(self._write_raw_row, sums, row), size))
+
+    def _write_raw_row(self, sums: str, row: _RawRow) -> None:
+        target = self.targets[sums]
+        chunk_row = row.start // target.chunks[0]
+        raw_series.write_row(
+            target, self.targets[row.counts], chunk_row, row.blocks, self.PIECE_BYTES
+        )
+
     def after_writes(self, call: Callable[..., object], *args: object) -> None:
         """``call(*args)`` once the writes queued so far are done (in the thread of the last
         to finish, or here if none is left)."""
@@ -802,6 +933,8 @@ class _Writer:
 
     def flush(self) -> None:
         """Write what waits, and wait for every write (raising the first that failed)."""
+        for name in list(self._raw):
+            self._store_raw(name, self._raw.pop(name))
         for name in list(self._pending):
             row = self._pending.pop(name)
             if not row.ordered:  # (an ordered row knows its length: stop - start)
@@ -930,9 +1063,10 @@ def _work(
     dim: str,
     slab_start: int,
     slab_stop: int,
+    raw: bool = False,
 ) -> _Work:
     if dim not in acc.prefix_dims:
-        return _Work(acc, positions, terms, slab_start, slab_stop, slab_start)
+        return _Work(acc, positions, terms, slab_start, slab_stop, slab_start, raw)
     ends = positions[dim]
     # Entries ending at or before the slab's start are done; the slab computes those that
     # end within it (up to the end for the last slab), from the last done entry's end.
