@@ -19,7 +19,16 @@ the full frame), decoded by numcodecs' Blosc, and viewed through the array's rem
 ``fletcher32`` every v2 accumulation chunk carries: ``chunk_check``) is verified over the
 whole stored chunk first, as the full decode does. numcodecs removed ``Blosc.decode_partial``
 (0.16), so the frame is cut here. Any other codec chain, layout or frame is left to the full
-decode (``None``)."""
+decode (``None``).
+
+A chunk of a local file can also be read in part (``decode_ranges``): its header and block
+table first, then only the compressed bytes of the blocks holding each part needed (a
+range's two ends in one raw chunk: two runs of blocks), all from one open file, so the
+parts read belong to one version of the chunk. Not behind a checksum filter: a checksum
+over the whole stored chunk cannot be verified from a part of it, so such chunks (every
+accumulation chunk) are read whole; chunks stored by ``append`` (Blosc alone) carry none,
+and a part read this way is checked only as Blosc checks it (its header, table and block
+sizes)."""
 
 from __future__ import annotations
 
