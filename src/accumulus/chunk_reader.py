@@ -401,7 +401,10 @@ def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
         ranged = store.read_parts_sync(
             chunk.request.store_key, partial(_read_ranges, chunk, counts)
         )
-        return _filled(spec) if ranged is None else ranged
+        if ranged is None:  # no object: one request, as ``get_sync`` answering None
+            counts.requests += 1
+            return _filled(spec)
+        return ranged
     buffer = chunk.store.get_sync(chunk.request.store_key, prototype=spec.prototype)
     counts.requests += 1
     if buffer is None:
