@@ -507,7 +507,10 @@ class _OrderedTotal:
             if not whole:
                 self._total[row, ...].fill(0.0)
         start = 0.0 if whole else into
-        (np.add if sign > 0 else np.subtract)(start, value, out=into, casting="unsafe")
+        # Sums holding infinities meet here as inf - inf = NaN, which the answer does not use
+        # (the infinities' tallies, or the raw data, decide it): no warning for the user.
+        with np.errstate(invalid="ignore"):
+            (np.add if sign > 0 else np.subtract)(start, value, out=into, casting="unsafe")
         if noisy:
             if self.magnitude is None:
                 self.magnitude = _zeroed(self.shape, 3)
