@@ -76,25 +76,11 @@ def read_regular_file(root: str, key: str) -> bytes | None:
     """The whole file at ``key`` under the directory ``root``, by one open, one fstat and
     one read; None where there is none or it is a directory (as zarr's ``LocalStore``
     answers). What is neither is refused before anything is read from it."""
-    try:
-        fd = os.open(os.path.join(root, key), _READ_FLAGS)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            return None
-        if not stat.S_ISREG(info.st_mode):
-            raise _not_regular(key, info.st_mode)
-        data = os.read(fd, info.st_size)
-        if len(data) < info.st_size:  # a short read (a file over 2 GiB): read to the end
-            rest = [data]
-            while block := os.read(fd, info.st_size):
-                rest.append(block)
-            data = b"".join(rest)
-        return data
-    finally:
-        os.close(fd)
+    return read_regular_file_parts(root, key, _whole)
+
+
+def _whole(read: Callable[[int, int], bytes], size: int) -> bytes:
+    return read(0, size)
 
 
 def read_regular_file_parts[T](

@@ -41,14 +41,7 @@ def reduce_terms(
         x = x.astype("f8")
     w = np.asarray(w, dtype="f8")
     w = w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
-    finite = np.isfinite(x)
-    if finite.all():
-        valid, values, infinite = finite, x, False
-    else:
-        missing = np.isnan(x)
-        infinite = bool(np.count_nonzero(finite) + np.count_nonzero(missing) < x.size)
-        valid = ~missing if infinite else finite
-        values = np.where(finite, x, 0)
+    finite, valid, values, infinite = split_values(x)
     constant = tuple(a for a in axes if w.shape[a] == 1)
     varying = tuple(a for a in axes if w.shape[a] > 1)
     kept = [n for a, n in enumerate(x.shape) if a not in axes]
@@ -67,6 +60,17 @@ def reduce_terms(
             total = total * w
         out[i] = np.sum(total, axis=varying).reshape(kept)
     return out
+
+
+def split_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """What the sums of ``x`` are taken from: where it is finite, where it is valid (not
+    NaN), its values with 0 where not finite, and whether any value is infinite."""
+    finite = np.isfinite(x)
+    if finite.all():
+        return finite, finite, x, False
+    missing = np.isnan(x)
+    infinite = bool(np.count_nonzero(finite) + np.count_nonzero(missing) < x.size)
+    return finite, ~missing if infinite else finite, np.where(finite, x, 0), infinite
 
 
 def _summands(

@@ -27,7 +27,7 @@ from zarr.abc.store import Store
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.chunk_check import read_problem_text
 from accumulus.accumulation.model.groups import AccumulationGroups
-from accumulus.accumulation.model.sums import is_linear, reduce_packed, reduce_terms
+from accumulus.accumulation.model.sums import is_linear, reduce_packed, reduce_terms, split_values
 from accumulus.accumulation.model.weights import arranged_weights, varying_dims, weight_values
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
 from accumulus.accumulation.query.plan import QueryPlan, Read
@@ -280,14 +280,7 @@ def _plain_sums(x: np.ndarray, w: Any, terms: Sequence[str], axes: tuple[int, ..
     path's copies (docs/benchmarks.md, "A few raw days at a range's end")."""
     kept = [n for a, n in enumerate(x.shape) if a not in axes]
     out = np.empty((len(terms), *kept))
-    finite = np.isfinite(x)
-    if finite.all():
-        valid, values, infinite = finite, x, False
-    else:
-        missing = np.isnan(x)
-        infinite = bool(np.count_nonzero(finite) + np.count_nonzero(missing) < x.size)
-        valid = ~missing if infinite else finite
-        values = np.where(finite, x, 0)
+    _, valid, values, infinite = split_values(x)
     weights = None
     if isinstance(w, np.ndarray) or w != 1.0:
         w = np.asarray(w, dtype="f8")
