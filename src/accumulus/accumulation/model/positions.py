@@ -12,8 +12,8 @@ is what a user writes after ``--at DIM=``:
   daily data chunked by 73 days are two entries each;
 - ``month+N`` (or ``year+N``): those boundaries, and every N elements counted from each
   period's start (``month+4`` on daily data: days 5, 9, ... of each month begin an entry):
-  whole months are two entries, and any other period ends at most N/2 elements from one,
-  the default layout's time positions (``spec.default_layout``);
+  whole months are two entries, and any other period ends at most N/2 elements from one
+  (a quarter of ``1``'s storage for ``month+4``; the raw elements between are read);
 - labels (``2001-01-01,2006-01-01`` or ``-30,0,30``): before each label, in the
   coordinate's order (a range that starts at a label ends just before the next one).
 
