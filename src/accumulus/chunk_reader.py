@@ -320,7 +320,7 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         # reads_synchronously: a local or memory store, below wrappers that pass get_sync on;
         # read below those that only present metadata (``reader_of``).
         reader = cast(SupportsGetSync, reader_of(target, request.store_key))
-        nbytes = prod(spec.shape) * grids.itemsize
+        nbytes = prod(spec.shape) * grids.native.itemsize
         ranged = (
             isinstance(reader, LeanLocalStore)
             and grids.blosc is not None
@@ -329,7 +329,7 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
             and not _whole(request.needed, spec.shape)
         )
         if ranged:  # what it decodes: the parts needed (and the rest of their blocks)
-            nbytes = min(nbytes, _span_bytes(request, spec.shape, grids.itemsize))
+            nbytes = min(nbytes, _span_bytes(request, spec.shape, grids.native.itemsize))
         here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged))
     return here
 
@@ -774,7 +774,7 @@ def _filled(spec: ArraySpec) -> np.ndarray:
 
 def _decoded_bytes(request: ChunkRequest) -> int:
     metadata = request.array.metadata
-    return prod(_codec_shape(metadata, request.coords)) * _grids(metadata).itemsize
+    return prod(_codec_shape(metadata, request.coords)) * _grids(metadata).native.itemsize
 
 
 def _codec_shape(metadata: ArrayMetadata, coords: tuple[int, ...]) -> tuple[int, ...]:
@@ -830,7 +830,6 @@ class _Grids:
     # look-ups of zarr's configuration (``_v2_codecs``).
     v2_codecs: tuple[Numcodec, ...] | None = None
     native: np.dtype = field(default_factory=lambda: np.dtype("u1"))  # its NumPy dtype
-    itemsize: int = 0  # bytes per value of it
 
 
 # By the metadata object's identity: hashing zarr's metadata serializes it, which costs more
@@ -854,7 +853,6 @@ def _grids(metadata: ArrayMetadata, array: AsyncArray | None = None) -> _Grids:
             blosc=blosc_chain(metadata),
             v2_codecs=_v2_codecs(metadata),
             native=metadata.dtype.to_native_dtype(),
-            itemsize=metadata.dtype.to_native_dtype().itemsize,
         )
         _GRIDS[id(metadata)] = found
     if array is not None and not found.known:

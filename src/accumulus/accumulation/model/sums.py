@@ -41,10 +41,18 @@ def reduce_terms(
         x = x.astype("f8")
     w = np.asarray(w, dtype="f8")
     w = w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
-    finite, valid, values, infinite = split_values(x)
+    finite = np.isfinite(x)
+    if finite.all():
+        valid, values, infinite = finite, x, False
+    else:
+        missing = np.isnan(x)
+        infinite = bool(np.count_nonzero(finite) + np.count_nonzero(missing) < x.size)
+        valid = ~missing if infinite else finite
+        values = np.where(finite, x, 0)
     constant = tuple(a for a in axes if w.shape[a] == 1)
     varying = tuple(a for a in axes if w.shape[a] > 1)
     kept = [n for a, n in enumerate(x.shape) if a not in axes]
+    kept_weights = [n for a, n in enumerate(w.shape) if a not in axes]
     out = np.zeros((len(terms), *kept))
     for i, name in enumerate(terms):
         s = statistics.SUMS[name]
@@ -55,22 +63,17 @@ def reduce_terms(
             if times is None:
                 raise ValueError(f"the sum {name!r} needs the times of the block")
             summands = summands * np.asarray(times, dtype="f8") ** s.time_power
+        if not varying:  # into the answer's row as it is summed: no copies of its size
+            row = out[i, ...]  # (a view, also of a single value)
+            np.sum(summands, axis=constant, dtype="f8", out=row)
+            if s.weight_power == 1:
+                np.multiply(row, w.reshape(kept_weights), out=row)
+            continue
         total = np.sum(summands, axis=constant, dtype="f8", keepdims=True)
         if s.weight_power == 1:
             total = total * w
         out[i] = np.sum(total, axis=varying).reshape(kept)
     return out
-
-
-def split_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """What the sums of ``x`` are taken from: where it is finite, where it is valid (not
-    NaN), its values with 0 where not finite, and whether any value is infinite."""
-    finite = np.isfinite(x)
-    if finite.all():
-        return finite, finite, x, False
-    missing = np.isnan(x)
-    infinite = bool(np.count_nonzero(finite) + np.count_nonzero(missing) < x.size)
-    return finite, ~missing if infinite else finite, np.where(finite, x, 0), infinite
 
 
 def _summands(

@@ -27,7 +27,7 @@ from zarr.abc.store import Store
 from accumulus.accumulation.model import spec, statistics
 from accumulus.accumulation.model.chunk_check import read_problem_text
 from accumulus.accumulation.model.groups import AccumulationGroups
-from accumulus.accumulation.model.sums import is_linear, reduce_packed, reduce_terms, split_values
+from accumulus.accumulation.model.sums import is_linear, reduce_packed, reduce_terms
 from accumulus.accumulation.model.weights import arranged_weights, varying_dims, weight_values
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
 from accumulus.accumulation.query.plan import QueryPlan, Read
@@ -234,8 +234,8 @@ def _raw_sums(
         and stored.dtype.kind == "f"
         and stored.size <= budget.slab_values
         and _plain(terms, w, axes)
-    ):
-        return _plain_sums(var.decoder.values(stored), w, terms, axes)
+    ):  # one slab: its sums as reduce_terms writes them, not added to a zeroed total
+        return reduce_terms(var.decoder.values(stored), w, terms, axes)
     sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
     # Packed integers summed as they are, scaled once per sum (the float64 values of every
     # cell cost more than the rest of a raw CO2 map: docs/benchmarks.md, "Packed integers").
@@ -263,43 +263,13 @@ def _raw_sums(
 
 
 def _plain(terms: Sequence[str], w: Any, axes: tuple[int, ...]) -> bool:
-    """Whether ``_plain_sums`` takes these sums: each Σ w^a·x^b with b ≤ 1 or a tally (not
-    centred, not against time), with weights that do not vary along the axes summed."""
+    """Whether one ``reduce_terms`` call takes the sums of a raw part in one pass each, into
+    the answer's rows: linear sums (``is_linear``), weights that do not vary along the axes
+    summed (the few raw steps at a range's end: docs/benchmarks.md, "A few raw days at a
+    range's end")."""
     if isinstance(w, np.ndarray) and any(a < w.ndim and w.shape[a] > 1 for a in axes):
         return False
-    return all(
-        (t := statistics.SUMS[term]).value_power <= 1 and not t.centred and not t.time_power
-        for term in terms
-    )
-
-
-def _plain_sums(x: np.ndarray, w: Any, terms: Sequence[str], axes: tuple[int, ...]) -> np.ndarray:
-    """``reduce_terms`` of a raw part of floating-point values in one slab, for the sums
-    ``_plain`` allows, with the same bits (the same sums, in the same order, each written
-    into its row of the answer): the few raw steps at a range's end, without its general
-    path's copies (docs/benchmarks.md, "A few raw days at a range's end")."""
-    kept = [n for a, n in enumerate(x.shape) if a not in axes]
-    out = np.empty((len(terms), *kept))
-    _, valid, values, infinite = split_values(x)
-    weights = None
-    if isinstance(w, np.ndarray) or w != 1.0:
-        w = np.asarray(w, dtype="f8")
-        w = w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
-        weights = w.reshape([n for a, n in enumerate(w.shape) if a not in axes])
-    for i, name in enumerate(terms):
-        term = statistics.SUMS[name]
-        row = out[i, ...]  # (a view, also of a single value)
-        if term.tally is not None:
-            if not infinite:
-                row.fill(0.0)
-                continue
-            summands = x == term.tally
-        else:
-            summands = valid if term.value_power == 0 else values
-        np.sum(summands, axis=axes, dtype="f8", out=row)
-        if term.weight_power == 1 and weights is not None:
-            np.multiply(row, weights, out=row)
-    return out
+    return is_linear(terms)
 
 
 def _broadcast_slab(array: Any, slab: Region) -> Any:
