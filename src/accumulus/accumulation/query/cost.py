@@ -50,6 +50,7 @@ from accumulus.chunk_reader import (
     ChunkRequest,
 )
 from accumulus.grid import ChunkBounds, array_bounds
+from accumulus.identity_memo import IdentityMemo
 from accumulus.raw_cube import VariableInfo
 from accumulus.stores.base import reads_synchronously
 
@@ -106,9 +107,10 @@ def storage_of(store: Store) -> Storage:
     """A store's latency: what its wrappers add (the benchmarks' and tests' counting store),
     else none on a local directory, memory or zip file, else an object store's. Worked out
     once per store object (a snapshot's is asked at every query)."""
-    known = _STORAGE.get(id(store))
-    if known is not None and known[0] is store:
-        return known[1]
+    return _STORAGE.value(store, lambda: _storage(store))
+
+
+def _storage(store: Store) -> Storage:
     latency, inner = 0.0, store
     while True:
         latency += float(getattr(inner, "latency", 0.0) or 0.0)
@@ -118,14 +120,10 @@ def storage_of(store: Store) -> Storage:
         inner = below
     if not isinstance(inner, LocalStore | MemoryStore | ZipStore):
         latency = max(latency, OBJECT_STORE_LATENCY)
-    storage = Storage(latency, reads_synchronously(store))
-    if len(_STORAGE) >= 256:
-        _STORAGE.clear()
-    _STORAGE[id(store)] = (store, storage)  # keeps the store alive: its id is not reused
-    return storage
+    return Storage(latency, reads_synchronously(store))
 
 
-_STORAGE: dict[int, tuple[Store, Storage]] = {}
+_STORAGE: IdentityMemo[Storage] = IdentityMemo()
 
 
 class _Tally:
@@ -318,22 +316,21 @@ def decode_rate(array: zarr.Array[Any]) -> Rate:
     process on a sample it encoded, of one value and of a chunk's shape (chains zarr runs
     only in its event loop, and sharded arrays, are given zarr's default compressor's)."""
     metadata = array.metadata
-    known = _DECODE.get(id(metadata))
-    if known is not None and known[0] is metadata:
-        return known[1]
+    # By the metadata's identity: the repr of the codecs costs more than the look-up.
+    return _DECODE.value(metadata, lambda: _measured_decode_rate(array))
+
+
+def _measured_decode_rate(array: zarr.Array[Any]) -> Rate:
+    metadata = array.metadata
     # A pipeline iterates over its codecs (zarr's typing does not say so).
     codecs = tuple(cast(Iterable[Any], array.async_array.codec_pipeline))
     dtype = metadata.dtype.to_native_dtype()
     key = ("decode", repr(codecs), str(dtype))
     chunk = _chunk_shape(array_bounds(array))
-    rate = _measured(key, lambda: _decode_rate(codecs, metadata, dtype, chunk))
-    if len(_DECODE) >= 256:
-        _DECODE.clear()
-    _DECODE[id(metadata)] = (metadata, rate)  # by identity: repr of the codecs costs more
-    return rate
+    return _measured(key, lambda: _decode_rate(codecs, metadata, dtype, chunk))
 
 
-_DECODE: dict[int, tuple[Any, Rate]] = {}
+_DECODE: IdentityMemo[Rate] = IdentityMemo()
 
 
 def _chunk_shape(bounds: Sequence[ChunkBounds]) -> tuple[int, ...]:
@@ -399,10 +396,13 @@ def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -
     """Turning stored values into physical ones (``Decoder.values``) and summing ``terms``
     of them over ``over`` with weights varying along the first dimension averaged over, per
     chunk and per value, measured once per process and kind of query."""
-    remembered = (id(var), tuple(terms), tuple(over))
-    known = _RAW.get(remembered)
-    if known is not None and known[0] is var:
-        return known[1]
+    # By the variable's identity: its key below costs more to make than the look-up.
+    return _RAW.value(
+        var, lambda: _measured_raw_sum_rate(var, terms, over), tuple(terms), tuple(over)
+    )
+
+
+def _measured_raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -> Rate:
     axes = tuple(var.axis(d) for d in over)
     key = ("raw", var.array.dtype.str, tuple(sorted(var.decoder.attrs)), tuple(terms), axes)
 
@@ -415,14 +415,10 @@ def raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequence[str]) -
         return _best_of(lambda: reduce_terms(values(stored), weights, terms, axes, times=1.0))
 
     shape = _sample_shape(_chunk_shape(var.bounds))
-    rate = _measured(key, lambda: _rate(reduce_seconds, shape, 1))
-    if len(_RAW) >= 256:
-        _RAW.clear()
-    _RAW[remembered] = (var, rate)  # by the variable's identity: its key costs more to make
-    return rate
+    return _measured(key, lambda: _rate(reduce_seconds, shape, 1))
 
 
-_RAW: dict[tuple[int, tuple[str, ...], tuple[str, ...]], tuple[VariableInfo, Rate]] = {}
+_RAW: IdentityMemo[Rate] = IdentityMemo()
 
 
 def entry_sum_rate() -> Rate:

@@ -48,6 +48,7 @@ from accumulus.accumulation.model.weights import no_latitude, resolve_weights
 from accumulus.accumulation.query import longitude
 from accumulus.accumulation.query.shapes import CellMask, shape_cells
 from accumulus.errors import AccumulusError, ParameterError
+from accumulus.identity_memo import IdentityMemo
 from accumulus.numeric import check_numeric
 from accumulus.raw_cube import RawCube, VariableInfo
 from accumulus.regions import Shape, as_shape
@@ -422,20 +423,12 @@ def _order(index: pd.Index) -> str | None:
 
 # What ranges ask of a coordinate's index (its order, its cells' outer edges, a longitude's
 # circle), worked out once per index object: an open datacube keeps its indexes for the
-# snapshot, and every query asks again. Each entry keeps its index alive (its id is not
-# reused); indexes are immutable.
-_INDEX_FACTS: dict[tuple[int, str], tuple[pd.Index, Any]] = {}
+# snapshot, and every query asks again. Indexes are immutable.
+_INDEX_FACTS: IdentityMemo[Any] = IdentityMemo()
 
 
 def _of_index(index: pd.Index, what: str, compute: Callable[[], Any]) -> Any:
-    known = _INDEX_FACTS.get((id(index), what))
-    if known is not None and known[0] is index:
-        return known[1]
-    value = compute()
-    if len(_INDEX_FACTS) >= 256:
-        _INDEX_FACTS.clear()
-    _INDEX_FACTS[id(index), what] = (index, value)
-    return value
+    return _INDEX_FACTS.value(index, compute, what)
 
 
 def float_positions(
