@@ -218,9 +218,8 @@ def _each_value(x: np.ndarray, value_powers: np.ndarray, out: np.ndarray) -> Non
     """The sums of segments one value long, Σx (power 1) or Σ1 (power 0) for each of
     ``value_powers``, into ``out[t]``: each value (0 where missing or infinite) or its
     validity (1 or 0, infinities valid), the same bytes as the compiled loop's. NumPy passes
-    over the block, about twice the loop's time (a few ms per 10 MB), without the loop to
-    load: numba's first call in a process takes half a second of CPU (docs/benchmarks.md,
-    "Build CPU")."""
+    over the block are slower than the loop, but need no loop loaded, which costs a fresh
+    process more (docs/benchmarks.md, "Build CPU")."""
     missing = np.isnan(x)
     for t, power in enumerate(value_powers.tolist()):
         into = out[t]
