@@ -576,10 +576,8 @@ def read_answer(
         reference=reference, times=times,
     )  # fmt: skip
     sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
-    if stat.centred:
-        sums = statistics.centre(done.terms, sums, reference)
     # (terms, ...): one array per term, as a sequence of them is indexed.
-    values = stat.answer(sums, weights != "none")  # type: ignore[arg-type]
+    values = stat.answer(sums, weights != "none", reference)  # type: ignore[arg-type]
     if np.may_share_memory(values, sums):  # the sums are working space (``execute``)
         values = np.array(values)
     if resolved.mask is not None:
