@@ -25,12 +25,17 @@ array's. Then, with the sums:
 - ``season_map``: the DJF map over the whole record (``--season DJF``), against
   ``groupby("time.season").mean("time")``; ``season_series``: JJA of each year over the box,
   against ``groupby("time.year")`` of the JJA days; ``season_var_map``: the variance of
-  the DJF days (``--season DJF --stat var``).
+  the DJF days (``--season DJF --stat var``);
+- ``mean_map``/``mean_series``: the weighted mean of the var map's period and the var
+  series' box, against ``weighted(w).mean``: the query path's share common to every
+  statistic.
 
 Each figure is the median of ``--repeats`` runs of an open datacube (``warm``), the floor
 (``floor``: ``chunk_reader.read_chunks`` fetching and decoding exactly the chunks the plan
-names, summing the part of each it needs, then the statistic finished from sums of the
-answer's shape: no labels, no planning, no accumulation logic), and xarray + Dask's scan of
+names, reducing each part of them the plan uses into sums of the answer's shape, then the
+statistic finished from them: no labels, no planning, no accumulation logic; and
+``plain_floor``, each chunk's part summed to one number, the floor of the rounds
+before), and xarray + Dask's scan of
 the same selection on a freshly opened store, with the chunks read and the largest relative
 difference from xarray's answer. The machine is shared: say so beside the figures.
 
@@ -189,6 +194,10 @@ def xarray_answer(path: Path, name: str, box: dict) -> xr.DataArray:
         return data.weighted(w).var("time").compute()
     if name == "std_map":
         return data.weighted(w).std("time").compute()
+    if name == "mean_map":
+        return data.weighted(w).mean("time").compute()
+    if name == "mean_series":
+        return data.weighted(w).mean(["lat", "lon"]).compute()
     if name in ("var_series", "var_series_band", "var_series_unaligned"):
         return data.weighted(w).var(["lat", "lon"]).compute()
     if name == "corr_map":
@@ -227,6 +236,10 @@ def questions(days: int) -> dict:
         "season_map": ("mean", ["time"], {}, True),
         "season_var_map": ("var", ["time"], {}, True),
         "season_series": ("mean", ["lat", "lon"], box, True),
+        # The mean of the same map and series: what the query path keeps beyond the floor
+        # whatever the statistic, beside which each statistic's own share shows.
+        "mean_map": ("mean", ["time"], {"time": aligned}, True),
+        "mean_series": ("mean", ["lat", "lon"], {"time": aligned, **box}, True),
     }
 
 
