@@ -531,17 +531,35 @@ def _update(
     (and the provisional entries of positioned accumulations). Returns the arrays, and
     whether a tally written counts an infinity."""
     root = _writable_root(target)
+    arrays = [
+        (_built_array(root, group.path, name, target, f"{cube.label} {var.name}"), acc)
+        for acc in group.accumulations
+        for name in sorted(set(acc.arrays.values()))
+    ]
     names = []
-    for acc in group.accumulations:
-        for name in sorted(set(acc.arrays.values())):
-            array = root[f"{group.path}/{name}"]
-            assert isinstance(array, zarr.Array)
-            array.resize(accumulation_shape(var, acc))
-            names.append(name)
+    for array, acc in arrays:  # resized only once every one is known to be there
+        array.resize(accumulation_shape(var, acc))
+        names.append(array.basename)
     weights = weights_of(cube, var, group)
     start = _update_start(old, dim)
     seen = _fill(cube, var, root, group, weights, start, dim, scheduler, progress)
     return tuple(sorted(names)), seen
+
+
+def _built_array(
+    root: zarr.Group, group_path: str, name: str, target: _Target, cube_and_variable: str
+) -> zarr.Array:
+    """An array the group's attributes list, said in one line when it is not in the store
+    (its directory deleted by hand, say): extending the others would leave a group that
+    no longer matches its record."""
+    try:
+        return array_at(root, f"{group_path}/{name}")
+    except (KeyError, TypeError):
+        raise AccumulusError(
+            f"{target.label}: accumulation array {group_path}/{name} is listed by its group "
+            f"but is not in the store; nothing was changed (build the group again: "
+            f"`accumulus accumulate {cube_and_variable} --rebuild`)"
+        ) from None
 
 
 def _fill(cube: RawCube, var: VariableInfo, root: zarr.Group, group: spec.AccumulationGroup, *args):
