@@ -93,16 +93,20 @@ def test_missing_accumulation_chunk(cube):
     assert any("acc_time" in p and "differ" in p for p in report.problems)
 
 
+@pytest.mark.parametrize("grown", [True, False])
 @pytest.mark.parametrize("deleted", ["acc_time", ""])
-def test_update_of_a_group_with_an_array_deleted_by_hand(tmp_path, deleted):
-    """The data grew and one array (or the whole group) was deleted by hand while the
-    consolidated metadata still lists it: one line naming it, nothing resized, and
-    ``--rebuild`` makes the group again."""
+def test_a_group_with_an_array_deleted_by_hand(tmp_path, deleted, grown):
+    """One array (or the whole group) was deleted by hand while the consolidated metadata
+    still lists it; the data grew since, or not: one line naming it (not "up to date"),
+    nothing resized, and ``--rebuild`` makes the group again."""
     path = tmp_path / "cube.zarr"
     ds = synthetic_dataset({**SIZES, "time": 40}, seed=9)
     write_cube(ds.isel(time=slice(0, 30)), path, CHUNKS)
     accumulus.accumulate(str(path), VAR, [("time",), ("lat",)])
-    ds.isel(time=slice(30, 40)).to_zarr(path, append_dim="time", consolidated=True)
+    if grown:
+        ds.isel(time=slice(30, 40)).to_zarr(path, append_dim="time", consolidated=True)
+    else:
+        ds = ds.isel(time=slice(0, 30))
     group = path / f"{VAR}_accumulation_group"
     shutil.rmtree(group / deleted)
     kept = {p: p.read_bytes() for p in group.rglob(".zarray")} if deleted else {}
