@@ -353,3 +353,50 @@ def test_coordinates_written_at_once_are_those_written_one_by_one():
         one_by_one = [label(v) for v in values]
         assert at_once == one_by_one
         assert [type(v) for v in at_once] == [type(v) for v in one_by_one]
+
+
+def test_arrays_handed_to_orjson_are_written_as_their_lists():
+    """``result_json_bytes`` hands orjson the arrays it writes as their lists would be
+    written (coordinates as ``labels``, values as ``_values``): the same bytes either way,
+    for every kind of array an answer may hold; the common ones (finite float64 values,
+    times in whole seconds) go as arrays."""
+    import orjson
+
+    from accumulus.output import _as_written, _values, labels
+
+    numpy = orjson.OPT_SERIALIZE_NUMPY
+    coordinates = [
+        np.linspace(-89.5, 89.5, 7, dtype="f4"),
+        np.linspace(-179.5, 179.5, 9),
+        np.linspace(-179.5, 179.5, 9).astype(">f8"),
+        np.arange(-3, 4, dtype="i1"),
+        np.arange(5, dtype="u2"),
+        np.arange(2**40, 2**40 + 3),
+        np.array([1.5, np.nan, np.inf]),
+        np.array([True, False]),
+        np.array(["a", "bc"]),
+        np.array(["2001-01-01", "2001-01-02"], dtype="datetime64[ns]"),
+        np.array(["2001-01-01", "2001-01-02T12:00:00.5"], dtype="datetime64[ns]"),
+        np.array(["2001-01-01", "NaT"], dtype="datetime64[ns]"),
+        np.array(["0001-01-01", "9998-12-31T23:59:59"], dtype="datetime64[s]"),
+        np.array(["0000-06-01", "2001-01-01"], dtype="datetime64[s]"),
+        np.array(["2001-01-01", "9999-12-31"], dtype="datetime64[D]"),
+        np.array(["-0100-01-01"], dtype="datetime64[D]"),
+    ]
+    for values in coordinates:
+        handed = _as_written(values, labels)
+        assert orjson.dumps(handed, option=numpy) == orjson.dumps(labels(values)), values
+    answers = [
+        np.array(2.5),
+        np.array(np.nan),
+        np.array([0.1, -0.0, 5e-324, 1.7976931348623157e308, 1e16, 2.5e-5]),
+        np.arange(12.0).reshape(3, 4).T,  # not C-ordered
+        np.array([[1.0, np.nan], [np.inf, -np.inf]]),
+        np.array([0.1, 1 / 3], dtype="f4"),
+        np.arange(6).reshape(2, 3),
+    ]
+    for values in answers:
+        handed = _as_written(values, _values)
+        assert orjson.dumps(handed, option=numpy) == orjson.dumps(_values(values)), values
+    assert isinstance(_as_written(answers[2], _values), np.ndarray)
+    assert isinstance(_as_written(coordinates[9], labels), np.ndarray)
