@@ -67,6 +67,7 @@ from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, read_grid, sharding_of
 from accumulus.partial_decode import (
     BloscChain,
+    Region,
     blosc_chain,
     byte_span,
     decode_part,
@@ -314,6 +315,7 @@ class _Here:
     # Read from an open file in parts (``_read_parts``): only the Blosc blocks holding the
     # part needed, once the file's version is known to pass its checksum.
     ranged: bool = False
+    partly: bool = False  # the request needs a part of the chunk, not all of it
 
 
 def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> list[_Here] | None:
@@ -340,9 +342,11 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
             and grids.blosc is not None
             and (partly or bool(grids.blosc.checks))
         )
-        if ranged and partly:  # what it decodes: the parts needed (and the rest of their blocks)
+        # What it decodes: the parts needed (and the rest of their blocks); of a chunk
+        # smaller than ``SIDE_BY_SIDE_CHUNK`` that changes no choice of ``_read_here``.
+        if ranged and partly and nbytes >= SIDE_BY_SIDE_CHUNK:
             nbytes = min(nbytes, _span_bytes(request, spec.shape, grids.native.itemsize))
-        here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged))
+        here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged, partly))
     return here
 
 
@@ -443,9 +447,8 @@ def _read_parts(
     assert blosc is not None  # (``_Here.ranged``)
     checked = bool(blosc.checks)
     verified = checked and _VERIFIED.get((version.device, version.inode)) == version
-    needed = request.needed
-    if needed is not None and (verified or not checked) and not _whole(needed, spec.shape):
-        regions = request.regions or (needed,)
+    if chunk.partly and (verified or not checked):
+        regions = request.regions or (cast(Region, request.needed),)
         part = decode_ranges(blosc, spec, regions, counted, version.size, verified)
         if part is not None:
             return part

@@ -152,6 +152,8 @@ def _as_array(
     chain: BloscChain, spec: ArraySpec, decoded: np.ndarray, shape: tuple[int, ...]
 ) -> np.ndarray:
     """Decoded bytes (uint8) viewed through the array's remaining codec, as ``shape``."""
+    if isinstance(chain.rest, V2Codec):  # what it does (C order: ``blosc_chain``), directly
+        return decoded.view(spec.dtype.to_native_dtype()).reshape(shape)
     # The chunk's own prototype (zarr's default when its spec was made): asking zarr for
     # its default again looks its configuration up, once per chunk.
     buffer = spec.prototype.buffer.from_array_like(decoded)
