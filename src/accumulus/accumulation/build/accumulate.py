@@ -873,8 +873,8 @@ def _create_array(
         dtype, fill = ("int64", -1) if count else ("float64", np.nan)
     else:
         dtype, fill = placement.dtype_and_fill(var, acc, count)
-        bits = placement.bit_shuffled(acc, stream.batch_dimension(var), count, chunks)
-        extra = placement.codecs(3 if v3 else 2, bits)
+        series = placement.is_series(acc, stream.batch_dimension(var))
+        extra = placement.codecs(3 if v3 else 2, placement.bit_shuffled(chunks), series)
     return group._async_group.create_array(
         name,
         shape=shape,
