@@ -31,6 +31,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from accumulus.stores.base import DelegatingStore, innermost
 from accumulus.stores.local import LeanLocalStore
 from accumulus.stores.safe_reads import (
+    FileVersion,
     StoreReadError,
     check_regular_file,
     local_root,
@@ -141,7 +142,7 @@ class GuardedLocalStore(LeanLocalStore):
         return found
 
     def read_parts_sync[T](
-        self, key: str, parts: Callable[[Callable[[int, int], bytes], int], T]
+        self, key: str, parts: Callable[[Callable[[int, int], bytes], FileVersion], T]
     ) -> T | None:
         self.guard.check()
         try:
