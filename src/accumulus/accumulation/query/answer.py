@@ -38,7 +38,13 @@ from accumulus.accumulation.query.execute import (
     noise_floor,
     weights_vary_along,
 )
-from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, Read, plan_query
+from accumulus.accumulation.query.plan import (
+    AccumulationLayout,
+    QueryPlan,
+    Read,
+    plan_query,
+    scan_boxes,
+)
 from accumulus.accumulation.query.request import (
     SEASONS,
     Query,
@@ -661,14 +667,19 @@ def _fastest_plan(
     plan, work = candidates[0]
     if not plan.accumulation_reads:
         return plan, work, {}
-    if scan is None:
-        (scan,) = _plans(var, resolved, [])
-    boxes = [read.box for read in scan.reads]
+    if scan is None and resolved.mask is None:  # its boxes, without the plan (made if chosen)
+        boxes: Sequence[Mapping[str, tuple[int, int]]] = scan_boxes(
+            var.dims, resolved.ranges, resolved.sizes
+        )
+    else:
+        scan = scan or _plans(var, resolved, [])[0]
+        boxes = [read.box for read in scan.reads]
     costs = {
         "accumulation": estimate(work),
         "scan": scan_cost(var, boxes, storage, terms, resolved.over, memory_bytes),
     }
     if resolved.query.plan == "cheaper" and costs["scan"].seconds < costs["accumulation"].seconds:
+        scan = scan or _plans(var, resolved, [])[0]
         return scan, chunk_work(groups, var, scan, terms), costs
     return plan, work, costs
 

@@ -133,6 +133,15 @@ def plan_query(
     return QueryPlan(tuple(dims), kept, dict(box), tuple(reads), sizes=sizes)
 
 
+def scan_boxes(
+    dims: Sequence[str], ranges: Mapping[str, tuple[int, int]], sizes: Mapping[str, int]
+) -> list[Box]:
+    """The boxes the plain scan of ``ranges`` reads (``plan_query`` without accumulations),
+    without the plan: the box, cut where it runs across a longitude's seam."""
+    box: Box = {d: (ranges[d][0], ranges[d][1]) for d in dims}
+    return [] if any(b <= a for a, b in box.values()) else _across_seams(box, sizes)
+
+
 def _across_seams(box: Box, sizes: Mapping[str, int]) -> list[Box]:
     """``box`` as boxes within the axes: a range past its axis' end (across a longitude's
     seam) becomes its part up to the end and its part from the start."""
