@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
+from accumulus.identity_memo import IdentityMemo
+
 Box = dict[str, tuple[int, int]]
 
 
@@ -177,7 +179,7 @@ def _split_off_uncovered(
 
 def _inner_span(positions: Sequence[int], lo: int, hi: int) -> tuple[int, int] | None:
     """The widest [p, q) inside [lo, hi) with p, q in {0} ∪ positions, or None."""
-    points = (0, *positions)
+    points = _with_zero(positions)
     i = bisect.bisect_left(points, lo)
     j = bisect.bisect_right(points, hi) - 1
     if i >= len(points) or j < 0 or points[j] <= points[i]:
@@ -190,7 +192,7 @@ def _nearest_span(positions: Sequence[int], lo: int, hi: int) -> tuple[int, int]
     (between ``lo`` and p, q and ``hi`` when inside) or subtract (when outside): each end
     takes the position nearest to it, the inner one on a tie. None when every choice
     leaves as many raw elements as the range holds."""
-    points = (0, *positions)
+    points = _with_zero(positions)
     i = bisect.bisect_left(points, lo)  # the first point at or after lo
     j = bisect.bisect_right(points, hi) - 1  # the last point at or before hi
     starts = [points[k] for k in (i, i - 1) if 0 <= k < len(points)]
@@ -202,6 +204,15 @@ def _nearest_span(positions: Sequence[int], lo: int, hi: int) -> tuple[int, int]
             if q > p and raw < left:
                 best, left = (p, q), raw
     return best
+
+
+def _with_zero(positions: Sequence[int]) -> tuple[int, ...]:
+    """``(0, *positions)``, made once per positions' tuple (a layout's are kept per
+    snapshot): a ten-year cube's daily positions are 3,650, copied at every range."""
+    return _ZERO_AND.value(positions, lambda: (0, *positions))
+
+
+_ZERO_AND: IdentityMemo[tuple[int, ...]] = IdentityMemo()
 
 
 def _answered(extent: tuple[int, int], span: tuple[int, int]) -> int:
