@@ -118,7 +118,8 @@ def run_query(
         return _correlation(cube, groups, resolved, started)
     var, weights = resolved.variable, resolved.weights
     stat, read_with, terms, layouts, note = _sums_for(cube, groups, resolved)
-    resolved = replace(resolved, weights=read_with)
+    if read_with != weights:
+        resolved = replace(resolved, weights=read_with)
     storage = _storage(cube, groups)
     plan, work, costs = _fastest_plan(groups, var, resolved, layouts, terms, storage, memory_bytes)
     if costs:
