@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -66,13 +67,16 @@ from accumulus.errors import AccumulusError
 from accumulus.grid import array_bounds, read_grid, sharding_of
 from accumulus.partial_decode import (
     BloscChain,
+    Region,
     blosc_chain,
     byte_span,
     decode_part,
     decode_ranges,
+    decode_verified,
 )
 from accumulus.stores.base import reader_of, reads_synchronously
 from accumulus.stores.local import LeanLocalStore
+from accumulus.stores.safe_reads import FileVersion
 
 # Store requests in flight at once: enough for a plan of small chunks to go out together
 # (846 chunks of 54 KB: 7 sequential round trips with 128 at a time); what they hold is
@@ -104,6 +108,15 @@ CONSUMERS = 4
 # on 2 cores: 8 consumers, 6 threads). No read needs this pool, so its size bounds only how
 # many batches are consumed at once.
 _CONSUME_POOL = ThreadPoolExecutor(2 * CONSUMERS, thread_name_prefix="accumulus-consume")
+# A checksummed chunk of a local file (every v2 accumulation chunk: Blosc, then Fletcher-32
+# over the whole stored chunk) is verified the first time this process reads each version
+# of its file (``FileVersion``: the same inode, size, modification and change times);
+# later reads of that version read only the Blosc blocks they need (``_read_parts``).
+# A version is remembered only once its file last changed ``SETTLED_NS`` ago: a write
+# within the same tick of the file system's clock could leave its times as they were.
+SETTLED_NS = 2 * 10**9
+VERIFIED_FILES = 2**16  # versions remembered at most (a few MB); then forgotten, all at once
+_VERIFIED: dict[tuple[int, int], FileVersion] = {}
 
 
 @dataclass(frozen=True)
@@ -299,8 +312,10 @@ class _Here:
     spec: ArraySpec
     transform: ChunkTransform
     nbytes: int
-    # Read by byte ranges (``_read_ranges``): only the Blosc blocks holding the part needed.
+    # Read from an open file in parts (``_read_parts``): only the Blosc blocks holding the
+    # part needed, once the file's version is known to pass its checksum.
     ranged: bool = False
+    partly: bool = False  # the request needs a part of the chunk, not all of it
 
 
 def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> list[_Here] | None:
@@ -321,16 +336,17 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         # read below those that only present metadata (``reader_of``).
         reader = cast(SupportsGetSync, reader_of(target, request.store_key))
         nbytes = prod(spec.shape) * grids.native.itemsize
+        partly = request.needed is not None and not _whole(request.needed, spec.shape)
         ranged = (
             isinstance(reader, LeanLocalStore)
             and grids.blosc is not None
-            and not grids.blosc.checks
-            and request.needed is not None
-            and not _whole(request.needed, spec.shape)
+            and (partly or bool(grids.blosc.checks))
         )
-        if ranged:  # what it decodes: the parts needed (and the rest of their blocks)
+        # What it decodes: the parts needed (and the rest of their blocks); of a chunk
+        # smaller than ``SIDE_BY_SIDE_CHUNK`` that changes no choice of ``_read_here``.
+        if ranged and partly and nbytes >= SIDE_BY_SIDE_CHUNK:
             nbytes = min(nbytes, _span_bytes(request, spec.shape, grids.native.itemsize))
-        here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged))
+        here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged, partly))
     return here
 
 
@@ -398,9 +414,7 @@ def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
     spec = chunk.spec
     if chunk.ranged:
         store = cast(LeanLocalStore, chunk.store)
-        ranged = store.read_parts_sync(
-            chunk.request.store_key, partial(_read_ranges, chunk, counts)
-        )
+        ranged = store.read_parts_sync(chunk.request.store_key, partial(_read_parts, chunk, counts))
         if ranged is None:  # no object: one request, as ``get_sync`` answering None
             counts.requests += 1
             return _filled(spec)
@@ -413,12 +427,14 @@ def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
     return _decode(chunk.request, chunk.transform, buffer, spec)
 
 
-def _read_ranges(
-    chunk: _Here, counts: ReadCounts, read: Callable[[int, int], bytes], stored: int
+def _read_parts(
+    chunk: _Here, counts: ReadCounts, read: Callable[[int, int], bytes], version: FileVersion
 ) -> np.ndarray:
-    """A chunk of a local file (``stored`` bytes, opened once) decoded from the byte ranges
+    """A chunk of a local file (opened once: ``version``) decoded from the byte ranges
     ``partial_decode.decode_ranges`` reads of it (a header, then the blocks holding the
-    part needed), or read whole and decoded when its frame cannot be cut (one more read)."""
+    part needed), or read whole and decoded when its frame cannot be cut (one more read).
+    Behind a checksum over the whole stored chunk, it is read whole and verified the first
+    time this version of its file is read (``SETTLED_NS``), in parts afterwards."""
 
     def counted(start: int, stop: int) -> bytes:
         data = read(start, stop)
@@ -428,12 +444,21 @@ def _read_ranges(
 
     request, spec = chunk.request, chunk.spec
     blosc = _grids(request.array.metadata).blosc
-    assert blosc is not None and request.needed is not None  # (``_Here.ranged``)
-    part = decode_ranges(blosc, spec, request.regions or (request.needed,), counted, stored)
-    if part is not None:
-        return part
-    buffer = spec.prototype.buffer.from_bytes(counted(0, stored))
-    return _decode(request, chunk.transform, buffer, spec)
+    assert blosc is not None  # (``_Here.ranged``)
+    checked = bool(blosc.checks)
+    verified = checked and _VERIFIED.get((version.device, version.inode)) == version
+    if chunk.partly and (verified or not checked):
+        regions = request.regions or (cast(Region, request.needed),)
+        part = decode_ranges(blosc, spec, regions, counted, version.size, verified)
+        if part is not None:
+            return part
+    buffer = spec.prototype.buffer.from_bytes(counted(0, version.size))
+    values = _decode(request, chunk.transform, buffer, spec, verified)
+    if checked and not verified and version.settled(time.time_ns(), SETTLED_NS):
+        if len(_VERIFIED) >= VERIFIED_FILES:
+            _VERIFIED.clear()
+        _VERIFIED[version.device, version.inode] = version  # decoded: its checksum passed
+    return values
 
 
 # --------------------------------------------------------------------------------------------
@@ -713,20 +738,28 @@ async def _fetch(request: ChunkRequest, fetcher: _Fetcher) -> _Fetched:
 
 
 def _decode(
-    request: ChunkRequest, transform: ChunkTransform, buffer: Buffer, spec: ArraySpec
+    request: ChunkRequest,
+    transform: ChunkTransform,
+    buffer: Buffer,
+    spec: ArraySpec,
+    verified: bool = False,
 ) -> np.ndarray:
     """A stored chunk decoded by its array's codecs; where its codecs allow
     (``partial_decode``), only the part of it ``request.needed`` names, or a chunk past the
     array's end along the first dimension only as far as the array holds (so it may be
-    shorter than declared there)."""
+    shorter than declared there). ``verified``: its bytes passed its checksum already."""
     grids = _grids(request.array.metadata)
     if grids.blosc is not None:
         needed = request.needed
         if needed is not None and _whole(needed, spec.shape):
             needed = None  # (a map's time step: nothing to leave out, no frame to look at)
-        part = decode_part(grids.blosc, request.array, request.coords, buffer, spec, needed)
+        part = decode_part(
+            grids.blosc, request.array, request.coords, buffer, spec, needed, verified
+        )
         if part is not None:
             return part
+        if verified:
+            return decode_verified(grids.blosc, spec, buffer)
     if grids.v2_codecs is not None:
         data = buffer.as_numpy_array()
         for codec in grids.v2_codecs:

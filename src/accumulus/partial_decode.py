@@ -57,6 +57,10 @@ ENABLED = True
 # decoded bytes, the block size and the frame's bytes (little-endian int32).
 _HEADER = struct.Struct("<BBBBiii")
 _MEMCPYED = 0x02  # the data follows the header uncompressed, without a block table
+# Each block compressed as one stream, not split into one stream per byte of a value.
+# c-blosc never splits a frame's last, shorter block; cut out alone into a frame of its
+# own, where it is a whole block, it is decoded as the one stream it is by this flag.
+_DONT_SPLIT = 0x10
 _FORMAT = 2  # BLOSC_VERSION_FORMAT of c-blosc 1.x, which numcodecs bundles
 # ``decode_ranges``: the first read of a chunk, its header and a block table of up to 1020
 # blocks (a longer one is read next); chunks stored in fewer bytes are read whole (one read).
@@ -94,12 +98,15 @@ def decode_part(
     stored: Buffer,
     spec: ArraySpec,
     needed: Region | None = None,
+    verified: bool = False,
 ) -> np.ndarray | None:
     """The chunk at ``coords`` of ``array`` (its codecs ``chain``) decoded from the Blosc
     blocks that hold ``needed`` (slices of the chunk, within what the array holds), of the
     declared shape with the other elements undefined; without ``needed``, the held part of a
     chunk past the array's end, of shape ``(rows held, *spec.shape[1:])``. None where only
-    the full decode can do it (or it would decode about every block anyway)."""
+    the full decode can do it (or it would decode every block anyway). ``verified``: these
+    stored bytes passed the chain's checksum already (``chunk_reader``), which is not
+    computed again."""
     if not ENABLED:
         return None
     itemsize = spec.dtype.to_native_dtype().itemsize
@@ -120,8 +127,9 @@ def decode_part(
     blocks = _blocks(body, *span, declared)
     if blocks is None:
         return None
-    for check in chain.checks:  # verified over the whole stored chunk, as the full decode does
-        body = memoryview(check.decode(data))
+    if not verified:
+        for check in chain.checks:  # over the whole stored chunk, as the full decode does
+            body = memoryview(check.decode(data))
     frame, first, size = _cut_frame(body, *blocks)
     out = np.empty(declared if needed is not None else size, dtype=np.uint8)
     at = first if needed is not None else 0
@@ -130,10 +138,22 @@ def decode_part(
     return _as_array(chain, spec, view, shape)
 
 
+def decode_verified(chain: BloscChain, spec: ArraySpec, stored: Buffer) -> np.ndarray:
+    """The whole chunk (its codecs ``chain``) from ``stored`` bytes that passed the chain's
+    checksum already: Blosc and the array's view of its bytes alone."""
+    data = stored.as_numpy_array()
+    body = data[: len(data) - 4 * len(chain.checks)]
+    out = np.empty(prod(spec.shape) * spec.dtype.to_native_dtype().itemsize, dtype=np.uint8)
+    chain.blosc.decode(body, out=out)
+    return _as_array(chain, spec, out, spec.shape)
+
+
 def _as_array(
     chain: BloscChain, spec: ArraySpec, decoded: np.ndarray, shape: tuple[int, ...]
 ) -> np.ndarray:
     """Decoded bytes (uint8) viewed through the array's remaining codec, as ``shape``."""
+    if isinstance(chain.rest, V2Codec):  # what it does (C order: ``blosc_chain``), directly
+        return decoded.view(spec.dtype.to_native_dtype()).reshape(shape)
     # The chunk's own prototype (zarr's default when its spec was made): asking zarr for
     # its default again looks its configuration up, once per chunk.
     buffer = spec.prototype.buffer.from_array_like(decoded)
@@ -147,28 +167,31 @@ def decode_ranges(
     regions: Sequence[Region],
     read: Callable[[int, int], bytes],
     stored: int,
+    verified: bool = False,
 ) -> np.ndarray | None:
     """The chunk (its codecs ``chain``, ``spec``) of ``stored`` bytes, of its declared shape
     with only ``regions`` (boxes of it) sure to be decoded, from the bytes of it that
     ``read(start, stop)`` gives: its header and block table, then for each run of blocks
     holding a region (runs that meet merged) the compressed bytes of that run, cut into a
     frame of its own and decoded (as ``decode_part``). None (nothing decoded; at most the
-    first bytes read) where the frame is not one that can be cut or about every block would
-    be read anyway, and where a checksum filter covers the whole stored chunk: that cannot
-    be verified from a part, so such chunks are read whole."""
-    if not ENABLED or chain.checks or stored < RANGED_FROM:
+    first bytes read) where the frame is not one that can be cut or every block would be
+    read anyway, and, behind a checksum filter, unless these stored bytes passed it already
+    (``verified``): a checksum over the whole stored chunk cannot be verified from a part."""
+    if not ENABLED or (chain.checks and not verified) or stored < RANGED_FROM:
         return None
+    trailer = 4 * len(chain.checks)  # each checksum after the Blosc frame: 4 bytes
+    framed = stored - trailer
     itemsize = spec.dtype.to_native_dtype().itemsize
     declared = prod(spec.shape) * itemsize
     spans = [s for s in (byte_span(r, spec.shape, itemsize) for r in regions) if s is not None]
     if not spans:
         return None
-    head = read(0, min(stored, _PREFIX))
+    head = read(0, min(framed, _PREFIX))
     if len(head) < _HEADER.size:
         return None
     header = _HEADER.unpack_from(head)
     version, _, flags, _, nbytes, blocksize, cbytes = header
-    if version != _FORMAT or nbytes != declared or cbytes != stored or blocksize <= 0:
+    if version != _FORMAT or nbytes != declared or cbytes != framed or blocksize <= 0:
         return None
     out = np.empty(declared, dtype=np.uint8)
     if flags & _MEMCPYED:  # stored as it is: the bytes wanted, after the header
@@ -191,20 +214,15 @@ def decode_ranges(
     for k0, k1 in runs:
         offsets = table[k0:k1]
         begin, last = min(offsets), max(offsets)  # (blocks out of order: ``_cut_frame``)
-        end = min((o for o in table if o > last), default=stored)
-        if not table_end <= begin <= last < end <= stored:
+        end = min((o for o in table if o > last), default=framed)
+        if not table_end <= begin <= last < end <= framed:
             return None  # a table that does not fit the frame: the full decode says so
         body = read(begin, end)
         if len(body) != end - begin:
             return None
         shift = _HEADER.size + 4 * (k1 - k0) - begin
-        first = k0 * blocksize
-        size = min(k1 * blocksize, nbytes) - first
-        frame = (
-            _HEADER.pack(*header[:4], size, blocksize, end + shift)
-            + struct.pack(f"<{k1 - k0}i", *(o + shift for o in offsets))
-            + body
-        )
+        head_of_run, first, size = _run_header(header, k0, k1, end + shift)
+        frame = head_of_run + struct.pack(f"<{k1 - k0}i", *(o + shift for o in offsets)) + body
         chain.blosc.decode(frame, out=out[first : first + size])
     return _as_array(chain, spec, out, spec.shape)
 
@@ -213,33 +231,22 @@ def _block_runs(
     spans: Sequence[tuple[int, int]], nbytes: int, blocksize: int
 ) -> list[tuple[int, int]] | None:
     """The runs of blocks ``[k0, k1)`` holding the byte ``spans``, those that meet merged;
-    None when they would leave fewer than two blocks out."""
+    None when they would leave no block out."""
     runs: list[tuple[int, int]] = []
-    for k0, k1 in sorted(_blocks_of(start, stop, nbytes, blocksize) for start, stop in spans):
+    for k0, k1 in sorted((start // blocksize, -(-stop // blocksize)) for start, stop in spans):
         if runs and k0 <= runs[-1][1]:
             runs[-1] = (runs[-1][0], max(k1, runs[-1][1]))
         else:
             runs.append((k0, k1))
-    if -(-nbytes // blocksize) - sum(k1 - k0 for k0, k1 in runs) < 2:
+    if -(-nbytes // blocksize) - sum(k1 - k0 for k0, k1 in runs) < 1:
         return None
     return runs
 
 
-def _blocks_of(start: int, stop: int, nbytes: int, blocksize: int) -> tuple[int, int]:
-    """The blocks ``[k0, k1)`` of a frame of ``nbytes`` decoded in blocks of ``blocksize``
-    that hold bytes ``[start, stop)``."""
-    blocks = -(-nbytes // blocksize)
-    k0, k1 = start // blocksize, -(-stop // blocksize)
-    if k1 == blocks and k0 == blocks - 1 and nbytes % blocksize:
-        k0 -= 1  # c-blosc refuses a frame of a last, shorter block alone (fewer bytes than
-        # its block size): the full block before it goes too
-    return k0, k1
-
-
 def _block_range(start: int, stop: int, nbytes: int, blocksize: int) -> tuple[int, int] | None:
-    """The blocks ``[k0, k1)`` that hold bytes ``[start, stop)``; None when that would be
-    about all of them (cutting a frame costs about as much as decoding a block: worth it
-    from two left out)."""
+    """The blocks ``[k0, k1)`` that hold bytes ``[start, stop)``; None when that is all of
+    them (cutting out all but one of two 128 KiB blocks copies half the compressed bytes, a
+    few us, and saves decoding one block, 30 us)."""
     runs = _block_runs([(start, stop)], nbytes, blocksize)
     return None if runs is None else runs[0]
 
@@ -295,12 +302,25 @@ def _cut_frame(frame: memoryview, k0: int, k1: int) -> tuple[bytes, int, int]:
     end = min((o for o in table if o > last), default=len(frame))
     # Offsets are from the frame's start: shifted to the end of the new, shorter table.
     shift = _HEADER.size + 4 * kept - begin
+    head, first, size = _run_header(header, k0, k1, end + shift)
+    return (
+        head + struct.pack(f"<{kept}i", *(o + shift for o in offsets)) + frame[begin:end],
+        first,
+        size,
+    )
+
+
+def _run_header(header: tuple, k0: int, k1: int, cbytes: int) -> tuple[bytes, int, int]:
+    """The header of a frame of blocks ``[k0, k1)`` of a frame with ``header`` (its fields,
+    unpacked), ``cbytes`` long; with where its decoded bytes begin in the chunk and how many
+    they are."""
+    version, version_codec, flags, typesize, nbytes, blocksize, _ = header
     first = k0 * blocksize
     size = min(k1 * blocksize, nbytes) - first
+    if size < blocksize:  # the last, shorter block alone: one stream (``_DONT_SPLIT``)
+        flags, blocksize = flags | _DONT_SPLIT, size
     return (
-        _HEADER.pack(*header[:4], size, blocksize, end + shift)
-        + struct.pack(f"<{kept}i", *(o + shift for o in offsets))
-        + frame[begin:end],
+        _HEADER.pack(version, version_codec, flags, typesize, size, blocksize, cbytes),
         first,
         size,
     )

@@ -8,6 +8,9 @@ its blocks while the checksum still covers the whole chunk."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import numcodecs
 import numpy as np
 import pytest
@@ -17,8 +20,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, BytesCodec
 
-from accumulus import partial_decode
-from accumulus.chunk_reader import ChunkReadError, ChunkRequest, read_chunks, read_region
+from accumulus import chunk_reader, partial_decode
+from accumulus.accumulation.build import placement
+from accumulus.accumulation.build.encoded_chunks import encode_chunk
+from accumulus.chunk_reader import (
+    ChunkReadError,
+    ChunkRequest,
+    ReadCounts,
+    read_chunks,
+    read_region,
+)
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.opening import open_store
 
@@ -201,7 +212,7 @@ def read_needed(array: zarr.Array, coords: tuple[int, ...], needed) -> np.ndarra
 
 @settings(max_examples=60, deadline=None)
 @given(
-    kind=st.sampled_from(["v2", "v3", "checksummed"]),
+    kind=st.sampled_from(["v2", "v3", "checksummed", "verified"]),
     dtype=st.sampled_from(["<f8", "u2", "<i4", ">f4"]),
     shape=st.lists(st.integers(1, 40), min_size=1, max_size=3),
     blocksize=st.sampled_from([0, 256, 1000]),
@@ -213,10 +224,11 @@ def test_the_part_a_reader_needs_reads_as_the_whole_decode(
 ):
     """A chunk asked for with ``needed`` (a box of it): that box equals the data, whatever
     blocks it spans (a frame of any run of blocks, the last and shorter one too), for Blosc
-    alone (v2, v3) and Blosc behind fletcher32."""
+    alone (v2, v3) and Blosc behind fletcher32, verified as it is read or (``verified``) a
+    local file's version verified before, read by byte ranges of the blocks needed."""
     chunks = tuple(data.draw(st.integers(1, n)) for n in shape)
     path = tmp_path_factory.mktemp("needed") / "a.zarr"
-    if kind == "checksummed":
+    if kind in ("checksummed", "verified"):
         array = checksummed_array(path, shape, chunks, dtype, blocksize)
     else:
         array = blosc_array(path, 2 if kind == "v2" else 3, shape, chunks, dtype, "lz4", 1, 1,
@@ -231,7 +243,16 @@ def test_the_part_a_reader_needs_reads_as_the_whole_decode(
     for n in held:
         lo = data.draw(st.integers(0, n - 1))
         needed.append(slice(lo, data.draw(st.integers(lo + 1, n))))
-    chunk = read_needed(array, coords, tuple(needed))
+    if kind == "verified":
+        array = zarr.open_array(open_store(str(path)), path="a")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(chunk_reader, "SETTLED_NS", 0)  # every file settled: remembered
+            patch.setattr(partial_decode, "RANGED_FROM", 0)
+            chunk_reader._VERIFIED.clear()
+            read_needed(array, coords, tuple(needed))  # read whole, verified
+            chunk = read_needed(array, coords, tuple(needed))
+    else:
+        chunk = read_needed(array, coords, tuple(needed))
     start = [k * c for k, c in zip(coords, chunks, strict=True)]
     want = values[tuple(slice(a + s.start, a + s.stop) for a, s in zip(start, needed, strict=True))]
     np.testing.assert_array_equal(chunk[tuple(needed)], want, strict=False)
@@ -298,7 +319,8 @@ def test_a_local_chunk_is_read_by_byte_ranges_of_the_blocks_needed(tmp_path, mon
     its header and the compressed blocks holding each part are read from the file (three
     reads, far fewer bytes than it stores), and those parts equal the data; a chunk not
     stored is its fill value; behind fletcher32 (a checksum over the whole stored chunk) it
-    is read whole, and a changed byte anywhere still fails it."""
+    is read whole (the first time this process reads its file: ``test_checked_chunks_*``),
+    and a changed byte anywhere still fails it."""
     monkeypatch.setattr(partial_decode, "RANGED_FROM", 0)
     written = blosc_array(tmp_path / "r.zarr", 2, (1024, 512), (512, 512), "<f8", "lz4", 5, 1, 8192)
     values = random_values(np.random.default_rng(8), (1024, 512), "<f8")
@@ -334,3 +356,100 @@ def test_a_local_chunk_is_read_by_byte_ranges_of_the_blocks_needed(tmp_path, mon
     path.write_bytes(bytes(corrupt))
     with pytest.raises(ChunkReadError, match=r"a/0\.0"):
         read_needed(checked, (0, 0), ends[0])
+
+
+def _settled_checked_chunk(tmp_path, monkeypatch):
+    """A series-like accumulation chunk (``placement.codecs``: bit-shuffled Blosc in blocks
+    of 16 KiB, then Fletcher-32; 8 blocks, the last shorter) in a local file that changed
+    long enough ago to be remembered once verified (``chunk_reader.SETTLED_NS``, shortened
+    to 50 ms here); its array opened as a query opens it, its values and its path."""
+    monkeypatch.setattr(chunk_reader, "SETTLED_NS", 50_000_000)
+    chunk_reader._VERIFIED.clear()
+    group = zarr.open_group(tmp_path / "c.zarr", mode="w", zarr_format=2)
+    written = group.create_array(
+        "a", shape=(240, 64), chunks=(240, 64), dtype="<f8",
+        attributes={"_ARRAY_DIMENSIONS": ["t", "y"]}, **placement.codecs(2, True, True),
+    )  # fmt: skip
+    values = random_values(np.random.default_rng(11), (240, 64), "<f8").round(2).cumsum(axis=1)
+    path = tmp_path / "c.zarr" / "a" / "0.0"
+    path.write_bytes(encode_chunk(written.metadata, np.dtype("<f8"), values))
+    array = zarr.open_array(open_store(str(tmp_path / "c.zarr")), path="a")
+    time.sleep(0.1)
+    return array, values, path
+
+
+def _read_counted(array: zarr.Array, needed) -> tuple[np.ndarray, ReadCounts]:
+    got: list[np.ndarray] = []
+    counts = read_chunks(
+        [ChunkRequest(array, (0, 0), needed=needed)], lambda _, chunk: got.append(chunk)
+    )
+    return got[0], counts
+
+
+def test_checked_chunks_are_verified_once_then_read_by_the_blocks_needed(tmp_path, monkeypatch):
+    """A checksummed chunk of a local file is read whole and verified the first time; later
+    reads of the same version of its file read its header and the blocks holding the part
+    needed (the last, shorter block alone too), and give the data."""
+    array, values, path = _settled_checked_chunk(tmp_path, monkeypatch)
+    stored = path.stat().st_size
+    blocks = int.from_bytes(path.read_bytes()[8:12], "little")
+    assert blocks == placement.SERIES_BLOCK  # as asked: 32-byte elements keep it
+    for rows in [(3, 5), (60, 62), (238, 240), (1, 239), (0, 240)]:
+        needed = (slice(*rows), slice(0, 64))
+        chunk, counts = _read_counted(array, needed)
+        np.testing.assert_array_equal(chunk[needed], values[slice(*rows)])
+        # The first read of the file (whole, verified), and the whole chunk (read whole).
+        if rows in ((3, 5), (0, 240)):
+            assert (counts.requests, counts.bytes) == (1, stored)
+        elif rows == (1, 239):  # every block: its header, then the whole
+            assert (counts.requests, counts.bytes) == (2, stored + 4096)
+        else:  # its header and table, then the blocks holding the rows
+            assert counts.requests == 2 and counts.bytes < stored / 3
+
+
+@pytest.mark.parametrize("how", ["in place", "replaced", "same size and times"])
+def test_a_checked_chunk_changed_after_it_was_verified_fails_named(tmp_path, monkeypatch, how):
+    """Bytes changed after a chunk's file was verified, in a block a query does not read:
+    written in place (the same inode, new change time) or replaced by a new file (another
+    inode), the next read verifies the whole chunk again and fails, named. Only a change
+    that keeps the file's inode, size and both times (which no write through the file system
+    does: the kernel sets the change time, and no call sets it back) is not seen: that
+    reads the blocks needed, unchanged, and gives the data."""
+    array, values, path = _settled_checked_chunk(tmp_path, monkeypatch)
+    needed = (slice(3, 5), slice(0, 64))
+    read_needed(array, (0, 0), needed)  # verified, remembered
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF  # in the last block, which rows 3 and 4 do not need
+    if how == "in place":
+        with open(path, "r+b") as file:
+            file.seek(len(data) - 100)
+            file.write(bytes(data[-100:-99]))
+    elif how == "replaced":
+        path.with_suffix(".new").write_bytes(bytes(data))
+        os.replace(path.with_suffix(".new"), path)
+    else:  # what the memo remembers, kept: as if the file system had not changed its times
+        version = chunk_reader._VERIFIED.popitem()[1]
+        path.write_bytes(bytes(data))
+        info = os.stat(path)
+        chunk_reader._VERIFIED[info.st_dev, info.st_ino] = version._replace(
+            modified_ns=info.st_mtime_ns, changed_ns=info.st_ctime_ns
+        )
+        np.testing.assert_array_equal(read_needed(array, (0, 0), needed)[needed], values[3:5])
+        return
+    with pytest.raises(ChunkReadError, match=r"a/0\.0.*[Cc]hecksum"):
+        read_needed(array, (0, 0), needed)
+
+
+def test_a_chunk_changed_just_now_is_verified_at_every_read(tmp_path, monkeypatch):
+    """A file that changed within ``SETTLED_NS`` of a read is not remembered: a write
+    within the same tick of the file system's clock could keep its times, so every read
+    verifies it whole."""
+    array, values, path = _settled_checked_chunk(tmp_path, monkeypatch)
+    monkeypatch.setattr(chunk_reader, "SETTLED_NS", 3600 * 10**9)
+    needed = (slice(3, 5), slice(0, 64))
+    stored = path.stat().st_size
+    for _ in range(2):
+        chunk, counts = _read_counted(array, needed)
+        assert (counts.requests, counts.bytes) == (1, stored)
+        np.testing.assert_array_equal(chunk[needed], values[3:5])
+    assert not chunk_reader._VERIFIED

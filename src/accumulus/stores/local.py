@@ -14,7 +14,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore
 
 from accumulus.stores.base import ReadsSync
-from accumulus.stores.safe_reads import read_regular_file, read_regular_file_parts
+from accumulus.stores.safe_reads import FileVersion, read_regular_file, read_regular_file_parts
 
 
 class LeanLocalStore(ReadsSync, LocalStore):
@@ -34,9 +34,9 @@ class LeanLocalStore(ReadsSync, LocalStore):
         return None if data is None else prototype.buffer.from_bytes(data)
 
     def read_parts_sync[T](
-        self, key: str, parts: Callable[[Callable[[int, int], bytes], int], T]
+        self, key: str, parts: Callable[[Callable[[int, int], bytes], FileVersion], T]
     ) -> T | None:
-        """``parts(read, size)`` on the object at ``key`` opened once, reading only the
+        """``parts(read, version)`` on the object at ``key`` opened once, reading only the
         byte ranges it asks for (``safe_reads.read_regular_file_parts``); None where there is
         no object."""
         if not self._is_open:

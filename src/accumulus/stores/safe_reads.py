@@ -14,6 +14,7 @@ import stat
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
@@ -79,19 +80,42 @@ def read_regular_file(root: str, key: str) -> bytes | None:
     return read_regular_file_parts(root, key, _whole)
 
 
-def _whole(read: Callable[[int, int], bytes], size: int) -> bytes:
-    return read(0, size)
+def _whole(read: Callable[[int, int], bytes], version: FileVersion) -> bytes:
+    return read(0, version.size)
+
+
+class FileVersion(NamedTuple):
+    """What identifies the bytes of one regular file as it was opened: the same file
+    (device, inode) of the same size whose content and inode last changed at the same
+    moments (``st_mtime_ns``, ``st_ctime_ns``). Any write to a file, in place or not,
+    sets its change time (``ctime``, which no call sets back), and a file renamed into a
+    key's place is another inode: bytes written since a version was seen give another
+    version, except within one tick of the file system's clock (``settled``)."""
+
+    device: int
+    inode: int
+    size: int
+    modified_ns: int
+    changed_ns: int
+
+    def settled(self, now_ns: int, margin_ns: int) -> bool:
+        """Whether the file last changed at least ``margin_ns`` before ``now_ns``: a write
+        after now gets another change time, even on a file system whose clock ticks
+        coarsely (kernels stamp files from a clock of a few ms; some file systems keep
+        seconds), whereas a write within the tick of the last change may not."""
+        return self.changed_ns <= now_ns - margin_ns and self.modified_ns <= now_ns - margin_ns
 
 
 def read_regular_file_parts[T](
-    root: str, key: str, parts: Callable[[Callable[[int, int], bytes], int], T]
+    root: str, key: str, parts: Callable[[Callable[[int, int], bytes], FileVersion], T]
 ) -> T | None:
-    """``parts(read, size)`` on the regular file at ``key`` under ``root``, opened once:
+    """``parts(read, version)`` on the regular file at ``key`` under ``root``, opened once:
     ``read(start, stop)`` gives its bytes ``[start, stop)`` (fewer at its end) by a
-    positioned read, ``size`` is its size. Every read is of that one file, even when the key
-    is replaced meanwhile (an append's rewrite renames a new file into place), so parts read
-    apart belong together. None where there is no file or it is a directory; what is
-    neither is refused before anything is read from it (as ``read_regular_file``)."""
+    positioned read, ``version`` says which file it is and its size (``FileVersion``, from
+    the open file). Every read is of that one file, even when the key is replaced meanwhile
+    (an append's rewrite renames a new file into place), so parts read apart belong
+    together. None where there is no file or it is a directory; what is neither is refused
+    before anything is read from it (as ``read_regular_file``)."""
     try:
         fd = os.open(os.path.join(root, key), _READ_FLAGS)
     except (FileNotFoundError, NotADirectoryError):
@@ -102,7 +126,10 @@ def read_regular_file_parts[T](
             return None
         if not stat.S_ISREG(info.st_mode):
             raise _not_regular(key, info.st_mode)
-        return parts(partial(_pread_all, fd), info.st_size)
+        version = FileVersion(
+            info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+        )
+        return parts(partial(_pread_all, fd), version)
     finally:
         os.close(fd)
 

@@ -35,6 +35,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.metadata import ArrayV2Metadata
 from zarr.core.sync import sync
 
+from accumulus.accumulation.build.placement import blosc_elements
 from accumulus.stores.base import writes_synchronously
 
 
@@ -169,7 +170,7 @@ def encode_chunk(metadata: ArrayV2Metadata, dtype: np.dtype, values: np.ndarray)
         chunk[tuple(slice(0, n) for n in values.shape)] = values
     data = chunk
     for codec in metadata.filters or ():
-        data = codec.encode(data)
+        data = codec.encode(blosc_elements(codec, data))
     if metadata.compressor is not None:
         data = metadata.compressor.encode(data)
     return ensure_bytes(data)

@@ -14,7 +14,9 @@ many entries as the raw data has values, so how it is stored is what it costs:
 - **compression** chosen by measurement on prefix sums of daily gridded data (``codecs``,
   ``bit_shuffled``, docs/accumulation.md): Blosc LZ4 after a shuffle, as the float64 prefix
   sums of float32 values keep few significant bits when they are exact and shuffling turns
-  the zero bits into long runs (about half the bytes);
+  the zero bits into long runs (about half the bytes); arrays read as series in Blosc
+  blocks of ``SERIES_BLOCK`` (``blosc_elements``), so that a box's corners over a short
+  period decode a block or two of each chunk, not a half;
 - **chunks** follow how queries read them (``chunks``): an accumulation along the batch
   dimension (time) is read one entry at a time for a map, so a chunk is one entry and the
   whole space (``MAP_CHUNK``); one that keeps time is read as long series at a few entries
@@ -43,6 +45,17 @@ from accumulus.raw_cube import RawCube, VariableInfo
 MAP_CHUNK = 4 * 2**20  # bytes of float64 entries per chunk of a map-like array, at most
 SERIES_CHUNK = 256 * 2**10  # the same for arrays read as long series (a box's rows)
 BUFFER_BYTES = 384 * 2**20  # entries a build holds back to write long series chunks whole
+# Bytes of a Blosc block of a series-like array's chunk (v2): a series over a short period
+# reads a few days of each chunk, which a query decodes block by block (``partial_decode``);
+# 16 KiB is 22 days of 90 rows of float64 sums. Measured on the default path's cube
+# (docs/benchmarks.md, "Series: reading only the days a question needs"), bit-shuffled:
+# series sums 0.35 of their size (byte-shuffled in c-blosc's 128 KiB blocks: 0.38), counts
+# 0.25 (bit-shuffled in 64 KiB blocks: 0.22), a block decoded in 8 us instead of 30.
+SERIES_BLOCK = 16 * 2**10
+# c-blosc splits a block of elements of 16 bytes or less into one stream per byte and
+# enlarges such blocks to 64 KiB at least, whatever block size it is asked for; elements of
+# 32 bytes keep it. Every Blosc reader decodes the frame alike (its elements are bytes).
+_BLOCK_ELEMENT = np.dtype("V32")
 
 
 def placements(
@@ -105,9 +118,11 @@ def dtype_and_fill(var: VariableInfo, acc: spec.Accumulation, is_count: bool) ->
     return dtype, np.iinfo(dtype).max
 
 
-def codecs(zarr_format: int, bit_shuffle: bool) -> dict[str, Any]:
+def codecs(zarr_format: int, bit_shuffle: bool, series: bool = False) -> dict[str, Any]:
     """Arguments of ``create_array``: Blosc LZ4 (level 1), with bit shuffle or byte shuffle
-    (``bit_shuffled`` says which, by measurement), then a checksum per chunk over the
+    (``bit_shuffled`` says which, by measurement), in blocks of ``SERIES_BLOCK`` for an
+    array read as series (``series``; v2, whose chunks a build encodes itself:
+    ``blosc_elements``), then a checksum per chunk over the
     compressed bytes, as every accumulation chunk carries (``chunk_check``): crc32c in Zarr
     v3; in v2 Fletcher-32, which netcdf-c reads (it has no crc32c filter), after Blosc as the
     first filter (filters come before the compressor), where Blosc sees the array's elements;
@@ -119,26 +134,48 @@ def codecs(zarr_format: int, bit_shuffle: bool) -> dict[str, Any]:
         shuffle: Literal["bitshuffle", "shuffle"] = "bitshuffle" if bit_shuffle else "shuffle"
         blosc = zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle=shuffle)
         return {"compressors": [blosc, Crc32cCodec()]}
-    blosc = Blosc(cname="lz4", clevel=1, shuffle=Blosc.BITSHUFFLE if bit_shuffle else Blosc.SHUFFLE)
+    blosc = Blosc(
+        cname="lz4",
+        clevel=1,
+        shuffle=Blosc.BITSHUFFLE if bit_shuffle else Blosc.SHUFFLE,
+        blocksize=SERIES_BLOCK if series else 0,
+    )
     return {"filters": [blosc, Fletcher32()], "compressors": None}
 
 
-def bit_shuffled(
-    acc: spec.Accumulation, batch: str, is_count: bool, chunks: tuple[int, ...]
-) -> bool:
-    """Whether an array of ``acc`` (stored in ``chunks``) is compressed after a bit shuffle
-    rather than a byte one: every array but the sums of a series-like accumulation, where
-    a chunk holds a multiple of 8 values. Measured on chunks drawn at random
-    (docs/accumulation.md, docs/benchmarks.md): map counts encode and decode as fast either
-    way and take less space bit-shuffled; map sums and series counts take 0.46 and 0.34 of
-    their size instead of 0.55 and 0.48 on the default path's cube (a tenth of the default
-    layout's bytes) for a few percent more decoding per chunk; series sums take less space
-    too (0.53 instead of 0.54 there) but a box's series read slower (docs/benchmarks.md), so
-    they keep the byte shuffle. Blosc bit-shuffles a block only if it holds a multiple of 8
-    values, and leaves it unshuffled otherwise (series counts in chunks of 61 x 180 stored
-    at 0.55 of their size, the same counts in chunks of 82 x 180 at 0.12), so other chunks
-    keep the byte shuffle."""
-    return (is_count or not is_series(acc, batch)) and prod(chunks) % 8 == 0
+def blosc_elements(codec: object, chunk: np.ndarray) -> np.ndarray:
+    """What ``codec`` is given to encode ``chunk`` (C-contiguous): a Blosc that asks for
+    blocks of a set size (``codecs`` of a series array) is given elements of 32 bytes,
+    which keep that size (``_BLOCK_ELEMENT``), where the chunk holds two blocks or more
+    and its bytes are a multiple of 32; otherwise the chunk as it is (a chunk of one block
+    has nothing to leave out, and its 32-byte elements compressed worse: float64 sums of a
+    2,880-byte chunk bit-shuffled to 0.87 of their size instead of 0.48)."""
+    if (
+        isinstance(codec, Blosc)
+        and codec.blocksize
+        and chunk.dtype.itemsize < _BLOCK_ELEMENT.itemsize
+        and chunk.nbytes >= 2 * codec.blocksize
+        and chunk.nbytes % _BLOCK_ELEMENT.itemsize == 0
+    ):
+        return chunk.reshape(-1).view(_BLOCK_ELEMENT)
+    return chunk
+
+
+def bit_shuffled(chunks: tuple[int, ...]) -> bool:
+    """Whether an accumulation array stored in ``chunks`` is compressed after a bit shuffle
+    rather than a byte one: every array where a chunk holds a multiple of 8 values.
+    Measured on chunks drawn at random (docs/accumulation.md, docs/benchmarks.md): map
+    counts encode and decode as fast either way and take less space bit-shuffled; map sums
+    and series counts take 0.46 and 0.34 of their size instead of 0.55 and 0.48 on the
+    default path's cube (a tenth of the default layout's bytes) for a few percent more
+    decoding per chunk; series sums in blocks of ``SERIES_BLOCK`` 0.35 instead of 0.40
+    byte-shuffled, encoded faster, and a box's series decodes a block of 16 KiB of each
+    (in c-blosc's blocks of 128 KiB, bit-shuffled series sums decoded slower than
+    byte-shuffled ones: docs/benchmarks.md). Blosc bit-shuffles a block only if it holds a
+    multiple of 8 values, and leaves it unshuffled otherwise (series counts in chunks of
+    61 x 180 stored at 0.55 of their size, the same counts in chunks of 82 x 180 at 0.12),
+    so other chunks keep the byte shuffle."""
+    return prod(chunks) % 8 == 0
 
 
 def is_series(acc: spec.Accumulation, batch: str) -> bool:
