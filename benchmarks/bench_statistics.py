@@ -25,12 +25,17 @@ array's. Then, with the sums:
 - ``season_map``: the DJF map over the whole record (``--season DJF``), against
   ``groupby("time.season").mean("time")``; ``season_series``: JJA of each year over the box,
   against ``groupby("time.year")`` of the JJA days; ``season_var_map``: the variance of
-  the DJF days (``--season DJF --stat var``).
+  the DJF days (``--season DJF --stat var``);
+- ``mean_map``/``mean_series``: the weighted mean of the var map's period and the var
+  series' box, against ``weighted(w).mean``: the query path's share common to every
+  statistic.
 
 Each figure is the median of ``--repeats`` runs of an open datacube (``warm``), the floor
 (``floor``: ``chunk_reader.read_chunks`` fetching and decoding exactly the chunks the plan
-names, summing the part of each it needs, then the statistic finished from sums of the
-answer's shape: no labels, no planning, no accumulation logic), and xarray + Dask's scan of
+names, reducing each part of them the plan uses into sums of the answer's shape, then the
+statistic finished from them: no labels, no planning, no accumulation logic; and
+``plain_floor``, each chunk's part summed to one number, the floor of the rounds
+before), and xarray + Dask's scan of
 the same selection on a freshly opened store, with the chunks read and the largest relative
 difference from xarray's answer. The machine is shared: say so beside the figures.
 
@@ -42,6 +47,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -50,7 +56,7 @@ import xarray as xr
 
 import accumulus
 from accumulus.accumulation.model import pairs, statistics
-from accumulus.accumulation.query.execute import chunk_work
+from accumulus.accumulation.query.execute import RawPart, chunk_work, weights_vary_along
 from accumulus.chunk_reader import ChunkRequest, read_chunks
 from accumulus.grid import array_bounds
 from common import DEFAULT_DIR, median_with_cpu, report
@@ -72,35 +78,89 @@ def write(directory: Path, days: int) -> Path:
     return path
 
 
-def floor(handle: accumulus.Datacube, result) -> tuple[float, float]:
-    """Seconds to fetch and decode exactly the chunks ``result``'s plan reads, sum the part
-    of each it needs, and finish the statistic from sums of the answer's shape: no labels,
-    no planning, no accumulation logic. For a season, the chunks of all its runs' reads
-    (one plan); for corr, the chunks of its pair sums the plan's entries lie in (and the
-    raw chunks of both variables under its raw reads). Wall and CPU seconds (medians)."""
+def floor(handle: accumulus.Datacube, result) -> dict[str, tuple[float, float]]:
+    """Seconds to fetch and decode exactly the chunks ``result``'s plan reads and finish the
+    statistic: no labels, no planning, no accumulation logic. Two ways of combining them:
+
+    - ``parts``: each part of a chunk the plan uses reduced as the answer needs it (the
+      entries of a series weighted and summed over its box, each season-year's into its
+      own slot) and added, with its sign, at its place in sums of the answer's shape, which
+      then finish the statistic: the least any program answering from those chunks does;
+    - ``plain``: the part of each chunk the plan uses summed to one number, then the
+      statistic finished from sums of ones (the floor of the rounds before: it leaves out
+      the weights and the adding into the answer).
+
+    For a season, the chunks of all its runs' reads (one plan); for corr, the chunks of its
+    pair sums the plan's entries lie in (and the raw chunks of both variables under its raw
+    reads), whose entries a map adds as they are (both ways alike). A raw part (a read
+    the sums do not answer) is summed plainly both ways: the sums of its values' squares
+    and counts are left out. Wall and CPU seconds (medians) of each."""
     snapshot = handle.snapshot()
     cube = snapshot.cube
     var = cube.variable(VARIABLE)
     stat = statistics.STATISTICS[result.query.stat]
+    weighted = result.weights != "none"
+    work = None
     if result.query.stat == "corr":
         requests = pair_requests(cube, var, result.plan)
     else:
-        # (Where the weights divide out the query reads the sums without them: the same
-        # arrays of an accumulation whose weights factor out, so the same chunks.)
-        terms = stat.sums_for(weighted=result.weights != "none")
+        terms = _read_terms(cube, var, result, stat)
         work = chunk_work(snapshot.groups, var, result.plan, terms)
         requests = [request for request, _ in work.values()]
-    sums = [np.ones(result.data.shape) for _ in stat.sums]
+    shape = result.data.shape
+    ones = [np.ones(shape) for _ in stat.sums]
 
-    def summed(request, chunk) -> None:
+    def plain(request, chunk) -> None:
         chunk[request.needed or ...].sum(dtype="f8")
 
-    def run() -> None:
-        read_chunks(requests, summed, None, cube.store)
-        stat.answer(sums, result.weights != "none")
+    def run_plain() -> None:
+        read_chunks(requests, plain, None, cube.store)
+        stat.answer(ones, weighted)
 
-    wall, cpu, _ = median_with_cpu(run, 3)
-    return wall, cpu
+    found = {"plain": median_with_cpu(run_plain, 3)[:2]}
+    if work is None:
+        found["parts"] = found["plain"]
+        return found
+    lock = threading.Lock()
+    total = np.zeros((len(terms), *shape))
+
+    def parts(request, chunk) -> None:
+        for part in work[request.key][1]:
+            slab = chunk[part.local]
+            if isinstance(part, RawPart):
+                slab.sum(dtype="f8")
+                continue
+            if part.contract is not None:  # weights along one summed axis
+                axis, w = part.contract
+                slab = np.moveaxis(slab, axis, -1) @ w
+                summed = tuple(a - (a > axis) for a in part.summed if a != axis)
+            elif part.weights is not None:
+                slab, summed = slab * part.weights, part.summed
+            else:
+                summed = part.summed
+            values = slab.sum(axis=summed, dtype="f8") if summed else slab
+            into = total[(*part.out, ...)]
+            with lock:
+                (np.add if part.sign > 0 else np.subtract)(into, values, out=into)
+
+    def run_parts() -> None:
+        total.fill(0.0)
+        read_chunks(requests, parts, None, cube.store)
+        stat.answer(list(total[: len(stat.sums)]), weighted)
+
+    found["parts"] = median_with_cpu(run_parts, 3)[:2]
+    return found
+
+
+def _read_terms(cube, var, result, stat) -> tuple[str, ...]:
+    """The sums the query read: without weights where they divide out of its answer (a
+    mean, var or std whose weights vary only along dimensions it keeps: it reads the same
+    accumulations' sums as stored, multiplying nothing), as ``answer._weights_cancel``."""
+    weighted = result.weights != "none"
+    if weighted and stat.scale_free:
+        varying = weights_vary_along(cube, result.weights, var)
+        weighted = bool(set(varying) & set(result.plan.over))
+    return stat.sums_for(weighted=weighted)
 
 
 def pair_requests(cube, var, plan) -> list[ChunkRequest]:
@@ -134,6 +194,10 @@ def xarray_answer(path: Path, name: str, box: dict) -> xr.DataArray:
         return data.weighted(w).var("time").compute()
     if name == "std_map":
         return data.weighted(w).std("time").compute()
+    if name == "mean_map":
+        return data.weighted(w).mean("time").compute()
+    if name == "mean_series":
+        return data.weighted(w).mean(["lat", "lon"]).compute()
     if name in ("var_series", "var_series_band", "var_series_unaligned"):
         return data.weighted(w).var(["lat", "lon"]).compute()
     if name == "corr_map":
@@ -172,6 +236,10 @@ def questions(days: int) -> dict:
         "season_map": ("mean", ["time"], {}, True),
         "season_var_map": ("var", ["time"], {}, True),
         "season_series": ("mean", ["lat", "lon"], box, True),
+        # The mean of the same map and series: what the query path keeps beyond the floor
+        # whatever the statistic, beside which each statistic's own share shows.
+        "mean_map": ("mean", ["time"], {"time": aligned}, True),
+        "mean_series": ("mean", ["lat", "lon"], {"time": aligned, **box}, True),
     }
 
 
@@ -263,7 +331,9 @@ def main() -> None:
         got = result.data.transpose(*expected.dims).values
         want = expected.values
         both = np.isfinite(got) & np.isfinite(want) & (want != 0)
-        floor_seconds, floor_cpu = floor(handle, result)
+        floors = floor(handle, result)
+        floor_seconds, floor_cpu = floors["parts"]
+        plain_cpu = floors["plain"][1]
         answers[name] = {
             "stat": stat,
             "over": over,
@@ -275,6 +345,9 @@ def main() -> None:
             "warm_cpu_ms": round(warm_cpu * 1000, 2),
             "floor_cpu_ms": round(floor_cpu * 1000, 2),
             "vs_floor_cpu": round(warm_cpu / floor_cpu, 2),
+            # The floor of the rounds before: each chunk's part summed to one number.
+            "plain_floor_cpu_ms": round(plain_cpu * 1000, 2),
+            "vs_plain_floor_cpu": round(warm_cpu / plain_cpu, 2),
             "xarray_ms": round(scan * 1000, 1),
             "x_faster_than_xarray": round(scan / warm, 1),
             "accumulation_chunks": result.stats.accumulation_chunks_read,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,14 @@ def _values(values: np.ndarray) -> Any:
 
 
 def result_json(result: QueryResult) -> dict[str, Any]:
+    """The answer as a JSON document of plain Python values (``result_json_bytes`` writes
+    the same document)."""
+    data = result.data
+    coords = {str(d): labels(data[d].values) for d in data.dims}
+    return _document(result, coords, _values(np.asarray(data.values)))
+
+
+def _document(result: QueryResult, coords: dict[str, Any], values: Any) -> dict[str, Any]:
     data = result.data
     return {
         "variable": result.query.variable,
@@ -61,8 +70,8 @@ def result_json(result: QueryResult) -> dict[str, Any]:
         "weights": result.weights,
         "over": list(data.attrs.get("over", "").split(",")) if data.attrs.get("over") else [],
         "dims": list(data.dims),
-        "coords": {str(d): labels(data[d].values) for d in data.dims},
-        "values": _values(np.asarray(data.values)),
+        "coords": coords,
+        "values": values,
         "units": data.attrs.get("units"),
         # The plan that ran, measured at the store, and the planner's estimate of its time.
         "plan": result.stats.to_dict()
@@ -90,8 +99,38 @@ def result_json(result: QueryResult) -> dict[str, Any]:
 def result_json_bytes(result: QueryResult) -> bytes:
     """``result_json`` as JSON text (UTF-8), by orjson, many times faster than ``json.dumps``
     on a map (every float the shortest text that reads back as the same value, as ``repr``
-    writes it)."""
-    return orjson.dumps(result_json(result), option=orjson.OPT_SERIALIZE_NUMPY)
+    writes it). Arrays that orjson writes as their lists would be written (``_as_written``)
+    are handed to it as they are, not as lists of Python objects made first."""
+    data = result.data
+    coords = {str(d): _as_written(data[d].values, labels) for d in data.dims}
+    document = _document(result, coords, _as_written(np.asarray(data.values), _values))
+    return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+# The times orjson writes (as "YYYY-MM-DDTHH:MM:SS"); it refuses others.
+_FIRST_TIME, _END_TIME = np.datetime64("0001-01-01", "s"), np.datetime64("9999-01-01", "s")
+
+
+def _as_written(values: np.ndarray, as_lists: Callable[[np.ndarray], Any]) -> Any:
+    """``values`` in a form orjson writes as it writes ``as_lists(values)``: the array
+    itself (C-ordered) where orjson's own writing of it is the same text (64-bit floats,
+    all finite; integers; times in whole seconds, as ``labels`` writes them), else the
+    lists. orjson writes other floats (32-bit: their own shortest text, not a float64's)
+    and missing values differently, and refuses 0-d arrays, other byte orders and times
+    outside the years 1-9998."""
+    kind = values.dtype.kind
+    if values.ndim == 0 or not values.dtype.isnative:
+        return as_lists(values)
+    if (values.dtype == np.float64 and np.isfinite(values).all()) or (
+        kind in "iu" and values.dtype.itemsize in (1, 2, 4, 8)
+    ):
+        return np.ascontiguousarray(values)
+    if kind == "M" and not np.isnat(values).any():
+        seconds = values.astype("datetime64[s]")
+        whole = (seconds.astype(values.dtype).view("i8") == values.view("i8")).all()
+        if whole and ((seconds >= _FIRST_TIME) & (seconds < _END_TIME)).all():
+            return np.ascontiguousarray(seconds)
+    return as_lists(values)
 
 
 def result_csv(result: QueryResult) -> str:

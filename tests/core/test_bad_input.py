@@ -93,6 +93,38 @@ def test_missing_accumulation_chunk(cube):
     assert any("acc_time" in p and "differ" in p for p in report.problems)
 
 
+@pytest.mark.parametrize("grown", [True, False])
+@pytest.mark.parametrize("deleted", ["acc_time", ""])
+def test_a_group_with_an_array_deleted_by_hand(tmp_path, deleted, grown):
+    """One array (or the whole group) was deleted by hand while the consolidated metadata
+    still lists it; the data grew since, or not: one line naming it (not "up to date"),
+    nothing resized, and ``--rebuild`` makes the group again."""
+    path = tmp_path / "cube.zarr"
+    ds = synthetic_dataset({**SIZES, "time": 40}, seed=9)
+    write_cube(ds.isel(time=slice(0, 30)), path, CHUNKS)
+    accumulus.accumulate(str(path), VAR, [("time",), ("lat",)])
+    if grown:
+        ds.isel(time=slice(30, 40)).to_zarr(path, append_dim="time", consolidated=True)
+    else:
+        ds = ds.isel(time=slice(0, 30))
+    group = path / f"{VAR}_accumulation_group"
+    shutil.rmtree(group / deleted)
+    kept = {p: p.read_bytes() for p in group.rglob(".zarray")} if deleted else {}
+    with pytest.raises(AccumulusError) as refused:
+        accumulus.accumulate(str(path), VAR, [("time",), ("lat",)])
+    message = str(refused.value)
+    assert f"{VAR}_accumulation_group/acc_" in message and "is not in the store" in message
+    assert f"{VAR} --rebuild" in message and "\n" not in message
+    assert {p: p.read_bytes() for p in kept} == kept  # no array resized
+    rebuilt = accumulus.accumulate(str(path), VAR, [("time",), ("lat",)], rebuild=True)
+    assert rebuilt.action in ("built", "rebuilt")
+    [report] = accumulus.verify(str(path), VAR)
+    assert report.ok, report.problems
+    got = accumulus.average(str(path), VAR, ["time", "lat"])
+    expected = xarray_reference(ds[VAR], ["time", "lat"], "area", "mean")
+    np.testing.assert_allclose(got.transpose(*expected.dims), expected, rtol=1e-9)
+
+
 def test_corrupt_accumulation_chunk(cube):
     path, _ = cube
     accumulus.accumulate(str(path), VAR, [("time",)])

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import command_line
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -144,3 +145,10 @@ def test_bad_input_is_one_line_and_writes_nothing(cube, args, message):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert snapshot(path) == before
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_serve_refuses_a_port_out_of_range_before_starting(capsys, monkeypatch, tmp_path, port):
+    code, out, err = command_line.run(capsys, monkeypatch, "serve", str(tmp_path), "--port", port)
+    assert code == 2 and "Traceback" not in err + out
+    assert "--port" in err and "0<=x<=65535" in err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from unittest.mock import patch
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accumulus.accumulation.query import request
 from accumulus.accumulation.query.request import date_positions, index_range
 from accumulus.errors import AccumulusError
 
@@ -49,6 +51,34 @@ def test_date_positions_match_pandas(step, unit, size, first, start, stop):
     assert found is not None
     lo, hi, _ = index.slice_indexer(start, stop).indices(len(index))
     assert found == (lo, max(lo, hi))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    step=st.sampled_from(STEPS),
+    unit=st.sampled_from(UNITS),
+    size=st.integers(1, 400),
+    first=st.integers(0, 20 * 365),
+    start=bounds(),
+    stop=bounds(),
+)
+def test_quick_ranges_are_the_general_answers(step, unit, size, first, start, stop):
+    """``index_range``'s quick path (``_quick_range``) gives what its general one gives,
+    whether the range reaches past the coordinate included, and is taken whenever the
+    range selects something."""
+    start_at = pd.Timestamp("1995-03-01") + pd.Timedelta(days=first)
+    index = pd.date_range(start_at, periods=min(size, 200), freq=step, unit=unit)
+    index = pd.DatetimeIndex(index.values, name="time")  # as read from a store: no freq
+    outcomes = []
+    for quick in (request._quick_range, lambda *_: None):
+        with patch.object(request, "_quick_range", quick):
+            try:
+                outcomes.append(index_range(index, "time", start, stop))
+            except AccumulusError as exc:
+                outcomes.append(str(exc))
+    assert outcomes[0] == outcomes[1]
+    if not isinstance(outcomes[0], str):
+        assert request._quick_range(index, start, stop) == outcomes[0]
 
 
 def test_other_bounds_are_left_to_pandas():

@@ -5,12 +5,16 @@ left to pandas."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accumulus.accumulation.query import request
 from accumulus.accumulation.query.request import float_positions, index_range
+from accumulus.errors import AccumulusError
 
 LABELS = st.lists(
     st.floats(-1000, 1000, allow_nan=False) | st.sampled_from([0.5, 1.5, -0.5]),
@@ -38,6 +42,36 @@ def test_float_positions_match_pandas(labels, start, stop, descending):
         for bounds in ((a, b), (values[0], b), (a, values[-1])):  # on labels too
             expected = _pandas(index, *bounds, descending)
             assert float_positions(index, *bounds, descending) == expected
+
+
+def _general(index: pd.Index, start, stop):
+    """``index_range`` without its quick path (``_quick_range``): the answer, or the error."""
+    with patch.object(request, "_quick_range", return_value=None):
+        try:
+            return index_range(index, "lat", start, stop)
+        except AccumulusError as exc:
+            return str(exc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(LABELS, BOUNDS, BOUNDS, st.booleans())
+def test_quick_ranges_are_the_general_answers(labels, start, stop, descending):
+    """``index_range``'s quick path (``_quick_range``) gives what its general one gives,
+    whether the range reaches past the coordinate included, and is taken whenever the
+    range selects something."""
+    values = np.sort(np.array(labels, dtype="f8"))
+    index = pd.Index(values[::-1].copy() if descending else values, name="lat")
+    pairs = ((start, stop), (values[0], stop), (start, values[-1] + 0.25), (None, None))
+    for a, b in pairs:
+        expected = _general(index, a, b)
+        try:
+            found = index_range(index, "lat", a, b)
+        except AccumulusError as exc:
+            found = str(exc)
+        assert found == expected
+        if not isinstance(found, str):
+            low, high = (b, a) if a is not None and b is not None and a > b else (a, b)
+            assert request._quick_range(index, low, high) == found
 
 
 def test_other_indexes_and_bounds_are_left_to_pandas():

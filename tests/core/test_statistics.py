@@ -13,7 +13,7 @@ from accumulus.accumulation.model import spec, statistics
 from cubes import VAR, area_weights, labels, synthetic_dataset, write_cube
 
 
-def _mean_cube(sums, weighted):
+def _mean_cube(sums, weighted, reference):
     cubes, weight = sums
     return statistics._ratio(cubes, weight)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 
@@ -313,8 +314,13 @@ def test_the_short_path_of_a_get_answers_as_the_route_does(cube):
 def test_large_text_answers_are_gzipped_for_clients_that_accept_it(cube, monkeypatch):
     """A text answer of ``GZIP_MIN_BYTES`` or more is compressed once, kept in the cache
     with it, and sent gzipped to a client whose ``Accept-Encoding`` takes gzip; the others
-    get it as it is. A picture is never compressed again."""
+    get it as it is. A picture is never compressed again. The same answer is the same
+    compressed bytes, which the standard library's gzip reads back."""
     monkeypatch.setattr(answers, "GZIP_MIN_BYTES", 1000)
+    text = b'{"values": [0.1234, 5.678]}' * 100
+    kept = answers.Answer.rendered(text, "application/json").gzipped
+    assert kept is not None and gzip.decompress(kept) == text
+    assert answers.Answer.rendered(text, "application/json").gzipped == kept
     app = create_app([str(cube)], max_cells=10_000)
     with TestClient(app) as client:
         plain = client.get(MAP, headers={"Accept-Encoding": "identity"})
@@ -353,3 +359,50 @@ def test_coordinates_written_at_once_are_those_written_one_by_one():
         one_by_one = [label(v) for v in values]
         assert at_once == one_by_one
         assert [type(v) for v in at_once] == [type(v) for v in one_by_one]
+
+
+def test_arrays_handed_to_orjson_are_written_as_their_lists():
+    """``result_json_bytes`` hands orjson the arrays it writes as their lists would be
+    written (coordinates as ``labels``, values as ``_values``): the same bytes either way,
+    for every kind of array an answer may hold; the common ones (finite float64 values,
+    times in whole seconds) go as arrays."""
+    import orjson
+
+    from accumulus.output import _as_written, _values, labels
+
+    numpy = orjson.OPT_SERIALIZE_NUMPY
+    coordinates = [
+        np.linspace(-89.5, 89.5, 7, dtype="f4"),
+        np.linspace(-179.5, 179.5, 9),
+        np.linspace(-179.5, 179.5, 9).astype(">f8"),
+        np.arange(-3, 4, dtype="i1"),
+        np.arange(5, dtype="u2"),
+        np.arange(2**40, 2**40 + 3),
+        np.array([1.5, np.nan, np.inf]),
+        np.array([True, False]),
+        np.array(["a", "bc"]),
+        np.array(["2001-01-01", "2001-01-02"], dtype="datetime64[ns]"),
+        np.array(["2001-01-01", "2001-01-02T12:00:00.5"], dtype="datetime64[ns]"),
+        np.array(["2001-01-01", "NaT"], dtype="datetime64[ns]"),
+        np.array(["0001-01-01", "9998-12-31T23:59:59"], dtype="datetime64[s]"),
+        np.array(["0000-06-01", "2001-01-01"], dtype="datetime64[s]"),
+        np.array(["2001-01-01", "9999-12-31"], dtype="datetime64[D]"),
+        np.array(["-0100-01-01"], dtype="datetime64[D]"),
+    ]
+    for values in coordinates:
+        handed = _as_written(values, labels)
+        assert orjson.dumps(handed, option=numpy) == orjson.dumps(labels(values)), values
+    answers = [
+        np.array(2.5),
+        np.array(np.nan),
+        np.array([0.1, -0.0, 5e-324, 1.7976931348623157e308, 1e16, 2.5e-5]),
+        np.arange(12.0).reshape(3, 4).T,  # not C-ordered
+        np.array([[1.0, np.nan], [np.inf, -np.inf]]),
+        np.array([0.1, 1 / 3], dtype="f4"),
+        np.arange(6).reshape(2, 3),
+    ]
+    for values in answers:
+        handed = _as_written(values, _values)
+        assert orjson.dumps(handed, option=numpy) == orjson.dumps(_values(values)), values
+    assert isinstance(_as_written(answers[2], _values), np.ndarray)
+    assert isinstance(_as_written(coordinates[9], labels), np.ndarray)

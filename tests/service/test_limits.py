@@ -24,6 +24,8 @@ from accumulus.service.answers import Answer
 from accumulus.service.cache import AnswerCache, entry_bytes
 from accumulus.service.guard import ComputeSlots, ServiceLimits
 from accumulus.service.server import LOGGED_TARGET_CHARS, ShortTargets, running
+from accumulus.stores.base import innermost
+from accumulus.stores.guarded import GuardedLocalStore
 
 SCAN = "/api/datasets/{name}/tas/average?over=time,lat,lon&accumulation=false"
 # A memory budget whose share for chunks in flight (three quarters) holds one raw chunk of
@@ -47,7 +49,9 @@ class SlowReads:
         real = answers.compute_answer
 
         def slow_compute(snapshot, request, memory_bytes):
-            guarded = snapshot.cube.store
+            # The guarded store below the snapshot's views, where the chunks are read.
+            guarded = innermost(snapshot.cube.store)
+            assert isinstance(guarded, GuardedLocalStore)
             inner_get = guarded.get
 
             async def get(key, prototype, byte_range=None):
@@ -60,9 +64,16 @@ class SlowReads:
                 time.sleep(seconds)
                 return inner_read_sync(key, prototype, byte_range)
 
+            def read_parts_sync(key, parts):  # its reads by byte ranges
+                self.reads += 1
+                time.sleep(seconds)
+                return inner_read_parts_sync(key, parts)
+
             inner_read_sync = guarded.read_sync
+            inner_read_parts_sync = guarded.read_parts_sync
             guarded.get = get
             guarded.read_sync = read_sync
+            guarded.read_parts_sync = read_parts_sync
             return real(snapshot, request, memory_bytes)
 
         monkeypatch.setattr(state, "compute_answer", slow_compute)
@@ -330,3 +341,42 @@ def test_threads_and_requests_share_the_slot_queue_in_order():
 
     asyncio.run(main())
     assert order == ["thread", "loop"] and slots.busy == 0 and not slots._waiters
+
+
+def test_a_local_store_is_guarded_below_its_views_and_stops_every_read(own_cube):
+    """A request's guard sits below the snapshot's views of a local store (so its chunks are
+    read as unguarded ones are: in the thread, by byte ranges), and once stopped refuses
+    every kind of read there; a store of another kind is guarded whole."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import MemoryStore
+
+    from accumulus.service.datasets import Dataset
+    from accumulus.service.guard import RequestGuard, RequestStopped
+    from accumulus.stores.base import reader_of
+    from accumulus.stores.guarded import GuardedStore, guarded
+
+    snapshot = Dataset("own", str(own_cube)).snapshot()
+    guard = RequestGuard(600.0)
+    through = snapshot.reading_through(lambda store: guarded(store, guard, 10.0))
+    top = through.cube.store
+    key = f"tas/{first_chunk(own_cube).name}"
+    assert type(top) is type(snapshot.cube.store) and top is not snapshot.cube.store
+    below = reader_of(top, key)
+    assert isinstance(below, GuardedLocalStore) and innermost(top) is below
+    assert innermost(snapshot.cube.store) is below.store  # the original, unguarded
+    prototype = default_buffer_prototype()
+    whole = below.get_sync(key).to_bytes()
+    assert below.read_parts_sync(key, lambda read, size: read(0, size)) == whole
+    assert asyncio.run(below.get(key, prototype)).to_bytes() == whole
+    guard.stop("the client went away")
+    reads = [
+        lambda: below.get_sync(key),
+        lambda: below.read_parts_sync(key, lambda read, size: read(0, size)),
+        lambda: asyncio.run(below.get(key, prototype)),
+        lambda: asyncio.run(below.get_partial_values(prototype, [(key, None)])),
+        lambda: asyncio.run(below.getsize(key)),
+    ]
+    for read in reads:
+        with pytest.raises(RequestStopped):
+            read()
+    assert isinstance(guarded(MemoryStore(), guard, 10.0), GuardedStore)

@@ -15,10 +15,12 @@ import typer
 from accumulus.errors import AccumulusError
 
 
-def option(flag: str, help_text: str, minimum: float | None = None) -> Any:
-    """An option by its flag and help, with the smallest number it takes where it is a limit:
-    the commands' options in one shape."""
-    return typer.Option(flag, min=minimum, help=help_text)
+def option(
+    flag: str, help_text: str, minimum: float | None = None, maximum: float | None = None
+) -> Any:
+    """An option by its flag and help, with the smallest (and largest) number it takes where
+    it is a limit: the commands' options in one shape."""
+    return typer.Option(flag, min=minimum, max=maximum, help=help_text)
 
 
 # How a command reaches a store: the S3 endpoint and fsspec options (see ``storage_options``),

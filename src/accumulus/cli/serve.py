@@ -24,7 +24,7 @@ def serve(
             "sidecar (accumulate --into) is served for the source it names."
         ),
     ],
-    port: Annotated[int, option("--port", "TCP port.")] = 8000,
+    port: Annotated[int, option("--port", "TCP port (0: any free one).", 0, 65535)] = 8000,
     host: Annotated[
         str, option("--host", "Address to bind (loopback unless you say otherwise).")
     ] = "127.0.0.1",

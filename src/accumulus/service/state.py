@@ -38,7 +38,7 @@ from accumulus.service.errors import CLIENT_GONE, ServiceError
 from accumulus.service.guard import ComputeSlots, RequestGuard, ServiceLimits
 from accumulus.service.memory import release_free_memory
 from accumulus.service.parameters import OPTIONS, AverageRequest, ParameterError, range_pattern
-from accumulus.stores.guarded import GuardedStore
+from accumulus.stores.guarded import guarded
 
 # How often a waiting request looks whether its client is still there.
 WATCH_SECONDS = 0.1
@@ -153,10 +153,10 @@ class Service:
             raise busy_error(limits, scan=False)
         guard = call.guard = RequestGuard(limits.request_seconds)
         try:
-            guarded = snapshot.reading_through(
-                lambda store: GuardedStore(store, guard, limits.read_seconds)
+            through = snapshot.reading_through(
+                lambda store: guarded(store, guard, limits.read_seconds)
             )
-            return compute_answer(guarded, checked, limits.memory_bytes)
+            return compute_answer(through, checked, limits.memory_bytes)
         except Exception as exc:  # the service's boundary: see computation_failure
             raise computation_failure(snapshot, exc) from None
         finally:
@@ -239,10 +239,10 @@ class Service:
         def work() -> Answer:
             try:
                 # The snapshot's chunks (a sidecar's too) and arrays read through the guard.
-                guarded = snapshot.reading_through(
-                    lambda store: GuardedStore(store, guard, limits.read_seconds)
+                through = snapshot.reading_through(
+                    lambda store: guarded(store, guard, limits.read_seconds)
                 )
-                return compute_answer(guarded, checked, limits.memory_bytes)
+                return compute_answer(through, checked, limits.memory_bytes)
             finally:
                 slot.release()
                 with contextlib.suppress(RuntimeError):  # that request's loop is gone

@@ -7,7 +7,8 @@ whether a key holds a metadata document is one rule (``keys.is_metadata_key``).
 
 - ``counting.CountingStore``: counts requests and bytes, adds latency (benchmarks, tests);
 - ``group.GroupStore``: a group of a store as a store of its own;
-- ``guarded.GuardedStore``: one service request's reads, stoppable and bounded;
+- ``guarded.GuardedStore``, ``guarded.GuardedLocalStore``: one service request's reads,
+  stoppable and bounded (``guarded.guarded`` chooses);
 - ``inferred_conventions.InferredConventionsStore``: the ZEP 5 generator's stores, with the
   dimensions and missing values they lack;
 - ``local.LeanLocalStore``: the local directory every path opens;

@@ -206,6 +206,9 @@ def _build(
         if same and existing.complete:
             covered = dict(existing.coverage) == dict(wanted.coverage)  # to the data's end
             if covered and _placed(existing) == _placed(wanted):
+                # The consolidated metadata may still list a group deleted by hand.
+                root = zarr.open_group(target.store, mode="r", use_consolidated=False)
+                _built_arrays(root, existing, target, f"{cube.label} {variable}")
                 return BuildResult(variable, "up to date", existing, (), 0.0)
             grown = _grown_dimension(existing, wanted)
             if grown is not None and _counts_fit(stored, var, existing, wanted):
@@ -531,17 +534,36 @@ def _update(
     (and the provisional entries of positioned accumulations). Returns the arrays, and
     whether a tally written counts an infinity."""
     root = _writable_root(target)
+    arrays = _built_arrays(root, group, target, f"{cube.label} {var.name}")
     names = []
-    for acc in group.accumulations:
-        for name in sorted(set(acc.arrays.values())):
-            array = root[f"{group.path}/{name}"]
-            assert isinstance(array, zarr.Array)
-            array.resize(accumulation_shape(var, acc))
-            names.append(name)
+    for array, acc in arrays:  # resized only once every one is known to be there
+        array.resize(accumulation_shape(var, acc))
+        names.append(array.basename)
     weights = weights_of(cube, var, group)
     start = _update_start(old, dim)
     seen = _fill(cube, var, root, group, weights, start, dim, scheduler, progress)
     return tuple(sorted(names)), seen
+
+
+def _built_arrays(
+    root: zarr.Group, group: spec.AccumulationGroup, target: _Target, cube_and_variable: str
+) -> list[tuple[zarr.Array, spec.Accumulation]]:
+    """The arrays the group's attributes list, each with its accumulation; one said in one
+    line when it is not in the store (deleted by hand, say, while the consolidated metadata
+    still lists it): extending or keeping the others would leave a group that no longer
+    matches its record."""
+    arrays = []
+    for acc in group.accumulations:
+        for name in sorted(set(acc.arrays.values())):
+            try:
+                arrays.append((array_at(root, f"{group.path}/{name}"), acc))
+            except (KeyError, TypeError):
+                raise AccumulusError(
+                    f"{target.label}: accumulation array {group.path}/{name} is listed by its "
+                    "group but is not in the store; nothing was changed (build the group "
+                    f"again: `accumulus accumulate {cube_and_variable} --rebuild`)"
+                ) from None
+    return arrays
 
 
 def _fill(cube: RawCube, var: VariableInfo, root: zarr.Group, group: spec.AccumulationGroup, *args):

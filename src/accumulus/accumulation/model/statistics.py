@@ -142,13 +142,15 @@ def powers(names: Sequence[str]) -> np.ndarray:
     )
 
 
-Finish = Callable[[Sequence[np.ndarray], bool], np.ndarray]
+# finish(sums, weighted, reference): ``reference`` is what the centred sums are about (the
+# others ignore it).
+Finish = Callable[[Sequence[np.ndarray], bool, float], np.ndarray]
 
 
 @dataclass(frozen=True)
 class Statistic:
     """A statistic: the sums it needs (weighted form) and how its answer is finished from
-    them (``finish(sums, weighted)``, the sums in the order named)."""
+    them (``finish(sums, weighted, reference)``, the sums in the order named)."""
 
     name: str
     sums: tuple[str, ...]
@@ -179,9 +181,13 @@ class Statistic:
         sums = self.sums if weighted else tuple(unweighted(s) for s in self.sums)
         return (*sums, *TALLIES) if infinite and self.sums_values else sums
 
-    def answer(self, sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
-        """The answer from the sums ``sums_for`` named (tallies last, when there)."""
-        values = self.finish(sums[: len(self.sums)], weighted)
+    def answer(
+        self, sums: Sequence[np.ndarray], weighted: bool, reference: float = 0.0
+    ) -> np.ndarray:
+        """The answer from the sums ``sums_for`` named (tallies last, when there), the
+        centred ones (``centred``) about ``reference``, the others as read (Σw·x, not
+        Σw·(x−c): the finish takes c off as it goes)."""
+        values = self.finish(sums[: len(self.sums)], weighted, reference)
         if len(sums) == len(self.sums):
             return values
         posinf, neginf = sums[len(self.sums) :]
@@ -213,29 +219,31 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     return out
 
 
-def _mean(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+def _mean(sums: Sequence[np.ndarray], weighted: bool, reference: float) -> np.ndarray:
     # xarray: the mean over no valid value is NaN.
     return _ratio(sums[0], sums[1])
 
 
-def _sum(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+def _sum(sums: Sequence[np.ndarray], weighted: bool, reference: float) -> np.ndarray:
     # xarray: a sum over no valid value is 0.
     return sums[0]
 
 
-def _count(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+def _count(sums: Sequence[np.ndarray], weighted: bool, reference: float) -> np.ndarray:
     # xarray: ``count()`` of nothing is 0, but ``weighted(w).sum_of_weights()`` of 0 is NaN.
     return np.where(sums[0] != 0, sums[0], np.nan) if weighted else sums[0]
 
 
-def _variance(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
-    # Σw(x−m)²/Σw from the centred sums S2 = Σw(x−c)², S1 = Σw(x−c) (the query turns Σw·x
-    # into S1: ``centre``) and W = Σw: (S2 − S1²/W)/W, never below 0 (rounding). NaN where
-    # no value is valid, as xarray's.
-    squares, centred, weight = sums
+def _variance(sums: Sequence[np.ndarray], weighted: bool, reference: float) -> np.ndarray:
+    # Σw(x−m)²/Σw from the centred sums S2 = Σw(x−c)², S1 = Σw·x − c·Σw = Σw(x−c) and
+    # W = Σw: (S2 − S1²/W)/W, never below 0 (rounding). NaN where no value is valid, as
+    # xarray's.
+    squares, linear, weight = sums
     # Into the answer's one array, a pass per operation: each temporary of a map's size was
     # fresh memory, paged in anew (docs/benchmarks.md).
-    out = np.multiply(centred, centred, out=np.empty(np.shape(centred)))
+    out = np.multiply(weight, reference, out=np.empty(np.shape(weight)))
+    np.subtract(linear, out, out=out)
+    np.multiply(out, out, out=out)
     with np.errstate(divide="ignore", invalid="ignore"):
         np.divide(out, weight, out=out)
         np.subtract(squares, out, out=out)
@@ -245,18 +253,21 @@ def _variance(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
     return out
 
 
-def _std(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
-    values = _variance(sums, weighted)
+def _std(sums: Sequence[np.ndarray], weighted: bool, reference: float) -> np.ndarray:
+    values = _variance(sums, weighted, reference)
     return np.sqrt(values, out=values)
 
 
-def _trend(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
-    # The least-squares slope of x against t: (nΣtx − ΣtΣx) / (nΣt² − (Σt)²), unweighted
+def _trend(sums: Sequence[np.ndarray], weighted: bool, reference: float) -> np.ndarray:
+    # The least-squares slope of x against t: (nΣt(x−c) − ΣtΣ(x−c)) / (nΣt² − (Σt)²), with
+    # Σ(x−c) = Σx − c·n (about c, ΣtΣ(x−c) cancels only what the spread does), unweighted
     # (per cell, a weight is the same at every step); NaN below 2 valid values or where
     # they are all at one time. (Three arrays of the answer's shape, as ``_variance``.)
     count, total, times, squares, products = sums
+    denominator = np.multiply(count, reference, out=np.empty(np.shape(count)))
+    np.subtract(total, denominator, out=denominator)
+    np.multiply(times, denominator, out=denominator)
     numerator = np.multiply(count, products, out=np.empty(np.shape(count)))
-    denominator = np.multiply(times, total, out=np.empty(np.shape(count)))
     numerator -= denominator
     np.multiply(count, squares, out=denominator)
     out = np.multiply(times, times, out=np.empty(np.shape(count)))
@@ -289,7 +300,7 @@ def pair_sums(
     return np.stack([np.sum(p, axis=axes, dtype="f8") for p in (*parts, plus, minus)])
 
 
-def _correlation(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
+def _correlation(sums: Sequence[np.ndarray], weighted: bool, reference: float) -> np.ndarray:
     # Pearson's r from the pair sums: cov / sqrt(var_a var_b), each as S2/n − (S1/n)²;
     # NaN where a variance is 0 or fewer than 2 pairs are valid, as xr.corr (one pair's
     # variances are 0, but differences of prefix sums leave rounding there). (Four arrays of the
@@ -311,16 +322,6 @@ def _correlation(sums: Sequence[np.ndarray], weighted: bool) -> np.ndarray:
         np.divide(cov, spread, out=cov)
     np.copyto(cov, np.nan, where=(spread == 0) | (np.asarray(n) < 2))
     return cov
-
-
-def centre(terms: Sequence[str], sums: np.ndarray, reference: float | np.ndarray) -> np.ndarray:
-    """``sums`` (one row per term) with Σw·x and Σx turned into Σw·(x−c) and Σ(x−c), in
-    place, for a statistic finished from centred sums (``Statistic.centred``)."""
-    for linear, weight in ((WSUM, WCOUNT), (SUM, COUNT)):
-        if linear in terms and weight in terms:
-            row = sums[terms.index(linear), ...]  # a view, also of a single value
-            row -= np.asarray(reference) * sums[terms.index(weight), ...]
-    return sums
 
 
 # The names of the statistics below, for type checkers (``Query.stat``); a test keeps them

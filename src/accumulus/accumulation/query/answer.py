@@ -188,13 +188,13 @@ def _seasonal(
     if tdim is None:
         raise ParameterError("season", f"--season needs a time dimension among {list(var.dims)}")
     months = SEASONS[season]
-    # Which steps are the season's, and of which year: worked out once per snapshot.
-    inside, season_year = cube.remembered(
-        ("season days", tdim, months),
-        lambda: _season_days(cube.decoded[tdim].values, tuple(months)),
+    # The season's runs of days over the whole record, worked out once per snapshot; a
+    # range's are those it overlaps, cut at its ends.
+    record = cube.remembered(
+        ("season runs", tdim, months),
+        lambda: _record_runs(cube.decoded[tdim].values, tuple(months)),
     )
-    lo, hi = resolved.ranges[tdim]
-    runs = _runs(inside[lo:hi], season_year[lo:hi], lo)
+    runs = _runs_within(record, *resolved.ranges[tdim])
     over = tuple(d for d in var.dims if d in resolved.over or d == tdim)
     series = tdim not in resolved.over
     kept = tuple(d for d in resolved.kept if d != tdim)
@@ -204,16 +204,20 @@ def _seasonal(
     storage = _storage(cube, groups)
     reads: list[Read] = []
     scans: list[Read] = []
+    scan: QueryPlan | None = None  # a box's scan, planned once: each run's is its time range
     for slot, (_, lo, hi) in enumerate(runs):
-        part = replace(whole, ranges={**resolved.ranges, tdim: (lo, hi)})
-        if part.mask is None:
-            plan = plan_query(var.dims, part.ranges, over, layouts, part.sizes)
-        else:  # of a shape's ways, the one estimated fastest
-            plan = _fastest_plan(groups, var, part, layouts, terms, storage, memory_bytes)[0]
-        (scan,) = _plans(var, part, [])
         at = slot if series else 0
-        reads += [replace(read, slot=at) for read in plan.reads]
-        scans += [replace(read, slot=at) for read in scan.reads]
+        ranges = {**resolved.ranges, tdim: (lo, hi)}
+        if whole.mask is None:
+            plan = plan_query(var.dims, ranges, over, layouts, resolved.sizes)
+            if scan is None:
+                scan = plan_query(var.dims, ranges, over, (), resolved.sizes)
+            scans += [_moved(read, tdim, lo, hi, at) for read in scan.reads]
+        else:  # of a shape's ways, the one estimated fastest
+            part = replace(whole, ranges=ranges)
+            plan = _fastest_plan(groups, var, part, layouts, terms, storage, memory_bytes)[0]
+            scans += [_moved(read, tdim, None, None, at) for read in _plans(var, part, [])[0].reads]
+        reads += [_moved(read, tdim, None, None, at) for read in plan.reads]
     merged = QueryPlan(
         var.dims, over, dict(resolved.ranges), tuple(reads), whole.mask, dict(resolved.sizes),
         slots=len(runs) if series else None,
@@ -461,16 +465,6 @@ def _finite_mean(values: np.ndarray) -> float:
     return float(finite.mean()) if finite.size else 0.0
 
 
-def season_runs(
-    times: np.ndarray, months: Sequence[int], lo: int, hi: int
-) -> list[tuple[int, int, int]]:
-    """The runs of consecutive steps of ``times[lo:hi]`` in ``months``: (season year, start,
-    stop), stop exclusive; a run in December of a season that goes on into January (DJF)
-    belongs to the next year's season."""
-    inside, season_year = _season_days(times, tuple(months))
-    return _runs(inside[lo:hi], season_year[lo:hi], lo)
-
-
 def _season_days(times: np.ndarray, months: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Of each step of ``times``: whether its month is among ``months``, and the year of
     the season it belongs to (December's is the next year's when the season wraps)."""
@@ -494,6 +488,36 @@ def _runs(inside: np.ndarray, season_year: np.ndarray, lo: int) -> list[tuple[in
         (int(season_year[steps[a]]), lo + int(steps[a]), lo + int(steps[b]) + 1)
         for a, b in zip(starts, stops, strict=True)
     ]
+
+
+def _record_runs(
+    times: np.ndarray, months: tuple[int, ...]
+) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """The runs of the season's days over all of ``times`` (season year, start, stop), and
+    their stops (for ``_runs_within``)."""
+    runs = _runs(*_season_days(times, months), 0)
+    return runs, [stop for _, _, stop in runs]
+
+
+def _runs_within(
+    record: tuple[list[tuple[int, int, int]], list[int]], lo: int, hi: int
+) -> list[tuple[int, int, int]]:
+    """The runs of ``record`` that steps ``[lo, hi)`` overlap, cut at ``lo`` and ``hi``:
+    the runs of the season's days in that range (the same as found in its steps alone)."""
+    runs, stops = record
+    within = []
+    for year, start, stop in runs[bisect.bisect_right(stops, lo) :]:
+        if start >= hi:
+            break
+        within.append((year, max(start, lo), min(stop, hi)))
+    return within
+
+
+def _moved(read: Read, tdim: str, lo: int | None, hi: int | None, slot: int) -> Read:
+    """``read`` adding into ``slot``, over steps ``[lo, hi)`` of ``tdim`` when given (a
+    scan's read of another run: the same box at other times)."""
+    box = read.box if lo is None or hi is None else {**read.box, tdim: (lo, hi)}
+    return Read(read.source, read.sign, read.entries, box, read.key, slot)
 
 
 def _weights_cancel(cube: RawCube, resolved: ResolvedQuery) -> bool:
@@ -552,10 +576,8 @@ def read_answer(
         reference=reference, times=times,
     )  # fmt: skip
     sums = _weights_without_noise(done.terms, done.sums, done.entry_magnitude)
-    if stat.centred:
-        sums = statistics.centre(done.terms, sums, reference)
     # (terms, ...): one array per term, as a sequence of them is indexed.
-    values = stat.answer(sums, weights != "none")  # type: ignore[arg-type]
+    values = stat.answer(sums, weights != "none", reference)  # type: ignore[arg-type]
     if np.may_share_memory(values, sums):  # the sums are working space (``execute``)
         values = np.array(values)
     if resolved.mask is not None:

@@ -75,17 +75,24 @@ def longitude_range(
         return (0, lons.size), False  # the whole circle
     width = east - west if west <= east else (east - west) % 360
     offset = _east_of(lons, west)
-    inside = (offset <= width + TOLERANCE) | (offset >= 360 - TOLERANCE)
-    if not inside.any():
+    inside = offset <= width + TOLERANCE
+    inside |= offset >= 360 - TOLERANCE
+    count = int(np.count_nonzero(inside))
+    if count == 0:
         raise AccumulusError("selects nothing")
     clipped = _reaches_past(circle, west, width)
-    if inside.all():
+    if count == lons.size:
         return (0, lons.size), clipped
-    # The run starts at the cell inside whose predecessor (circularly) is not.
-    before = np.empty_like(inside)  # each cell's predecessor (np.roll, without its overhead)
-    before[0], before[1:] = inside[-1], inside[:-1]
-    lo = int(np.flatnonzero(inside & ~before)[0])
-    return (lo, lo + int(inside.sum())), clipped
+    # The cells inside are one run in circular order (the grid is monotonic over less than
+    # a turn): it starts at the first cell inside, or past the last cell outside when it
+    # runs across the grid's seam.
+    if not inside[0]:
+        lo = int(inside.argmax())
+    elif not inside[-1]:
+        lo = 0
+    else:
+        lo = lons.size - int(inside[::-1].argmin())
+    return (lo, lo + count), clipped
 
 
 def circle_of(values: np.ndarray) -> _Circle:
@@ -134,7 +141,9 @@ def labels(values: np.ndarray, lo: int, hi: int, west: float | None) -> np.ndarr
 
 def _east_of(lons: np.ndarray, west: float) -> np.ndarray:
     """How far east of ``west`` each longitude lies, in [0, 360)."""
-    return (lons - west) % 360
+    offset: np.ndarray = np.subtract(lons, west)
+    np.remainder(offset, 360, out=offset)
+    return offset
 
 
 def _reaches_past(circle: _Circle, west: float, width: float) -> bool:

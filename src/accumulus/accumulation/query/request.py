@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -281,10 +282,8 @@ def resolve(cube: RawCube, query: Query, groups: AccumulationGroups | None = Non
     except AccumulusError as exc:
         raise ParameterError("variable", str(exc)) from None
     over = _check_over(cube, var, query.over)
-    periods = {
-        d: p for d, n in zip(var.dims, var.shape, strict=True) if (p := _period(cube, d)) < n
-    }
-    ranges = {d: (0, periods.get(d, n)) for d, n in zip(var.dims, var.shape, strict=True)}
+    periods, whole = cube.remembered(("periods", var.name), lambda: _periods(cube, var))
+    ranges = dict(whole)
     notes = []
     for dim, (start, stop) in query.ranges.items():
         if dim not in var.dims:
@@ -293,12 +292,10 @@ def resolve(cube: RawCube, query: Query, groups: AccumulationGroups | None = Non
                 f"range given for {dim!r}, which is not a dimension of {var.name!r} "
                 f"{list(var.dims)}{_coordinate_hint(cube, var, dim)}",
             )
-        index = cube.index(dim)
+        index, labelled, circular = cube.remembered(("axis", dim), lambda: _axis(cube, dim))  # noqa: B023
         try:
-            if cube.labelled(dim):
-                ranges[dim], clipped = index_range(
-                    index, dim, start, stop, circular=_is_longitude(cube, dim)
-                )
+            if labelled:
+                ranges[dim], clipped = index_range(index, dim, start, stop, circular=circular)
             else:
                 ranges[dim], clipped = position_range(dim, len(index), start, stop), False
                 notes.append(_positions_note(dim, ranges[dim]))
@@ -326,6 +323,22 @@ def resolve(cube: RawCube, query: Query, groups: AccumulationGroups | None = Non
         mask = shape_cells(cube, var, _within_axes(ranges, var, periods), query.shape)
         ranges = {**ranges, **mask.ranges()}
     return ResolvedQuery(query, var, over, ranges, weights, tuple(notes), mask, periods)
+
+
+def _periods(cube: RawCube, var: VariableInfo) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+    """The longitudes of ``var`` whose last column repeats their first, with their distinct
+    columns (``_period``), and the whole range of every dimension (those columns along
+    them): the same for every query of a snapshot."""
+    dims = zip(var.dims, var.shape, strict=True)
+    periods = {d: p for d, n in dims if (p := _period(cube, d)) < n}
+    whole = {d: (0, periods.get(d, n)) for d, n in zip(var.dims, var.shape, strict=True)}
+    return periods, whole
+
+
+def _axis(cube: RawCube, dim: str) -> tuple[pd.Index, bool, bool]:
+    """What a range along ``dim`` is resolved on: its index, whether it holds labels
+    (``RawCube.labelled``), whether they are longitudes compared modulo 360."""
+    return cube.index(dim), cube.labelled(dim), cube.labelled(dim) and _is_longitude(cube, dim)
 
 
 def _within_axes(
@@ -375,16 +388,21 @@ def index_range(
     start, stop = _coerce(index, dim, start), _coerce(index, dim, stop)
     if circular:
         for bound in (start, stop):
-            if bound is not None and not np.isfinite(bound):
+            if bound is None or (type(bound) is float and math.isfinite(bound)):
+                continue
+            if not np.isfinite(bound):
                 raise AccumulusError(f"range bound {bound} for {dim!r} is not a finite longitude")
         circle = _of_index(index, "circle", lambda: longitude.circle_of(np.asarray(index)))
         try:
-            return longitude.longitude_range(np.asarray(index), start, stop, circle)
+            return longitude.longitude_range(index.values, start, stop, circle)
         except AccumulusError:
             raise _selects_nothing(index, dim, start, stop) from None
     if _is_number(start) and _is_number(stop) and start > stop:
         start, stop = stop, start
     descending = order == "descending"
+    quick = _quick_range(index, start, stop)
+    if quick is not None:
+        return quick
 
     def positions(a: Bound, b: Bound) -> tuple[int, int]:
         if isinstance(index, pd.DatetimeIndex) and not descending:
@@ -411,6 +429,71 @@ def index_range(
                 f"range {dim}={start}/{stop} is reversed: its start comes after its end"
             )
     raise _selects_nothing(index, dim, start, stop)
+
+
+def _quick_range(index: pd.Index, start: Bound, stop: Bound) -> tuple[tuple[int, int], bool] | None:
+    """``index_range``'s answer, for the ranges queries mostly ask, in fewer steps: ISO
+    dates (or open ends) on an ascending index of dates without a time zone
+    (``date_positions``), finite numbers on a monotonic index of float64 labels
+    (``float_positions``), with whether they reach past the coordinate's cells
+    (``_reaches_past``) compared as the index's own integers or floats. The same answers, as
+    one query resolves two or three ranges (docs/benchmarks.md, "Per-question Python").
+    None for anything else, and where nothing is selected (``index_range`` says why)."""
+    facts = _of_index(index, "quick range", lambda: _quick_facts(index))
+    if facts is None:
+        return None
+    values, descending, unit, lowest, highest = facts
+    size = len(values)
+    if unit is None:  # float64 labels
+        if not (_finite_number(start) and _finite_number(stop)):
+            return None
+        if descending:
+            lo = 0 if stop is None else size - int(values.searchsorted(stop, "right"))
+            hi = size if start is None else size - int(values.searchsorted(start, "left"))
+        else:
+            lo = 0 if start is None else int(values.searchsorted(start, "left"))
+            hi = size if stop is None else int(values.searchsorted(stop, "right"))
+        low, high = start, stop
+    else:  # dates: each bound the period it names, the stop's ending where the next begins
+        first = _period_of(start, unit)
+        last = _period_of(stop, unit)
+        if (first is None and start is not None) or (last is None and stop is not None):
+            return None
+        lo = 0 if first is None else int(values.searchsorted(first[0]))
+        hi = size if last is None else int(values.searchsorted(last[1]))
+        low = None if first is None else first[0]
+        high = None if last is None else last[0]
+    if hi <= lo:
+        return None
+    past = (low is not None and low < lowest) or (high is not None and high > highest)
+    return (lo, hi), bool(past)
+
+
+def _period_of(bound: Bound, unit: str) -> tuple[int, int] | None:
+    """``period_in_unit`` of an ISO date; None for anything else."""
+    return period_in_unit(bound, unit) if isinstance(bound, str) else None
+
+
+def _quick_facts(index: pd.Index) -> tuple[np.ndarray, bool, str | None, Any, Any] | None:
+    """What ``_quick_range`` searches on ``index``: its labels (float64, ascending: a
+    descending index's reversed) or its dates (int64 counts of their unit, ascending),
+    whether the labels descend, the dates' unit (None for floats), and its cells' outer
+    edges (``_outer_edges``) in the same terms; None for other indexes."""
+    order = _order(index)
+    if order is None or len(index) == 0:
+        return None
+    descending = order == "descending"
+    if type(index) is pd.Index and index.dtype == np.float64:
+        lowest, highest = _outer_edges(index)
+        values = index.values[::-1] if descending else index.values
+        return values, descending, None, lowest, highest
+    if type(index) is pd.DatetimeIndex and index.tz is None and not descending:
+        unit = np.datetime_data(index.dtype)[0]
+        lowest, highest = _outer_edges(index)
+        if np.isnat(lowest) or np.isnat(highest):
+            return None
+        return index.asi8, False, unit, int(lowest.view("i8")), int(highest.view("i8"))
+    return None
 
 
 def _order(index: pd.Index) -> str | None:
