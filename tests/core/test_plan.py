@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, plan_query
+from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, plan_query, scan_boxes
 from accumulus.grid import ChunkBounds
 
 
@@ -172,3 +172,23 @@ def test_range_past_coverage_reads_raw_there():
     raw = [dict(r.box) for r in plan.raw_reads]
     assert raw == [{"time": (60, 100)}]
     assert [dict(r.entries) for r in plan.accumulation_reads] == [{"time": 5}]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12)), min_size=1, max_size=3),
+    st.data(),
+)
+def test_scan_boxes_are_the_plain_plans_reads(pairs, data):
+    """The boxes the planner costs a plain scan by (``scan_boxes``) are those its plan
+    without accumulations reads: across a seam (a range past its axis' size) and empty."""
+    dims = [f"d{k}" for k in range(len(pairs))]
+    widths = [data.draw(st.integers(0, 4)) for _ in dims]
+    ranges = {
+        d: (min(a, b), max(a, b) + w) for d, (a, b), w in zip(dims, pairs, widths, strict=True)
+    }
+    sizes = {d: data.draw(st.integers(1, 14)) for d in dims if data.draw(st.booleans())}
+    ranges = {d: (lo % sizes[d], lo % sizes[d] + hi - lo) if d in sizes else (lo, hi)
+              for d, (lo, hi) in ranges.items()}  # fmt: skip
+    plan = plan_query(dims, ranges, dims[:1], [], sizes)
+    assert scan_boxes(dims, ranges, sizes) == [dict(read.box) for read in plan.reads]

@@ -38,7 +38,13 @@ from accumulus.accumulation.query.execute import (
     noise_floor,
     weights_vary_along,
 )
-from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, Read, plan_query
+from accumulus.accumulation.query.plan import (
+    AccumulationLayout,
+    QueryPlan,
+    Read,
+    plan_query,
+    scan_boxes,
+)
 from accumulus.accumulation.query.request import (
     SEASONS,
     Query,
@@ -112,7 +118,8 @@ def run_query(
         return _correlation(cube, groups, resolved, started)
     var, weights = resolved.variable, resolved.weights
     stat, read_with, terms, layouts, note = _sums_for(cube, groups, resolved)
-    resolved = replace(resolved, weights=read_with)
+    if read_with != weights:
+        resolved = replace(resolved, weights=read_with)
     storage = _storage(cube, groups)
     plan, work, costs = _fastest_plan(groups, var, resolved, layouts, terms, storage, memory_bytes)
     if costs:
@@ -134,16 +141,10 @@ def run_query(
         estimate = _estimate(var, resolved, terms, storage, memory_bytes, work)
         values, done = read_answer(cube, groups, resolved, plan, work, memory_bytes)
         note = f"{problem}; answered from the raw data"
-    data = _data_array(
-        values,
-        resolved.kept,
-        {d: answer_index(cube, resolved, d) for d in resolved.kept},
-        var.name,
-    )
     attributes = cube.raw.variables[var.name].attrs
-    _units(data, attributes, stat)
+    attrs = {} if (units := _units_of(attributes, stat)) is None else {"units": units}
     if "long_name" in attributes:
-        data.attrs["long_name"] = attributes["long_name"]
+        attrs["long_name"] = attributes["long_name"]
     stats = QueryStats(
         accumulation_chunks_read=done.accumulation_chunks,
         raw_chunks_read=done.raw_chunks,
@@ -151,9 +152,11 @@ def run_query(
         requests=done.counts.requests,
         seconds=time.perf_counter() - started,
     )
-    data.attrs.update(
-        {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over)}
-        | stats.to_dict()
+    attrs |= {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over)}
+    attrs |= stats.to_dict()
+    kept = resolved.kept
+    data = _data_array(
+        values, kept, {d: answer_index(cube, resolved, d) for d in kept}, var.name, attrs
     )
     if stat.centred and not plan.accumulation_reads:
         note = "; ".join(
@@ -293,13 +296,21 @@ def _sums_now(
 
 
 def _units(data: xr.DataArray, attributes: Mapping[str, Any], stat: statistics.Statistic) -> None:
-    """The answer's units, from the variable's: squared for a variance, per year for a trend."""
+    """The answer's units, from the variable's (``_units_of``), in its attributes."""
+    units = _units_of(attributes, stat)
+    if units is not None:
+        data.attrs["units"] = units
+
+
+def _units_of(attributes: Mapping[str, Any], stat: statistics.Statistic) -> str | None:
+    """The answer's units, from the variable's: squared for a variance, per year for a
+    trend; None without."""
     if attributes.get("units") is None or not stat.has_units:
-        return
+        return None
     units = str(attributes["units"])
     if stat.units_power != 1:
         units = f"({units})^{stat.units_power}"
-    data.attrs["units"] = f"({units}) per year" if stat.per_year else units
+    return f"({units}) per year" if stat.per_year else units
 
 
 def _correlation(
@@ -679,14 +690,19 @@ def _fastest_plan(
     plan, work = candidates[0]
     if not plan.accumulation_reads:
         return plan, work, {}
-    if scan is None:
-        (scan,) = _plans(var, resolved, [])
-    boxes = [read.box for read in scan.reads]
+    if scan is None and resolved.mask is None:  # its boxes, without the plan (made if chosen)
+        boxes: Sequence[Mapping[str, tuple[int, int]]] = scan_boxes(
+            var.dims, resolved.ranges, resolved.sizes
+        )
+    else:
+        scan = scan or _plans(var, resolved, [])[0]
+        boxes = [read.box for read in scan.reads]
     costs = {
         "accumulation": estimate(work),
         "scan": scan_cost(var, boxes, storage, terms, resolved.over, memory_bytes),
     }
     if resolved.query.plan == "cheaper" and costs["scan"].seconds < costs["accumulation"].seconds:
+        scan = scan or _plans(var, resolved, [])[0]
         return scan, chunk_work(groups, var, scan, terms), costs
     return plan, work, costs
 
@@ -787,14 +803,18 @@ def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[i
 
 
 def _data_array(
-    values: np.ndarray, dims: Sequence[str], indexes: Mapping[str, pd.Index], name: str
+    values: np.ndarray,
+    dims: Sequence[str],
+    indexes: Mapping[str, pd.Index],
+    name: str,
+    attrs: Mapping[str, Any] | None = None,
 ) -> xr.DataArray:
-    """The answer as a DataArray, from NumPy values wrapped as an xarray variable first
-    (given bare arrays, xarray asks whether each is a Dask array, which imports
-    ``dask.array``, and SciPy with it, at a command's start when Dask is installed) and
-    coordinates from the labels' pandas indexes (not built again)."""
-    variable = xr.Variable(tuple(dims), values, fastpath=True)
-    xindexes = {d: PandasIndex(indexes[d], d) for d in dims}
+    """The answer as a DataArray with ``attrs``, from NumPy values wrapped as an xarray
+    variable first (given bare arrays, xarray asks whether each is a Dask array, which
+    imports ``dask.array``, and SciPy with it, at a command's start when Dask is installed)
+    and coordinates from the labels' pandas indexes (not built again)."""
+    variable = xr.Variable(tuple(dims), values, attrs, fastpath=True)
+    xindexes = {d: _pandas_index(indexes[d], d) for d in dims}
     variables = {k: v for index in xindexes.values() for k, v in index.create_variables().items()}
     # Variables and indexes made here, for this answer alone: xarray's direct construction
     # (without it, xarray deep-copies every coordinate of every answer).
@@ -805,6 +825,19 @@ def _data_array(
         indexes=xindexes,  # type: ignore[arg-type]  # str keys: Hashable ones, to xarray
         fastpath=True,
     )
+
+
+def _pandas_index(index: pd.Index, dim: str) -> PandasIndex:
+    """xarray's index of an answer's coordinate. Labels of a NumPy type (numbers, dates)
+    are taken as they are, with their own dtype: what xarray's checks and casts would find
+    (docs/benchmarks.md, "Per-question Python"); other indexes go through them."""
+    if type(index) in _PLAIN_INDEXES and isinstance(index.dtype, np.dtype):
+        return PandasIndex(index, dim, index.dtype, fastpath=True)
+    return PandasIndex(index, dim)
+
+
+# Indexes whose dtype is a NumPy dtype xarray keeps as it is (``_pandas_index``).
+_PLAIN_INDEXES = (pd.Index, pd.DatetimeIndex)
 
 
 def _weights_without_noise(

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
+from accumulus.identity_memo import IdentityMemo
+
 Box = dict[str, tuple[int, int]]
 
 
@@ -133,6 +135,15 @@ def plan_query(
     return QueryPlan(tuple(dims), kept, dict(box), tuple(reads), sizes=sizes)
 
 
+def scan_boxes(
+    dims: Sequence[str], ranges: Mapping[str, tuple[int, int]], sizes: Mapping[str, int]
+) -> list[Box]:
+    """The boxes the plain scan of ``ranges`` reads (``plan_query`` without accumulations),
+    without the plan: the box, cut where it runs across a longitude's seam."""
+    box: Box = {d: (ranges[d][0], ranges[d][1]) for d in dims}
+    return [] if any(b <= a for a, b in box.values()) else _across_seams(box, sizes)
+
+
 def _across_seams(box: Box, sizes: Mapping[str, int]) -> list[Box]:
     """``box`` as boxes within the axes: a range past its axis' end (across a longitude's
     seam) becomes its part up to the end and its part from the start."""
@@ -168,7 +179,7 @@ def _split_off_uncovered(
 
 def _inner_span(positions: Sequence[int], lo: int, hi: int) -> tuple[int, int] | None:
     """The widest [p, q) inside [lo, hi) with p, q in {0} ∪ positions, or None."""
-    points = (0, *positions)
+    points = _with_zero(positions)
     i = bisect.bisect_left(points, lo)
     j = bisect.bisect_right(points, hi) - 1
     if i >= len(points) or j < 0 or points[j] <= points[i]:
@@ -181,7 +192,7 @@ def _nearest_span(positions: Sequence[int], lo: int, hi: int) -> tuple[int, int]
     (between ``lo`` and p, q and ``hi`` when inside) or subtract (when outside): each end
     takes the position nearest to it, the inner one on a tie. None when every choice
     leaves as many raw elements as the range holds."""
-    points = (0, *positions)
+    points = _with_zero(positions)
     i = bisect.bisect_left(points, lo)  # the first point at or after lo
     j = bisect.bisect_right(points, hi) - 1  # the last point at or before hi
     starts = [points[k] for k in (i, i - 1) if 0 <= k < len(points)]
@@ -193,6 +204,15 @@ def _nearest_span(positions: Sequence[int], lo: int, hi: int) -> tuple[int, int]
             if q > p and raw < left:
                 best, left = (p, q), raw
     return best
+
+
+def _with_zero(positions: Sequence[int]) -> tuple[int, ...]:
+    """``(0, *positions)``, made once per positions' tuple (a layout's are kept per
+    snapshot): a ten-year cube's daily positions are 3,650, copied at every range."""
+    return _ZERO_AND.value(positions, lambda: (0, *positions))
+
+
+_ZERO_AND: IdentityMemo[tuple[int, ...]] = IdentityMemo()
 
 
 def _answered(extent: tuple[int, int], span: tuple[int, int]) -> int:

@@ -670,8 +670,9 @@ def answer_index(cube: RawCube, resolved: ResolvedQuery, dim: str) -> pd.Index:
     (``longitude.labels``)."""
     lo, hi = resolved.ranges[dim]
     index = cube.index(dim)
-    if hi <= resolved.sizes[dim]:
-        return index[lo:hi]
+    var = resolved.variable
+    if hi <= resolved.periods.get(dim, var.shape[var.axis(dim)]):
+        return index if lo == 0 and hi == len(index) else index[lo:hi]  # (immutable)
     west = resolved.query.ranges[dim][0]
     labels = longitude.labels(np.asarray(index), lo, hi, None if west is None else float(west))
     return pd.Index(labels, name=dim)
