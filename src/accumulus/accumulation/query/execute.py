@@ -16,7 +16,7 @@ import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 from math import prod
 from typing import Any
 
@@ -82,6 +82,8 @@ class EntryPart:
 
 Part = RawPart | EntryPart
 Work = dict[str, tuple[ChunkRequest, list[Part]]]  # chunk key -> the chunk, its parts
+# The most slab weights kept per variable of a snapshot (``chunk_work``): a series' few.
+WEIGHTS_REMEMBERED = 4096
 # A chunk a read cuts: its array, coordinates and store, and its part.
 Piece = tuple[zarr.Array[Any], tuple[int, ...], Store | None, Part]
 # The weights of a slab and their contraction (``_contraction``), by what they depend on.
@@ -286,7 +288,11 @@ def chunk_work(
     """Every stored chunk the plan reads (by key, in plan order) and what it contributes
     (at its read's slot of the answer, when the plan has ``slots``)."""
     counter = itertools.count()  # the parts' places in the plan, as they are listed
-    weights_memo: WeightsMemo = {}  # a shape's many reads share the weights of their slabs
+    # A shape's many reads share the weights of their slabs, and so do the queries of a
+    # snapshot over the same boxes: kept with the groups, a bounded number of them.
+    weights_memo: WeightsMemo = groups.remembered(("slab weights", var.name), dict)
+    if len(weights_memo) > WEIGHTS_REMEMBERED:
+        weights_memo.clear()
     sources: dict[Any, _Source] = {}  # what every read of one accumulation shares
     placed = _placement(plan, var)
     # By array and chunk: the chunk, and the parts of it read.
@@ -349,12 +355,10 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     result may be this thread's scratch space (``_scratch``), to be added before the next."""
     if part.contract is not None:  # weights along one summed axis: Σ w·x in one product
         axis, weights = part.contract
-        axes = _AXES[: slab.ndim]
-        kept = [axes[a] for a in range(slab.ndim) if a not in part.summed]
         # The other summed axes summed and the kept ones ordered in the same call: for the
         # small slabs of a series, faster than tensordot (docs/benchmarks.md).
-        into = "".join(kept[k] for k in part.order)
-        summed: np.ndarray = np.einsum(f"{axes},{axes[axis]}->{into}", slab, weights)
+        subscripts = _contraction_subscripts(slab.ndim, axis, part.summed, part.order)
+        summed: np.ndarray = np.einsum(subscripts, slab, weights)
         return summed
     elif part.weights is not None:
         shape = np.broadcast_shapes(slab.shape, np.shape(part.weights))
@@ -372,6 +376,18 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
 
 
 _AXES = "abcdefghijklmnopqrstuvwxyz"  # einsum's names of a slab's axes
+
+
+@cache
+def _contraction_subscripts(
+    ndim: int, axis: int, summed: tuple[int, ...], order: tuple[int, ...]
+) -> str:
+    """``einsum``'s subscripts for a contraction (``_entry_sums``): the same few for every
+    part of every query, written once."""
+    axes = _AXES[:ndim]
+    kept = [axes[a] for a in range(ndim) if a not in summed]
+    into = "".join(kept[k] for k in order)
+    return f"{axes},{axes[axis]}->{into}"
 
 
 def _contraction(
@@ -461,19 +477,24 @@ class _OrderedTotal:
     def _add(self, where: tuple[Any, ...], sign: int, value: np.ndarray, noisy: bool) -> None:
         where = (*where, ...)  # a view, also of a single value
         into = self._total[where]
-        reached = range(self.shape[0])[where[0]]  # the rows of the part: one, or a range
-        rows = [reached] if isinstance(reached, int) else list(reached)
+        first = where[0]  # the rows of the part: one, or a range
+        rows = (first,) if isinstance(first, int) else range(self.shape[0])[first]
         fresh = [row for row in rows if self._unset[row]]
-        whole = fresh == rows and into.size == len(rows) * self._row_size
+        whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
         for row in fresh:
             self._unset[row] = False
             if not whole:
                 self._total[row, ...].fill(0.0)
-        start = 0.0 if whole else into
-        # Sums holding infinities meet here as inf - inf = NaN, which the answer does not use
-        # (the infinities' tallies, or the raw data, decide it): no warning for the user.
-        with np.errstate(invalid="ignore"):
-            (np.add if sign > 0 else np.subtract)(start, value, out=into, casting="unsafe")
+        if whole and sign > 0 and value.dtype.kind in "iu":
+            # Integers (counts) converted as they are copied: the same values as 0 + them,
+            # and about half the CPU of a ufunc casting from a small integer type.
+            np.copyto(into, value, casting="unsafe")
+        else:
+            start = 0.0 if whole else into
+            # Sums holding infinities meet here as inf - inf = NaN, which the answer does not
+            # use (the infinities' tallies, or the raw data, decide it): no warning for the user.
+            with np.errstate(invalid="ignore"):
+                (np.add if sign > 0 else np.subtract)(start, value, out=into, casting="unsafe")
         if noisy:
             if self.magnitude is None:
                 self.magnitude = _zeroed(self.shape, 3)
@@ -598,7 +619,10 @@ def _entry_parts(
         box: Mapping[str, tuple[int, int]],
     ) -> tuple[Any, tuple[int, np.ndarray] | None]:
         """The slab's weights, and as ``_contraction`` gives them."""
-        key = (remaining, summed, tuple((d, box.get(d)) for d in source.varying))
+        key = (
+            source.group.weights, remaining, summed,
+            tuple((d, box.get(d)) for d in source.varying),
+        )  # fmt: skip
         if key not in weights_memo:
             w = _slab_weights(groups.cube, var, source.group.weights, remaining, box)
             weights_memo[key] = w, _contraction(w, summed)
@@ -731,7 +755,7 @@ def _checked_entries(
     elif not slab.size:
         missing = False
     elif slab.dtype.kind == "u":  # (the extreme of a slab: no array of flags)
-        missing = bool(slab.max() == np.iinfo(slab.dtype).max)
+        missing = bool(slab.max() == _FILL_UNSIGNED[slab.dtype.itemsize])
     else:
         missing = bool(slab.min() < 0)
     if missing:
@@ -740,6 +764,11 @@ def _checked_entries(
             f"({request.key}); run `accumulus verify` or rebuild"
         )
     return slab
+
+
+# The fill value of an unsigned count array, by item size: the type's largest value
+# (``np.iinfo`` makes an object per call).
+_FILL_UNSIGNED = {n: (1 << (8 * n)) - 1 for n in (1, 2, 4, 8)}
 
 
 def _read_error(
