@@ -174,9 +174,7 @@ def execute(
             raise
         raise _read_error(cube, var, failed, groups.label) from None
     sums = total.result()
-    # A NaN anywhere is their least and greatest, an infinity one of them: two passes
-    # without an array of flags, faster than ``isfinite(...).all()``.
-    if not checked and sums.size and not (math.isfinite(sums.min()) and math.isfinite(sums.max())):
+    if not checked and not _finite(sums, total.floating):
         return execute(
             cube, groups, var, plan, terms, weights, memory_bytes, work,
             checked=True, reference=reference, times=times,
@@ -184,6 +182,17 @@ def execute(
     raw_prefix = var.array.store_path.path + "/"
     raw = sum(key.startswith(raw_prefix) for key in work)
     return ExecutedPlan(rows, sums, total.magnitude, counts, len(work) - raw, raw)
+
+
+def _finite(sums: np.ndarray, floating: set[int]) -> bool:
+    """Whether the rows of ``sums`` that floating-point values were added into are finite
+    (integers, counts, are: a map's count needs no pass over it). A NaN anywhere is their
+    least and greatest, an infinity one of them: two passes without an array of flags,
+    faster than ``isfinite(...).all()``."""
+    if not sums.size:
+        return True
+    rows = [sums] if len(floating) == len(sums) else [sums[row] for row in floating]
+    return all(math.isfinite(row.min()) and math.isfinite(row.max()) for row in rows)
 
 
 def _reads_tallies(work: Work) -> bool:
@@ -336,7 +345,7 @@ def _boxes(parts: Sequence[Part]) -> tuple[tuple[slice, ...], ...] | None:
 
 
 def _box(part: Part) -> tuple[slice, ...]:
-    return tuple(s if isinstance(s, slice) else slice(s, s + 1) for s in part.local)
+    return tuple([s if isinstance(s, slice) else slice(s, s + 1) for s in part.local])
 
 
 def _reached(parts: Sequence[Part]) -> tuple[slice, ...]:
@@ -453,6 +462,7 @@ class _OrderedTotal:
         self._unset = [True] * shape[0]  # rows not written yet (their space undefined)
         self._row_size = prod(shape[1:])
         self.magnitude: np.ndarray | None = None
+        self.floating: set[int] = set()  # rows floating-point values were added into
         self._waiting: dict[int, tuple[tuple[Any, ...], int, np.ndarray, bool]] = {}
         self._next = 0
         self._lock = threading.Lock()
@@ -495,6 +505,8 @@ class _OrderedTotal:
             # use (the infinities' tallies, or the raw data, decide it): no warning for the user.
             with np.errstate(invalid="ignore"):
                 (np.add if sign > 0 else np.subtract)(start, value, out=into, casting="unsafe")
+        if value.dtype.kind not in "iu":
+            self.floating.update(rows)
         if noisy:
             if self.magnitude is None:
                 self.magnitude = _zeroed(self.shape, 3)
@@ -621,7 +633,7 @@ def _entry_parts(
         """The slab's weights, and as ``_contraction`` gives them."""
         key = (
             source.group.weights, remaining, summed,
-            tuple((d, box.get(d)) for d in source.varying),
+            tuple([(d, box.get(d)) for d in source.varying]),
         )  # fmt: skip
         if key not in weights_memo:
             w = _slab_weights(groups.cube, var, source.group.weights, remaining, box)
@@ -644,11 +656,8 @@ def _entry_parts(
                  for c in bounds.chunks_overlapping(lo, hi)]
             )  # fmt: skip
         for combo in itertools.product(*per_dim):
-            coords = tuple(c for c, _, _ in combo)
-            local = tuple(selection for _, selection, _ in combo)
-            box = {
-                d: span for d, (_, _, span) in zip(source.array_dims, combo, strict=True) if span
-            }
+            coords, local, spans = zip(*combo, strict=True)
+            box = {d: span for d, span in zip(source.array_dims, spans, strict=True) if span}
             at = placed(box, read.slot)
             for t, term, array, weighted in members:
                 w, contract = slab_weights(box) if weighted else (None, None)
