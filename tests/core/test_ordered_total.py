@@ -1,0 +1,60 @@
+"""The running total of ``execute`` (``_OrderedTotal``) gives the bits of adding every part
+with its sign, in plan order, into float64 zeros, whatever order the parts arrive in and
+whatever their type (integer counts are copied in, not added through a casting ufunc); and
+only the rows floating-point values reached are checked to be finite (``_finite``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accumulus.accumulation.query.execute import _finite, _OrderedTotal
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 3),
+    cells=st.integers(1, 9),
+    parts=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_total_is_the_signed_sum_in_plan_order(rows: int, cells: int, parts: int, seed: int):
+    rng = np.random.default_rng(seed)
+    listed = []
+    for _ in range(parts):
+        row = int(rng.integers(rows))
+        lo = int(rng.integers(cells))
+        hi = int(rng.integers(lo, cells)) + 1
+        if rng.random() < 0.5:
+            lo, hi = 0, cells  # a whole row, as a map's parts are
+        dtype = rng.choice(["u2", "i8", "f8"])
+        if dtype == "f8":
+            value = rng.normal(0, 1e6, hi - lo) * rng.choice([1.0, -0.0])
+        else:
+            value = rng.integers(0, 1000, hi - lo).astype(dtype)
+        listed.append(((row, slice(lo, hi)), int(rng.choice([1, -1])), value))
+
+    expected = np.zeros((rows, cells))
+    for where, sign, value in listed:
+        expected[where] = (expected[where] + value) if sign > 0 else (expected[where] - value)
+
+    total = _OrderedTotal((rows, cells))
+    for index in rng.permutation(parts):  # arriving in any order
+        where, sign, value = listed[index]
+        total.add(int(index), where, sign, value)
+    got = total.result()
+    assert got.tobytes() == expected.tobytes()
+    assert total.floating == {where[0] for where, _, value in listed if value.dtype.kind == "f"}
+
+
+def test_only_rows_reached_by_floats_are_checked():
+    sums = np.zeros((2, 3))
+    sums[0, 1] = np.nan
+    assert not _finite(sums, {0})
+    assert not _finite(sums, {0, 1})
+    sums[0, 1] = np.inf
+    assert not _finite(sums, {0, 1})
+    # Row 0 held only integers (never NaN): not looked at.
+    assert _finite(sums, {1})
+    assert _finite(np.zeros((0, 3)), {0})
