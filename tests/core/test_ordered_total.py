@@ -1,7 +1,7 @@
 """The running total of ``execute`` (``_OrderedTotal``) gives the bits of adding every part
 with its sign, in plan order, into float64 zeros, whatever order the parts arrive in and
-whatever their type (integer counts are copied in, not added through a casting ufunc); and
-only the rows floating-point values reached are checked to be finite (``_finite``)."""
+whatever their type (whole rows of counts are summed in their own type, converted once);
+and only the rows floating-point values reached are checked to be finite (``_finite``)."""
 
 from __future__ import annotations
 
@@ -31,9 +31,15 @@ def test_total_is_the_signed_sum_in_plan_order(rows: int, cells: int, parts: int
         dtype = rng.choice(["u2", "i8", "f8"])
         if dtype == "f8":
             value = rng.normal(0, 1e6, hi - lo) * rng.choice([1.0, -0.0])
-        else:
-            value = rng.integers(0, 1000, hi - lo).astype(dtype)
-        listed.append(((row, slice(lo, hi)), int(rng.choice([1, -1])), value))
+            listed.append(((row, slice(lo, hi)), int(rng.choice([1, -1])), value))
+            continue
+        # Counts: a later prefix entry less an earlier one (a count of valid values, never
+        # negative, as a query's are), in either order in the plan.
+        later = rng.integers(0, 1000, hi - lo).astype(dtype)
+        earlier = (later * rng.random(hi - lo)).astype(dtype)
+        pair = [((row, slice(lo, hi)), 1, later), ((row, slice(lo, hi)), -1, earlier)]
+        listed.extend(pair[:: int(rng.choice([1, -1]))])
+    parts = len(listed)
 
     expected = np.zeros((rows, cells))
     for where, sign, value in listed:
@@ -58,3 +64,15 @@ def test_only_rows_reached_by_floats_are_checked():
     # Row 0 held only integers (never NaN): not looked at.
     assert _finite(sums, {1})
     assert _finite(np.zeros((0, 3)), {0})
+
+
+def test_counts_wrapping_in_their_type_are_exact():
+    """A row of counts summed in its own type: a partial sum may pass the type's largest
+    value (here 300 in uint8), the row's sum (a count, which the type holds) is exact."""
+    parts = [200, -150, 250, -240]
+    total = _OrderedTotal((1, 2))
+    for index, count in enumerate(parts):
+        value = np.full(2, abs(count), dtype="u1")
+        total.add(index, (0, slice(0, 2)), 1 if count > 0 else -1, value)
+    assert total.result().tolist() == [[60.0, 60.0]]
+    assert total.floating == set()

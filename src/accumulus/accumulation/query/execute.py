@@ -460,6 +460,9 @@ class _OrderedTotal:
         self.shape = shape
         self._total = _scratch(shape, 2)
         self._unset = [True] * shape[0]  # rows not written yet (their space undefined)
+        # Rows every part of which so far was a whole row of counts of one integer type:
+        # summed in that type (``_counted``), converted into the total once.
+        self._counted: dict[int, np.ndarray] = {}
         self._row_size = prod(shape[1:])
         self.magnitude: np.ndarray | None = None
         self.floating: set[int] = set()  # rows floating-point values were added into
@@ -485,26 +488,27 @@ class _OrderedTotal:
                 self._add(*self._waiting.pop(self._next))
 
     def _add(self, where: tuple[Any, ...], sign: int, value: np.ndarray, noisy: bool) -> None:
+        first = where[0]  # the rows of the part: one, or a range
+        if self._counted_in(first, sign, value):
+            self._next += 1
+            return
         where = (*where, ...)  # a view, also of a single value
         into = self._total[where]
-        first = where[0]  # the rows of the part: one, or a range
         rows = (first,) if isinstance(first, int) else range(self.shape[0])[first]
+        for row in rows:
+            if row in self._counted:  # converted before anything else is added to it
+                self._convert(row)
         fresh = [row for row in rows if self._unset[row]]
         whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
         for row in fresh:
             self._unset[row] = False
             if not whole:
                 self._total[row, ...].fill(0.0)
-        if whole and sign > 0 and value.dtype.kind in "iu":
-            # Integers (counts) converted as they are copied: the same values as 0 + them,
-            # and about half the CPU of a ufunc casting from a small integer type.
-            np.copyto(into, value, casting="unsafe")
-        else:
-            start = 0.0 if whole else into
-            # Sums holding infinities meet here as inf - inf = NaN, which the answer does not
-            # use (the infinities' tallies, or the raw data, decide it): no warning for the user.
-            with np.errstate(invalid="ignore"):
-                (np.add if sign > 0 else np.subtract)(start, value, out=into, casting="unsafe")
+        start = 0.0 if whole else into
+        # Sums holding infinities meet here as inf - inf = NaN, which the answer does not use
+        # (the infinities' tallies, or the raw data, decide it): no warning for the user.
+        with np.errstate(invalid="ignore"):
+            (np.add if sign > 0 else np.subtract)(start, value, out=into, casting="unsafe")
         if value.dtype.kind not in "iu":
             self.floating.update(rows)
         if noisy:
@@ -516,8 +520,37 @@ class _OrderedTotal:
             np.add(size, value, out=size, casting="unsafe")
         self._next += 1
 
+    def _counted_in(self, row: Any, sign: int, value: np.ndarray) -> bool:
+        """Whether a part was added into its row's integer sum (``_counted``): a whole row
+        of counts, the row's first part (added) or after parts of the same type. A count
+        array's type holds the largest count of its variable (``placement.count_dtype``),
+        so the row's sum, a count of valid values, does too: summed with wrapping
+        arithmetic, it is exact whatever the order of the parts, and the same float64 as
+        their sum in float64. About half the CPU of adding each part to float64."""
+        if not isinstance(row, int) or value.dtype.kind not in "iu":
+            return False
+        if value.size != self._row_size:
+            return False
+        held = self._counted.get(row)
+        if held is not None and held.dtype == value.dtype:
+            (np.add if sign > 0 else np.subtract)(held, value, out=held)
+            return True
+        if self._unset[row] and sign > 0:
+            self._unset[row] = False
+            self._counted[row] = np.array(value, order="C")
+            return True
+        return False
+
+    def _convert(self, row: int) -> None:
+        """A row's integer sum into the total, converted as it is copied (about half the
+        CPU of a ufunc casting from a small integer type)."""
+        into = self._total[row, ...]
+        np.copyto(into, self._counted.pop(row).reshape(into.shape), casting="unsafe")
+
     def result(self) -> np.ndarray:
         assert not self._waiting
+        for row in list(self._counted):
+            self._convert(row)
         for row, unset in enumerate(self._unset):
             if unset:  # no part reached it
                 self._total[row, ...].fill(0.0)
