@@ -392,9 +392,10 @@ def index_range(
                 continue
             if not np.isfinite(bound):
                 raise AccumulusError(f"range bound {bound} for {dim!r} is not a finite longitude")
-        circle = _of_index(index, "circle", lambda: longitude.circle_of(np.asarray(index)))
+        values = _of_index(index, "values", lambda: np.asarray(index))  # (a view made per call)
+        circle = _of_index(index, "circle", lambda: longitude.circle_of(values))
         try:
-            return longitude.longitude_range(index.values, start, stop, circle)
+            return longitude.longitude_range(values, start, stop, circle)
         except AccumulusError:
             raise _selects_nothing(index, dim, start, stop) from None
     if _is_number(start) and _is_number(stop) and start > stop:
