@@ -39,12 +39,15 @@ import numpy as np
 import xarray as xr
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
+from zarr.storage import WrapperStore
 
 import accumulus
 from accumulus.accumulation.query.execute import chunk_work
+from accumulus.chunk_reader import _chunk_spec
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
-from accumulus.stores.base import reads_synchronously
+from accumulus.partial_decode import blosc_chain, decode_ranges
+from accumulus.stores.base import innermost, reads_synchronously
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.opening import open_store
@@ -100,17 +103,62 @@ def decoded(buffer, compressor, filters, shape, dtype, fill) -> np.ndarray:
     """A chunk's values from its stored bytes (None: not stored, its fill value)."""
     if buffer is None:
         return np.full(shape, fill, dtype=dtype)
-    data = buffer.to_bytes()
+    data = buffer if isinstance(buffer, bytes) else buffer.to_bytes()
     data = compressor.decode(data) if compressor is not None else data
     for codec in filters:
         data = codec.decode(data)
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
+def _counting(store) -> CountingStore | None:
+    """The counting store among ``store``'s wrappers, if one is."""
+    while not isinstance(store, CountingStore) and isinstance(store, WrapperStore):
+        store = store._store
+    return store if isinstance(store, CountingStore) else None
+
+
+def in_part(store, request) -> Callable[[Callable[[bytes], np.ndarray]], np.ndarray] | None:
+    """Where a chunk is a local file in a Blosc frame: a reader of only its Blosc blocks
+    holding the parts the plan needs (its header, then those blocks, by byte ranges of one
+    open file, counted at ``store`` when it counts), decoding them. The least a program
+    reading those chunks decodes, and what an answer reads once the file passed its
+    checksum (the timed handle's warm answers). It falls back on ``whole`` (the stored
+    bytes decoded whole) where the frame cannot be cut.
+    None where the chunk is no such file."""
+    root = getattr(innermost(store), "root", None)
+    chain = blosc_chain(request.array.metadata)
+    if root is None or chain is None or request.needed is None:
+        return None
+    path = os.path.join(str(root), request.store_key)
+    spec = _chunk_spec(request.array.metadata, request.coords)
+    regions = request.regions or (request.needed,)
+
+    counting = _counting(store)
+
+    def read(whole: Callable[[bytes], np.ndarray]) -> np.ndarray:
+        fd = os.open(path, os.O_RDONLY)
+
+        def counted(start: int, stop: int) -> bytes:
+            data = os.pread(fd, stop - start, start)
+            if counting is not None:  # each range one request, as the answer's are counted
+                counting._count_read(request.store_key, data)
+            return data
+
+        try:
+            size = os.fstat(fd).st_size
+            part = decode_ranges(chain, spec, regions, counted, size, verified=True)
+            return part if part is not None else whole(counted(0, size))
+        finally:
+            os.close(fd)
+
+    return read
+
+
 def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
-    """A bare loop over exactly the chunks ``result``'s plan reads: fetch them all at once,
-    decode each with its array's numcodecs filters and compressor, and sum the part read
-    (valid values and their count for raw chunks, the entries for accumulation chunks)."""
+    """A bare loop over exactly the chunks ``result``'s plan reads: fetch them all at once
+    (a local file's Blosc blocks holding the parts needed: ``in_part``), decode each with its
+    array's numcodecs filters and compressor, and sum the part read (valid values and their
+    count for raw chunks, the entries for accumulation chunks)."""
     snapshot = handle.snapshot()
     var = snapshot.cube.variable(result.query.variable)
     terms = ("wsum", "wcount") if result.weights != "none" else ("sum", "count")
@@ -125,16 +173,26 @@ def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
         shape, dtype = metadata.chunks, metadata.dtype.to_native_dtype()
         fill = metadata.fill_value
         store_of = request.store or store
-        items.append((key, compressor, codecs[::-1], shape, dtype, parts, store_of, fill))
+        ranged = in_part(store_of, request)
+        items.append((key, compressor, codecs[::-1], shape, dtype, parts, store_of, fill, ranged))
 
     def decode_and_sum(item, buffer) -> None:
-        _, compressor, filters, shape, dtype, parts, _, fill = item
-        sum_parts(decoded(buffer, compressor, filters, shape, dtype, fill), parts, over)
+        _, compressor, filters, shape, dtype, parts, _, fill, ranged = item
+
+        def whole(stored) -> np.ndarray:
+            return decoded(stored, compressor, filters, shape, dtype, fill)
+
+        sum_parts(whole(buffer) if ranged is None else ranged(whole), parts, over)
+
+    async def nothing() -> None:
+        return None
 
     async def fetch_all():
         prototype = default_buffer_prototype()
         # Each chunk from its own store: a sidecar's accumulations are beside the cube's.
-        return await asyncio.gather(*(item[6].get(item[0], prototype) for item in items))
+        return await asyncio.gather(
+            *(nothing() if item[8] else item[6].get(item[0], prototype) for item in items)
+        )
 
     def run() -> None:
         buffers = sync(fetch_all())
@@ -160,11 +218,16 @@ def floor_in_thread_reader(handle: accumulus.Datacube, result) -> Callable[[], N
         codecs = [numcodecs.get_codec(f.get_config()) for f in metadata.filters or ()]
         shape, dtype = metadata.chunks, metadata.dtype.to_native_dtype()
         compressor, fill = metadata.compressor, metadata.fill_value
-        items.append((store, key, compressor, codecs[::-1], shape, dtype, parts, fill))
+        ranged = in_part(store, request)
+        items.append((store, key, compressor, codecs[::-1], shape, dtype, parts, fill, ranged))
 
     def run() -> None:
-        for store, key, compressor, filters, shape, dtype, parts, fill in items:
-            chunk = decoded(store.get_sync(key), compressor, filters, shape, dtype, fill)
+        for store, key, compressor, filters, shape, dtype, parts, fill, ranged in items:
+
+            def whole(stored) -> np.ndarray:
+                return decoded(stored, compressor, filters, shape, dtype, fill)  # noqa: B023
+
+            chunk = whole(store.get_sync(key)) if ranged is None else ranged(whole)
             sum_parts(chunk, parts, over)
 
     return run

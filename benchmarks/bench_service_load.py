@@ -35,7 +35,8 @@ own functions without HTTP (`check_average_request` + `compute_answer` on one sn
 CPU per request, p50/p99, and that CPU split by a profile (cProfile) into planning (parsing
 the ranges, resolving labels, choosing the plan), reads (store gets, zarr's machinery),
 decoding (codecs), summing (the plan's arithmetic), the answer (the xarray object, notes)
-and JSON; HTTP is the server's CPU per request less the floor's.
+and JSON (with the gzip of large answers); HTTP is the server's CPU per request less the
+floor's.
 
 A sample of answers (``--check``) is compared with xarray on the raw data (rtol 1e-9).
 
@@ -288,9 +289,10 @@ def _answer_here(snapshot, question: Question) -> bytes:
 
 
 # Where the profile's time goes: the first of these (module path fragments or function
-# names) found on a call's stack, innermost first, names its part.
+# names) found on a call's stack, innermost first, names its part. JSON holds the gzip of
+# the large answers too (``Answer.rendered``).
 PARTS = (
-    ("JSON", ("result_json_bytes",)),
+    ("JSON", ("result_json_bytes", ":rendered")),
     ("decoding", ("numcodecs", "zarr/codecs", "decode_chunk", "partial_decode", ":_decode")),
     ("reads", ("zarr/storage", "accumulus/stores", "get_sync", "read_chunks")),
     ("summing", ("execute.py",)),

@@ -111,7 +111,10 @@ def floor(handle: accumulus.Datacube, result) -> dict[str, tuple[float, float]]:
     ones = [np.ones(shape) for _ in stat.sums]
 
     def plain(request, chunk) -> None:
-        chunk[request.needed or ...].sum(dtype="f8")
+        # Each part's box where the chunk has several (only those are decoded), else the
+        # part it needs.
+        for region in request.regions or [request.needed or ...]:
+            chunk[region].sum(dtype="f8")
 
     def run_plain() -> None:
         read_chunks(requests, plain, None, cube.store)

@@ -252,3 +252,19 @@ def test_positioned_accumulations(tmp_path):
     group = zarr.open_group(path / "precip_accumulation_group" / "accumulus_positions", mode="r")
     assert [n for n in group.array_keys() if "_at_" in n]
     check_store(path)
+
+
+def test_series_chunks_in_small_blosc_blocks(tmp_path):
+    """Series chunks of two Blosc blocks or more (here the sums, 730 x 12 float64; their
+    counts are uint8, one block) are compressed as 32-byte elements, in blocks of 16 KiB
+    (``placement.blosc_elements``): netcdf-c's Blosc filter reads them as zarr-python
+    does."""
+    path = tmp_path / "cube.zarr"
+    ds = synthetic_dataset({"time": 730, "lat": 12, "lon": 4})
+    write_cube(ds, path, {"time": 73, "lat": 6, "lon": 4})
+    at = {"lat": 1, "lon": 1}
+    accumulus.accumulate(str(path), "precip", ["lat,lon"], weights="area", at=at)
+    series = path / "precip_accumulation_group" / "accumulus_positions"
+    frames = [p.read_bytes() for p in series.glob("acc_uw_lat_lon_at_1_1/0.*")]
+    assert frames and all(frame[3] == 32 for frame in frames)  # Blosc's element size
+    check_store(path)

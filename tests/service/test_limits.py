@@ -366,12 +366,12 @@ def test_a_local_store_is_guarded_below_its_views_and_stops_every_read(own_cube)
     assert innermost(snapshot.cube.store) is below.store  # the original, unguarded
     prototype = default_buffer_prototype()
     whole = below.get_sync(key).to_bytes()
-    assert below.read_parts_sync(key, lambda read, size: read(0, size)) == whole
+    assert below.read_parts_sync(key, lambda read, version: read(0, version.size)) == whole
     assert asyncio.run(below.get(key, prototype)).to_bytes() == whole
     guard.stop("the client went away")
     reads = [
         lambda: below.get_sync(key),
-        lambda: below.read_parts_sync(key, lambda read, size: read(0, size)),
+        lambda: below.read_parts_sync(key, lambda read, version: read(0, version.size)),
         lambda: asyncio.run(below.get(key, prototype)),
         lambda: asyncio.run(below.get_partial_values(prototype, [(key, None)])),
         lambda: asyncio.run(below.getsize(key)),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import shapely
 import xarray as xr
 
 import accumulus
@@ -138,3 +139,31 @@ def test_a_seasonal_trend_equals_a_fit_of_its_days(summed):
         if valid.sum() >= 2:
             want[cell] = np.polyfit(years[valid], values[valid, cell], 1)[0]
     np.testing.assert_allclose(got.transpose("lat", "lon").values.ravel(), want, rtol=1e-7)
+
+
+@pytest.mark.parametrize("stat", ["mean", "var"])
+def test_seasons_over_a_shape_equal_xarray(cube, stat):
+    """A season over a shape (the cells whose centres lie in a polygon): the series by
+    season-year and the map of the season's days, as xarray's over those cells."""
+    ds, path = cube
+    polygon = shapely.box(1.0, -50.0, 6.0, 50.0)
+    inside = (ds.lat > -50) & (ds.lat < 50) & (ds.lon > 1) & (ds.lon < 6)
+    days = _season(ds, "JJA").where(inside)
+    w = area_weights(ds)
+    handle = accumulus.open(path)
+
+    def reduce(data, dims):
+        weighted = data.weighted(w)
+        return weighted.mean(dims) if stat == "mean" else weighted.var(dims)
+
+    ranges = {"time": RANGE}
+    got = handle.query(VAR, ["lat", "lon"], ranges, season="JJA", shape=polygon, stat=stat)
+    expected = days.groupby("time.year").map(lambda g: reduce(g, ["time", "lat", "lon"]))
+    assert got.plan.slots == expected.sizes["year"]
+    np.testing.assert_array_equal(got.data["year"].values, expected["year"].values)
+    np.testing.assert_allclose(got.data.values, expected.values, rtol=1e-9)
+
+    got = handle.query(VAR, ["time"], ranges, season="JJA", shape=polygon, stat=stat).data
+    # (the map of the shape's bounding box of cells)
+    expected = reduce(days, "time").where(inside).sel(lat=got.lat, lon=got.lon)
+    np.testing.assert_allclose(got.transpose(*expected.dims).values, expected.values, rtol=1e-9)

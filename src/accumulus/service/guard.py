@@ -65,7 +65,8 @@ class RequestGuard:
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.deadline = time.monotonic() + seconds
+        self.started = time.monotonic()
+        self.deadline = self.started + seconds
         self.reason: str | None = None
 
     @property

@@ -193,8 +193,8 @@ class Service:
 
     async def _watch(self) -> None:
         """Every ``WATCH_SECONDS`` while calls are on the short path: drop those queued past
-        ``queue_seconds``, stop those computing past ``request_seconds`` or whose client
-        left."""
+        ``queue_seconds``, stop those computing past ``request_seconds`` or (computing for a
+        whole period) whose client left."""
         limits = self.limits
         try:
             while self._calls:
@@ -208,7 +208,14 @@ class Service:
                         continue
                     if guard.reason is None and guard.expired:
                         guard.stop(f"the request took more than {limits.request_seconds:g} s")
-                    elif guard.reason is None and await call.disconnected():
+                    # Asked of the computations that have run a whole period: asking costs
+                    # the loop a cancel scope (and Starlette's, a repr of the task), and
+                    # nearly every light one ends before.
+                    elif (
+                        guard.reason is None
+                        and now - guard.started >= WATCH_SECONDS
+                        and await call.disconnected()
+                    ):
                         guard.stop("the client went away")
                     if guard.reason is not None:
                         call.fail(stopped_error(limits, guard.reason))
