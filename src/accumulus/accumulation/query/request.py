@@ -203,9 +203,10 @@ class ResolvedQuery:
         """The same question, answered from the raw data alone."""
         return replace(self, query=replace(self.query, use_accumulation=False))
 
-    @property
+    @functools.cached_property
     def sizes(self) -> dict[str, int]:
-        """Per dimension, the index past which a range wraps round (``longitude.pieces``)."""
+        """Per dimension, the index past which a range wraps round (``longitude.pieces``);
+        worked out once (read, not changed, by the planner and the answer)."""
         sizes = zip(self.variable.dims, self.variable.shape, strict=True)
         return {d: self.periods.get(d, n) for d, n in sizes}
 
