@@ -34,8 +34,8 @@ def bounds(draw) -> str | None:
     return stamp.strftime(draw(st.sampled_from(FORMATS)))
 
 
-@settings(max_examples=400, deadline=None)
-@given(
+# An index of a drawn step, unit and length, and a range of bounds() on it.
+on_date_indexes = given(
     step=st.sampled_from(STEPS),
     unit=st.sampled_from(UNITS),
     size=st.integers(1, 400),
@@ -43,6 +43,10 @@ def bounds(draw) -> str | None:
     start=bounds(),
     stop=bounds(),
 )
+
+
+@settings(max_examples=400, deadline=None)
+@on_date_indexes
 def test_date_positions_match_pandas(step, unit, size, first, start, stop):
     start_at = pd.Timestamp("1995-03-01") + pd.Timedelta(days=first)
     periods = min(size, 200)  # yearly steps stay before 2262 (the end of nanoseconds)
@@ -54,14 +58,7 @@ def test_date_positions_match_pandas(step, unit, size, first, start, stop):
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    step=st.sampled_from(STEPS),
-    unit=st.sampled_from(UNITS),
-    size=st.integers(1, 400),
-    first=st.integers(0, 20 * 365),
-    start=bounds(),
-    stop=bounds(),
-)
+@on_date_indexes
 def test_quick_ranges_are_the_general_answers(step, unit, size, first, start, stop):
     """``index_range``'s quick path (``_quick_range``) gives what its general one gives,
     whether the range reaches past the coordinate included, and is taken whenever the

@@ -147,6 +147,8 @@ def scan_boxes(
 def _across_seams(box: Box, sizes: Mapping[str, int]) -> list[Box]:
     """``box`` as boxes within the axes: a range past its axis' end (across a longitude's
     seam) becomes its part up to the end and its part from the start."""
+    if all(hi <= sizes.get(dim, hi) for dim, (_, hi) in box.items()):
+        return [dict(box)]  # (no seam crossed: most boxes)
     per_dim = []
     for dim, (lo, hi) in box.items():
         size = sizes.get(dim, hi)

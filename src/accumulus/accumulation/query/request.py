@@ -203,9 +203,10 @@ class ResolvedQuery:
         """The same question, answered from the raw data alone."""
         return replace(self, query=replace(self.query, use_accumulation=False))
 
-    @property
+    @functools.cached_property
     def sizes(self) -> dict[str, int]:
-        """Per dimension, the index past which a range wraps round (``longitude.pieces``)."""
+        """Per dimension, the index past which a range wraps round (``longitude.pieces``);
+        worked out once (read, not changed, by the planner and the answer)."""
         sizes = zip(self.variable.dims, self.variable.shape, strict=True)
         return {d: self.periods.get(d, n) for d, n in sizes}
 
@@ -392,9 +393,10 @@ def index_range(
                 continue
             if not np.isfinite(bound):
                 raise AccumulusError(f"range bound {bound} for {dim!r} is not a finite longitude")
-        circle = _of_index(index, "circle", lambda: longitude.circle_of(np.asarray(index)))
+        values = _of_index(index, "values", lambda: np.asarray(index))  # (a view made per call)
+        circle = _of_index(index, "circle", lambda: longitude.circle_of(values))
         try:
-            return longitude.longitude_range(index.values, start, stop, circle)
+            return longitude.longitude_range(values, start, stop, circle)
         except AccumulusError:
             raise _selects_nothing(index, dim, start, stop) from None
     if _is_number(start) and _is_number(stop) and start > stop:
