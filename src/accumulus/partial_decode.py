@@ -236,10 +236,9 @@ def _block_runs(
     None when they leave no block out, or too few to pay for copying the compressed bytes
     of the blocks kept into a frame of their own: the blocks left out must hold at least as
     many bytes decoded as those kept hold compressed. LZ4 decodes data that compresses
-    little about as fast as it is copied (a 10.6 MB chunk of noise, 21 blocks, 0.75 of its
-    size stored: decoded whole in 0.93 ms; 20 blocks cut out and decoded in 1.6 ms, 13 in
-    0.98 ms), and data that compresses well several times slower than its compressed bytes
-    are copied."""
+    little about as fast as it is copied, and data that compresses well several times
+    slower than its compressed bytes are copied (docs/benchmarks.md, "Series: reading only
+    the days a question needs")."""
     runs: list[tuple[int, int]] = []
     for k0, k1 in sorted((start // blocksize, -(-stop // blocksize)) for start, stop in spans):
         if runs and k0 <= runs[-1][1]:

@@ -98,8 +98,7 @@ class GuardedStore(DelegatingStore):
         try:
             found = super().read_sync(key, prototype, byte_range)
         except OSError as exc:  # named by its key, never by a server path
-            reason = exc.strerror or type(exc).__name__
-            raise StoreReadError(f"cannot read {key}: {reason}") from None
+            raise _unreadable(key, exc) from None
         if found is None:  # missing, or a directory: refused as get refuses it
             check_regular_file(root, key)
         return found

@@ -47,10 +47,8 @@ SERIES_CHUNK = 256 * 2**10  # the same for arrays read as long series (a box's r
 BUFFER_BYTES = 384 * 2**20  # entries a build holds back to write long series chunks whole
 # Bytes of a Blosc block of a series-like array's chunk (v2): a series over a short period
 # reads a few days of each chunk, which a query decodes block by block (``partial_decode``);
-# 16 KiB is 22 days of 90 rows of float64 sums. Measured on the default path's cube
-# (docs/benchmarks.md, "Series: reading only the days a question needs"), bit-shuffled:
-# series sums 0.35 of their size (byte-shuffled in c-blosc's 128 KiB blocks: 0.38), counts
-# 0.25 (bit-shuffled in 64 KiB blocks: 0.22), a block decoded in 8 us instead of 30.
+# 16 KiB is 22 days of 90 rows of float64 sums. Chosen by measurement on the default path's
+# cube (docs/benchmarks.md, "Series: reading only the days a question needs").
 SERIES_BLOCK = 16 * 2**10
 # c-blosc splits a block of elements of 16 bytes or less into one stream per byte and
 # enlarges such blocks to 64 KiB at least, whatever block size it is asked for; elements of
@@ -148,8 +146,8 @@ def blosc_elements(codec: object, chunk: np.ndarray) -> np.ndarray:
     blocks of a set size (``codecs`` of a series array) is given elements of 32 bytes,
     which keep that size (``_BLOCK_ELEMENT``), where the chunk holds two blocks or more
     and its bytes are a multiple of 32; otherwise the chunk as it is (a chunk of one block
-    has nothing to leave out, and its 32-byte elements compressed worse: float64 sums of a
-    2,880-byte chunk bit-shuffled to 0.87 of their size instead of 0.48)."""
+    has nothing to leave out, and its 32-byte elements compress worse: docs/benchmarks.md,
+    "Series: reading only the days a question needs")."""
     if (
         isinstance(codec, Blosc)
         and codec.blocksize
@@ -163,18 +161,12 @@ def blosc_elements(codec: object, chunk: np.ndarray) -> np.ndarray:
 
 def bit_shuffled(chunks: tuple[int, ...]) -> bool:
     """Whether an accumulation array stored in ``chunks`` is compressed after a bit shuffle
-    rather than a byte one: every array where a chunk holds a multiple of 8 values.
-    Measured on chunks drawn at random (docs/accumulation.md, docs/benchmarks.md): map
-    counts encode and decode as fast either way and take less space bit-shuffled; map sums
-    and series counts take 0.46 and 0.34 of their size instead of 0.55 and 0.48 on the
-    default path's cube (a tenth of the default layout's bytes) for a few percent more
-    decoding per chunk; series sums in blocks of ``SERIES_BLOCK`` 0.35 instead of 0.40
-    byte-shuffled, encoded faster, and a box's series decodes a block of 16 KiB of each
-    (in c-blosc's blocks of 128 KiB, bit-shuffled series sums decoded slower than
-    byte-shuffled ones: docs/benchmarks.md). Blosc bit-shuffles a block only if it holds a
-    multiple of 8 values, and leaves it unshuffled otherwise (series counts in chunks of
-    61 x 180 stored at 0.55 of their size, the same counts in chunks of 82 x 180 at 0.12),
-    so other chunks keep the byte shuffle."""
+    rather than a byte one: every array where a chunk holds a multiple of 8 values. Chosen
+    by measurement on chunks drawn at random (docs/accumulation.md, docs/benchmarks.md):
+    bit-shuffled chunks take less space for about the same decoding, and series sums in
+    blocks of ``SERIES_BLOCK`` decode faster so. Blosc bit-shuffles a block only if it
+    holds a multiple of 8 values, and leaves it unshuffled otherwise (which compresses far
+    worse),     so other chunks keep the byte shuffle."""
     return prod(chunks) % 8 == 0
 
 
