@@ -21,6 +21,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
+import numpy as np
 import xarray as xr
 import zarr
 from zarr.abc.store import Store
@@ -48,6 +49,7 @@ from accumulus.datacube import Datacube
 from accumulus.datacube import DatacubeSnapshot as DatacubeSnapshot  # re-exported
 from accumulus.destinations import check_store, removed_on_failure
 from accumulus.errors import AccumulusError, Interrupted, ParameterError
+from accumulus.grid import period_keys
 from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
@@ -168,9 +170,10 @@ def accumulate(
     """Build the ZEP 5 accumulation group of ``variable``.
 
     With no ``dims``, ``at``, ``strides`` or ``minimal``, the default layout
-    (``spec.default_layout``): time at every day, and latitude+longitude at every cell, so
-    series over any box and maps over any period read no raw chunk (about two full-size
-    arrays of sums: ``inspect`` reports what they take). ``minimal``: ZEP 5 as written
+    (``spec.default_layout``): time at month ends and every 2 days of each month, and
+    latitude+longitude at every cell, so series over any box and maps over whole months read
+    no raw chunk, and a map over other days at most a day at each end (``inspect`` reports
+    what they take). ``minimal``: ZEP 5 as written
     only (every dimension alone plus latitude+longitude, at chunk ends).
 
     ``dims``: the dimension combinations to accumulate, e.g. ``[("time",), ("lat", "lon")]``
@@ -342,7 +345,8 @@ def _request(
         if minimal or at is not None or strides:
             combos = spec.default_combinations(var.dims, horizontal)
         else:  # no options: the layout that answers from accumulations
-            combos, default_at = spec.default_layout(var.dims, horizontal)
+            dated = [d for d in var.dims if d not in horizontal and _holds_dates(cube, d)]
+            combos, default_at = spec.default_layout(var.dims, horizontal, dated)
     accumulated = {d for combo in combos for d in combo}
     kept_at = {d: r for d, r in (kept.at if kept else {}).items() if d in accumulated}
     kept_strides = {d: s for d, s in (kept.strides if kept else {}).items() if d in accumulated}
@@ -369,6 +373,16 @@ def _request(
     if weights is None:
         parts.append(f"weights {request.weights}")
     return request, ("kept from the last build: " + "; ".join(parts)) if parts else ""
+
+
+def _holds_dates(cube: RawCube, dim: str) -> bool:
+    """Whether ``dim``'s coordinate holds dates (in any CF calendar): calendar positions
+    (``--at DIM=month+2``) can be placed along it."""
+    try:
+        period_keys(np.asarray(cube.index(dim)), "month")
+    except ValueError:
+        return False
+    return True
 
 
 def _combination(combo: Sequence[str] | str) -> tuple[str, ...]:

@@ -225,15 +225,16 @@ def layout_text(group) -> str:
 
 def _is_default_layout(path: Path) -> bool | None:
     """Whether the cube's group has the layout ``accumulate`` builds with no options (None:
-    it has no group yet). A demo cube accumulated by an earlier version is rebuilt."""
+    it has no group yet). A demo cube accumulated by an earlier version is built afresh."""
     from accumulus import api
+    from accumulus.accumulation.model import spec
+    from accumulus.accumulation.model.positions import rule_slug
 
     group = api.open(str(path)).accumulation_group(VARIABLE)
     if group is None:
         return None
-    return all(a.placement is not None for a in group.accumulations) and {
-        a.key for a in group.accumulations
-    } == {"time@1", "lat,lon@1,1"}
+    time_at = rule_slug(spec.DEFAULT_DATED_RULE)
+    return {a.key for a in group.accumulations} == {f"time@{time_at}", "lat,lon@1,1"}
 
 
 def run_demo(
@@ -263,9 +264,10 @@ def run_demo(
         say(f"reusing {path} (run with --fresh to regenerate)")
 
     # The default layout, as `accumulus accumulate CUBE precip` builds it with no options:
-    # entries at every day along time and at every cell along latitude and longitude.
+    # entries at month ends and every 2 days along time, and at every cell along latitude
+    # and longitude.
     rebuild = _is_default_layout(path) is False
-    built = api.accumulate(str(path), VARIABLE, progress=progress, rebuild=rebuild)
+    built = api.accumulate(str(path), VARIABLE, progress=progress, reset=rebuild)
     say(
         f"accumulations: {built.action} in {built.seconds:.1f} s; layout (the default of "
         f"`accumulus accumulate`): {layout_text(built.group)}; weights {built.group.weights}"

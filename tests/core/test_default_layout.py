@@ -1,6 +1,7 @@
-"""``accumulate`` with no options builds the default layout (time at every element,
-latitude+longitude at every cell): series over any box and maps over any period, day-precise,
-read no raw chunk and equal xarray's answers on the raw data. ``minimal`` builds ZEP 5 as
+"""``accumulate`` with no options builds the default layout (time at month ends and every 2
+days of each month, latitude+longitude at every cell): series over any box and maps over whole
+months read no raw chunk, maps over other days at most a day at each end, and all equal
+xarray's answers on the raw data. ``minimal`` builds ZEP 5 as
 written; ``inspect`` names which."""
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ def built(tmp_path_factory):
     return path, ds, result
 
 
-def test_the_default_layout_is_every_day_and_every_cell(built):
+def test_the_default_layout_is_every_two_days_and_every_cell(built):
     path, _, result = built
     keys = {a.key for a in result.group.accumulations}
-    assert keys == {"time@1", "lat,lon@1,1"}
+    assert keys == {"time@month_2", "lat,lon@1,1"}
     assert result.group.weights == "area"
     assert spec.layout_name(result.group) == "default"
     [group] = accumulus.inspect(str(path))["accumulation_groups"]
@@ -35,20 +36,29 @@ def test_the_default_layout_is_every_day_and_every_cell(built):
 
 
 @pytest.mark.parametrize(
-    ("over", "ranges"),
+    ("over", "ranges", "raw_days"),
     [
-        (["lat", "lon"], {"time": ("2001-01-03", "2001-02-17"), "lat": (-50, 30), "lon": (2, 12)}),
-        (["lat", "lon"], {"lat": (-20, 70), "lon": (5, 15)}),
-        (["time"], {"time": ("2001-01-05", "2001-03-09")}),  # day-precise ends
-        (["time"], {"time": ("2001-02-01", "2001-03-31")}),  # whole months
+        (
+            ["lat", "lon"],
+            {"time": ("2001-01-03", "2001-02-17"), "lat": (-50, 30), "lon": (2, 12)},
+            0,
+        ),
+        (["lat", "lon"], {"lat": (-20, 70), "lon": (5, 15)}, 0),
+        (["time"], {"time": ("2001-02-01", "2001-03-31")}, 0),  # whole months
+        (["time"], {"time": ("2001-01-05", "2001-03-08")}, 0),  # ends on entries
+        (["time"], {"time": ("2001-01-06", "2001-03-09")}, 2),  # a day off at each end
+        (["time"], {"time": ("2001-01-05", "2001-01-05")}, 1),  # one day
     ],
 )
-def test_common_questions_read_no_raw_chunk(built, over, ranges):
+def test_common_questions_read_no_raw_chunk(built, over, ranges, raw_days):
     path, ds, _ = built
     # The accumulations' plan (on a cube this small a scan may be the cheaper one).
     result = accumulus.query(str(path), VAR, over, ranges, plan="accumulation")
-    assert result.stats.raw_chunks_read == 0
-    assert result.stats.accumulation_chunks_read > 0
+    # Each end off an entry reads its day from the raw chunk holding it.
+    assert (result.stats.raw_chunks_read > 0) == (raw_days > 0)
+    assert result.stats.raw_chunks_read <= raw_days
+    # (A single day is read raw alone: no entry falls inside it.)
+    assert (result.stats.accumulation_chunks_read > 0) == (raw_days != 1)
     got = result.data
     data = ds[VAR].sel({d: slice(*r) for d, r in ranges.items()}).astype("f8")
     expected = data.weighted(area_weights(data)).mean(over)
@@ -72,5 +82,16 @@ def test_minimal_is_zep5_as_written(tmp_path):
 def test_without_latitudes_and_longitudes_the_default_is_zep5():
     combos, at = spec.default_layout(("time", "x"), ())
     assert combos == [("time",), ("x",)] and at == {}
-    combos, at = spec.default_layout(("time", "lat", "lon"), ("lat", "lon"))
-    assert combos == [("time",), ("lat", "lon")] and at == {"time": 1, "lat": 1, "lon": 1}
+    combos, at = spec.default_layout(("time", "lat", "lon"), ("lat", "lon"), ("time",))
+    assert combos == [("time",), ("lat", "lon")]
+    assert at == {"time": "month+2", "lat": 1, "lon": 1}
+
+
+def test_a_dimension_without_dates_has_an_entry_at_every_element(tmp_path):
+    path = tmp_path / "c.zarr"
+    ds = synthetic_dataset({"time": 30, "lat": 6, "lon": 8}, seed=13)
+    ds = ds.assign_coords(time=np.arange(30.0))  # hours since an unnamed origin: no dates
+    write_cube(ds, path, CHUNKS)
+    result = accumulus.accumulate(str(path), VAR)
+    assert {a.key for a in result.group.accumulations} == {"time@1", "lat,lon@1,1"}
+    assert spec.layout_name(result.group) == "default"

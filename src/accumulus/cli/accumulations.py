@@ -33,8 +33,9 @@ def accumulate(
         option(
             "--dims",
             "A combination to accumulate, e.g. time or lat,lon (repeatable). "
-            "Default: time at every element and lat,lon at every cell (any box, any period, "
-            "no raw chunk); with --minimal, --stride or --at: every dimension alone plus lat,lon.",
+            "Default: time at month ends and every 2 days of each month, and lat,lon at every "
+            "cell (any box's series and any whole months' map without a raw chunk); with "
+            "--minimal, --stride or --at: every dimension alone plus lat,lon.",
         ),
     ] = None,
     stride: Annotated[
@@ -93,7 +94,7 @@ def accumulate(
         option(
             "--minimal",
             "ZEP 5 as written only: every dimension alone plus lat,lon at chunk ends (the "
-            "default adds entries at every day and every cell: see inspect).",
+            "default adds entries every 2 days and at every cell: see inspect).",
         ),
     ] = False,
     stats: Annotated[

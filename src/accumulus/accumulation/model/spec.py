@@ -295,8 +295,8 @@ def split_for_sums(
 ) -> tuple[BuildRequest, tuple[BuildRequest, ...]]:
     """Where a build stores the optional sums of ``request`` (a statistic's: Σ(x−c)², Σt·x, ...).
 
-    A combination with entries every N elements (the default layout's, at every day and
-    every cell) would hold each optional sum as one more full-size float64 array (Σx² 4.3x
+    A combination with entries every N elements (the default layout's, every 2 days and
+    at every cell) would hold each optional sum as one more full-size float64 array (Σx² 4.3x
     the raw bytes, docs/benchmarks.md); the maps the statistics answer need entries where
     periods start and end, not at every day. So such a combination keeps the default sums
     only, and the optional ones go to *siblings* of the same dimensions at chunk ends (the
@@ -715,28 +715,39 @@ def default_combinations(dims: Sequence[str], horizontal: Sequence[str]) -> list
     return combos
 
 
+# Where the default layout's time entries end: at month boundaries and every 2 steps of each
+# month, so any whole-month period is two entries and any other period ends at most one step
+# from an entry (read from the raw chunk); half the storage of an entry at every step.
+DEFAULT_DATED_RULE: Rule = "month+2"
+
+
 def default_layout(
-    dims: Sequence[str], horizontal: Sequence[str]
+    dims: Sequence[str], horizontal: Sequence[str], dated: Sequence[str] = ()
 ) -> tuple[list[tuple[str, ...]], dict[str, Rule]]:
     """What ``accumulate`` builds with no options: the combinations and positions that answer
-    the common questions without a raw chunk, whatever the raw chunks.
+    the common questions from accumulations, whatever the raw chunks.
 
-    - Each dimension other than the ``horizontal`` ones (time) alone, with an entry at every
-      element: a map over any period, day-precise, is two entries.
+    - Each dimension other than the ``horizontal`` ones (time) alone: where its coordinate
+      holds dates (``dated``), entries at month boundaries and every 2 steps of each month
+      (``DEFAULT_DATED_RULE``): a map over whole months is two entries, a day-precise one two
+      entries and at most a step read raw at each end; other dimensions an entry at every
+      element.
     - The horizontal dimensions together, with an entry at every cell (kept as rows along
       latitude with area weights): a series over any box, for any period, reads no raw
       chunk.
 
     Without horizontal dimensions (no latitude and longitude found), ZEP 5 as written:
-    ``default_combinations`` at chunk ends. What it costs is storage (about two full-size
-    float64 arrays of sums plus their counts), which ``accumulate`` and ``inspect`` report;
-    ``--minimal`` builds the ZEP 5 layout only."""
+    ``default_combinations`` at chunk ends. What it costs is storage (a full-size float64
+    array of sums and its counts for the cells, half of that along time), which
+    ``accumulate`` and ``inspect`` report; ``--minimal`` builds the ZEP 5 layout only."""
     together = tuple(d for d in dims if d in horizontal)
     if len(together) < 2:
         return default_combinations(dims, horizontal), {}
     combos: list[tuple[str, ...]] = [(d,) for d in dims if d not in together]
     combos.append(together)
-    at: dict[str, Rule] = {d: 1 for d in dims}
+    at: dict[str, Rule] = {
+        d: DEFAULT_DATED_RULE if d in dated and d not in together else 1 for d in dims
+    }
     return combos, at
 
 
@@ -749,11 +760,16 @@ def layout_name(group: AccumulationGroup) -> str:
     combos = [a.dims for a in group.chosen]
     together = [c for c in combos if len(c) > 1]
     alone = {c[0] for c in combos if len(c) == 1}
-    every_element = all(
-        a.placement is not None and set(a.placement.rules.values()) == {1} for a in group.chosen
+    # Entries at every element, or along dates at the default's positions (groups built
+    # before it put them at every day are named so too).
+    default_rules = {1, DEFAULT_DATED_RULE}
+    positioned = all(
+        a.placement is not None
+        and set(a.placement.rules.values()) <= ({1} if len(a.dims) > 1 else default_rules)
+        for a in group.chosen
     )
     if (
-        every_element
+        positioned
         and len(together) == 1
         and alone == set(group.variable_dims) - set(together[0])
         and len(combos) == len(alone) + 1
