@@ -6,6 +6,7 @@ script calls; the damaged stores are built here."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -134,12 +135,14 @@ def test_the_demo_chooses_its_map_period_from_the_cube(capsys, monkeypatch, tmp_
     assert code == 0, err
     assert "time-averaged map, 2000-05-01 to 2000-11-30" in out
     assert "time-averaged map, 2000-05-28 to 2000-10-07 (day-precise ends)" in out
-    # The layout it used is named: the default, entries at every day and every cell.
-    assert "time at time=1, lat+lon at lat=1,lon=1" in " ".join(out.split())
-    # The series over a box, whole months and day-precise ends: no raw chunk.
+    # The layout it used is named: the default, entries every 2 days and at every cell.
+    assert "time at time=month+2, lat+lon at lat=1,lon=1" in " ".join(out.split())
+    # The series over a box and whole months: no raw chunk; day-precise ends (both off an
+    # entry here): a day at each end, read raw.
     answers = out.split("accumulus: ")[1:]
     assert len(answers) == 3
-    for answer in answers:
+    for answer in answers[:2]:
         assert " accumulation + 0 raw chunks" in answer, answer
+    assert re.search(r"\d+ accumulation \+ [12] raw chunks", answers[2]), answers[2]
     for png in ("timeseries.png", "map.png", "map-days.png"):
         assert (tmp_path / png).stat().st_size > 0
