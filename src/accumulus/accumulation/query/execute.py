@@ -93,7 +93,8 @@ WeightsMemo = dict[Any, tuple[Any, tuple[int, np.ndarray] | None]]
 @dataclass
 class ExecutedPlan:
     terms: tuple[str, ...]  # the sums, in order: those asked for, without the tallies when
-    # nothing read could hold an infinity (no raw chunk, no tally of an accumulation)
+    # nothing read could hold an infinity (no raw chunk, no tally of an accumulation) or
+    # none was met
     # (len(terms), *answer shape). This thread's working space (``_scratch``): valid until
     # it executes another plan, so answers made from it are copies.
     sums: np.ndarray
@@ -232,8 +233,9 @@ def _raw_sums(
     times: np.ndarray | None = None,
 ) -> np.ndarray:
     """The sums of a raw chunk's part, decoded and summed slab by slab so that the working
-    arrays stay within the budget whatever the chunk's size. With a shape (``plan.mask``)
-    only its cells count: the others are NaN, as missing values are."""
+    arrays stay within the budget whatever the chunk's size; one row per term, or, for a
+    part of one slab that holds no infinity, the rows before the tallies. With a shape
+    (``plan.mask``) only its cells count: the others are NaN, as missing values are."""
     box = {d: slice(*part.box[d]) for d in var.dims}
     w = _weights_over(cube, var, weights, box)
     if times is not None:  # the part's steps (times vary along the time axis only)
@@ -753,6 +755,8 @@ def _weights_over(
     slabs, and each of them looked the coordinate up in the dataset again. An array's are
     read through the reader's store (``RawCube.decoded_values``): in the service, bounded and
     stopped with their request like the chunks they weigh."""
+    if weights == "none":  # (``weight_values`` looks the variable up in the dataset first)
+        return 1.0
     if weights.startswith("array:"):
         name = weights.removeprefix("array:")
         values = cube.decoded_values(name, box)
