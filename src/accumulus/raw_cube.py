@@ -266,7 +266,7 @@ class RawCube:
                 raise AccumulusError(
                     f"{self.label}: cannot read it as a datacube (xarray conventions): {exc}"
                 ) from None
-            self.raw = self._with_inherited_coordinates(base, self.raw)
+            self.raw = self._with_inherited_coordinates(base, self.raw, use_consolidated)
         self.consolidated = self.root.metadata.consolidated_metadata is not None
         self._variables: dict[str, VariableInfo] = {}
         self._indexes: dict[str, pd.Index] = {}
@@ -283,9 +283,13 @@ class RawCube:
         store = open_store(url, mode, storage_options=storage_options)
         return cls(store, None if isinstance(url, Store) else str(url), group=group)
 
-    def _with_inherited_coordinates(self, store: Store, raw: xr.Dataset) -> xr.Dataset:
+    def _with_inherited_coordinates(
+        self, store: Store, raw: xr.Dataset, use_consolidated: bool | None
+    ) -> xr.Dataset:
         """A group's dimensions may have their coordinate variables in an ancestor group
-        (netCDF-4 scoping, kept by append and convert): they label this group's too."""
+        (netCDF-4 scoping, kept by append and convert): they label this group's too. Read
+        as this group is (``use_consolidated``): while an append commits, the consolidated
+        snapshot still holds the ancestors' shorter coordinates."""
         if not self.group or all(dim in raw.variables for dim in raw.dims):
             return raw
         with warnings.catch_warnings():
@@ -297,6 +301,7 @@ class RawCube:
                     group=path or None,
                     chunks=None,
                     decode_cf=False,
+                    consolidated=use_consolidated,
                 )
                 for path in ancestors_of(self.group)
             ]

@@ -270,3 +270,16 @@ def test_groups_on_s3(endpoint, bucket, imerg_hhr):
     got = accumulus.average(url, "IRprecipitation", "time", storage_options=options)
     want = granule_tree(imerg_hhr[:3], "Grid/Intermediate")["IRprecipitation"]
     np.testing.assert_allclose(got.values, want.astype("f8").mean("time").values, rtol=1e-9)
+
+
+def test_a_nested_group_at_months_is_updated_after_the_root_group(tmp_path, imerg_hhr):
+    """While an append commits, the consolidated metadata still holds the root's shorter
+    time: the nested group's update reads its inherited times as its own arrays are."""
+    store = str(tmp_path / "c.zarr")
+    accumulus.append(store, imerg_hhr[:6], chunks={"time": 4})
+    for variable in ("precipitation", "IRprecipitation"):
+        accumulus.accumulate(store, variable, dims=["time"], at={"time": "month"})
+    result = accumulus.append(store, imerg_hhr)
+    assert set(result.accumulations) == {"precipitation", "Intermediate/IRprecipitation"}
+    (report,) = accumulus.verify(store, "IRprecipitation")
+    assert report.ok and report.checked
