@@ -54,7 +54,8 @@ from accumulus.hierarchy import find_cube_group
 from accumulus.inspection import describe_cube, stored_bytes
 from accumulus.numeric import check_numeric
 from accumulus.opened import opened_store
-from accumulus.raw_cube import RawCube
+from accumulus.partial_decode import blosc_chain
+from accumulus.raw_cube import RawCube, VariableInfo
 from accumulus.scope import scoped
 from accumulus.stores.opening import Mode, open_store, store_label
 from accumulus.stores.transactional import history, retried_on_conflict, transaction_of
@@ -345,7 +346,11 @@ def _request(
         if minimal or at is not None or strides:
             combos = spec.default_combinations(var.dims, horizontal)
         else:  # no options: the layout that answers from accumulations
-            dated = [d for d in var.dims if d not in horizontal and _holds_dates(cube, d)]
+            dated = [
+                d
+                for d in var.dims
+                if d not in horizontal and _holds_dates(cube, d) and _steps_read_alone(var, d)
+            ]
             combos, default_at = spec.default_layout(var.dims, horizontal, dated)
     accumulated = {d for combo in combos for d in combo}
     kept_at = {d: r for d, r in (kept.at if kept else {}).items() if d in accumulated}
@@ -383,6 +388,15 @@ def _holds_dates(cube: RawCube, dim: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _steps_read_alone(var: VariableInfo, dim: str) -> bool:
+    """Whether a step of the raw data along ``dim`` is read without decoding the rest of its
+    chunk: chunks one step long, or Blosc chunks whose blocks ``partial_decode`` cuts (what
+    ``append`` writes). Else (zlib, zstd, sharded) a day at a map's end would decode its
+    whole chunk, so the default keeps an entry at every step."""
+    sizes = var.bounds[var.axis(dim)].sizes
+    return max(sizes, default=1) == 1 or blosc_chain(var.array.metadata) is not None
 
 
 def _combination(combo: Sequence[str] | str) -> tuple[str, ...]:
