@@ -216,11 +216,17 @@ def final_entries(rule: Rule, positions: Sequence[int], size: int, appended: boo
     """How many of the entries at ``positions`` are final. All of them, unless the cube is
     appended along this dimension (``appended``) and the last one ends at the data's end
     where the rule does not fix it: the next append moves it (a month still open, a step
-    not yet complete, a label past the data). ``chunk`` entries are judged by the raw
+    not yet complete, a label past the data); a ``month+N`` step left short at the data's
+    end is not final however the data grow. ``chunk`` entries are judged by the raw
     chunks instead (``build.accumulate.final_coverage``): all are counted here."""
     n = len(positions)
-    if not appended or not n or rule == CHUNK or positions[-1] < size:
+    if not n or rule == CHUNK or positions[-1] < size:
         return n
-    if isinstance(rule, int) and size % rule == 0:
+    steps = subdivision(rule)
+    if steps is not None:
+        # A step left short at the data's end: the data growing moves that entry, whoever
+        # grows them (``append``, or xarray's ``to_zarr(append_dim=...)``).
+        return n if size - (positions[-2] if n > 1 else 0) == steps[1] else n - 1
+    if not appended or (isinstance(rule, int) and size % rule == 0):
         return n
     return n - 1
