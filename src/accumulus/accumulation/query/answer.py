@@ -236,7 +236,9 @@ def _seasonal(
     dims = kept
     if series:
         dims = ("year", *kept)
-        indexes["year"] = pd.Index([year for year, _, _ in runs], name="year")
+        # (From an int64 array: pandas infers a list's type first, several times the cost.)
+        years = np.fromiter((year for year, _, _ in runs), np.int64, len(runs))
+        indexes["year"] = pd.Index(years, name="year", copy=False)
     data = _data_array(values, dims, indexes, var.name)
     _units(data, cube.raw.variables[var.name].attrs, stat)
     stats = QueryStats(

@@ -496,19 +496,22 @@ class _OrderedTotal:
         self, where: tuple[Any, ...], sign: int, value: np.ndarray, noisy: bool, finite: bool
     ) -> None:
         first = where[0]  # the rows of the part: one, or a range
-        if self._counted_in(first, sign, value):
+        integer = value.dtype.kind in "iu"
+        if integer and self._counted_in(first, sign, value):
             self._next += 1
             return
         where = (*where, ...)  # a view, also of a single value
         into = self._total[where]
-        rows = (first,) if isinstance(first, int) else range(self.shape[0])[first]
-        for row in rows:
-            if row in self._counted:  # converted before anything else is added to it
-                self._convert(row)
-        fresh = [row for row in rows if self._unset[row]]
+        rows = (first,) if type(first) is int else range(self.shape[0])[first]
+        if self._counted:
+            for row in rows:
+                if row in self._counted:  # converted before anything else is added to it
+                    self._convert(row)
+        unset = self._unset
+        fresh = [row for row in rows if unset[row]]
         whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
         for row in fresh:
-            self._unset[row] = False
+            unset[row] = False
             if not whole:
                 self._total[row, ...].fill(0.0)
         start = 0.0 if whole else into
@@ -521,7 +524,7 @@ class _OrderedTotal:
             # user.
             with np.errstate(invalid="ignore"):
                 add(start, value, out=into, casting="unsafe")
-        if value.dtype.kind not in "iu":
+        if not integer:
             self.floating.update(rows)
         if noisy:
             if self.magnitude is None:
@@ -704,8 +707,12 @@ def _entry_parts(
             coords, local, spans = zip(*combo, strict=True)
             box = {d: span for d, span in zip(source.array_dims, spans, strict=True) if span}
             at = placed(box, read.slot)
+            weighed = None  # the slab's weights, looked up once for its weighted terms
             for t, term, array, weighted in members:
-                w, contract = slab_weights(box) if weighted else (None, None)
+                w, contract = None, None
+                if weighted:
+                    weighed = weighed or slab_weights(box)
+                    w, contract = weighed
                 part = EntryPart(
                     next(counter), read.sign, term, local, summed, source.order, (t, *at),
                     w, source.tallied, contract,
