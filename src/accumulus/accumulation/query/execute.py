@@ -467,7 +467,7 @@ class _OrderedTotal:
         self._row_size = prod(shape[1:])
         self.magnitude: np.ndarray | None = None
         self.floating: set[int] = set()  # rows floating-point values were added into
-        self._waiting: dict[int, tuple[tuple[Any, ...], int, np.ndarray, bool]] = {}
+        self._waiting: dict[int, tuple[tuple[Any, ...], int, np.ndarray, bool, bool]] = {}
         self._next = 0
         self._lock = threading.Lock()
 
