@@ -234,8 +234,15 @@ def scan_cost(
         ]
         for box in boxes
     ]
-    if len(per_box) == 1:  # one box: no chunk is shared
-        chunks = per_box[0]
+    # One box, or boxes alike but along one dimension (a season's runs of days): the
+    # chunks are a product, the union along that dimension by the others'.
+    first = per_box[0] if per_box else []
+    differing = [a for a in range(len(first)) if any(c[a] != first[a] for c in per_box)]
+    if per_box and len(differing) <= 1:
+        chunks = list(first)
+        if differing:
+            (a,) = differing
+            chunks[a] = sorted({c for box_chunks in per_box for c in box_chunks[a]})
         extents = (sum(b.sizes[c] for c in cs) for b, cs in zip(var.bounds, chunks, strict=True))
         count, values = prod(len(cs) for cs in chunks), prod(extents)
     else:
