@@ -573,8 +573,11 @@ def _runs_within(
 def _moved(read: Read, tdim: str, lo: int | None, hi: int | None, slot: int) -> Read:
     """``read`` adding into ``slot``, over steps ``[lo, hi)`` of ``tdim`` when given (a
     scan's read of another run: the same box at other times)."""
-    box = read.box if lo is None or hi is None else {**read.box, tdim: (lo, hi)}
-    return Read(read.source, read.sign, read.entries, box, read.key, slot)
+    if lo is None or hi is None:
+        if slot == read.slot:  # (a map's reads: as planned)
+            return read
+        return Read(read.source, read.sign, read.entries, read.box, read.key, slot)
+    return Read(read.source, read.sign, read.entries, {**read.box, tdim: (lo, hi)}, read.key, slot)
 
 
 def _weights_cancel(cube: RawCube, resolved: ResolvedQuery) -> bool:
