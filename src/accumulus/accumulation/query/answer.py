@@ -199,7 +199,7 @@ def _seasonal(
         ("season runs", tdim, months),
         lambda: _record_runs(cube.decoded[tdim].values, tuple(months)),
     )
-    runs = _runs_within(record, *resolved.ranges[tdim])
+    runs, first = _runs_within(record, *resolved.ranges[tdim])
     over = tuple(d for d in var.dims if d in resolved.over or d == tdim)
     series = tdim not in resolved.over
     kept = tuple(d for d in resolved.kept if d != tdim)
@@ -238,9 +238,9 @@ def _seasonal(
     dims = kept
     if series:
         dims = ("year", *kept)
-        # (From an int64 array: pandas infers a list's type first, several times the cost.)
-        years = np.fromiter((year for year, _, _ in runs), np.int64, len(runs))
-        indexes["year"] = pd.Index(years, name="year", copy=False)
+        # The record's years, made once per snapshot (making an index costs more than
+        # slicing one): the runs in the range are consecutive runs of the record.
+        indexes["year"] = record.years[first : first + len(runs)]
     data = _data_array(values, dims, indexes, var.name)
     _units(data, cube.raw.variables[var.name].attrs, stat)
     stats = QueryStats(
@@ -547,27 +547,34 @@ def _runs(inside: np.ndarray, season_year: np.ndarray, lo: int) -> list[tuple[in
     ]
 
 
-def _record_runs(
-    times: np.ndarray, months: tuple[int, ...]
-) -> tuple[list[tuple[int, int, int]], list[int]]:
-    """The runs of the season's days over all of ``times`` (season year, start, stop), and
-    their stops (for ``_runs_within``)."""
+@dataclass(frozen=True)
+class _Record:
+    """The runs of a season's days over a whole record (season year, start, stop), their
+    stops (for ``_runs_within``) and their years (an index, sliced for a series' years)."""
+
+    runs: list[tuple[int, int, int]]
+    stops: list[int]
+    years: pd.Index
+
+
+def _record_runs(times: np.ndarray, months: tuple[int, ...]) -> _Record:
+    """The runs of the season's days over all of ``times``."""
     runs = _runs(*_season_days(times, months), 0)
-    return runs, [stop for _, _, stop in runs]
+    years = np.fromiter((year for year, _, _ in runs), np.int64, len(runs))
+    return _Record(runs, [stop for _, _, stop in runs], pd.Index(years, name="year"))
 
 
-def _runs_within(
-    record: tuple[list[tuple[int, int, int]], list[int]], lo: int, hi: int
-) -> list[tuple[int, int, int]]:
+def _runs_within(record: _Record, lo: int, hi: int) -> tuple[list[tuple[int, int, int]], int]:
     """The runs of ``record`` that steps ``[lo, hi)`` overlap, cut at ``lo`` and ``hi``:
-    the runs of the season's days in that range (the same as found in its steps alone)."""
-    runs, stops = record
+    the runs of the season's days in that range (the same as found in its steps alone),
+    and where the first of them is among the record's."""
+    first = bisect.bisect_right(record.stops, lo)
     within = []
-    for year, start, stop in runs[bisect.bisect_right(stops, lo) :]:
+    for year, start, stop in record.runs[first:]:
         if start >= hi:
             break
         within.append((year, max(start, lo), min(stop, hi)))
-    return within
+    return within, first
 
 
 def _moved(read: Read, tdim: str, lo: int | None, hi: int | None, slot: int) -> Read:

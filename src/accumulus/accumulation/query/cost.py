@@ -239,7 +239,7 @@ def scan_cost(
     first = per_box[0] if per_box else []
     differing = [a for a in range(len(first)) if any(c[a] != first[a] for c in per_box)]
     if per_box and len(differing) <= 1:
-        chunks = list(first)
+        chunks: list[Sequence[int]] = list(first)
         if differing:
             (a,) = differing
             chunks[a] = sorted({c for box_chunks in per_box for c in box_chunks[a]})
