@@ -673,7 +673,8 @@ def answer_index(cube: RawCube, resolved: ResolvedQuery, dim: str) -> pd.Index:
     lo, hi = resolved.ranges[dim]
     # A copy of the cube's index, made once per snapshot: resolving ranges searches the
     # cube's own, where pandas then keeps a look-up engine that it copies into every slice
-    # (twice the cost of a series' time labels, docs/benchmarks.md "session stats46").
+    # (twice the cost of a series' time labels: docs/benchmarks.md, "Statistics, session
+    # stats46").
     index = cube.remembered(("answer labels", dim), lambda: cube.index(dim).copy(deep=True))
     var = resolved.variable
     if hi <= resolved.periods.get(dim, var.shape[var.axis(dim)]):
