@@ -92,3 +92,13 @@ def test_counts_wrapping_in_their_type_are_exact():
         total.add(index, (0, slice(0, 2)), 1 if count > 0 else -1, value)
     assert total.result().tolist() == [[60.0, 60.0]]
     assert total.floating == set()
+
+
+def test_rows_never_reached_can_be_left_out():
+    """A total's last rows that no part reached (a query's tallies when no infinity was met:
+    ``execute``) are left out of its result; the rows kept are as with them."""
+    total = _OrderedTotal((4, 3))
+    total.add(0, (slice(0, 2), slice(0, 3)), 1, np.arange(6.0).reshape(2, 3))
+    total.add(1, (1, slice(1, 3)), -1, np.array([1, 2], dtype="u2"))
+    assert not total.reached([2, 3]) and total.reached([1, 3])
+    assert total.result(2).tolist() == [[0.0, 1.0, 2.0], [3.0, 3.0, 3.0]]

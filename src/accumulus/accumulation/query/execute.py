@@ -93,7 +93,8 @@ WeightsMemo = dict[Any, tuple[Any, tuple[int, np.ndarray] | None]]
 @dataclass
 class ExecutedPlan:
     terms: tuple[str, ...]  # the sums, in order: those asked for, without the tallies when
-    # nothing read could hold an infinity (no raw chunk, no tally of an accumulation)
+    # nothing read could hold an infinity (no raw chunk, no tally of an accumulation) or
+    # none was met
     # (len(terms), *answer shape). This thread's working space (``_scratch``): valid until
     # it executes another plan, so answers made from it are copies.
     sums: np.ndarray
@@ -154,7 +155,8 @@ def execute(
                     cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan,
                     reference, times,
                 )  # fmt: skip
-                total.add(part.index, part.out, part.sign, sums)
+                # Its first rows: without the tallies when it holds no infinity (``_raw_sums``).
+                total.add(part.index, (slice(len(sums)), *part.out[1:]), part.sign, sums)
             else:
                 slab = chunk[part.local]
                 if checked or slab.dtype.kind != "f":
@@ -174,7 +176,11 @@ def execute(
         if not failed.of_the_data:
             raise
         raise _read_error(cube, var, failed, groups.label) from None
-    sums = total.result()
+    if any(t in spec.TALLIES for t in rows) and not total.reached(
+        [k for k, t in enumerate(rows) if t in spec.TALLIES]
+    ):  # no infinity met: the tallies (the last rows) are 0, left out as when none is read
+        rows = tuple(t for t in rows if t not in spec.TALLIES)
+    sums = total.result(len(rows))
     if not checked and not _finite(sums, total.floating):
         return execute(
             cube, groups, var, plan, terms, weights, memory_bytes, work,
@@ -228,8 +234,9 @@ def _raw_sums(
     times: np.ndarray | None = None,
 ) -> np.ndarray:
     """The sums of a raw chunk's part, decoded and summed slab by slab so that the working
-    arrays stay within the budget whatever the chunk's size. With a shape (``plan.mask``)
-    only its cells count: the others are NaN, as missing values are."""
+    arrays stay within the budget whatever the chunk's size; one row per term, or, for a
+    part of one slab that holds no infinity, the rows before the tallies. With a shape
+    (``plan.mask``) only its cells count: the others are NaN, as missing values are."""
     box = {d: slice(*part.box[d]) for d in var.dims}
     w = _weights_over(cube, var, weights, box)
     if times is not None:  # the part's steps (times vary along the time axis only)
@@ -246,8 +253,13 @@ def _raw_sums(
         and stored.dtype.kind == "f"
         and stored.size <= budget.slab_values
         and _plain(terms, w, axes)
-    ):  # one slab: its sums as reduce_terms writes them, not added to a zeroed total
-        return reduce_terms(var.decoder.values(stored), w, terms, axes)
+    ):  # one slab: its sums as reduce_terms writes them, not added to a zeroed total;
+        # without the tallies (the last terms) when it holds no infinity: rows of 0 that
+        # would be added into the total, and looked at by the answer, for nothing.
+        values = var.decoder.values(stored)
+        if not np.isinf(values).any():
+            terms = [t for t in terms if t not in spec.TALLIES]
+        return reduce_terms(values, w, terms, axes)
     sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
     # Packed integers summed as they are, scaled once per sum (the float64 values of every
     # cell cost more than the rest of a raw CO2 map: docs/benchmarks.md, "Packed integers").
@@ -562,14 +574,21 @@ class _OrderedTotal:
         into = self._total[row, ...]
         np.copyto(into, self._counted.pop(row).reshape(into.shape), casting="unsafe")
 
-    def result(self) -> np.ndarray:
+    def reached(self, rows: Sequence[int]) -> bool:
+        """Whether any part was added into one of ``rows``."""
+        return not all(self._unset[row] for row in rows)
+
+    def result(self, rows: int | None = None) -> np.ndarray:
+        """The total, or its first ``rows`` rows."""
         assert not self._waiting
+        total = self._total if rows is None else self._total[:rows]
         for row in list(self._counted):
-            self._convert(row)
-        for row, unset in enumerate(self._unset):
+            if row < len(total):
+                self._convert(row)
+        for row, unset in enumerate(self._unset[: len(total)]):
             if unset:  # no part reached it
-                self._total[row, ...].fill(0.0)
-        return self._total
+                total[row, ...].fill(0.0)
+        return total
 
 
 def _raw_parts(
@@ -755,6 +774,8 @@ def _weights_over(
     slabs, and each of them looked the coordinate up in the dataset again. An array's are
     read through the reader's store (``RawCube.decoded_values``): in the service, bounded and
     stopped with their request like the chunks they weigh."""
+    if weights == "none":  # (``weight_values`` looks the variable up in the dataset first)
+        return 1.0
     if weights.startswith("array:"):
         name = weights.removeprefix("array:")
         values = cube.decoded_values(name, box)
