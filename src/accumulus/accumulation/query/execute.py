@@ -162,7 +162,8 @@ def execute(
                 if checked or slab.dtype.kind != "f":
                     slab = _checked_entries(groups.label, request, slab, part.tallied)
                 total.add(part.index, part.out, part.sign, _entry_sums(slab, part),
-                          noisy=part.term in noisy and slab.dtype.kind == "f")  # fmt: skip
+                          noisy=part.term in noisy and slab.dtype.kind == "f",
+                          finite=part.tallied)  # fmt: skip
 
     try:
         counts = read_chunks(
@@ -478,7 +479,7 @@ class _OrderedTotal:
         self._row_size = prod(shape[1:])
         self.magnitude: np.ndarray | None = None
         self.floating: set[int] = set()  # rows floating-point values were added into
-        self._waiting: dict[int, tuple[tuple[Any, ...], int, np.ndarray, bool]] = {}
+        self._waiting: dict[int, tuple[tuple[Any, ...], int, np.ndarray, bool, bool]] = {}
         self._next = 0
         self._lock = threading.Lock()
 
@@ -490,38 +491,52 @@ class _OrderedTotal:
         value: np.ndarray,
         *,
         noisy: bool = False,
+        finite: bool = False,
     ) -> None:
+        """Add ``sign`` x ``value`` at ``where`` (``noisy``: into the magnitudes too).
+        ``finite``: the value holds no infinity (an accumulation's entries, infinities
+        tallied apart), so no inf - inf can arise and no warning needs silencing."""
         with self._lock:
             if index != self._next:
-                self._waiting[index] = (where, sign, np.array(value), noisy)
+                self._waiting[index] = (where, sign, np.array(value), noisy, finite)
                 return
-            self._add(where, sign, value, noisy)
+            self._add(where, sign, value, noisy, finite)
             while self._next in self._waiting:
                 self._add(*self._waiting.pop(self._next))
 
-    def _add(self, where: tuple[Any, ...], sign: int, value: np.ndarray, noisy: bool) -> None:
+    def _add(
+        self, where: tuple[Any, ...], sign: int, value: np.ndarray, noisy: bool, finite: bool
+    ) -> None:
         first = where[0]  # the rows of the part: one, or a range
-        if self._counted_in(first, sign, value):
+        integer = value.dtype.kind in "iu"
+        if integer and self._counted_in(first, sign, value):
             self._next += 1
             return
         where = (*where, ...)  # a view, also of a single value
         into = self._total[where]
-        rows = (first,) if isinstance(first, int) else range(self.shape[0])[first]
-        for row in rows:
-            if row in self._counted:  # converted before anything else is added to it
-                self._convert(row)
-        fresh = [row for row in rows if self._unset[row]]
+        rows = (first,) if type(first) is int else range(self.shape[0])[first]
+        if self._counted:
+            for row in rows:
+                if row in self._counted:  # converted before anything else is added to it
+                    self._convert(row)
+        unset = self._unset
+        fresh = [row for row in rows if unset[row]]
         whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
         for row in fresh:
-            self._unset[row] = False
+            unset[row] = False
             if not whole:
                 self._total[row, ...].fill(0.0)
         start = 0.0 if whole else into
-        # Sums holding infinities meet here as inf - inf = NaN, which the answer does not use
-        # (the infinities' tallies, or the raw data, decide it): no warning for the user.
-        with np.errstate(invalid="ignore"):
-            (np.add if sign > 0 else np.subtract)(start, value, out=into, casting="unsafe")
-        if value.dtype.kind not in "iu":
+        add = np.add if sign > 0 else np.subtract
+        if finite:  # (entering ``errstate`` costs several times a small part's add)
+            add(start, value, out=into, casting="unsafe")
+        else:
+            # Sums holding infinities meet here as inf - inf = NaN, which the answer does not
+            # use (the infinities' tallies, or the raw data, decide it): no warning for the
+            # user.
+            with np.errstate(invalid="ignore"):
+                add(start, value, out=into, casting="unsafe")
+        if not integer:
             self.floating.update(rows)
         if noisy:
             if self.magnitude is None:
@@ -711,8 +726,12 @@ def _entry_parts(
             coords, local, spans = zip(*combo, strict=True)
             box = {d: span for d, span in zip(source.array_dims, spans, strict=True) if span}
             at = placed(box, read.slot)
+            weighed = None  # the slab's weights, looked up once for its weighted terms
             for t, term, array, weighted in members:
-                w, contract = slab_weights(box) if weighted else (None, None)
+                w, contract = None, None
+                if weighted:
+                    weighed = weighed or slab_weights(box)
+                    w, contract = weighed
                 part = EntryPart(
                     next(counter), read.sign, term, local, summed, source.order, (t, *at),
                     w, source.tallied, contract,
