@@ -699,7 +699,8 @@ def _write_entries(
         uncopied |= writer.write(
             acc.arrays[term], t_axis, work.first, values, window, prefix_last, keep_sums
         )
-    return uncopied and entries is per_segment
+    # (Entries taken in place are ``per_segment`` or, with a carry left out, a view of it.)
+    return uncopied and np.may_share_memory(entries, per_segment)
 
 
 def _summed(
