@@ -11,9 +11,11 @@ labels for ``--at`` rules, ``positions``), so every raw chunk is read and decode
 per-segment sums (much smaller than the data, except at every element) come back to this
 process, where they are prefix-summed, the sums ending where entries end are kept, and
 written, while the next slab is being read. Entries along the batch dimension continue from
-the last entry written by the previous slab. So peak memory is set by the slab and block
-sizes, not by the array, and the same code serves a full build (starting at 0) and an
-update after the data grew (starting at the old coverage).
+the running sums the previous slab left at its end (``_Work.carried``: where entries end
+inside raw chunks, ``--at time=month+N`` or ZEP 5 strides longer than a slab, no slab reads
+the chunk before it again), or from the last entry written (the first slab of an update). So
+peak memory is set by the slab and block sizes, not by the array, and the same code serves a
+full build (starting at 0) and an update after the data grew (starting at the old coverage).
 
 Arrays whose chunks span several slabs along the batch dimension (long series, read along
 time) are written a whole chunk row at a time (``_Writer``), so no chunk is written twice;
