@@ -398,6 +398,7 @@ def fill(
                     item.acc.arrays[spec.SUM], item.acc.arrays[spec.COUNT], item.first, block[0]
                 )
             ready.sort(key=lambda r: not _prefix_in_writer(var, r[0], dim, r[1], r[2]))
+            earlier = writer.queued()  # writes not made from this slab's sums
             users = Counter(id(per_segment) for _, per_segment, _ in ready)
             for item, per_segment, locations in ready:
                 users[id(per_segment)] -= 1
@@ -407,10 +408,12 @@ def fill(
                 )
             # The slab's sums (a block's sums are views of the array the compiled loop
             # filled, shared by the accumulations summed alike) are filled again by a later
-            # slab once every write made from them is done.
+            # slab once every write made from them is done: not waiting for the writes queued
+            # before (a series' raw row takes as long as several slabs), for which the next
+            # slabs took new memory (docs/benchmarks.md, "Build CPU (session build46)").
             owners = _owners(per_segment for _, per_segment, _ in ready)
             if written_from:
-                writer.after_writes(buffers.give, owners)
+                writer.after_writes(buffers.give, owners, earlier=earlier)
             else:
                 buffers.give(owners)
             del ready, owners, raw
@@ -950,10 +953,21 @@ class _Writer:
             target, self.targets[row.counts], chunk_row, row.blocks, self.PIECE_BYTES
         )
 
-    def after_writes(self, call: Callable[..., object], *args: object) -> None:
-        """``call(*args)`` once the writes queued so far are done (in the thread of the last
-        to finish, or here if none is left)."""
-        queued = [future for future, _ in self._writes if not future.done()]
+    def queued(self) -> set[Future]:
+        """The writes queued so far and not yet seen done."""
+        return {future for future, _ in self._writes}
+
+    def after_writes(
+        self, call: Callable[..., object], *args: object, earlier: set[Future] | None = None
+    ) -> None:
+        """``call(*args)`` once the writes queued so far, but those ``earlier`` (``queued``
+        before the writes ``call`` waits for), are done (in the thread of the last to
+        finish, or here if none is left)."""
+        queued = [
+            future
+            for future, _ in self._writes
+            if not future.done() and (earlier is None or future not in earlier)
+        ]
         left = [len(queued)]
         lock = threading.Lock()
 
