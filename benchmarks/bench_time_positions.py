@@ -7,7 +7,9 @@ into a sidecar beside the cube (reused when present); then each question (``benc
 random day-precise maps and its fixed short and long ones) is asked of every rule in turn,
 ``--repeats`` rounds, and of xarray + Dask's scan of the same store. Reported per rule: the
 sidecar's stored bytes against the raw array's, and per question the median time, the raw and
-accumulation chunks read, and xarray's time over it.
+accumulation chunks (and raw days) read, and xarray's time over it; for the cube, its raw
+array's stored bytes over their decoded size, the Blosc block size of its first chunk, and
+xarray's time for a map over every day (a full read).
 
     python benchmarks/bench_time_positions.py [--rule 1 --rule month+4] [--repeats 15]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import struct
 import time
 from pathlib import Path
 
@@ -61,8 +64,10 @@ def main() -> None:
             )
         handles[rule] = accumulus.open(str(path), accumulations=str(sidecar))
         built[rule] = stored_bytes(sidecar)
-    raw = accumulus.inspect(str(path))["accumulation_groups"][0]["accumulations"][0]
-    raw_bytes = raw["raw_bytes_stored"]
+    chunks = sorted(p for p in (path / VARIABLE).iterdir() if not p.name.startswith("."))
+    raw_bytes = sum(p.stat().st_size for p in chunks)
+    raw_decoded = zarr.open_array(str(path), path=VARIABLE, mode="r").nbytes
+    raw_blocks = struct.unpack_from("<i", chunks[0].read_bytes(), 8)[0]  # Blosc's block size
     cube = handles[rules[0]].snapshot().cube
     days = pd.DatetimeIndex(cube.index("time"))
     lat, lon = np.asarray(cube.index("lat")), np.asarray(cube.index("lon"))
@@ -74,14 +79,16 @@ def main() -> None:
     answers = []
     for kind, ranges in asked:
         times: dict[str, list[float]] = {rule: [] for rule in rules}
+        cpu: dict[str, list[float]] = {rule: [] for rule in rules}
         results = {}
         for rule in rules:  # warm
             results[rule] = handles[rule].query(VARIABLE, ["time"], ranges)
         for _ in range(args.repeats):
             for rule in rules:
-                started = time.perf_counter()
+                started, used = time.perf_counter(), time.process_time()
                 handles[rule].query(VARIABLE, ["time"], ranges)
                 times[rule].append(time.perf_counter() - started)
+                cpu[rule].append(time.process_time() - used)
         scan, expected, _ = timed_scan(path, ["time"], ranges, args.scan_repeats)
         per_rule = {}
         for rule in rules:
@@ -89,8 +96,14 @@ def main() -> None:
             got = results[rule].data.values
             per_rule[rule] = {
                 "warm_seconds": round(warm, 5),
+                # The process's CPU per answer: less of the other processes' load than wall
+                # time on a shared machine.
+                "warm_cpu_seconds": round(statistics.median(cpu[rule]), 5),
                 "xarray_over_warm": round(scan / warm, 1),
                 "raw_chunks": results[rule].stats.raw_chunks_read,
+                "raw_days": sum(
+                    b - a for a, b in (r.box["time"] for r in results[rule].plan.raw_reads)
+                ),
                 "accumulation_chunks": results[rule].stats.accumulation_chunks_read,
                 "max_relative_difference": float(
                     np.nanmax(np.abs(got - expected.values) / np.abs(expected.values))
@@ -118,11 +131,17 @@ def main() -> None:
                 np.median([a["rules"][rule]["warm_seconds"] for a in answers])
             ),
         }
+    full, _, _ = timed_scan(
+        path, ["time"], {"time": (str(days[0].date()), str(days[-1].date()))}, args.scan_repeats
+    )
     report(
         {
             "benchmark": "day-precise maps from time accumulations at different positions",
             "cube": str(path),
             "raw_bytes_stored": raw_bytes,
+            "raw_stored_over_decoded": round(raw_bytes / raw_decoded, 4),
+            "raw_blosc_blocks": raw_blocks,
+            "xarray_full_map_seconds": round(full, 4),
             "load_average": [round(x, 2) for x in os.getloadavg()],
             "summary": summary,
             "questions": answers,

@@ -5,6 +5,7 @@ then asked for."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -69,6 +70,32 @@ def test_scan_cost_counts_every_chunk_the_box_touches(cube):
     assert _bytes_and_requests(local) == (3 * 2 * 2, 3 * 2 * 2 * RAW_CHUNK)
     # Twelve requests of small chunks: their fixed cost and little else.
     assert 12 * cost.LOCAL_REQUEST_SECONDS < local.seconds < 12 * cost.LOCAL_REQUEST_SECONDS + 0.01
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_scan_cost_of_several_boxes_counts_each_chunk_once(cube, seed):
+    """Boxes alike but along one dimension (a season's runs of days) or along several: each
+    chunk any of them touches counted once, as listing them all says."""
+    cube, _ = cube
+    var = cube.variable(VAR)
+    rng = np.random.default_rng(seed)
+
+    def span(size: int) -> tuple[int, int]:
+        lo = int(rng.integers(size))
+        return lo, int(rng.integers(lo, size)) + 1
+
+    base = {d: span(n) for d, n in SIZES.items()}
+    varying = list(rng.choice(list(SIZES), size=int(rng.integers(0, 3)), replace=False))
+    boxes = [{**base, **{d: span(SIZES[d]) for d in varying}} for _ in range(rng.integers(1, 5))]
+    listed = {
+        coords
+        for box in boxes
+        for coords in itertools.product(
+            *(b.chunks_overlapping(*box[d]) for d, b in zip(var.dims, var.bounds, strict=True))
+        )
+    }
+    got = scan_cost(var, boxes, storage_of(cube.store), ("sum", "count"), ("time",), 2**29)
+    assert _bytes_and_requests(got) == (len(listed), len(listed) * RAW_CHUNK)
 
 
 def test_a_short_unaligned_map_is_a_scan(cube):

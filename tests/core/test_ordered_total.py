@@ -5,6 +5,8 @@ and only the rows floating-point values reached are checked to be finite (``_fin
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,10 +50,24 @@ def test_total_is_the_signed_sum_in_plan_order(rows: int, cells: int, parts: int
     total = _OrderedTotal((rows, cells))
     for index in rng.permutation(parts):  # arriving in any order
         where, sign, value = listed[index]
-        total.add(int(index), where, sign, value)
+        # (Said finite or not: the same bits, with or without silencing inf - inf.)
+        total.add(int(index), where, sign, value, finite=bool(rng.random() < 0.5))
     got = total.result()
     assert got.tobytes() == expected.tobytes()
     assert total.floating == {where[0] for where, _, value in listed if value.dtype.kind == "f"}
+
+
+def test_infinities_meeting_warn_nothing():
+    """Raw sums holding +inf and -inf meet as NaN (the tallies decide the answer): no
+    RuntimeWarning for the user."""
+    total = _OrderedTotal((1, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        total.add(0, (0, slice(0, 2)), 1, np.array([np.inf, 1.0]))
+        total.add(1, (0, slice(0, 2)), -1, np.array([np.inf, 2.0]))
+        total.add(2, (0, slice(0, 2)), 1, np.array([3.0, 4.0]), finite=True)
+    got = total.result()
+    assert np.isnan(got[0, 0]) and got[0, 1] == 3.0
 
 
 def test_only_rows_reached_by_floats_are_checked():
@@ -76,3 +92,13 @@ def test_counts_wrapping_in_their_type_are_exact():
         total.add(index, (0, slice(0, 2)), 1 if count > 0 else -1, value)
     assert total.result().tolist() == [[60.0, 60.0]]
     assert total.floating == set()
+
+
+def test_rows_never_reached_can_be_left_out():
+    """A total's last rows that no part reached (a query's tallies when no infinity was met:
+    ``execute``) are left out of its result; the rows kept are as with them."""
+    total = _OrderedTotal((4, 3))
+    total.add(0, (slice(0, 2), slice(0, 3)), 1, np.arange(6.0).reshape(2, 3))
+    total.add(1, (1, slice(1, 3)), -1, np.array([1, 2], dtype="u2"))
+    assert not total.reached([2, 3]) and total.reached([1, 3])
+    assert total.result(2).tolist() == [[0.0, 1.0, 2.0], [3.0, 3.0, 3.0]]

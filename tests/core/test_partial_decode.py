@@ -9,7 +9,9 @@ its blocks while the checksum still covers the whole chunk."""
 from __future__ import annotations
 
 import os
+import struct
 import time
+from math import prod
 
 import numcodecs
 import numpy as np
@@ -30,6 +32,7 @@ from accumulus.chunk_reader import (
     read_chunks,
     read_region,
 )
+from accumulus.ingest import layout
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.opening import open_store
 
@@ -453,3 +456,65 @@ def test_a_chunk_changed_just_now_is_verified_at_every_read(tmp_path, monkeypatc
         assert (counts.requests, counts.bytes) == (1, stored)
         np.testing.assert_array_equal(chunk[needed], values[3:5])
     assert not chunk_reader._VERIFIED
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    dtype=st.sampled_from(["<f4", "<f8", "<i2", "u1", ">f4"]),
+    step=st.sampled_from([(128, 128), (180, 360), (64, 100), (7, 9)]),
+    steps=st.integers(2, 12),
+    data=st.data(),
+    seed=st.integers(0, 2**16),
+)
+def test_blocks_of_whole_steps_read_one_step_as_its_own_blocks(dtype, step, steps, data, seed):
+    """A raw chunk as ``append`` compresses it (Blosc LZ4 level 5, byte shuffle, blocks of
+    whole steps: ``layout.step_blocksize``): its Blosc blocks hold whole steps, and a
+    range's two ends (a step or a few at each) read by byte ranges (``decode_ranges``) equal
+    the data, reading the header and only the blocks of those steps (one block per step
+    where a step fills 64 KiB)."""
+    shape = (steps, *step)
+    itemsize = np.dtype(dtype).itemsize
+    values = random_values(np.random.default_rng(seed), shape, dtype)
+    blocksize = layout.step_blocksize(shape, itemsize)
+    assert blocksize is not None
+    compressor = numcodecs.Blosc("lz4", 5, numcodecs.Blosc.SHUFFLE, blocksize)
+    stored = bytes(compressor.encode(values))
+    step_bytes = prod(step) * itemsize
+    block = partial_decode._HEADER.unpack_from(stored)[5]
+    assert block % step_bytes == 0 or block == len(values.tobytes())
+    assert block == max(step_bytes, min(-(-(2**16) // step_bytes) * step_bytes, values.nbytes))
+    first = data.draw(st.integers(0, steps - 1))
+    ends = [(first, data.draw(st.integers(first + 1, steps)))]
+    if data.draw(st.booleans()):
+        lo = data.draw(st.integers(0, steps - 1))
+        ends.append((lo, data.draw(st.integers(lo + 1, steps))))
+    regions = tuple((slice(a, b), slice(None), slice(None)) for a, b in ends)
+    reads: list[tuple[int, int]] = []
+
+    def read(start: int, stop: int) -> bytes:
+        reads.append((start, stop))
+        return stored[start:stop]
+
+    group = zarr.open_group(zarr.storage.MemoryStore(), zarr_format=2)
+    array = group.create_array(
+        "a", shape=shape, chunks=shape, dtype=dtype, compressors=compressor, filters=None
+    )
+    spec = chunk_reader._chunk_spec(array.metadata, (0, 0, 0))
+    chain = partial_decode.blosc_chain(array.metadata)
+    assert chain is not None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(partial_decode, "RANGED_FROM", 0)
+        got = partial_decode.decode_ranges(chain, spec, regions, read, len(stored))
+    if got is None:  # too few blocks left out to cut (``_block_runs``): read whole instead
+        return
+    for region in regions:
+        np.testing.assert_array_equal(got[region], values[region])
+    read_bytes = sum(stop - start for start, stop in reads[1:])
+    if partial_decode._HEADER.unpack_from(stored)[2] & partial_decode._MEMCPYED:
+        # Incompressible, stored as it is: the steps' own bytes.
+        assert read_bytes == sum((b - a) * step_bytes for a, b in ends)
+        return
+    kept = {k for a, b in ends for k in range(a * step_bytes // block, -(-b * step_bytes // block))}
+    table = struct.unpack_from(f"<{-(-values.nbytes // block)}i", stored, 16)
+    ends_of = {k: min((o for o in table if o > table[k]), default=len(stored)) for k in kept}
+    assert read_bytes == sum(ends_of[k] - table[k] for k in kept)

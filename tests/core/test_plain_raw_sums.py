@@ -1,6 +1,8 @@
 """``reduce_terms`` with weights that do not vary along the axes summed (a raw part's sums at
-a range's end, ``execute._plain``) sums each term straight into its row of the answer: the
-same bits as summing with the weights' axes kept, weighting, then reshaping."""
+a range's end, ``execute._plain``) sums each term straight into its row of the answer (a
+sum over one value per cell copied into it): the same bits as summing with the weights'
+axes kept, weighting, then reshaping. Its values with the non-finite ones zeroed
+(``finite_or_zero``) are ``np.where``'s, bit for bit."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accumulus.accumulation.model import statistics
-from accumulus.accumulation.model.sums import reduce_terms
+from accumulus.accumulation.model.sums import finite_or_zero, reduce_terms
 from accumulus.accumulation.query.execute import _plain
 
 LINEAR = [
@@ -78,3 +80,26 @@ def test_not_plain():
     assert not _plain([statistics.SUMSQ], 1.0, (0,))
     assert not _plain([statistics.TSUM], 1.0, (0,))
     assert not _plain([statistics.SUM], np.ones((3, 1)), (0,))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from(["<f4", "<f8", ">f4", ">f8"]),
+    shape=st.lists(st.integers(1, 6), min_size=1, max_size=3),
+    strided=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_finite_or_zero_is_where_bit_for_bit(dtype, shape, strided, seed):
+    """The values' bits masked: ``np.where(finite, x, 0)`` bit for bit, for NaN, both
+    infinities, -0.0 and subnormals, in either byte order, on a strided view too."""
+    rng = np.random.default_rng(seed)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-310, -1e-40], dtype=dtype)
+    x = rng.normal(0, 1e3, size=[2 * n for n in shape]).astype(dtype)
+    x.flat[rng.integers(0, x.size, x.size // 2)] = rng.choice(specials, x.size // 2)
+    if strided:
+        x = x[tuple(slice(None, None, 2) for _ in shape)]
+    finite = np.isfinite(x)
+    got = finite_or_zero(x, finite)
+    want = np.where(finite, x, 0).astype(x.dtype)
+    assert got.dtype == x.dtype and got.shape == x.shape
+    assert got.tobytes() == want.tobytes()

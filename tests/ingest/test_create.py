@@ -3,13 +3,17 @@ given), static coordinates written once, the time coordinate chunked as a 1-D ar
 
 from __future__ import annotations
 
+import struct
+
 import numcodecs
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 import zarr
 
 import accumulus
+from accumulus.chunk_reader import ChunkRequest, read_chunks
 from accumulus.ingest.layout import (
     COORDINATE_CHUNK_BYTES,
     MIN_CHUNK_BYTES,
@@ -17,7 +21,9 @@ from accumulus.ingest.layout import (
     ArraySpec,
     choose_chunks,
     choose_shards,
+    step_blocksize,
 )
+from accumulus.stores.opening import open_store
 
 from .helpers import FILL, SCALE, UNITS, VAR, truth, write_granules
 
@@ -163,3 +169,50 @@ def test_netcdf3_granules(tmp_path):
     store = tmp_path / "cube.zarr"
     accumulus.append(str(store), classic, chunks={"time": 4})
     assert_matches_truth(store, t)
+
+
+def test_uncompressed_granules_get_blosc_blocks_of_whole_steps(tmp_path):
+    """Data stored uncompressed in the granules gets Zarr v2's default compression in the
+    cube (Blosc LZ4 level 5, byte shuffle) in Blosc blocks of one time step each
+    (``layout.step_blocksize``): a map over a period whose ends fall between accumulation
+    entries reads each end's raw day as one block of its chunk (the header and that block),
+    and equals xarray's mean of the granules."""
+    rng = np.random.default_rng(5)
+    days = pd.date_range("2001-01-01", periods=30, freq="D")
+    lat, lon = np.linspace(-89, 89, 128), np.linspace(0, 358, 256)
+    values = rng.normal(280, 10, size=(30, 128, 256)).astype("f4")
+    values[:, :8] = np.nan  # a polar cap of missing values
+    data = xr.Dataset(
+        {"tas": (("time", "lat", "lon"), values)},
+        coords={"time": days, "lat": lat, "lon": lon},
+    )
+    granules = []
+    for start in (0, 15):
+        granules.append(tmp_path / f"g{start}.nc")
+        data.isel(time=slice(start, start + 15)).to_netcdf(granules[-1])
+    store = tmp_path / "cube.zarr"
+    accumulus.append(str(store), granules, dim="time", chunks={"time": 10})
+
+    tas = zarr.open_group(store, mode="r")["tas"]
+    step = 128 * 256 * 4
+    assert tas.compressors == (
+        numcodecs.Blosc("lz4", 5, numcodecs.Blosc.SHUFFLE, step_blocksize((10, 128, 256), 4)),
+    )
+    header = (store / "tas" / "1.0.0").read_bytes()[:16]
+    assert struct.unpack("<BBBBiii", header)[5] == step  # one block per day
+    assert zarr.open_group(store, mode="r")["lat"].compressors != tas.compressors  # 1-D: as was
+
+    accumulus.accumulate(str(store), "tas", ["time"])  # entries at chunk ends: every 10 days
+    handle = accumulus.open(str(store))
+    got = handle.query("tas", ["time"], {"time": ("2001-01-10", "2001-01-21")}, plan="accumulation")
+    assert sorted(r.box["time"] for r in got.plan.raw_reads) == [(9, 10), (20, 21)]
+    weights = np.cos(np.deg2rad(data.lat))
+    want = data.tas.sel(time=slice("2001-01-10", "2001-01-21")).weighted(weights).mean("time")
+    np.testing.assert_allclose(got.data.values, want.values, rtol=1e-9)
+
+    read: list[np.ndarray] = []
+    local = zarr.open_array(open_store(str(store)), path="tas")
+    day = (slice(9, 10), slice(None), slice(None))
+    counts = read_chunks([ChunkRequest(local, (0, 0, 0), needed=day)], lambda _, c: read.append(c))
+    np.testing.assert_array_equal(read[0][day], values[9:10])
+    assert counts.requests == 2 and counts.bytes < 4096 + step  # the header, then one block

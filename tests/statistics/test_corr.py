@@ -46,12 +46,17 @@ def test_corr_equals_xarray(tmp_path_factory, sizes, seed, nan_fraction, data):
     if data.draw(st.booleans()):
         accumulus.accumulate(str(path), VAR, stats=["corr:tas"])
     over = data.draw(st.lists(st.sampled_from(DIMS), min_size=1, max_size=3, unique=True))
-    lo = data.draw(st.integers(0, sizes["time"] - 1))
-    hi = data.draw(st.integers(lo + 1, sizes["time"]))
+    # A range of each dimension (of some only): entries' chunks cut at its edges.
+    ranged = data.draw(st.lists(st.sampled_from(DIMS), min_size=1, max_size=3, unique=True))
+    spans = {}
+    for dim in ranged:
+        lo = data.draw(st.integers(0, sizes[dim] - 1))
+        spans[dim] = (lo, data.draw(st.integers(lo + 1, sizes[dim])))
     got = accumulus.average(
-        str(path), VAR, over, {"time": labels(ds, "time", lo, hi)}, stat="corr", with_="tas"
-    )
-    selected = ds.isel(time=slice(lo, hi)).astype("f8")
+        str(path), VAR, over, {d: labels(ds, d, *span) for d, span in spans.items()},
+        stat="corr", with_="tas",
+    )  # fmt: skip
+    selected = ds.isel({d: slice(*span) for d, span in spans.items()}).astype("f8")
     want = xr.corr(selected[VAR], selected["tas"], dim=over)
     got = got.transpose(*want.dims)
     np.testing.assert_array_equal(np.isnan(got.values), np.isnan(want.values))
@@ -177,3 +182,42 @@ def test_corr_of_one_pair_is_nan(tmp_path):
             stat="corr", with_="tas",
         )  # fmt: skip
         assert np.isnan(got.values).all(), step
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pair_sums_chunked_across_the_grid_answer_any_box(tmp_path, seed):
+    """Pair sums whose entries are cut into chunks along latitude and longitude (a store
+    written so): each chunk's part of a box lands at its place, whatever box is asked."""
+    import zarr
+
+    ds = _two_variables({"time": 20, "lat": 7, "lon": 9}, seed, 0.2, offset=280.0)
+    path = tmp_path / "cube.zarr"
+    encoding = {v: {"chunks": (5, 7, 9)} for v in (VAR, "tas")}
+    ds.to_zarr(path, zarr_format=2, consolidated=True, encoding=encoding)
+    accumulus.accumulate(str(path), VAR, stats=["corr:tas"])
+    root = zarr.open_group(path, mode="r+")
+    name = pairs.pairs_path(VAR, "tas")
+    stored = root[name]
+    values, attrs = stored[...], dict(stored.attrs)
+    rechunked = root.create_array(
+        name, shape=stored.shape, chunks=(1, 8, 3, 4), dtype=stored.dtype,
+        fill_value=np.nan, overwrite=True,
+    )  # fmt: skip
+    rechunked[...] = values
+    rechunked.attrs.update(attrs)
+    zarr.consolidate_metadata(path)
+    rng = np.random.default_rng(seed)
+    for _ in range(4):
+        spans = {"time": (5 * int(rng.integers(0, 2)), 5 * int(rng.integers(2, 5)))}
+        for dim in ("lat", "lon"):
+            lo = int(rng.integers(0, ds.sizes[dim]))
+            spans[dim] = (lo, int(rng.integers(lo + 1, ds.sizes[dim] + 1)))
+        got = accumulus.query(
+            str(path), VAR, ["time"], {d: labels(ds, d, *s) for d, s in spans.items()},
+            stat="corr", with_="tas",
+        )  # fmt: skip
+        assert got.stats.raw_chunks_read == 0 and "pair sums" in got.note
+        selected = ds.isel({d: slice(*s) for d, s in spans.items()}).astype("f8")
+        want = xr.corr(selected[VAR], selected["tas"], dim="time")
+        np.testing.assert_array_equal(np.isnan(got.data.values), np.isnan(want.values))
+        np.testing.assert_allclose(got.data.values, want.values, rtol=1e-9, atol=1e-12)

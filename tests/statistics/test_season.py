@@ -76,6 +76,16 @@ def test_a_seasonal_series_is_one_batch_of_reads(cube):
     assert stats.requests == stats.accumulation_chunks_read + stats.raw_chunks_read
 
 
+def test_a_series_without_the_seasons_days_has_integer_years(cube):
+    """A range holding none of the season's days: an empty series, its years int64 as
+    every series' are."""
+    _, path = cube
+    got = accumulus.average(path, VAR, ["lat", "lon"], {"time": ("2001-03-01", "2001-04-30")},
+                            season="JJA")  # fmt: skip
+    assert got.dims == ("year",) and got.sizes["year"] == 0
+    assert got["year"].dtype == np.int64
+
+
 def test_bad_seasons_are_refused(cube):
     _, path = cube
     with pytest.raises(AccumulusError, match="unknown season 'JJX'"):

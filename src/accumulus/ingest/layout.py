@@ -286,3 +286,32 @@ def _mib(n: float) -> str:
     if n < 1024:
         return f"{n:.0f} B"
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 / 10 else f"{n / 1024:.1f} KiB"
+
+
+# Blosc blocks of a data chunk along the append dimension (``step_blocksize``): c-blosc 1.x
+# (numcodecs' own) splits a block of values of up to 16 bytes into one stream per byte of
+# a value, and then reads a block size asked for as a count of values, keeping blocks of
+# 64 KiB to 1 MiB (and at most 256 Ki values).
+BLOCK_MIN_BYTES = 2**16
+BLOCK_MAX_BYTES = 2**20
+_BLOCK_MAX_VALUES = 2**18
+_SPLIT_ITEMSIZE = 16
+
+
+def step_blocksize(chunks: Sequence[int], itemsize: int) -> int | None:
+    """numcodecs' ``Blosc(blocksize=...)`` for a data chunk of ``chunks`` (the append
+    dimension first) of values of ``itemsize`` bytes, so that its Blosc blocks hold whole
+    steps of the append dimension (as many as make 64 KiB), or a whole number of them one
+    step (a step of more than 1 MiB): a map's raw day at a period's end then decodes its
+    own block, not the two 512 KiB blocks c-blosc would choose around it (docs/appending.md).
+    None where no such blocks are possible: a 1-D array, values wider than 16 bytes, or a
+    step whose values divide into no block of 1 MiB or less."""
+    if len(chunks) < 2 or itemsize > _SPLIT_ITEMSIZE:
+        return None
+    values = prod(chunks[1:])  # of one step
+    largest = min(BLOCK_MAX_BYTES // itemsize, _BLOCK_MAX_VALUES)  # values in a block
+    if values <= largest:
+        steps = max(1, -(-BLOCK_MIN_BYTES // (values * itemsize)))
+        return min(steps * values, largest // values * values)
+    fewest = -(-values // largest)
+    return next((values // n for n in range(fewest, 4 * fewest) if values % n == 0), None)

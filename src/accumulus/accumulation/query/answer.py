@@ -33,6 +33,7 @@ from accumulus.accumulation.query.execute import (
     ExecutedPlan,
     InfiniteEntriesError,
     Work,
+    _scratch,
     chunk_work,
     execute,
     noise_floor,
@@ -54,8 +55,9 @@ from accumulus.accumulation.query.request import (
 )
 from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
-from accumulus.chunk_reader import ReadCounts, read_region
+from accumulus.chunk_reader import ChunkRequest, ReadCounts, read_chunks, read_region
 from accumulus.errors import AccumulationReadError, ParameterError
+from accumulus.grid import array_bounds
 from accumulus.raw_cube import RawCube, VariableInfo
 from accumulus.stores.arrays import array_with
 
@@ -197,7 +199,7 @@ def _seasonal(
         ("season runs", tdim, months),
         lambda: _record_runs(cube.decoded[tdim].values, tuple(months)),
     )
-    runs = _runs_within(record, *resolved.ranges[tdim])
+    runs, first = _runs_within(record, *resolved.ranges[tdim])
     over = tuple(d for d in var.dims if d in resolved.over or d == tdim)
     series = tdim not in resolved.over
     kept = tuple(d for d in resolved.kept if d != tdim)
@@ -236,7 +238,9 @@ def _seasonal(
     dims = kept
     if series:
         dims = ("year", *kept)
-        indexes["year"] = pd.Index([year for year, _, _ in runs], name="year")
+        # The record's years, made once per snapshot (making an index costs more than
+        # slicing one): the runs in the range are consecutive runs of the record.
+        indexes["year"] = record.years[first : first + len(runs)]
     data = _data_array(values, dims, indexes, var.name)
     _units(data, cube.raw.variables[var.name].attrs, stat)
     stats = QueryStats(
@@ -351,32 +355,37 @@ def _correlation(
         layouts = [AccumulationLayout((described.dim,), {described.dim: usable}, coverage)]
         references = described.references
     plan = plan_query(var.dims, resolved.ranges, resolved.over, layouts, resolved.sizes)
-    total: np.ndarray | None = None
+    # The 8 sums of the answer's shape: this thread's working space (``execute._scratch``;
+    # a map's are 4 MB, fresh memory to page in at every question otherwise), each read's
+    # added in place, an entry's chunk by chunk as it arrives.
+    total = _scratch((8, *shape), 2)
+    written = False  # whether the total holds values yet (its space is uninitialised)
     entries = raw = 0
     counts = ReadCounts()
     for read in plan.reads:
         box = {d: read.box.get(d, resolved.ranges[d]) for d in var.dims}
+        out = tuple(slice(box[d][0] - resolved.ranges[d][0], box[d][1] - resolved.ranges[d][0])
+                    for d in kept)  # fmt: skip
+        # The first read, when it covers the whole answer, is written (with its sign), not
+        # added to zeros: the same bits, one pass fewer.
+        first = not written and all(box[d] == resolved.ranges[d] for d in kept)
+        if not written and not first:
+            total.fill(0.0)
+        written = True
+        into = total[(slice(None), *out)]
         if read.is_raw:
             sums, references, chunks = _raw_pairs(cube, var, other_name, box, resolved, references)
+            _add_signed(into, sums, read.sign, first)
             raw += chunks
         else:
             assert stored is not None
-            sums = _entry_pairs(stored, var, read, box, resolved, counts)
+            _add_entry_pairs(stored, var, read, box, resolved, counts, into, first)
             entries += 1
-        # Each read's sums are its own (fresh) array, added in place: a map's 8 sums are
-        # 4 MB, and each temporary of that size fresh memory to page in.
-        if total is None and sums.shape == (8, *shape):
-            total = sums if read.sign > 0 else np.negative(sums, out=sums)
-            continue
-        if total is None:
-            total = np.zeros((8, *shape))
-        out = tuple(slice(box[d][0] - resolved.ranges[d][0], box[d][1] - resolved.ranges[d][0])
-                    for d in kept)  # fmt: skip
-        into = total[(slice(None), *out)]
-        (np.add if read.sign > 0 else np.subtract)(into, sums, out=into)
-    if total is None:
-        total = np.zeros((8, *shape))
+    if not written:
+        total.fill(0.0)
     values = stat.answer(list(total), False)
+    if np.may_share_memory(values, total):  # (the total is working space)
+        values = np.array(values)
     data = _data_array(
         np.asarray(values), kept, {d: answer_index(cube, resolved, d) for d in kept}, var.name
     )
@@ -415,25 +424,62 @@ def _stored_pairs(
     return described, array
 
 
-def _entry_pairs(
+def _add_entry_pairs(
     stored: tuple[pairs.PairSums, zarr.Array[Any]],
     var: VariableInfo,
     read: Read,
     box: Mapping[str, tuple[int, int]],
     resolved: ResolvedQuery,
     counts: ReadCounts,
-) -> np.ndarray:
+    into: np.ndarray,
+    first: bool,
+) -> None:
     """One entry of the stored pair sums over ``box`` (the dimensions other than time),
-    summed over those of ``over``: ``(8, *kept part)``, an array of its own. The chunks
-    are read in one batch (``read_region``), their requests and bytes added to ``counts``."""
+    summed over those of ``over``, added with the read's sign into ``into`` (``(8, *kept
+    part)``; ``first``: written into it instead, its space not set yet). The chunks are read
+    in one batch, their requests and bytes added to ``counts``; where nothing is summed
+    (a map), each is added where it lands as it arrives, never assembled into an entry of
+    its own (a map's is 4 MB to copy, in fresh memory)."""
     described, array = stored
     rest = [d for d in var.dims if d != described.dim]
     entry = read.entries[described.dim]
     region = (slice(entry, entry + 1), slice(None, None), *(slice(*box[d]) for d in rest))
     region = tuple(slice(*s.indices(n)[:2]) for s, n in zip(region, array.shape, strict=True))
-    values: np.ndarray = read_region(array, region, counts)[0].astype("f8", copy=False)
     summed = tuple(1 + rest.index(d) for d in rest if d in resolved.over)
-    return np.sum(values, axis=summed) if summed else values
+    if summed:  # summed across chunks in one call
+        values = read_region(array, region, counts)[0].astype("f8", copy=False)
+        _add_signed(into, np.sum(values, axis=summed), read.sign, first)
+        return
+    bounds = array_bounds(array)
+
+    def place(request: ChunkRequest, chunk: np.ndarray) -> None:
+        inside, at = [], []
+        for axis, c in enumerate(request.coords):
+            lo, hi = bounds[axis].edges[c], bounds[axis].edges[c + 1]
+            start, stop = max(lo, region[axis].start), min(hi, region[axis].stop)
+            inside.append(slice(start - lo, stop - lo))
+            at.append(slice(start - region[axis].start, stop - region[axis].start))
+        # (Each chunk lands in a part of ``into`` of its own: no lock.)
+        _add_signed(into[tuple(at[1:])], chunk[tuple(inside)][0], read.sign, first)
+
+    overlapping = [
+        b.chunks_overlapping(s.start, s.stop) for b, s in zip(bounds, region, strict=True)
+    ]
+    requests = (ChunkRequest(array, coords) for coords in itertools.product(*overlapping))
+    done = read_chunks(requests, place)
+    counts.requests += done.requests
+    counts.bytes += done.bytes
+
+
+def _add_signed(into: np.ndarray, sums: np.ndarray, sign: int, first: bool) -> None:
+    """``into`` ± ``sums`` in place, or ± ``sums`` written into it when ``first``."""
+    if first:
+        if sign > 0:
+            np.copyto(into, sums)
+        else:
+            np.negative(sums, out=into)
+    else:
+        (np.add if sign > 0 else np.subtract)(into, sums, out=into)
 
 
 def _raw_pairs(
@@ -501,34 +547,44 @@ def _runs(inside: np.ndarray, season_year: np.ndarray, lo: int) -> list[tuple[in
     ]
 
 
-def _record_runs(
-    times: np.ndarray, months: tuple[int, ...]
-) -> tuple[list[tuple[int, int, int]], list[int]]:
-    """The runs of the season's days over all of ``times`` (season year, start, stop), and
-    their stops (for ``_runs_within``)."""
+@dataclass(frozen=True)
+class _Record:
+    """The runs of a season's days over a whole record (season year, start, stop), their
+    stops (for ``_runs_within``) and their years (an index, sliced for a series' years)."""
+
+    runs: list[tuple[int, int, int]]
+    stops: list[int]
+    years: pd.Index
+
+
+def _record_runs(times: np.ndarray, months: tuple[int, ...]) -> _Record:
+    """The runs of the season's days over all of ``times``."""
     runs = _runs(*_season_days(times, months), 0)
-    return runs, [stop for _, _, stop in runs]
+    years = np.fromiter((year for year, _, _ in runs), np.int64, len(runs))
+    return _Record(runs, [stop for _, _, stop in runs], pd.Index(years, name="year"))
 
 
-def _runs_within(
-    record: tuple[list[tuple[int, int, int]], list[int]], lo: int, hi: int
-) -> list[tuple[int, int, int]]:
+def _runs_within(record: _Record, lo: int, hi: int) -> tuple[list[tuple[int, int, int]], int]:
     """The runs of ``record`` that steps ``[lo, hi)`` overlap, cut at ``lo`` and ``hi``:
-    the runs of the season's days in that range (the same as found in its steps alone)."""
-    runs, stops = record
+    the runs of the season's days in that range (the same as found in its steps alone),
+    and where the first of them is among the record's."""
+    first = bisect.bisect_right(record.stops, lo)
     within = []
-    for year, start, stop in runs[bisect.bisect_right(stops, lo) :]:
+    for year, start, stop in record.runs[first:]:
         if start >= hi:
             break
         within.append((year, max(start, lo), min(stop, hi)))
-    return within
+    return within, first
 
 
 def _moved(read: Read, tdim: str, lo: int | None, hi: int | None, slot: int) -> Read:
     """``read`` adding into ``slot``, over steps ``[lo, hi)`` of ``tdim`` when given (a
     scan's read of another run: the same box at other times)."""
-    box = read.box if lo is None or hi is None else {**read.box, tdim: (lo, hi)}
-    return Read(read.source, read.sign, read.entries, box, read.key, slot)
+    if lo is None or hi is None:
+        if slot == read.slot:  # (a map's reads: as planned)
+            return read
+        return Read(read.source, read.sign, read.entries, read.box, read.key, slot)
+    return Read(read.source, read.sign, read.entries, {**read.box, tdim: (lo, hi)}, read.key, slot)
 
 
 def _weights_cancel(cube: RawCube, resolved: ResolvedQuery) -> bool:

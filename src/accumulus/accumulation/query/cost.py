@@ -181,27 +181,37 @@ def plan_cost(
     """The estimated cost of reading and summing these chunks (distinct ones, as a plan's
     batch reads them): raw chunks of ``var`` and accumulation chunks."""
     raw_path = var.array.store_path.path
-    # By array object (several handles on one array are alike): its bounds, decoding,
-    # summing and value size, looked up once per plan, not per chunk.
-    arrays: dict[int, tuple[tuple[ChunkBounds, ...], Rate, Rate, int]] = {}
-    tally = _Tally()
+    # By array object (several handles on one array are alike): its chunk sizes, decoding
+    # and summing rates and value size, looked up once per plan, not per chunk.
+    arrays: dict[int, tuple[tuple[tuple[int, ...], ...], Rate, Rate, int]] = {}
     raw_rate = raw_sum_rate(var, terms, over)
     entry_rate = entry_sum_rate()
+    count = nbytes_total = 0
+    compute = 0.0
     for request in requests:
         array = request.array
         known = arrays.get(id(array))
         if known is None:
             raw = array.store_path.path == raw_path
             known = arrays[id(array)] = (
-                array_bounds(array),
+                tuple(b.sizes for b in array_bounds(array)),
                 decode_rate(array),
                 raw_rate if raw else entry_rate,
                 array.dtype.itemsize,
             )
-        bounds, decoding, summing, itemsize = known
-        values = prod(b.sizes[c] for b, c in zip(bounds, request.coords, strict=True))
+        sizes, decoding, summing, itemsize = known
+        values = 1
+        for along, c in zip(sizes, request.coords, strict=True):
+            values *= along[c]
         nbytes = values * itemsize
-        tally.add(1, nbytes, decoding.seconds(nbytes) + summing.seconds(values))
+        count += 1
+        nbytes_total += nbytes
+        # (Rate.seconds of one chunk, inlined: a plan lists dozens of chunks.)
+        compute += (decoding.per_chunk + nbytes * decoding.per_unit) + (
+            summing.per_chunk + values * summing.per_unit
+        )
+    tally = _Tally()
+    tally.add(count, nbytes_total, compute)
     return tally.cost(storage, memory_bytes)
 
 
@@ -224,8 +234,15 @@ def scan_cost(
         ]
         for box in boxes
     ]
-    if len(per_box) == 1:  # one box: no chunk is shared
-        chunks = per_box[0]
+    # One box, or boxes alike but along one dimension (a season's runs of days): the
+    # chunks are a product, the union along that dimension by the others'.
+    first = per_box[0] if per_box else []
+    differing = [a for a in range(len(first)) if any(c[a] != first[a] for c in per_box)]
+    if per_box and len(differing) <= 1:
+        chunks: list[Sequence[int]] = list(first)
+        if differing:
+            (a,) = differing
+            chunks[a] = sorted({c for box_chunks in per_box for c in box_chunks[a]})
         extents = (sum(b.sizes[c] for c in cs) for b, cs in zip(var.bounds, chunks, strict=True))
         count, values = prod(len(cs) for cs in chunks), prod(extents)
     else:

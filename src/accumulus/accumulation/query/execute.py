@@ -93,7 +93,8 @@ WeightsMemo = dict[Any, tuple[Any, tuple[int, np.ndarray] | None]]
 @dataclass
 class ExecutedPlan:
     terms: tuple[str, ...]  # the sums, in order: those asked for, without the tallies when
-    # nothing read could hold an infinity (no raw chunk, no tally of an accumulation)
+    # nothing read could hold an infinity (no raw chunk, no tally of an accumulation) or
+    # none was met
     # (len(terms), *answer shape). This thread's working space (``_scratch``): valid until
     # it executes another plan, so answers made from it are copies.
     sums: np.ndarray
@@ -154,13 +155,15 @@ def execute(
                     cube, var, chunk[part.local], part, reduce_axes, terms, weights, budget, plan,
                     reference, times,
                 )  # fmt: skip
-                total.add(part.index, part.out, part.sign, sums)
+                # Its first rows: without the tallies when it holds no infinity (``_raw_sums``).
+                total.add(part.index, (slice(len(sums)), *part.out[1:]), part.sign, sums)
             else:
                 slab = chunk[part.local]
                 if checked or slab.dtype.kind != "f":
                     slab = _checked_entries(groups.label, request, slab, part.tallied)
                 total.add(part.index, part.out, part.sign, _entry_sums(slab, part),
-                          noisy=part.term in noisy and slab.dtype.kind == "f")  # fmt: skip
+                          noisy=part.term in noisy and slab.dtype.kind == "f",
+                          finite=part.tallied)  # fmt: skip
 
     try:
         counts = read_chunks(
@@ -173,7 +176,11 @@ def execute(
         if not failed.of_the_data:
             raise
         raise _read_error(cube, var, failed, groups.label) from None
-    sums = total.result()
+    if any(t in spec.TALLIES for t in rows) and not total.reached(
+        [k for k, t in enumerate(rows) if t in spec.TALLIES]
+    ):  # no infinity met: the tallies (the last rows) are 0, left out as when none is read
+        rows = tuple(t for t in rows if t not in spec.TALLIES)
+    sums = total.result(len(rows))
     if not checked and not _finite(sums, total.floating):
         return execute(
             cube, groups, var, plan, terms, weights, memory_bytes, work,
@@ -227,8 +234,9 @@ def _raw_sums(
     times: np.ndarray | None = None,
 ) -> np.ndarray:
     """The sums of a raw chunk's part, decoded and summed slab by slab so that the working
-    arrays stay within the budget whatever the chunk's size. With a shape (``plan.mask``)
-    only its cells count: the others are NaN, as missing values are."""
+    arrays stay within the budget whatever the chunk's size; one row per term, or, for a
+    part of one slab that holds no infinity, the rows before the tallies. With a shape
+    (``plan.mask``) only its cells count: the others are NaN, as missing values are."""
     box = {d: slice(*part.box[d]) for d in var.dims}
     w = _weights_over(cube, var, weights, box)
     if times is not None:  # the part's steps (times vary along the time axis only)
@@ -245,8 +253,13 @@ def _raw_sums(
         and stored.dtype.kind == "f"
         and stored.size <= budget.slab_values
         and _plain(terms, w, axes)
-    ):  # one slab: its sums as reduce_terms writes them, not added to a zeroed total
-        return reduce_terms(var.decoder.values(stored), w, terms, axes)
+    ):  # one slab: its sums as reduce_terms writes them, not added to a zeroed total;
+        # without the tallies (the last terms) when it holds no infinity: rows of 0 that
+        # would be added into the total, and looked at by the answer, for nothing.
+        values = var.decoder.values(stored)
+        if not np.isinf(values).any():
+            terms = [t for t in terms if t not in spec.TALLIES]
+        return reduce_terms(values, w, terms, axes)
     sums = np.zeros((len(terms), *(stored.shape[a] for a in kept)), dtype="f8")
     # Packed integers summed as they are, scaled once per sum (the float64 values of every
     # cell cost more than the rest of a raw CO2 map: docs/benchmarks.md, "Packed integers").
@@ -466,7 +479,7 @@ class _OrderedTotal:
         self._row_size = prod(shape[1:])
         self.magnitude: np.ndarray | None = None
         self.floating: set[int] = set()  # rows floating-point values were added into
-        self._waiting: dict[int, tuple[tuple[Any, ...], int, np.ndarray, bool]] = {}
+        self._waiting: dict[int, tuple[tuple[Any, ...], int, np.ndarray, bool, bool]] = {}
         self._next = 0
         self._lock = threading.Lock()
 
@@ -478,38 +491,52 @@ class _OrderedTotal:
         value: np.ndarray,
         *,
         noisy: bool = False,
+        finite: bool = False,
     ) -> None:
+        """Add ``sign`` x ``value`` at ``where`` (``noisy``: into the magnitudes too).
+        ``finite``: the value holds no infinity (an accumulation's entries, infinities
+        tallied apart), so no inf - inf can arise and no warning needs silencing."""
         with self._lock:
             if index != self._next:
-                self._waiting[index] = (where, sign, np.array(value), noisy)
+                self._waiting[index] = (where, sign, np.array(value), noisy, finite)
                 return
-            self._add(where, sign, value, noisy)
+            self._add(where, sign, value, noisy, finite)
             while self._next in self._waiting:
                 self._add(*self._waiting.pop(self._next))
 
-    def _add(self, where: tuple[Any, ...], sign: int, value: np.ndarray, noisy: bool) -> None:
+    def _add(
+        self, where: tuple[Any, ...], sign: int, value: np.ndarray, noisy: bool, finite: bool
+    ) -> None:
         first = where[0]  # the rows of the part: one, or a range
-        if self._counted_in(first, sign, value):
+        integer = value.dtype.kind in "iu"
+        if integer and self._counted_in(first, sign, value):
             self._next += 1
             return
         where = (*where, ...)  # a view, also of a single value
         into = self._total[where]
-        rows = (first,) if isinstance(first, int) else range(self.shape[0])[first]
-        for row in rows:
-            if row in self._counted:  # converted before anything else is added to it
-                self._convert(row)
-        fresh = [row for row in rows if self._unset[row]]
+        rows = (first,) if type(first) is int else range(self.shape[0])[first]
+        if self._counted:
+            for row in rows:
+                if row in self._counted:  # converted before anything else is added to it
+                    self._convert(row)
+        unset = self._unset
+        fresh = [row for row in rows if unset[row]]
         whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
         for row in fresh:
-            self._unset[row] = False
+            unset[row] = False
             if not whole:
                 self._total[row, ...].fill(0.0)
         start = 0.0 if whole else into
-        # Sums holding infinities meet here as inf - inf = NaN, which the answer does not use
-        # (the infinities' tallies, or the raw data, decide it): no warning for the user.
-        with np.errstate(invalid="ignore"):
-            (np.add if sign > 0 else np.subtract)(start, value, out=into, casting="unsafe")
-        if value.dtype.kind not in "iu":
+        add = np.add if sign > 0 else np.subtract
+        if finite:  # (entering ``errstate`` costs several times a small part's add)
+            add(start, value, out=into, casting="unsafe")
+        else:
+            # Sums holding infinities meet here as inf - inf = NaN, which the answer does not
+            # use (the infinities' tallies, or the raw data, decide it): no warning for the
+            # user.
+            with np.errstate(invalid="ignore"):
+                add(start, value, out=into, casting="unsafe")
+        if not integer:
             self.floating.update(rows)
         if noisy:
             if self.magnitude is None:
@@ -547,14 +574,21 @@ class _OrderedTotal:
         into = self._total[row, ...]
         np.copyto(into, self._counted.pop(row).reshape(into.shape), casting="unsafe")
 
-    def result(self) -> np.ndarray:
+    def reached(self, rows: Sequence[int]) -> bool:
+        """Whether any part was added into one of ``rows``."""
+        return not all(self._unset[row] for row in rows)
+
+    def result(self, rows: int | None = None) -> np.ndarray:
+        """The total, or its first ``rows`` rows."""
         assert not self._waiting
+        total = self._total if rows is None else self._total[:rows]
         for row in list(self._counted):
-            self._convert(row)
-        for row, unset in enumerate(self._unset):
+            if row < len(total):
+                self._convert(row)
+        for row, unset in enumerate(self._unset[: len(total)]):
             if unset:  # no part reached it
-                self._total[row, ...].fill(0.0)
-        return self._total
+                total[row, ...].fill(0.0)
+        return total
 
 
 def _raw_parts(
@@ -692,8 +726,12 @@ def _entry_parts(
             coords, local, spans = zip(*combo, strict=True)
             box = {d: span for d, span in zip(source.array_dims, spans, strict=True) if span}
             at = placed(box, read.slot)
+            weighed = None  # the slab's weights, looked up once for its weighted terms
             for t, term, array, weighted in members:
-                w, contract = slab_weights(box) if weighted else (None, None)
+                w, contract = None, None
+                if weighted:
+                    weighed = weighed or slab_weights(box)
+                    w, contract = weighed
                 part = EntryPart(
                     next(counter), read.sign, term, local, summed, source.order, (t, *at),
                     w, source.tallied, contract,
@@ -736,6 +774,8 @@ def _weights_over(
     slabs, and each of them looked the coordinate up in the dataset again. An array's are
     read through the reader's store (``RawCube.decoded_values``): in the service, bounded and
     stopped with their request like the chunks they weigh."""
+    if weights == "none":  # (``weight_values`` looks the variable up in the dataset first)
+        return 1.0
     if weights.startswith("array:"):
         name = weights.removeprefix("array:")
         values = cube.decoded_values(name, box)

@@ -671,7 +671,11 @@ def answer_index(cube: RawCube, resolved: ResolvedQuery, dim: str) -> pd.Index:
     its index), or along a longitude range across the grid's seam, continuing past it
     (``longitude.labels``)."""
     lo, hi = resolved.ranges[dim]
-    index = cube.index(dim)
+    # A copy of the cube's index, made once per snapshot: resolving ranges searches the
+    # cube's own, where pandas then keeps a look-up engine that it copies into every slice
+    # (twice the cost of a series' time labels: docs/benchmarks.md, "Statistics, session
+    # stats46").
+    index = cube.remembered(("answer labels", dim), lambda: cube.index(dim).copy(deep=True))
     var = resolved.variable
     if hi <= resolved.periods.get(dim, var.shape[var.axis(dim)]):
         return index if lo == 0 and hi == len(index) else index[lo:hi]  # (immutable)

@@ -3,8 +3,10 @@ dimension."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
+import numcodecs
 import numpy as np
 
 from accumulus.filters import numcodecs_codec, split_v2, v3_codecs
@@ -16,7 +18,13 @@ from accumulus.ingest.cadence import step_seconds, steps_per_month
 from accumulus.ingest.conform import cube_dataset
 from accumulus.ingest.granules import CodecChain, Granule, open_granule
 from accumulus.ingest.journal import CREATING, READY, Journal, write_journal
-from accumulus.ingest.layout import ArraySpec, ChunkChoice, choose_chunks, choose_shards
+from accumulus.ingest.layout import (
+    ArraySpec,
+    ChunkChoice,
+    choose_chunks,
+    choose_shards,
+    step_blocksize,
+)
 
 
 def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, ChunkChoice]:
@@ -53,16 +61,19 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
         for name, var in empty.variables.items():
             fill = fills[str(name)]
             chain = chains.get(str(name))
+            chunks = choice.chunks[str(name)]
+            codecs = _codec_encoding(chain, zarr_format)
             if not chain and dim in var.dims:
-                # Uncompressed in the granule, but chunks along the append dimension fill
-                # over many appends, rewritten at each commit and mostly fill until then:
-                # zarr's default compression.
-                chain = None
+                # Uncompressed in the granule (or not known), but chunks along the append
+                # dimension fill over many appends, rewritten at each commit and mostly fill
+                # until then: zarr's default compression, in Zarr v2 in Blosc blocks of
+                # whole steps (``_step_blocks``).
+                codecs = _step_blocks(var.dims, var.dtype, chunks, dim, zarr_format) or codecs
             encoding[name] = {
-                "chunks": choice.chunks[str(name)],
+                "chunks": chunks,
                 **({"shards": choice.shards[str(name)]} if str(name) in choice.shards else {}),
                 "_FillValue": fill,
-                **_codec_encoding(chain, zarr_format),
+                **codecs,
             }
         settings = {"append_dim": dim}
         if variable_rule is not None:
@@ -95,6 +106,21 @@ def _step_seconds(granule: Granule, batch: Batch) -> float | None:
     units = coordinate.time.units if coordinate.time is not None else None
     times = np.concatenate([plan.coordinate for plan in batch.planned])
     return step_seconds(times, units, values)
+
+
+def _step_blocks(
+    dims: tuple[Hashable, ...], dtype: np.dtype, chunks: tuple[int, ...], dim: str, zarr_format: int
+) -> dict[str, Any] | None:
+    """Zarr v2's default compression (Blosc LZ4 at level 5, byte shuffle) in Blosc blocks
+    of whole steps of ``dim`` (``layout.step_blocksize``), for a numeric array along ``dim``
+    first: None otherwise, and in Zarr v3 (whose default is zstd)."""
+    if zarr_format != 2 or not dims or dims[0] != dim or dtype.kind not in "biuf":
+        return None
+    blocksize = step_blocksize(chunks, dtype.itemsize)
+    if blocksize is None:
+        return None
+    blosc = numcodecs.Blosc("lz4", 5, numcodecs.Blosc.SHUFFLE, blocksize)
+    return {"filters": None, "compressors": [blosc]}
 
 
 def _codec_encoding(chain: CodecChain | None, zarr_format: int) -> dict[str, Any]:
