@@ -11,9 +11,11 @@ labels for ``--at`` rules, ``positions``), so every raw chunk is read and decode
 per-segment sums (much smaller than the data, except at every element) come back to this
 process, where they are prefix-summed, the sums ending where entries end are kept, and
 written, while the next slab is being read. Entries along the batch dimension continue from
-the last entry written by the previous slab. So peak memory is set by the slab and block
-sizes, not by the array, and the same code serves a full build (starting at 0) and an
-update after the data grew (starting at the old coverage).
+the running sums the previous slab left at its end (``_Work.carried``: where entries end
+inside raw chunks, ``--at time=month+N`` or ZEP 5 strides longer than a slab, no slab reads
+the chunk before it again), or from the last entry written (the first slab of an update). So
+peak memory is set by the slab and block sizes, not by the array, and the same code serves a
+full build (starting at 0) and an update after the data grew (starting at the old coverage).
 
 Arrays whose chunks span several slabs along the batch dimension (long series, read along
 time) are written a whole chunk row at a time (``_Writer``), so no chunk is written twice;
@@ -208,7 +210,8 @@ def stored_terms(acc: spec.Accumulation, terms: Sequence[str]) -> tuple[str, ...
 class _Work:
     """What one slab does for one accumulation: read raw ``[raw_start, raw_stop)`` along the
     batch dimension and write entries (or indices) from ``first`` on, continuing from the
-    entry before ``first`` when the batch dimension is accumulated."""
+    entry before ``first`` when the batch dimension is accumulated, or from the running sums
+    the slab before left at this slab's start (``carried``)."""
 
     acc: spec.Accumulation
     positions: Mapping[str, tuple[int, ...]]  # where entries end, per prefix dimension
@@ -219,6 +222,12 @@ class _Work:
     # Its entries are made by the writer from the raw values (``raw_series``): the slab's
     # raw block is handed over as it is, no sums taken.
     raw: bool = False
+    # Along the batch dimension, where entries do not end at the slab's edges: the running
+    # sums at the slab's start come from the slab before (``carried``: its region starts at
+    # the slab's start, not at the entry before, inside a raw chunk the slab before read),
+    # and its own at the slab's end go to the next (``carries``: its region ends there).
+    carried: bool = False
+    carries: bool = False
 
 
 def fill(
@@ -301,12 +310,22 @@ def fill(
     }
     buffers = Buffers(KEPT_BYTES, least_bytes=KEPT_LEAST_BYTES)
 
+    # Slabs that continue the one before (the same tile, from where it stopped): along the
+    # batch dimension, each takes the running sums the one before left (``_Work.carried``),
+    # so every raw chunk is read once, whatever the positions of the entries.
+    follows = [
+        i > 0 and slabs[i - 1][0] == slabs[i][0] and slabs[i - 1][2] == slabs[i][1]
+        for i in range(len(slabs))
+    ]
+    carries: dict[int, np.ndarray] = {}  # each accumulation's running sums, by id
+
     def slab_sums(done: int) -> list[tuple[_Work, np.ndarray, list[list[tuple[int, int]]]]]:
         """Each accumulation's per-segment sums over slab ``done`` (one pass over its data),
         with where the blocks summed lie."""
         tile, slab_start, slab_stop = slabs[done]
+        carried, carrying = follows[done], done + 1 < len(slabs) and follows[done + 1]
         work = [
-            _work(*item, dim, slab_start, slab_stop, id(item[0]) in from_raw)
+            _work(*item, dim, slab_start, slab_stop, id(item[0]) in from_raw, carried, carrying)
             for item in accumulations
         ]
         work = [w for w in work if w.raw_stop > w.raw_start]
@@ -379,19 +398,22 @@ def fill(
                     item.acc.arrays[spec.SUM], item.acc.arrays[spec.COUNT], item.first, block[0]
                 )
             ready.sort(key=lambda r: not _prefix_in_writer(var, r[0], dim, r[1], r[2]))
+            earlier = writer.queued()  # writes not made from this slab's sums
             users = Counter(id(per_segment) for _, per_segment, _ in ready)
             for item, per_segment, locations in ready:
                 users[id(per_segment)] -= 1
                 kept = users[id(per_segment)] > 0
                 written_from |= _write_entries(
-                    var, item, dim, per_segment, locations, writer, tile, keep_sums=kept
+                    var, item, dim, per_segment, locations, writer, tile, kept, carries
                 )
             # The slab's sums (a block's sums are views of the array the compiled loop
             # filled, shared by the accumulations summed alike) are filled again by a later
-            # slab once every write made from them is done.
+            # slab once every write made from them is done: not waiting for the writes queued
+            # before (a series' raw row takes as long as several slabs), for which the next
+            # slabs took new memory (docs/benchmarks.md, "Build CPU (session build46)").
             owners = _owners(per_segment for _, per_segment, _ in ready)
             if written_from:
-                writer.after_writes(buffers.give, owners)
+                writer.after_writes(buffers.give, owners, earlier=earlier)
             else:
                 buffers.give(owners)
             del ready, owners, raw
@@ -620,12 +642,15 @@ def _write_entries(
     writer: _Writer,
     tile: Mapping[str, tuple[int, int]] | None = None,
     keep_sums: bool = False,
+    carries: dict[int, np.ndarray] | None = None,
 ) -> bool:
     """Prefix-sum one accumulation's per-segment sums over a region (within ``tile``) into
     its entries (the sums ending where entries end), continue them from the entry before
-    ``work.first``, and write them. Returns whether writes queued are to be made from
-    ``per_segment`` itself. ``keep_sums``: ``per_segment`` is left as it is (another
-    accumulation's entries are taken from it next)."""
+    ``work.first`` (or from the running sums in ``carries``, ``work.carried``), and write
+    them. Returns whether writes queued are to be made from ``per_segment`` itself.
+    ``keep_sums``: ``per_segment`` is left as it is (another accumulation's entries are taken
+    from it next). ``work.carries``: the running sums at the region's end are put in
+    ``carries`` for the next slab."""
     acc = work.acc
     order = [var.axis(d) for d in acc.array_dims]
     t_axis = acc.array_dims.index(dim)
@@ -646,8 +671,11 @@ def _write_entries(
         if prefix_last:
             break
         axis = var.axis(d)
-        if d == dim and work.first > 0:
-            first = entries[(slice(None),) * (axis + 1) + (slice(0, 1),)]
+        first = entries[(slice(None),) * (axis + 1) + (slice(0, 1),)]
+        if d == dim and work.carried:
+            assert carries is not None, "running sums carried without a place for them"
+            first += carries.pop(id(acc))
+        elif d == dim and work.first > 0:
             for t, term in enumerate(work.terms):
                 before = writer.entry(acc.arrays[term], t_axis, work.first - 1, window)
                 first[t] += before.transpose(np.argsort(order))
@@ -655,7 +683,19 @@ def _write_entries(
         ends = [e for lo, hi in locations[axis] for e in segment_ends(lo, hi, positions)]
         wanted = set(positions)
         keep = [i for i, e in enumerate(ends) if e in wanted]
+        # The running sums at the region's end go to the next slab: the last entry, or
+        # (where no entry ends there) the sums of one more segment, taken and left out.
+        carry = d == dim and work.carries
+        extra = carry and (not keep or keep[-1] != len(ends) - 1)
+        if extra:
+            keep.append(len(ends) - 1)
         entries = prefix_entries(entries, axis + 1, keep, in_place=entries.dtype == "f8")
+        if carry:
+            assert carries is not None, "running sums to carry without a place for them"
+            at = (slice(None),) * (axis + 1)
+            carries[id(acc)] = entries[(*at, slice(-1, None))].copy()
+            if extra:
+                entries = entries[(*at, slice(0, -1))]
     uncopied = False
     for t, term in enumerate(work.terms):
         values = entries[t].transpose(order)
@@ -664,7 +704,8 @@ def _write_entries(
         uncopied |= writer.write(
             acc.arrays[term], t_axis, work.first, values, window, prefix_last, keep_sums
         )
-    return uncopied and entries is per_segment
+    # (Entries taken in place are ``per_segment`` or, with a carry left out, a view of it.)
+    return uncopied and np.may_share_memory(entries, per_segment)
 
 
 def _summed(
@@ -912,10 +953,21 @@ class _Writer:
             target, self.targets[row.counts], chunk_row, row.blocks, self.PIECE_BYTES
         )
 
-    def after_writes(self, call: Callable[..., object], *args: object) -> None:
-        """``call(*args)`` once the writes queued so far are done (in the thread of the last
-        to finish, or here if none is left)."""
-        queued = [future for future, _ in self._writes if not future.done()]
+    def queued(self) -> set[Future]:
+        """The writes queued so far and not yet seen done."""
+        return {future for future, _ in self._writes}
+
+    def after_writes(
+        self, call: Callable[..., object], *args: object, earlier: set[Future] | None = None
+    ) -> None:
+        """``call(*args)`` once the writes queued so far, but those ``earlier`` (``queued``
+        before the writes ``call`` waits for), are done (in the thread of the last to
+        finish, or here if none is left)."""
+        queued = [
+            future
+            for future, _ in self._writes
+            if not future.done() and (earlier is None or future not in earlier)
+        ]
         left = [len(queued)]
         lock = threading.Lock()
 
@@ -1064,14 +1116,20 @@ def _work(
     slab_start: int,
     slab_stop: int,
     raw: bool = False,
+    carried: bool = False,
+    carries: bool = False,
 ) -> _Work:
+    """What slab ``[slab_start, slab_stop)`` does for ``acc``. Along ``dim``: ``carried``,
+    the slab before left its running sums at ``slab_start``; ``carries``, a slab follows,
+    to be left the running sums at ``slab_stop``."""
     if dim not in acc.prefix_dims:
         return _Work(acc, positions, terms, slab_start, slab_stop, slab_start, raw)
     ends = positions[dim]
     # Entries ending at or before the slab's start are done; the slab computes those that
-    # end within it (up to the end for the last slab), from the last done entry's end.
+    # end within it (up to the end for the last slab), from the last done entry's end, or
+    # from the slab's start with the running sums carried there.
     k0 = bisect.bisect_right(ends, slab_start)
     k1 = bisect.bisect_right(ends, slab_stop)
-    raw_start = ends[k0 - 1] if k0 else 0
-    raw_stop = ends[k1 - 1] if k1 > k0 else raw_start
-    return _Work(acc, positions, terms, raw_start, raw_stop, k0)
+    raw_start = slab_start if carried else ends[k0 - 1] if k0 else 0
+    raw_stop = slab_stop if carries else ends[k1 - 1] if k1 > k0 else raw_start
+    return _Work(acc, positions, terms, raw_start, raw_stop, k0, carried=carried, carries=carries)

@@ -68,7 +68,8 @@ def create(target: Target, request: Request, batch: Batch) -> tuple[Committed, C
                 # dimension fill over many appends, rewritten at each commit and mostly fill
                 # until then: zarr's default compression, in Zarr v2 in Blosc blocks of
                 # whole steps (``_step_blocks``).
-                codecs = _step_blocks(var.dims, var.dtype, chunks, dim, zarr_format) or codecs
+                blocks = _step_blocks(var.dims, var.dtype, chunks, dim, zarr_format)
+                codecs = blocks or _codec_encoding(None, zarr_format)
             encoding[name] = {
                 "chunks": chunks,
                 **({"shards": choice.shards[str(name)]} if str(name) in choice.shards else {}),
