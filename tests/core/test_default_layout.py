@@ -6,6 +6,7 @@ written; ``inspect`` names which."""
 
 from __future__ import annotations
 
+import numcodecs
 import numpy as np
 import pytest
 
@@ -95,6 +96,19 @@ def test_a_dimension_without_dates_has_an_entry_at_every_element(tmp_path):
     ds = synthetic_dataset({"time": 30, "lat": 6, "lon": 8}, seed=13)
     ds = ds.assign_coords(time=np.arange(30.0))  # hours since an unnamed origin: no dates
     write_cube(ds, path, CHUNKS)
+    result = accumulus.accumulate(str(path), VAR)
+    assert {a.key for a in result.group.accumulations} == {"time@1", "lat,lon@1,1"}
+    assert spec.layout_name(result.group) == "default"
+
+
+def test_where_a_raw_day_is_not_read_alone_the_default_is_every_day(tmp_path):
+    """zlib chunks (as NetCDF4 granules carry) decode whole: a day at a map's end would cost
+    its chunk, so the default keeps an entry at every day there."""
+    path = tmp_path / "c.zarr"
+    ds = synthetic_dataset({"time": 30, "lat": 6, "lon": 8}, seed=14)
+    chunks = tuple(CHUNKS[d] for d in ds[VAR].dims)
+    encoding = {VAR: {"chunks": chunks, "compressors": [numcodecs.Zlib(4)]}}
+    ds.to_zarr(path, mode="w", zarr_format=2, consolidated=True, encoding=encoding)
     result = accumulus.accumulate(str(path), VAR)
     assert {a.key for a in result.group.accumulations} == {"time@1", "lat,lon@1,1"}
     assert spec.layout_name(result.group) == "default"
