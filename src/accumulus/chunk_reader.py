@@ -64,7 +64,7 @@ from zarr.core.metadata import ArrayMetadata, ArrayV2Metadata
 from zarr.core.sync import sync
 
 from accumulus.errors import AccumulusError
-from accumulus.grid import array_bounds, read_grid, sharding_of
+from accumulus.grid import ChunkBounds, array_bounds, read_grid, sharding_of
 from accumulus.partial_decode import (
     BloscChain,
     Region,
@@ -272,7 +272,6 @@ def read_region(
     store is read in this thread. A build reads every raw chunk this way. ``counts``: the
     requests and bytes read are added to it."""
     bounds = array_bounds(array)
-    starts = [s.start for s in region]
     out = np.empty([s.stop - s.start for s in region], dtype=array.dtype)
     if out.size == 0:
         return out
@@ -281,19 +280,28 @@ def read_region(
     ]
 
     def place(request: ChunkRequest, chunk: np.ndarray) -> None:
-        inside, at = [], []
-        for axis, c in enumerate(request.coords):
-            lo, hi = bounds[axis].edges[c], bounds[axis].edges[c + 1]
-            start, stop = max(lo, region[axis].start), min(hi, region[axis].stop)
-            inside.append(slice(start - lo, stop - lo))
-            at.append(slice(start - starts[axis], stop - starts[axis]))
-        out[tuple(at)] = chunk[tuple(inside)]
+        inside, at = overlap(bounds, region, request.coords)
+        out[at] = chunk[inside]
 
     done = read_chunks((ChunkRequest(array, coords) for coords in product(*overlapping)), place)
     if counts is not None:
         counts.requests += done.requests
         counts.bytes += done.bytes
     return out
+
+
+def overlap(
+    bounds: Sequence[ChunkBounds], region: Sequence[slice], coords: tuple[int, ...]
+) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+    """Where the chunk at ``coords`` meets ``region`` (slices with starts and stops): that
+    part as slices of the chunk, and as slices of the region."""
+    inside, at = [], []
+    for axis, c in enumerate(coords):
+        lo, hi = bounds[axis].edges[c], bounds[axis].edges[c + 1]
+        start, stop = max(lo, region[axis].start), min(hi, region[axis].stop)
+        inside.append(slice(start - lo, stop - lo))
+        at.append(slice(start - region[axis].start, stop - region[axis].start))
+    return tuple(inside), tuple(at)
 
 
 # --------------------------------------------------------------------------------------------

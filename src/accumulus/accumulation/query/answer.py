@@ -55,7 +55,7 @@ from accumulus.accumulation.query.request import (
 )
 from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
-from accumulus.chunk_reader import ChunkRequest, ReadCounts, read_chunks, read_region
+from accumulus.chunk_reader import ChunkRequest, ReadCounts, overlap, read_chunks, read_region
 from accumulus.errors import AccumulationReadError, ParameterError
 from accumulus.grid import array_bounds
 from accumulus.raw_cube import RawCube, VariableInfo
@@ -453,14 +453,9 @@ def _add_entry_pairs(
     bounds = array_bounds(array)
 
     def place(request: ChunkRequest, chunk: np.ndarray) -> None:
-        inside, at = [], []
-        for axis, c in enumerate(request.coords):
-            lo, hi = bounds[axis].edges[c], bounds[axis].edges[c + 1]
-            start, stop = max(lo, region[axis].start), min(hi, region[axis].stop)
-            inside.append(slice(start - lo, stop - lo))
-            at.append(slice(start - region[axis].start, stop - region[axis].start))
+        inside, at = overlap(bounds, region, request.coords)
         # (Each chunk lands in a part of ``into`` of its own: no lock.)
-        _add_signed(into[tuple(at[1:])], chunk[tuple(inside)][0], read.sign, first)
+        _add_signed(into[at[1:]], chunk[inside][0], read.sign, first)
 
     overlapping = [
         b.chunks_overlapping(s.start, s.stop) for b, s in zip(bounds, region, strict=True)
