@@ -67,7 +67,7 @@ def reduce_terms(
             summands = summands * np.asarray(times, dtype="f8") ** s.time_power
         if not varying:  # into the answer's row as it is summed: no copies of its size
             row = out[i, ...]  # (a view, also of a single value)
-            if single:  # converted as it is copied: a sum over one value costs 3x more
+            if single:  # converted as it is copied: np.sum over one value costs more
                 np.copyto(row, summands.reshape(row.shape), casting="unsafe")
             else:
                 np.sum(summands, axis=constant, dtype="f8", out=row)
@@ -84,8 +84,8 @@ def reduce_terms(
 def finite_or_zero(x: np.ndarray, finite: np.ndarray) -> np.ndarray:
     """Floating-point ``x`` where ``finite``, +0 elsewhere: what ``np.where(finite, x, 0)``
     gives, as the values' bits and'ed with all ones where finite and all zeros elsewhere,
-    in a third of its time (a map's raw day at a period's end: docs/benchmarks.md, "Raw
-    days at a map's ends")."""
+    which is faster (a map's raw day at a period's end: docs/benchmarks.md, "Raw days at a
+    map's ends")."""
     bits = np.dtype(f"i{x.dtype.itemsize}")
     mask = np.subtract(0, finite, dtype=bits)  # -1 (all ones) where finite, else 0
     return np.bitwise_and(x.view(bits), mask, out=mask).view(x.dtype)
