@@ -45,6 +45,7 @@ from accumulus.accumulation.query.plan import (
     QueryPlan,
     Read,
     plan_query,
+    plan_runs,
     scan_boxes,
 )
 from accumulus.accumulation.query.request import (
@@ -210,11 +211,18 @@ def _seasonal(
     reads: list[Read] = []
     scans: list[Read] = []
     scan: QueryPlan | None = None  # a box's scan, planned once: each run's is its time range
+    # A box's runs planned together (``plan_runs``: the same plans, the spans along the box's
+    # other dimensions found once).
+    planned = iter(
+        plan_runs(var.dims, resolved.ranges, over, layouts, resolved.sizes, tdim,
+                  [(lo, hi) for _, lo, hi in runs])
+        if whole.mask is None else ()
+    )  # fmt: skip
     for slot, (_, lo, hi) in enumerate(runs):
         at = slot if series else 0
         ranges = {**resolved.ranges, tdim: (lo, hi)}
         if whole.mask is None:
-            plan = plan_query(var.dims, ranges, over, layouts, resolved.sizes)
+            plan = next(planned)
             if scan is None:
                 scan = plan_query(var.dims, ranges, over, (), resolved.sizes)
             scans += [_moved(read, tdim, lo, hi, at) for read in scan.reads]
