@@ -97,6 +97,10 @@ IN_THREAD_BYTES = 2 * 2**20
 # in which a whole chunk's few more MB would have arrived anyway.
 REMOTE_RANGED_SAVES = 4 * 2**20
 SIDE_BY_SIDE_CHUNK = 2**20
+# The Blosc block the planner assumes where an array's metadata leaves its size to c-blosc
+# (``part_reads``): what c-blosc 1.x chooses for 4-byte values shuffled at level 5 (LZ4,
+# BloscLZ), a chunk this size or smaller being one block.
+AUTO_BLOCK_BYTES = 2**19
 WORKERS = max(2, min(4, os.cpu_count() or 1))
 # Runs side by side are read by workers and the calling thread, unless that is the main
 # thread: there numcodecs' Blosc decodes with threads of its own, which competed with the
@@ -350,17 +354,20 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         reader = cast(SupportsGetSync, reader_of(target, request.store_key))
         nbytes = prod(spec.shape) * grids.native.itemsize
         partly = request.needed is not None and not _whole(request.needed, spec.shape)
-        ranged = (
-            isinstance(reader, LeanLocalStore)
-            and grids.blosc is not None
-            and (partly or bool(grids.blosc.checks))
-        )
+        blosc = grids.blosc
+        ranged = blosc is not None and _ranged_here(reader) and (partly or bool(blosc.checks))
         # What it decodes: the parts needed (and the rest of their blocks); of a chunk
         # smaller than ``SIDE_BY_SIDE_CHUNK`` that changes no choice of ``_read_here``.
         if ranged and partly and nbytes >= SIDE_BY_SIDE_CHUNK:
             nbytes = min(nbytes, _span_bytes(request, spec.shape, grids.native.itemsize))
         here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged, partly))
     return here
+
+
+def _ranged_here(reader: object) -> bool:
+    """Whether a Blosc chunk read in the calling thread from ``reader`` can be read by byte
+    ranges of its file (``_read_parts``): a local directory's."""
+    return isinstance(reader, LeanLocalStore)
 
 
 def _span_bytes(request: ChunkRequest, shape: tuple[int, ...], itemsize: int) -> int:
@@ -783,6 +790,79 @@ def _ranged_through_the_loop(request: ChunkRequest, blosc: BloscChain, spec: Arr
     itemsize = spec.dtype.to_native_dtype().itemsize
     unread = prod(spec.shape) * itemsize - _span_bytes(request, spec.shape, itemsize)
     return unread >= REMOTE_RANGED_SAVES
+
+
+# --------------------------------------------------------------------------------------------
+# What a read in part costs (the planner's estimate: ``accumulation.query.cost``)
+
+
+@dataclass(frozen=True, slots=True)
+class PartReads:
+    """How ``read_chunks`` reads a chunk of an array when a request needs only part of it
+    (``part_reads``): by byte ranges of the Blosc blocks holding that part (``blocksize``
+    decoded bytes each: the metadata's, else ``AUTO_BLOCK_BYTES``), from a local file in
+    the calling thread or, through zarr's event loop, from an object store, the frame's
+    header first: one round trip more (``header_first``)."""
+
+    blosc: BloscChain
+    blocksize: int
+    header_first: bool
+
+
+def part_reads(
+    request: ChunkRequest, in_thread: bool, store: Store | None = None
+) -> PartReads | None:
+    """How the chunks of ``request``'s array are read in part (alike for every chunk of
+    it: asked once per array), read in the calling thread (``in_thread``:
+    ``stores.base.reads_synchronously``) or not, from ``store`` (else the array's own):
+    None where they are read whole and decoded."""
+    array = request.array.async_array
+    grids = _grids(array.metadata, array)
+    blosc = grids.blosc
+    if blosc is None or grids.transform is None or grids.sharding is not None:
+        return None
+    if in_thread:
+        target = request.store or store or request.array.store_path.store
+        if not _ranged_here(reader_of(target, request.store_key)):
+            return None
+    elif blosc.checks:  # (``_ranged_through_the_loop``)
+        return None
+    blocksize = int(getattr(blosc.blosc, "blocksize", 0) or 0) or AUTO_BLOCK_BYTES
+    return PartReads(blosc, blocksize, not in_thread)
+
+
+def decoded_in_part(request: ChunkRequest, reads: PartReads) -> tuple[int, int] | None:
+    """The bytes decoded and the values in the parts needed when ``request``'s chunk is read
+    as ``reads`` says: the span of each part (``ChunkRequest.regions``, else ``needed``),
+    rounded out to whole Blosc blocks; None where the chunk is read whole (those blocks are
+    all of it, or from an object store too little is left unread to pay for the header's
+    round trip: ``_ranged_through_the_loop``)."""
+    needed = request.needed
+    if needed is None:
+        return None
+    spec = _chunk_spec(request.array.metadata, request.coords)
+    if reads.header_first:
+        if not _ranged_through_the_loop(request, reads.blosc, spec):
+            return None
+    elif _whole(needed, spec.shape):
+        return None
+    itemsize = _grids(request.array.metadata).native.itemsize
+    whole = prod(spec.shape) * itemsize
+    size = reads.blocksize
+    runs: list[tuple[int, int]] = []
+    values = 0
+    for region in request.regions or (needed,):
+        span = byte_span(region, spec.shape, itemsize)
+        if span is None:
+            continue
+        values += prod(len(range(*s.indices(n))) for s, n in zip(region, spec.shape, strict=True))
+        start, stop = span
+        runs.append((start // size * size, min(whole, -(-stop // size) * size)))
+    decoded = end = 0
+    for start, stop in sorted(runs):  # blocks two parts share are decoded once
+        decoded += max(0, stop - max(start, end))
+        end = max(end, stop)
+    return None if decoded >= whole else (decoded, values)
 
 
 def _decode(

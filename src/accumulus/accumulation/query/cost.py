@@ -1,7 +1,9 @@
 """What a query plan will cost, in seconds, estimated before anything is read.
 
-Every stored chunk a plan touches is fetched once and decoded whole, however little of it
-the plan needs (zarr decodes whole chunks), so a plan costs, per chunk:
+Every stored chunk a plan touches is fetched once and decoded whole — or, a Blosc chunk of
+which it needs a part, only the blocks holding that part, read by byte ranges of a local
+file or of an object store (``chunk_reader.part_reads``: from an object store, the frame's
+header first, one round trip more) — so a plan costs, per chunk:
 
 - a request: on local disk a fixed overhead (``LOCAL_REQUEST_SECONDS``: opening the object,
   zarr's and the reader's work per chunk); on object storage a round trip of latency, but
@@ -48,6 +50,9 @@ from accumulus.chunk_reader import (
     SIDE_BY_SIDE_CHUNK,
     WORKERS,
     ChunkRequest,
+    PartReads,
+    decoded_in_part,
+    part_reads,
 )
 from accumulus.grid import ChunkBounds, array_bounds
 from accumulus.identity_memo import IdentityMemo
@@ -133,6 +138,7 @@ class _Tally:
         self.requests = 0
         self.bytes = 0
         self.compute = 0.0
+        self.header_first = False  # a chunk read in part from an object store: a wave more
 
     def add(self, count: int, nbytes: int, seconds: float) -> None:
         self.requests += count
@@ -146,6 +152,7 @@ class _Tally:
         if storage.latency > 0:
             in_flight = read_budget(memory_bytes).in_flight_bytes
             waves = max(ceil(self.bytes / in_flight), ceil(self.requests / MAX_IN_FLIGHT))
+            waves += self.header_first
         seconds = (
             storage.latency * waves
             + storage.request_seconds * self.requests
@@ -182,12 +189,14 @@ def plan_cost(
     batch reads them): raw chunks of ``var`` and accumulation chunks."""
     raw_path = var.array.store_path.path
     # By array object (several handles on one array are alike): its chunk sizes, decoding
-    # and summing rates and value size, looked up once per plan, not per chunk.
-    arrays: dict[int, tuple[tuple[tuple[int, ...], ...], Rate, Rate, int]] = {}
+    # and summing rates, value size and how a part of a chunk is read, looked up once per
+    # plan, not per chunk.
+    arrays: dict[int, tuple[tuple[tuple[int, ...], ...], Rate, Rate, int, PartReads | None]] = {}
     raw_rate = raw_sum_rate(var, terms, over)
     entry_rate = entry_sum_rate()
     count = nbytes_total = 0
     compute = 0.0
+    header_first = False
     for request in requests:
         array = request.array
         known = arrays.get(id(array))
@@ -198,12 +207,20 @@ def plan_cost(
                 decode_rate(array),
                 raw_rate if raw else entry_rate,
                 array.dtype.itemsize,
+                part_reads(request, storage.in_thread),
             )
-        sizes, decoding, summing, itemsize = known
-        values = 1
-        for along, c in zip(sizes, request.coords, strict=True):
-            values *= along[c]
-        nbytes = values * itemsize
+        sizes, decoding, summing, itemsize, in_part = known
+        part = None
+        if in_part is not None:
+            part = decoded_in_part(request, in_part)
+            header_first = header_first or (part is not None and in_part.header_first)
+        if part is None:
+            values = 1
+            for along, c in zip(sizes, request.coords, strict=True):
+                values *= along[c]
+            nbytes = values * itemsize
+        else:  # only the blocks holding the part needed decoded, its values summed
+            nbytes, values = part
         count += 1
         nbytes_total += nbytes
         # (Rate.seconds of one chunk, inlined: a plan lists dozens of chunks.)
@@ -212,6 +229,7 @@ def plan_cost(
         )
     tally = _Tally()
     tally.add(count, nbytes_total, compute)
+    tally.header_first = header_first
     return tally.cost(storage, memory_bytes)
 
 
