@@ -15,10 +15,17 @@ import pytest
 import shapely
 
 import accumulus
+from accumulus import chunk_reader
 from accumulus.accumulation.query import cost
 from accumulus.accumulation.query.answer import run_query
-from accumulus.accumulation.query.cost import OBJECT_STORE_LATENCY, scan_cost, storage_of
+from accumulus.accumulation.query.cost import (
+    OBJECT_STORE_LATENCY,
+    plan_cost,
+    scan_cost,
+    storage_of,
+)
 from accumulus.accumulation.query.request import Query
+from accumulus.chunk_reader import ChunkRequest
 from accumulus.demo import DemoConfig, write_demo_cube
 from accumulus.raw_cube import RawCube
 from accumulus.stores.counting import CountingStore
@@ -335,3 +342,71 @@ def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     )
     assert not check or result.returncode == 0, result.stderr
     return result
+
+
+# A chunk read in part: a raw day at a map's end, of a cube whose Blosc blocks hold one day
+# each (``ingest.layout.step_blocksize``, as ``append`` writes), is read by byte ranges of
+# only its block (``chunk_reader.part_reads``), and costed so.
+DAYS = {"time": 40, "lat": 64, "lon": 256}
+DAY = DAYS["lat"] * DAYS["lon"] * 4  # bytes of one float32 step: 64 KiB, one Blosc block
+STEPS = 20  # per raw chunk
+
+
+@pytest.fixture(scope="module")
+def day_blocks(tmp_path_factory):
+    import numcodecs
+
+    from accumulus.ingest.layout import step_blocksize
+
+    path = tmp_path_factory.mktemp("blocks") / "cube.zarr"
+    chunks = (STEPS, DAYS["lat"], DAYS["lon"])
+    blocksize = step_blocksize(chunks, 4)
+    assert blocksize == DAY // 4  # (in values)
+    blosc = numcodecs.Blosc("lz4", 5, numcodecs.Blosc.SHUFFLE, blocksize=DAY)
+    encoding = {VAR: {"chunks": chunks, "compressors": [blosc], "_FillValue": -9999.0}}
+    synthetic_dataset(DAYS, seed=8).to_zarr(
+        path, zarr_format=2, consolidated=True, encoding=encoding
+    )
+    return path
+
+
+def _raw_cost(store, needed=None, regions=None):
+    cube = RawCube.open(store)
+    var = cube.variable(VAR)
+    request = ChunkRequest(var.array, (0, 0, 0), needed=needed, regions=regions)
+    storage = storage_of(cube.store)
+    return plan_cost([request], var, storage, ("sum", "count"), ("time",), 2**29)
+
+
+def _days(first: int, stop: int) -> tuple[slice, ...]:
+    return (slice(first, stop), slice(0, DAYS["lat"]), slice(0, DAYS["lon"]))
+
+
+def test_a_day_of_a_local_chunk_is_costed_as_its_block(day_blocks):
+    """On local disk one day of a 20-day chunk decodes one block (64 KiB), not the chunk
+    (1.25 MiB); a range's two ends in one chunk, the two blocks; all of it, the chunk."""
+    whole = _raw_cost(str(day_blocks))
+    assert whole.bytes == STEPS * DAY
+    day = _raw_cost(str(day_blocks), _days(7, 8))
+    assert (day.requests, day.bytes) == (1, DAY)
+    assert day.seconds < whole.seconds
+    ends = _raw_cost(str(day_blocks), _days(2, 18), (_days(2, 3), _days(17, 18)))
+    assert ends.bytes == 2 * DAY
+    # Part of a day's map: the span from its first value to its last, rounded out to blocks.
+    corner = (slice(7, 8), slice(0, 4), slice(0, 8))
+    assert _raw_cost(str(day_blocks), corner).bytes == DAY
+    assert _raw_cost(str(day_blocks), _days(0, STEPS)).bytes == STEPS * DAY
+
+
+def test_a_day_of_an_object_stores_chunk_costs_a_round_trip_more(day_blocks, monkeypatch):
+    """Through a store adding 50 ms per request a chunk read in part is read by byte ranges
+    (the header first: one round trip more) where enough is left unread
+    (``REMOTE_RANGED_SAVES``), else whole, in one round trip."""
+    slow = CountingStore(open_store(str(day_blocks)), latency=0.05)
+    whole = _raw_cost(slow)
+    assert whole.bytes == STEPS * DAY and 0.05 <= whole.seconds < 0.1
+    # 1.2 MiB left unread: below the threshold, read whole.
+    assert _raw_cost(slow, _days(7, 8)) == whole
+    monkeypatch.setattr(chunk_reader, "REMOTE_RANGED_SAVES", 2**20)
+    day = _raw_cost(slow, _days(7, 8))
+    assert day.bytes == DAY and 0.1 <= day.seconds < 0.15
