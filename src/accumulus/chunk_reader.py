@@ -807,6 +807,8 @@ class PartReads:
     blosc: BloscChain
     blocksize: int
     header_first: bool
+    shape: tuple[int, ...] | None  # every chunk's declared shape (a regular grid), else None
+    itemsize: int
 
 
 def part_reads(
@@ -828,7 +830,7 @@ def part_reads(
     elif blosc.checks:  # (``_ranged_through_the_loop``)
         return None
     blocksize = int(getattr(blosc.blosc, "blocksize", 0) or 0) or AUTO_BLOCK_BYTES
-    return PartReads(blosc, blocksize, not in_thread)
+    return PartReads(blosc, blocksize, not in_thread, grids.regular, grids.native.itemsize)
 
 
 def decoded_in_part(request: ChunkRequest, reads: PartReads) -> tuple[int, int] | None:

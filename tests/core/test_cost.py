@@ -410,3 +410,49 @@ def test_a_day_of_an_object_stores_chunk_costs_a_round_trip_more(day_blocks, mon
     monkeypatch.setattr(chunk_reader, "REMOTE_RANGED_SAVES", 2**20)
     day = _raw_cost(slow, _days(7, 8))
     assert day.bytes == DAY and 0.1 <= day.seconds < 0.15
+
+
+def _listed(var, box):
+    """The scan's chunks of ``box`` as requests, each needing its part of the box."""
+    per_dim = [b.chunks_overlapping(*box[d]) for d, b in zip(var.dims, var.bounds, strict=True)]
+    for coords in itertools.product(*per_dim):
+        needed = []
+        for d, b, c in zip(var.dims, var.bounds, coords, strict=True):
+            lo, hi = box[d]
+            edge = b.edges[c]
+            needed.append(slice(max(lo, edge) - edge, min(hi, b.edges[c + 1]) - edge))
+        yield ChunkRequest(var.array, coords, needed=tuple(needed))
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "latency"])
+def test_a_scan_is_costed_as_its_chunks_are_read(day_blocks, monkeypatch, seed, remote):
+    """A scan reads each raw chunk's part of the box as a plan's request does: its estimate
+    (counted for all chunks at once) is the one of its chunks listed as requests."""
+    monkeypatch.setattr(chunk_reader, "REMOTE_RANGED_SAVES", 2**20)
+    store = CountingStore(open_store(str(day_blocks)), latency=0.05) if remote else str(day_blocks)
+    cube = RawCube.open(store)
+    var = cube.variable(VAR)
+    storage = storage_of(cube.store)
+    rng = np.random.default_rng(seed)
+    box = {}
+    for d, n in DAYS.items():
+        lo = int(rng.integers(n)) if rng.random() < 0.7 or d == "time" else 0
+        box[d] = (lo, int(rng.integers(lo, n)) + 1 if lo or rng.random() < 0.5 else n)
+    scanned = scan_cost(var, [box], storage, ("sum", "count"), ("time",), 2**29)
+    listed = plan_cost(list(_listed(var, box)), var, storage, ("sum", "count"), ("time",), 2**29)
+    assert (scanned.requests, scanned.bytes) == (listed.requests, listed.bytes)
+    assert scanned.seconds == pytest.approx(listed.seconds, rel=1e-9)
+
+
+def test_a_few_days_scanned_are_costed_as_their_blocks(day_blocks):
+    cube = RawCube.open(str(day_blocks))
+    var = cube.variable(VAR)
+
+    def scanned(first: int, stop: int) -> int:
+        box = {"time": (first, stop), "lat": (0, DAYS["lat"]), "lon": (0, DAYS["lon"])}
+        return scan_cost(var, [box], storage_of(cube.store), ("sum",), ("time",), 2**29).bytes
+
+    assert scanned(7, 8) == DAY
+    assert scanned(15, 25) == 10 * DAY  # days 15-19 of the first chunk, 0-4 of the second
+    assert scanned(0, 40) == 40 * DAY

@@ -41,6 +41,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.chunk_utils import ChunkTransform
 from zarr.storage import LocalStore, MemoryStore, ZipStore
 
+from accumulus import chunk_reader
 from accumulus.accumulation.model.sums import reduce_terms
 from accumulus.accumulation.query.budget import read_budget
 from accumulus.chunk_reader import (
@@ -256,6 +257,7 @@ def scan_cost(
     # chunks are a product, the union along that dimension by the others'.
     first = per_box[0] if per_box else []
     differing = [a for a in range(len(first)) if any(c[a] != first[a] for c in per_box)]
+    part: tuple[int, int, bool] | None = None
     if per_box and len(differing) <= 1:
         chunks: list[Sequence[int]] = list(first)
         if differing:
@@ -263,6 +265,7 @@ def scan_cost(
             chunks[a] = sorted({c for box_chunks in per_box for c in box_chunks[a]})
         extents = (sum(b.sizes[c] for c in cs) for b, cs in zip(var.bounds, chunks, strict=True))
         count, values = prod(len(cs) for cs in chunks), prod(extents)
+        part = _scanned_in_part(var, boxes, chunks, storage)
     else:
         distinct = {coords for chunks in per_box for coords in itertools.product(*chunks)}
         count = len(distinct)
@@ -271,10 +274,73 @@ def scan_cost(
         )
     nbytes = values * itemsize
     tally = _Tally()
+    if part is not None:
+        nbytes, values, tally.header_first = part
     seconds = decode_rate(var.array).seconds(nbytes, count)
     seconds += raw_sum_rate(var, terms, over).seconds(values, count)
     tally.add(count, nbytes, seconds)
     return tally.cost(storage, memory_bytes)
+
+
+# Chunks a scan lists at most to see which it reads in part (a long scan of small chunks
+# has thousands, each one Blosc block or a few: read whole).
+PART_SCAN_CHUNKS = 4096
+
+
+def _scanned_in_part(
+    var: VariableInfo,
+    boxes: Sequence[Mapping[str, tuple[int, int]]],
+    chunks: Sequence[Sequence[int]],
+    storage: Storage,
+) -> tuple[int, int, bool] | None:
+    """The decoded bytes and values summed of a scan of ``chunks`` (a product, per
+    dimension) of a Blosc array read in part as ``chunk_reader.decoded_in_part`` says, each
+    chunk the part of it ``boxes`` reach, and whether some chunk is read so from an object
+    store (a round trip more); None where every chunk is read whole. Counted for every chunk
+    at once (NumPy), without a request per chunk."""
+    if prod(len(cs) for cs in chunks) > PART_SCAN_CHUNKS:
+        return None
+    ndim = len(var.dims)
+    reads = part_reads(ChunkRequest(var.array, (0,) * ndim), storage.in_thread)
+    if reads is None or reads.shape is None or len(reads.shape) != ndim:
+        return None
+    shape, itemsize, size = reads.shape, reads.itemsize, reads.blocksize
+    whole = prod(shape) * itemsize
+    # Per chunk (an array of the product's shape, built a dimension at a time): the bytes
+    # of its part's first and last values, the values in its part and in the chunk, and
+    # whether the chunk holds all it declares.
+    first, last = np.zeros((), np.int64), np.zeros((), np.int64)
+    region, held = np.ones((), np.int64), np.ones((), np.int64)
+    full = np.ones((), bool)
+    stride = itemsize
+    for axis in range(ndim - 1, -1, -1):  # C order: the last dimension's stride is a value
+        edges = np.asarray(var.bounds[axis].edges, dtype=np.int64)
+        cs = np.asarray(chunks[axis], dtype=np.int64)
+        lo_edge, hi_edge = edges[cs], edges[cs + 1]
+        lo = np.full(len(cs), np.iinfo(np.int64).max)
+        hi = np.full(len(cs), np.iinfo(np.int64).min)
+        # Each chunk's part reaches from the first box meeting it to the last.
+        for box in boxes:
+            begin, end = box[var.dims[axis]]
+            meets = (lo_edge < end) & (hi_edge > begin)
+            lo = np.where(meets, np.minimum(lo, np.maximum(begin, lo_edge)), lo)
+            hi = np.where(meets, np.maximum(hi, np.minimum(end, hi_edge)), hi)
+        first = np.add.outer((lo - lo_edge) * stride, first)
+        last = np.add.outer((hi - lo_edge - 1) * stride, last)
+        region = np.multiply.outer(hi - lo, region)
+        held = np.multiply.outer(hi_edge - lo_edge, held)
+        full = np.logical_and.outer(hi_edge - lo_edge == shape[axis], full)
+        stride *= shape[axis]
+    span = last + itemsize - first
+    decoded = np.minimum(whole, -(-(last + itemsize) // size) * size) - first // size * size
+    partly = decoded < whole
+    if reads.header_first:  # (``chunk_reader._ranged_through_the_loop``)
+        partly &= full & (whole - span >= chunk_reader.REMOTE_RANGED_SAVES)
+    if not partly.any():
+        return None
+    nbytes = int(np.where(partly, decoded, held * itemsize).sum())
+    values = int(np.where(partly, region, held).sum())
+    return nbytes, values, bool(reads.header_first)
 
 
 # --------------------------------------------------------------------------------------------
