@@ -830,7 +830,12 @@ def part_reads(
     elif blosc.checks:  # (``_ranged_through_the_loop``)
         return None
     blocksize = int(getattr(blosc.blosc, "blocksize", 0) or 0) or AUTO_BLOCK_BYTES
-    return PartReads(blosc, blocksize, not in_thread, grids.regular, grids.native.itemsize)
+    itemsize = grids.native.itemsize
+    if grids.regular is not None:  # chunks of one block, or too small to leave enough out
+        whole = prod(grids.regular) * itemsize
+        if whole <= blocksize or (not in_thread and whole < REMOTE_RANGED_SAVES):
+            return None
+    return PartReads(blosc, blocksize, not in_thread, grids.regular, itemsize)
 
 
 def decoded_in_part(request: ChunkRequest, reads: PartReads) -> tuple[int, int] | None:
@@ -842,24 +847,29 @@ def decoded_in_part(request: ChunkRequest, reads: PartReads) -> tuple[int, int] 
     needed = request.needed
     if needed is None:
         return None
-    spec = _chunk_spec(request.array.metadata, request.coords)
     if reads.header_first:
+        spec = _chunk_spec(request.array.metadata, request.coords)
         if not _ranged_through_the_loop(request, reads.blosc, spec):
             return None
-    elif _whole(needed, spec.shape):
-        return None
-    itemsize = _grids(request.array.metadata).native.itemsize
-    whole = prod(spec.shape) * itemsize
-    size = reads.blocksize
+    shape = reads.shape or _codec_shape(request.array.metadata, request.coords)
+    itemsize, size = reads.itemsize, reads.blocksize
+    whole = prod(shape) * itemsize
     runs: list[tuple[int, int]] = []
     values = 0
     for region in request.regions or (needed,):
-        span = byte_span(region, spec.shape, itemsize)
-        if span is None:
-            continue
-        values += prod(len(range(*s.indices(n))) for s, n in zip(region, spec.shape, strict=True))
-        start, stop = span
-        runs.append((start // size * size, min(whole, -(-stop // size) * size)))
+        # Its first and last bytes in C order (``partial_decode.byte_span``) and its values,
+        # in one pass: a plan lists dozens of chunks.
+        first = last = 0
+        stride, count = itemsize, 1
+        for s, n in zip(reversed(region), reversed(shape), strict=True):
+            start, stop, _ = s.indices(n)
+            count *= max(0, stop - start)
+            first += start * stride
+            last += (stop - 1) * stride
+            stride *= n
+        if count:
+            values += count
+            runs.append((first // size * size, min(whole, -(-(last + itemsize) // size) * size)))
     decoded = end = 0
     for start, stop in sorted(runs):  # blocks two parts share are decoded once
         decoded += max(0, stop - max(start, end))

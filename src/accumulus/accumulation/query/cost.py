@@ -282,9 +282,9 @@ def scan_cost(
     return tally.cost(storage, memory_bytes)
 
 
-# Chunks a scan lists at most to see which it reads in part (a long scan of small chunks
-# has thousands, each one Blosc block or a few: read whole).
-PART_SCAN_CHUNKS = 4096
+# Chunks of a scan looked at one by one at most to see which it reads in part (a long scan
+# of small chunks has thousands, each of one Blosc block or a few: read whole). A few µs each.
+PART_SCAN_CHUNKS = 256
 
 
 def _scanned_in_part(
@@ -296,8 +296,7 @@ def _scanned_in_part(
     """The decoded bytes and values summed of a scan of ``chunks`` (a product, per
     dimension) of a Blosc array read in part as ``chunk_reader.decoded_in_part`` says, each
     chunk the part of it ``boxes`` reach, and whether some chunk is read so from an object
-    store (a round trip more); None where every chunk is read whole. Counted for every chunk
-    at once (NumPy), without a request per chunk."""
+    store (a round trip more); None where every chunk is read whole."""
     if prod(len(cs) for cs in chunks) > PART_SCAN_CHUNKS:
         return None
     ndim = len(var.dims)
@@ -306,41 +305,42 @@ def _scanned_in_part(
         return None
     shape, itemsize, size = reads.shape, reads.itemsize, reads.blocksize
     whole = prod(shape) * itemsize
-    # Per chunk (an array of the product's shape, built a dimension at a time): the bytes
-    # of its part's first and last values, the values in its part and in the chunk, and
-    # whether the chunk holds all it declares.
-    first, last = np.zeros((), np.int64), np.zeros((), np.int64)
-    region, held = np.ones((), np.int64), np.ones((), np.int64)
-    full = np.ones((), bool)
+    # Per dimension (the last first: C order), per chunk: its part's first and last
+    # values' byte offsets along it, its part's values and the chunk's, and whether the
+    # chunk holds all it declares along it.
+    axes: list[list[tuple[int, int, int, int, bool]]] = []
     stride = itemsize
-    for axis in range(ndim - 1, -1, -1):  # C order: the last dimension's stride is a value
-        edges = np.asarray(var.bounds[axis].edges, dtype=np.int64)
-        cs = np.asarray(chunks[axis], dtype=np.int64)
-        lo_edge, hi_edge = edges[cs], edges[cs + 1]
-        lo = np.full(len(cs), np.iinfo(np.int64).max)
-        hi = np.full(len(cs), np.iinfo(np.int64).min)
-        # Each chunk's part reaches from the first box meeting it to the last.
-        for box in boxes:
-            begin, end = box[var.dims[axis]]
-            meets = (lo_edge < end) & (hi_edge > begin)
-            lo = np.where(meets, np.minimum(lo, np.maximum(begin, lo_edge)), lo)
-            hi = np.where(meets, np.maximum(hi, np.minimum(end, hi_edge)), hi)
-        first = np.add.outer((lo - lo_edge) * stride, first)
-        last = np.add.outer((hi - lo_edge - 1) * stride, last)
-        region = np.multiply.outer(hi - lo, region)
-        held = np.multiply.outer(hi_edge - lo_edge, held)
-        full = np.logical_and.outer(hi_edge - lo_edge == shape[axis], full)
-        stride *= shape[axis]
-    span = last + itemsize - first
-    decoded = np.minimum(whole, -(-(last + itemsize) // size) * size) - first // size * size
-    partly = decoded < whole
-    if reads.header_first:  # (``chunk_reader._ranged_through_the_loop``)
-        partly &= full & (whole - span >= chunk_reader.REMOTE_RANGED_SAVES)
-    if not partly.any():
-        return None
-    nbytes = int(np.where(partly, decoded, held * itemsize).sum())
-    values = int(np.where(partly, region, held).sum())
-    return nbytes, values, bool(reads.header_first)
+    for axis in range(ndim - 1, -1, -1):
+        edges, n = var.bounds[axis].edges, shape[axis]
+        spans = [box[var.dims[axis]] for box in boxes]
+        terms = []
+        for c in chunks[axis]:
+            lo_edge, hi_edge = edges[c], edges[c + 1]
+            meeting = [(b, e) for b, e in spans if b < hi_edge and e > lo_edge]
+            lo = max(min(b for b, _ in meeting), lo_edge) - lo_edge
+            hi = min(max(e for _, e in meeting), hi_edge) - lo_edge
+            held = hi_edge - lo_edge
+            terms.append((lo * stride, (hi - 1) * stride, hi - lo, held, held == n))
+        axes.append(terms)
+        stride *= n
+    saves = chunk_reader.REMOTE_RANGED_SAVES
+    nbytes = values = 0
+    partly = False
+    for chunk in itertools.product(*axes):
+        first = last = 0
+        part = held = 1
+        full = True
+        for f, la, p, h, whole_along in chunk:
+            first, last, part, held = first + f, last + la, part * p, held * h
+            full = full and whole_along
+        decoded = min(whole, -(-(last + itemsize) // size) * size) - first // size * size
+        if decoded < whole and (
+            not reads.header_first or (full and whole - (last + itemsize - first) >= saves)
+        ):  # (``chunk_reader._ranged_through_the_loop``)
+            nbytes, values, partly = nbytes + decoded, values + part, True
+        else:
+            nbytes, values = nbytes + held * itemsize, values + held
+    return (nbytes, values, reads.header_first) if partly else None
 
 
 # --------------------------------------------------------------------------------------------
