@@ -208,7 +208,7 @@ def plan_cost(
                 decode_rate(array),
                 raw_rate if raw else entry_rate,
                 array.dtype.itemsize,
-                part_reads(request, storage.in_thread),
+                _part_reads(request, storage.in_thread),
             )
         sizes, decoding, summing, itemsize, in_part = known
         part = None
@@ -282,6 +282,22 @@ def scan_cost(
     return tally.cost(storage, memory_bytes)
 
 
+def _part_reads(request: ChunkRequest, in_thread: bool) -> PartReads | None:
+    """``chunk_reader.part_reads``, worked out once per array object and way of reading
+    (from the array's own store; a sidecar's requests name theirs, asked every plan)."""
+    if request.store is not None:
+        return part_reads(request, in_thread)
+    return _PARTS.value(
+        request.array,
+        lambda: part_reads(request, in_thread),
+        in_thread,
+        chunk_reader.REMOTE_RANGED_SAVES,  # (a threshold a test may change)
+    )
+
+
+_PARTS: IdentityMemo[PartReads | None] = IdentityMemo()
+
+
 # Chunks of a scan looked at one by one at most to see which it reads in part (a long scan
 # of small chunks has thousands, each of one Blosc block or a few: read whole). A few µs each.
 PART_SCAN_CHUNKS = 256
@@ -300,7 +316,7 @@ def _scanned_in_part(
     if prod(len(cs) for cs in chunks) > PART_SCAN_CHUNKS:
         return None
     ndim = len(var.dims)
-    reads = part_reads(ChunkRequest(var.array, (0,) * ndim), storage.in_thread)
+    reads = _part_reads(ChunkRequest(var.array, (0,) * ndim), storage.in_thread)
     if reads is None or reads.shape is None or len(reads.shape) != ndim:
         return None
     shape, itemsize, size = reads.shape, reads.itemsize, reads.blocksize
