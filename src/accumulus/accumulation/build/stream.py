@@ -296,6 +296,10 @@ def fill(
     # as they are, not copied together from many blocks' (the copies were a large part of a
     # build at every day: docs/benchmarks.md).
     whole = writes_bound and in_process
+    # A slab read as one task keeps one core busy: two are read at once, so that both cores
+    # are until the writes take them (docs/benchmarks.md, "Build, session build47");
+    # otherwise Dask reads a slab's blocks side by side already.
+    ahead = READ_AHEAD if whole else 1
     blocks = _tile_blocks(var, dim, tiles) if whole else var.grouped_blocks(keep=dim)
     x = var.dask_array(blocks, as_summed=True)
     # Series at every element of the last axis whose entries the writer makes from the raw
@@ -348,13 +352,19 @@ def fill(
             )
             for region, items in zip(regions, in_region, strict=True)
         ]
+        # Dask's progress callbacks hear every graph run meanwhile, in any thread: slabs
+        # read side by side (one task each) report once done.
         computed = iter(
             compute.run(
                 [t for ts, _ in tasks for t in ts.ravel()],
                 scheduler,
-                slab_progress(done),
+                slab_progress(done) if ahead == 1 else None,
             )
         )
+        if ahead > 1:
+            report = slab_progress(done)
+            if report is not None:
+                report(1, 1)
         sums = []
         for (region_tasks, locations), items in zip(tasks, in_region, strict=True):
             results = np.empty(region_tasks.shape, dtype=object)
@@ -368,11 +378,7 @@ def fill(
 
     # The next slabs are read and summed while this one's entries are computed and the one
     # before's are written; entries are computed slab after slab, as each continues from
-    # the last entry of the one before. A slab read as one task (``whole``) keeps one core
-    # busy: two are read at once, so that both cores are until the writes take them
-    # (docs/benchmarks.md, "Build, session build47"); otherwise Dask reads a slab's blocks
-    # side by side already.
-    ahead = READ_AHEAD if whole else 1
+    # the last entry of the one before.
     with (
         ThreadPoolExecutor(ahead) as reader,
         writer,
