@@ -296,10 +296,11 @@ def fill(
     # as they are, not copied together from many blocks' (the copies were a large part of a
     # build at every day: docs/benchmarks.md).
     whole = writes_bound and in_process
-    # A slab read as one task keeps one core busy: two are read at once, so that both cores
-    # are until the writes take them (docs/benchmarks.md, "Build, session build47");
-    # otherwise Dask reads a slab's blocks side by side already.
-    ahead = READ_AHEAD if whole else 1
+    # A slab of one raw chunk read as one task keeps one core busy: two are read at once, so
+    # that both cores are until the writes take them (docs/benchmarks.md, "Build, session
+    # build47"); otherwise Dask reads a slab's blocks side by side already, and larger
+    # slabs would hold twice their memory.
+    ahead = READ_AHEAD if whole and per_slab == 1 else 1
     blocks = _tile_blocks(var, dim, tiles) if whole else var.grouped_blocks(keep=dim)
     x = var.dask_array(blocks, as_summed=True)
     # Series at every element of the last axis whose entries the writer makes from the raw
