@@ -72,6 +72,7 @@ from accumulus.partial_decode import (
     byte_span,
     decode_part,
     decode_ranges,
+    decode_ranges_async,
     decode_verified,
 )
 from accumulus.stores.base import reader_of, reads_synchronously
@@ -91,6 +92,10 @@ SHARD_READS = 3
 # time) than in their codecs, so they are read faster in one run; large ones in several
 # (docs/benchmarks.md, "Figures behind the code").
 IN_THREAD_BYTES = 2 * 2**20
+# A part of a chunk is read from an object store by byte ranges when the decoded bytes left
+# unread are at least this many: the header read first costs a round trip (20-50 ms to S3),
+# in which a whole chunk's few more MB would have arrived anyway.
+REMOTE_RANGED_SAVES = 4 * 2**20
 SIDE_BY_SIDE_CHUNK = 2**20
 WORKERS = max(2, min(4, os.cpu_count() or 1))
 # Runs side by side are read by workers and the calling thread, unless that is the main
@@ -628,6 +633,15 @@ class _Fetcher:
             return await asyncio.shield(task)
         return await self._get(request, key, prototype, byte_range)
 
+    async def get_range(
+        self, request: ChunkRequest, prototype: BufferPrototype, start: int, stop: int
+    ) -> bytes:
+        """Bytes ``[start, stop)`` of the object holding ``request``'s chunk (fewer past
+        its end, none when it is not stored)."""
+        key = request.store_key
+        buffer = await self._get(request, key, prototype, RangeByteRequest(start, stop))
+        return b"" if buffer is None else buffer.to_bytes()
+
     async def read_index_again(
         self, request: ChunkRequest, prototype: BufferPrototype, byte_range: ByteRequest
     ) -> Buffer | None:
@@ -739,10 +753,36 @@ async def _fetch(request: ChunkRequest, fetcher: _Fetcher) -> _Fetched:
         chunk = await _fetch_decode(request, fetcher)
         return _Fetched(lambda: chunk)
     spec = _chunk_spec(array.metadata, request.coords)
+    blosc = _grids(array.metadata).blosc
+    if blosc is not None and _ranged_through_the_loop(request, blosc, spec):
+        read = partial(fetcher.get_range, request, spec.prototype)
+        regions = request.regions or (cast(Region, request.needed),)
+        decode = await decode_ranges_async(blosc, spec, regions, read)
+        if decode is not None:
+            return _Fetched(decode)
     buffer = await fetcher.get(request, spec.prototype)
     if buffer is None:
         return _Fetched(lambda: _filled(spec))
     return _Fetched(lambda: _decode(request, transform, buffer, spec))
+
+
+def _ranged_through_the_loop(request: ChunkRequest, blosc: BloscChain, spec: ArraySpec) -> bool:
+    """Whether to read only the Blosc blocks holding the part of a chunk ``request`` needs
+    by byte ranges of an object store (``decode_ranges_async``): a header first, then the
+    blocks, so one round trip more than the whole chunk, worth it only where the bytes
+    left unread are many (``REMOTE_RANGED_SAVES``). Not behind a checksum (verified over
+    the whole stored chunk), and only for a chunk that holds all it declares: the partial
+    last chunk of a growing array is the one an append replaces (``ingest.append``), and
+    two reads of it could meet two versions of the object."""
+    if blosc.checks or request.needed is None or _whole(request.needed, spec.shape):
+        return False
+    bounds = array_bounds(request.array)
+    for b, c, n in zip(bounds, request.coords, spec.shape, strict=True):
+        if int(b.edges[c + 1] - b.edges[c]) != n:
+            return False
+    itemsize = spec.dtype.to_native_dtype().itemsize
+    unread = prod(spec.shape) * itemsize - _span_bytes(request, spec.shape, itemsize)
+    return unread >= REMOTE_RANGED_SAVES
 
 
 def _decode(

@@ -13,7 +13,7 @@ from accumulus.accumulation.model import pairs, spec, statistics
 from accumulus.accumulation.model.groups import AccumulationGroups
 from accumulus.grid import array_bounds, sharding_of
 from accumulus.raw_cube import RawCube
-from accumulus.stores.arrays import array_at, bytes_stored, dimension_names
+from accumulus.stores.arrays import array_at, bytes_stored, dimension_names, missing_chunks
 from accumulus.stores.inferred_conventions import inferred_conventions
 from accumulus.stores.keys import is_metadata_key
 
@@ -130,6 +130,9 @@ def describe_cube(cube: RawCube, found: AccumulationGroups | None = None) -> dic
         groups.append(
             {
                 "variable": name,
+                # Chunk objects of its arrays that the store no longer holds (deleted by
+                # hand, lost in a copy): a query of them fails; a rebuild restores them.
+                "missing_chunks": _missing_chunks(found, name, group),
                 # Statistics whose extra sums it stores (accumulate --stats), and the bytes
                 # of their arrays (None where a store cannot list them).
                 "stats": _stats_stored(group, accumulations),
@@ -163,6 +166,20 @@ def describe_cube(cube: RawCube, found: AccumulationGroups | None = None) -> dic
         # Conventions the store lacks, inferred to read it (stores.inferred_conventions).
         "inferred": inferred_conventions(cube.store),
     } | ({"sidecar": sidecar} if sidecar is not None else {})
+
+
+def _missing_chunks(
+    found: AccumulationGroups, variable: str, group: spec.AccumulationGroup
+) -> dict[str, dict[str, Any]]:
+    """Each array of ``group`` with chunk objects missing -> how many and the first key."""
+    out: dict[str, dict[str, Any]] = {}
+    names = sorted({n for acc in group.accumulations for n in acc.arrays.values()})
+    for n in names:
+        array = found.array(variable, n)
+        missing = missing_chunks(array)
+        if missing:
+            out[array.path] = {"count": len(missing), "first": f"{array.path}/{missing[0]}"}
+    return out
 
 
 def _describe_sidecar(found: AccumulationGroups) -> dict[str, Any]:

@@ -29,12 +29,16 @@ parts read belong to one version of the chunk. Behind a checksum filter only onc
 version of the file passed it (``chunk_reader`` remembers which did): a checksum over the
 whole stored chunk cannot be verified from a part of it. Chunks stored by ``append``
 (Blosc alone) carry none, and a part read this way is checked only as Blosc checks it (its
-header, table and block sizes)."""
+header, table and block sizes). From an object store (``decode_ranges_async``) the same
+steps run over byte-range requests, the blocks of every part fetched at once after the
+header; ``chunk_reader`` asks for it only where many bytes stay unread, and never of a
+chunk an append may be replacing meanwhile."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from math import prod
 
@@ -162,6 +166,11 @@ def _as_array(
     return chain.rest._decode_sync(buffer, held).as_numpy_array().reshape(shape)
 
 
+# A part of a chunk read in ranges: which byte ranges to read next, then what to do with them.
+ByteRanges = list[tuple[int, int]]
+Decoding = Generator[ByteRanges, list[bytes], Callable[[], np.ndarray] | None]
+
+
 def decode_ranges(
     chain: BloscChain,
     spec: ArraySpec,
@@ -180,52 +189,100 @@ def decode_ranges(
     (``verified``): a checksum over the whole stored chunk cannot be verified from a part."""
     if not ENABLED or (chain.checks and not verified) or stored < RANGED_FROM:
         return None
+    steps = _ranged(chain, spec, regions, stored)
+    try:
+        wanted = next(steps)
+        while True:
+            wanted = steps.send([read(start, stop) for start, stop in wanted])
+    except StopIteration as done:
+        decode = done.value
+    return None if decode is None else decode()
+
+
+async def decode_ranges_async(
+    chain: BloscChain,
+    spec: ArraySpec,
+    regions: Sequence[Region],
+    read: Callable[[int, int], Awaitable[bytes]],
+) -> Callable[[], np.ndarray] | None:
+    """As ``decode_ranges``, from an object store: ``read`` fetches a byte range (all the
+    runs of blocks at once, after the header), and the object's size is not known before
+    its header is read. Only for chunks without a checksum filter. What it returns decodes
+    the bytes read, once called (in the thread that consumes the chunk); None where the
+    chunk is better read whole."""
+    if not ENABLED or chain.checks:
+        return None
+    steps = _ranged(chain, spec, regions, None)
+    try:
+        wanted = next(steps)
+        while True:
+            wanted = steps.send(list(await asyncio.gather(*(read(a, b) for a, b in wanted))))
+    except StopIteration as done:
+        return done.value
+
+
+def _ranged(
+    chain: BloscChain, spec: ArraySpec, regions: Sequence[Region], stored: int | None
+) -> Decoding:
+    """``decode_ranges``' steps, without reading: yields the byte ranges to read next and is
+    sent their bytes; returns how to decode the part from them, or None. ``stored``: the
+    object's size, or None when not known (then the frame's header says it)."""
     trailer = 4 * len(chain.checks)  # each checksum after the Blosc frame: 4 bytes
-    framed = stored - trailer
     itemsize = spec.dtype.to_native_dtype().itemsize
     declared = prod(spec.shape) * itemsize
     spans = [s for s in (byte_span(r, spec.shape, itemsize) for r in regions) if s is not None]
     if not spans:
         return None
-    head = read(0, min(framed, _PREFIX))
+    (head,) = yield [(0, _PREFIX if stored is None else min(stored - trailer, _PREFIX))]
     if len(head) < _HEADER.size:
         return None
     header = _HEADER.unpack_from(head)
     version, _, flags, _, nbytes, blocksize, cbytes = header
+    framed = cbytes if stored is None else stored - trailer
     if version != _FORMAT or nbytes != declared or cbytes != framed or blocksize <= 0:
         return None
     out = np.empty(declared, dtype=np.uint8)
     if flags & _MEMCPYED:  # stored as it is: the bytes wanted, after the header
-        for start, stop in spans:
-            data = read(_HEADER.size + start, _HEADER.size + stop)
+        parts = yield [(_HEADER.size + start, _HEADER.size + stop) for start, stop in spans]
+        for (start, stop), data in zip(spans, parts, strict=True):
             if len(data) != stop - start:
                 return None
             out[start:stop] = np.frombuffer(data, dtype=np.uint8)
-        return _as_array(chain, spec, out, spec.shape)
+        return lambda: _as_array(chain, spec, out, spec.shape)
     blocks = -(-nbytes // blocksize)
     table_end = _HEADER.size + 4 * blocks
     runs = _block_runs(spans, nbytes, blocksize, cbytes)
     if runs is None:
         return None
     if table_end > len(head):
-        head = read(0, table_end)
+        (head,) = yield [(0, table_end)]
         if len(head) < table_end:
             return None
     table = struct.unpack_from(f"<{blocks}i", head, _HEADER.size)
+    cuts = []
     for k0, k1 in runs:
         offsets = table[k0:k1]
         begin, last = min(offsets), max(offsets)  # (blocks out of order: ``_cut_frame``)
         end = min((o for o in table if o > last), default=framed)
         if not table_end <= begin <= last < end <= framed:
             return None  # a table that does not fit the frame: the full decode says so
-        body = read(begin, end)
+        cuts.append((k0, k1, offsets, begin, end))
+    bodies = yield [(begin, end) for *_, begin, end in cuts]
+    frames = []
+    for (k0, k1, offsets, begin, end), body in zip(cuts, bodies, strict=True):
         if len(body) != end - begin:
             return None
         shift = _HEADER.size + 4 * (k1 - k0) - begin
         head_of_run, first, size = _run_header(header, k0, k1, end + shift)
         frame = head_of_run + struct.pack(f"<{k1 - k0}i", *(o + shift for o in offsets)) + body
-        chain.blosc.decode(frame, out=out[first : first + size])
-    return _as_array(chain, spec, out, spec.shape)
+        frames.append((frame, first, size))
+
+    def decode() -> np.ndarray:
+        for frame, first, size in frames:
+            chain.blosc.decode(frame, out=out[first : first + size])
+        return _as_array(chain, spec, out, spec.shape)
+
+    return decode
 
 
 def _block_runs(

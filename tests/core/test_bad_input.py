@@ -12,6 +12,7 @@ import xarray as xr
 import zarr
 
 import accumulus
+import command_line
 from accumulus import AccumulusError
 from accumulus.accumulation.build import accumulate
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
@@ -80,7 +81,7 @@ def test_stride_attribute_of_wrong_length(cube):
         accumulus.average(str(path), VAR, ["time"])
 
 
-def test_missing_accumulation_chunk(cube):
+def test_missing_accumulation_chunk(cube, capsys, monkeypatch):
     path, _ = cube
     accumulus.accumulate(str(path), VAR, [("time",)])
     chunk = next((path / f"{VAR}_accumulation_group" / "acc_time").glob("0.*"))
@@ -89,8 +90,26 @@ def test_missing_accumulation_chunk(cube):
     # the weights out and reads the unweighted ones).
     with pytest.raises(AccumulusError, match="acc_time has a missing chunk"):
         accumulus.average(str(path), VAR, ["time", "lat"])
+    # verify and inspect name the missing object (its fill values are not "differing sums")
     [report] = accumulus.verify(str(path), VAR)
-    assert any("acc_time" in p and "differ" in p for p in report.problems)
+    [problem] = report.problems
+    assert f"acc_time: 1 chunk objects missing (first {VAR}_accumulation_group/acc_time/0." in (
+        problem
+    )
+    assert f"accumulate {path} {VAR} --rebuild" in problem
+    [group] = accumulus.inspect(str(path))["accumulation_groups"]
+    assert group["missing_chunks"] == {
+        f"{VAR}_accumulation_group/acc_time": {
+            "count": 1,
+            "first": f"{VAR}_accumulation_group/acc_time/{chunk.name}",
+        }
+    }
+    _, text, _ = command_line.run(capsys, monkeypatch, "inspect", str(path))
+    assert "damaged: 1 chunk objects missing" in text and "complete;" not in text
+    accumulus.accumulate(str(path), VAR, [("time",)], rebuild=True)
+    [report] = accumulus.verify(str(path), VAR)
+    assert report.ok, report.problems
+    assert accumulus.inspect(str(path))["accumulation_groups"][0]["missing_chunks"] == {}
 
 
 @pytest.mark.parametrize("grown", [True, False])

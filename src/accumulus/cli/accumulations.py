@@ -218,6 +218,13 @@ def inspect(
                 console.print(f"[red]{name}: stale[/]: {state['stale']}", highlight=False)
     for g in info["accumulation_groups"]:
         status = "complete" if g["complete"] else "[red]incomplete (ignored by queries)[/]"
+        if g["missing_chunks"]:
+            count = sum(m["count"] for m in g["missing_chunks"].values())
+            first = next(iter(g["missing_chunks"].values()))["first"]
+            status = (
+                f"[red]damaged: {count} chunk objects missing (first {first}); queries of "
+                f"them fail: `accumulus accumulate {info['store']} {g['variable']} --rebuild`[/]"
+            )
         cover = ", ".join(f"{d} {c['covered']}/{c['size']}" for d, c in g["coverage"].items())
         objects = [a["objects"] for acc in g["accumulations"] for a in _unique_arrays(acc)]
         console.print(

@@ -3,6 +3,7 @@ zarr's own serialization, and consolidated metadata refreshed after every write.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import zarr
 from zarr.abc.store import Store
 from zarr.core.array import AsyncArray
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.chunk_grids import ChunkGrid
 from zarr.core.common import ZarrFormat
 from zarr.core.metadata import ArrayMetadata
 from zarr.core.sync import sync
@@ -19,6 +21,7 @@ from zarr.storage import FsspecStore, LocalStore, StorePath
 from accumulus.errors import AccumulusError
 from accumulus.scope import accumulus_scope
 from accumulus.stores.base import below_wrappers, innermost
+from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.nczarr_metadata import write_nczarr_metadata
 
 
@@ -88,6 +91,47 @@ def bytes_stored(array: zarr.Array) -> int | None:
         return None
     finally:
         _forget_listings(array.store_path.store)
+
+
+def missing_chunks(array: zarr.Array) -> list[str] | None:
+    """The keys of ``array``'s chunk objects (its shards, when sharded) that its store does
+    not hold, in chunk order; None where the store cannot list them. An array whose writer
+    writes every chunk (accumulations: a query refuses a missing one) is damaged when any
+    is missing, while its metadata, consolidated elsewhere, still opens it."""
+    grid = ChunkGrid.from_metadata(array.metadata)
+    counts = [d.nchunks for d in grid.dimensions]
+    prefix = f"{array.store_path.path}/" if array.store_path.path else ""
+    encode = array.metadata.encode_chunk_key
+    try:
+        stored = _keys_stored(array, prefix)
+    # A store's listing errors, as for bytes_stored.
+    except Exception:
+        return None
+    finally:
+        _forget_listings(array.store_path.store)
+    return [
+        key
+        for coords in itertools.product(*(range(n) for n in counts))
+        if (key := encode(coords)) not in stored
+    ]
+
+
+def _keys_stored(array: zarr.Array, prefix: str) -> set[str]:
+    """The keys below ``array`` that its store holds, relative to the array, metadata left
+    out."""
+    directory = _local_directory(array)
+    if directory is not None:
+        return {
+            os.path.relpath(os.path.join(top, name), directory).replace(os.sep, "/")
+            for top, _, names in os.walk(directory)
+            for name in names
+        }
+
+    async def listed() -> set[str]:
+        store = array.store_path.store
+        return {k[len(prefix) :] async for k in store.list_prefix(prefix)}
+
+    return {k for k in sync(listed()) if not is_metadata_key(k)}
 
 
 def _local_directory(array: zarr.Array) -> Path | None:

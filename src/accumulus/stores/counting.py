@@ -55,18 +55,24 @@ class _CountingState:
 
 
 class CountingStore(DelegatingStore):
-    """A store wrapper that counts requests and bytes, optionally adds latency per request,
-    and optionally keeps up to ``cache_bytes`` of whole-key reads (least recently used go
-    first), so that one query does not fetch a chunk twice.
+    """A store wrapper that counts requests and bytes, optionally adds latency per request
+    and a time per byte read (``bandwidth``), and optionally keeps up to ``cache_bytes`` of
+    whole-key reads (least recently used go first), so that one query does not fetch a
+    chunk twice.
 
     Neither its synchronous reads nor its writes pass through (``DelegatingStore``'s
     flags): every request goes through the async methods here, where it is counted and
     delayed. Views zarr derives from it count into the same totals.
     """
 
-    def __init__(self, store: Store, *, latency: float = 0.0, cache_bytes: int = 0) -> None:
+    def __init__(
+        self, store: Store, *, latency: float = 0.0, bandwidth: float = 0.0, cache_bytes: int = 0
+    ) -> None:
         super().__init__(store)
         self.latency = latency
+        # Bytes per second each read arrives at (0: at once), as one stream of an object
+        # store does: its bytes take that long after the latency.
+        self.bandwidth = bandwidth
         self.cache_bytes = cache_bytes
         self._state = _CountingState()
 
@@ -178,6 +184,8 @@ class CountingStore(DelegatingStore):
     ) -> Buffer | None:
         value = await self._request(self._store.get(key, prototype, byte_range))
         self._count_read(key, value)
+        if self.bandwidth > 0 and value is not None:
+            await asyncio.sleep(len(value) / self.bandwidth)
         return value
 
     async def exists(self, key: str) -> bool:

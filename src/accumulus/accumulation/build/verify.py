@@ -35,6 +35,7 @@ from accumulus.accumulation.model.record import RECORD_KEY, objects_problem
 from accumulus.accumulation.model.weights import weight_values
 from accumulus.accumulation.model.years import group_times
 from accumulus.raw_cube import RawCube, VariableInfo
+from accumulus.stores.arrays import missing_chunks
 
 RTOL = 1e-9
 
@@ -114,6 +115,10 @@ def verify_variable(cube: RawCube, variable: str, root: zarr.Group | None = None
     if changed:
         report.problems.append(changed)
         return report
+    missing = _missing_objects(cube, var, group, root)
+    if missing:
+        report.problems.append(missing)
+        return report
     checks: list[_Check] = []
     for acc in group.accumulations:
         try:
@@ -152,6 +157,23 @@ def verify_variable(cube: RawCube, variable: str, root: zarr.Group | None = None
 
 class _Mismatch(Exception):
     pass
+
+
+def _missing_objects(
+    cube: RawCube, var: VariableInfo, group: spec.AccumulationGroup, root: zarr.Group | None
+) -> str | None:
+    """What of ``group``'s chunk objects its store no longer holds, in one line (a missing
+    chunk reads as its fill value, which the comparison would blame on the sums)."""
+    for name in sorted({n for acc in group.accumulations for n in acc.arrays.values()}):
+        array = accumulation_array(cube, var.name, name, root)
+        missing = missing_chunks(array)
+        if missing:
+            return (
+                f"{array.path}: {len(missing)} chunk objects missing (first "
+                f"{array.path}/{missing[0]}): deleted or lost; "
+                f"`accumulus accumulate {cube.label} {var.name} --rebuild` writes them again"
+            )
+    return None
 
 
 def _checks(
