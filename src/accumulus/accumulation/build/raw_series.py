@@ -98,7 +98,10 @@ def write_part(part: Part, chunk_row: int, blocks: Sequence[np.ndarray], batch_b
     dtype = metadata.dtype.to_native_dtype()
     length = sum(b.shape[0] for b in blocks)
     longest = max(b.shape[0] for b in blocks)
-    width = int(max(1, min(n_x, WIDTH_BYTES // (8 * longest * band))))
+    # As many longitudes as for all the rows, whatever the part's: its space is kept by each
+    # writing thread, and twice as many took longer (docs/benchmarks.md, "Build, session
+    # build47").
+    width = int(max(1, min(n_x, WIDTH_BYTES // (8 * longest * n_y))))
     kind = blocks[0].dtype  # float32 or float64, as decoded
     bits = f"i{kind.itemsize}"
     raw = _space("raw", (longest, band, width), kind)
