@@ -9,7 +9,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accumulus.accumulation.query.plan import AccumulationLayout, QueryPlan, plan_query, scan_boxes
+from accumulus.accumulation.query.plan import (
+    AccumulationLayout,
+    QueryPlan,
+    plan_query,
+    plan_runs,
+    scan_boxes,
+)
 from accumulus.grid import ChunkBounds
 
 
@@ -88,6 +94,24 @@ def _check_sums(problem, seed):
 @given(problems(reach=True), st.integers(0, 2**16))
 def test_plans_reaching_past_the_range_sum_the_same(problem, seed):
     _check_sums(problem, seed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(problems(), st.booleans(), st.data())
+def test_runs_planned_together_are_planned_as_each_alone(problem, reach, data):
+    """``plan_runs`` (a season's runs of one box, the spans along the other dimensions
+    found once): the plans ``plan_query`` makes of each run."""
+    dims, bounds, layouts, ranges, over = problem
+    layouts = [AccumulationLayout(lay.dims, lay.positions, lay.coverage, reach=reach)
+               for lay in layouts]  # fmt: skip
+    dim = data.draw(st.sampled_from(dims))
+    size = bounds[dim].size
+    runs = []
+    for _ in range(data.draw(st.integers(0, 4))):
+        lo = data.draw(st.integers(0, size - 1))
+        runs.append((lo, data.draw(st.integers(lo + 1, size))))
+    alone = [plan_query(dims, {**ranges, dim: run}, over, layouts) for run in runs]
+    assert plan_runs(dims, ranges, over, layouts, None, dim, runs) == alone
 
 
 def test_an_entry_past_an_end_is_taken_when_nearer():

@@ -53,6 +53,7 @@ def test_manifests_are_split_so_an_append_rewrites_few_references(tmp_path, monk
     answers(url, 24)
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_expire_keeps_tips_and_tags_and_frees_the_rest(tmp_path):
     granules = [str(p) for p in write_granules(tmp_path / "in", truth(24), 3)]
     path = tmp_path / "repo"

@@ -185,6 +185,7 @@ def test_a_session_store_is_read_and_not_written(tmp_path, granules):
     assert len(commits(path)) == 1
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_the_command_line(tmp_path, granules):
     path = tmp_path / "repo"
     url = f"icechunk://{path}"

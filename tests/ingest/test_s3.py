@@ -26,6 +26,7 @@ def objects(endpoint: str, bucket: str) -> set[str]:
     return {item["Key"] for item in listing.get("Contents", [])}
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_create_append_and_read_through_the_cli(endpoint, bucket, tmp_path):
     t = truth(9)
     granules = write_granules(tmp_path / "in", t, 3)

@@ -43,6 +43,7 @@ def cluster():
         yield running
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_a_cube_and_a_reference_set_behind_http_built_on_a_cluster(tmp_path, cluster):
     served = tmp_path / "served"
     make_cube(served)

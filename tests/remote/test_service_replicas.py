@@ -86,6 +86,7 @@ def endpoint(monkeypatch):
         yield url
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_two_replicas_over_one_bucket_answer_the_same_snapshot(tmp_path, endpoint):
     ds = synthetic_dataset({"time": 90, "lat": 12, "lon": 16}, seed=39)
     first, later = ds.isel(time=slice(0, 60)), ds.isel(time=slice(60, None))

@@ -247,6 +247,7 @@ def test_unreachable_and_missing_granule_urls(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_the_cli_creates_and_extends_a_virtual_cube(tmp_path):
     granules = monthly_granules(tmp_path / "in", [1, 2, 3])
     out = tmp_path / "virt.json"

@@ -86,6 +86,27 @@ def test_a_series_without_the_seasons_days_has_integer_years(cube):
     assert got["year"].dtype == np.int64
 
 
+def test_answers_over_whole_axes_have_coordinates_of_their_own(cube):
+    """A whole axis' coordinate is made once per snapshot (a series over the whole record's
+    years too), but each answer's is its own: attributes set on one answer's coordinates
+    are not another's, and their labels are the cube's."""
+    ds, path = cube
+    opened = accumulus.open(path)
+    jja = ds["time"].dt.month.isin((6, 7, 8)).values
+    asked = (
+        (["time"], {}, {"lat": ds["lat"].values, "lon": ds["lon"].values}),  # a map
+        (["lat", "lon"], {"season": "JJA"}, {"year": np.unique(ds["time"].dt.year[jja])}),
+    )
+    for over, options, labels in asked:
+        first = opened.average(VAR, over, **options)
+        for name in first.coords:
+            first[name].attrs["marked"] = True
+        second = opened.average(VAR, over, **options)
+        assert all("marked" not in second[name].attrs for name in second.coords)
+        for name, values in labels.items():
+            assert list(first[name].values) == list(second[name].values) == list(values)
+
+
 def test_bad_seasons_are_refused(cube):
     _, path = cube
     with pytest.raises(AccumulusError, match="unknown season 'JJX'"):

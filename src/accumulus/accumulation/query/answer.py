@@ -14,6 +14,7 @@ import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from math import prod
 from typing import Any
 
@@ -44,6 +45,7 @@ from accumulus.accumulation.query.plan import (
     QueryPlan,
     Read,
     plan_query,
+    plan_runs,
     scan_boxes,
 )
 from accumulus.accumulation.query.request import (
@@ -52,6 +54,7 @@ from accumulus.accumulation.query.request import (
     ResolvedQuery,
     answer_index,
     resolve,
+    whole_labels,
 )
 from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
@@ -157,9 +160,7 @@ def run_query(
     attrs |= {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over)}
     attrs |= stats.to_dict()
     kept = resolved.kept
-    data = _data_array(
-        values, kept, {d: answer_index(cube, resolved, d) for d in kept}, var.name, attrs
-    )
+    data = _data_array(values, kept, _coordinates(cube, resolved, kept), var.name, attrs)
     if stat.centred and not plan.accumulation_reads:
         note = "; ".join(
             [*([note] if note else []), f"{resolved.stat} read from the raw chunks (exact)"]
@@ -210,11 +211,18 @@ def _seasonal(
     reads: list[Read] = []
     scans: list[Read] = []
     scan: QueryPlan | None = None  # a box's scan, planned once: each run's is its time range
+    # A box's runs planned together (``plan_runs``: the same plans, the spans along the box's
+    # other dimensions found once).
+    planned = iter(
+        plan_runs(var.dims, resolved.ranges, over, layouts, resolved.sizes, tdim,
+                  [(lo, hi) for _, lo, hi in runs])
+        if whole.mask is None else ()
+    )  # fmt: skip
     for slot, (_, lo, hi) in enumerate(runs):
         at = slot if series else 0
         ranges = {**resolved.ranges, tdim: (lo, hi)}
         if whole.mask is None:
-            plan = plan_query(var.dims, ranges, over, layouts, resolved.sizes)
+            plan = next(planned)
             if scan is None:
                 scan = plan_query(var.dims, ranges, over, (), resolved.sizes)
             scans += [_moved(read, tdim, lo, hi, at) for read in scan.reads]
@@ -234,13 +242,17 @@ def _seasonal(
     # var, std and trend: their sums are additive over the runs as a mean's are, about one
     # reference and against one clock for all of them.
     values, done = read_answer(cube, groups, whole, plan, work, memory_bytes)
-    indexes = {d: answer_index(cube, resolved, d) for d in kept}
+    indexes = _coordinates(cube, resolved, kept)
     dims = kept
     if series:
         dims = ("year", *kept)
         # The record's years, made once per snapshot (making an index costs more than
-        # slicing one): the runs in the range are consecutive runs of the record.
-        indexes["year"] = record.years[first : first + len(runs)]
+        # slicing one): the runs in the range are consecutive runs of the record; all of
+        # them, its coordinate made once too.
+        if first == 0 and len(runs) == len(record.runs):
+            indexes["year"] = record.coordinate
+        else:
+            indexes["year"] = record.years[first : first + len(runs)]
     data = _data_array(values, dims, indexes, var.name)
     _units(data, cube.raw.variables[var.name].attrs, stat)
     stats = QueryStats(
@@ -386,9 +398,7 @@ def _correlation(
     values = stat.answer(list(total), False)
     if np.may_share_memory(values, total):  # (the total is working space)
         values = np.array(values)
-    data = _data_array(
-        np.asarray(values), kept, {d: answer_index(cube, resolved, d) for d in kept}, var.name
-    )
+    data = _data_array(np.asarray(values), kept, _coordinates(cube, resolved, kept), var.name)
     # (The raw chunks' requests and bytes are not counted: they are read through xarray.)
     stats = QueryStats(entries, raw, counts.bytes, counts.requests, time.perf_counter() - started)
     data.attrs.update(
@@ -550,13 +560,14 @@ class _Record:
     runs: list[tuple[int, int, int]]
     stops: list[int]
     years: pd.Index
+    coordinate: Coordinate  # of all the years: a series over the whole record's
 
 
 def _record_runs(times: np.ndarray, months: tuple[int, ...]) -> _Record:
     """The runs of the season's days over all of ``times``."""
     runs = _runs(*_season_days(times, months), 0)
-    years = np.fromiter((year for year, _, _ in runs), np.int64, len(runs))
-    return _Record(runs, [stop for _, _, stop in runs], pd.Index(years, name="year"))
+    years = pd.Index(np.fromiter((year for year, _, _ in runs), np.int64, len(runs)), name="year")
+    return _Record(runs, [stop for _, _, stop in runs], years, Coordinate.of(years, "year"))
 
 
 def _runs_within(record: _Record, lo: int, hi: int) -> tuple[list[tuple[int, int, int]], int]:
@@ -856,17 +867,27 @@ def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[i
 def _data_array(
     values: np.ndarray,
     dims: Sequence[str],
-    indexes: Mapping[str, pd.Index],
+    indexes: Mapping[str, pd.Index | Coordinate],
     name: str,
     attrs: Mapping[str, Any] | None = None,
 ) -> xr.DataArray:
     """The answer as a DataArray with ``attrs``, from NumPy values wrapped as an xarray
     variable first (given bare arrays, xarray asks whether each is a Dask array, which
     imports ``dask.array``, and SciPy with it, at a command's start when Dask is installed)
-    and coordinates from the labels' pandas indexes (not built again)."""
+    and coordinates from the labels' pandas indexes (not built again), or from a whole
+    axis' coordinate made once (``_whole_axis``)."""
     variable = xr.Variable(tuple(dims), values, attrs, fastpath=True)
-    xindexes = {d: _pandas_index(indexes[d], d) for d in dims}
-    variables = {k: v for index in xindexes.values() for k, v in index.create_variables().items()}
+    xindexes = {}
+    variables = {}
+    for d in dims:
+        index = indexes[d]
+        if isinstance(index, Coordinate):
+            xindexes[d] = index.index
+            # Its own variable (a user may set its attributes), over the same labels.
+            variables[d] = index.variable.copy(deep=False)
+        else:
+            xindexes[d] = _pandas_index(index, d)
+            variables.update(xindexes[d].create_variables())
     # Variables and indexes made here, for this answer alone: xarray's direct construction
     # (without it, xarray deep-copies every coordinate of every answer).
     return xr.DataArray(
@@ -876,6 +897,39 @@ def _data_array(
         indexes=xindexes,  # type: ignore[arg-type]  # str keys: Hashable ones, to xarray
         fastpath=True,
     )
+
+
+@dataclass(frozen=True)
+class Coordinate:
+    """An answer's coordinate along a whole axis, made once (per snapshot, or per season's
+    record) for every answer that keeps the axis whole: xarray's index (immutable, shared
+    as xarray shares indexes) and its variable (copied into each answer). Making them
+    walks through pandas and xarray, code that the decoding between two questions evicts
+    from the caches: a map's two cost 0.1-0.2 ms in a query (docs/benchmarks.md,
+    "Statistics, session stats47")."""
+
+    index: PandasIndex
+    variable: xr.Variable
+
+    @classmethod
+    def of(cls, labels: pd.Index, dim: str) -> Coordinate:
+        index = _pandas_index(labels, dim)
+        return cls(index, index.create_variables()[dim])
+
+
+def _coordinates(
+    cube: RawCube, resolved: ResolvedQuery, dims: Sequence[str]
+) -> dict[str, pd.Index | Coordinate]:
+    """The labels of the answer's kept ``dims``: each whole axis' ``Coordinate``, made once
+    per snapshot; the others' labels (``answer_index``)."""
+    found: dict[str, pd.Index | Coordinate] = {}
+    for d in dims:
+        labels = answer_index(cube, resolved, d)
+        if labels is whole_labels(cube, d):
+            found[d] = cube.remembered(("answer coordinate", d), partial(Coordinate.of, labels, d))
+        else:
+            found[d] = labels
+    return found
 
 
 def _pandas_index(index: pd.Index, dim: str) -> PandasIndex:

@@ -33,7 +33,7 @@ from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES, ReadBudget
 from accumulus.accumulation.query.plan import QueryPlan, Read
 from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
 from accumulus.errors import AccumulationReadError, AccumulusError
-from accumulus.grid import array_bounds
+from accumulus.grid import ChunkBounds, array_bounds
 from accumulus.raw_cube import RawCube, VariableInfo
 
 Region = tuple[slice, ...]
@@ -84,8 +84,13 @@ Part = RawPart | EntryPart
 Work = dict[str, tuple[ChunkRequest, list[Part]]]  # chunk key -> the chunk, its parts
 # The most slab weights kept per variable of a snapshot (``chunk_work``): a series' few.
 WEIGHTS_REMEMBERED = 4096
-# A chunk a read cuts: its array, coordinates and store, and its part.
-Piece = tuple[zarr.Array[Any], tuple[int, ...], Store | None, Part]
+# A chunk a read cuts: its array, coordinates and store, its part and the part's box of it
+# (slices: an entry's index as a slice of one).
+Piece = tuple[zarr.Array[Any], tuple[int, ...], Store | None, Part, Region]
+# Where a read lies along one dimension of a chunk (``_along``): the chunk, the selection in
+# it (an entry's index, or a slice), the same as a slice, the range's part in it (None for
+# an entry).
+Along = tuple[int, int | slice, slice, tuple[int, int] | None]
 # The weights of a slab and their contraction (``_contraction``), by what they depend on.
 WeightsMemo = dict[Any, tuple[Any, tuple[int, np.ndarray] | None]]
 
@@ -317,8 +322,12 @@ def chunk_work(
         weights_memo.clear()
     sources: dict[Any, _Source] = {}  # what every read of one accumulation shares
     placed = _placement(plan, var)
-    # By array and chunk: the chunk, and the parts of it read.
-    chunks: dict[tuple[int, tuple[int, ...]], tuple[Piece, list[Part]]] = {}
+    # Where a read's range along one dimension lies in the chunks (``_entry_parts``), by
+    # the dimension's bounds and the range: a plan's reads share most of theirs (a seasonal
+    # series' runs: one box, one time range each).
+    spans: dict[tuple[Any, ...], list[Along]] = {}
+    # By array and chunk: the chunk, the parts of it read and their boxes of it.
+    chunks: dict[tuple[int, tuple[int, ...]], tuple[Piece, list[Part], list[Region]]] = {}
     for read in plan.reads:
         if read.is_raw:
             pieces: Iterator[Piece] = _raw_parts(var, plan, read, placed, counter)
@@ -331,41 +340,32 @@ def chunk_work(
                 source = sources[read.key or read.source] = groups.remembered(
                     key, partial(_source, groups, var, read, plan, terms)
                 )
-            pieces = _entry_parts(groups, var, source, read, placed, weights_memo, counter)
+            pieces = _entry_parts(groups, var, source, read, placed, weights_memo, counter, spans)
         for piece in pieces:
             array, coords = piece[0], piece[1]
             known = chunks.get((id(array), coords))
             if known is None:
-                known = chunks[id(array), coords] = (piece, [])
+                known = chunks[id(array), coords] = (piece, [], [])
             known[1].append(piece[3])
+            known[2].append(piece[4])
     work: Work = {}
-    for (array, coords, store, _), parts in chunks.values():
+    for (array, coords, store, _, _), parts, boxes in chunks.values():
         # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``).
-        request = ChunkRequest(array, coords, store, _reached(parts), _boxes(parts))
+        if len(boxes) == 1:
+            request = ChunkRequest(array, coords, store, boxes[0])
+        else:
+            request = ChunkRequest(array, coords, store, _reached(boxes), tuple(boxes))
         other = work.get(request.key)
         if other is not None:  # the same chunk of another handle on the same array
             parts = [*other[1], *parts]
-            request = replace(other[0], needed=_reached(parts), regions=_boxes(parts))
+            boxes = [*(other[0].regions or [other[0].needed]), *boxes]
+            request = replace(other[0], needed=_reached(boxes), regions=tuple(boxes))
         work[request.key] = (request, parts)
     return work
 
 
-def _boxes(parts: Sequence[Part]) -> tuple[tuple[slice, ...], ...] | None:
-    """Each part's box of the chunk, when there are several (``ChunkRequest.regions``)."""
-    if len(parts) < 2:
-        return None
-    return tuple(_box(part) for part in parts)
-
-
-def _box(part: Part) -> tuple[slice, ...]:
-    return tuple([s if isinstance(s, slice) else slice(s, s + 1) for s in part.local])
-
-
-def _reached(parts: Sequence[Part]) -> tuple[slice, ...]:
-    """The smallest box of a chunk that holds every part of it."""
-    boxes = [_box(part) for part in parts]
-    if len(boxes) == 1:
-        return tuple(boxes[0])
+def _reached(boxes: Sequence[Region]) -> Region:
+    """The smallest box of a chunk that holds every part of it (``boxes``: theirs)."""
     along = zip(*boxes, strict=True)
     return tuple(slice(min(s.start for s in d), max(s.stop for s in d)) for d in along)
 
@@ -613,7 +613,7 @@ def _raw_parts(
         local = tuple(slice(a - start, b - start) for _, a, b, start in combo)
         box = {d: (a, b) for d, (_, a, b, _) in zip(var.dims, combo, strict=True)}
         out = (slice(None), *placed(box, read.slot))
-        yield var.array, coords, None, RawPart(next(counter), read.sign, local, box, out)
+        yield var.array, coords, None, RawPart(next(counter), read.sign, local, box, out), local
 
 
 @dataclass(frozen=True)
@@ -686,12 +686,14 @@ def _entry_parts(
     placed: Callable[[Mapping[str, Any], int], tuple[int | slice, ...]],
     weights_memo: WeightsMemo,
     counter: Iterator[int],
+    spans: dict[tuple[Any, ...], list[Along]],
 ) -> Iterator[Piece]:
     """The accumulation chunks holding a read's entries, and the slab of each it reads
     (numbered by ``counter``). Where the chunks lie is worked out once for all the terms
-    whose arrays are chunked alike. ``weights_memo``: the weights of slabs already listed,
-    by what they depend on (the slab's dimensions and its ranges along those the weights
-    vary along)."""
+    whose arrays are chunked alike, and along each dimension once per plan for each range
+    or entry (``spans``). ``weights_memo``: the weights of slabs already listed, by what
+    they depend on (the slab's dimensions and its ranges along those the weights vary
+    along)."""
     remaining, summed = source.remaining, source.summed
 
     def slab_weights(
@@ -708,23 +710,19 @@ def _entry_parts(
         return weights_memo[key]
 
     for bounds_of, members in source.grids:
-        # Per dimension: (chunk, the slab's selection in it, the slab's span or None).
-        per_dim: list[list[tuple[int, int | slice, tuple[int, int] | None]]] = []
+        # Per dimension: (chunk, the slab's selection in it, as a slice, the slab's span or
+        # None for an entry).
+        per_dim = []
         for dim, bounds in zip(source.array_dims, bounds_of, strict=True):
-            edges = bounds.edges
-            if dim in read.entries:
-                chunk, offset = bounds.chunk_of(read.entries[dim])
-                per_dim.append([(chunk, offset, None)])
-                continue
-            lo, hi = read.box[dim]
-            per_dim.append(
-                [(c, slice(max(lo, edges[c]) - edges[c], min(hi, edges[c + 1]) - edges[c]),
-                  (max(lo, edges[c]), min(hi, edges[c + 1])))
-                 for c in bounds.chunks_overlapping(lo, hi)]
-            )  # fmt: skip
+            entry = read.entries.get(dim)
+            where = (id(bounds), entry) if entry is not None else (id(bounds), *read.box[dim])
+            found = spans.get(where)
+            if found is None:
+                found = spans[where] = _along(bounds, entry, read.box.get(dim))
+            per_dim.append(found)
         for combo in itertools.product(*per_dim):
-            coords, local, spans = zip(*combo, strict=True)
-            box = {d: span for d, span in zip(source.array_dims, spans, strict=True) if span}
+            coords, local, region, extents = zip(*combo, strict=True)
+            box = {d: e for d, e in zip(source.array_dims, extents, strict=True) if e}
             at = placed(box, read.slot)
             weighed = None  # the slab's weights, looked up once for its weighted terms
             for t, term, array, weighted in members:
@@ -736,7 +734,25 @@ def _entry_parts(
                     next(counter), read.sign, term, local, summed, source.order, (t, *at),
                     w, source.tallied, contract,
                 )  # fmt: skip
-                yield array, coords, groups.store, part
+                yield array, coords, groups.store, part, region
+
+
+def _along(bounds: ChunkBounds, entry: int | None, extent: tuple[int, int] | None) -> list[Along]:
+    """Where an entry, or else a range, lies along one dimension of an accumulation's
+    chunks: per chunk, (chunk, the selection in it, as a slice, the range's part in it or
+    None for an entry)."""
+    if entry is not None:
+        chunk, offset = bounds.chunk_of(entry)
+        return [(chunk, offset, slice(offset, offset + 1), None)]
+    assert extent is not None
+    lo, hi = extent
+    edges = bounds.edges
+    found: list[Along] = []
+    for c in bounds.chunks_overlapping(lo, hi):
+        a, b = max(lo, edges[c]), min(hi, edges[c + 1])
+        local = slice(a - edges[c], b - edges[c])
+        found.append((c, local, local, (a, b)))
+    return found
 
 
 def weights_vary_along(cube: RawCube, weights: spec.Weights, var: VariableInfo) -> tuple[str, ...]:

@@ -120,6 +120,39 @@ def plan_query(
     both, so their chunks are read in one batch and each part lands at its place in the
     answer (``execute`` places it modulo the size).
     """
+    return _planned(dims, ranges, over, layouts, sizes, {})
+
+
+def plan_runs(
+    dims: Sequence[str],
+    ranges: Mapping[str, tuple[int, int]],
+    over: Iterable[str],
+    layouts: Sequence[AccumulationLayout],
+    sizes: Mapping[str, int] | None,
+    dim: str,
+    runs: Iterable[tuple[int, int]],
+) -> list[QueryPlan]:
+    """``plan_query`` of ``ranges`` with each of ``runs`` as the range along ``dim`` (a
+    season's runs of days, one box): the same plans, the spans of the layouts along the
+    other dimensions found once for all of them."""
+    spans: Spans = {}
+    return [_planned(dims, {**ranges, dim: run}, over, layouts, sizes, spans) for run in runs]
+
+
+# The span of a layout's positions within a range, by the positions' identity (a layout's,
+# alive while it plans), how it is found (nearest or inner) and the range: a plan's boxes
+# share most of theirs, and so do a season's runs (``plan_runs``).
+Spans = dict[tuple[int, bool, int, int], tuple[int, int] | None]
+
+
+def _planned(
+    dims: Sequence[str],
+    ranges: Mapping[str, tuple[int, int]],
+    over: Iterable[str],
+    layouts: Sequence[AccumulationLayout],
+    sizes: Mapping[str, int] | None,
+    spans: Spans,
+) -> QueryPlan:
     over_set = set(over)
     box: Box = {d: (ranges[d][0], ranges[d][1]) for d in dims}
     reads: list[Read] = []
@@ -131,7 +164,7 @@ def plan_query(
     for part in _across_seams(box, sizes):
         inside = _split_off_uncovered(part, usable, reads)
         if inside is not None:
-            _plan_box(inside, usable, reads)
+            _plan_box(inside, usable, reads, spans)
     return QueryPlan(tuple(dims), kept, dict(box), tuple(reads), sizes=sizes)
 
 
@@ -224,15 +257,22 @@ def _answered(extent: tuple[int, int], span: tuple[int, int]) -> int:
     return (hi - lo) - abs(p - lo) - abs(hi - q)
 
 
-def _plan_box(box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]) -> None:
+def _plan_box(
+    box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read], found: Spans
+) -> None:
     best: tuple[tuple[int, int], AccumulationLayout, dict[str, tuple[int, int]]] | None = None
     for layout in layouts:
         spans = {}
+        nearest = layout.reach and len(layout.dims) == 1
         for dim in layout.dims:
-            if layout.reach and len(layout.dims) == 1:
-                span = _nearest_span(layout.positions[dim], *box[dim])
+            positions = layout.positions[dim]
+            key = (id(positions), nearest, *box[dim])
+            if key in found:
+                span = found[key]
             else:
-                span = _inner_span(layout.positions[dim], *box[dim])
+                span = found[key] = (_nearest_span if nearest else _inner_span)(
+                    positions, *box[dim]
+                )
             if span is None:
                 break
             spans[dim] = span
@@ -254,11 +294,11 @@ def _plan_box(box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]
         lo, hi = box[dim]
         p, q = spans[dim]
         if lo < p:
-            _plan_box({**rest, dim: (lo, p)}, layouts, reads)
+            _plan_box({**rest, dim: (lo, p)}, layouts, reads, found)
         elif p < lo:  # an entry before the range: the raw elements up to it subtracted
             reads.append(Read((), -1, {}, {**rest, dim: (p, lo)}))
         if q < hi:
-            _plan_box({**rest, dim: (q, hi)}, layouts, reads)
+            _plan_box({**rest, dim: (q, hi)}, layouts, reads, found)
         elif hi < q:  # an entry past the range
             reads.append(Read((), -1, {}, {**rest, dim: (hi, q)}))
         rest[dim] = (p, q)

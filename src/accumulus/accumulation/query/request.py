@@ -671,17 +671,21 @@ def answer_index(cube: RawCube, resolved: ResolvedQuery, dim: str) -> pd.Index:
     its index), or along a longitude range across the grid's seam, continuing past it
     (``longitude.labels``)."""
     lo, hi = resolved.ranges[dim]
-    # A copy of the cube's index, made once per snapshot: resolving ranges searches the
-    # cube's own, where pandas then keeps a look-up engine that it copies into every slice
-    # (twice the cost of a series' time labels: docs/benchmarks.md, "Statistics, session
-    # stats46").
-    index = cube.remembered(("answer labels", dim), lambda: cube.index(dim).copy(deep=True))
+    index = whole_labels(cube, dim)
     var = resolved.variable
     if hi <= resolved.periods.get(dim, var.shape[var.axis(dim)]):
         return index if lo == 0 and hi == len(index) else index[lo:hi]  # (immutable)
     west = resolved.query.ranges[dim][0]
     labels = longitude.labels(np.asarray(index), lo, hi, None if west is None else float(west))
     return pd.Index(labels, name=dim)
+
+
+def whole_labels(cube: RawCube, dim: str) -> pd.Index:
+    """The labels of a whole axis in an answer: a copy of the cube's index, made once per
+    snapshot. Resolving ranges searches the cube's own, where pandas then keeps a look-up
+    engine that it copies into every slice (twice the cost of a series' time labels:
+    docs/benchmarks.md, "Statistics, session stats46")."""
+    return cube.remembered(("answer labels", dim), lambda: cube.index(dim).copy(deep=True))
 
 
 def _is_longitude(cube: RawCube, dim: str) -> bool:
