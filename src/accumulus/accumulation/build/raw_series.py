@@ -8,10 +8,11 @@ the raw values themselves (float32, the decoded blocks as they come), a chunk ro
 half the bytes of its float64 sums and integer counts, and nothing is computed per slab;
 once whole it is summed here, a few longitudes at a time (``WIDTH_BYTES``), into space each
 writing thread keeps (the sums of those longitudes in chunk order, every chunk then
-contiguous), then encoded and stored. Every pass is a NumPy call over a block of days and
-those longitudes, which stays in the processor's cache, and nothing of the size of the row
-is allocated but the raw values: on a fresh process each new page is a fault and a zeroed
-page (docs/benchmarks.md, "Build CPU").
+contiguous), then encoded and stored: in parts (each array's chunks of a few rows of
+latitude, ``parts``), which the writer's threads take side by side. Every pass is a NumPy
+call over a block of days and those longitudes, which stays in the processor's cache, and
+nothing of the size of the row is allocated but the raw values: on a fresh process each new
+page is a fault and a zeroed page (docs/benchmarks.md, "Build CPU").
 
 The sums are added in the order of the compiled loop they replace (``kernel.
 prefix_into_chunks`` after ``kernel.block_sums``), from 0.0 along each row: the same bytes.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -34,7 +36,7 @@ WIDTH_BYTES = 3 * 2**20  # float64 values of one raw block summed at once, about
 
 def eligible(sums: zarr.Array, counts: zarr.Array, first: int) -> bool:
     """Whether ``sums`` and ``counts`` (a series' arrays: time, rows, the summed axis last)
-    are written by ``write_row`` from entry ``first`` along time on: both held in chunk
+    are written by ``write_part`` from entry ``first`` along time on: both held in chunk
     order by a build (``ordered_layout``), alike along time, ``first`` a chunk edge."""
     if ordered_layout(sums, 0) is None or ordered_layout(counts, 0) is None:
         return False
@@ -59,38 +61,57 @@ def _space(name: str, shape: tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarra
     return spaces[key]
 
 
-def write_row(
-    sums: zarr.Array,
-    counts: zarr.Array,
-    chunk_row: int,
-    blocks: Sequence[np.ndarray],
-    batch_bytes: int,
-) -> None:
-    """Write chunk row ``chunk_row`` along time of ``sums`` and ``counts`` from ``blocks``,
-    the raw values of its days in order (each ``(days, rows, X)``, NaN where missing, no
-    infinity), which may stop before the row's end (then padded with the fill values)."""
-    ms, mc = sums.metadata, counts.metadata
-    assert isinstance(ms, ArrayV2Metadata) and isinstance(mc, ArrayV2Metadata)
-    side, rows_s, _ = ms.chunks
-    rows_c = mc.chunks[1]
-    _, n_y, n_x = ms.shape
-    count_type = mc.dtype.to_native_dtype()
+@dataclass(frozen=True)
+class Part:
+    """The chunks of one of a series' arrays (its sums, or its counts: ``count``) in one
+    chunk of its rows (``group``, along the second axis) within a chunk row along time:
+    summed, encoded and stored on its own (each row of latitude is summed along longitude
+    alone), so that the writer's threads share a chunk row's work."""
+
+    array: zarr.Array
+    count: bool
+    group: int
+
+
+def parts(sums: zarr.Array, counts: zarr.Array) -> list[Part]:
+    """The parts a chunk row of ``sums`` and ``counts`` is written in, the largest first."""
+    return [
+        Part(array, count, g)
+        for array, count in ((sums, False), (counts, True))
+        for g in range(-(-array.shape[1] // array.chunks[1]))
+    ]
+
+
+def write_part(part: Part, chunk_row: int, blocks: Sequence[np.ndarray], batch_bytes: int) -> None:
+    """Write ``part`` of chunk row ``chunk_row`` along time from ``blocks``, the raw values
+    of its days in order (each ``(days, rows, X)``, NaN where missing, no infinity), which
+    may stop before the row's end (then padded with the fill value): the cumulative sums
+    along the last axis of the values (0 where missing), or of their validity (``count``),
+    stored in batches of about ``batch_bytes`` of values."""
+    array = part.array
+    metadata = array.metadata
+    assert isinstance(metadata, ArrayV2Metadata)
+    side, rows, _ = metadata.chunks
+    _, n_y, n_x = metadata.shape
+    lo = part.group * rows
+    band = min(rows, n_y - lo)  # rows of latitude in the part
+    dtype = metadata.dtype.to_native_dtype()
     length = sum(b.shape[0] for b in blocks)
     longest = max(b.shape[0] for b in blocks)
+    # As many longitudes as for all the rows, whatever the part's: its space is kept by each
+    # writing thread, and twice as many took longer (docs/benchmarks.md, "Build, session
+    # build47").
     width = int(max(1, min(n_x, WIDTH_BYTES // (8 * longest * n_y))))
     kind = blocks[0].dtype  # float32 or float64, as decoded
     bits = f"i{kind.itemsize}"
-    raw = _space("raw", (longest, n_y, width), kind)
-    missing = _space("missing", (longest, n_y, width), bool)
-    keep = _space("keep", (longest, n_y, width), bits)
-    out_s = _space("sums", (width, -(-n_y // rows_s), side, rows_s), "f8")
-    out_c = _space("counts", (width, -(-n_y // rows_c), side, rows_c), count_type)
-    # Past the row's end, and past the last row of latitude, chunks hold the fill values.
-    for out, rows, fill in ((out_s, rows_s, ms.fill_value), (out_c, rows_c, mc.fill_value)):
-        out[:, :, length:] = fill
-        out[:, -1, :, n_y - (out.shape[1] - 1) * rows :] = fill
-    carry_s = np.zeros((length, n_y))
-    carry_c = np.zeros((length, n_y), count_type)
+    raw = _space("raw", (longest, band, width), kind)
+    missing = _space("missing", (longest, band, width), bool)
+    keep = _space("keep", (longest, band, width), bits)
+    out = _space("out", (width, side, rows), dtype)
+    # Past the row's end, and past the last row of latitude, chunks hold the fill value.
+    out[:, length:] = metadata.fill_value
+    out[:, :, band:] = metadata.fill_value
+    carry = np.zeros((length, band), dtype="f8" if not part.count else dtype)
     encoded: list[tuple[str, bytes]] = []
     held = 0
     for x0 in range(0, n_x, width):
@@ -99,29 +120,31 @@ def write_row(
         at = 0
         for block in blocks:
             days = block.shape[0]
-            r, m, k = raw[:days, :, :w], missing[:days, :, :w], keep[:days, :, :w]
-            # The block's longitudes, then 0 where missing: each value ANDed with 0 (missing)
-            # or all ones (the bits of -1), a cheaper pass than a masked assignment.
-            np.copyto(r, block[:, :, x0:x1])
-            np.isnan(r, out=m)
-            np.subtract(m.view("u1"), 1, out=k, dtype=bits)
-            np.bitwise_and(r.view(bits), k, out=r.view(bits))
-            _prefix_into(out_s, r, carry_s, at, np.copyto)
-            _prefix_into(out_c, m, carry_c, at, _valid)
+            m = missing[:days, :, :w]
+            values = block[:, lo : lo + band, x0:x1]
+            if part.count:
+                np.isnan(values, out=m)
+                _prefix_into(out, m, carry, at, _valid)
+            else:
+                # The block's longitudes, then 0 where missing: each value ANDed with 0
+                # (missing) or all ones (the bits of -1), a cheaper pass than a masked
+                # assignment.
+                r, k = raw[:days, :, :w], keep[:days, :, :w]
+                np.copyto(r, values)
+                np.isnan(r, out=m)
+                np.subtract(m.view("u1"), 1, out=k, dtype=bits)
+                np.bitwise_and(r.view(bits), k, out=r.view(bits))
+                _prefix_into(out, r, carry, at, np.copyto)
             at += days
-        for array, out in ((sums, out_s), (counts, out_c)):
-            metadata = array.metadata
-            assert isinstance(metadata, ArrayV2Metadata)
-            dtype = metadata.dtype.to_native_dtype()
-            for x, g in np.ndindex(w, out.shape[1]):
-                key = f"{array.path}/{metadata.encode_chunk_key((chunk_row, g, x0 + x))}"
-                encoded.append((key, encode_chunk(metadata, dtype, out[x, g, :, :, None])))
-                held += out[x, g].nbytes
+        for x in range(w):
+            key = f"{array.path}/{metadata.encode_chunk_key((chunk_row, part.group, x0 + x))}"
+            encoded.append((key, encode_chunk(metadata, dtype, out[x, :, :, None])))
+            held += out[x].nbytes
         if held >= batch_bytes:
-            put_objects(sums.store, encoded)
+            put_objects(array.store, encoded)
             encoded, held = [], 0
     if encoded:
-        put_objects(sums.store, encoded)
+        put_objects(array.store, encoded)
 
 
 def _valid(into: np.ndarray, missing: np.ndarray) -> None:
@@ -138,17 +161,14 @@ def _prefix_into(
     """The cumulative sums along its last axis of ``part`` (``(days, rows, X)``, put into
     ``out`` by ``put``: values as they are, or validity from missing), continued from
     ``carry`` (``(days, rows)`` from day ``at``: the sums of the longitudes before, updated),
-    into days ``at`` on of chunk order ``out`` (``(X, G, CT, CY)``). Each longitude adds to
-    the sums of the ones before, one slice after another (0.0 before the first: -0.0 given
-    as 0.0), in place: ``np.cumsum`` along this axis takes several times as long."""
-    days, n_y, w = part.shape
-    side = out.shape[3]
-    for g in range(out.shape[1]):
-        lo = g * side
-        rows = min(side, n_y - lo)
-        into = out[:w, g, at : at + days, :rows]
-        put(into, part[:, lo : lo + rows].transpose(2, 0, 1))
-        into[0] += carry[at : at + days, lo : lo + rows]
-        for i in range(1, w):
-            np.add(into[i - 1], into[i], out=into[i])
-        carry[at : at + days, lo : lo + rows] = into[w - 1]
+    into days ``at`` on of ``out`` (``(X, CT, CY)``: one chunk per longitude). Each
+    longitude adds to the sums of the ones before, one slice after another (0.0 before the
+    first: -0.0 given as 0.0), in place: ``np.cumsum`` along this axis takes several times
+    as long."""
+    days, rows, w = part.shape
+    into = out[:w, at : at + days, :rows]
+    put(into, part.transpose(2, 0, 1))
+    into[0] += carry[at : at + days]
+    for i in range(1, w):
+        np.add(into[i - 1], into[i], out=into[i])
+    carry[at : at + days] = into[w - 1]

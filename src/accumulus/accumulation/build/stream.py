@@ -36,12 +36,12 @@ from __future__ import annotations
 import bisect
 import gc
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
-from itertools import accumulate, product
+from itertools import product
 from math import lcm, prod
 
 import dask
@@ -73,6 +73,7 @@ TILE_SUMS_BYTES = 96 * 2**20  # and per tile of a walk along another one (``tile
 KEPT_BYTES = 320 * 2**20  # arrays kept for the next slab to fill, at most (``Buffers``)
 KEPT_LEAST_BYTES = 16 * 2**20  # and not smaller ones (``MMAP_THRESHOLD``: malloc reuses them)
 WRITES_BOUND = 0.5  # sums per value from which a build is bound by its writes
+READ_AHEAD = 2  # slabs read at once where each is one task
 
 
 class InfinityMet(Exception):
@@ -271,8 +272,7 @@ def fill(
     ]
     # Progress in raw chunks: those before each slab, and all.
     widths = [_raw_chunks(var, dim, (lo, hi), tile) for tile, lo, hi in slabs]
-    before = list(accumulate(widths, initial=0))
-    total = before[-1]
+    slab_progress = _by_slab(progress, widths)
     # A build storing about as many sums as values (entries at every element) is bound by
     # its writes: two threads, so that a write waiting on the file system lets the other
     # encode. Otherwise one: a second would take the cores from the reads, which bound it
@@ -296,6 +296,11 @@ def fill(
     # as they are, not copied together from many blocks' (the copies were a large part of a
     # build at every day: docs/benchmarks.md).
     whole = writes_bound and in_process
+    # A slab of one raw chunk read as one task keeps one core busy: two are read at once, so
+    # that both cores are until the writes take them (docs/benchmarks.md, "Build, session
+    # build47"); otherwise Dask reads a slab's blocks side by side already, and larger
+    # slabs would hold twice their memory.
+    ahead = READ_AHEAD if whole and per_slab == 1 else 1
     blocks = _tile_blocks(var, dim, tiles) if whole else var.grouped_blocks(keep=dim)
     x = var.dask_array(blocks, as_summed=True)
     # Series at every element of the last axis whose entries the writer makes from the raw
@@ -348,13 +353,19 @@ def fill(
             )
             for region, items in zip(regions, in_region, strict=True)
         ]
+        # Dask's progress callbacks hear every graph run meanwhile, in any thread: slabs
+        # read side by side (one task each) report once done.
         computed = iter(
             compute.run(
                 [t for ts, _ in tasks for t in ts.ravel()],
                 scheduler,
-                _scaled(progress, before[done], widths[done], total),
+                slab_progress(done) if ahead == 1 else None,
             )
         )
+        if ahead > 1:
+            report = slab_progress(done)
+            if report is not None:
+                report(1, 1)
         sums = []
         for (region_tasks, locations), items in zip(tasks, in_region, strict=True):
             results = np.empty(region_tasks.shape, dtype=object)
@@ -366,26 +377,25 @@ def fill(
                 buffers.give(_owners(part for parts in results.flat for part in parts))
         return sums
 
-    # The next slab is read and summed while this one's entries are computed and the one
+    # The next slabs are read and summed while this one's entries are computed and the one
     # before's are written; entries are computed slab after slab, as each continues from
     # the last entry of the one before.
     with (
-        ThreadPoolExecutor(1) as reader,
+        ThreadPoolExecutor(ahead) as reader,
         writer,
         _collector_skips_older_objects(),
         _freed_memory_kept(),
     ):
-        pending = reader.submit(slab_sums, 0) if slabs else None
+        pending = deque(reader.submit(slab_sums, i) for i in range(min(ahead, len(slabs))))
         if in_process and any(
             _summed(var, *item) for item in accumulations if id(item[0]) not in from_raw
         ):
             # Blocks are summed in this process: the compiled loop is loaded meanwhile.
             threading.Thread(target=load_kernel, args=(x.dtype,), daemon=True).start()
         for done in range(len(slabs)):
-            assert pending is not None
-            ready = pending.result()
-            if done + 1 < len(slabs):
-                pending = reader.submit(slab_sums, done + 1)
+            ready = pending.popleft().result()
+            if done + ahead < len(slabs):
+                pending.append(reader.submit(slab_sums, done + ahead))
             tile = slabs[done][0]
             written_from = False
             # Accumulations may share their sums (``chunk_sums``: the same per-segment sums):
@@ -736,7 +746,7 @@ def _from_raw(
     start: int,
 ) -> bool:
     """Whether ``acc``'s entries are made by the writer from the raw values
-    (``raw_series.write_row``): a series (``dim``, the first axis, kept) summed along the
+    (``raw_series.write_part``): a series (``dim``, the first axis, kept) summed along the
     last axis alone, an entry at every element, storing Σx and the count only, in arrays
     held in chunk order from ``start`` on."""
     if acc.array_dims != var.dims or dim != var.dims[0] or len(acc.prefix_dims) != 1:
@@ -818,6 +828,7 @@ class _Writer:
     IN_FLIGHT = 4  # writes queued at most (each holds its entries)
     QUEUED_BYTES = 256 * 2**20  # and entries they hold at most (a larger write goes alone)
     PIECE_BYTES = 32 * 2**20
+    RAW_THREADS = 2  # threads writing series' rows from the raw values (``write_raw``)
 
     def __init__(self, targets: Mapping[str, zarr.Array], threads: int = 1) -> None:
         # Prefix sums are never all fill values: write every chunk without comparing.
@@ -827,6 +838,11 @@ class _Writer:
         self._spare: dict[str, np.ndarray] = {}  # each array's last row written, to reuse
         self._last: dict[str, tuple[int, np.ndarray]] = {}
         self._thread = ThreadPoolExecutor(threads)
+        # Series' chunk rows made from the raw values (``write_raw``) in threads of their
+        # own: a row's parts take a while (a 328-day row of the bench cube, 1,080 chunks),
+        # during which the entries of the slabs read meanwhile are written, not queued
+        # behind them (their sums are then given back for the next slabs to fill).
+        self._raw_threads = ThreadPoolExecutor(self.RAW_THREADS)
         self._shard_locks = {n: threading.Lock() for n, a in targets.items() if a.shards}
         self._writes: list[tuple[Future, int]] = []
         self.infinities = False  # whether a tally written counts an infinity
@@ -837,6 +853,7 @@ class _Writer:
     def __exit__(self, *exc: object) -> None:
         # On an error, writes already queued finish (or fail) before it propagates.
         self._thread.shutdown(wait=True)
+        self._raw_threads.shutdown(wait=True)
 
     def entry(
         self, name: str, axis: int, index: int, window: tuple[slice, ...] | None = None
@@ -918,8 +935,9 @@ class _Writer:
 
     def write_raw(self, sums: str, counts: str, first: int, values: np.ndarray) -> None:
         """Entries of a series' arrays ``sums`` and ``counts`` from ``first`` on along axis 0,
-        made from the raw values ``values`` (``raw_series.write_row``): kept as they are
-        until their chunk row is whole, then summed and written by a writing thread."""
+        made from the raw values ``values`` (``raw_series``): kept as they are until their
+        chunk row is whole, then summed and written in parts, side by side in the writing
+        threads."""
         target = self.targets[sums]
         chunk = target.chunks[0]
         n = values.shape[0]
@@ -944,14 +962,16 @@ class _Writer:
     def _store_raw(self, sums: str, row: _RawRow) -> None:
         size = sum(b.nbytes for b in row.blocks)
         self._wait_for_writes(size, self.IN_FLIGHT)
-        self._writes.append((self._thread.submit(self._write_raw_row, sums, row), size))
-
-    def _write_raw_row(self, sums: str, row: _RawRow) -> None:
         target = self.targets[sums]
         chunk_row = row.start // target.chunks[0]
-        raw_series.write_row(
-            target, self.targets[row.counts], chunk_row, row.blocks, self.PIECE_BYTES
-        )
+        parts = [
+            self._raw_threads.submit(
+                raw_series.write_part, part, chunk_row, row.blocks, self.PIECE_BYTES
+            )
+            for part in raw_series.parts(target, self.targets[row.counts])
+        ]
+        # One write for the queue's bounds: the row's values are held until every part is done.
+        self._writes.append((_all_done(parts), size))
 
     def queued(self) -> set[Future]:
         """The writes queued so far and not yet seen done."""
@@ -1031,14 +1051,19 @@ class _Writer:
         return _Row(axis, start, start, end, spare, ordered=layout is not None)
 
     def _wait_for_writes(self, nbytes: int | None, most: int | None = None) -> None:
-        """Wait for the oldest writes while those queued and ``nbytes`` more would hold more
+        """Wait for writes to finish while those queued and ``nbytes`` more would hold more
         than ``QUEUED_BYTES`` (unless ``nbytes`` is None), or be more than ``most`` writes,
-        or none is left."""
+        or none is left: for any of them, not the oldest (a series' chunk row, written
+        while several slabs are read, would hold back the slabs behind it: docs/benchmarks.md,
+        "Build, session build47")."""
         while self._writes and (
             (most is not None and len(self._writes) >= most)
             or (nbytes is not None and sum(n for _, n in self._writes) + nbytes > self.QUEUED_BYTES)
         ):
-            self._writes.pop(0)[0].result()
+            done, _ = wait([future for future, _ in self._writes], return_when=FIRST_COMPLETED)
+            self._writes = [(f, n) for f, n in self._writes if f not in done]
+            for future in done:
+                future.result()  # raises what the write raised
 
     def _store(self, name: str, row: _Row) -> None:
         # The writer may be slower than the slabs: what waits to be written is bounded by
@@ -1060,6 +1085,31 @@ class _Writer:
                 _write_pieces(self.targets[name], row, self.PIECE_BYTES)
         if row.held:  # before the write is seen done, so that the next row finds it
             self._spare[name] = row.values
+
+
+def _all_done(futures: Sequence[Future]) -> Future:
+    """A future done once every one of ``futures`` is, failed with the first failure among
+    them."""
+    out: Future = Future()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: Future) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            failed = [f.exception() for f in futures if f.exception() is not None]
+            if failed:
+                out.set_exception(failed[0])
+            else:
+                out.set_result(None)
+
+    if not futures:
+        out.set_result(None)
+    for future in futures:
+        future.add_done_callback(one_done)
+    return out
 
 
 def _prefix(values: np.ndarray, keep: bool) -> np.ndarray:
@@ -1099,13 +1149,25 @@ def _write_pieces(target: zarr.Array, row: _Row, piece_bytes: int) -> None:
         write_region(target, window, _along(row.values, cut, lo, hi - lo))
 
 
-def _scaled(
-    progress: compute.Progress | None, offset: int, width: int, total: int
-) -> compute.Progress | None:
-    """Task progress within one slab, reported as raw chunks done out of all."""
+def _by_slab(
+    progress: compute.Progress | None, widths: Sequence[int]
+) -> Callable[[int], compute.Progress | None]:
+    """For each slab, its task progress reported as raw chunks done out of all (``widths``:
+    each slab's raw chunks), every slab's so far added up: slabs may be read side by side."""
     if progress is None:
-        return None
-    return lambda done, tasks: progress(offset + (width * done) // max(tasks, 1), total)
+        return lambda slab: None
+    done_by_slab: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def of(slab: int) -> compute.Progress:
+        def report(done: int, tasks: int) -> None:
+            with lock:  # (reported in the order taken)
+                done_by_slab[slab] = (widths[slab] * done) // max(tasks, 1)
+                progress(sum(done_by_slab.values()), sum(widths))
+
+        return report
+
+    return of
 
 
 def _work(
