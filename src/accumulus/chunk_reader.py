@@ -829,8 +829,11 @@ def part_reads(
             return None
     elif blosc.checks:  # (``_ranged_through_the_loop``)
         return None
-    blocksize = int(getattr(blosc.blosc, "blocksize", 0) or 0) or AUTO_BLOCK_BYTES
     itemsize = grids.native.itemsize
+    # c-blosc makes a frame's blocks the requested size times the type size (numcodecs'
+    # Blosc(blocksize=16384) on float32: blocks of 65536 bytes), which is why
+    # ``ingest.layout.step_blocksize`` gives a step's values, not its bytes.
+    blocksize = int(getattr(blosc.blosc, "blocksize", 0) or 0) * itemsize or AUTO_BLOCK_BYTES
     if grids.regular is not None:  # chunks of one block, or too small to leave enough out
         whole = prod(grids.regular) * itemsize
         if whole <= blocksize or (not in_thread and whole < REMOTE_RANGED_SAVES):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import struct
 import subprocess
 import sys
 
@@ -362,11 +363,14 @@ def day_blocks(tmp_path_factory):
     chunks = (STEPS, DAYS["lat"], DAYS["lon"])
     blocksize = step_blocksize(chunks, 4)
     assert blocksize == DAY // 4  # (in values)
-    blosc = numcodecs.Blosc("lz4", 5, numcodecs.Blosc.SHUFFLE, blocksize=DAY)
+    blosc = numcodecs.Blosc("lz4", 5, numcodecs.Blosc.SHUFFLE, blocksize=blocksize)
     encoding = {VAR: {"chunks": chunks, "compressors": [blosc], "_FillValue": -9999.0}}
     synthetic_dataset(DAYS, seed=8).to_zarr(
         path, zarr_format=2, consolidated=True, encoding=encoding
     )
+    # c-blosc's blocks are the requested size times the type size: one day each.
+    header = (path / VAR / "0.0.0").read_bytes()[:16]
+    assert struct.unpack("<BBBBiii", header)[5] == DAY
     return path
 
 
