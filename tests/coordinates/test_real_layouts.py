@@ -361,6 +361,7 @@ VIRTUAL = [
 ]
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 @pytest.mark.parametrize("case", VIRTUAL, ids=[c[1] for c in VIRTUAL])
 def test_virtual_cubes_of_the_same_layouts(capsys, monkeypatch, tmp_path, case):
     source, variable, dim, chunks = case

@@ -144,6 +144,7 @@ def test_appends_keep_the_tallies_current(tmp_path):
     assert report.ok, report.problems
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_sidecar_and_positioned_accumulations(tmp_path):
     ds = infinite_dataset(seed=5)
     source, side = str(tmp_path / "c.zarr"), str(tmp_path / "side.zarr")

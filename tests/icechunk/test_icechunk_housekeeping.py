@@ -76,6 +76,7 @@ def test_expire_keeps_tips_and_tags_and_frees_the_rest(tmp_path):
     assert all(r.ok for r in accumulus.verify(url, ref="v1"))
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_expire_mistakes_are_one_line_and_delete_nothing(tmp_path):
     granules = [str(p) for p in write_granules(tmp_path / "in", truth(24), 3)]
     url = f"icechunk://{tmp_path / 'repo'}"

@@ -260,6 +260,7 @@ def test_an_accumulate_whose_branch_moved_is_built_again_on_the_new_head(tmp_pat
     seen(url, t, 24)
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_append_onto_a_branch(tmp_path, granules):
     """``append --ref BRANCH`` commits on that branch only; a tag or a snapshot is refused
     in one line, and so is a ref of a store that is not a repository."""

@@ -85,6 +85,7 @@ def append_sequences(draw):
     }
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 @settings(
     max_examples=8,
     deadline=None,

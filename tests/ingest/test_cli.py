@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from .helpers import cli, truth, write_granules
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_create_then_rerun(tmp_path):
     t = truth(9, nlat=60, nlon=80)
     granules = list(map(str, write_granules(tmp_path / "in", t, 3)))

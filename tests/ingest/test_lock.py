@@ -151,6 +151,7 @@ def test_heartbeat_renews_the_lock_and_a_lost_lock_stops_the_commit(cube):
     assert json.loads(keys.read(target, LOCK_KEY))["host"] == "elsewhere.example"  # not ours
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_two_appenders_at_once_never_corrupt_the_store(cube, tmp_path):
     store, t = cube
     granules = write_granules(tmp_path / "in", t, 3)

@@ -9,6 +9,7 @@ import itertools
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import accumulus
 from accumulus.accumulation.model.groups import accumulation_array, read_group
@@ -104,6 +105,7 @@ def test_labels_past_the_data_wait_for_it(tmp_path):
     assert report.ok, report.problems
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_the_first_infinity_adds_tallies_without_rewriting_what_readers_use(tmp_path):
     """An append whose data hold the group's first infinity adds the tally arrays (0 over
     what the group held before) and updates the group: the arrays the published group

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 import accumulus
 
 from .helpers import VAR, check_visible, truth, write_granule
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_readers_see_consistent_snapshots_while_appends_run(tmp_path):
     t = truth(27, nlat=6, nlon=8)
     per = 3  # granules of 3 steps into chunks of 4: most appends rewrite a partial chunk

@@ -12,6 +12,7 @@ from math import prod
 from pathlib import Path
 
 import numpy as np
+import pytest
 import xarray as xr
 
 import accumulus
@@ -56,6 +57,7 @@ def shards_of(store: Path) -> dict[Path, tuple[bytes, int]]:
     }
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_appends_keep_every_stored_inner_chunk_at_its_offset(tmp_path):
     t = truth(40, nlat=12, nlon=8)
     store = tmp_path / "cube.zarr"

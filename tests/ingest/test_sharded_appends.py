@@ -199,6 +199,7 @@ def sharded_sequences(draw):
     }
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 @settings(
     max_examples=8,
     deadline=None,
@@ -238,6 +239,7 @@ def test_answers_after_any_sequence_of_sharded_appends(tmp_path_factory, case):
     assert reports and all(r.ok for r in reports), [r.problems for r in reports]
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_cli_appends_in_shards(tmp_path):
     t = truth(20)
     granules = list(map(str, write_granules(tmp_path / "in", t, 4)))

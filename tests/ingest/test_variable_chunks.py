@@ -76,6 +76,7 @@ def xarray_time_mean(ds: xr.Dataset, lo: int, hi: int) -> np.ndarray:
 GRANULE_STEPS = [5, 1, 7, 3, 9, 2, 4]
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_per_granule_keeps_each_granule_a_chunk(tmp_path):
     t = truth(sum(GRANULE_STEPS))
     edges = np.cumsum([0, *GRANULE_STEPS]).tolist()

@@ -84,6 +84,7 @@ def test_virtual_append_into_another_group_is_refused(granules, tmp_path, capsys
     assert "no group 'Nowhere'" in message and not (tmp_path / "b.json").exists()
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 @pytest.mark.parametrize("virtual", [False, True], ids=["copied", "virtual"])
 def test_verify_sources_of_a_grouped_cube_prints_no_warning(granules, virtual, tmp_path):
     """Through the real console entry point, where Python prints warnings to stderr."""

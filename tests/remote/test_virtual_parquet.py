@@ -189,6 +189,7 @@ def test_an_interrupted_append_leaves_the_old_set_readable(tmp_path, monkeypatch
     same_as_granules(open_parquet(out), granules)
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_the_cli_serves_every_command_from_a_parquet_set(tmp_path):
     granules = monthly_granules(tmp_path / "in", [1, 2, 3, 4])
     virt, side = tmp_path / "virt.parq", tmp_path / "side.zarr"

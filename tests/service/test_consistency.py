@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
+import pytest
 import xarray as xr
 from service_cubes import CHUNKS, append_days, area_mean, dataset, write_cube
 
@@ -23,6 +24,7 @@ SERIES = "/api/datasets/growing/tas/average?over=lat,lon&lat=-80/80&lon=-150/150
 MAP = "/api/datasets/growing/tas/average?over=time&lat=-80/80&lon=-150/150"
 
 
+@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_answers_agree_with_one_snapshot_while_appends_land(tmp_path: Path, cube_data):
     path = write_cube(tmp_path / "growing.zarr", cube_data, CHUNKS)
     parts = [cube_data]
