@@ -22,7 +22,6 @@ EXAMPLES_PER_STRATEGY = 100
 AVERAGE = "/api/datasets/{dataset}/{variable}/average"
 
 
-@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_no_request_gets_a_server_error(cube: Path, mode: GenerationMode):
     app = create_app([str(cube)], max_cells=2_000)
@@ -33,7 +32,6 @@ def test_no_request_gets_a_server_error(cube: Path, mode: GenerationMode):
         assert statuses[(AVERAGE, 200)] > 0
 
 
-@pytest.mark.slow  # end to end, tens of seconds: run by .ci/run
 def test_damaged_stores_get_no_server_error(cube: Path, tmp_path: Path):
     damages = ["metadata", "scribble", "fifo", "symlink", "directory"]
     stores = [str(with_text_and_dates(tmp_path / "mixed.zarr"))]
