@@ -988,20 +988,7 @@ class _Writer:
             for future, _ in self._writes
             if not future.done() and (earlier is None or future not in earlier)
         ]
-        left = [len(queued)]
-        lock = threading.Lock()
-
-        def one_done(_: Future) -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                call(*args)
-
-        if not queued:
-            call(*args)
-        for future in queued:
-            future.add_done_callback(one_done)
+        _all_done(queued).add_done_callback(lambda _: call(*args))
 
     def flush(self) -> None:
         """Write what waits, and wait for every write (raising the first that failed)."""
