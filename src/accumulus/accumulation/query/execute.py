@@ -377,11 +377,11 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     result may be this thread's scratch space (``_scratch``), to be added before the next."""
     if part.contract is not None:  # weights along one summed axis: Σ w·x in one product
         axis, weights = part.contract
-        # A matrix-vector product (BLAS), the other summed axes summed after it: 2-3x less
-        # CPU than one einsum doing all of it on a series' slabs, whose weighted axis is short
-        # (docs/benchmarks.md, "Statistics, session stats48").
+        # A matrix-vector product (BLAS), the other summed axes summed after it: 1.5-2.5x
+        # less CPU than one einsum doing all of it on a series' slabs, whose weighted axis is
+        # short (docs/benchmarks.md, "Statistics, session stats48").
         moved, rest, order = _contraction_steps(slab.ndim, axis, part.summed, part.order)
-        product = np.asarray(np.matmul(slab if moved is None else slab.transpose(moved), weights))
+        product = _matrix_vector(slab if moved is None else slab.transpose(moved), weights)
         if rest:
             product = product.sum(axis=rest)
         return product if order is None else product.transpose(order)
@@ -398,6 +398,30 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     else:
         values = slab  # converted as it is added
     return values.transpose(part.order)
+
+
+# The most values of one matrix-vector product handed to BLAS: OpenBLAS computes fewer than
+# 2304 x 4 in the calling thread, more on its own threads too, which then spin waiting for
+# work and compete with the reader's threads for the cores (2x the CPU of a series' slab;
+# 17x the time of a 3650 x 180 one on the loaded machine: docs/benchmarks.md).
+BLAS_BLOCK_VALUES = 8192
+
+
+def _matrix_vector(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """``matrix @ vector`` in float64, the matrix's rows (its next-to-last axis) taken in
+    blocks of at most ``BLAS_BLOCK_VALUES`` values each (every output is one row's product,
+    whichever block holds it)."""
+    if matrix.ndim < 2:
+        return np.asarray(np.matmul(matrix, vector))
+    rows = max(1, BLAS_BLOCK_VALUES // max(1, matrix.shape[-1]))
+    if matrix.shape[-2] <= rows:
+        product: np.ndarray = np.matmul(matrix, vector)
+        return product
+    out = np.empty(matrix.shape[:-1])
+    for start in range(0, matrix.shape[-2], rows):
+        block = slice(start, start + rows)
+        np.matmul(matrix[..., block, :], vector, out=out[..., block])
+    return out
 
 
 @cache
