@@ -2,7 +2,8 @@
 series' latitude rows) gives Σ w·x over the summed axes, in the answer's order, whatever the
 slab's dimensions, the weighted axis, the other axes summed and the order kept: as the
 weights multiplied in and summed, to rounding (a matrix-vector product adds in another
-order), whether BLAS is handed all its rows at once or in blocks (``BLAS_BLOCK_VALUES``)."""
+order), whether BLAS is handed all its rows at once or in blocks (``BLAS_WHOLE_VALUES``,
+``BLAS_BLOCK_VALUES``)."""
 
 from __future__ import annotations
 
@@ -46,14 +47,20 @@ def contractions(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, EntryPart]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(contractions(), st.sampled_from([1, 5, 16, execute.BLAS_BLOCK_VALUES]))
+@given(contractions(), st.sampled_from([1, 5, 16, None]))
 def test_contraction_is_the_weighted_sum(
-    case: tuple[np.ndarray, np.ndarray, EntryPart], block: int
+    case: tuple[np.ndarray, np.ndarray, EntryPart], block: int | None
 ) -> None:
     slab, weights, part = case
     expected = np.sum(slab * weights, axis=part.summed, dtype="f8").transpose(part.order)
-    with mock.patch.object(execute, "BLAS_BLOCK_VALUES", block):
+    if block is None:  # as a query takes it
         got = np.asarray(_entry_sums(slab, part))
+    else:  # in blocks of at most ``block`` values
+        with (
+            mock.patch.object(execute, "BLAS_WHOLE_VALUES", 0),
+            mock.patch.object(execute, "BLAS_BLOCK_VALUES", block),
+        ):
+            got = np.asarray(_entry_sums(slab, part))
     assert got.dtype == np.float64
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, rtol=1e-13, atol=0)

@@ -400,18 +400,21 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     return values.transpose(part.order)
 
 
-# The most values of one matrix-vector product handed to BLAS: OpenBLAS computes fewer than
-# 2304 x 4 in the calling thread, more on its own threads too, which then spin waiting for
-# work and compete with the reader's threads for the cores (2x the CPU of a series' slab;
-# 17x the time of a 3650 x 180 one on the loaded machine: docs/benchmarks.md).
+# A matrix-vector product of more values than ``BLAS_WHOLE_VALUES`` is handed to BLAS in
+# blocks of at most ``BLAS_BLOCK_VALUES``: OpenBLAS computes fewer than 2304 x 4 values in
+# the calling thread, more on its own threads too, which then spin waiting for work and
+# compete with the reader's for the cores (a 3650 x 180 product took 17x the time of
+# einsum's on the loaded machine). A series' slabs (up to ~30,000 values) take less CPU
+# whole, in a query, than in blocks (docs/benchmarks.md, "Statistics, session stats48").
+BLAS_WHOLE_VALUES = 2**16
 BLAS_BLOCK_VALUES = 8192
 
 
 def _matrix_vector(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """``matrix @ vector`` in float64, the matrix's rows (its next-to-last axis) taken in
-    blocks of at most ``BLAS_BLOCK_VALUES`` values each (every output is one row's product,
-    whichever block holds it)."""
-    if matrix.ndim < 2:
+    """``matrix @ vector`` in float64; a large one (``BLAS_WHOLE_VALUES``) with the
+    matrix's rows (its next-to-last axis) in blocks of at most ``BLAS_BLOCK_VALUES`` values
+    (every output is one row's product, whichever block holds it)."""
+    if matrix.ndim < 2 or matrix.size <= BLAS_WHOLE_VALUES:
         return np.asarray(np.matmul(matrix, vector))
     rows = max(1, BLAS_BLOCK_VALUES // max(1, matrix.shape[-1]))
     if matrix.shape[-2] <= rows:
