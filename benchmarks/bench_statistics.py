@@ -59,7 +59,12 @@ import xarray as xr
 
 import accumulus
 from accumulus.accumulation.model import pairs, statistics
-from accumulus.accumulation.query.execute import RawPart, chunk_work, weights_vary_along
+from accumulus.accumulation.query.execute import (
+    RawPart,
+    _matrix_vector,
+    chunk_work,
+    weights_vary_along,
+)
 from accumulus.chunk_reader import ChunkRequest, read_chunks
 from accumulus.grid import array_bounds
 from common import DEFAULT_DIR, median_with_cpu, report
@@ -138,7 +143,9 @@ def floor(handle: accumulus.Datacube, result) -> dict[str, tuple[float, float]]:
                 continue
             if part.contract is not None:  # weights along one summed axis
                 axis, w = part.contract
-                slab = np.moveaxis(slab, axis, -1) @ w
+                # (In blocks BLAS takes in this thread: a larger product wakes its threads,
+                # which spin for more CPU than the product takes.)
+                slab = _matrix_vector(np.moveaxis(slab, axis, -1), w)
                 summed = tuple(a - (a > axis) for a in part.summed if a != axis)
             elif part.weights is not None:
                 slab, summed = slab * part.weights, part.summed

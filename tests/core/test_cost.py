@@ -460,3 +460,31 @@ def test_a_few_days_scanned_are_costed_as_their_blocks(day_blocks):
     assert scanned(7, 8) == DAY
     assert scanned(15, 25) == 10 * DAY  # days 15-19 of the first chunk, 0-4 of the second
     assert scanned(0, 40) == 40 * DAY
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_chunks_needing_the_same_parts_are_costed_as_each_alone(day_blocks, seed):
+    """What a chunk decodes of the parts it needs is worked out once per array and parts
+    (``plan_cost``): chunks needing the same days, other days, two ends or all of it are
+    costed as each would be alone."""
+    cube = RawCube.open(str(day_blocks))
+    var = cube.variable(VAR)
+    rng = np.random.default_rng(seed)
+    requests = []
+    for _ in range(12):
+        first = int(rng.integers(STEPS))
+        stop = int(rng.integers(first, STEPS)) + 1
+        needed, regions = _days(first, stop), None
+        if rng.random() < 0.3 and stop - first > 2:  # the range's two ends
+            regions = (_days(first, first + 1), _days(stop - 1, stop))
+        elif rng.random() < 0.2:  # all of the chunk
+            needed = None
+        coords = (int(rng.integers(2)), 0, 0)
+        requests += [ChunkRequest(var.array, coords, needed=needed, regions=regions)] * int(
+            rng.integers(1, 3)
+        )
+    storage = storage_of(cube.store)
+    together = plan_cost(requests, var, storage, ("sum", "count"), ("time",), 2**29)
+    alone = [plan_cost([r], var, storage, ("sum", "count"), ("time",), 2**29) for r in requests]
+    assert together.requests == len(requests)
+    assert together.bytes == sum(cost.bytes for cost in alone)

@@ -377,11 +377,14 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     result may be this thread's scratch space (``_scratch``), to be added before the next."""
     if part.contract is not None:  # weights along one summed axis: Σ w·x in one product
         axis, weights = part.contract
-        # The other summed axes summed and the kept ones ordered in the same call: for the
-        # small slabs of a series, faster than tensordot (docs/benchmarks.md).
-        subscripts = _contraction_subscripts(slab.ndim, axis, part.summed, part.order)
-        summed: np.ndarray = np.einsum(subscripts, slab, weights)
-        return summed
+        # A matrix-vector product (BLAS), the other summed axes summed after it: 1.5-2.5x
+        # less CPU than one einsum doing all of it on a series' slabs, whose weighted axis is
+        # short (docs/benchmarks.md, "Statistics, session stats48").
+        moved, rest, order = _contraction_steps(slab.ndim, axis, part.summed, part.order)
+        product = _matrix_vector(slab if moved is None else slab.transpose(moved), weights)
+        if rest:
+            product = product.sum(axis=rest)
+        return product if order is None else product.transpose(order)
     elif part.weights is not None:
         shape = np.broadcast_shapes(slab.shape, np.shape(part.weights))
         values: np.ndarray = np.multiply(slab, part.weights, out=_scratch(shape, 0), dtype="f8")
@@ -397,19 +400,44 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     return values.transpose(part.order)
 
 
-_AXES = "abcdefghijklmnopqrstuvwxyz"  # einsum's names of a slab's axes
+# A matrix-vector product of more values than ``BLAS_WHOLE_VALUES`` is handed to BLAS in
+# blocks of at most ``BLAS_BLOCK_VALUES``: OpenBLAS computes fewer than 2304 x 4 values in
+# the calling thread, more on its own threads too, which then spin waiting for work and
+# compete with the reader's for the cores (a 3650 x 180 product took 17x the time of
+# einsum's on the loaded machine). A series' slabs (up to ~30,000 values) take less CPU
+# whole, in a query, than in blocks (docs/benchmarks.md, "Statistics, session stats48").
+BLAS_WHOLE_VALUES = 2**16
+BLAS_BLOCK_VALUES = 8192
+
+
+def _matrix_vector(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """``matrix @ vector`` in float64; a large one (``BLAS_WHOLE_VALUES``) with the
+    matrix's rows (its next-to-last axis) in blocks of at most ``BLAS_BLOCK_VALUES`` values
+    (every output is one row's product, whichever block holds it)."""
+    if matrix.ndim < 2 or matrix.size <= BLAS_WHOLE_VALUES:
+        return np.asarray(np.matmul(matrix, vector))
+    rows = max(1, BLAS_BLOCK_VALUES // max(1, matrix.shape[-1]))
+    if matrix.shape[-2] <= rows:
+        product: np.ndarray = np.matmul(matrix, vector)
+        return product
+    out = np.empty(matrix.shape[:-1])
+    for start in range(0, matrix.shape[-2], rows):
+        block = slice(start, start + rows)
+        np.matmul(matrix[..., block, :], vector, out=out[..., block])
+    return out
 
 
 @cache
-def _contraction_subscripts(
+def _contraction_steps(
     ndim: int, axis: int, summed: tuple[int, ...], order: tuple[int, ...]
-) -> str:
-    """``einsum``'s subscripts for a contraction (``_entry_sums``): the same few for every
-    part of every query, written once."""
-    axes = _AXES[:ndim]
-    kept = [axes[a] for a in range(ndim) if a not in summed]
-    into = "".join(kept[k] for k in order)
-    return f"{axes},{axes[axis]}->{into}"
+) -> tuple[tuple[int, ...] | None, tuple[int, ...], tuple[int, ...] | None]:
+    """How a contraction (``_entry_sums``) is taken, the same few for every part of every
+    query, worked out once: the slab's axes with ``axis`` moved last (None: it is last), the
+    other summed axes as numbered after the product, and the order of the kept ones (None:
+    as they are)."""
+    moved = None if axis == ndim - 1 else (*(a for a in range(ndim) if a != axis), axis)
+    rest = tuple(a - (a > axis) for a in summed if a != axis)
+    return moved, rest, None if order == tuple(range(len(order))) else order
 
 
 def _contraction(
