@@ -281,41 +281,22 @@ def read_region(
     store is read in this thread. A build reads every raw chunk this way. ``counts``: the
     requests and bytes read are added to it."""
     bounds = array_bounds(array)
-    shape = tuple(s.stop - s.start for s in region)
-    if prod(shape) == 0:
-        return np.empty(shape, dtype=array.dtype)
+    out = np.empty([s.stop - s.start for s in region], dtype=array.dtype)
+    if out.size == 0:
+        return out
     overlapping = [
         b.chunks_overlapping(s.start, s.stop) for b, s in zip(bounds, region, strict=True)
     ]
-    # A region that is one whole chunk (a build's raw blocks) is that chunk as decoded, when
-    # it comes as the region is asked for: no copy of it, and no second array of its size,
-    # whose pages would each be a fault (docs/benchmarks.md, "Build, session build48").
-    alone = prod(map(len, overlapping)) == 1
-    out: np.ndarray | None = None if alone else np.empty(shape, dtype=array.dtype)
 
     def place(request: ChunkRequest, chunk: np.ndarray) -> None:
-        nonlocal out
         inside, at = overlap(bounds, region, request.coords)
-        part = chunk[inside]
-        if out is None:
-            if part.shape == shape and part.dtype == array.dtype and _owned(part):
-                out = part
-                return
-            out = np.empty(shape, dtype=array.dtype)
-        out[at] = part
+        out[at] = chunk[inside]
 
     done = read_chunks((ChunkRequest(array, coords) for coords in product(*overlapping)), place)
     if counts is not None:
         counts.requests += done.requests
         counts.bytes += done.bytes
-    assert out is not None, "every chunk of a region is read"
     return out
-
-
-def _owned(values: np.ndarray) -> bool:
-    """Whether ``values`` can be handed on as an array of its own: C-contiguous, writable
-    (a decoded chunk, not a read-only view of stored bytes)."""
-    return values.flags.c_contiguous and values.flags.writeable
 
 
 def overlap(

@@ -50,9 +50,9 @@ def test_other_keys_go_to_zarr(tmp_path):
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_whole_chunks_come_as_arrays_of_their_own(tmp_path, layout):
-    """A region that is one whole chunk (how a build reads its raw blocks) is the decoded
-    chunk itself, not a copy, where it can be: still equal to zarr's, writable, and shared
-    with nothing (changing it changes no later read)."""
+    """A region that is one whole chunk (how a build reads its raw blocks, and holds them
+    for a series' row) equals zarr's, is writable, and is shared with nothing: changing it
+    changes no later read."""
     settings = dict(LAYOUTS[layout])
     root = zarr.open_group(tmp_path / "g.zarr", mode="w", zarr_format=settings.pop("zarr_format"))
     array = root.create_array("a", shape=(13, 7, 10), fill_value=-9, **settings)
