@@ -46,3 +46,27 @@ def test_other_keys_go_to_zarr(tmp_path):
     stored = StoredValues(array)
     np.testing.assert_array_equal(stored[::2, 1], array[::2, 1])
     np.testing.assert_array_equal(stored[(slice(-3, None), slice(None))], array[-3:, :])
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_whole_chunks_come_as_arrays_of_their_own(tmp_path, layout):
+    """A region that is one whole chunk (how a build reads its raw blocks, and holds them
+    for a series' row) equals zarr's, is writable, and is shared with nothing: changing it
+    changes no later read."""
+    settings = dict(LAYOUTS[layout])
+    root = zarr.open_group(tmp_path / "g.zarr", mode="w", zarr_format=settings.pop("zarr_format"))
+    array = root.create_array("a", shape=(13, 7, 10), fill_value=-9, **settings)
+    array[:9] = np.arange(9 * 7 * 10).reshape(9, 7, 10).astype(array.dtype)
+    chunks = settings["chunks"]
+    for corner in [(0, 0, 0), (4, 3, 5), (8, 6, 5), (12, 0, 0)]:  # whole, at the edges, unwritten
+        region = [
+            slice(c - c % n, min(c - c % n + n, size))
+            for c, n, size in zip(corner, chunks, array.shape, strict=True)
+        ]
+        want = array[tuple(region)]
+        got = read_region(array, region)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        assert got.flags.writeable
+        got[...] = 1
+        np.testing.assert_array_equal(read_region(array, region), want)

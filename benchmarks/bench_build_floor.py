@@ -1,0 +1,195 @@
+"""Where the default build's time goes, part by part, against one full read of the raw data:
+the floor of a build that must read every raw value once and encode and store what the
+default layout holds.
+
+On ``bench_defaults``' cube (24 monthly granules appended, 730 x 180 x 360 float32), each
+in a fresh process, alternating, ``--repeats`` times:
+
+- ``read``: one full read (xarray + Dask ``sum()``), a build's floor (``bench_accumulate``);
+- ``build``: ``accumulate CUBE VAR`` with no options, into a sidecar (the default layout);
+- ``raw``: every raw chunk read and decoded as the build reads it (``read_region``, one
+  chunk a block, two at a time as the build reads them);
+- ``sums``: the sums the default layout stores, taken from the raw chunks (read untimed)
+  as the build takes them: the time sums per segment of every 2 days (``chunk_sums``; the
+  layout's segments also end at month ends) and the series' cumulative sums along longitude
+  in chunk order (``raw_series.write_part``, its encoding and storing left out), thread CPU;
+- ``encode``: every chunk of that sidecar's arrays encoded as the build encodes it
+  (``encoded_chunks.encode_chunk``: Blosc and the Fletcher-32 checksum), each decoded first,
+  untimed;
+- ``store``: every stored object of that sidecar written into an empty directory as the
+  build writes it (``LeanLocalStore.set_sync``: a temporary file renamed into place), its
+  bytes read first, untimed.
+
+The CPU seconds of ``raw``, ``sums``, ``encode`` and ``store`` are what a build of these
+bytes from these raw chunks pays, done this way (with this format); the rest of the build's
+CPU is its Python between them, its threads and the memory it holds. On two cores a build
+cannot take less wall time than half its CPU; ``floor_over_read`` is half the four parts'
+CPU against the full read's wall time.
+
+    python benchmarks/bench_build_floor.py [--dir DIR] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from bench_defaults import build_cube
+from common import DEFAULT_DIR, report
+from realistic import VARIABLE
+
+CHILD = r"""
+import json, os, resource, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+import dask.array, numpy as np, xarray as xr, zarr
+import accumulus, accumulus.api
+
+def usage():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), r.ru_utime + r.ru_stime
+
+what, path, variable, sidecar, scratch = sys.argv[1:6]
+zarr.config.set({"array.rectilinear_chunks": True})
+timed = 0.0  # thread CPU seconds of the timed calls (encode, store)
+if what == "encode":
+    from accumulus.accumulation.build.encoded_chunks import encode_chunk
+    from accumulus.stores.arrays import array_at
+    root = zarr.open_group(sidecar, mode="r")
+    arrays = [a for _, a in root.members(max_depth=None) if isinstance(a, zarr.Array)]
+    arrays = [a for a in arrays if a.ndim == 3]
+    wall, cpu = usage()
+    for array in arrays:
+        metadata = array.metadata
+        dtype = metadata.dtype.to_native_dtype()
+        for index in np.ndindex(*(-(-n // c) for n, c in zip(array.shape, array.chunks))):
+            region = tuple(slice(i * c, min((i + 1) * c, n))
+                           for i, c, n in zip(index, array.chunks, array.shape))
+            values = np.asarray(array[region])
+            started = time.thread_time()
+            encode_chunk(metadata, dtype, values)
+            timed += time.thread_time() - started
+elif what == "sums":
+    from accumulus.accumulation.build import raw_series
+    from accumulus.accumulation.build.chunk_sums import chunk_sums
+    from accumulus.accumulation.model.spec import COUNT, SUM
+    from accumulus.grid import array_bounds
+    raw_series.encode_chunk = lambda metadata, dtype, values: b""  # left out: ``encode``
+    raw_series.put_objects = lambda store, items: None  # and ``store``
+    array = zarr.open_group(path, mode="r")[variable]
+    edges = array_bounds(array)[0].edges
+    group = zarr.open_group(sidecar, mode="r")
+    arrays = [a for _, a in group.members(max_depth=None) if isinstance(a, zarr.Array)]
+    [sums] = [a for a in arrays if a.name.endswith("acc_uw_lat_lon_at_1_1")]
+    [counts] = [a for a in arrays if a.name.endswith("acc_n_lat_lon_at_1_1")]
+    wall, cpu = usage()
+    row, blocks = 0, []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        block = np.asarray(array[lo:hi])
+        started = time.thread_time()
+        chunk_sums(block, 1.0, [SUM, COUNT], [(0,)], [list(range(0, hi - lo, 2)), [0], [0]])
+        blocks.append(block)
+        if hi == min((row + 1) * sums.chunks[0], sums.shape[0]):
+            for part in raw_series.parts(sums, counts):
+                raw_series.write_part(part, row, blocks, 32 * 2**20)
+            row, blocks = row + 1, []
+        timed += time.thread_time() - started
+elif what == "store":
+    from accumulus.stores.local import write_file_atomically
+    files = sorted(p for p in Path(sidecar).rglob("*") if p.is_file())
+    wall, cpu = usage()
+    for file in files:
+        data = file.read_bytes()
+        target = os.path.join(scratch, str(file.relative_to(sidecar)))
+        started = time.thread_time()
+        write_file_atomically(target, data)
+        timed += time.thread_time() - started
+else:
+    wall, cpu = usage()
+    if what == "read":
+        float(xr.open_zarr(path)[variable].sum().compute())
+    elif what == "build":
+        accumulus.accumulate(path, variable, into=sidecar)
+    elif what == "raw":
+        from accumulus.chunk_reader import read_region
+        from accumulus.grid import array_bounds
+        array = zarr.open_group(path, mode="r")[variable]
+        bounds = array_bounds(array)
+        blocks = [[slice(lo, hi) if axis == 0 else slice(0, n)
+                   for axis, n in enumerate(array.shape)]
+                  for lo, hi in zip(bounds[0].edges[:-1], bounds[0].edges[1:])]
+        with ThreadPoolExecutor(2) as pool:
+            for _ in pool.map(lambda region: read_region(array, region).shape, blocks):
+                pass
+end_wall, end_cpu = usage()
+print(json.dumps({"seconds": end_wall - wall, "cpu_seconds": end_cpu - cpu,
+                  "timed_cpu_seconds": timed}))
+"""
+
+KINDS = ("read", "build", "raw", "sums", "encode", "store")
+
+
+def run(kind: str, cube: Path, sidecar: Path, scratch: Path) -> dict:
+    os.sync()  # the dirty pages of the step before written back, untimed
+    args = [kind, str(cube), VARIABLE, str(sidecar), str(scratch)]
+    out = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"{kind} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR / "defaults")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    trash = args.dir / "deleted-at-the-end"
+    trash.mkdir(exist_ok=True)
+    cube, _ = build_cube(args.dir, 730, False, trash)
+    runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
+    run("read", cube, trash / "unused", trash)  # warm: the cube in the page cache
+    for repeat in range(args.repeats):
+        sidecar = trash / f"sidecar-{repeat}.zarr"
+        for kind in KINDS:
+            scratch = trash / f"{kind}-{repeat}"
+            runs[kind].append(run(kind, cube, sidecar, scratch))
+    figures = {
+        kind: {
+            "seconds": round(statistics.median(r["seconds"] for r in done), 3),
+            "cpu_seconds": round(statistics.median(r["cpu_seconds"] for r in done), 3),
+            "cpu_seconds_each": [round(r["cpu_seconds"], 2) for r in done],
+        }
+        for kind, done in runs.items()
+    }
+    for kind in ("sums", "encode", "store"):  # only the timed calls, not the reads before them
+        done = runs[kind]
+        figures[kind]["cpu_seconds"] = round(
+            statistics.median(r["timed_cpu_seconds"] for r in done), 3
+        )
+        figures[kind]["seconds"] = None
+    parts = sum(figures[kind]["cpu_seconds"] for kind in ("raw", "sums", "encode", "store"))
+    read = figures["read"]["seconds"]
+    report(
+        {
+            "benchmark": "the default build part by part, against one full read",
+            "cube": str(cube),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            **figures,
+            "parts_cpu_seconds": round(parts, 3),
+            "rest_cpu_seconds": round(figures["build"]["cpu_seconds"] - parts, 3),
+            "build_over_read": round(figures["build"]["seconds"] / read, 2),
+            "floor_over_read": round(parts / 2 / read, 2),
+        }
+    )
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
