@@ -144,33 +144,42 @@ BUILDS = {
 def measure_builds(path: Path, repeats: int, trash: Path, baseline: Path | None = None) -> dict:
     """Each build of ``BUILDS`` into a sidecar, and a full read before each, ``repeats``
     times, each in a fresh process: medians, and each build against the reads. With
-    ``baseline`` (another checkout's ``src``), each build is also made by that code, right
-    after this code's (``baseline`` in the output: before/after in one run)."""
+    ``baseline`` (another checkout's ``src``), each build is also made by that code, beside
+    this code's, the two in turn first (``baseline`` in the output: before/after in one run).
+    Each build is also given against the read made right before it (``over_read_before_each``):
+    on a shared machine the load moves between repeats more than within a pair."""
     trash.mkdir(exist_ok=True)
-    reads: list[dict] = []
+    reads: dict[str, list[dict]] = {name: [] for name in BUILDS}
     runs: dict[str, list[dict]] = {name: [] for name in BUILDS}
     before: dict[str, list[dict]] = {name: [] for name in BUILDS}
     run_child(path, VARIABLE, "read")  # warm: the cube and the modules in the page cache
     for repeat in range(repeats):
         for name, (dims, at) in BUILDS.items():
-            reads.append(run_child(path, VARIABLE, "read"))
-            sidecar = trash / f"sidecar-{name.replace(',', '-')}-{repeat}.zarr"
-            runs[name].append(run_child(path, VARIABLE, "build", dims, at, sidecar))
-            runs[name][-1]["stored"] = _stored_bytes(sidecar)
-            if baseline is not None:
-                old = trash / f"baseline-{name.replace(',', '-')}-{repeat}.zarr"
-                with _python_path(baseline):
-                    before[name].append(run_child(path, VARIABLE, "build", dims, at, old))
-                before[name][-1]["stored"] = _stored_bytes(old)
-    read_s = statistics.median(r["seconds"] for r in reads)
-    read_cpu = statistics.median(r["cpu_seconds"] for r in reads)
+            reads[name].append(run_child(path, VARIABLE, "read"))
+            stem = name.replace(",", "-")
+            if baseline is not None and repeat % 2:
+                _build_into(
+                    before[name], path, dims, at, trash / f"baseline-{stem}-{repeat}.zarr", baseline
+                )
+            _build_into(runs[name], path, dims, at, trash / f"sidecar-{stem}-{repeat}.zarr")
+            if baseline is not None and not repeat % 2:
+                _build_into(
+                    before[name], path, dims, at, trash / f"baseline-{stem}-{repeat}.zarr", baseline
+                )
+    every_read = [r for done in reads.values() for r in done]
+    read_s = statistics.median(r["seconds"] for r in every_read)
+    read_cpu = statistics.median(r["cpu_seconds"] for r in every_read)
     out: dict = {
         "full_read_seconds": round(read_s, 2),
         "full_read_cpu_seconds": round(read_cpu, 2),
-        "full_read_peak_rss_mib": round(max(r["peak_rss_bytes"] for r in reads) / 2**20),
+        "full_read_peak_rss_mib": round(max(r["peak_rss_bytes"] for r in every_read) / 2**20),
     }
     for name, done in runs.items():
         out[name] = _build_figures(done, read_s, read_cpu)
+        out[name]["over_read_before_each"] = [
+            round(build["seconds"] / read["seconds"], 2)
+            for build, read in zip(done, reads[name], strict=True)
+        ]
         if before[name]:
             out[name]["baseline"] = _build_figures(before[name], read_s, read_cpu)
             # Each new build against the old one made right after it: on a shared machine
@@ -180,6 +189,24 @@ def measure_builds(path: Path, repeats: int, trash: Path, baseline: Path | None 
                 for new, old in zip(done, before[name], strict=True)
             ]
     return out
+
+
+def _build_into(
+    done: list[dict],
+    path: Path,
+    dims: list[str] | None,
+    at: dict[str, int] | None,
+    sidecar: Path,
+    src: Path | None = None,
+) -> None:
+    """One build into ``sidecar`` in a fresh process (by the code in ``src``, else this
+    checkout's), appended to ``done`` with the bytes it stored."""
+    if src is None:
+        done.append(run_child(path, VARIABLE, "build", dims, at, sidecar))
+    else:
+        with _python_path(src):
+            done.append(run_child(path, VARIABLE, "build", dims, at, sidecar))
+    done[-1]["stored"] = _stored_bytes(sidecar)
 
 
 def _build_figures(done: list[dict], read_s: float, read_cpu: float) -> dict:
