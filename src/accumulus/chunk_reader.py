@@ -75,6 +75,7 @@ from accumulus.partial_decode import (
     decode_ranges,
     decode_ranges_async,
     decode_verified,
+    held_rows,
 )
 from accumulus.stores.base import reader_of, reads_synchronously
 from accumulus.stores.local import LeanLocalStore
@@ -472,7 +473,11 @@ def _read_parts(
     assert blosc is not None  # (``_Here.ranged``)
     keep = request.keep and DECODED.limit > 0
     if keep:
-        kept = DECODED.get(version, spec.shape, grids.native)
+        # Whole, or (past the array's end along its first dimension) as far as the array
+        # holds in this snapshot: the shapes a decode of this version gives.
+        held = held_rows(request.array, request.coords, spec.shape)
+        shapes = (spec.shape,) if held is None else ((held, *spec.shape[1:]), spec.shape)
+        kept = DECODED.get(version, shapes, grids.native)
         if kept is not None:
             return kept
         # Decoded whole, to serve the other parts later questions need.
@@ -491,7 +496,7 @@ def _read_parts(
         if len(_VERIFIED) >= VERIFIED_FILES:
             _VERIFIED.clear()
         _VERIFIED[version.device, version.inode] = version  # decoded: its checksum passed
-    if keep and values.shape == spec.shape:  # (not a chunk cut by the array's end)
+    if keep:
         DECODED.put(version, values, now)
     return values
 

@@ -4,10 +4,10 @@ A service answers many questions over the same accumulation chunks (the prefix s
 box's corners, the entries at a period's ends), each time reading and decoding them again.
 Kept decoded here, a chunk read again costs the open and ``fstat`` that tell its file's
 version (``safe_reads.FileVersion``), not its read and decode. An entry is served only for
-the same version of the same file (device, inode, size, modification and change times) and
-the same shape and type: a chunk rewritten or replaced (an append, ``accumulate`` again) is
-another version, read afresh, so an answer holds what the file holds when it is read, as
-without the cache. Only versions that last changed ``SETTLED_NS`` ago are kept (a write
+the same version of the same file (device, inode, size, modification and change times), of
+a shape and type the reader takes: a chunk rewritten or replaced (an append, ``accumulate``
+again) is another version, read afresh, so an answer holds what the file holds when it is
+read, as without the cache. Only versions that last changed ``SETTLED_NS`` ago are kept (a write
 within a tick of the file system's clock may leave the times as they were:
 ``FileVersion.settled``). The values are kept read-only and handed out as they are.
 
@@ -40,10 +40,10 @@ class DecodedChunks:
         self._lock = threading.Lock()
 
     def get(
-        self, version: FileVersion, shape: tuple[int, ...], dtype: np.dtype
+        self, version: FileVersion, shapes: tuple[tuple[int, ...], ...], dtype: np.dtype
     ) -> np.ndarray | None:
-        """The chunk decoded from this ``version`` of its file as ``shape`` and ``dtype``,
-        if kept."""
+        """The chunk decoded from this ``version`` of its file, if kept as one of ``shapes``
+        and of ``dtype``."""
         if not self.limit:
             return None
         key = (version.device, version.inode)
@@ -53,7 +53,7 @@ class DecodedChunks:
                 self.misses += 1
                 return None
             values = entry[1]
-            if values.shape != shape or values.dtype != dtype:
+            if values.shape not in shapes or values.dtype != dtype:
                 self.misses += 1
                 return None
             self._entries.move_to_end(key)

@@ -47,29 +47,30 @@ def test_kept_only_for_the_same_version_shape_and_type():
     values = np.arange(100, dtype="<f8")
     cache.put(_version(1), values, now_ns=10**12)
     assert not values.flags.writeable  # shared from now on
-    assert cache.get(_version(1), (100,), np.dtype("<f8")) is values
-    assert cache.get(_version(1, changed=2), (100,), np.dtype("<f8")) is None  # rewritten
-    assert cache.get(_version(2), (100,), np.dtype("<f8")) is None  # another file
-    assert cache.get(_version(1), (10, 10), np.dtype("<f8")) is None
-    assert cache.get(_version(1), (100,), np.dtype("<f4")) is None
-    assert (cache.hits, cache.misses) == (1, 4)
+    assert cache.get(_version(1), ((100,),), np.dtype("<f8")) is values
+    assert cache.get(_version(1), ((50,), (100,)), np.dtype("<f8")) is values
+    assert cache.get(_version(1, changed=2), ((100,),), np.dtype("<f8")) is None  # rewritten
+    assert cache.get(_version(2), ((100,),), np.dtype("<f8")) is None  # another file
+    assert cache.get(_version(1), ((10, 10),), np.dtype("<f8")) is None
+    assert cache.get(_version(1), ((100,),), np.dtype("<f4")) is None
+    assert (cache.hits, cache.misses) == (2, 4)
 
 
 def test_bounded_least_recently_used_first():
     cache = DecodedChunks(2000)  # two chunks of 100 float64
     for inode in (1, 2):
         cache.put(_version(inode), np.zeros(100), now_ns=10**12)
-    cache.get(_version(1), (100,), np.dtype("f8"))  # 2 is now the least recently used
+    cache.get(_version(1), ((100,),), np.dtype("f8"))  # 2 is now the least recently used
     cache.put(_version(3), np.zeros(100), now_ns=10**12)
     assert cache.held == 1600
-    assert cache.get(_version(2), (100,), np.dtype("f8")) is None
-    assert cache.get(_version(1), (100,), np.dtype("f8")) is not None
+    assert cache.get(_version(2), ((100,),), np.dtype("f8")) is None
+    assert cache.get(_version(1), ((100,),), np.dtype("f8")) is not None
     cache.put(_version(4), np.zeros(1000), now_ns=10**12)  # larger than the limit: not kept
     assert cache.held == 1600
     cache.set_limit(1000)
     assert cache.held == 800
     cache.set_limit(0)
-    assert cache.held == 0 and cache.get(_version(1), (100,), np.dtype("f8")) is None
+    assert cache.held == 0 and cache.get(_version(1), ((100,),), np.dtype("f8")) is None
 
 
 def test_a_file_changed_just_now_is_not_kept():
