@@ -46,7 +46,7 @@ against what came before on the same (shared, loaded) machine. ``--days`` takes 
 cube (the first days of the same field) for quick runs.
 
     python benchmarks/bench_service_load.py [--days 3650] [--requests 2000] [--check 24]
-        [--sources before=/tmp/before/src --sources after=src]
+        [--warm-up 200] [--sources before=/tmp/before/src --sources after=src]
 """
 
 from __future__ import annotations
@@ -446,6 +446,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--requests", type=int, default=2000, help="per load")
     parser.add_argument("--loads", nargs="+", default=list(LOADS), choices=list(LOADS))
+    parser.add_argument(
+        "--warm-up",
+        type=int,
+        default=200,
+        help="questions sent before the loads (half as many answered in-process before the "
+        "floor): imports, the page cache, and the decoded chunks each process keeps",
+    )
     parser.add_argument("--floor-requests", type=int, default=400)
     parser.add_argument("--profiled", type=int, default=100, help="floor questions profiled")
     parser.add_argument("--check", type=int, default=24, help="answers compared with xarray")
@@ -468,7 +475,7 @@ def main() -> None:
     if "16 clients, cache hits" in loads:  # the same few questions, over and over
         few = loads["16 clients, cache hits"][:HIT_QUESTIONS]
         loads["16 clients, cache hits"] = (few * (args.requests // len(few) + 1))[: args.requests]
-    warm_up = questions(name, args.days, 200, 0.0, seed=1)
+    warm_up = questions(name, args.days, args.warm_up, 0.0, seed=1)
     by_url = {q.url: q for qs in loads.values() for q in qs}
     every = [q for qs in loads.values() for q in qs]
     rng = np.random.default_rng(0)

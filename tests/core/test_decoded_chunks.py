@@ -80,12 +80,13 @@ def test_a_file_changed_just_now_is_not_kept():
     assert cache.held == 0
 
 
-def _accumulation_chunk(tmp_path):
-    """A checksummed accumulation-like chunk (``placement.codecs``: Blosc in blocks, then
-    Fletcher-32) in a local file, its array opened as a query opens it, and its values."""
+def _accumulation_chunk(tmp_path, rows: int = 240):
+    """A checksummed accumulation-like chunk of 240 x 64 (``placement.codecs``: Blosc in
+    blocks, then Fletcher-32) in a local file, of an array of ``rows`` x 64, opened as a
+    query opens it, and the chunk's values."""
     group = zarr.open_group(tmp_path / "c.zarr", mode="w", zarr_format=2)
     written = group.create_array(
-        "a", shape=(240, 64), chunks=(240, 64), dtype="<f8",
+        "a", shape=(rows, 64), chunks=(240, 64), dtype="<f8",
         attributes={"_ARRAY_DIMENSIONS": ["t", "y"]}, **placement.codecs(2, True, True),
     )  # fmt: skip
     values = np.random.default_rng(3).normal(size=(240, 64)).cumsum(axis=0)
@@ -131,6 +132,17 @@ def test_a_kept_chunk_is_read_again_only_when_its_file_changes(tmp_path, kept):
         chunk, counts = _read(array, (slice(0, 2), slice(0, 64)))
         assert counts.bytes > 0
         np.testing.assert_array_equal(chunk, values)
+
+
+def test_a_chunk_past_the_arrays_end_is_kept_as_far_as_the_array_holds(tmp_path, kept):
+    """A chunk longer than what the array holds (an accumulation sized for growth) is kept
+    as decoded for that snapshot, and served again to it."""
+    array, values, _ = _accumulation_chunk(tmp_path, rows=200)
+    first, counts = _read(array, (slice(190, 200), slice(0, 64)))
+    assert counts.bytes > 0 and kept.held == first.nbytes
+    again, counts = _read(array, (slice(0, 5), slice(0, 64)))
+    assert counts.bytes == 0 and again is first
+    np.testing.assert_array_equal(again[:200], values[:200])
 
 
 def test_chunks_not_asked_to_be_kept_are_not(tmp_path, kept):
