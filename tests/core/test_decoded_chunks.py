@@ -16,7 +16,7 @@ from accumulus import chunk_reader, decoded_chunks
 from accumulus.accumulation.build import placement
 from accumulus.accumulation.build.encoded_chunks import encode_chunk
 from accumulus.chunk_reader import ChunkRequest, ReadCounts, read_chunks
-from accumulus.decoded_chunks import DECODED, DecodedChunks
+from accumulus.decoded_chunks import DecodedChunks
 from accumulus.stores.opening import open_store
 from accumulus.stores.safe_reads import FileVersion
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
@@ -24,15 +24,12 @@ from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 @pytest.fixture
 def kept(monkeypatch):
-    """The process's cache, on (1 MB), emptied, with files settled 50 ms after they were
-    written (``SETTLED_NS``)."""
+    """A cache of 1 MB of its own as the process's (the service's tests may have set that
+    one), with files settled 50 ms after they were written (``SETTLED_NS``)."""
     monkeypatch.setattr(decoded_chunks, "SETTLED_NS", SETTLED_NS)
-    previous = DECODED.limit
-    DECODED.set_limit(2**20)
-    DECODED.set_limit(0)  # emptied
-    DECODED.set_limit(2**20)
-    yield DECODED
-    DECODED.set_limit(previous)
+    cache = DecodedChunks(2**20)
+    monkeypatch.setattr(chunk_reader, "DECODED", cache)
+    return cache
 
 
 SETTLED_NS = 50_000_000
