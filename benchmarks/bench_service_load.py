@@ -46,7 +46,7 @@ against what came before on the same (shared, loaded) machine. ``--days`` takes 
 cube (the first days of the same field) for quick runs.
 
     python benchmarks/bench_service_load.py [--days 3650] [--requests 2000] [--check 24]
-        [--sources before=/tmp/before/src --sources after=src]
+        [--warm-up 200] [--sources before=/tmp/before/src --sources after=src]
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ import accumulus
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import read_group
 from accumulus.api import open_cube
+from accumulus.decoded_chunks import DECODED
 from accumulus.service.answers import compute_answer
+from accumulus.service.app import DEFAULT_CHUNK_CACHE_BYTES
 from accumulus.service.datasets import Dataset
 from accumulus.service.parameters import AverageParameters, check_average_request
 from bench_service import free_port, start_service
@@ -351,11 +353,15 @@ def profile_split(snapshot, qs: list[Question]) -> dict[str, float]:
     return {part: round(seconds / whole, 3) for part, seconds in sorted(totals.items())}
 
 
-def floor(cube: Path, qs: list[Question], profiled: int) -> dict:
+def floor(cube: Path, qs: list[Question], warm_up: list[Question], profiled: int) -> dict:
     handle = Dataset("floor", str(cube))
     snapshot = handle.snapshot()
-    for question in qs[:20]:  # warm: imports, the page cache
+    # Decoded accumulation chunks kept as a worker keeps them (``serve --chunk-cache-mb``),
+    # after as many questions as a worker answers before the first load: half the warm-up.
+    DECODED.set_limit(DEFAULT_CHUNK_CACHE_BYTES)
+    for question in warm_up[: len(warm_up) // 2]:  # and imports, the page cache
         _answer_here(snapshot, question)
+    hits, misses = DECODED.hits, DECODED.misses
     walls, cpus = [], []
     for question in qs:
         started, cpu = time.perf_counter(), time.thread_time()
@@ -368,6 +374,10 @@ def floor(cube: Path, qs: list[Question], profiled: int) -> dict:
         "wall": percentiles(walls),
         "cpu_ms_per_request_mean": round(1000 * statistics.fmean(cpus), 2),
         "cpu_ms_per_request_median": round(1000 * statistics.median(cpus), 2),
+        # Reads of accumulation chunks served decoded from the process's cache.
+        "decoded_chunks_kept_share": round(
+            (DECODED.hits - hits) / max(1, DECODED.hits - hits + DECODED.misses - misses), 3
+        ),
         "profile_split": profile_split(snapshot, light[:profiled]),
     }
 
@@ -436,6 +446,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--requests", type=int, default=2000, help="per load")
     parser.add_argument("--loads", nargs="+", default=list(LOADS), choices=list(LOADS))
+    parser.add_argument(
+        "--warm-up",
+        type=int,
+        default=200,
+        help="questions sent before the loads (half as many answered in-process before the "
+        "floor): imports, the page cache, and the decoded chunks each process keeps",
+    )
     parser.add_argument("--floor-requests", type=int, default=400)
     parser.add_argument("--profiled", type=int, default=100, help="floor questions profiled")
     parser.add_argument("--check", type=int, default=24, help="answers compared with xarray")
@@ -458,7 +475,7 @@ def main() -> None:
     if "16 clients, cache hits" in loads:  # the same few questions, over and over
         few = loads["16 clients, cache hits"][:HIT_QUESTIONS]
         loads["16 clients, cache hits"] = (few * (args.requests // len(few) + 1))[: args.requests]
-    warm_up = questions(name, args.days, 200, 0.0, seed=1)
+    warm_up = questions(name, args.days, args.warm_up, 0.0, seed=1)
     by_url = {q.url: q for qs in loads.values() for q in qs}
     every = [q for qs in loads.values() for q in qs]
     rng = np.random.default_rng(0)
@@ -478,7 +495,7 @@ def main() -> None:
             checks[label] = {"failed": repr(failed)}
         servers[label] = runs
     floor_questions = loads[args.loads[0]][: args.floor_requests]
-    floor_figures = floor(cube, floor_questions, args.profiled)
+    floor_figures = floor(cube, floor_questions, warm_up, args.profiled)
     for runs in servers.values():
         for load, run in runs.items():
             if LOADS[load][1] == 0 and not load.endswith("cache hits"):

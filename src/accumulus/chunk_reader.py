@@ -63,6 +63,7 @@ from zarr.core.chunk_utils import ChunkTransform
 from zarr.core.metadata import ArrayMetadata, ArrayV2Metadata
 from zarr.core.sync import sync
 
+from accumulus.decoded_chunks import DECODED
 from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds, read_grid, sharding_of
 from accumulus.partial_decode import (
@@ -74,6 +75,7 @@ from accumulus.partial_decode import (
     decode_ranges,
     decode_ranges_async,
     decode_verified,
+    held_rows,
 )
 from accumulus.stores.base import reader_of, reads_synchronously
 from accumulus.stores.local import LeanLocalStore
@@ -145,6 +147,9 @@ class ChunkRequest:
     # The parts of it, when several apart (a range's two ends in one raw chunk): read by byte
     # ranges, only the blocks holding each are read (``partial_decode.decode_ranges``).
     regions: tuple[tuple[slice, ...], ...] | None = None
+    # Whether the chunk, decoded, may be kept for later reads (``decoded_chunks``): an
+    # accumulation's chunk, read again by many questions. Kept, it is decoded whole.
+    keep: bool = False
 
     @cached_property
     def _place(self) -> _ShardPlace | None:
@@ -463,21 +468,36 @@ def _read_parts(
         return data
 
     request, spec = chunk.request, chunk.spec
-    blosc = _grids(request.array.metadata).blosc
+    grids = _grids(request.array.metadata)
+    blosc = grids.blosc
     assert blosc is not None  # (``_Here.ranged``)
+    keep = request.keep and DECODED.limit > 0
+    if keep:
+        # Whole, or (past the array's end along its first dimension) as far as the array
+        # holds in this snapshot: the shapes a decode of this version gives.
+        held = held_rows(request.array, request.coords, spec.shape)
+        shapes = (spec.shape,) if held is None else ((held, *spec.shape[1:]), spec.shape)
+        kept = DECODED.get(version, shapes, grids.native)
+        if kept is not None:
+            return kept
+        # Decoded whole, to serve the other parts later questions need.
+        request = replace(request, needed=None, regions=None)
     checked = bool(blosc.checks)
     verified = checked and _VERIFIED.get((version.device, version.inode)) == version
-    if chunk.partly and (verified or not checked):
+    if chunk.partly and not keep and (verified or not checked):
         regions = request.regions or (cast(Region, request.needed),)
         part = decode_ranges(blosc, spec, regions, counted, version.size, verified)
         if part is not None:
             return part
     buffer = spec.prototype.buffer.from_bytes(counted(0, version.size))
     values = _decode(request, chunk.transform, buffer, spec, verified)
-    if checked and not verified and version.settled(time.time_ns(), SETTLED_NS):
+    now = time.time_ns()
+    if checked and not verified and version.settled(now, SETTLED_NS):
         if len(_VERIFIED) >= VERIFIED_FILES:
             _VERIFIED.clear()
         _VERIFIED[version.device, version.inode] = version  # decoded: its checksum passed
+    if keep:
+        DECODED.put(version, values, now)
     return values
 
 

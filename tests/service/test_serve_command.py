@@ -146,3 +146,22 @@ def test_serve_memory_default_is_the_query_default():
     would import zarr for every command): it must be the one a query uses."""
     default = inspect.signature(serve).parameters["memory_mb"].default
     assert default * 2**20 == DEFAULT_MEMORY_BYTES
+
+
+def test_serve_chunk_cache_default_is_the_services(cube: Path):
+    """--chunk-cache-mb names the service's default as a number (importing the app would
+    import FastAPI for every command); the application a worker makes sets its process's
+    cache of decoded chunks to what it is given."""
+    from accumulus.decoded_chunks import DECODED
+    from accumulus.service.app import DEFAULT_CHUNK_CACHE_BYTES, create_app
+
+    default = inspect.signature(serve).parameters["chunk_cache_mb"].default
+    assert default * 2**20 == DEFAULT_CHUNK_CACHE_BYTES
+    previous = DECODED.limit
+    try:
+        create_app([str(cube)], chunk_cache_bytes=3 * 2**20)
+        assert DECODED.limit == 3 * 2**20
+        create_app([str(cube)])
+        assert DECODED.limit == DEFAULT_CHUNK_CACHE_BYTES
+    finally:
+        DECODED.set_limit(previous)

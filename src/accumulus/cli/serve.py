@@ -33,7 +33,7 @@ def serve(
         option(
             "--workers",
             "Processes answering on the port, e.g. one per core. Each has its own cache and "
-            "limits (--computations, --memory-mb, --cache-mb hold per process).",
+            "limits (--computations, --memory-mb, --cache-mb, --chunk-cache-mb hold per process).",
             1,
         ),
     ] = 1,
@@ -41,6 +41,14 @@ def serve(
         int | None, option("--max-cells", "Refuse answers with more values (default 2000000).", 1)
     ] = None,
     cache_mb: Annotated[int, option("--cache-mb", "Memory for cached answers.", 0)] = 256,
+    chunk_cache_mb: Annotated[
+        int,
+        option(
+            "--chunk-cache-mb",
+            "Memory for decoded accumulation chunks kept for later questions (0: none).",
+            0,
+        ),
+    ] = 1024,  # app.DEFAULT_CHUNK_CACHE_BYTES (not imported: FastAPI)
     computations: Annotated[
         int, option("--computations", "Answers computed at once; others wait, then get 503.", 1)
     ] = 2,
@@ -108,6 +116,7 @@ def serve(
         workers=workers,
         access_log=access_log,
         cache_bytes=cache_mb * 2**20,
+        chunk_cache_bytes=chunk_cache_mb * 2**20,
         limits=ServiceLimits(
             computations=computations,
             scans=scans,

@@ -27,6 +27,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from accumulus.decoded_chunks import DECODED
 from accumulus.service.datasets import Catalog
 from accumulus.service.errors import PublicText, add_error_handlers
 from accumulus.service.guard import ServiceLimits
@@ -37,6 +38,7 @@ from accumulus.service.state import Service
 
 DEFAULT_MAX_CELLS = 2_000_000
 DEFAULT_CACHE_BYTES = 256 * 2**20
+DEFAULT_CHUNK_CACHE_BYTES = 1024 * 2**20
 STATIC = resources.files("accumulus.service") / "static"
 
 
@@ -48,7 +50,9 @@ class ServiceSettings(TypedDict, total=False):
     sidecar (one per store, in order). A store that is a reference set reads only under its
     own location and ``allow_references``. Answers larger than ``max_cells`` values are
     refused (default ``DEFAULT_MAX_CELLS``); up to ``cache_bytes`` of answers are kept
-    (default ``DEFAULT_CACHE_BYTES``); ``limits`` bound the computations (see
+    (default ``DEFAULT_CACHE_BYTES``), and up to ``chunk_cache_bytes`` of decoded
+    accumulation chunks, per process (``decoded_chunks``; default
+    ``DEFAULT_CHUNK_CACHE_BYTES``); ``limits`` bound the computations (see
     ``ServiceLimits``). Requests whose ``Host`` is not one of ``allowed_hosts``
     (``http.allowed_hosts``) get 400; None answers any (``serve`` gives the names the service
     is reached by). ``refs``: of icechunk repositories, the branches, tags or snapshot ids
@@ -56,6 +60,7 @@ class ServiceSettings(TypedDict, total=False):
 
     max_cells: int
     cache_bytes: int
+    chunk_cache_bytes: int
     storage_options: dict[str, Any] | None
     limits: ServiceLimits | None
     group: str | None
@@ -83,6 +88,7 @@ def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> Fa
     cannot be read stops the start with an ``AccumulusError``."""
     tune_allocator()
     sys.setswitchinterval(0.001)
+    DECODED.set_limit(settings.get("chunk_cache_bytes", DEFAULT_CHUNK_CACHE_BYTES))
     service = Service(
         catalog(stores, settings),
         max_cells=settings.get("max_cells", DEFAULT_MAX_CELLS),

@@ -350,11 +350,13 @@ def chunk_work(
             known[2].append(piece[4])
     work: Work = {}
     for (array, coords, store, _, _), parts, boxes in chunks.values():
-        # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``).
+        # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``), or
+        # whole and kept, an accumulation's, when the process keeps decoded chunks.
+        keep = array is not var.array
         if len(boxes) == 1:
-            request = ChunkRequest(array, coords, store, boxes[0])
+            request = ChunkRequest(array, coords, store, boxes[0], keep=keep)
         else:
-            request = ChunkRequest(array, coords, store, _reached(boxes), tuple(boxes))
+            request = ChunkRequest(array, coords, store, _reached(boxes), tuple(boxes), keep)
         other = work.get(request.key)
         if other is not None:  # the same chunk of another handle on the same array
             parts = [*other[1], *parts]

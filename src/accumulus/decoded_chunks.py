@@ -1,0 +1,90 @@
+"""A bounded cache of decoded chunks of local files, per process, by file version.
+
+A service answers many questions over the same accumulation chunks (the prefix sums at a
+box's corners, the entries at a period's ends), each time reading and decoding them again.
+Kept decoded here, a chunk read again costs the open and ``fstat`` that tell its file's
+version (``safe_reads.FileVersion``), not its read and decode. An entry is served only for
+the same version of the same file (device, inode, size, modification and change times), of
+a shape and type the reader takes: a chunk rewritten or replaced (an append, ``accumulate``
+again) is another version, read afresh, so an answer holds what the file holds when it is
+read, as without the cache. Only versions that last changed ``SETTLED_NS`` ago are kept (a write
+within a tick of the file system's clock may leave the times as they were:
+``FileVersion.settled``). The values are kept read-only and handed out as they are.
+
+Entries are dropped least recently used first once their decoded bytes pass the limit, which
+is 0 (nothing kept) until ``set_limit`` gives one: ``accumulus serve --chunk-cache-mb``."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from accumulus.stores.safe_reads import FileVersion
+
+# As ``chunk_reader``'s memo of verified files: a version is kept once its file last changed
+# this long ago.
+SETTLED_NS = 2 * 10**9
+
+
+class DecodedChunks:
+    """Decoded chunks by file version, least recently used dropped past ``limit`` bytes."""
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit
+        self.held = 0  # decoded bytes kept
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[tuple[int, int], tuple[FileVersion, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(
+        self, version: FileVersion, shapes: tuple[tuple[int, ...], ...], dtype: np.dtype
+    ) -> np.ndarray | None:
+        """The chunk decoded from this ``version`` of its file, if kept as one of ``shapes``
+        and of ``dtype``."""
+        if not self.limit:
+            return None
+        key = (version.device, version.inode)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] != version:
+                self.misses += 1
+                return None
+            values = entry[1]
+            if values.shape not in shapes or values.dtype != dtype:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return values
+
+    def put(self, version: FileVersion, values: np.ndarray, now_ns: int) -> None:
+        """Keep ``values``, decoded from ``version`` of its file, when that version has
+        settled by ``now_ns`` and they fit."""
+        if values.nbytes > self.limit or not version.settled(now_ns, SETTLED_NS):
+            return
+        values.flags.writeable = False  # shared by every reader from now on
+        key = (version.device, version.inode)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.held -= old[1].nbytes
+            self._entries[key] = (version, values)
+            self.held += values.nbytes
+            while self.held > self.limit:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.held -= dropped.nbytes
+
+    def set_limit(self, limit: int) -> None:
+        """Keep at most ``limit`` decoded bytes from now on (0: none)."""
+        with self._lock:
+            self.limit = limit
+            while self.held > limit:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.held -= dropped.nbytes
+
+
+# The process's cache (``chunk_reader`` reads through it).
+DECODED = DecodedChunks()

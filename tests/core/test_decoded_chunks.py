@@ -1,0 +1,189 @@
+"""Decoded accumulation chunks kept per process (``decoded_chunks``): served again only for
+the same version of the same file, bounded by their decoded bytes, read-only, and the
+answers of queries read through them those of xarray."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+import accumulus
+from accumulus import chunk_reader, decoded_chunks
+from accumulus.accumulation.build import placement
+from accumulus.accumulation.build.encoded_chunks import encode_chunk
+from accumulus.chunk_reader import ChunkRequest, ReadCounts, read_chunks
+from accumulus.decoded_chunks import DecodedChunks
+from accumulus.stores.opening import open_store
+from accumulus.stores.safe_reads import FileVersion
+from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
+
+
+@pytest.fixture
+def kept(monkeypatch):
+    """A cache of 1 MB of its own as the process's (the service's tests may have set that
+    one), with files settled 50 ms after they were written (``SETTLED_NS``)."""
+    monkeypatch.setattr(decoded_chunks, "SETTLED_NS", SETTLED_NS)
+    cache = DecodedChunks(2**20)
+    monkeypatch.setattr(chunk_reader, "DECODED", cache)
+    return cache
+
+
+SETTLED_NS = 50_000_000
+
+
+def _version(inode: int, changed: int = 1) -> FileVersion:
+    return FileVersion(1, inode, 100, 1, changed)
+
+
+def test_kept_only_for_the_same_version_shape_and_type():
+    cache = DecodedChunks(10_000)
+    values = np.arange(100, dtype="<f8")
+    cache.put(_version(1), values, now_ns=10**12)
+    assert not values.flags.writeable  # shared from now on
+    assert cache.get(_version(1), ((100,),), np.dtype("<f8")) is values
+    assert cache.get(_version(1), ((50,), (100,)), np.dtype("<f8")) is values
+    assert cache.get(_version(1, changed=2), ((100,),), np.dtype("<f8")) is None  # rewritten
+    assert cache.get(_version(2), ((100,),), np.dtype("<f8")) is None  # another file
+    assert cache.get(_version(1), ((10, 10),), np.dtype("<f8")) is None
+    assert cache.get(_version(1), ((100,),), np.dtype("<f4")) is None
+    assert (cache.hits, cache.misses) == (2, 4)
+
+
+def test_bounded_least_recently_used_first():
+    cache = DecodedChunks(2000)  # two chunks of 100 float64
+    for inode in (1, 2):
+        cache.put(_version(inode), np.zeros(100), now_ns=10**12)
+    cache.get(_version(1), ((100,),), np.dtype("f8"))  # 2 is now the least recently used
+    cache.put(_version(3), np.zeros(100), now_ns=10**12)
+    assert cache.held == 1600
+    assert cache.get(_version(2), ((100,),), np.dtype("f8")) is None
+    assert cache.get(_version(1), ((100,),), np.dtype("f8")) is not None
+    cache.put(_version(4), np.zeros(1000), now_ns=10**12)  # larger than the limit: not kept
+    assert cache.held == 1600
+    cache.set_limit(1000)
+    assert cache.held == 800
+    cache.set_limit(0)
+    assert cache.held == 0 and cache.get(_version(1), ((100,),), np.dtype("f8")) is None
+
+
+def test_a_file_changed_just_now_is_not_kept():
+    """A write within a tick of the file system's clock may leave its times as they were."""
+    cache = DecodedChunks(10_000)
+    cache.put(FileVersion(1, 1, 100, 10**12, 10**12), np.zeros(10), now_ns=10**12 + 10**6)
+    assert cache.held == 0
+
+
+def _accumulation_chunk(tmp_path, rows: int = 240):
+    """A checksummed accumulation-like chunk of 240 x 64 (``placement.codecs``: Blosc in
+    blocks, then Fletcher-32) in a local file, of an array of ``rows`` x 64, opened as a
+    query opens it, and the chunk's values."""
+    group = zarr.open_group(tmp_path / "c.zarr", mode="w", zarr_format=2)
+    written = group.create_array(
+        "a", shape=(rows, 64), chunks=(240, 64), dtype="<f8",
+        attributes={"_ARRAY_DIMENSIONS": ["t", "y"]}, **placement.codecs(2, True, True),
+    )  # fmt: skip
+    values = np.random.default_rng(3).normal(size=(240, 64)).cumsum(axis=0)
+    path = tmp_path / "c.zarr" / "a" / "0.0"
+    path.write_bytes(encode_chunk(written.metadata, np.dtype("<f8"), values))
+    time.sleep(2 * SETTLED_NS / 1e9)
+    return zarr.open_array(open_store(str(tmp_path / "c.zarr")), path="a"), values, path
+
+
+def _read(array, needed, keep=True) -> tuple[np.ndarray, ReadCounts]:
+    got: list[np.ndarray] = []
+    request = ChunkRequest(array, (0, 0), needed=needed, keep=keep)
+    counts = read_chunks([request], lambda _, chunk: got.append(chunk))
+    return got[0], counts
+
+
+def test_a_kept_chunk_is_read_again_only_when_its_file_changes(tmp_path, kept):
+    """Read once (whole), a kept chunk serves any part of it without reading its bytes
+    again; written anew (in place, or replaced by another file: another version), it is
+    read again and gives the new values (not kept: that version has not settled)."""
+    array, values, path = _accumulation_chunk(tmp_path)
+    chunk, counts = _read(array, (slice(3, 5), slice(0, 64)))
+    assert counts.bytes == path.stat().st_size  # decoded whole, to be kept
+    np.testing.assert_array_equal(chunk, values)
+    for rows in [(3, 5), (100, 200)]:
+        needed = (slice(*rows), slice(0, 64))
+        chunk, counts = _read(array, needed)
+        assert counts.bytes == 0
+        np.testing.assert_array_equal(chunk[needed], values[slice(*rows)])
+    assert kept.hits == 2
+    with pytest.raises(ValueError, match="read-only"):
+        chunk[0, 0] = 1.0
+    for how in ("in place", "replaced"):
+        values = values + 1
+        data = encode_chunk(array.metadata, np.dtype("<f8"), values)
+        if how == "in place":
+            with open(path, "r+b") as file:
+                file.write(data)
+                file.truncate()
+        else:
+            path.with_suffix(".new").write_bytes(data)
+            os.replace(path.with_suffix(".new"), path)
+        chunk, counts = _read(array, (slice(0, 2), slice(0, 64)))
+        assert counts.bytes > 0
+        np.testing.assert_array_equal(chunk, values)
+
+
+def test_a_chunk_past_the_arrays_end_is_kept_as_far_as_the_array_holds(tmp_path, kept):
+    """A chunk longer than what the array holds (an accumulation sized for growth) is kept
+    as decoded for that snapshot, and served again to it."""
+    array, values, _ = _accumulation_chunk(tmp_path, rows=200)
+    first, counts = _read(array, (slice(190, 200), slice(0, 64)))
+    assert counts.bytes > 0 and kept.held == first.nbytes
+    again, counts = _read(array, (slice(0, 5), slice(0, 64)))
+    assert counts.bytes == 0 and again is first
+    np.testing.assert_array_equal(again[:200], values[:200])
+
+
+def test_chunks_not_asked_to_be_kept_are_not(tmp_path, kept):
+    array, values, _ = _accumulation_chunk(tmp_path)
+    for _ in range(2):
+        chunk, counts = _read(array, (slice(3, 5), slice(0, 64)), keep=False)
+        assert counts.bytes > 0
+        np.testing.assert_array_equal(chunk[3:5], values[3:5])
+    assert kept.held == 0
+
+
+def test_answers_read_through_kept_chunks_are_xarrays(tmp_path, kept, monkeypatch):
+    """Series and maps over boxes and periods, asked twice with accumulation chunks kept
+    (the default accumulations: time, and lat+lon at every cell): the second time from the
+    cache, equal to the first and to xarray's on the raw data."""
+    monkeypatch.setattr(chunk_reader, "SETTLED_NS", SETTLED_NS)
+    ds = synthetic_dataset({"time": 60, "lat": 12, "lon": 16}, seed=5)
+    path = str(tmp_path / "c.zarr")
+    write_cube(ds, path, {"time": 10, "lat": 6, "lon": 8})
+    accumulus.accumulate(path, VAR)
+    time.sleep(2 * SETTLED_NS / 1e9)
+    questions = [  # index ranges, and the dimensions averaged over
+        ({"time": (3, 47), "lat": (1, 10), "lon": (2, 15)}, ["lat", "lon"]),
+        ({"time": (12, 58), "lat": (0, 7), "lon": (5, 9)}, ["time"]),
+        ({"time": (0, 59), "lat": (4, 11), "lon": (0, 15)}, ["time"]),
+    ]
+    kept.set_limit(64 * 2**20)
+
+    def answers() -> list[np.ndarray]:
+        out = []
+        for box, over in questions:
+            ranges = {d: (ds[d].values[lo], ds[d].values[hi]) for d, (lo, hi) in box.items()}
+            got = accumulus.average(path, VAR, over, ranges)
+            assert got.attrs["accumulation_chunks_read"] > 0
+            isel = {d: slice(lo, hi + 1) for d, (lo, hi) in box.items()}
+            expected = xarray_reference(ds[VAR].isel(isel), over, "area", "mean")
+            np.testing.assert_allclose(got.values, expected.values, rtol=1e-9)
+            out.append(got.values)
+        return out
+
+    first = answers()
+    assert kept.held > 0
+    hits, misses = kept.hits, kept.misses
+    second = answers()
+    assert kept.hits > hits and kept.misses == misses  # every chunk kept the first time
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
