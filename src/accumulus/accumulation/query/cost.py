@@ -73,6 +73,12 @@ OBJECT_STORE_LATENCY = 0.03
 # The values a calibration sample holds: enough that timing it is not noise (a few hundred
 # µs), few enough that measuring costs a fresh process a few milliseconds at most.
 SAMPLE_VALUES = 2**16
+# Raw values are summed at a rate that falls as the block outgrows the processor's caches
+# (2.6 ns a value over 2**16 float32 values, 5 over 7 * 10**5, 7.5 over a 10.6 MB chunk),
+# and a scan sums whole days of chunks: its rate is measured on a block of this many values
+# (2 MiB of float32), or the chunk's if smaller (docs/benchmarks.md, "The planner's raw
+# summing rate").
+RAW_SAMPLE_VALUES = 2**19
 CORES = os.cpu_count() or 1
 # Chunks decoded on two cores side by side take this share of the time one after another
 # would, per core: 16 raw chunks of 2.4 MB, 40 ms in two runs and 67 in one (``chunk_reader``).
@@ -412,11 +418,11 @@ def _sample(dtype: np.dtype, shape: tuple[int, ...], missing: float) -> np.ndarr
     return values.reshape(shape)
 
 
-def _sample_shape(chunk: Sequence[int]) -> tuple[int, ...]:
-    """A block shaped like a chunk's with about ``SAMPLE_VALUES`` values, however small the
-    chunk (a rate measured on a few values would measure the calls, not the values): whole
+def _sample_shape(chunk: Sequence[int], values: int = SAMPLE_VALUES) -> tuple[int, ...]:
+    """A block shaped like a chunk's with about ``values`` values, however small the chunk
+    (a rate measured on a few values would measure the calls, not the values): whole
     trailing axes as far as they fit, the leading axis as long as the rest allows."""
-    shape, room = [], SAMPLE_VALUES
+    shape, room = [], values
     for a in range(len(chunk) - 1, -1, -1):
         take = max(1, room if a == 0 else min(chunk[a], room))
         shape.append(take)
@@ -532,14 +538,18 @@ def _measured_raw_sum_rate(var: VariableInfo, terms: Sequence[str], over: Sequen
     key = ("raw", var.array.dtype.str, tuple(sorted(var.decoder.attrs)), tuple(terms), axes)
 
     def reduce_seconds(shape: tuple[int, ...]) -> float:
-        stored = _sample(var.array.dtype, shape, missing=0.05)
+        # A small sample repeated: making 2**19 values at random would cost more than the
+        # measure (the rate does not depend on which values repeat).
+        small = _sample(var.array.dtype, (min(prod(shape), SAMPLE_VALUES),), missing=0.05)
+        stored = np.resize(small, shape)
         along = min(axes, default=-1)  # weights vary along one dimension averaged over
         weights = np.ones([n if a == along else 1 for a, n in enumerate(shape)])
         values = var.decoder.values
         # (Times of 1: sums against time cost as sums weighted by them.)
-        return _best_of(lambda: reduce_terms(values(stored), weights, terms, axes, times=1.0))
+        return _best_of(lambda: reduce_terms(values(stored), weights, terms, axes, times=1.0), 3)
 
-    shape = _sample_shape(_chunk_shape(var.bounds))
+    chunk = _chunk_shape(var.bounds)
+    shape = _sample_shape(chunk, min(RAW_SAMPLE_VALUES, max(SAMPLE_VALUES, prod(chunk))))
     return _measured(key, lambda: _rate(reduce_seconds, shape, 1))
 
 
