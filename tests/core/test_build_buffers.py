@@ -117,6 +117,9 @@ def test_series_rows_reuse_the_space_of_the_rows_written_before(tmp_path, monkey
     monkeypatch.setattr(stream, "SUMS_BYTES", 1)
     monkeypatch.setattr(stream, "TILE_SUMS_BYTES", 1)
     monkeypatch.setattr(placement, "BUFFER_BYTES", 14 * 6 * 8 * 9)  # 14 entries
+    # Each new row waits for the writes before it: a row's space is free for the next only
+    # once it is written, which on a loaded machine may not be soon.
+    monkeypatch.setattr(stream._Writer, "QUEUED_BYTES", 1)
     rows: dict[str, list[int]] = {}
     new_row = stream._Writer._new_row
 
