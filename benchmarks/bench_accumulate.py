@@ -11,8 +11,9 @@ Cubes (``--cubes``, comma-separated):
 
 Builds (``--builds``, comma-separated):
 
-- "default": every dimension alone + latitude and longitude together, at chunk ends (ZEP 5),
-  area weights (what ``accumulus accumulate cube.zarr VAR`` builds);
+- "default": what ``accumulus accumulate cube.zarr VAR`` builds with no options
+  (``spec.default_layout``: time alone at month ends and every 2 days of each month, latitude
+  and longitude together at every cell, area weights);
 - "time=1": time alone with entries at every day (``--at time=1``, issue 10);
 - "lat=1,lon=1": latitude and longitude together with entries at every cell.
 
