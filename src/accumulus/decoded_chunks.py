@@ -73,17 +73,20 @@ class DecodedChunks:
                 self.held -= old[1].nbytes
             self._entries[key] = (version, values)
             self.held += values.nbytes
-            while self.held > self.limit:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self.held -= dropped.nbytes
+            self._drop_past_limit()
 
     def set_limit(self, limit: int) -> None:
         """Keep at most ``limit`` decoded bytes from now on (0: none)."""
         with self._lock:
             self.limit = limit
-            while self.held > limit:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self.held -= dropped.nbytes
+            self._drop_past_limit()
+
+    def _drop_past_limit(self) -> None:
+        """Drop the least recently used entries while more than ``limit`` is held (under
+        the lock)."""
+        while self.held > self.limit:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self.held -= dropped.nbytes
 
 
 # The process's cache (``chunk_reader`` reads through it).

@@ -73,11 +73,10 @@ OBJECT_STORE_LATENCY = 0.03
 # The values a calibration sample holds: enough that timing it is not noise (a few hundred
 # µs), few enough that measuring costs a fresh process a few milliseconds at most.
 SAMPLE_VALUES = 2**16
-# Raw values are summed at a rate that falls as the block outgrows the processor's caches
-# (2.6 ns a value over 2**16 float32 values, 5 over 7 * 10**5, 7.5 over a 10.6 MB chunk),
+# Raw values are summed at a rate that falls as the block outgrows the processor's caches,
 # and a scan sums whole days of chunks: its rate is measured on a block of this many values
-# (2 MiB of float32), or the chunk's if smaller (docs/benchmarks.md, "The planner's raw
-# summing rate").
+# (2 MiB of float32), or the chunk's if smaller (figures: docs/benchmarks.md, "The
+# planner's raw summing rate").
 RAW_SAMPLE_VALUES = 2**19
 CORES = os.cpu_count() or 1
 # Chunks decoded on two cores side by side take this share of the time one after another

@@ -379,9 +379,9 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     result may be this thread's scratch space (``_scratch``), to be added before the next."""
     if part.contract is not None:  # weights along one summed axis: Σ w·x in one product
         axis, weights = part.contract
-        # A matrix-vector product (BLAS), the other summed axes summed after it: 1.5-2.5x
-        # less CPU than one einsum doing all of it on a series' slabs, whose weighted axis is
-        # short (docs/benchmarks.md, "Statistics, session stats48").
+        # A matrix-vector product (BLAS), the other summed axes summed after it: less CPU
+        # than one einsum doing all of it on a series' slabs, whose weighted axis is short
+        # (docs/benchmarks.md, "Statistics, session stats48").
         moved, rest, order = _contraction_steps(slab.ndim, axis, part.summed, part.order)
         product = _matrix_vector(slab if moved is None else slab.transpose(moved), weights)
         if rest:
@@ -403,11 +403,10 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
 
 
 # A matrix-vector product of more values than ``BLAS_WHOLE_VALUES`` is handed to BLAS in
-# blocks of at most ``BLAS_BLOCK_VALUES``: OpenBLAS computes fewer than 2304 x 4 values in
-# the calling thread, more on its own threads too, which then spin waiting for work and
-# compete with the reader's for the cores (a 3650 x 180 product took 17x the time of
-# einsum's on the loaded machine). A series' slabs (up to ~30,000 values) take less CPU
-# whole, in a query, than in blocks (docs/benchmarks.md, "Statistics, session stats48").
+# blocks of at most ``BLAS_BLOCK_VALUES``: OpenBLAS computes small products in the calling
+# thread, larger ones on its own threads too, which then spin waiting for work and compete
+# with the reader's for the cores. A series' slabs take less CPU whole, in a query, than in
+# blocks (figures: docs/benchmarks.md, "Statistics, session stats48").
 BLAS_WHOLE_VALUES = 2**16
 BLAS_BLOCK_VALUES = 8192
 
