@@ -197,6 +197,35 @@ def test_a_prompt_client_is_not_cut_off(cube: Path, quick: type):
             assert read_response(sock).startswith(b"HTTP/1.1 200 ")
 
 
+def nagle_off(protocol: type) -> tuple[type, list[int]]:
+    """``protocol``, recording TCP_NODELAY on each connection it is given (once it is made)."""
+    seen: list[int] = []
+
+    class Recording(protocol):  # type: ignore[valid-type, misc]
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    return Recording, seen
+
+
+@pytest.mark.parametrize("protocol", [BoundedHttpToolsProtocol, BoundedH11Protocol])
+def test_responses_are_sent_without_waiting_for_acknowledgements(cube: Path, protocol: type):
+    """Every connection has Nagle's algorithm off, also when accepted from a listening socket
+    made without TCP's protocol number, as ``running`` makes it and uvicorn does for
+    ``serve --workers N`` (asyncio leaves such connections as they are: a response's body,
+    written after its head, then waited for the client's delayed acknowledgement)."""
+    recording, seen = nagle_off(protocol)
+    with running(create_app([str(cube)]), protocol=recording) as base:
+        port = int(base.rsplit(":", 1)[1])
+        for _ in range(2):
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+    assert len(seen) == 2 and all(seen)
+
+
 SQUARE = {
     "type": "Polygon",
     "coordinates": [[[-90, -45], [90, -45], [90, 45], [-90, 45], [-90, -45]]],

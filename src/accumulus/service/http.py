@@ -11,6 +11,8 @@ take to send one.
   with a time limit on receiving a request's head and its body; uvicorn bounds only idle
   keep-alive connections, so a client sending a header byte now and then held its socket
   forever.
+- ``no_delay``: a response is sent as soon as it is written (TCP_NODELAY), in the worker
+  processes of ``serve --workers N`` too.
 - ``TakingTurnsLoop``: the worker processes of ``serve --workers N`` share the connections.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import socket
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -75,6 +78,18 @@ def allowed_hosts(bound: str, given: Sequence[str] = ()) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def no_delay(transport: asyncio.BaseTransport) -> None:
+    """Turn Nagle's algorithm off on ``transport``'s TCP socket. asyncio does so itself only
+    for sockets whose protocol number is TCP's; the listening socket uvicorn makes for
+    ``--workers N`` has 0 there, and so had every connection its workers accepted: uvicorn
+    writes a response's head and body separately, and the body waited for the client's
+    delayed acknowledgement of the head, 40 ms on Linux, on every request
+    (docs/benchmarks.md)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class _Deadlines:
     """What a client owes (a request's head, its body) and by when: a client slower than
     ``head_seconds`` for a head (from its connection, or from the first byte of a later
@@ -123,6 +138,7 @@ class BoundedH11Protocol(_Deadlines, H11Protocol):
     (``_Deadlines``). Between requests, uvicorn's keep-alive timeout applies."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        no_delay(transport)
         super().connection_made(transport)
         self._watch(opened=True)
 
@@ -157,6 +173,7 @@ class BoundedHttpToolsProtocol(_Deadlines, HttpToolsProtocol):
     _owing: str | None = "head"
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        no_delay(transport)
         super().connection_made(transport)
         self._owe("head")
 
