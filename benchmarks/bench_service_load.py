@@ -42,11 +42,13 @@ A sample of answers (``--check``) is compared with xarray on the raw data (rtol 
 
 ``--sources NAME=DIR`` (repeatable) serves the same loads from other source trees (e.g.
 ``git archive`` of an older commit, unpacked), in the same run, so that a change is measured
-against what came before on the same (shared, loaded) machine. ``--days`` takes a shorter
-cube (the first days of the same field) for quick runs.
+against what came before on the same (shared, loaded) machine; ``--rounds N`` serves them N
+times in turn (A, B, A, B...) and reports each figure's median over the rounds beside the
+rounds themselves. ``--days`` takes a shorter cube (the first days of the same field) for
+quick runs.
 
     python benchmarks/bench_service_load.py [--days 3650] [--requests 2000] [--check 24]
-        [--warm-up 200] [--sources before=/tmp/before/src --sources after=src]
+        [--warm-up 200] [--sources before=/tmp/before/src --sources after=src] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -276,6 +278,33 @@ def measure_server(
         server.wait(timeout=60)
 
 
+# Figures of a load given as their median over the rounds (``medians``).
+MEDIAN_FIGURES = (
+    "requests_per_s",
+    "p50_ms",
+    "p99_ms",
+    "p999_ms",
+    "server_cpu_ms_per_request",
+    "client_cpu_ms_per_request",
+    "cores_used",
+    "ceiling_requests_per_s_on_2_cores",
+)
+
+
+def medians(rounds: list[dict]) -> dict:
+    """One server's loads over its rounds: the round itself when there is one, else each
+    load's ``MEDIAN_FIGURES`` as their median over the rounds, and the rounds."""
+    if len(rounds) == 1:
+        return rounds[0]
+    return {
+        load: {
+            **{k: round(statistics.median(r[load][k] for r in rounds), 2) for k in MEDIAN_FIGURES},
+            "rounds": [r[load] for r in rounds],
+        }
+        for load in rounds[0]
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # The floor: the same questions in this process
 
@@ -453,6 +482,9 @@ def main() -> None:
         help="questions sent before the loads (half as many answered in-process before the "
         "floor): imports, the page cache, and the decoded chunks each process keeps",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="each source served this many times, in turn"
+    )
     parser.add_argument("--floor-requests", type=int, default=400)
     parser.add_argument("--profiled", type=int, default=100, help="floor questions profiled")
     parser.add_argument("--check", type=int, default=24, help="answers compared with xarray")
@@ -484,16 +516,23 @@ def main() -> None:
 
     here = str(Path(accumulus.__file__).parents[1])
     sources = dict(s.split("=", 1) for s in args.sources) or {"this": here}
-    servers = {}
+    rounds: dict[str, list[dict]] = {label: [] for label in sources}
+    bodies: dict[str, dict[str, bytes]] = {label: {} for label in sources}
+    for _ in range(args.rounds):
+        for label, tree in sources.items():
+            runs = measure_server(
+                cube, str(Path(tree).resolve()), args.workers, loads, warm_up, keep
+            )
+            for run in runs.values():
+                bodies[label].update(run.pop("_bodies"))
+            rounds[label].append(runs)
     checks = {}
-    for label, tree in sources.items():
-        runs = measure_server(cube, str(Path(tree).resolve()), args.workers, loads, warm_up, keep)
-        bodies = {url: body for run in runs.values() for url, body in run.pop("_bodies").items()}
+    for label in sources:
         try:
-            checks[label] = check_answers(cube, bodies, by_url)
+            checks[label] = check_answers(cube, bodies[label], by_url)
         except (AssertionError, KeyError, ValueError) as failed:  # reported with the figures
             checks[label] = {"failed": repr(failed)}
-        servers[label] = runs
+    servers = {label: medians(runs) for label, runs in rounds.items()}
     floor_questions = loads[args.loads[0]][: args.floor_requests]
     floor_figures = floor(cube, floor_questions, warm_up, args.profiled)
     for runs in servers.values():
@@ -518,6 +557,9 @@ def main() -> None:
                 "requests_per_s": round(rb[load]["requests_per_s"] / ra[load]["requests_per_s"], 2),
                 "p50": round(rb[load]["p50_ms"] / ra[load]["p50_ms"], 2),
                 "p99": round(rb[load]["p99_ms"] / ra[load]["p99_ms"], 2),
+                "server_cpu_per_request": round(
+                    rb[load]["server_cpu_ms_per_request"] / ra[load]["server_cpu_ms_per_request"], 2
+                ),
             }
             for load in ra
         }
