@@ -131,8 +131,9 @@ VERIFIED_FILES = 2**16  # versions remembered at most (a few MB); then forgotten
 _VERIFIED: dict[tuple[int, int], FileVersion] = {}
 # The Blosc header and block table of each settled version of a local file read in part: a
 # chunk read again (the same version) is read by the blocks it needs alone, its header not
-# read again. At most ``HEADS_BYTES`` of them (a block table holds 4 bytes a block); then
-# forgotten, all at once.
+# read again. At most ``HEADS_FILES`` of them holding ``HEADS_BYTES`` (a block table holds
+# 4 bytes a block); then forgotten, all at once.
+HEADS_FILES = 2**16
 HEADS_BYTES = 16 * 2**20
 _HEADS: dict[tuple[int, int], tuple[FileVersion, bytes]] = {}
 _heads_held = [0]
@@ -521,7 +522,7 @@ def _read_parts(
 
 def _keep_head(version: FileVersion, head: bytes) -> None:
     """Remember ``head``, the Blosc header and block table of ``version`` of a file."""
-    if _heads_held[0] + len(head) > HEADS_BYTES:
+    if _heads_held[0] + len(head) > HEADS_BYTES or len(_HEADS) >= HEADS_FILES:
         _HEADS.clear()
         _heads_held[0] = 0
     _HEADS[version.device, version.inode] = version, head

@@ -560,3 +560,23 @@ def test_blocks_of_whole_steps_read_one_step_as_its_own_blocks(dtype, step, step
     table = struct.unpack_from(f"<{-(-values.nbytes // block)}i", stored, 16)
     ends_of = {k: min((o for o in table if o > table[k]), default=len(stored)) for k in kept}
     assert read_bytes == sum(ends_of[k] - table[k] for k in kept)
+
+
+def test_remembered_headers_are_bounded(tmp_path, monkeypatch):
+    """At most ``HEADS_FILES`` headers are remembered: past it, all are forgotten at once
+    and the next is remembered alone; every read still gives the data."""
+    monkeypatch.setattr(chunk_reader, "SETTLED_NS", 50_000_000)
+    monkeypatch.setattr(chunk_reader, "HEADS_FILES", 2)
+    monkeypatch.setattr(partial_decode, "RANGED_FROM", 0)
+    chunk_reader._HEADS.clear()
+    written = blosc_array(tmp_path / "c.zarr", 2, (720, 64), (240, 64), "<f8", "lz4", 1, 1, 2048)
+    values = np.random.default_rng(3).normal(size=(720, 64))
+    written[...] = values
+    array = zarr.open_array(open_store(str(tmp_path / "c.zarr")), path="a")
+    time.sleep(0.1)
+    needed = (slice(100, 102), slice(0, 64))
+    for k, remembered in enumerate([1, 2, 1]):  # the third chunk's: the first two forgotten
+        got: list[np.ndarray] = []
+        read_chunks([ChunkRequest(array, (k, 0), needed=needed)], lambda _, c: got.append(c))
+        np.testing.assert_array_equal(got[0][needed], values[240 * k + 100 : 240 * k + 102])
+        assert len(chunk_reader._HEADS) == remembered
