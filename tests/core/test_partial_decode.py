@@ -383,9 +383,13 @@ def _settled_checked_chunk(tmp_path, monkeypatch):
 
 
 def _read_counted(array: zarr.Array, needed) -> tuple[np.ndarray, ReadCounts]:
+    return _read_counted_at(array, (0, 0), needed)
+
+
+def _read_counted_at(array: zarr.Array, coords, needed) -> tuple[np.ndarray, ReadCounts]:
     got: list[np.ndarray] = []
     counts = read_chunks(
-        [ChunkRequest(array, (0, 0), needed=needed)], lambda _, chunk: got.append(chunk)
+        [ChunkRequest(array, coords, needed=needed)], lambda _, chunk: got.append(chunk)
     )
     return got[0], counts
 
@@ -576,7 +580,6 @@ def test_remembered_headers_are_bounded(tmp_path, monkeypatch):
     time.sleep(0.1)
     needed = (slice(100, 102), slice(0, 64))
     for k, remembered in enumerate([1, 2, 1]):  # the third chunk's: the first two forgotten
-        got: list[np.ndarray] = []
-        read_chunks([ChunkRequest(array, (k, 0), needed=needed)], lambda _, c: got.append(c))
-        np.testing.assert_array_equal(got[0][needed], values[240 * k + 100 : 240 * k + 102])
+        chunk, _ = _read_counted_at(array, (k, 0), needed)
+        np.testing.assert_array_equal(chunk[needed], values[240 * k + 100 : 240 * k + 102])
         assert len(chunk_reader._HEADS) == remembered
