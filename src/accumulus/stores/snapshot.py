@@ -10,8 +10,10 @@ cannot disagree even when a writer replaces the document between two reads.
 
 While a datacube's snapshot is current, checking that it still is costs little: its root
 documents are read as stored (``root_documents``: below accumulus's own metadata-rewriting
-wrappers, in the calling thread from a local directory) and compared byte for byte with
-those the snapshot was read from; only a store whose documents changed is parsed again.
+wrappers, in the calling thread from a local directory, where a document whose file is
+still the version read before is not read again: a ``stat`` each) and compared byte for
+byte with those the snapshot was read from; only a store whose documents changed is parsed
+again.
 
 A store without consolidated metadata has no single document; its snapshot is then every
 metadata document of the store, found by listing it (slower on stores with many chunks).
@@ -315,7 +317,8 @@ def _documents_now(store: Store, keys: tuple[str, ...]) -> dict[str, bytes]:
     if type(store) is LeanLocalStore and store._is_open:
         # Its files read as bytes, without a buffer made and copied again for each: the
         # check every query of an open datacube makes (docs/benchmarks.md, "Per-question
-        # cost"). A lean local store refuses other files itself, without a stat of its own.
+        # cost"), each by a stat while its file stays the version read (``_root_document``).
+        # Anything but a regular file is refused, as the lean local store refuses it.
         directory = str(store.root)
         now = time.time_ns()
         return {
