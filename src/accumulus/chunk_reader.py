@@ -77,6 +77,7 @@ from accumulus.partial_decode import (
     decode_verified,
     held_rows,
 )
+from accumulus.stores import safe_reads
 from accumulus.stores.base import reader_of, reads_synchronously
 from accumulus.stores.local import LeanLocalStore
 from accumulus.stores.safe_reads import FileVersion
@@ -125,9 +126,17 @@ _CONSUME_POOL = ThreadPoolExecutor(2 * CONSUMERS, thread_name_prefix="accumulus-
 # later reads of that version read only the Blosc blocks they need (``_read_parts``).
 # A version is remembered only once its file last changed ``SETTLED_NS`` ago: a write
 # within the same tick of the file system's clock could leave its times as they were.
-SETTLED_NS = 2 * 10**9
+SETTLED_NS = safe_reads.SETTLED_NS
 VERIFIED_FILES = 2**16  # versions remembered at most (a few MB); then forgotten, all at once
 _VERIFIED: dict[tuple[int, int], FileVersion] = {}
+# The Blosc header and block table of each settled version of a local file read in part: a
+# chunk read again (the same version) is read by the blocks it needs alone, its header not
+# read again. At most ``HEADS_FILES`` of them holding ``HEADS_BYTES`` (a block table holds
+# 4 bytes a block); then forgotten, all at once.
+HEADS_FILES = 2**16
+HEADS_BYTES = 16 * 2**20
+_HEADS: dict[tuple[int, int], tuple[FileVersion, bytes]] = {}
+_heads_held = [0]
 
 
 @dataclass(frozen=True)
@@ -344,16 +353,21 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
     """The requests as chunks to read by ``get_sync`` in the calling thread, when every one
     can be: a stored chunk (not an inner chunk of a shard), every codec synchronous, from a
     store that allows it (``stores.base.reads_synchronously``); None otherwise."""
-    here, allowed = [], {}
+    here = []
+    allowed: dict[int, bool] = {}
+    grids_of: dict[int, _Grids] = {}  # by array object: a plan reads a few arrays' chunks
     for request in requests:
         target = request.store or store or request.array.store_path.store
-        if id(target) not in allowed:
-            allowed[id(target)] = reads_synchronously(target)
-        array = request.array.async_array
-        grids = _grids(array.metadata, array)
-        if not allowed[id(target)] or grids.transform is None or grids.sharding is not None:
+        can = allowed.get(id(target))
+        if can is None:
+            can = allowed[id(target)] = reads_synchronously(target)
+        grids = grids_of.get(id(request.array))
+        if grids is None:
+            array = request.array.async_array
+            grids = grids_of[id(request.array)] = _grids(array.metadata, array)
+        if not can or grids.transform is None or grids.sharding is not None:
             return None
-        spec = _chunk_spec(array.metadata, request.coords)
+        spec = _chunk_spec(grids.metadata, request.coords)
         # reads_synchronously: a local or memory store, below wrappers that pass get_sync on;
         # read below those that only present metadata (``reader_of``).
         reader = cast(SupportsGetSync, reader_of(target, request.store_key))
@@ -486,7 +500,12 @@ def _read_parts(
     verified = checked and _VERIFIED.get((version.device, version.inode)) == version
     if chunk.partly and not keep and (verified or not checked):
         regions = request.regions or (cast(Region, request.needed),)
-        part = decode_ranges(blosc, spec, regions, counted, version.size, verified)
+        known = _HEADS.get((version.device, version.inode))
+        head = known[1] if known is not None and known[0] == version else None
+        seen = None
+        if head is None and version.settled(time.time_ns(), SETTLED_NS):
+            seen = partial(_keep_head, version)
+        part = decode_ranges(blosc, spec, regions, counted, version.size, verified, head, seen)
         if part is not None:
             return part
     buffer = spec.prototype.buffer.from_bytes(counted(0, version.size))
@@ -499,6 +518,15 @@ def _read_parts(
     if keep:
         DECODED.put(version, values, now)
     return values
+
+
+def _keep_head(version: FileVersion, head: bytes) -> None:
+    """Remember ``head``, the Blosc header and block table of ``version`` of a file."""
+    if _heads_held[0] + len(head) > HEADS_BYTES or len(_HEADS) >= HEADS_FILES:
+        _HEADS.clear()
+        _heads_held[0] = 0
+    _HEADS[version.device, version.inode] = version, head
+    _heads_held[0] += len(head)
 
 
 # --------------------------------------------------------------------------------------------
@@ -979,7 +1007,7 @@ def _codec_shape(metadata: ArrayMetadata, coords: tuple[int, ...]) -> tuple[int,
     grids = _grids(metadata)
     if grids.regular is not None:
         if len(coords) == len(grids.regular) and all(
-            0 <= c < n for c, n in zip(coords, grids.read.grid_shape, strict=True)
+            0 <= c < n for c, n in zip(coords, grids.grid_shape, strict=True)
         ):
             return grids.regular
     else:
@@ -1014,6 +1042,7 @@ class _Grids:
     stored: ChunkGrid  # the objects stored (shards of a sharded array)
     # The shape of every chunk read when the read grid is regular (None otherwise).
     regular: tuple[int, ...] | None = None
+    grid_shape: tuple[int, ...] = ()  # the read grid's chunks along each axis (zarr: computed)
     # The array's codecs as one synchronous chain, when every codec can run without zarr's
     # event loop (None otherwise); ``known``: whether that was looked at (an array given).
     transform: ChunkTransform | None = None
@@ -1045,6 +1074,7 @@ def _grids(metadata: ArrayMetadata, array: AsyncArray | None = None) -> _Grids:
             read,
             ChunkGrid.from_metadata(metadata),
             regular,
+            tuple(read.grid_shape),
             sharding=sharding_of(metadata),
             blosc=blosc_chain(metadata),
             v2_codecs=_v2_codecs(metadata),

@@ -21,11 +21,12 @@ from collections import OrderedDict
 
 import numpy as np
 
+from accumulus.stores import safe_reads
 from accumulus.stores.safe_reads import FileVersion
 
 # As ``chunk_reader``'s memo of verified files: a version is kept once its file last changed
 # this long ago.
-SETTLED_NS = 2 * 10**9
+SETTLED_NS = safe_reads.SETTLED_NS
 
 
 class DecodedChunks:

@@ -178,6 +178,8 @@ def decode_ranges(
     read: Callable[[int, int], bytes],
     stored: int,
     verified: bool = False,
+    head: bytes | None = None,
+    seen: Callable[[bytes], None] | None = None,
 ) -> np.ndarray | None:
     """The chunk (its codecs ``chain``, ``spec``) of ``stored`` bytes, of its declared shape
     with only ``regions`` (boxes of it) sure to be decoded, from the bytes of it that
@@ -186,10 +188,12 @@ def decode_ranges(
     frame of its own and decoded (as ``decode_part``). None (nothing decoded; at most the
     first bytes read) where the frame is not one that can be cut or every block would be
     read anyway, and, behind a checksum filter, unless these stored bytes passed it already
-    (``verified``): a checksum over the whole stored chunk cannot be verified from a part."""
+    (``verified``): a checksum over the whole stored chunk cannot be verified from a part.
+    ``head``: the chunk's header and block table as ``seen`` was given them by a read of
+    these same stored bytes (then not read again); ``seen``: called with them once read."""
     if not ENABLED or (chain.checks and not verified) or stored < RANGED_FROM:
         return None
-    steps = _ranged(chain, spec, regions, stored)
+    steps = _ranged(chain, spec, regions, stored, head, seen)
     try:
         wanted = next(steps)
         while True:
@@ -222,18 +226,26 @@ async def decode_ranges_async(
 
 
 def _ranged(
-    chain: BloscChain, spec: ArraySpec, regions: Sequence[Region], stored: int | None
+    chain: BloscChain,
+    spec: ArraySpec,
+    regions: Sequence[Region],
+    stored: int | None,
+    head: bytes | None = None,
+    seen: Callable[[bytes], None] | None = None,
 ) -> Decoding:
     """``decode_ranges``' steps, without reading: yields the byte ranges to read next and is
     sent their bytes; returns how to decode the part from them, or None. ``stored``: the
-    object's size, or None when not known (then the frame's header says it)."""
+    object's size, or None when not known (then the frame's header says it). ``head`` and
+    ``seen``: the frame's header and block table, known already, and who keeps them once
+    read (``decode_ranges``)."""
     trailer = 4 * len(chain.checks)  # each checksum after the Blosc frame: 4 bytes
     itemsize = spec.dtype.to_native_dtype().itemsize
     declared = prod(spec.shape) * itemsize
     spans = [s for s in (byte_span(r, spec.shape, itemsize) for r in regions) if s is not None]
     if not spans:
         return None
-    (head,) = yield [(0, _PREFIX if stored is None else min(stored - trailer, _PREFIX))]
+    if head is None:
+        (head,) = yield [(0, _PREFIX if stored is None else min(stored - trailer, _PREFIX))]
     if len(head) < _HEADER.size:
         return None
     header = _HEADER.unpack_from(head)
@@ -243,6 +255,8 @@ def _ranged(
         return None
     out = np.empty(declared, dtype=np.uint8)
     if flags & _MEMCPYED:  # stored as it is: the bytes wanted, after the header
+        if seen is not None:
+            seen(head[: _HEADER.size])
         parts = yield [(_HEADER.size + start, _HEADER.size + stop) for start, stop in spans]
         for (start, stop), data in zip(spans, parts, strict=True):
             if len(data) != stop - start:
@@ -258,6 +272,8 @@ def _ranged(
         (head,) = yield [(0, table_end)]
         if len(head) < table_end:
             return None
+    if seen is not None:
+        seen(head[:table_end])
     table = struct.unpack_from(f"<{blocks}i", head, _HEADER.size)
     cuts = []
     for k0, k1 in runs:

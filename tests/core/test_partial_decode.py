@@ -368,6 +368,7 @@ def _settled_checked_chunk(tmp_path, monkeypatch):
     to 50 ms here); its array opened as a query opens it, its values and its path."""
     monkeypatch.setattr(chunk_reader, "SETTLED_NS", 50_000_000)
     chunk_reader._VERIFIED.clear()
+    chunk_reader._HEADS.clear()
     group = zarr.open_group(tmp_path / "c.zarr", mode="w", zarr_format=2)
     written = group.create_array(
         "a", shape=(240, 64), chunks=(240, 64), dtype="<f8",
@@ -382,9 +383,13 @@ def _settled_checked_chunk(tmp_path, monkeypatch):
 
 
 def _read_counted(array: zarr.Array, needed) -> tuple[np.ndarray, ReadCounts]:
+    return _read_counted_at(array, (0, 0), needed)
+
+
+def _read_counted_at(array: zarr.Array, coords, needed) -> tuple[np.ndarray, ReadCounts]:
     got: list[np.ndarray] = []
     counts = read_chunks(
-        [ChunkRequest(array, (0, 0), needed=needed)], lambda _, chunk: got.append(chunk)
+        [ChunkRequest(array, coords, needed=needed)], lambda _, chunk: got.append(chunk)
     )
     return got[0], counts
 
@@ -392,7 +397,8 @@ def _read_counted(array: zarr.Array, needed) -> tuple[np.ndarray, ReadCounts]:
 def test_checked_chunks_are_verified_once_then_read_by_the_blocks_needed(tmp_path, monkeypatch):
     """A checksummed chunk of a local file is read whole and verified the first time; later
     reads of the same version of its file read its header and the blocks holding the part
-    needed (the last, shorter block alone too), and give the data."""
+    needed (the last, shorter block alone too), and give the data; once its header was
+    read, the blocks alone."""
     array, values, path = _settled_checked_chunk(tmp_path, monkeypatch)
     stored = path.stat().st_size
     blocks = int.from_bytes(path.read_bytes()[8:12], "little")
@@ -401,13 +407,53 @@ def test_checked_chunks_are_verified_once_then_read_by_the_blocks_needed(tmp_pat
         needed = (slice(*rows), slice(0, 64))
         chunk, counts = _read_counted(array, needed)
         np.testing.assert_array_equal(chunk[needed], values[slice(*rows)])
-        # The first read of the file (whole, verified), and the whole chunk (read whole).
-        if rows in ((3, 5), (0, 240)):
+        # The first read of the file (whole, verified), the whole chunk (read whole), and
+        # every block (read whole, its header known already).
+        if rows in ((3, 5), (0, 240), (1, 239)):
             assert (counts.requests, counts.bytes) == (1, stored)
-        elif rows == (1, 239):  # every block: its header, then the whole
-            assert (counts.requests, counts.bytes) == (2, stored + 4096)
-        else:  # its header and table, then the blocks holding the rows
+        elif rows == (60, 62):  # its header and table, then the blocks holding the rows
             assert counts.requests == 2 and counts.bytes < stored / 3
+        else:  # the blocks holding the rows: this version's header is remembered
+            assert counts.requests == 1 and counts.bytes < stored / 3
+
+
+@pytest.mark.parametrize("how", ["in place", "replaced"])
+def test_a_chunk_changed_after_its_header_was_read_is_read_with_its_new_header(
+    tmp_path, monkeypatch, how
+):
+    """A chunk of a local file read in part once its Blosc header is remembered (that
+    version of the file), then rewritten with other values compressed into other block
+    sizes (in place: a new change time; or replaced: another inode): the next read reads
+    the new header and table, and gives the new values."""
+    monkeypatch.setattr(chunk_reader, "SETTLED_NS", 50_000_000)
+    monkeypatch.setattr(partial_decode, "RANGED_FROM", 0)  # (a small chunk is read whole)
+    chunk_reader._HEADS.clear()
+    written = blosc_array(tmp_path / "c.zarr", 2, (240, 64), (240, 64), "<f8", "lz4", 1, 1, 2048)
+    rng = np.random.default_rng(5)
+    smooth = np.arange(240 * 64, dtype="<f8").reshape(240, 64)
+    written[...] = smooth
+    array = zarr.open_array(open_store(str(tmp_path / "c.zarr")), path="a")
+    path = tmp_path / "c.zarr" / "a" / "0.0"
+    time.sleep(0.1)
+    needed = (slice(200, 202), slice(0, 64))
+    for requests in (2, 1):  # its header and the blocks; then the blocks alone
+        chunk, counts = _read_counted(array, needed)
+        assert counts.requests == requests
+        np.testing.assert_array_equal(chunk[needed], smooth[200:202])
+    noisy = rng.normal(size=(240, 64))
+    stored = bytes(written.metadata.compressor.encode(noisy))
+    assert stored[:16] != path.read_bytes()[:16]  # other sizes in its header
+    if how == "in place":
+        with open(path, "r+b") as file:
+            file.write(stored)
+            file.truncate()
+    else:
+        path.with_suffix(".new").write_bytes(stored)
+        os.replace(path.with_suffix(".new"), path)
+    time.sleep(0.1)
+    chunk, counts = _read_counted(array, needed)
+    assert counts.requests == 2
+    np.testing.assert_array_equal(chunk[needed], noisy[200:202])
 
 
 @pytest.mark.parametrize("how", ["in place", "replaced", "same size and times"])
@@ -518,3 +564,22 @@ def test_blocks_of_whole_steps_read_one_step_as_its_own_blocks(dtype, step, step
     table = struct.unpack_from(f"<{-(-values.nbytes // block)}i", stored, 16)
     ends_of = {k: min((o for o in table if o > table[k]), default=len(stored)) for k in kept}
     assert read_bytes == sum(ends_of[k] - table[k] for k in kept)
+
+
+def test_remembered_headers_are_bounded(tmp_path, monkeypatch):
+    """At most ``HEADS_FILES`` headers are remembered: past it, all are forgotten at once
+    and the next is remembered alone; every read still gives the data."""
+    monkeypatch.setattr(chunk_reader, "SETTLED_NS", 50_000_000)
+    monkeypatch.setattr(chunk_reader, "HEADS_FILES", 2)
+    monkeypatch.setattr(partial_decode, "RANGED_FROM", 0)
+    chunk_reader._HEADS.clear()
+    written = blosc_array(tmp_path / "c.zarr", 2, (720, 64), (240, 64), "<f8", "lz4", 1, 1, 2048)
+    values = np.random.default_rng(3).normal(size=(720, 64))
+    written[...] = values
+    array = zarr.open_array(open_store(str(tmp_path / "c.zarr")), path="a")
+    time.sleep(0.1)
+    needed = (slice(100, 102), slice(0, 64))
+    for k, remembered in enumerate([1, 2, 1]):  # the third chunk's: the first two forgotten
+        chunk, _ = _read_counted_at(array, (k, 0), needed)
+        np.testing.assert_array_equal(chunk[needed], values[240 * k + 100 : 240 * k + 102])
+        assert len(chunk_reader._HEADS) == remembered

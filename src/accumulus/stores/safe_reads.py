@@ -84,6 +84,11 @@ def _whole(read: Callable[[int, int], bytes], version: FileVersion) -> bytes:
     return read(0, version.size)
 
 
+# A file's version is remembered (its checksum passed, its bytes decoded, its content read)
+# only once the file last changed this long ago (``FileVersion.settled``).
+SETTLED_NS = 2 * 10**9
+
+
 class FileVersion(NamedTuple):
     """What identifies the bytes of one regular file as it was opened: the same file
     (device, inode) of the same size whose content and inode last changed at the same
@@ -104,6 +109,33 @@ class FileVersion(NamedTuple):
         coarsely (kernels stamp files from a clock of a few ms; some file systems keep
         seconds), whereas a write within the tick of the last change may not."""
         return self.changed_ns <= now_ns - margin_ns and self.modified_ns <= now_ns - margin_ns
+
+
+def regular_file_version(path: str, key: str) -> FileVersion | None:
+    """The version of the regular file at ``path`` (of ``key``) now, by one ``stat``; None
+    where there is none or it is a directory; anything else refused (as
+    ``read_regular_file``)."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_regular(key, info.st_mode)
+    return FileVersion(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def read_versioned_file(root: str, key: str) -> tuple[FileVersion, bytes] | None:
+    """The whole regular file at ``key`` under ``root`` with the version its bytes are of
+    (one open); None as ``read_regular_file``."""
+    return read_regular_file_parts(root, key, _whole_versioned)
+
+
+def _whole_versioned(
+    read: Callable[[int, int], bytes], version: FileVersion
+) -> tuple[FileVersion, bytes]:
+    return version, read(0, version.size)
 
 
 def read_regular_file_parts[T](

@@ -10,8 +10,10 @@ cannot disagree even when a writer replaces the document between two reads.
 
 While a datacube's snapshot is current, checking that it still is costs little: its root
 documents are read as stored (``root_documents``: below accumulus's own metadata-rewriting
-wrappers, in the calling thread from a local directory) and compared byte for byte with
-those the snapshot was read from; only a store whose documents changed is parsed again.
+wrappers, in the calling thread from a local directory, where a document whose file is
+still the version read before is not read again: a ``stat`` each) and compared byte for
+byte with those the snapshot was read from; only a store whose documents changed is parsed
+again.
 
 A store without consolidated metadata has no single document; its snapshot is then every
 metadata document of the store, found by listing it (slower on stores with many chunks).
@@ -22,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -33,18 +37,22 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
 
 from accumulus.scope import accumulus_scope
+from accumulus.stores import safe_reads
 from accumulus.stores.arrays import dimension_names
 from accumulus.stores.base import DelegatingStore, below_wrappers, reads_synchronously
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.local import LeanLocalStore
 from accumulus.stores.rewriting import parse_metadata
 from accumulus.stores.safe_reads import (
+    FileVersion,
     check_regular_file,
     local_root,
-    read_regular_file,
+    read_versioned_file,
     read_with_limits,
+    regular_file_version,
 )
 
+SETTLED_NS = safe_reads.SETTLED_NS  # (a test may change it)
 READ_SECONDS = 10.0  # the longest one metadata document may take to read
 
 # The documents at the root of a store that hold consolidated metadata (v3 in zarr.json,
@@ -275,17 +283,48 @@ def stored_roots(store: Store, snapshot: MetadataSnapshot) -> dict[str, bytes] |
     return dict(snapshot.documents)
 
 
+# The root documents last read from local directories, by path, with the version of the
+# file they were read from: while a document's file stays that version (one ``stat``), its
+# bytes are those (``FileVersion``: a write or a replacement gives another version, once
+# the file has settled), so the check every query of an open datacube makes reads nothing.
+_ROOTS: dict[str, tuple[FileVersion, bytes]] = {}
+ROOTS_REMEMBERED = 1024  # documents at most; then forgotten, all at once
+
+
+def _root_document(directory: str, key: str, now_ns: int) -> bytes | None:
+    """The regular file ``key`` of a local ``directory`` as ``read_regular_file`` reads it:
+    from ``_ROOTS`` when its file is the settled version read before."""
+    path = os.path.join(directory, key)
+    version = regular_file_version(path, key)
+    if version is None:
+        return None
+    known = _ROOTS.get(path)
+    if known is not None and known[0] == version and version.settled(now_ns, SETTLED_NS):
+        return known[1]
+    read = read_versioned_file(directory, key)
+    if read is None:
+        return None
+    version, content = read
+    if version.settled(now_ns, SETTLED_NS):
+        if len(_ROOTS) >= ROOTS_REMEMBERED:
+            _ROOTS.clear()
+        _ROOTS[path] = version, content
+    return content
+
+
 def _documents_now(store: Store, keys: tuple[str, ...]) -> dict[str, bytes]:
     """The objects at ``keys`` that exist, read in this thread (only regular files)."""
     if type(store) is LeanLocalStore and store._is_open:
         # Its files read as bytes, without a buffer made and copied again for each: the
         # check every query of an open datacube makes (docs/benchmarks.md, "Per-question
-        # cost"). A lean local store refuses other files itself, without a stat of its own.
+        # cost"), each by a stat while its file stays the version read (``_root_document``).
+        # Anything but a regular file is refused, as the lean local store refuses it.
         directory = str(store.root)
+        now = time.time_ns()
         return {
             key: content
             for key in keys
-            if (content := read_regular_file(directory, key)) is not None
+            if (content := _root_document(directory, key, now)) is not None
         }
     root = None if isinstance(store, LeanLocalStore) else local_root(store)
     found = {}

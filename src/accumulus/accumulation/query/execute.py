@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from math import prod
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -200,7 +201,8 @@ def _finite(sums: np.ndarray, floating: set[int]) -> bool:
     """Whether the rows of ``sums`` that floating-point values were added into are finite
     (integers, counts, are: a map's count needs no pass over it). A NaN anywhere is their
     least and greatest, an infinity one of them: two passes without an array of flags,
-    faster than ``isfinite(...).all()``."""
+    faster than ``isfinite(...).all()``. (Their sum, one pass, would warn of inf - inf and
+    of an overflow, where these warn of nothing.)"""
     if not sums.size:
         return True
     rows = [sums] if len(floating) == len(sums) else [sums[row] for row in floating]
@@ -368,8 +370,12 @@ def chunk_work(
 
 def _reached(boxes: Sequence[Region]) -> Region:
     """The smallest box of a chunk that holds every part of it (``boxes``: theirs)."""
+    # (``map`` over the slices: a seasonal series' chunks hold a run's slab each, dozens.)
     along = zip(*boxes, strict=True)
-    return tuple(slice(min(s.start for s in d), max(s.stop for s in d)) for d in along)
+    return tuple(slice(min(map(_START, d)), max(map(_STOP, d))) for d in along)
+
+
+_START, _STOP = attrgetter("start"), attrgetter("stop")
 
 
 def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
