@@ -29,8 +29,8 @@ cannot take less wall time than half its CPU; ``floor_over_read`` is half the fo
 CPU against the full read's wall time.
 
 The sidecars and the copies ``store`` writes go under ``--scratch`` (default: beside the
-cube). On this machine's ext4 (no journal) creating a file costs more, up to ten times,
-for minutes after many files were deleted nearby (the inode allocator passes over the
+cube). On this machine's ext4 (no journal) creating a file costs several times more for
+minutes after many files were deleted nearby (the inode allocator passes over the
 recently deleted ones: docs/benchmarks.md, "session build49"); ``--scratch /dev/shm/DIR``
 takes the file system out of the figures.
 
@@ -170,7 +170,8 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, help="where the builds write (default: --dir)")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
-    cube, _ = build_cube(args.dir, 730, False, args.dir / "deleted-at-the-end")
+    cube_trash = args.dir / "deleted-at-the-end"  # a damaged cube made before, if any
+    cube, _ = build_cube(args.dir, 730, False, cube_trash)
     trash = (args.scratch or args.dir) / "deleted-at-the-end"
     trash.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
@@ -210,7 +211,8 @@ def main() -> None:
             "floor_over_read": round(parts / 2 / read, 2),
         }
     )
-    shutil.rmtree(trash, ignore_errors=True)
+    for deleted in {trash, cube_trash}:
+        shutil.rmtree(deleted, ignore_errors=True)
 
 
 if __name__ == "__main__":
