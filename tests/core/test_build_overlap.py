@@ -13,8 +13,7 @@ import zarr
 from numcodecs import Blosc, Fletcher32
 
 import accumulus
-from accumulus.accumulation.build import placement, raw_series, stream
-from accumulus.accumulation.model.spec import SUM
+from accumulus.accumulation.build import raw_series, stream
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 
 WAIT = 10.0  # seconds a gate waits at most: a writer that serializes fails, not hangs
@@ -93,54 +92,3 @@ def test_slabs_read_two_at_a_time_report_progress_in_order(tmp_path, monkeypatch
     assert got.stats.raw_chunks_read == 0
     want = xarray_reference(ds[VAR].isel(time=slice(7, 52)), ["lat", "lon"], "area", "mean")
     np.testing.assert_allclose(np.asarray(got.data), want.values, rtol=1e-9)
-
-
-def test_a_series_last_chunk_row_is_read_first(tmp_path, monkeypatch) -> None:
-    """The default layout's series (latitude and longitude at every cell, made from the raw
-    values) in chunk rows of 14 days over 66: the last row (56-66) is whole only at the
-    array's end, so its days are read first and written while the slabs are read; the slabs
-    give the writer every other day once, in order. The group holds the same bytes as a
-    build reading it last, and equals xarray."""
-    monkeypatch.setattr(stream, "SLAB_BYTES", 1)  # slabs of one raw chunk (7 days)
-    monkeypatch.setattr(stream, "SUMS_BYTES", 1)
-    monkeypatch.setattr(placement, "BUFFER_BYTES", 14 * 6 * 8 * 9)  # series rows of 14 days
-    ds = synthetic_dataset({"time": 66, "lat": 6, "lon": 8}, seed=7)
-    given: list[tuple[int, int]] = []
-    write_raw = stream._Writer.write_raw
-
-    def spy(self, sums, counts, first, values):
-        given.append((first, len(values)))
-        return write_raw(self, sums, counts, first, values)
-
-    monkeypatch.setattr(stream._Writer, "write_raw", spy)
-    path = tmp_path / "c.zarr"
-    write_cube(ds, path, {"time": 7, "lat": 3, "lon": 4})
-    accumulus.accumulate(str(path), VAR)
-
-    group = accumulus.open(str(path)).accumulation_group(VAR)
-    (series,) = [acc for acc in group.accumulations if acc.prefix_dims == ("lon",)]
-    root = zarr.open_group(path, mode="r")
-    assert root[f"{group.path}/{series.arrays[SUM]}"].chunks[0] == 14
-    assert given[0] == (56, 10)
-    days = [day for first, n in given[1:] for day in range(first, first + n)]
-    assert days == list(range(56))
-
-    # Read last (as before): the same objects.
-    before = tmp_path / "before.zarr"
-    write_cube(ds, before, {"time": 7, "lat": 3, "lon": 4})
-    monkeypatch.setattr(stream, "_last_raw_rows", lambda *args: {})
-    accumulus.accumulate(str(before), VAR)
-    assert _group_objects(path, group.path) == _group_objects(before, group.path)
-    period = (str(ds.time.values[3])[:10], str(ds.time.values[61])[:10])
-    box = {"lat": (-40.0, 50.0), "lon": (2.5, 12.5)}
-    got = accumulus.query(str(path), VAR, ["lat", "lon"], {"time": period, **box})
-    assert got.stats.raw_chunks_read == 0
-    region = ds[VAR].isel(time=slice(3, 62)).sel(lat=slice(-40, 50), lon=slice(2.5, 12.5))
-    want = xarray_reference(region, ["lat", "lon"], "area", "mean")
-    np.testing.assert_allclose(np.asarray(got.data), want.values, rtol=1e-9)
-
-
-def _group_objects(cube, group: str) -> dict[str, bytes]:
-    """Every stored object of the accumulation group ``group`` of ``cube``, by key."""
-    top = cube / group
-    return {str(p.relative_to(top)): p.read_bytes() for p in top.rglob("*") if p.is_file()}

@@ -7,7 +7,7 @@ raw chunks (``VariableInfo.grouped_blocks``) and sums it, for every accumulation
 per *segment*: along each dimension an accumulation prefix-sums, the block is cut where its
 entries end (chunk ends every ``stride`` chunks for ZEP 5; every element, month ends or
 labels for ``--at`` rules, ``positions``), so every raw chunk is read and decoded once
-(those of a series' last chunk row twice, below; ``chunk_sums.chunk_sums``: one compiled pass per axis, no copy of the block per sum). The
+(``chunk_sums.chunk_sums``: one compiled pass per axis, no copy of the block per sum). The
 per-segment sums (much smaller than the data, except at every element) come back to this
 process, where they are prefix-summed, the sums ending where entries end are kept, and
 written, while the next slab is being read. Entries along the batch dimension continue from
@@ -22,9 +22,7 @@ time) are written a whole chunk row at a time (``_Writer``), so no chunk is writ
 a series' rows at every element are summed along the last axis by the writer itself:
 from the raw values, kept as they come until a chunk row is whole (``raw_series``: the
 default layout's ``lat+lon``, half the bytes of its sums, no sums taken per slab), or else
-straight into a row held in chunk order (``_prefix_in_writer``); the days of a series'
-last chunk row are read first, for it alone (``_last_raw_rows``: otherwise it is summed and
-written after every read). Accumulations summing
+straight into a row held in chunk order (``_prefix_in_writer``). Accumulations summing
 nothing (entries at every element) share one array of per-segment sums.
 A build whose sums all run along one other dimension at every element (``--at lat=1,lon=1``
 with area weights: longitude) walks that dimension instead, within tiles of the others that
@@ -394,23 +392,6 @@ def fill(
         ):
             # Blocks are summed in this process: the compiled loop is loaded meanwhile.
             threading.Thread(target=load_kernel, args=(x.dtype,), daemon=True).start()
-        # A series' last chunk row along ``dim`` is whole only once the last raw values are
-        # read: summed, encoded and stored after every read, by the writer's two threads
-        # alone, it was much of a default build's CPU (docs/benchmarks.md, "session
-        # build49"). Its days are read first for the series (while the first slabs are
-        # read), and again in order with the others' for the other sums; the slabs then
-        # hand the writer the days before it only.
-        read_first = _last_raw_rows(accumulations, from_raw, targets, start)
-        for row_start in sorted(set(read_first.values())):
-            region = tuple(slice(row_start, None) if d == dim else slice(None) for d in var.dims)
-            (values,) = compute.run([x[region]], scheduler)
-            if np.isinf(values).any():  # (refused where the writer sums raw values)
-                raise InfinityMet("the data hold an infinity")
-            for acc, _, _ in accumulations:
-                if read_first.get(id(acc)) == row_start:
-                    writer.write_raw(
-                        acc.arrays[spec.SUM], acc.arrays[spec.COUNT], row_start, values
-                    )
         for done in range(len(slabs)):
             ready = pending.popleft().result()
             if done + ahead < len(slabs):
@@ -423,13 +404,9 @@ def fill(
             raw = [r for r in ready if r[0].raw]
             ready = [r for r in ready if not r[0].raw]
             for item, block, _ in raw:  # the raw values, kept by the writer as they are
-                values = block[0]
-                if id(item.acc) in read_first:  # (its last row's days were given first)
-                    values = values[: max(0, read_first[id(item.acc)] - item.first)]
-                if len(values):
-                    writer.write_raw(
-                        item.acc.arrays[spec.SUM], item.acc.arrays[spec.COUNT], item.first, values
-                    )
+                writer.write_raw(
+                    item.acc.arrays[spec.SUM], item.acc.arrays[spec.COUNT], item.first, block[0]
+                )
             ready.sort(key=lambda r: not _prefix_in_writer(var, r[0], dim, r[1], r[2]))
             earlier = writer.queued()  # writes not made from this slab's sums
             users = Counter(id(per_segment) for _, per_segment, _ in ready)
@@ -782,26 +759,6 @@ def _from_raw(
         return False
     sums, counts = targets[acc.arrays[spec.SUM]], targets[acc.arrays[spec.COUNT]]
     return sums is not counts and raw_series.eligible(sums, counts, start)
-
-
-def _last_raw_rows(
-    accumulations: Sequence[tuple[spec.Accumulation, Mapping[str, tuple[int, ...]], tuple]],
-    from_raw: set[int],
-    targets: Mapping[str, zarr.Array],
-    start: int,
-) -> dict[int, int]:
-    """Where the last chunk row along the first axis starts, by accumulation (``id``), of
-    those whose entries the writer makes from the raw values (``from_raw``), where that row
-    is not the first written from ``start`` (then nothing is read before it)."""
-    out = {}
-    for acc, _, _ in accumulations:
-        if id(acc) in from_raw:
-            target = targets[acc.arrays[spec.SUM]]
-            side, length = target.chunks[0], target.shape[0]
-            row_start = (length - 1) // side * side
-            if row_start > start:
-                out[id(acc)] = row_start
-    return out
 
 
 def _prefix_in_writer(
