@@ -6,7 +6,9 @@ On ``bench_defaults``' cube (24 monthly granules appended, 730 x 180 x 360 float
 in a fresh process, alternating, ``--repeats`` times:
 
 - ``read``: one full read (xarray + Dask ``sum()``), a build's floor (``bench_accumulate``);
-- ``build``: ``accumulate CUBE VAR`` with no options, into a sidecar (the default layout);
+- ``build``: ``accumulate CUBE VAR`` with no options, into a sidecar (the default layout),
+  with its tail: the wall and CPU seconds after its last raw chunk was read (what only its
+  writes took: the series' last chunk rows are summed, encoded and stored then);
 - ``raw``: every raw chunk read and decoded as the build reads it (``read_region``, one
   chunk a block, two at a time as the build reads them);
 - ``sums``: the sums the default layout stores, taken from the raw chunks (read untimed)
@@ -26,7 +28,13 @@ CPU is its Python between them, its threads and the memory it holds. On two core
 cannot take less wall time than half its CPU; ``floor_over_read`` is half the four parts'
 CPU against the full read's wall time.
 
-    python benchmarks/bench_build_floor.py [--dir DIR] [--repeats 3]
+The sidecars and the copies ``store`` writes go under ``--scratch`` (default: beside the
+cube). On this machine's ext4 (no journal) creating a file costs several times more for
+minutes after many files were deleted nearby (the inode allocator passes over the
+recently deleted ones: docs/benchmarks.md, "session build49"); ``--scratch /dev/shm/DIR``
+takes the file system out of the figures.
+
+    python benchmarks/bench_build_floor.py [--dir DIR] [--repeats 3] [--scratch DIR]
 """
 
 from __future__ import annotations
@@ -115,6 +123,14 @@ else:
     if what == "read":
         float(xr.open_zarr(path)[variable].sum().compute())
     elif what == "build":
+        import accumulus.raw_cube
+        reads_done = [0.0, 0.0]  # wall and CPU after the last raw chunk read so far
+        read_region = accumulus.raw_cube.read_region
+        def read_and_mark(*args, **kwargs):
+            region = read_region(*args, **kwargs)
+            reads_done[:] = usage()
+            return region
+        accumulus.raw_cube.read_region = read_and_mark
         accumulus.accumulate(path, variable, into=sidecar)
     elif what == "raw":
         from accumulus.chunk_reader import read_region
@@ -128,8 +144,11 @@ else:
             for _ in pool.map(lambda region: read_region(array, region).shape, blocks):
                 pass
 end_wall, end_cpu = usage()
+tail = {}
+if what == "build":
+    tail = {"tail_seconds": end_wall - reads_done[0], "tail_cpu_seconds": end_cpu - reads_done[1]}
 print(json.dumps({"seconds": end_wall - wall, "cpu_seconds": end_cpu - cpu,
-                  "timed_cpu_seconds": timed}))
+                  "timed_cpu_seconds": timed, **tail}))
 """
 
 KINDS = ("read", "build", "raw", "sums", "encode", "store")
@@ -148,11 +167,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR / "defaults")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--scratch", type=Path, help="where the builds write (default: --dir)")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
-    trash = args.dir / "deleted-at-the-end"
-    trash.mkdir(exist_ok=True)
-    cube, _ = build_cube(args.dir, 730, False, trash)
+    cube_trash = args.dir / "deleted-at-the-end"  # a damaged cube made before, if any
+    cube, _ = build_cube(args.dir, 730, False, cube_trash)
+    trash = (args.scratch or args.dir) / "deleted-at-the-end"
+    trash.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
     run("read", cube, trash / "unused", trash)  # warm: the cube in the page cache
     for repeat in range(args.repeats):
@@ -168,6 +189,8 @@ def main() -> None:
         }
         for kind, done in runs.items()
     }
+    for key in ("tail_seconds", "tail_cpu_seconds"):
+        figures["build"][key] = round(statistics.median(r[key] for r in runs["build"]), 3)
     for kind in ("sums", "encode", "store"):  # only the timed calls, not the reads before them
         done = runs[kind]
         figures[kind]["cpu_seconds"] = round(
@@ -188,7 +211,8 @@ def main() -> None:
             "floor_over_read": round(parts / 2 / read, 2),
         }
     )
-    shutil.rmtree(trash, ignore_errors=True)
+    for deleted in {trash, cube_trash}:
+        shutil.rmtree(deleted, ignore_errors=True)
 
 
 if __name__ == "__main__":
