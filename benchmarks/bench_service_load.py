@@ -6,8 +6,11 @@ with a fixed number in flight.
 Requests (all distinct, so the answer cache cannot help): half area-averaged series over a
 random box (2-60 degrees of latitude x 2-120 of longitude, some across 0 degrees, some across
 the date line) and a random day-precise period; half time-averaged maps over a random
-day-precise period and box. Three loads are sent to each server:
+day-precise period and box. Five loads are sent to each server:
 
+- ``1 client``: one request at a time: a request's latency without a queue (its p50 near its
+  CPU; a stall on every request, such as the 40 ms that Nagle's algorithm once added, shows
+  here at once);
 - ``16 clients``: 16 requests in flight;
 - ``64 clients``: 64 in flight;
 - ``16 clients, 10 % raw``: as the first, with one request in ten answered from the raw data
@@ -88,6 +91,7 @@ from common import DEFAULT_DIR
 from realistic import CHUNKS, SHAPE, START, VARIABLE, dataset, realistic_cube
 
 LOADS = {  # name: (requests in flight, share answered from the raw data)
+    "1 client": (1, 0.0),
     "16 clients": (16, 0.0),
     "64 clients": (64, 0.0),
     "16 clients, 10 % raw": (16, 0.1),
@@ -391,18 +395,22 @@ def floor(cube: Path, qs: list[Question], warm_up: list[Question], profiled: int
     for question in warm_up[: len(warm_up) // 2]:  # and imports, the page cache
         _answer_here(snapshot, question)
     hits, misses = DECODED.hits, DECODED.misses
-    walls, cpus = [], []
+    # The process's CPU, every thread's: a question hands chunk reads to pools (a map's
+    # chunks side by side), which the calling thread's clock leaves out.
+    walls, cpus, own = [], [], []
     for question in qs:
-        started, cpu = time.perf_counter(), time.thread_time()
+        started, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
         _answer_here(snapshot, question)
         walls.append(time.perf_counter() - started)
-        cpus.append(time.thread_time() - cpu)
+        cpus.append(time.process_time() - cpu)
+        own.append(time.thread_time() - thread)
     light = [q for q in qs if q.kind != "raw"]
     return {
         "questions": len(qs),
         "wall": percentiles(walls),
         "cpu_ms_per_request_mean": round(1000 * statistics.fmean(cpus), 2),
         "cpu_ms_per_request_median": round(1000 * statistics.median(cpus), 2),
+        "calling_thread_cpu_ms_per_request_mean": round(1000 * statistics.fmean(own), 2),
         # Reads of accumulation chunks served decoded from the process's cache.
         "decoded_chunks_kept_share": round(
             (DECODED.hits - hits) / max(1, DECODED.hits - hits + DECODED.misses - misses), 3
