@@ -138,6 +138,26 @@ def test_scans_queue_apart_and_never_delay_what_the_accumulations_answer(own_cub
     assert service.busy == 0
 
 
+def test_scans_compute_below_the_priority_of_the_other_questions(own_cube, monkeypatch):
+    """A scan computes on a thread ``SCAN_NICENESS`` nice values below the service's, so that
+    the questions the accumulations answer get the cores first; those keep the service's."""
+    priorities = {}
+    real = state.compute_answer
+
+    def noted(snapshot, request, memory_bytes):
+        thread = threading.get_native_id()
+        priorities[request.query.use_accumulation] = os.getpriority(os.PRIO_PROCESS, thread)
+        return real(snapshot, request, memory_bytes)
+
+    monkeypatch.setattr(state, "compute_answer", noted)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    app = create_app([str(own_cube)])
+    with running(app) as base, httpx.Client(base_url=base, timeout=60) as client:
+        assert client.get(SCAN.format(name="own")).status_code == 200
+        assert client.get("/api/datasets/own/tas/average?over=lat,lon").status_code == 200
+    assert priorities == {False: min(own + state.SCAN_NICENESS, 19), True: own}
+
+
 def test_a_computation_past_its_time_is_stopped_with_504(own_cube, monkeypatch):
     slow = SlowReads(monkeypatch, 0.05)
     limits = ServiceLimits(computations=1, request_seconds=0.5, memory_bytes=ONE_CHUNK)

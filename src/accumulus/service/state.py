@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -75,7 +76,12 @@ class Service:
         self.slots = ComputeSlots(limits.computations)
         self.scan_slots = ComputeSlots(limits.scans)
         self.workers = ThreadPoolExecutor(
-            limits.computations + limits.scans, thread_name_prefix="accumulus-answer"
+            limits.computations, thread_name_prefix="accumulus-answer"
+        )
+        # Scans on threads of their own, below the others' priority: a scan takes seconds of
+        # CPU, and the light questions beside it should get the cores first.
+        self.scan_workers = ThreadPoolExecutor(
+            limits.scans, thread_name_prefix="accumulus-scan", initializer=_yield_cpu
         )
         # The short path's threads, one per computation slot: each takes a slot to compute,
         # so none waits for one (with more threads than slots, handing a slot from thread
@@ -256,7 +262,7 @@ class Service:
                     loop.call_soon_threadsafe(self._finished, finished)
 
         try:
-            running = self.workers.submit(work)
+            running = (self.scan_workers if scan else self.workers).submit(work)
         except BaseException:  # never started (the service is shutting down)
             slot.release()
             raise
@@ -305,6 +311,19 @@ class Service:
             return
         self._trim = None
         release_free_memory()
+
+
+# How far below the other threads a scan's thread runs, in nice values (Linux schedules each
+# thread by its own; an unprivileged process may raise it, never lower it back).
+SCAN_NICENESS = 10
+
+
+def _yield_cpu() -> None:
+    """Run this thread ``SCAN_NICENESS`` nice values below the one it was started with."""
+    with contextlib.suppress(AttributeError, OSError):  # no per-thread priority here
+        thread = threading.get_native_id()
+        now = os.getpriority(os.PRIO_PROCESS, thread)
+        os.setpriority(os.PRIO_PROCESS, thread, min(now + SCAN_NICENESS, 19))
 
 
 def busy_error(limits: ServiceLimits, scan: bool) -> ServiceError:
