@@ -4,7 +4,6 @@ answers of queries read through them those of xarray."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -20,6 +19,7 @@ from accumulus.decoded_chunks import DecodedChunks
 from accumulus.stores.opening import open_store
 from accumulus.stores.safe_reads import FileVersion
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
+from rewrites import WAYS, rewrite
 
 
 @pytest.fixture
@@ -116,16 +116,10 @@ def test_a_kept_chunk_is_read_again_only_when_its_file_changes(tmp_path, kept):
     assert kept.hits == 2
     with pytest.raises(ValueError, match="read-only"):
         chunk[0, 0] = 1.0
-    for how in ("in place", "replaced"):
+    for how in WAYS:
         values = values + 1
         data = encode_chunk(array.metadata, np.dtype("<f8"), values)
-        if how == "in place":
-            with open(path, "r+b") as file:
-                file.write(data)
-                file.truncate()
-        else:
-            path.with_suffix(".new").write_bytes(data)
-            os.replace(path.with_suffix(".new"), path)
+        rewrite(path, data, how)
         chunk, counts = _read(array, (slice(0, 2), slice(0, 64)))
         assert counts.bytes > 0
         np.testing.assert_array_equal(chunk, values)

@@ -4,7 +4,6 @@ rewritten in place or replaced is read afresh, and one that did not change is no
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -12,6 +11,7 @@ import zarr
 
 from accumulus.stores import snapshot
 from accumulus.stores.opening import open_store
+from rewrites import WAYS, rewrite
 
 SETTLED_NS = 50_000_000  # files settled 50 ms after they were written (2 s in use)
 
@@ -32,17 +32,10 @@ def _cube(path):
 
 def _rewritten(path, how: str, old: bytes, new: bytes) -> None:
     document = path / ".zmetadata"
-    data = document.read_bytes().replace(old, new)
-    if how == "in place":
-        with open(document, "r+b") as file:
-            file.write(data)
-            file.truncate()
-    else:
-        document.with_suffix(".new").write_bytes(data)
-        os.replace(document.with_suffix(".new"), document)
+    rewrite(document, document.read_bytes().replace(old, new), how)
 
 
-@pytest.mark.parametrize("how", ["in place", "replaced"])
+@pytest.mark.parametrize("how", WAYS)
 def test_a_rewritten_root_document_is_read_again(tmp_path, settled, how):
     """Read twice unchanged (the second from memory: no read of the file), then rewritten
     with other bytes of the same length, in place or by a new file renamed over it: the
