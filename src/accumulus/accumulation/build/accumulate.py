@@ -874,7 +874,9 @@ def _create_array(
     else:
         dtype, fill = placement.dtype_and_fill(var, acc, count)
         series = placement.is_series(acc, stream.batch_dimension(var))
-        extra = placement.codecs(3 if v3 else 2, placement.bit_shuffled(chunks), series)
+        sums = [term for term, held_in in acc.arrays.items() if held_in == name]
+        bit_shuffle = placement.bit_shuffled(chunks, sums, series)
+        extra = placement.codecs(3 if v3 else 2, bit_shuffle, series)
     return group._async_group.create_array(
         name,
         shape=shape,

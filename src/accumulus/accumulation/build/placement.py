@@ -28,7 +28,7 @@ many entries as the raw data has values, so how it is stored is what it costs:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from math import prod
 from typing import Any, Literal
 
@@ -159,15 +159,24 @@ def blosc_elements(codec: object, chunk: np.ndarray) -> np.ndarray:
     return chunk
 
 
-def bit_shuffled(chunks: tuple[int, ...]) -> bool:
-    """Whether an accumulation array stored in ``chunks`` is compressed after a bit shuffle
-    rather than a byte one: every array where a chunk holds a multiple of 8 values. Chosen
-    by measurement on chunks drawn at random (docs/accumulation.md, docs/benchmarks.md):
-    bit-shuffled chunks take less space for about the same decoding, and series sums in
-    blocks of ``SERIES_BLOCK`` decode faster so. Blosc bit-shuffles a block only if it
-    holds a multiple of 8 values, and leaves it unshuffled otherwise (which compresses far
-    worse),     so other chunks keep the byte shuffle."""
-    return prod(chunks) % 8 == 0
+def bit_shuffled(chunks: tuple[int, ...], sums: Collection[str], series: bool) -> bool:
+    """Whether an accumulation array stored in ``chunks``, holding ``sums`` (names of
+    ``statistics.SUMS``), read as series or not (``series``), is compressed after a bit
+    shuffle rather than a byte one. Chosen by measurement on the entries of built cubes
+    (``bench_entry_codecs.py``, docs/benchmarks.md, session codec50): a bit shuffle stores
+    fewer bytes where most low bits are zero (counts; sums of float32 values), but
+    c-blosc 1.x's bit unshuffle (SSE2 only, as numcodecs ships it) is about half of a
+    chunk's decoding. So counts, and the sums of values of series-like arrays (a question
+    decodes a block or two of each chunk) are bit-shuffled, where a chunk holds a multiple
+    of 8 values (Blosc bit-shuffles a block only then, and leaves it unshuffled otherwise,
+    which compresses far worse). Map-like arrays' sums (one entry per chunk, read whole by
+    every map question) decode in half the time byte-shuffled, for 12-19 % more of their
+    bytes; the statistics' optional sums (products, whose low bits are not zero) in 0.4 of
+    the time, for 2-4 % more."""
+    kinds = [statistics.SUMS[s] for s in sums]
+    if all(k.is_count for k in kinds) or (series and not any(k.optional for k in kinds)):
+        return prod(chunks) % 8 == 0
+    return False
 
 
 def is_series(acc: spec.Accumulation, batch: str) -> bool:
