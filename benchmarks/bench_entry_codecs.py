@@ -184,7 +184,7 @@ def measure(entries: Entries, candidates: list[Candidate], sample: int, repeats:
             for c in order:
                 blosc, stored = codecs[c], encoded[c][i]
                 times.setdefault((c, i, "encode"), []).append(
-                    cpu_us(lambda b=blosc, c=c: encode(c, b, chunk))
+                    cpu_us(lambda b=blosc, c=c, v=chunk: encode(c, b, v))
                 )
                 times.setdefault((c, i, "decode"), []).append(
                     cpu_us(lambda b=blosc, s=stored: decode(b, s, out, True))
@@ -236,9 +236,7 @@ def main() -> None:
     args = parser.parse_args()
     numcodecs.blosc.use_threads = False
     wanted = set(filter(None, args.only.split(",")))
-    candidates = [CANDIDATES[0]] + [
-        c for c in CANDIDATES[1:] if not wanted or c.name() in wanted
-    ]
+    candidates = [CANDIDATES[0]] + [c for c in CANDIDATES[1:] if not wanted or c.name() in wanted]
     arrays = []
     for entries in read_entries(args.cube, args.variable, args.bytes_every):
         arrays.append(measure(entries, candidates, args.sample, args.repeats))

@@ -68,6 +68,7 @@ def test_shuffle_by_array(built):
     assert {"acc_sumsq_time_at_month", "acc_txsum_lat_lon_at_1_chunk"} <= set(optional)
     assert set(optional.values()) == {byte}  # the statistics' sums, maps and series alike
 
+
 def test_entries_and_answers_keep_their_bits(built):
     now, before = built
     old = dict(_positioned(before).arrays())
