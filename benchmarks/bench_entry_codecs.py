@@ -1,6 +1,7 @@
 """Codec configurations for the stored accumulation entries, measured on a built cube's own
 entries: decode and encode CPU per chunk and stored bytes, each candidate against the
-configuration the build chose (``placement.codecs``), which it must reproduce byte for byte.
+configuration each array is stored with (``stored``: what the build chose,
+``placement.codecs``), which must reproduce the stored bytes byte for byte.
 
 Every positioned array of ``CUBE/<var>_accumulation_group/accumulus_positions`` (float64
 sums and integer counts; map-like arrays of one entry per chunk, series-like ones long in
@@ -54,22 +55,27 @@ SHUFFLES = {"none": Blosc.NOSHUFFLE, "byte": Blosc.SHUFFLE, "bit": Blosc.BITSHUF
 class Candidate:
     """A Blosc configuration: compressor, level, shuffle, block bytes (0: c-blosc chooses)
     and the elements it is handed (``typesize`` bytes; 0: the array's own, except a series
-    array's 32-byte elements where the build hands those: ``placement.blosc_elements``)."""
+    array's 32-byte elements where the build hands those: ``placement.blosc_elements``).
+    No compressor: the array's own configuration (``STORED``)."""
 
-    cname: str
-    clevel: int
-    shuffle: str
+    cname: str = ""
+    clevel: int = 0
+    shuffle: str = ""
     blocksize: int = -1  # -1: as the build chooses for this array
     typesize: int = 0
 
     def name(self) -> str:
+        if not self.cname:
+            return "stored"
         block = "build" if self.blocksize < 0 else str(self.blocksize // 1024) + "K"
         size = "" if not self.typesize else f"/t{self.typesize}"
         return f"{self.cname}{self.clevel}/{self.shuffle}/{block}{size}"
 
 
+STORED = Candidate()
 CANDIDATES = [
-    Candidate("lz4", 1, "bit"),  # the build's choice: must reproduce the stored bytes
+    STORED,  # must reproduce the stored bytes
+    Candidate("lz4", 1, "bit"),
     Candidate("lz4", 1, "byte"),
     Candidate("lz4", 1, "none"),
     Candidate("zstd", 1, "bit"),
@@ -91,6 +97,8 @@ CANDIDATES = [
     Candidate("lz4", 1, "bit", 0),
     Candidate("lz4", 1, "bit", -1, 8),
     Candidate("lz4", 1, "bit", -1, 32),
+    Candidate("lz4", 1, "byte", 8 * 1024),
+    Candidate("lz4", 1, "byte", 64 * 1024),
     Candidate("lz4", 1, "byte", -1, 8),
     Candidate("lz4hc", 1, "byte", -1, 8),
 ]
@@ -103,13 +111,15 @@ class Entries:
     name: str
     dtype: np.dtype
     series: bool
-    build_blocksize: int
+    blosc: Blosc  # as stored
     stored: list[bytes]
     values: list[np.ndarray]
 
 
 def codec(candidate: Candidate, entries: Entries) -> Blosc:
-    blocksize = entries.build_blocksize if candidate.blocksize < 0 else candidate.blocksize
+    if candidate == STORED:
+        return entries.blosc
+    blocksize = entries.blosc.blocksize if candidate.blocksize < 0 else candidate.blocksize
     return Blosc(candidate.cname, candidate.clevel, SHUFFLES[candidate.shuffle], blocksize)
 
 
@@ -149,7 +159,7 @@ def read_entries(cube: Path, variable: str, every: int) -> list[Entries]:
             decode(blosc, data, raw, check=True)
             values.append(raw.view(dtype).reshape(metadata.chunks))
         series = metadata.chunks[0] > 1
-        found.append(Entries(path.name, dtype, series, blosc.blocksize, stored, values))
+        found.append(Entries(path.name, dtype, series, blosc, stored, values))
     return found
 
 
@@ -162,7 +172,7 @@ def cpu_us(work: Callable[[], object]) -> float:
 def measure(entries: Entries, candidates: list[Candidate], sample: int, repeats: int) -> dict:
     picked = random.Random(0).sample(range(len(entries.values)), min(sample, len(entries.values)))
     codecs = {c: codec(c, entries) for c in candidates}
-    build = candidates[0]
+    reference = candidates[0]
     totals = {c: 0 for c in candidates}
     encoded: dict[Candidate, dict[int, bytes]] = {c: {} for c in candidates}
     for i, values in enumerate(entries.values):
@@ -171,8 +181,8 @@ def measure(entries: Entries, candidates: list[Candidate], sample: int, repeats:
             totals[c] += len(data)
             if i in picked:
                 encoded[c][i] = data
-            if c == build and data != entries.stored[i]:
-                raise SystemExit(f"{entries.name}: the build's configuration gives other bytes")
+            if c == STORED and data != entries.stored[i]:
+                raise SystemExit(f"{entries.name}: its own configuration gives other bytes")
     nbytes = entries.values[0].nbytes
     out = np.empty(nbytes, dtype="u1")
     times: dict[tuple[Candidate, int, str], list[float]] = {}
@@ -207,13 +217,13 @@ def measure(entries: Entries, candidates: list[Candidate], sample: int, repeats:
             "decode_us": mean_us(c, "decode"),
             "blosc_decode_us": mean_us(c, "blosc"),
             "bytes": total,
-            "bytes_vs_build": round(total / stored_bytes, 4),
+            "bytes_vs_stored": round(total / stored_bytes, 4),
             "bytes_vs_values": round(total / (nbytes * len(entries.values)), 4),
         }
     for c in candidates:
         row = rows[c.name()]
-        row["decode_vs_build"] = round(row["decode_us"] / rows[build.name()]["decode_us"], 3)
-        row["encode_vs_build"] = round(row["encode_us"] / rows[build.name()]["encode_us"], 3)
+        row["decode_vs_stored"] = round(row["decode_us"] / rows[reference.name()]["decode_us"], 3)
+        row["encode_vs_stored"] = round(row["encode_us"] / rows[reference.name()]["encode_us"], 3)
     return {
         "array": entries.name,
         "dtype": str(entries.dtype),
