@@ -10,14 +10,15 @@ numcodecs, as every zarr v2 reader of these groups decodes it) followed by the F
 checksum, as the build stores them, with the elements Blosc is handed (their size is
 Blosc's ``typesize``, written in each frame's header, so a reader needs nothing else):
 
-- ``encode``: thread CPU of the elements viewed as the candidate says, Blosc, Fletcher-32
+- ``encode_us``: thread CPU of the elements viewed as the candidate says, Blosc, Fletcher-32
   (``encoded_chunks.encode_chunk``'s work);
-- ``decode``: thread CPU of Fletcher-32's check and Blosc into a buffer of the chunk's size
+- ``decode_us``: thread CPU of Fletcher-32's check and Blosc into a buffer of the chunk's size
   (a whole chunk, as a map's entries are read; a series reads a block or two of each chunk,
-  which costs about its share of this), and of Blosc alone (``blosc``; a chunk read again
+  which costs about its share of this), and of Blosc alone (``blosc_decode_us``; a chunk read again
   passed its checksum already: ``chunk_reader``);
 - ``bytes``: the stored bytes of every chunk of the array (``--bytes-every`` k: of every
-  k-th chunk), against the stored files'.
+  k-th chunk), against the stored files'; ``group_bytes_vs_raw``: the whole group with
+  every array stored so, against the raw array's stored bytes.
 
 Blosc runs single-threaded (``numcodecs.blosc.use_threads = False``: how it runs on the
 threads a query reads on). Timing: ``--sample`` chunks of each array, every candidate in
