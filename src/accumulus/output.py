@@ -56,23 +56,22 @@ def _values(values: np.ndarray) -> Any:
 
 def result_json(result: QueryResult) -> dict[str, Any]:
     """The answer as a JSON document of plain Python values (``result_json_bytes`` writes
-    the same document)."""
-    data = result.data
-    coords = {str(d): labels(data[d].values) for d in data.dims}
-    return _document(result, coords, _values(np.asarray(data.values)))
+    the same document), from its values and labels (never its ``DataArray``)."""
+    coords = {d: labels(result.labels(d)) for d in result.dims}
+    return _document(result, coords, _values(np.asarray(result.values)))
 
 
 def _document(result: QueryResult, coords: dict[str, Any], values: Any) -> dict[str, Any]:
-    data = result.data
+    attrs = result.attrs
     return {
         "variable": result.query.variable,
         "stat": result.query.stat,
         "weights": result.weights,
-        "over": list(data.attrs.get("over", "").split(",")) if data.attrs.get("over") else [],
-        "dims": list(data.dims),
+        "over": list(attrs.get("over", "").split(",")) if attrs.get("over") else [],
+        "dims": list(result.dims),
         "coords": coords,
         "values": values,
-        "units": data.attrs.get("units"),
+        "units": attrs.get("units"),
         # The plan that ran, measured at the store, and the planner's estimate of its time.
         "plan": result.stats.to_dict()
         | {
@@ -101,9 +100,8 @@ def result_json_bytes(result: QueryResult) -> bytes:
     on a map (every float the shortest text that reads back as the same value, as ``repr``
     writes it). Arrays that orjson writes as their lists would be written (``_as_written``)
     are handed to it as they are, not as lists of Python objects made first."""
-    data = result.data
-    coords = {str(d): _as_written(data[d].values, labels) for d in data.dims}
-    document = _document(result, coords, _as_written(np.asarray(data.values), _values))
+    coords = {d: _as_written(result.labels(d), labels) for d in result.dims}
+    document = _document(result, coords, _as_written(np.asarray(result.values), _values))
     return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
