@@ -93,7 +93,7 @@ class QueryResult:
     query: Query
     values: np.ndarray  # the answer's values, along ``dims``
     dims: tuple[str, ...]
-    coords: Mapping[str, pd.Index | Coordinate]  # the labels along each of ``dims``
+    coords: Mapping[str, Labels]  # the labels along each of ``dims``
     name: str
     attrs: Mapping[str, Any]  # the DataArray's attributes: units, stat, what was read...
     plan: QueryPlan
@@ -122,6 +122,8 @@ class QueryResult:
         index = self.coords[dim]
         if isinstance(index, Coordinate):
             return index.values
+        if isinstance(index, AxisPart):
+            return index.coordinate.values[index.start : index.stop]
         if type(index) in _PLAIN_INDEXES and isinstance(index.dtype, np.dtype):
             return np.asarray(index.values, dtype=index.dtype)  # (as xarray's adapter reads it)
         return _pandas_index(index, dim).create_variables()[dim].values
@@ -275,7 +277,8 @@ def _seasonal(
         if first == 0 and len(runs) == len(record.runs):
             indexes["year"] = record.coordinate
         else:
-            indexes["year"] = record.years[first : first + len(runs)]
+            last = first + len(runs)
+            indexes["year"] = AxisPart(record.years[first:last], record.coordinate, first, last)
     units = _units_of(cube.raw.variables[var.name].attrs, stat)
     attrs: dict[str, Any] = {} if units is None else {"units": units}
     stats = QueryStats(
@@ -885,7 +888,7 @@ def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[i
 def _data_array(
     values: np.ndarray,
     dims: Sequence[str],
-    indexes: Mapping[str, pd.Index | Coordinate],
+    indexes: Mapping[str, Labels],
     name: str,
     attrs: Mapping[str, Any] | None = None,
 ) -> xr.DataArray:
@@ -899,6 +902,8 @@ def _data_array(
     variables = {}
     for d in dims:
         index = indexes[d]
+        if isinstance(index, AxisPart):
+            index = index.labels
         if isinstance(index, Coordinate):
             xindexes[d] = index.index
             # Its own variable (a user may set its attributes), over the same labels.
@@ -939,19 +944,47 @@ class Coordinate:
         return cls(index, variable, values)
 
 
-def _coordinates(
-    cube: RawCube, resolved: ResolvedQuery, dims: Sequence[str]
-) -> dict[str, pd.Index | Coordinate]:
-    """The labels of the answer's kept ``dims``: each whole axis' ``Coordinate``, made once
-    per snapshot; the others' labels (``answer_index``)."""
-    found: dict[str, pd.Index | Coordinate] = {}
+@dataclass(frozen=True)
+class AxisPart:
+    """An answer's labels that are steps ``start`` to ``stop`` of a whole axis (a series'
+    days, a map's latitudes): the labels themselves (pandas'), and that axis' ``Coordinate``,
+    which their values are a view of (and whose written forms, made once, outputs slice)."""
+
+    labels: pd.Index
+    coordinate: Coordinate
+    start: int
+    stop: int
+
+
+def _coordinates(cube: RawCube, resolved: ResolvedQuery, dims: Sequence[str]) -> dict[str, Labels]:
+    """The labels of the answer's kept ``dims`` (``answer_index``): each whole axis'
+    ``Coordinate``, made once per snapshot; a part of one, as an ``AxisPart`` of it; others
+    (continuing past a longitude's seam) as they are."""
+    found: dict[str, Labels] = {}
     for d in dims:
-        labels = answer_index(cube, resolved, d)
-        if labels is whole_labels(cube, d):
-            found[d] = cube.remembered(("answer coordinate", d), partial(Coordinate.of, labels, d))
+        labels, whole = answer_index(cube, resolved, d), whole_labels(cube, d)
+        coordinate = cube.remembered(("answer coordinate", d), partial(Coordinate.of, whole, d))
+        lo, hi = resolved.ranges[d]
+        if labels is whole:
+            found[d] = coordinate
+        elif _labels_from(coordinate, labels, lo, hi):
+            found[d] = AxisPart(labels, coordinate, lo, hi)
         else:
             found[d] = labels
     return found
+
+
+def _labels_from(coordinate: Coordinate, labels: pd.Index, lo: int, hi: int) -> bool:
+    """Whether ``labels`` are ``coordinate``'s from step ``lo`` to ``hi``: numbers or times
+    of the same type and values (compared at once, not label by label)."""
+    whole = coordinate.values
+    return (
+        0 <= lo <= hi <= len(whole)
+        and len(labels) == hi - lo
+        and whole.dtype.kind in "iufmM"
+        and labels.dtype == whole.dtype
+        and np.array_equal(np.asarray(labels.values), whole[lo:hi])
+    )
 
 
 def _pandas_index(index: pd.Index, dim: str) -> PandasIndex:
@@ -965,6 +998,9 @@ def _pandas_index(index: pd.Index, dim: str) -> PandasIndex:
 
 # Indexes whose dtype is a NumPy dtype xarray keeps as it is (``_pandas_index``).
 _PLAIN_INDEXES = (pd.Index, pd.DatetimeIndex)
+
+# An answer's labels along one dimension (``_coordinates``).
+type Labels = pd.Index | Coordinate | AxisPart
 
 
 def _weights_without_noise(
