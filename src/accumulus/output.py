@@ -111,8 +111,8 @@ def result_json_bytes(result: QueryResult) -> bytes:
 def _written_labels(index: Labels, values: np.ndarray) -> Any:
     """An answer's labels (``values``) in a form orjson writes as it writes ``labels``: a
     whole axis' JSON text, or a part of it, cut from its text written once per snapshot
-    (``WrittenAxis``: a series' thousands of days were two thirds of its JSON's time);
-    others as ``_as_written`` hands them."""
+    (``WrittenAxis``: checking and writing a series' thousands of days was most of its
+    JSON's time, docs/benchmarks.md); others as ``_as_written`` hands them."""
     if isinstance(index, Coordinate):
         return _written_axis(index).part(0, len(index.values))
     if isinstance(index, AxisPart):
@@ -132,17 +132,11 @@ class WrittenAxis:
 
     @classmethod
     def of(cls, values: np.ndarray) -> WrittenAxis:
-        written = orjson.dumps(_as_written(values, labels), option=orjson.OPT_SERIALIZE_NUMPY)
-        text = written[1:-1]  # (without the brackets)
+        text = _written(values)[1:-1]  # (without the brackets)
         commas = np.flatnonzero(np.frombuffer(text, np.uint8) == ord(","))
         if len(commas) == len(values) - 1:  # no label's text holds a comma: they part there
             return cls(text, np.append(commas, len(text)))
-        each = [
-            orjson.dumps(_as_written(values[k : k + 1], labels), option=orjson.OPT_SERIALIZE_NUMPY)[
-                1:-1
-            ]
-            for k in range(len(values))
-        ]
+        each = [_written(values[k : k + 1])[1:-1] for k in range(len(values))]
         return cls(b",".join(each), np.cumsum([len(t) + 1 for t in each], dtype=np.int64) - 1)
 
     def part(self, start: int, stop: int) -> orjson.Fragment:
@@ -151,6 +145,11 @@ class WrittenAxis:
             return orjson.Fragment(b"[]")
         begin = 0 if start == 0 else int(self.ends[start - 1]) + 1
         return orjson.Fragment(b"[" + self.text[begin : int(self.ends[stop - 1])] + b"]")
+
+
+def _written(values: np.ndarray) -> bytes:
+    """The JSON array of labels ``values``, as ``result_json_bytes`` writes it."""
+    return orjson.dumps(_as_written(values, labels), option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 # Each whole axis' written labels, by its ``Coordinate`` (made once per snapshot).

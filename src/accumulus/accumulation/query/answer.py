@@ -87,8 +87,9 @@ class QueryStats:
 class QueryResult:
     """An answer: its values and labels (what a JSON answer writes), the plan that ran and
     what it read. ``data``, the answer as a ``DataArray``, is made from them when first
-    asked for: the service and ``--json`` never ask (making it was ~0.1 ms of an answer of
-    a few, docs/benchmarks.md)."""
+    asked for: the service and ``--json`` never ask, and making it was a part of their
+    answers' time worth saving (docs/benchmarks.md, "From a question's sums to the
+    client")."""
 
     query: Query
     values: np.ndarray  # the answer's values, along ``dims``
