@@ -66,13 +66,13 @@ def picture_kind(kinds: Mapping[str, str | None]) -> str:
 
 def kinds_of(result: QueryResult) -> dict[str, str | None]:
     """The kind of each dimension of the answer, in its order."""
-    return {str(d): _extent_kind(result.selection.get(str(d))) for d in result.data.dims}
+    return {d: _extent_kind(result.selection.get(d)) for d in result.dims}
 
 
 def captions(result: QueryResult) -> Captions:
-    data = result.data
-    name = str(data.attrs.get("long_name") or data.name)
-    units = data.attrs.get("units")
+    attrs = result.attrs
+    name = str(attrs.get("long_name") or result.name)
+    units = attrs.get("units")
     what = f"{name} ({units})" if units else name
     over = [d for d in result.query.over if d in result.selection] or list(result.query.over)
     over_kinds = frozenset(_extent_kind(result.selection.get(d)) or d for d in over)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 import orjson
 import pandas as pd
 
-from accumulus.accumulation.query.answer import QueryResult
+from accumulus.accumulation.query.answer import AxisPart, Coordinate, Labels, QueryResult
 from accumulus.captions import captions
+from accumulus.identity_memo import IdentityMemo
 from accumulus.plots import result_png as result_png  # re-exported: the PNG format
 
 
@@ -56,23 +59,22 @@ def _values(values: np.ndarray) -> Any:
 
 def result_json(result: QueryResult) -> dict[str, Any]:
     """The answer as a JSON document of plain Python values (``result_json_bytes`` writes
-    the same document)."""
-    data = result.data
-    coords = {str(d): labels(data[d].values) for d in data.dims}
-    return _document(result, coords, _values(np.asarray(data.values)))
+    the same document), from its values and labels (never its ``DataArray``)."""
+    coords = {d: labels(result.labels(d)) for d in result.dims}
+    return _document(result, coords, _values(np.asarray(result.values)))
 
 
 def _document(result: QueryResult, coords: dict[str, Any], values: Any) -> dict[str, Any]:
-    data = result.data
+    attrs = result.attrs
     return {
         "variable": result.query.variable,
         "stat": result.query.stat,
         "weights": result.weights,
-        "over": list(data.attrs.get("over", "").split(",")) if data.attrs.get("over") else [],
-        "dims": list(data.dims),
+        "over": list(attrs.get("over", "").split(",")) if attrs.get("over") else [],
+        "dims": list(result.dims),
         "coords": coords,
         "values": values,
-        "units": data.attrs.get("units"),
+        "units": attrs.get("units"),
         # The plan that ran, measured at the store, and the planner's estimate of its time.
         "plan": result.stats.to_dict()
         | {
@@ -101,10 +103,61 @@ def result_json_bytes(result: QueryResult) -> bytes:
     on a map (every float the shortest text that reads back as the same value, as ``repr``
     writes it). Arrays that orjson writes as their lists would be written (``_as_written``)
     are handed to it as they are, not as lists of Python objects made first."""
-    data = result.data
-    coords = {str(d): _as_written(data[d].values, labels) for d in data.dims}
-    document = _document(result, coords, _as_written(np.asarray(data.values), _values))
+    coords = {d: _written_labels(result.coords[d], result.labels(d)) for d in result.dims}
+    document = _document(result, coords, _as_written(np.asarray(result.values), _values))
     return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _written_labels(index: Labels, values: np.ndarray) -> Any:
+    """An answer's labels (``values``) in a form orjson writes as it writes ``labels``: a
+    whole axis' JSON text, or a part of it, cut from its text written once per snapshot
+    (``WrittenAxis``: checking and writing a series' thousands of days was most of its
+    JSON's time, docs/benchmarks.md); others as ``_as_written`` hands them."""
+    if isinstance(index, Coordinate):
+        return _written_axis(index).part(0, len(index.values))
+    if isinstance(index, AxisPart):
+        return _written_axis(index.coordinate).part(index.start, index.stop)
+    return _as_written(values, labels)
+
+
+@dataclass(frozen=True)
+class WrittenAxis:
+    """A whole axis' labels as JSON text, comma-separated, and where each label's text
+    ends: the text of any run of them, cut from it. A label's text depends on it alone
+    (orjson writes each element of an array, and of a list, by itself), so a run's text is
+    the one ``_as_written`` of those labels would give."""
+
+    text: bytes
+    ends: np.ndarray  # the end of each label's text in ``text``
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> WrittenAxis:
+        text = _written(values)[1:-1]  # (without the brackets)
+        commas = np.flatnonzero(np.frombuffer(text, np.uint8) == ord(","))
+        if len(commas) == len(values) - 1:  # no label's text holds a comma: they part there
+            return cls(text, np.append(commas, len(text)))
+        each = [_written(values[k : k + 1])[1:-1] for k in range(len(values))]
+        return cls(b",".join(each), np.cumsum([len(t) + 1 for t in each], dtype=np.int64) - 1)
+
+    def part(self, start: int, stop: int) -> orjson.Fragment:
+        """The JSON array of labels ``start`` to ``stop``, as orjson writes it in place."""
+        if start >= stop:
+            return orjson.Fragment(b"[]")
+        begin = 0 if start == 0 else int(self.ends[start - 1]) + 1
+        return orjson.Fragment(b"[" + self.text[begin : int(self.ends[stop - 1])] + b"]")
+
+
+def _written(values: np.ndarray) -> bytes:
+    """The JSON array of labels ``values``, as ``result_json_bytes`` writes it."""
+    return orjson.dumps(_as_written(values, labels), option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+# Each whole axis' written labels, by its ``Coordinate`` (made once per snapshot).
+_WRITTEN: IdentityMemo[WrittenAxis] = IdentityMemo()
+
+
+def _written_axis(coordinate: Coordinate) -> WrittenAxis:
+    return _WRITTEN.value(coordinate, partial(WrittenAxis.of, coordinate.values))
 
 
 # The times orjson writes (as "YYYY-MM-DDTHH:MM:SS"); it refuses others.

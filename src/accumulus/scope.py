@@ -11,6 +11,10 @@ The setting and the filters are process-wide (zarr's configuration and Python's 
 filters are), so the scope counts the calls inside it: the first to enter turns them on, the
 last to leave restores what was there. Threads of a service answering at once share one
 scope, and no call can switch the setting off under another.
+
+A process that is accumulus' own (a service's: ``service.server.serve``) enters the scope
+once for its whole life (``hold_scope``): turning it on and off again cost ~10 µs a call,
+three calls a request (docs/benchmarks.md); inside it, a call only counts itself.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import functools
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import zarr
@@ -46,22 +50,40 @@ _depth = 0
 _restore: Callable[[], None] | None = None
 
 
-@contextmanager
-def accumulus_scope() -> Iterator[None]:
-    """Variable chunk grids on, accumulus' own warnings off, for the calls inside."""
+def _enter() -> None:
     global _depth, _restore
     with _lock:
         _depth += 1
         if _depth == 1:
             _restore = _turn_on()
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and _restore is not None:
-                _restore()
-                _restore = None
+
+
+def _leave() -> None:
+    global _depth, _restore
+    with _lock:
+        _depth -= 1
+        if _depth == 0 and _restore is not None:
+            _restore()
+            _restore = None
+
+
+class _Scope:
+    """The context manager of ``accumulus_scope`` (a class, not a generator: entered in
+    every call of the public functions)."""
+
+    def __enter__(self) -> None:
+        _enter()
+
+    def __exit__(self, *exc: object) -> None:
+        _leave()
+
+
+_SCOPE = _Scope()
+
+
+def accumulus_scope() -> AbstractContextManager[None]:
+    """Variable chunk grids on, accumulus' own warnings off, for the calls inside."""
+    return _SCOPE
 
 
 def scoped[**P, R](function: Callable[P, R]) -> Callable[P, R]:
@@ -69,10 +91,19 @@ def scoped[**P, R](function: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(function)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with accumulus_scope():
+        _enter()
+        try:
             return function(*args, **kwargs)
+        finally:
+            _leave()
 
     return wrapper
+
+
+def hold_scope() -> None:
+    """Enter the scope for the rest of the process' life (a process of accumulus' own:
+    what it changes then holds for everything the process runs)."""
+    _enter()
 
 
 # The filters ``warnings.filterwarnings("ignore", message=..., category=...)`` would add for

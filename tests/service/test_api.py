@@ -406,3 +406,67 @@ def test_arrays_handed_to_orjson_are_written_as_their_lists():
         assert orjson.dumps(handed, option=numpy) == orjson.dumps(_values(values)), values
     assert isinstance(_as_written(answers[2], _values), np.ndarray)
     assert isinstance(_as_written(coordinates[9], labels), np.ndarray)
+
+
+def test_parts_of_a_written_axis_are_its_labels_written():
+    """A whole axis' labels written once (``WrittenAxis``), any run of them cut from that
+    text, is what orjson writes of those labels' lists (``labels``): for every kind of
+    coordinate, labels whose text holds a comma included."""
+    import orjson
+
+    from accumulus.output import WrittenAxis, labels
+
+    coordinates = [
+        np.linspace(-89.5, 89.5, 7, dtype="f4"),
+        np.linspace(-179.5, 179.5, 9),
+        np.arange(-3, 4, dtype="i1"),
+        np.array([1.5, np.nan, np.inf, -np.inf]),
+        np.array(["a", "b,c", "", ",,"]),
+        np.array(["2001-01-01", "2001-01-02T12:00:00.5", "NaT"], dtype="datetime64[ns]"),
+        np.array(["0001-01-01", "9999-12-31"], dtype="datetime64[D]"),
+        np.arange(np.datetime64("2001-01-01"), np.datetime64("2001-03-01")).astype("M8[ns]"),
+        np.array([], dtype="f8"),
+    ]
+    for values in coordinates:
+        written = WrittenAxis.of(values)
+        n = len(values)
+        for start, stop in [(0, n), (0, 1), (1, n), (n // 2, n // 2 + 2), (n - 1, n), (2, 2)]:
+            start, stop = min(max(start, 0), n), min(stop, n)
+            part = orjson.dumps({"x": written.part(start, stop)})
+            assert part == orjson.dumps({"x": labels(values[start:stop])}), (values, start, stop)
+
+
+# A box and period of ``BOX``, as the library takes them.
+BOX_RANGES = {"time": ("2001-01-03", "2001-02-01"), "lat": ("-80", "80"), "lon": ("-150", "150")}
+
+
+@pytest.mark.parametrize(
+    "over, ranges",
+    [
+        ("lat,lon", BOX_RANGES),
+        ("time", BOX_RANGES),
+        ("time", {"lon": ("150", "-150")}),  # across the date line: labels past the seam
+        ("time", {}),  # whole axes
+        ("lat", {"time": ("2001-01-05", "2001-01-20")}),
+    ],
+)  # fmt: skip
+def test_an_answer_is_written_without_its_data_array(cube, over, ranges):
+    """JSON is written from an answer's values and labels; its ``DataArray`` is made only
+    when asked for, and has those labels and values."""
+    import orjson
+
+    from accumulus.output import result_json_bytes
+
+    result = api.query(str(cube), "tas", over, ranges)
+    written = orjson.loads(result_json_bytes(result))
+    assert "data" not in vars(result)  # not made
+    assert written == orjson.loads(orjson.dumps(result_json(result)))
+    data = result.data
+    assert result.data is data  # made once
+    assert data.dims == result.dims and data.name == "tas" and data.attrs == dict(result.attrs)
+    assert data.values is result.values
+    for d in result.dims:
+        labels = result.labels(d)
+        assert labels.dtype == data[d].values.dtype
+        np.testing.assert_array_equal(labels, data[d].values)
+        assert written["coords"][d] == result_json(result)["coords"][d]

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Annotated
 
 import pandas as pd
@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from accumulus.api import SEASONS, STATS, Query, ResolvedQuery, malformed_range, split_range
 from accumulus.errors import AccumulusError, ParameterError
+from accumulus.raw_cube import RawCube
 from accumulus.regions import Shape, named_region, shape_from_geojson
 from accumulus.service.datasets import DatasetSnapshot
 
@@ -225,10 +226,16 @@ def _ranges(
                 f"unknown parameter {name!r}: ranges are named by the dimensions of the "
                 f"dataset {dims}; the other parameters are {', '.join(OPTIONS)}",
             )
-        if not re.fullmatch(range_pattern(cube.index(name)), text):
+        # (Each dimension's pattern made and compiled once per snapshot.)
+        pattern = cube.remembered(("range pattern", name), partial(_compiled_pattern, cube, name))
+        if not pattern.fullmatch(text):
             raise malformed_range(name, text)
         ranges[name] = split_range(name, text)
     return ranges
+
+
+def _compiled_pattern(cube: RawCube, dim: str) -> re.Pattern[str]:
+    return re.compile(range_pattern(cube.index(dim)))
 
 
 def requested_shape(name: str | None, body: bytes | None) -> Shape | None:

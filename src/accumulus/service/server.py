@@ -20,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.config import LOGGING_CONFIG
 
+from accumulus.scope import hold_scope
 from accumulus.service import http
 from accumulus.service.app import ServiceSettings, catalog, create_app
 from accumulus.service.guard import ServiceLimits
@@ -83,6 +84,7 @@ def serve(
         "http": http.BoundedHttpToolsProtocol,
     }
     if workers == 1:
+        hold_scope()  # (this process serves until it ends)
         uvicorn.run(create_app(stores, **settings), **options)
         return
     for dataset in catalog(stores, settings):
@@ -116,7 +118,9 @@ def app_from_json(document: dict[str, Any]) -> FastAPI:
 
 def app_from_environment() -> FastAPI:
     """The application of one worker process of ``serve(..., workers=N)``, from the settings
-    its parent left in the environment."""
+    its parent left in the environment. The process serves until it ends: it holds
+    accumulus' scope (``scope.hold_scope``) from now on."""
+    hold_scope()
     return app_from_json(json.loads(os.environ[SETTINGS_VARIABLE]))
 
 

@@ -14,7 +14,7 @@ import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 from math import prod
 from typing import Any
 
@@ -85,8 +85,18 @@ class QueryStats:
 
 @dataclass(frozen=True)
 class QueryResult:
+    """An answer: its values and labels (what a JSON answer writes), the plan that ran and
+    what it read. ``data``, the answer as a ``DataArray``, is made from them when first
+    asked for: the service and ``--json`` never ask, and making it was a part of their
+    answers' time worth saving (docs/benchmarks.md, "From a question's sums to the
+    client")."""
+
     query: Query
-    data: xr.DataArray
+    values: np.ndarray  # the answer's values, along ``dims``
+    dims: tuple[str, ...]
+    coords: Mapping[str, Labels]  # the labels along each of ``dims``
+    name: str
+    attrs: Mapping[str, Any]  # the DataArray's attributes: units, stat, what was read...
     plan: QueryPlan
     stats: QueryStats
     weights: Weights
@@ -102,6 +112,22 @@ class QueryResult:
     # What the planner estimated the plan that ran would cost (``cost``), to set beside
     # what it measured (``stats``).
     estimate: PlanCost | None = None
+
+    @cached_property
+    def data(self) -> xr.DataArray:
+        """The answer as a ``DataArray`` named ``name``, with ``attrs`` (made once)."""
+        return _data_array(self.values, self.dims, self.coords, self.name, self.attrs)
+
+    def labels(self, dim: str) -> np.ndarray:
+        """The labels along ``dim``: the values of ``data[dim]``, without making ``data``."""
+        index = self.coords[dim]
+        if isinstance(index, Coordinate):
+            return index.values
+        if isinstance(index, AxisPart):
+            return index.coordinate.values[index.start : index.stop]
+        if type(index) in _PLAIN_INDEXES and isinstance(index.dtype, np.dtype):
+            return np.asarray(index.values, dtype=index.dtype)  # (as xarray's adapter reads it)
+        return _pandas_index(index, dim).create_variables()[dim].values
 
 
 def run_query(
@@ -160,7 +186,6 @@ def run_query(
     attrs |= {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over)}
     attrs |= stats.to_dict()
     kept = resolved.kept
-    data = _data_array(values, kept, _coordinates(cube, resolved, kept), var.name, attrs)
     if stat.centred and not plan.accumulation_reads:
         note = "; ".join(
             [*([note] if note else []), f"{resolved.stat} read from the raw chunks (exact)"]
@@ -170,8 +195,9 @@ def run_query(
     varying = () if weights == "none" else weights_vary_along(cube, weights, var)
     weighted_over = tuple(d for d in varying if d in resolved.over)
     return QueryResult(
-        resolved.query, data, plan, stats, weights, note, extents, costs, weighted_over, estimate
-    )
+        resolved.query, values, tuple(kept), _coordinates(cube, resolved, kept), var.name, attrs,
+        plan, stats, weights, note, extents, costs, weighted_over, estimate,
+    )  # fmt: skip
 
 
 def _seasonal(
@@ -252,17 +278,18 @@ def _seasonal(
         if first == 0 and len(runs) == len(record.runs):
             indexes["year"] = record.coordinate
         else:
-            indexes["year"] = record.years[first : first + len(runs)]
-    data = _data_array(values, dims, indexes, var.name)
-    _units(data, cube.raw.variables[var.name].attrs, stat)
+            last = first + len(runs)
+            indexes["year"] = AxisPart(record.years[first:last], record.coordinate, first, last)
+    units = _units_of(cube.raw.variables[var.name].attrs, stat)
+    attrs: dict[str, Any] = {} if units is None else {"units": units}
     stats = QueryStats(
         done.accumulation_chunks, done.raw_chunks, done.counts.bytes, done.counts.requests,
         time.perf_counter() - started,
     )  # fmt: skip
-    data.attrs.update(
-        {"stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over),
-         "season": season} | stats.to_dict()
-    )  # fmt: skip
+    attrs |= {
+        "stat": resolved.stat, "weights": weights, "over": ",".join(resolved.over),
+        "season": season,
+    } | stats.to_dict()  # fmt: skip
     if costs and not plan.accumulation_reads:
         note = "; ".join(
             [*([note] if note else []), f"a full scan is estimated faster ({costs['scan']}) "
@@ -273,8 +300,9 @@ def _seasonal(
     extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
     estimate = costs.get("accumulation" if plan.accumulation_reads else "scan")
     return QueryResult(
-        resolved.query, data, plan, stats, weights, note, extents, costs, estimate=estimate
-    )
+        resolved.query, values, tuple(dims), indexes, var.name, attrs, plan, stats, weights,
+        note, extents, costs, estimate=estimate,
+    )  # fmt: skip
 
 
 def _sums_for(
@@ -309,13 +337,6 @@ def _sums_now(
         if [layout.key for layout in plain_layouts] == [layout.key for layout in layouts]:
             return stat, "none", plain, plain_layouts, note
     return stat, weights, terms, layouts, note
-
-
-def _units(data: xr.DataArray, attributes: Mapping[str, Any], stat: statistics.Statistic) -> None:
-    """The answer's units, from the variable's (``_units_of``), in its attributes."""
-    units = _units_of(attributes, stat)
-    if units is not None:
-        data.attrs["units"] = units
 
 
 def _units_of(attributes: Mapping[str, Any], stat: statistics.Statistic) -> str | None:
@@ -398,19 +419,20 @@ def _correlation(
     values = stat.answer(list(total), False)
     if np.may_share_memory(values, total):  # (the total is working space)
         values = np.array(values)
-    data = _data_array(np.asarray(values), kept, _coordinates(cube, resolved, kept), var.name)
     # (The raw chunks' requests and bytes are not counted: they are read through xarray.)
     stats = QueryStats(entries, raw, counts.bytes, counts.requests, time.perf_counter() - started)
-    data.attrs.update(
-        {"stat": "corr", "with": other_name, "weights": "none", "over": ",".join(resolved.over)}
-        | stats.to_dict()
-    )
+    attrs = {
+        "stat": "corr", "with": other_name, "weights": "none", "over": ",".join(resolved.over)
+    } | stats.to_dict()  # fmt: skip
     how = "from its pair sums" if entries else "from the raw chunks of both (exact)"
     if entries and raw:
         how = "from its pair sums and the raw chunks of both at the ends"
     note = "; ".join([*resolved.notes, f"corr with {other_name} read {how}"])
     extents = selection(cube, var.dims, resolved.ranges, resolved.sizes)
-    return QueryResult(resolved.query, data, plan, stats, "none", note, extents)
+    return QueryResult(
+        resolved.query, np.asarray(values), tuple(kept), _coordinates(cube, resolved, kept),
+        var.name, attrs, plan, stats, "none", note, extents,
+    )  # fmt: skip
 
 
 def _stored_pairs(
@@ -867,7 +889,7 @@ def _final_within(positions: Sequence[int], final: int, covered: int) -> tuple[i
 def _data_array(
     values: np.ndarray,
     dims: Sequence[str],
-    indexes: Mapping[str, pd.Index | Coordinate],
+    indexes: Mapping[str, Labels],
     name: str,
     attrs: Mapping[str, Any] | None = None,
 ) -> xr.DataArray:
@@ -881,6 +903,8 @@ def _data_array(
     variables = {}
     for d in dims:
         index = indexes[d]
+        if isinstance(index, AxisPart):
+            index = index.labels
         if isinstance(index, Coordinate):
             xindexes[d] = index.index
             # Its own variable (a user may set its attributes), over the same labels.
@@ -910,26 +934,58 @@ class Coordinate:
 
     index: PandasIndex
     variable: xr.Variable
+    values: np.ndarray  # the variable's values (``QueryResult.labels``), read-only
 
     @classmethod
     def of(cls, labels: pd.Index, dim: str) -> Coordinate:
         index = _pandas_index(labels, dim)
-        return cls(index, index.create_variables()[dim])
+        variable = index.create_variables()[dim]
+        values = np.array(variable.values)  # (its own copy: no answer may change it)
+        values.flags.writeable = False
+        return cls(index, variable, values)
 
 
-def _coordinates(
-    cube: RawCube, resolved: ResolvedQuery, dims: Sequence[str]
-) -> dict[str, pd.Index | Coordinate]:
-    """The labels of the answer's kept ``dims``: each whole axis' ``Coordinate``, made once
-    per snapshot; the others' labels (``answer_index``)."""
-    found: dict[str, pd.Index | Coordinate] = {}
+@dataclass(frozen=True)
+class AxisPart:
+    """An answer's labels that are steps ``start`` to ``stop`` of a whole axis (a series'
+    days, a map's latitudes): the labels themselves (pandas'), and that axis' ``Coordinate``,
+    which their values are a view of (and whose written forms, made once, outputs slice)."""
+
+    labels: pd.Index
+    coordinate: Coordinate
+    start: int
+    stop: int
+
+
+def _coordinates(cube: RawCube, resolved: ResolvedQuery, dims: Sequence[str]) -> dict[str, Labels]:
+    """The labels of the answer's kept ``dims`` (``answer_index``): each whole axis'
+    ``Coordinate``, made once per snapshot; a part of one, as an ``AxisPart`` of it; others
+    (continuing past a longitude's seam) as they are."""
+    found: dict[str, Labels] = {}
     for d in dims:
-        labels = answer_index(cube, resolved, d)
-        if labels is whole_labels(cube, d):
-            found[d] = cube.remembered(("answer coordinate", d), partial(Coordinate.of, labels, d))
+        labels, whole = answer_index(cube, resolved, d), whole_labels(cube, d)
+        coordinate = cube.remembered(("answer coordinate", d), partial(Coordinate.of, whole, d))
+        lo, hi = resolved.ranges[d]
+        if labels is whole:
+            found[d] = coordinate
+        elif _labels_from(coordinate, labels, lo, hi):
+            found[d] = AxisPart(labels, coordinate, lo, hi)
         else:
             found[d] = labels
     return found
+
+
+def _labels_from(coordinate: Coordinate, labels: pd.Index, lo: int, hi: int) -> bool:
+    """Whether ``labels`` are ``coordinate``'s from step ``lo`` to ``hi``: numbers or times
+    of the same type and values (compared at once, not label by label)."""
+    whole = coordinate.values
+    return (
+        0 <= lo <= hi <= len(whole)
+        and len(labels) == hi - lo
+        and whole.dtype.kind in "iufmM"
+        and labels.dtype == whole.dtype
+        and np.array_equal(np.asarray(labels.values), whole[lo:hi])
+    )
 
 
 def _pandas_index(index: pd.Index, dim: str) -> PandasIndex:
@@ -943,6 +999,9 @@ def _pandas_index(index: pd.Index, dim: str) -> PandasIndex:
 
 # Indexes whose dtype is a NumPy dtype xarray keeps as it is (``_pandas_index``).
 _PLAIN_INDEXES = (pd.Index, pd.DatetimeIndex)
+
+# An answer's labels along one dimension (``_coordinates``).
+type Labels = pd.Index | Coordinate | AxisPart
 
 
 def _weights_without_noise(
