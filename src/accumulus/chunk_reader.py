@@ -68,9 +68,7 @@ from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds, read_grid, sharding_of
 from accumulus.partial_decode import (
     BloscChain,
-    Region,
     blosc_chain,
-    byte_span,
     decode_part,
     decode_ranges,
     decode_ranges_async,
@@ -161,25 +159,60 @@ class ChunkRequest:
     keep: bool = False
 
     @cached_property
+    def spec(self) -> ArraySpec:
+        """How the chunk is decoded (``_chunk_spec``): its declared shape, dtype, fill value
+        and memory order."""
+        return _chunk_spec(self.array.metadata, self.coords)
+
+    @cached_property
+    def spans(self) -> tuple[tuple[tuple[int, int], ...], int]:
+        """The bytes of the chunk (C order, its declared shape) from the first to the last
+        element of each part needed (``regions``, else ``needed``; all of it when neither),
+        and the values those parts hold: worked out once per chunk for the planner's
+        estimate (``decoded_in_part``) and the reader (``_readable_here``,
+        ``partial_decode.decode_ranges``)."""
+        shape = self.spec.shape
+        itemsize = _facts(self.array).grids.native.itemsize
+        spans = []
+        values = 0
+        for region in self.regions or (self.needed or tuple(slice(None) for _ in shape),):
+            # Its first and last bytes and its values in one pass (``byte_span``).
+            first = last = 0
+            stride, count = itemsize, 1
+            for s, n in zip(reversed(region), reversed(shape), strict=True):
+                start, stop, _ = s.indices(n)
+                count *= max(0, stop - start)
+                first += start * stride
+                last += (stop - 1) * stride
+                stride *= n
+            if count:
+                values += count
+                spans.append((first, last + itemsize))
+        return tuple(spans), values
+
+    @cached_property
     def _place(self) -> _ShardPlace | None:
         return _place_in_shard(self.array.metadata, self.coords)
 
     @cached_property
     def store_key(self) -> str:
         """The key of the object holding the chunk (its shard, for a sharded array)."""
+        facts = _facts(self.array)
+        if facts.grids.sharding is None:
+            return self.key
         place = self._place
-        coords = self.coords if place is None else place.shard
-        path = self.array.store_path.path
-        chunk = self.array.metadata.encode_chunk_key(coords)
-        return f"{path}/{chunk}" if path else chunk
+        assert place is not None
+        return facts.prefix + facts.metadata.encode_chunk_key(place.shard)
 
     @cached_property
     def key(self) -> str:
         """The chunk's name: its store key, followed by its place in the shard when the
         array is sharded (``temp/c/0/1/2[3,0,1]``)."""
+        facts = _facts(self.array)
+        if facts.grids.sharding is None:
+            return facts.chunk_key(self.coords)
         place = self._place
-        if place is None:
-            return self.store_key
+        assert place is not None
         return f"{self.store_key}[{','.join(map(str, place.inner))}]"
 
 
@@ -355,19 +388,19 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
     store that allows it (``stores.base.reads_synchronously``); None otherwise."""
     here = []
     allowed: dict[int, bool] = {}
-    grids_of: dict[int, _Grids] = {}  # by array object: a plan reads a few arrays' chunks
+    facts_of: dict[int, _ArrayFacts] = {}  # by array object: a plan reads a few arrays' chunks
     for request in requests:
         target = request.store or store or request.array.store_path.store
         can = allowed.get(id(target))
         if can is None:
             can = allowed[id(target)] = reads_synchronously(target)
-        grids = grids_of.get(id(request.array))
-        if grids is None:
-            array = request.array.async_array
-            grids = grids_of[id(request.array)] = _grids(array.metadata, array)
+        facts = facts_of.get(id(request.array))
+        if facts is None:
+            facts = facts_of[id(request.array)] = _facts(request.array)
+        grids = facts.grids
         if not can or grids.transform is None or grids.sharding is not None:
             return None
-        spec = _chunk_spec(grids.metadata, request.coords)
+        spec = request.spec
         # reads_synchronously: a local or memory store, below wrappers that pass get_sync on;
         # read below those that only present metadata (``reader_of``).
         reader = cast(SupportsGetSync, reader_of(target, request.store_key))
@@ -378,7 +411,7 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         # What it decodes: the parts needed (and the rest of their blocks); of a chunk
         # smaller than ``SIDE_BY_SIDE_CHUNK`` that changes no choice of ``_read_here``.
         if ranged and partly and nbytes >= SIDE_BY_SIDE_CHUNK:
-            nbytes = min(nbytes, _span_bytes(request, spec.shape, grids.native.itemsize))
+            nbytes = min(nbytes, _span_bytes(request))
         here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged, partly))
     return here
 
@@ -389,12 +422,10 @@ def _ranged_here(reader: object) -> bool:
     return isinstance(reader, LeanLocalStore)
 
 
-def _span_bytes(request: ChunkRequest, shape: tuple[int, ...], itemsize: int) -> int:
+def _span_bytes(request: ChunkRequest) -> int:
     """The bytes from the first to the last element of each part of the chunk ``request``
     needs, added up."""
-    regions = request.regions or (request.needed,)
-    spans = (byte_span(region, shape, itemsize) for region in regions if region is not None)
-    return sum(stop - start for start, stop in (s for s in spans if s is not None))
+    return sum(stop - start for start, stop in request.spans[0])
 
 
 def _read_here(
@@ -499,13 +530,13 @@ def _read_parts(
     checked = bool(blosc.checks)
     verified = checked and _VERIFIED.get((version.device, version.inode)) == version
     if chunk.partly and not keep and (verified or not checked):
-        regions = request.regions or (cast(Region, request.needed),)
         known = _HEADS.get((version.device, version.inode))
         head = known[1] if known is not None and known[0] == version else None
         seen = None
         if head is None and version.settled(time.time_ns(), SETTLED_NS):
             seen = partial(_keep_head, version)
-        part = decode_ranges(blosc, spec, regions, counted, version.size, verified, head, seen)
+        spans = request.spans[0]
+        part = decode_ranges(blosc, spec, spans, counted, version.size, verified, head, seen)
         if part is not None:
             return part
     buffer = spec.prototype.buffer.from_bytes(counted(0, version.size))
@@ -811,8 +842,7 @@ async def _fetch(request: ChunkRequest, fetcher: _Fetcher) -> _Fetched:
     blosc = _grids(array.metadata).blosc
     if blosc is not None and _ranged_through_the_loop(request, blosc, spec):
         read = partial(fetcher.get_range, request, spec.prototype)
-        regions = request.regions or (cast(Region, request.needed),)
-        decode = await decode_ranges_async(blosc, spec, regions, read)
+        decode = await decode_ranges_async(blosc, spec, request.spans[0], read)
         if decode is not None:
             return _Fetched(decode)
     buffer = await fetcher.get(request, spec.prototype)
@@ -836,7 +866,7 @@ def _ranged_through_the_loop(request: ChunkRequest, blosc: BloscChain, spec: Arr
         if int(b.edges[c + 1] - b.edges[c]) != n:
             return False
     itemsize = spec.dtype.to_native_dtype().itemsize
-    unread = prod(spec.shape) * itemsize - _span_bytes(request, spec.shape, itemsize)
+    unread = prod(spec.shape) * itemsize - _span_bytes(request)
     return unread >= REMOTE_RANGED_SAVES
 
 
@@ -895,32 +925,15 @@ def decoded_in_part(request: ChunkRequest, reads: PartReads) -> tuple[int, int] 
     rounded out to whole Blosc blocks; None where the chunk is read whole (those blocks are
     all of it, or from an object store too little is left unread to pay for the header's
     round trip: ``_ranged_through_the_loop``)."""
-    needed = request.needed
-    if needed is None:
+    if request.needed is None:
         return None
-    if reads.header_first:
-        spec = _chunk_spec(request.array.metadata, request.coords)
-        if not _ranged_through_the_loop(request, reads.blosc, spec):
-            return None
-    shape = reads.shape or _codec_shape(request.array.metadata, request.coords)
-    itemsize, size = reads.itemsize, reads.blocksize
-    whole = prod(shape) * itemsize
-    runs: list[tuple[int, int]] = []
-    values = 0
-    for region in request.regions or (needed,):
-        # Its first and last bytes in C order (``partial_decode.byte_span``) and its values,
-        # in one pass: a plan lists dozens of chunks.
-        first = last = 0
-        stride, count = itemsize, 1
-        for s, n in zip(reversed(region), reversed(shape), strict=True):
-            start, stop, _ = s.indices(n)
-            count *= max(0, stop - start)
-            first += start * stride
-            last += (stop - 1) * stride
-            stride *= n
-        if count:
-            values += count
-            runs.append((first // size * size, min(whole, -(-(last + itemsize) // size) * size)))
+    if reads.header_first and not _ranged_through_the_loop(request, reads.blosc, request.spec):
+        return None
+    whole = prod(request.spec.shape) * reads.itemsize
+    size = reads.blocksize
+    spans, values = request.spans
+    # Each part's bytes rounded out to whole blocks.
+    runs = [(first // size * size, min(whole, -(-stop // size) * size)) for first, stop in spans]
     decoded = end = 0
     for start, stop in sorted(runs):  # blocks two parts share are decoded once
         decoded += max(0, stop - max(start, end))
@@ -1006,10 +1019,12 @@ def _codec_shape(metadata: ArrayMetadata, coords: tuple[int, ...]) -> tuple[int,
     grid); an ``IndexError`` outside the grid."""
     grids = _grids(metadata)
     if grids.regular is not None:
-        if len(coords) == len(grids.regular) and all(
-            0 <= c < n for c, n in zip(coords, grids.grid_shape, strict=True)
-        ):
-            return grids.regular
+        if len(coords) == len(grids.regular):
+            for c, n in zip(coords, grids.grid_shape, strict=True):  # (a loop: no generator)
+                if not 0 <= c < n:
+                    break
+            else:
+                return grids.regular
     else:
         chunk = grids.read[coords]
         if chunk is not None:
@@ -1084,6 +1099,51 @@ def _grids(metadata: ArrayMetadata, array: AsyncArray | None = None) -> _Grids:
     if array is not None and not found.known:
         found = replace(found, transform=_sync_transform(array), known=True)
         _GRIDS[id(metadata)] = found
+    return found
+
+
+# The most chunk keys remembered per array (``_ArrayFacts.keys``); then forgotten at once.
+KEYS_PER_ARRAY = 2**14
+
+
+@dataclass(slots=True)
+class _ArrayFacts:
+    """What every chunk of one array object shares, worked out once per array object (an
+    open datacube's arrays are read by every question of its snapshot): its grids and
+    codecs (``_grids``, with its synchronous chain), where its chunks' keys begin, and the
+    keys of its chunks named so far (a service's questions name the same chunks again)."""
+
+    array: zarr.Array
+    metadata: ArrayMetadata
+    grids: _Grids
+    prefix: str  # the array's path and "/", or "" at the store's root
+    keys: dict[tuple[int, ...], str]
+
+    def chunk_key(self, coords: tuple[int, ...]) -> str:
+        """The store key of the stored chunk at ``coords`` (an array that is not sharded)."""
+        key = self.keys.get(coords)
+        if key is None:
+            if len(self.keys) >= KEYS_PER_ARRAY:
+                self.keys.clear()
+            key = self.keys[coords] = self.prefix + self.metadata.encode_chunk_key(coords)
+        return key
+
+
+# By the array object's identity, each entry keeping its array alive (no id reused), and
+# checked against the array's metadata (replaced when the array is resized).
+_FACTS: dict[int, _ArrayFacts] = {}
+
+
+def _facts(array: zarr.Array) -> _ArrayFacts:
+    found = _FACTS.get(id(array))
+    metadata = array.metadata
+    if found is None or found.array is not array or found.metadata is not metadata:
+        if len(_FACTS) >= 256:
+            _FACTS.clear()
+        path = array.store_path.path
+        grids = _grids(metadata, array.async_array)
+        found = _ArrayFacts(array, metadata, grids, f"{path}/" if path else "", {})
+        _FACTS[id(array)] = found
     return found
 
 
