@@ -200,6 +200,9 @@ def plan_cost(
     arrays: dict[int, tuple[tuple[tuple[int, ...], ...], Rate, Rate, int, PartReads | None]] = {}
     raw_rate = raw_sum_rate(var, terms, over)
     entry_rate = entry_sum_rate()
+    # What a chunk decodes of the parts it needs (``decoded_in_part``), by its array's way of
+    # reading parts and those parts, where its shape is every chunk's of the array.
+    parts: dict[tuple[int, Any], tuple[int, int] | None] = {}
     count = nbytes_total = 0
     compute = 0.0
     header_first = False
@@ -218,8 +221,12 @@ def plan_cost(
         sizes, decoding, summing, itemsize, in_part = known
         part = None
         if in_part is not None:
-            # (From the chunk's byte spans, worked out once for this and its read.)
-            part = decoded_in_part(request, in_part)
+            if in_part.shape is None or in_part.header_first:  # (depends on the chunk)
+                part = decoded_in_part(request, in_part)
+            else:  # alike for the chunks of an array needing the same parts: a series' dozens
+                needs = (id(in_part), request.regions or request.needed)
+                part = parts[needs] if needs in parts else decoded_in_part(request, in_part)
+                parts[needs] = part
             header_first = header_first or (part is not None and in_part.header_first)
         if part is None:
             values = 1
