@@ -165,6 +165,16 @@ class ChunkRequest:
         return _chunk_spec(self.array.metadata, self.coords)
 
     @cached_property
+    def nbytes(self) -> int:
+        """Its declared size decoded."""
+        return prod(self.spec.shape) * _facts(self.array).grids.native.itemsize
+
+    @cached_property
+    def partly(self) -> bool:
+        """Whether its consumer looks at a part of it only (``needed``, not all of it)."""
+        return self.needed is not None and not _whole(self.needed, self.spec.shape)
+
+    @cached_property
     def spans(self) -> tuple[tuple[tuple[int, int], ...], int]:
         """The bytes of the chunk (C order, its declared shape) from the first to the last
         element of each part needed (``regions``, else ``needed``; all of it when neither),
@@ -404,8 +414,8 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         # reads_synchronously: a local or memory store, below wrappers that pass get_sync on;
         # read below those that only present metadata (``reader_of``).
         reader = cast(SupportsGetSync, reader_of(target, request.store_key))
-        nbytes = prod(spec.shape) * grids.native.itemsize
-        partly = request.needed is not None and not _whole(request.needed, spec.shape)
+        nbytes = request.nbytes
+        partly = request.partly
         blosc = grids.blosc
         ranged = blosc is not None and _ranged_here(reader) and (partly or bool(blosc.checks))
         # What it decodes: the parts needed (and the rest of their blocks); of a chunk
@@ -859,7 +869,7 @@ def _ranged_through_the_loop(request: ChunkRequest, blosc: BloscChain, spec: Arr
     the whole stored chunk), and only for a chunk that holds all it declares: the partial
     last chunk of a growing array is the one an append replaces (``ingest.append``), and
     two reads of it could meet two versions of the object."""
-    if blosc.checks or request.needed is None or _whole(request.needed, spec.shape):
+    if blosc.checks or not request.partly:
         return False
     bounds = array_bounds(request.array)
     for b, c, n in zip(bounds, request.coords, spec.shape, strict=True):
@@ -954,9 +964,8 @@ def _decode(
     shorter than declared there). ``verified``: its bytes passed its checksum already."""
     grids = _grids(request.array.metadata)
     if grids.blosc is not None:
-        needed = request.needed
-        if needed is not None and _whole(needed, spec.shape):
-            needed = None  # (a map's time step: nothing to leave out, no frame to look at)
+        # (All of it, a map's time step: nothing to leave out, no frame to look at.)
+        needed = request.needed if request.partly else None
         part = decode_part(
             grids.blosc, request.array, request.coords, buffer, spec, needed, verified
         )
@@ -975,8 +984,9 @@ def _decode(
 
 def _whole(region: tuple[slice, ...], shape: tuple[int, ...]) -> bool:
     """Whether ``region`` (slices of a chunk of ``shape``) is all of it."""
+    # (A list, made inline, not a generator: a few dimensions, asked of every chunk.)
     return len(region) == len(shape) and all(
-        s.indices(n) == (0, n, 1) for s, n in zip(region, shape, strict=True)
+        [s.indices(n) == (0, n, 1) for s, n in zip(region, shape, strict=True)]
     )
 
 
@@ -1010,8 +1020,7 @@ def _filled(spec: ArraySpec) -> np.ndarray:
 
 
 def _decoded_bytes(request: ChunkRequest) -> int:
-    metadata = request.array.metadata
-    return prod(_codec_shape(metadata, request.coords)) * _grids(metadata).native.itemsize
+    return request.nbytes
 
 
 def _codec_shape(metadata: ArrayMetadata, coords: tuple[int, ...]) -> tuple[int, ...]:
