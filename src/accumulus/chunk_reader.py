@@ -316,7 +316,7 @@ def _check_sizes(requests: Sequence[ChunkRequest], memory_bytes: int) -> None:
     """Refuse, before any is read, a chunk larger decoded than ``memory_bytes``: a store
     may declare any shape (a reference set's 1 x 40000 x 40000 chunk of ``/dev/zero``)."""
     for request in requests:
-        size = _decoded_bytes(request)
+        size = request.nbytes
         if size > memory_bytes:
             metadata = request.array.metadata
             shape = " x ".join(map(str, _codec_shape(metadata, request.coords)))
@@ -618,7 +618,7 @@ async def _read_all(
     async def fetch(request: ChunkRequest) -> None:
         # Its stored bytes until it is decoded (no more than its decoded size, for a codec
         # that compresses), then its values until they are summed.
-        cost = _decoded_bytes(request)
+        cost = request.nbytes
         await held.take(cost)
         try:
             async with limit:
@@ -1019,10 +1019,6 @@ def _filled(spec: ArraySpec) -> np.ndarray:
     return np.full(spec.shape, fill, dtype=spec.dtype.to_native_dtype())
 
 
-def _decoded_bytes(request: ChunkRequest) -> int:
-    return request.nbytes
-
-
 def _codec_shape(metadata: ArrayMetadata, coords: tuple[int, ...]) -> tuple[int, ...]:
     """The declared shape of the chunk at ``coords`` (the same for every chunk of a regular
     grid); an ``IndexError`` outside the grid."""
@@ -1111,31 +1107,20 @@ def _grids(metadata: ArrayMetadata, array: AsyncArray | None = None) -> _Grids:
     return found
 
 
-# The most chunk keys remembered per array (``_ArrayFacts.keys``); then forgotten at once.
-KEYS_PER_ARRAY = 2**14
-
-
 @dataclass(slots=True)
 class _ArrayFacts:
     """What every chunk of one array object shares, worked out once per array object (an
     open datacube's arrays are read by every question of its snapshot): its grids and
-    codecs (``_grids``, with its synchronous chain), where its chunks' keys begin, and the
-    keys of its chunks named so far (a service's questions name the same chunks again)."""
+    codecs (``_grids``, with its synchronous chain) and where its chunks' keys begin."""
 
     array: zarr.Array
     metadata: ArrayMetadata
     grids: _Grids
     prefix: str  # the array's path and "/", or "" at the store's root
-    keys: dict[tuple[int, ...], str]
 
     def chunk_key(self, coords: tuple[int, ...]) -> str:
         """The store key of the stored chunk at ``coords`` (an array that is not sharded)."""
-        key = self.keys.get(coords)
-        if key is None:
-            if len(self.keys) >= KEYS_PER_ARRAY:
-                self.keys.clear()
-            key = self.keys[coords] = self.prefix + self.metadata.encode_chunk_key(coords)
-        return key
+        return self.prefix + self.metadata.encode_chunk_key(coords)
 
 
 # By the array object's identity, each entry keeping its array alive (no id reused), and
@@ -1151,7 +1136,7 @@ def _facts(array: zarr.Array) -> _ArrayFacts:
             _FACTS.clear()
         path = array.store_path.path
         grids = _grids(metadata, array.async_array)
-        found = _ArrayFacts(array, metadata, grids, f"{path}/" if path else "", {})
+        found = _ArrayFacts(array, metadata, grids, f"{path}/" if path else "")
         _FACTS[id(array)] = found
     return found
 
