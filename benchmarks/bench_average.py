@@ -46,7 +46,7 @@ from accumulus.accumulation.query.execute import chunk_work
 from accumulus.chunk_reader import _chunk_spec
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
-from accumulus.partial_decode import blosc_chain, decode_ranges
+from accumulus.partial_decode import blosc_chain, decode_ranges, region_spans
 from accumulus.stores.base import innermost, reads_synchronously
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key
@@ -132,6 +132,7 @@ def in_part(store, request) -> Callable[[Callable[[bytes], np.ndarray]], np.ndar
     path = os.path.join(str(root), request.store_key)
     spec = _chunk_spec(request.array.metadata, request.coords)
     regions = request.regions or (request.needed,)
+    spans = region_spans(regions, spec.shape, spec.dtype.to_native_dtype().itemsize)
 
     counting = _counting(store)
 
@@ -146,7 +147,7 @@ def in_part(store, request) -> Callable[[Callable[[bytes], np.ndarray]], np.ndar
 
         try:
             size = os.fstat(fd).st_size
-            part = decode_ranges(chain, spec, regions, counted, size, verified=True)
+            part = decode_ranges(chain, spec, spans, counted, size, verified=True)
             return part if part is not None else whole(counted(0, size))
         finally:
             os.close(fd)

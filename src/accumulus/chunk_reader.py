@@ -68,9 +68,7 @@ from accumulus.errors import AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds, read_grid, sharding_of
 from accumulus.partial_decode import (
     BloscChain,
-    Region,
     blosc_chain,
-    byte_span,
     decode_part,
     decode_ranges,
     decode_ranges_async,
@@ -161,25 +159,70 @@ class ChunkRequest:
     keep: bool = False
 
     @cached_property
+    def spec(self) -> ArraySpec:
+        """How the chunk is decoded (``_chunk_spec``): its declared shape, dtype, fill value
+        and memory order."""
+        return _chunk_spec(self.array.metadata, self.coords)
+
+    @cached_property
+    def nbytes(self) -> int:
+        """Its declared size decoded."""
+        return prod(self.spec.shape) * _facts(self.array).grids.native.itemsize
+
+    @cached_property
+    def partly(self) -> bool:
+        """Whether its consumer looks at a part of it only (``needed``, not all of it)."""
+        return self.needed is not None and not _whole(self.needed, self.spec.shape)
+
+    @cached_property
+    def spans(self) -> tuple[tuple[tuple[int, int], ...], int]:
+        """The bytes of the chunk (C order, its declared shape) from the first to the last
+        element of each part needed (``regions``, else ``needed``; all of it when neither),
+        and the values those parts hold: worked out once per chunk for the planner's
+        estimate (``decoded_in_part``) and the reader (``_readable_here``,
+        ``partial_decode.decode_ranges``)."""
+        shape = self.spec.shape
+        itemsize = _facts(self.array).grids.native.itemsize
+        spans = []
+        values = 0
+        for region in self.regions or (self.needed or tuple(slice(None) for _ in shape),):
+            # Its first and last bytes and its values in one pass (``byte_span``).
+            first = last = 0
+            stride, count = itemsize, 1
+            for s, n in zip(reversed(region), reversed(shape), strict=True):
+                start, stop, _ = s.indices(n)
+                count *= max(0, stop - start)
+                first += start * stride
+                last += (stop - 1) * stride
+                stride *= n
+            if count:
+                values += count
+                spans.append((first, last + itemsize))
+        return tuple(spans), values
+
+    @cached_property
     def _place(self) -> _ShardPlace | None:
         return _place_in_shard(self.array.metadata, self.coords)
 
     @cached_property
     def store_key(self) -> str:
         """The key of the object holding the chunk (its shard, for a sharded array)."""
+        facts = _facts(self.array)
+        if facts.grids.sharding is None:
+            return self.key
         place = self._place
-        coords = self.coords if place is None else place.shard
-        path = self.array.store_path.path
-        chunk = self.array.metadata.encode_chunk_key(coords)
-        return f"{path}/{chunk}" if path else chunk
+        assert place is not None
+        return facts.prefix + facts.metadata.encode_chunk_key(place.shard)
 
     @cached_property
     def key(self) -> str:
         """The chunk's name: its store key, followed by its place in the shard when the
         array is sharded (``temp/c/0/1/2[3,0,1]``)."""
+        facts = _facts(self.array)
+        if facts.grids.sharding is None:
+            return facts.chunk_key(self.coords)
         place = self._place
-        if place is None:
-            return self.store_key
+        assert place is not None
         return f"{self.store_key}[{','.join(map(str, place.inner))}]"
 
 
@@ -273,7 +316,7 @@ def _check_sizes(requests: Sequence[ChunkRequest], memory_bytes: int) -> None:
     """Refuse, before any is read, a chunk larger decoded than ``memory_bytes``: a store
     may declare any shape (a reference set's 1 x 40000 x 40000 chunk of ``/dev/zero``)."""
     for request in requests:
-        size = _decoded_bytes(request)
+        size = request.nbytes
         if size > memory_bytes:
             metadata = request.array.metadata
             shape = " x ".join(map(str, _codec_shape(metadata, request.coords)))
@@ -355,30 +398,30 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
     store that allows it (``stores.base.reads_synchronously``); None otherwise."""
     here = []
     allowed: dict[int, bool] = {}
-    grids_of: dict[int, _Grids] = {}  # by array object: a plan reads a few arrays' chunks
+    facts_of: dict[int, _ArrayFacts] = {}  # by array object: a plan reads a few arrays' chunks
     for request in requests:
         target = request.store or store or request.array.store_path.store
         can = allowed.get(id(target))
         if can is None:
             can = allowed[id(target)] = reads_synchronously(target)
-        grids = grids_of.get(id(request.array))
-        if grids is None:
-            array = request.array.async_array
-            grids = grids_of[id(request.array)] = _grids(array.metadata, array)
+        facts = facts_of.get(id(request.array))
+        if facts is None:
+            facts = facts_of[id(request.array)] = _facts(request.array)
+        grids = facts.grids
         if not can or grids.transform is None or grids.sharding is not None:
             return None
-        spec = _chunk_spec(grids.metadata, request.coords)
+        spec = request.spec
         # reads_synchronously: a local or memory store, below wrappers that pass get_sync on;
         # read below those that only present metadata (``reader_of``).
         reader = cast(SupportsGetSync, reader_of(target, request.store_key))
-        nbytes = prod(spec.shape) * grids.native.itemsize
-        partly = request.needed is not None and not _whole(request.needed, spec.shape)
+        nbytes = request.nbytes
+        partly = request.partly
         blosc = grids.blosc
         ranged = blosc is not None and _ranged_here(reader) and (partly or bool(blosc.checks))
         # What it decodes: the parts needed (and the rest of their blocks); of a chunk
         # smaller than ``SIDE_BY_SIDE_CHUNK`` that changes no choice of ``_read_here``.
         if ranged and partly and nbytes >= SIDE_BY_SIDE_CHUNK:
-            nbytes = min(nbytes, _span_bytes(request, spec.shape, grids.native.itemsize))
+            nbytes = min(nbytes, _span_bytes(request))
         here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged, partly))
     return here
 
@@ -389,12 +432,10 @@ def _ranged_here(reader: object) -> bool:
     return isinstance(reader, LeanLocalStore)
 
 
-def _span_bytes(request: ChunkRequest, shape: tuple[int, ...], itemsize: int) -> int:
+def _span_bytes(request: ChunkRequest) -> int:
     """The bytes from the first to the last element of each part of the chunk ``request``
     needs, added up."""
-    regions = request.regions or (request.needed,)
-    spans = (byte_span(region, shape, itemsize) for region in regions if region is not None)
-    return sum(stop - start for start, stop in (s for s in spans if s is not None))
+    return sum(stop - start for start, stop in request.spans[0])
 
 
 def _read_here(
@@ -499,13 +540,13 @@ def _read_parts(
     checked = bool(blosc.checks)
     verified = checked and _VERIFIED.get((version.device, version.inode)) == version
     if chunk.partly and not keep and (verified or not checked):
-        regions = request.regions or (cast(Region, request.needed),)
         known = _HEADS.get((version.device, version.inode))
         head = known[1] if known is not None and known[0] == version else None
         seen = None
         if head is None and version.settled(time.time_ns(), SETTLED_NS):
             seen = partial(_keep_head, version)
-        part = decode_ranges(blosc, spec, regions, counted, version.size, verified, head, seen)
+        spans = request.spans[0]
+        part = decode_ranges(blosc, spec, spans, counted, version.size, verified, head, seen)
         if part is not None:
             return part
     buffer = spec.prototype.buffer.from_bytes(counted(0, version.size))
@@ -577,7 +618,7 @@ async def _read_all(
     async def fetch(request: ChunkRequest) -> None:
         # Its stored bytes until it is decoded (no more than its decoded size, for a codec
         # that compresses), then its values until they are summed.
-        cost = _decoded_bytes(request)
+        cost = request.nbytes
         await held.take(cost)
         try:
             async with limit:
@@ -811,8 +852,7 @@ async def _fetch(request: ChunkRequest, fetcher: _Fetcher) -> _Fetched:
     blosc = _grids(array.metadata).blosc
     if blosc is not None and _ranged_through_the_loop(request, blosc, spec):
         read = partial(fetcher.get_range, request, spec.prototype)
-        regions = request.regions or (cast(Region, request.needed),)
-        decode = await decode_ranges_async(blosc, spec, regions, read)
+        decode = await decode_ranges_async(blosc, spec, request.spans[0], read)
         if decode is not None:
             return _Fetched(decode)
     buffer = await fetcher.get(request, spec.prototype)
@@ -829,14 +869,14 @@ def _ranged_through_the_loop(request: ChunkRequest, blosc: BloscChain, spec: Arr
     the whole stored chunk), and only for a chunk that holds all it declares: the partial
     last chunk of a growing array is the one an append replaces (``ingest.append``), and
     two reads of it could meet two versions of the object."""
-    if blosc.checks or request.needed is None or _whole(request.needed, spec.shape):
+    if blosc.checks or not request.partly:
         return False
     bounds = array_bounds(request.array)
     for b, c, n in zip(bounds, request.coords, spec.shape, strict=True):
         if int(b.edges[c + 1] - b.edges[c]) != n:
             return False
     itemsize = spec.dtype.to_native_dtype().itemsize
-    unread = prod(spec.shape) * itemsize - _span_bytes(request, spec.shape, itemsize)
+    unread = prod(spec.shape) * itemsize - _span_bytes(request)
     return unread >= REMOTE_RANGED_SAVES
 
 
@@ -895,32 +935,15 @@ def decoded_in_part(request: ChunkRequest, reads: PartReads) -> tuple[int, int] 
     rounded out to whole Blosc blocks; None where the chunk is read whole (those blocks are
     all of it, or from an object store too little is left unread to pay for the header's
     round trip: ``_ranged_through_the_loop``)."""
-    needed = request.needed
-    if needed is None:
+    if request.needed is None:
         return None
-    if reads.header_first:
-        spec = _chunk_spec(request.array.metadata, request.coords)
-        if not _ranged_through_the_loop(request, reads.blosc, spec):
-            return None
-    shape = reads.shape or _codec_shape(request.array.metadata, request.coords)
-    itemsize, size = reads.itemsize, reads.blocksize
-    whole = prod(shape) * itemsize
-    runs: list[tuple[int, int]] = []
-    values = 0
-    for region in request.regions or (needed,):
-        # Its first and last bytes in C order (``partial_decode.byte_span``) and its values,
-        # in one pass: a plan lists dozens of chunks.
-        first = last = 0
-        stride, count = itemsize, 1
-        for s, n in zip(reversed(region), reversed(shape), strict=True):
-            start, stop, _ = s.indices(n)
-            count *= max(0, stop - start)
-            first += start * stride
-            last += (stop - 1) * stride
-            stride *= n
-        if count:
-            values += count
-            runs.append((first // size * size, min(whole, -(-(last + itemsize) // size) * size)))
+    if reads.header_first and not _ranged_through_the_loop(request, reads.blosc, request.spec):
+        return None
+    whole = prod(request.spec.shape) * reads.itemsize
+    size = reads.blocksize
+    spans, values = request.spans
+    # Each part's bytes rounded out to whole blocks.
+    runs = [(first // size * size, min(whole, -(-stop // size) * size)) for first, stop in spans]
     decoded = end = 0
     for start, stop in sorted(runs):  # blocks two parts share are decoded once
         decoded += max(0, stop - max(start, end))
@@ -941,9 +964,8 @@ def _decode(
     shorter than declared there). ``verified``: its bytes passed its checksum already."""
     grids = _grids(request.array.metadata)
     if grids.blosc is not None:
-        needed = request.needed
-        if needed is not None and _whole(needed, spec.shape):
-            needed = None  # (a map's time step: nothing to leave out, no frame to look at)
+        # (All of it, a map's time step: nothing to leave out, no frame to look at.)
+        needed = request.needed if request.partly else None
         part = decode_part(
             grids.blosc, request.array, request.coords, buffer, spec, needed, verified
         )
@@ -962,8 +984,9 @@ def _decode(
 
 def _whole(region: tuple[slice, ...], shape: tuple[int, ...]) -> bool:
     """Whether ``region`` (slices of a chunk of ``shape``) is all of it."""
+    # (A list, made inline, not a generator: a few dimensions, asked of every chunk.)
     return len(region) == len(shape) and all(
-        s.indices(n) == (0, n, 1) for s, n in zip(region, shape, strict=True)
+        [s.indices(n) == (0, n, 1) for s, n in zip(region, shape, strict=True)]
     )
 
 
@@ -996,20 +1019,17 @@ def _filled(spec: ArraySpec) -> np.ndarray:
     return np.full(spec.shape, fill, dtype=spec.dtype.to_native_dtype())
 
 
-def _decoded_bytes(request: ChunkRequest) -> int:
-    metadata = request.array.metadata
-    return prod(_codec_shape(metadata, request.coords)) * _grids(metadata).native.itemsize
-
-
 def _codec_shape(metadata: ArrayMetadata, coords: tuple[int, ...]) -> tuple[int, ...]:
     """The declared shape of the chunk at ``coords`` (the same for every chunk of a regular
     grid); an ``IndexError`` outside the grid."""
     grids = _grids(metadata)
     if grids.regular is not None:
-        if len(coords) == len(grids.regular) and all(
-            0 <= c < n for c, n in zip(coords, grids.grid_shape, strict=True)
-        ):
-            return grids.regular
+        if len(coords) == len(grids.regular):
+            for c, n in zip(coords, grids.grid_shape, strict=True):  # (a loop: no generator)
+                if not 0 <= c < n:
+                    break
+            else:
+                return grids.regular
     else:
         chunk = grids.read[coords]
         if chunk is not None:
@@ -1084,6 +1104,40 @@ def _grids(metadata: ArrayMetadata, array: AsyncArray | None = None) -> _Grids:
     if array is not None and not found.known:
         found = replace(found, transform=_sync_transform(array), known=True)
         _GRIDS[id(metadata)] = found
+    return found
+
+
+@dataclass(slots=True)
+class _ArrayFacts:
+    """What every chunk of one array object shares, worked out once per array object (an
+    open datacube's arrays are read by every question of its snapshot): its grids and
+    codecs (``_grids``, with its synchronous chain) and where its chunks' keys begin."""
+
+    array: zarr.Array
+    metadata: ArrayMetadata
+    grids: _Grids
+    prefix: str  # the array's path and "/", or "" at the store's root
+
+    def chunk_key(self, coords: tuple[int, ...]) -> str:
+        """The store key of the stored chunk at ``coords`` (an array that is not sharded)."""
+        return self.prefix + self.metadata.encode_chunk_key(coords)
+
+
+# By the array object's identity, each entry keeping its array alive (no id reused), and
+# checked against the array's metadata (replaced when the array is resized).
+_FACTS: dict[int, _ArrayFacts] = {}
+
+
+def _facts(array: zarr.Array) -> _ArrayFacts:
+    found = _FACTS.get(id(array))
+    metadata = array.metadata
+    if found is None or found.array is not array or found.metadata is not metadata:
+        if len(_FACTS) >= 256:
+            _FACTS.clear()
+        path = array.store_path.path
+        grids = _grids(metadata, array.async_array)
+        found = _ArrayFacts(array, metadata, grids, f"{path}/" if path else "")
+        _FACTS[id(array)] = found
     return found
 
 

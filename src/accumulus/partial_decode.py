@@ -46,6 +46,7 @@ import numcodecs
 import numpy as np
 import zarr
 from numcodecs.abc import Codec
+from numcodecs.blosc import decompress  # (``Blosc.decode`` after checks our frames pass)
 from numcodecs.fletcher32 import Fletcher32
 from zarr.codecs import BloscCodec, BytesCodec
 from zarr.codecs._v2 import V2Codec  # zarr's own view of v2 bytes as an array
@@ -138,7 +139,7 @@ def decode_part(
     frame, first, size = _cut_frame(body, *blocks)
     out = np.empty(declared if needed is not None else size, dtype=np.uint8)
     at = first if needed is not None else 0
-    chain.blosc.decode(frame, out=out[at : at + size])
+    decompress(frame, out[at : at + size])
     view = out if needed is not None else out[: span[1]]
     return _as_array(chain, spec, view, shape)
 
@@ -149,7 +150,7 @@ def decode_verified(chain: BloscChain, spec: ArraySpec, stored: Buffer) -> np.nd
     data = stored.as_numpy_array()
     body = data[: len(data) - 4 * len(chain.checks)]
     out = np.empty(prod(spec.shape) * spec.dtype.to_native_dtype().itemsize, dtype=np.uint8)
-    chain.blosc.decode(body, out=out)
+    decompress(body, out)
     return _as_array(chain, spec, out, spec.shape)
 
 
@@ -174,7 +175,7 @@ Decoding = Generator[ByteRanges, list[bytes], Callable[[], np.ndarray] | None]
 def decode_ranges(
     chain: BloscChain,
     spec: ArraySpec,
-    regions: Sequence[Region],
+    spans: Sequence[tuple[int, int]],
     read: Callable[[int, int], bytes],
     stored: int,
     verified: bool = False,
@@ -182,9 +183,10 @@ def decode_ranges(
     seen: Callable[[bytes], None] | None = None,
 ) -> np.ndarray | None:
     """The chunk (its codecs ``chain``, ``spec``) of ``stored`` bytes, of its declared shape
-    with only ``regions`` (boxes of it) sure to be decoded, from the bytes of it that
-    ``read(start, stop)`` gives: its header and block table, then for each run of blocks
-    holding a region (runs that meet merged) the compressed bytes of that run, cut into a
+    with only the bytes ``spans`` (``[start, stop)`` of the decoded chunk, each a part of it
+    from its first element to its last: ``region_spans``) sure to be decoded, from the bytes
+    of it that ``read(start, stop)`` gives: its header and block table, then for each run of
+    blocks holding a span (runs that meet merged) the compressed bytes of that run, cut into a
     frame of its own and decoded (as ``decode_part``). None (nothing decoded; at most the
     first bytes read) where the frame is not one that can be cut or every block would be
     read anyway, and, behind a checksum filter, unless these stored bytes passed it already
@@ -193,7 +195,7 @@ def decode_ranges(
     these same stored bytes (then not read again); ``seen``: called with them once read."""
     if not ENABLED or (chain.checks and not verified) or stored < RANGED_FROM:
         return None
-    steps = _ranged(chain, spec, regions, stored, head, seen)
+    steps = _ranged(chain, spec, spans, stored, head, seen)
     try:
         wanted = next(steps)
         while True:
@@ -206,7 +208,7 @@ def decode_ranges(
 async def decode_ranges_async(
     chain: BloscChain,
     spec: ArraySpec,
-    regions: Sequence[Region],
+    spans: Sequence[tuple[int, int]],
     read: Callable[[int, int], Awaitable[bytes]],
 ) -> Callable[[], np.ndarray] | None:
     """As ``decode_ranges``, from an object store: ``read`` fetches a byte range (all the
@@ -216,7 +218,7 @@ async def decode_ranges_async(
     chunk is better read whole."""
     if not ENABLED or chain.checks:
         return None
-    steps = _ranged(chain, spec, regions, None)
+    steps = _ranged(chain, spec, spans, None)
     try:
         wanted = next(steps)
         while True:
@@ -228,7 +230,7 @@ async def decode_ranges_async(
 def _ranged(
     chain: BloscChain,
     spec: ArraySpec,
-    regions: Sequence[Region],
+    spans: Sequence[tuple[int, int]],
     stored: int | None,
     head: bytes | None = None,
     seen: Callable[[bytes], None] | None = None,
@@ -241,7 +243,6 @@ def _ranged(
     trailer = 4 * len(chain.checks)  # each checksum after the Blosc frame: 4 bytes
     itemsize = spec.dtype.to_native_dtype().itemsize
     declared = prod(spec.shape) * itemsize
-    spans = [s for s in (byte_span(r, spec.shape, itemsize) for r in regions) if s is not None]
     if not spans:
         return None
     if head is None:
@@ -295,7 +296,7 @@ def _ranged(
 
     def decode() -> np.ndarray:
         for frame, first, size in frames:
-            chain.blosc.decode(frame, out=out[first : first + size])
+            decompress(frame, out[first : first + size])
         return _as_array(chain, spec, out, spec.shape)
 
     return decode
@@ -347,6 +348,14 @@ def byte_span(region: Region, shape: tuple[int, ...], itemsize: int) -> tuple[in
         last += (stop - 1) * stride
         stride *= n
     return first, last + itemsize
+
+
+def region_spans(
+    regions: Sequence[Region], shape: tuple[int, ...], itemsize: int
+) -> list[tuple[int, int]]:
+    """The byte spans of the non-empty ``regions`` of a C-ordered chunk of ``shape``
+    (``byte_span`` of each): what ``decode_ranges`` reads."""
+    return [s for s in (byte_span(r, shape, itemsize) for r in regions) if s is not None]
 
 
 def _blocks(frame: memoryview, start: int, stop: int, declared: int) -> tuple[int, int] | None:

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache, partial
 from math import prod
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -370,12 +369,16 @@ def chunk_work(
 
 def _reached(boxes: Sequence[Region]) -> Region:
     """The smallest box of a chunk that holds every part of it (``boxes``: theirs)."""
-    # (``map`` over the slices: a seasonal series' chunks hold a run's slab each, dozens.)
-    along = zip(*boxes, strict=True)
-    return tuple(slice(min(map(_START, d)), max(map(_STOP, d))) for d in along)
-
-
-_START, _STOP = attrgetter("start"), attrgetter("stop")
+    # (A seasonal series' chunks hold a run's slab each, dozens: along most dimensions the
+    # parts share their slice, taken as it is.)
+    reached = []
+    for along in zip(*boxes, strict=True):
+        first = along[0]
+        if along.count(first) == len(along):
+            reached.append(first)
+        else:
+            reached.append(slice(min([s.start for s in along]), max([s.stop for s in along])))
+    return tuple(reached)
 
 
 def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
