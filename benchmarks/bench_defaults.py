@@ -54,10 +54,10 @@ import pandas as pd
 import zarr
 
 import accumulus
-from accumulus.chunk_reader import SETTLED_NS
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.opening import open_store
+from accumulus.stores.safe_reads import SETTLED_NS
 from bench_accumulate import run_child
 from bench_average import floor_reader
 from bench_positions import full_read, timed_scan

@@ -75,10 +75,9 @@ from accumulus.partial_decode import (
     decode_verified,
     held_rows,
 )
-from accumulus.stores import safe_reads
 from accumulus.stores.base import reader_of, reads_synchronously
 from accumulus.stores.local import LeanLocalStore
-from accumulus.stores.safe_reads import FileVersion
+from accumulus.stores.safe_reads import FileVersion, VersionMemo
 
 # Store requests in flight at once: enough for a plan of small chunks to go out together
 # (846 chunks of 54 KB: 7 sequential round trips with 128 at a time); what they hold is
@@ -122,19 +121,16 @@ _CONSUME_POOL = ThreadPoolExecutor(2 * CONSUMERS, thread_name_prefix="accumulus-
 # over the whole stored chunk) is verified the first time this process reads each version
 # of its file (``FileVersion``: the same inode, size, modification and change times);
 # later reads of that version read only the Blosc blocks they need (``_read_parts``).
-# A version is remembered only once its file last changed ``SETTLED_NS`` ago: a write
-# within the same tick of the file system's clock could leave its times as they were.
-SETTLED_NS = safe_reads.SETTLED_NS
-VERIFIED_FILES = 2**16  # versions remembered at most (a few MB); then forgotten, all at once
-_VERIFIED: dict[tuple[int, int], FileVersion] = {}
+# Versions at most (a few MB); then forgotten, all at once.
+VERIFIED_FILES = 2**16
+_VERIFIED: VersionMemo[tuple[int, int], bool] = VersionMemo(VERIFIED_FILES)
 # The Blosc header and block table of each settled version of a local file read in part: a
 # chunk read again (the same version) is read by the blocks it needs alone, its header not
 # read again. At most ``HEADS_FILES`` of them holding ``HEADS_BYTES`` (a block table holds
 # 4 bytes a block); then forgotten, all at once.
 HEADS_FILES = 2**16
 HEADS_BYTES = 16 * 2**20
-_HEADS: dict[tuple[int, int], tuple[FileVersion, bytes]] = {}
-_heads_held = [0]
+_HEADS: VersionMemo[tuple[int, int], bytes] = VersionMemo(HEADS_FILES, HEADS_BYTES)
 
 
 @dataclass(frozen=True)
@@ -514,7 +510,7 @@ def _read_parts(
     ``partial_decode.decode_ranges`` reads of it (a header, then the blocks holding the
     part needed), or read whole and decoded when its frame cannot be cut (one more read).
     Behind a checksum over the whole stored chunk, it is read whole and verified the first
-    time this version of its file is read (``SETTLED_NS``), in parts afterwards."""
+    time this version of its file is read (once settled: ``VersionMemo``), in parts afterwards."""
 
     def counted(start: int, stop: int) -> bytes:
         data = read(start, stop)
@@ -538,36 +534,27 @@ def _read_parts(
         # Decoded whole, to serve the other parts later questions need.
         request = replace(request, needed=None, regions=None)
     checked = bool(blosc.checks)
-    verified = checked and _VERIFIED.get((version.device, version.inode)) == version
+    file = version.device, version.inode
+    verified = checked and _VERIFIED.get(file, version) is not None
     if chunk.partly and not keep and (verified or not checked):
-        known = _HEADS.get((version.device, version.inode))
-        head = known[1] if known is not None and known[0] == version else None
-        seen = None
-        if head is None and version.settled(time.time_ns(), SETTLED_NS):
-            seen = partial(_keep_head, version)
+        head = _HEADS.get(file, version)
+        seen = None if head is not None else partial(_keep_head, file, version)
         spans = request.spans[0]
         part = decode_ranges(blosc, spec, spans, counted, version.size, verified, head, seen)
         if part is not None:
             return part
     buffer = spec.prototype.buffer.from_bytes(counted(0, version.size))
     values = _decode(request, chunk.transform, buffer, spec, verified)
-    now = time.time_ns()
-    if checked and not verified and version.settled(now, SETTLED_NS):
-        if len(_VERIFIED) >= VERIFIED_FILES:
-            _VERIFIED.clear()
-        _VERIFIED[version.device, version.inode] = version  # decoded: its checksum passed
+    if checked and not verified:
+        _VERIFIED.put(file, version, True)  # decoded: its checksum passed
     if keep:
-        DECODED.put(version, values, now)
+        DECODED.put(version, values, time.time_ns())
     return values
 
 
-def _keep_head(version: FileVersion, head: bytes) -> None:
+def _keep_head(file: tuple[int, int], version: FileVersion, head: bytes) -> None:
     """Remember ``head``, the Blosc header and block table of ``version`` of a file."""
-    if _heads_held[0] + len(head) > HEADS_BYTES or len(_HEADS) >= HEADS_FILES:
-        _HEADS.clear()
-        _heads_held[0] = 0
-    _HEADS[version.device, version.inode] = version, head
-    _heads_held[0] += len(head)
+    _HEADS.put(file, version, head, len(head))
 
 
 # --------------------------------------------------------------------------------------------

@@ -149,7 +149,8 @@ def test_answers_read_through_kept_chunks_are_xarrays(tmp_path, kept, monkeypatc
     """Series and maps over boxes and periods, asked twice with accumulation chunks kept
     (the default accumulations: time, and lat+lon at every cell): the second time from the
     cache, equal to the first and to xarray's on the raw data."""
-    monkeypatch.setattr(chunk_reader, "SETTLED_NS", SETTLED_NS)
+    for memo in (chunk_reader._VERIFIED, chunk_reader._HEADS):
+        monkeypatch.setattr(memo, "settled_ns", SETTLED_NS)
     ds = synthetic_dataset({"time": 60, "lat": 12, "lon": 16}, seed=5)
     path = str(tmp_path / "c.zarr")
     write_cube(ds, path, {"time": 10, "lat": 6, "lon": 8})

@@ -35,6 +35,7 @@ from accumulus.chunk_reader import (
 from accumulus.ingest import layout
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.opening import open_store
+from accumulus.stores.safe_reads import regular_file_version
 from rewrites import WAYS, rewrite
 
 DTYPES = ["i1", "u2", "<i2", ">i2", "<f4", ">f4", "<f8", "i8", "u4"]
@@ -250,7 +251,7 @@ def test_the_part_a_reader_needs_reads_as_the_whole_decode(
     if kind == "verified":
         array = zarr.open_array(open_store(str(path)), path="a")
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(chunk_reader, "SETTLED_NS", 0)  # every file settled: remembered
+            _settle(patch, 0)  # every file settled: remembered
             patch.setattr(partial_decode, "RANGED_FROM", 0)
             chunk_reader._VERIFIED.clear()
             read_needed(array, coords, tuple(needed))  # read whole, verified
@@ -362,12 +363,18 @@ def test_a_local_chunk_is_read_by_byte_ranges_of_the_blocks_needed(tmp_path, mon
         read_needed(checked, (0, 0), ends[0])
 
 
+def _settle(patch: pytest.MonkeyPatch, margin_ns: int) -> None:
+    """Files remembered (verified, their headers) once they last changed ``margin_ns`` ago."""
+    for memo in (chunk_reader._VERIFIED, chunk_reader._HEADS):
+        patch.setattr(memo, "settled_ns", margin_ns)
+
+
 def _settled_checked_chunk(tmp_path, monkeypatch):
     """A series-like accumulation chunk (``placement.codecs``: bit-shuffled Blosc in blocks
     of 16 KiB, then Fletcher-32; 8 blocks, the last shorter) in a local file that changed
-    long enough ago to be remembered once verified (``chunk_reader.SETTLED_NS``, shortened
+    long enough ago to be remembered once verified (``VersionMemo.settled_ns``, shortened
     to 50 ms here); its array opened as a query opens it, its values and its path."""
-    monkeypatch.setattr(chunk_reader, "SETTLED_NS", 50_000_000)
+    _settle(monkeypatch, 50_000_000)
     chunk_reader._VERIFIED.clear()
     chunk_reader._HEADS.clear()
     group = zarr.open_group(tmp_path / "c.zarr", mode="w", zarr_format=2)
@@ -426,7 +433,7 @@ def test_a_chunk_changed_after_its_header_was_read_is_read_with_its_new_header(
     version of the file), then rewritten with other values compressed into other block
     sizes (in place: a new change time; or replaced: another inode): the next read reads
     the new header and table, and gives the new values."""
-    monkeypatch.setattr(chunk_reader, "SETTLED_NS", 50_000_000)
+    _settle(monkeypatch, 50_000_000)
     monkeypatch.setattr(partial_decode, "RANGED_FROM", 0)  # (a small chunk is read whole)
     chunk_reader._HEADS.clear()
     written = blosc_array(tmp_path / "c.zarr", 2, (240, 64), (240, 64), "<f8", "lz4", 1, 1, 2048)
@@ -472,12 +479,11 @@ def test_a_checked_chunk_changed_after_it_was_verified_fails_named(tmp_path, mon
         path.with_suffix(".new").write_bytes(bytes(data))
         os.replace(path.with_suffix(".new"), path)
     else:  # what the memo remembers, kept: as if the file system had not changed its times
-        version = chunk_reader._VERIFIED.popitem()[1]
         path.write_bytes(bytes(data))
-        info = os.stat(path)
-        chunk_reader._VERIFIED[info.st_dev, info.st_ino] = version._replace(
-            modified_ns=info.st_mtime_ns, changed_ns=info.st_ctime_ns
-        )
+        version = regular_file_version(str(path), "a/0.0")
+        assert version is not None
+        _settle(monkeypatch, 0)
+        chunk_reader._VERIFIED.put((version.device, version.inode), version, True)
         np.testing.assert_array_equal(read_needed(array, (0, 0), needed)[needed], values[3:5])
         return
     with pytest.raises(ChunkReadError, match=r"a/0\.0.*[Cc]hecksum"):
@@ -489,7 +495,7 @@ def test_a_chunk_changed_just_now_is_verified_at_every_read(tmp_path, monkeypatc
     within the same tick of the file system's clock could keep its times, so every read
     verifies it whole."""
     array, values, path = _settled_checked_chunk(tmp_path, monkeypatch)
-    monkeypatch.setattr(chunk_reader, "SETTLED_NS", 3600 * 10**9)
+    _settle(monkeypatch, 3600 * 10**9)
     needed = (slice(3, 5), slice(0, 64))
     stored = path.stat().st_size
     for _ in range(2):
@@ -565,8 +571,8 @@ def test_blocks_of_whole_steps_read_one_step_as_its_own_blocks(dtype, step, step
 def test_remembered_headers_are_bounded(tmp_path, monkeypatch):
     """At most ``HEADS_FILES`` headers are remembered: past it, all are forgotten at once
     and the next is remembered alone; every read still gives the data."""
-    monkeypatch.setattr(chunk_reader, "SETTLED_NS", 50_000_000)
-    monkeypatch.setattr(chunk_reader, "HEADS_FILES", 2)
+    _settle(monkeypatch, 50_000_000)
+    monkeypatch.setattr(chunk_reader._HEADS, "files", 2)
     monkeypatch.setattr(partial_decode, "RANGED_FROM", 0)
     chunk_reader._HEADS.clear()
     written = blosc_array(tmp_path / "c.zarr", 2, (720, 64), (240, 64), "<f8", "lz4", 1, 1, 2048)

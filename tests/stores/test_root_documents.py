@@ -18,7 +18,7 @@ SETTLED_NS = 50_000_000  # files settled 50 ms after they were written (2 s in u
 
 @pytest.fixture
 def settled(monkeypatch):
-    monkeypatch.setattr(snapshot, "SETTLED_NS", SETTLED_NS)
+    monkeypatch.setattr(snapshot._ROOTS, "settled_ns", SETTLED_NS)
     snapshot._ROOTS.clear()
 
 

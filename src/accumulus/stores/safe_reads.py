@@ -11,6 +11,7 @@ import asyncio
 import errno
 import os
 import stat
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -109,6 +110,43 @@ class FileVersion(NamedTuple):
         coarsely (kernels stamp files from a clock of a few ms; some file systems keep
         seconds), whereas a write within the tick of the last change may not."""
         return self.changed_ns <= now_ns - margin_ns and self.modified_ns <= now_ns - margin_ns
+
+
+class VersionMemo[K, V]:
+    """What was learnt from one version of a file, by a key naming the file: given back
+    while the file is that version, kept only once the version has settled (``settled_ns``:
+    a write within the tick of its last change might leave its times as they were). At most
+    ``files`` entries holding ``max_bytes`` (as ``put`` is told); then all forgotten at
+    once (simpler than an order of use, and these hold a few bytes an entry)."""
+
+    def __init__(self, files: int, max_bytes: int | None = None) -> None:
+        self.files = files
+        self.max_bytes = max_bytes
+        self.settled_ns = SETTLED_NS
+        self._entries: dict[K, tuple[FileVersion, V]] = {}
+        self._held = 0
+
+    def get(self, key: K, version: FileVersion) -> V | None:
+        """What ``put`` kept of this version of the file ``key``; None otherwise."""
+        known = self._entries.get(key)
+        return known[1] if known is not None and known[0] == version else None
+
+    def put(self, key: K, version: FileVersion, value: V, nbytes: int = 0) -> None:
+        """Keep ``value`` (``nbytes`` of it) for this version of ``key`` if it has settled."""
+        if not version.settled(time.time_ns(), self.settled_ns):
+            return
+        full = self.max_bytes is not None and self._held + nbytes > self.max_bytes
+        if full or len(self._entries) >= self.files:
+            self.clear()
+        self._entries[key] = version, value
+        self._held += nbytes
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._held = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def regular_file_version(path: str, key: str) -> FileVersion | None:

@@ -25,7 +25,6 @@ import asyncio
 import hashlib
 import json
 import os
-import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -37,14 +36,13 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import collect_aiterator, sync
 
 from accumulus.scope import accumulus_scope
-from accumulus.stores import safe_reads
 from accumulus.stores.arrays import dimension_names
 from accumulus.stores.base import DelegatingStore, below_wrappers, reads_synchronously
 from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.local import LeanLocalStore
 from accumulus.stores.rewriting import parse_metadata
 from accumulus.stores.safe_reads import (
-    FileVersion,
+    VersionMemo,
     check_regular_file,
     local_root,
     read_versioned_file,
@@ -52,7 +50,6 @@ from accumulus.stores.safe_reads import (
     regular_file_version,
 )
 
-SETTLED_NS = safe_reads.SETTLED_NS  # (a test may change it)
 READ_SECONDS = 10.0  # the longest one metadata document may take to read
 
 # The documents at the root of a store that hold consolidated metadata (v3 in zarr.json,
@@ -287,28 +284,25 @@ def stored_roots(store: Store, snapshot: MetadataSnapshot) -> dict[str, bytes] |
 # file they were read from: while a document's file stays that version (one ``stat``), its
 # bytes are those (``FileVersion``: a write or a replacement gives another version, once
 # the file has settled), so the check every query of an open datacube makes reads nothing.
-_ROOTS: dict[str, tuple[FileVersion, bytes]] = {}
 ROOTS_REMEMBERED = 1024  # documents at most; then forgotten, all at once
+_ROOTS: VersionMemo[str, bytes] = VersionMemo(ROOTS_REMEMBERED)
 
 
-def _root_document(directory: str, key: str, now_ns: int) -> bytes | None:
+def _root_document(directory: str, key: str) -> bytes | None:
     """The regular file ``key`` of a local ``directory`` as ``read_regular_file`` reads it:
     from ``_ROOTS`` when its file is the settled version read before."""
     path = os.path.join(directory, key)
     version = regular_file_version(path, key)
     if version is None:
         return None
-    known = _ROOTS.get(path)
-    if known is not None and known[0] == version and version.settled(now_ns, SETTLED_NS):
-        return known[1]
+    known = _ROOTS.get(path, version)
+    if known is not None:
+        return known
     read = read_versioned_file(directory, key)
     if read is None:
         return None
     version, content = read
-    if version.settled(now_ns, SETTLED_NS):
-        if len(_ROOTS) >= ROOTS_REMEMBERED:
-            _ROOTS.clear()
-        _ROOTS[path] = version, content
+    _ROOTS.put(path, version, content)
     return content
 
 
@@ -320,11 +314,8 @@ def _documents_now(store: Store, keys: tuple[str, ...]) -> dict[str, bytes]:
         # cost"), each by a stat while its file stays the version read (``_root_document``).
         # Anything but a regular file is refused, as the lean local store refuses it.
         directory = str(store.root)
-        now = time.time_ns()
         return {
-            key: content
-            for key in keys
-            if (content := _root_document(directory, key, now)) is not None
+            key: content for key in keys if (content := _root_document(directory, key)) is not None
         }
     root = None if isinstance(store, LeanLocalStore) else local_root(store)
     found = {}
