@@ -74,6 +74,7 @@ from accumulus.partial_decode import (
     decode_ranges_async,
     decode_verified,
     held_rows,
+    span_and_values,
 )
 from accumulus.stores.base import reader_of, reads_synchronously
 from accumulus.stores.local import LeanLocalStore
@@ -121,8 +122,7 @@ _CONSUME_POOL = ThreadPoolExecutor(2 * CONSUMERS, thread_name_prefix="accumulus-
 # over the whole stored chunk) is verified the first time this process reads each version
 # of its file (``FileVersion``: the same inode, size, modification and change times);
 # later reads of that version read only the Blosc blocks they need (``_read_parts``).
-# Versions at most (a few MB); then forgotten, all at once.
-VERIFIED_FILES = 2**16
+VERIFIED_FILES = 2**16  # versions remembered at most (a few MB); then forgotten, all at once
 _VERIFIED: VersionMemo[tuple[int, int], bool] = VersionMemo(VERIFIED_FILES)
 # The Blosc header and block table of each settled version of a local file read in part: a
 # chunk read again (the same version) is read by the blocks it needs alone, its header not
@@ -182,18 +182,10 @@ class ChunkRequest:
         spans = []
         values = 0
         for region in self.regions or (self.needed or tuple(slice(None) for _ in shape),):
-            # Its first and last bytes and its values in one pass (``byte_span``).
-            first = last = 0
-            stride, count = itemsize, 1
-            for s, n in zip(reversed(region), reversed(shape), strict=True):
-                start, stop, _ = s.indices(n)
-                count *= max(0, stop - start)
-                first += start * stride
-                last += (stop - 1) * stride
-                stride *= n
-            if count:
-                values += count
-                spans.append((first, last + itemsize))
+            found = span_and_values(region, shape, itemsize)
+            if found is not None:
+                spans.append((found[0], found[1]))
+                values += found[2]
         return tuple(spans), values
 
     @cached_property

@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from accumulus.accumulation.query.answer import AxisPart, Coordinate, Labels, QueryResult
+from accumulus.accumulation.query.answer import AxisPart, Coordinate, QueryResult
 from accumulus.captions import captions
 from accumulus.identity_memo import IdentityMemo
 from accumulus.plots import result_png as result_png  # re-exported: the PNG format
@@ -103,21 +103,22 @@ def result_json_bytes(result: QueryResult) -> bytes:
     on a map (every float the shortest text that reads back as the same value, as ``repr``
     writes it). Arrays that orjson writes as their lists would be written (``_as_written``)
     are handed to it as they are, not as lists of Python objects made first."""
-    coords = {d: _written_labels(result.coords[d], result.labels(d)) for d in result.dims}
+    coords = {d: _written_labels(result, d) for d in result.dims}
     document = _document(result, coords, _as_written(np.asarray(result.values), _values))
     return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def _written_labels(index: Labels, values: np.ndarray) -> Any:
-    """An answer's labels (``values``) in a form orjson writes as it writes ``labels``: a
+def _written_labels(result: QueryResult, dim: str) -> Any:
+    """An answer's labels along ``dim`` in a form orjson writes as it writes ``labels``: a
     whole axis' JSON text, or a part of it, cut from its text written once per snapshot
     (``WrittenAxis``: checking and writing a series' thousands of days was most of its
     JSON's time, docs/benchmarks.md); others as ``_as_written`` hands them."""
+    index = result.coords[dim]
     if isinstance(index, Coordinate):
         return _written_axis(index).part(0, len(index.values))
     if isinstance(index, AxisPart):
         return _written_axis(index.coordinate).part(index.start, index.stop)
-    return _as_written(values, labels)
+    return _as_written(result.labels(dim), labels)
 
 
 @dataclass(frozen=True)

@@ -338,16 +338,26 @@ def _block_range(
 def byte_span(region: Region, shape: tuple[int, ...], itemsize: int) -> tuple[int, int] | None:
     """The bytes of a C-ordered chunk of ``shape`` from the first element of ``region`` to
     its last (None for an empty region)."""
+    found = span_and_values(region, shape, itemsize)
+    return None if found is None else (found[0], found[1])
+
+
+def span_and_values(
+    region: Region, shape: tuple[int, ...], itemsize: int
+) -> tuple[int, int, int] | None:
+    """``byte_span`` of ``region`` and the values it holds, in one pass (None for an empty
+    region)."""
     first = last = 0
-    stride = itemsize
+    stride, count = itemsize, 1
     for s, n in zip(reversed(region), reversed(shape), strict=True):
         start, stop, _ = s.indices(n)
         if stop <= start:
             return None
+        count *= stop - start
         first += start * stride
         last += (stop - 1) * stride
         stride *= n
-    return first, last + itemsize
+    return first, last + itemsize, count
 
 
 def region_spans(
