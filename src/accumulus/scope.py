@@ -13,8 +13,8 @@ last to leave restores what was there. Threads of a service answering at once sh
 scope, and no call can switch the setting off under another.
 
 A process that is accumulus' own (a service's: ``service.server.serve``) enters the scope
-once for its whole life (``hold_scope``): turning it on and off again cost ~10 µs a call,
-three calls a request (docs/benchmarks.md); inside it, a call only counts itself.
+once for its whole life (``hold_scope``): turning it on and off again for each of a
+request's calls was worth saving (docs/benchmarks.md); inside it, a call only counts itself.
 """
 
 from __future__ import annotations

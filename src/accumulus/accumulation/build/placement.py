@@ -170,9 +170,9 @@ def bit_shuffled(chunks: tuple[int, ...], sums: Collection[str], series: bool) -
     decodes a block or two of each chunk) are bit-shuffled, where a chunk holds a multiple
     of 8 values (Blosc bit-shuffles a block only then, and leaves it unshuffled otherwise,
     which compresses far worse). Map-like arrays' sums (one entry per chunk, read whole by
-    every map question) decode in half the time byte-shuffled, for 12-19 % more of their
-    bytes; the statistics' optional sums (products, whose low bits are not zero) in 0.4 of
-    the time, for 2-4 % more."""
+    every map question) and the statistics' optional sums (products, whose low bits are not
+    zero) decode much faster byte-shuffled, for a few more bytes (the figures:
+    docs/benchmarks.md, "The entries' codec")."""
     kinds = [statistics.SUMS[s] for s in sums]
     if all(k.is_count for k in kinds) or (series and not any(k.optional for k in kinds)):
         return prod(chunks) % 8 == 0
