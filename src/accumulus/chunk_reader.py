@@ -73,6 +73,7 @@ from accumulus.partial_decode import (
     decode_ranges,
     decode_ranges_async,
     decode_verified,
+    frame_head,
     held_rows,
     span_and_values,
 )
@@ -528,6 +529,7 @@ def _read_parts(
     checked = bool(blosc.checks)
     file = version.device, version.inode
     verified = checked and _VERIFIED.get(file, version) is not None
+    seen = None
     if chunk.partly and not keep and (verified or not checked):
         head = _HEADS.get(file, version)
         seen = None if head is not None else partial(_keep_head, file, version)
@@ -535,7 +537,12 @@ def _read_parts(
         part = decode_ranges(blosc, spec, spans, counted, version.size, verified, head, seen)
         if part is not None:
             return part
-    buffer = spec.prototype.buffer.from_bytes(counted(0, version.size))
+    stored = counted(0, version.size)
+    if seen is not None and (head := frame_head(stored)) is not None:
+        # Read whole (a small chunk whose header was not known): its next reads in part
+        # read only the blocks they need.
+        seen(head)
+    buffer = spec.prototype.buffer.from_bytes(stored)
     values = _decode(request, chunk.transform, buffer, spec, verified)
     if checked and not verified:
         _VERIFIED.put(file, version, True)  # decoded: its checksum passed
@@ -545,8 +552,10 @@ def _read_parts(
 
 
 def _keep_head(file: tuple[int, int], version: FileVersion, head: bytes) -> None:
-    """Remember ``head``, the Blosc header and block table of ``version`` of a file."""
-    _HEADS.put(file, version, head, len(head))
+    """Remember ``head``, the Blosc header and block table of ``version`` of a file (once:
+    a chunk whose part could not be decoded from its blocks is read whole after it)."""
+    if _HEADS.get(file, version) is None:
+        _HEADS.put(file, version, head, len(head))
 
 
 # --------------------------------------------------------------------------------------------

@@ -69,7 +69,8 @@ _MEMCPYED = 0x02  # the data follows the header uncompressed, without a block ta
 _DONT_SPLIT = 0x10
 _FORMAT = 2  # BLOSC_VERSION_FORMAT of c-blosc 1.x, which numcodecs bundles
 # ``decode_ranges``: the first read of a chunk, its header and a block table of up to 1020
-# blocks (a longer one is read next); chunks stored in fewer bytes are read whole (one read).
+# blocks (a longer one is read next); chunks stored in fewer bytes are read whole (one read)
+# unless their header and block table are known already (then one read of the blocks).
 _PREFIX = 4096
 RANGED_FROM = 64 * 2**10
 
@@ -190,10 +191,12 @@ def decode_ranges(
     frame of its own and decoded (as ``decode_part``). None (nothing decoded; at most the
     first bytes read) where the frame is not one that can be cut or every block would be
     read anyway, and, behind a checksum filter, unless these stored bytes passed it already
-    (``verified``): a checksum over the whole stored chunk cannot be verified from a part.
-    ``head``: the chunk's header and block table as ``seen`` was given them by a read of
-    these same stored bytes (then not read again); ``seen``: called with them once read."""
-    if not ENABLED or (chain.checks and not verified) or stored < RANGED_FROM:
+    (``verified``): a checksum over the whole stored chunk cannot be verified from a part,
+    and where fewer than ``RANGED_FROM`` bytes are stored and ``head`` is not known (one read
+    of all of them then costs less than two). ``head``: the chunk's header and block table
+    as ``seen`` (or ``frame_head``) was given them by a read of these same stored bytes (then
+    not read again); ``seen``: called with them once read."""
+    if not ENABLED or (chain.checks and not verified) or (stored < RANGED_FROM and head is None):
         return None
     steps = _ranged(chain, spec, spans, stored, head, seen)
     try:
@@ -203,6 +206,18 @@ def decode_ranges(
     except StopIteration as done:
         decode = done.value
     return None if decode is None else decode()
+
+
+def frame_head(stored: bytes) -> bytes | None:
+    """The Blosc header and block table at the start of a chunk's stored bytes, as
+    ``decode_ranges`` gives them to its ``seen``; None where they are not a frame it cuts."""
+    if len(stored) < _HEADER.size:
+        return None
+    version, _, flags, _, nbytes, blocksize, _ = _HEADER.unpack_from(stored)
+    if version != _FORMAT or blocksize <= 0:
+        return None
+    end = _HEADER.size if flags & _MEMCPYED else _HEADER.size + 4 * -(-nbytes // blocksize)
+    return stored[:end] if len(stored) >= end else None
 
 
 async def decode_ranges_async(

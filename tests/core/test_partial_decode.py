@@ -458,6 +458,32 @@ def test_a_chunk_changed_after_its_header_was_read_is_read_with_its_new_header(
     np.testing.assert_array_equal(chunk[needed], noisy[200:202])
 
 
+def test_a_small_chunk_read_whole_once_is_read_by_its_blocks_after(tmp_path, monkeypatch):
+    """A chunk stored in fewer than ``RANGED_FROM`` bytes is read whole (one read) while its
+    header is not known, and its header and block table are remembered from those bytes:
+    its next reads in part read only the blocks holding the part (one read, a few of its
+    bytes) and give the same values. Fails when the header is not kept from a whole read."""
+    _settle(monkeypatch, 50_000_000)
+    chunk_reader._HEADS.clear()
+    # Counts growing like an accumulation's, in blocks of 256 bytes: 43 KB stored.
+    written = blosc_array(tmp_path / "s.zarr", 2, (240, 64), (240, 64), "<f8", "lz4", 1, 1, 256)
+    steps = np.random.default_rng(3).integers(0, 4, 240 * 64)
+    values = np.cumsum(steps).reshape(240, 64).astype("<f8")
+    written[...] = values
+    array = zarr.open_array(open_store(str(tmp_path / "s.zarr")), path="a")
+    stored = (tmp_path / "s.zarr" / "a" / "0.0").stat().st_size
+    assert stored < partial_decode.RANGED_FROM
+    time.sleep(0.1)
+    needed = (slice(200, 202), slice(0, 64))
+    chunk, counts = _read_counted(array, needed)
+    assert (counts.requests, counts.bytes) == (1, stored)
+    np.testing.assert_array_equal(chunk[needed], values[200:202])
+    for _ in range(2):
+        chunk, counts = _read_counted(array, needed)
+        assert counts.requests == 1 and counts.bytes < stored / 8
+        np.testing.assert_array_equal(chunk[needed], values[200:202])
+
+
 @pytest.mark.parametrize("how", ["in place", "replaced", "same size and times"])
 def test_a_checked_chunk_changed_after_it_was_verified_fails_named(tmp_path, monkeypatch, how):
     """Bytes changed after a chunk's file was verified, in a block a query does not read:
