@@ -46,7 +46,7 @@ from accumulus.accumulation.query.execute import chunk_work
 from accumulus.chunk_reader import _chunk_spec
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
-from accumulus.partial_decode import blosc_chain, decode_ranges, region_spans
+from accumulus.partial_decode import blosc_chain, decode_ranges, frame_head, region_spans
 from accumulus.stores.base import innermost, reads_synchronously
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key
@@ -119,8 +119,8 @@ def _counting(store) -> CountingStore | None:
 
 def in_part(store, request) -> Callable[[Callable[[bytes], np.ndarray]], np.ndarray] | None:
     """Where a chunk is a local file in a Blosc frame: a reader of only its Blosc blocks
-    holding the parts the plan needs (its header, then those blocks, by byte ranges of one
-    open file, counted at ``store`` when it counts), decoding them. The least a program
+    holding the parts the plan needs (those blocks, by byte ranges of one open file, counted
+    at ``store`` when it counts; its header known beforehand), decoding them. The least a program
     reading those chunks decodes, and what an answer reads once the file passed its
     checksum (the timed handle's warm answers). It falls back on ``whole`` (the stored
     bytes decoded whole) where the frame cannot be cut.
@@ -135,6 +135,11 @@ def in_part(store, request) -> Callable[[Callable[[bytes], np.ndarray]], np.ndar
     spans = region_spans(regions, spec.shape, spec.dtype.to_native_dtype().itemsize)
 
     counting = _counting(store)
+    # Its header and block table, known before the timed reads as the answer's reader knows
+    # them once it has read a version of the file (``chunk_reader._HEADS``): a small chunk is
+    # then read by its blocks too, not whole.
+    with open(path, "rb") as file:
+        head = frame_head(file.read())
 
     def read(whole: Callable[[bytes], np.ndarray]) -> np.ndarray:
         fd = os.open(path, os.O_RDONLY)
@@ -147,7 +152,7 @@ def in_part(store, request) -> Callable[[Callable[[bytes], np.ndarray]], np.ndar
 
         try:
             size = os.fstat(fd).st_size
-            part = decode_ranges(chain, spec, spans, counted, size, verified=True)
+            part = decode_ranges(chain, spec, spans, counted, size, verified=True, head=head)
             return part if part is not None else whole(counted(0, size))
         finally:
             os.close(fd)
