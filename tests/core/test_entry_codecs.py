@@ -27,7 +27,7 @@ QUESTIONS = [
 ]
 
 
-def _every_bit_shuffled(chunks: tuple[int, ...], sums: object, series: bool) -> bool:
+def _every_bit_shuffled(chunks: tuple[int, ...], sums: object, series: bool, itemsize: int) -> bool:
     return prod(chunks) % 8 == 0
 
 
