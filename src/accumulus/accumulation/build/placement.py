@@ -21,7 +21,8 @@ many entries as the raw data has values, so how it is stored is what it costs:
   dimension (time) is read one entry at a time for a map, so a chunk is one entry and the
   whole space (``MAP_CHUNK``); one that keeps time is read as long series at a few entries
   (a box's corners along longitude, over its rows of latitude), so a chunk is one entry,
-  as long in time as the build can hold back (``BUFFER_BYTES``), and as many rows as
+  as long in time as the build can hold back (``BUFFER_BYTES``; rows along time of equal
+  length, ``even_rows``), and as many rows as
   ``SERIES_CHUNK`` allows: a box reads about the rows it covers, in few objects. Counts,
   small integers, take as many bytes per chunk as the sums (more rows, within a raw chunk).
 """
