@@ -34,7 +34,12 @@ minutes after many files were deleted nearby (the inode allocator passes over th
 recently deleted ones: docs/benchmarks.md, "session build49"); ``--scratch /dev/shm/DIR``
 takes the file system out of the figures.
 
+With ``--baseline-src`` (another checkout's ``src``), its default build too, beside this
+code's, the two in turn first, with both groups' stored bytes; ``--kinds read,build`` leaves
+the parts out.
+
     python benchmarks/bench_build_floor.py [--dir DIR] [--repeats 3] [--scratch DIR]
+        [--kinds read,build,...] [--baseline-src OLD/src]
 """
 
 from __future__ import annotations
@@ -154,10 +159,16 @@ print(json.dumps({"seconds": end_wall - wall, "cpu_seconds": end_cpu - cpu,
 KINDS = ("read", "build", "raw", "sums", "encode", "store")
 
 
-def run(kind: str, cube: Path, sidecar: Path, scratch: Path) -> dict:
+def run(kind: str, cube: Path, sidecar: Path, scratch: Path, src: Path | None = None) -> dict:
+    """One ``kind`` in a fresh process, with this checkout's code or with ``src`` (another
+    checkout's ``src``, first on the path)."""
     os.sync()  # the dirty pages of the step before written back, untimed
     args = [kind, str(cube), VARIABLE, str(sidecar), str(scratch)]
-    out = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True)
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src.resolve()), env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-c", CHILD, *args]
+    out = subprocess.run(command, capture_output=True, text=True, env=env)
     if out.returncode:
         raise SystemExit(f"{kind} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -168,19 +179,33 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR / "defaults")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scratch", type=Path, help="where the builds write (default: --dir)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="which of them (read and build)")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="another checkout's src: its default build too, beside this one's, in turn first",
+    )
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     cube_trash = args.dir / "deleted-at-the-end"  # a damaged cube made before, if any
     cube, _ = build_cube(args.dir, 730, False, cube_trash)
     trash = (args.scratch or args.dir) / "deleted-at-the-end"
     trash.mkdir(parents=True, exist_ok=True)
-    runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
+    kinds = args.kinds.split(",")
+    if not {"read", "build"} <= set(kinds) <= set(KINDS):
+        raise SystemExit(f"--kinds: read, build and any of {', '.join(KINDS[2:])}")
+    runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    baseline: list[dict] = []
     run("read", cube, trash / "unused", trash)  # warm: the cube in the page cache
     for repeat in range(args.repeats):
         sidecar = trash / f"sidecar-{repeat}.zarr"
-        for kind in KINDS:
+        for kind in kinds:
             scratch = trash / f"{kind}-{repeat}"
+            if kind == "build" and args.baseline_src and repeat % 2:
+                baseline.append(_baseline_build(cube, trash, repeat, args.baseline_src))
             runs[kind].append(run(kind, cube, sidecar, scratch))
+            if kind == "build" and args.baseline_src and not repeat % 2:
+                baseline.append(_baseline_build(cube, trash, repeat, args.baseline_src))
     figures = {
         kind: {
             "seconds": round(statistics.median(r["seconds"] for r in done), 3),
@@ -191,28 +216,68 @@ def main() -> None:
     }
     for key in ("tail_seconds", "tail_cpu_seconds"):
         figures["build"][key] = round(statistics.median(r[key] for r in runs["build"]), 3)
-    for kind in ("sums", "encode", "store"):  # only the timed calls, not the reads before them
+        figures["build"][f"{key}_each"] = [round(r[key], 2) for r in runs["build"]]
+    figures["build"]["seconds_each"] = [round(r["seconds"], 2) for r in runs["build"]]
+    if baseline:
+        figures["baseline_build"] = {
+            key: round(statistics.median(r[key] for r in baseline), 3)
+            for key in ("seconds", "cpu_seconds", "tail_seconds", "tail_cpu_seconds")
+        }
+        figures["baseline_build"]["seconds_each"] = [round(r["seconds"], 2) for r in baseline]
+        figures["baseline_build"]["tail_cpu_seconds_each"] = [
+            round(r["tail_cpu_seconds"], 2) for r in baseline
+        ]
+        # Each build against the baseline's made beside it: the load moves between pairs.
+        figures["build"]["over_baseline_each"] = [
+            round(new["seconds"] / old["seconds"], 3)
+            for new, old in zip(runs["build"], baseline, strict=True)
+        ]
+    figures["build"]["stored_bytes"] = _stored_bytes(trash / "sidecar-0.zarr")
+    if baseline:
+        figures["baseline_build"]["stored_bytes"] = _stored_bytes(trash / "baseline-0.zarr")
+    parted = [kind for kind in ("raw", "sums", "encode", "store") if kind in runs]
+    for kind in parted[1:] if "raw" in parted else parted:  # only the timed calls, not reads
         done = runs[kind]
         figures[kind]["cpu_seconds"] = round(
             statistics.median(r["timed_cpu_seconds"] for r in done), 3
         )
         figures[kind]["seconds"] = None
-    parts = sum(figures[kind]["cpu_seconds"] for kind in ("raw", "sums", "encode", "store"))
+    parts = sum(figures[kind]["cpu_seconds"] for kind in parted)
     read = figures["read"]["seconds"]
+    if baseline:
+        figures["baseline_build"]["over_read"] = round(
+            figures["baseline_build"]["seconds"] / read, 2
+        )
     report(
         {
             "benchmark": "the default build part by part, against one full read",
             "cube": str(cube),
             "load_average": [round(x, 2) for x in os.getloadavg()],
             **figures,
-            "parts_cpu_seconds": round(parts, 3),
-            "rest_cpu_seconds": round(figures["build"]["cpu_seconds"] - parts, 3),
             "build_over_read": round(figures["build"]["seconds"] / read, 2),
-            "floor_over_read": round(parts / 2 / read, 2),
+            **(
+                {
+                    "parts_cpu_seconds": round(parts, 3),
+                    "rest_cpu_seconds": round(figures["build"]["cpu_seconds"] - parts, 3),
+                    "floor_over_read": round(parts / 2 / read, 2),
+                }
+                if len(parted) == 4
+                else {}
+            ),
         }
     )
     for deleted in {trash, cube_trash}:
         shutil.rmtree(deleted, ignore_errors=True)
+
+
+def _stored_bytes(sidecar: Path) -> int:
+    return sum(p.stat().st_size for p in sidecar.rglob("*") if p.is_file())
+
+
+def _baseline_build(cube: Path, trash: Path, repeat: int, src: Path) -> dict:
+    """The default build by ``src``'s code."""
+    sidecar = trash / f"baseline-{repeat}.zarr"
+    return run("build", cube, sidecar, trash / f"baseline-{repeat}", src)
 
 
 if __name__ == "__main__":

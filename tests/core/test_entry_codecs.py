@@ -27,7 +27,9 @@ QUESTIONS = [
 ]
 
 
-def _every_bit_shuffled(chunks: tuple[int, ...], sums: object, series: bool) -> bool:
+def _every_bit_shuffled(
+    chunks: tuple[int, ...], sums: object, series: bool, itemsize: int, zarr_format: int
+) -> bool:
     return prod(chunks) % 8 == 0
 
 

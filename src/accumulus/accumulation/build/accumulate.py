@@ -875,7 +875,8 @@ def _create_array(
         dtype, fill = placement.dtype_and_fill(var, acc, count)
         series = placement.is_series(acc, stream.batch_dimension(var))
         sums = [term for term, held_in in acc.arrays.items() if held_in == name]
-        bit_shuffle = placement.bit_shuffled(chunks, sums, series)
+        itemsize = np.dtype(dtype).itemsize
+        bit_shuffle = placement.bit_shuffled(chunks, sums, series, itemsize, 3 if v3 else 2)
         extra = placement.codecs(3 if v3 else 2, bit_shuffle, series)
     return group._async_group.create_array(
         name,

@@ -21,7 +21,8 @@ many entries as the raw data has values, so how it is stored is what it costs:
   dimension (time) is read one entry at a time for a map, so a chunk is one entry and the
   whole space (``MAP_CHUNK``); one that keeps time is read as long series at a few entries
   (a box's corners along longitude, over its rows of latitude), so a chunk is one entry,
-  as long in time as the build can hold back (``BUFFER_BYTES``), and as many rows as
+  as long in time as the build can hold back (``BUFFER_BYTES``; rows along time of equal
+  length, ``even_rows``), and as many rows as
   ``SERIES_CHUNK`` allows: a box reads about the rows it covers, in few objects. Counts,
   small integers, take as many bytes per chunk as the sums (more rows, within a raw chunk).
 """
@@ -144,38 +145,58 @@ def codecs(zarr_format: int, bit_shuffle: bool, series: bool = False) -> dict[st
 def blosc_elements(codec: object, chunk: np.ndarray) -> np.ndarray:
     """What ``codec`` is given to encode ``chunk`` (C-contiguous): a Blosc that asks for
     blocks of a set size (``codecs`` of a series array) is given elements of 32 bytes,
-    which keep that size (``_BLOCK_ELEMENT``), where the chunk holds two blocks or more
-    and its bytes are a multiple of 32; otherwise the chunk as it is (a chunk of one block
-    has nothing to leave out, and its 32-byte elements compress worse: docs/benchmarks.md,
-    "Series: reading only the days a question needs")."""
-    if (
-        isinstance(codec, Blosc)
-        and codec.blocksize
-        and chunk.dtype.itemsize < _BLOCK_ELEMENT.itemsize
-        and chunk.nbytes >= 2 * codec.blocksize
-        and chunk.nbytes % _BLOCK_ELEMENT.itemsize == 0
+    which keep that size (``_BLOCK_ELEMENT``), where ``blosc_item_bytes`` says so;
+    otherwise the chunk as it is (a chunk of one block has nothing to leave out, and its
+    32-byte elements compress worse: docs/benchmarks.md, "Series: reading only the days a
+    question needs")."""
+    if isinstance(codec, Blosc) and (
+        blosc_item_bytes(chunk.nbytes, chunk.dtype.itemsize, codec.blocksize)
+        == _BLOCK_ELEMENT.itemsize
     ):
         return chunk.reshape(-1).view(_BLOCK_ELEMENT)
     return chunk
 
 
-def bit_shuffled(chunks: tuple[int, ...], sums: Collection[str], series: bool) -> bool:
-    """Whether an accumulation array stored in ``chunks``, holding ``sums`` (names of
-    ``statistics.SUMS``), read as series or not (``series``), is compressed after a bit
-    shuffle rather than a byte one. Chosen by measurement on the entries of built cubes
-    (``bench_entry_codecs.py``, docs/benchmarks.md, session codec50): a bit shuffle stores
-    fewer bytes where most low bits are zero (counts; sums of float32 values), but
-    c-blosc 1.x's bit unshuffle (SSE2 only, as numcodecs ships it) is about half of a
-    chunk's decoding. So counts, and the sums of values of series-like arrays (a question
-    decodes a block or two of each chunk) are bit-shuffled, where a chunk holds a multiple
-    of 8 values (Blosc bit-shuffles a block only then, and leaves it unshuffled otherwise,
-    which compresses far worse). Map-like arrays' sums (one entry per chunk, read whole by
-    every map question) and the statistics' optional sums (products, whose low bits are not
-    zero) decode much faster byte-shuffled, for a few more bytes (the figures:
-    docs/benchmarks.md, "The entries' codec")."""
+def blosc_item_bytes(nbytes: int, itemsize: int, blocksize: int) -> int:
+    """Bytes of the elements Blosc is given for a chunk of ``nbytes`` of values of
+    ``itemsize`` bytes (``blosc_elements``), when it asks for blocks of ``blocksize`` bytes
+    (0: its own): 32 where the chunk holds two blocks or more and its bytes are a multiple
+    of 32, else the values' own."""
+    if (
+        blocksize
+        and itemsize < _BLOCK_ELEMENT.itemsize
+        and nbytes >= 2 * blocksize
+        and nbytes % _BLOCK_ELEMENT.itemsize == 0
+    ):
+        return _BLOCK_ELEMENT.itemsize
+    return itemsize
+
+
+def bit_shuffled(
+    chunks: tuple[int, ...], sums: Collection[str], series: bool, itemsize: int, zarr_format: int
+) -> bool:
+    """Whether an accumulation array of Zarr ``zarr_format`` stored in ``chunks`` of values
+    of ``itemsize`` bytes, holding ``sums`` (names of ``statistics.SUMS``), read as series
+    or not (``series``), is compressed after a bit shuffle rather than a byte one. Chosen by
+    measurement on the entries of built cubes (``bench_entry_codecs.py``,
+    docs/benchmarks.md, session codec50): a bit shuffle stores fewer bytes where most low
+    bits are zero (counts; sums of float32 values), but c-blosc 1.x's bit unshuffle (SSE2
+    only, as numcodecs ships it) is about half of a chunk's decoding. So counts, and the
+    sums of values of series-like arrays (a question decodes a block or two of each chunk)
+    are bit-shuffled, where Blosc's blocks hold a multiple of 8 of the elements it is given
+    (it bit-shuffles a block only then, and leaves it unshuffled otherwise, which compresses
+    far worse): a chunk of a multiple of 8 values, or one given in 32-byte elements in
+    blocks of ``SERIES_BLOCK`` (whose last, shorter block alone may be left unshuffled).
+    Map-like arrays' sums (one entry per chunk, read whole by every map question) and the
+    statistics' optional sums (products, whose low bits are not zero) decode much faster
+    byte-shuffled, for a few more bytes (the figures: docs/benchmarks.md, "The entries'
+    codec")."""
     kinds = [statistics.SUMS[s] for s in sums]
     if all(k.is_count for k in kinds) or (series and not any(k.optional for k in kinds)):
-        return prod(chunks) % 8 == 0
+        nbytes = prod(chunks) * itemsize
+        blocksize = SERIES_BLOCK if series and zarr_format == 2 else 0  # as ``codecs`` asks
+        item = blosc_item_bytes(nbytes, itemsize, blocksize)
+        return item == _BLOCK_ELEMENT.itemsize or prod(chunks) % 8 == 0
     return False
 
 
@@ -198,9 +219,11 @@ def chunks(
         # As long in time as the build can hold back (every entry of the space, of all the
         # arrays, until a chunk row is whole): a series is then read in few objects.
         held = prod(n for d, n in extent.items() if d != batch) * entry_bytes(var, acc)
-        size[batch] = min(slab, extent[batch])
-        while size[batch] < extent[batch] and size[batch] * 2 * held <= BUFFER_BYTES:
-            size[batch] *= 2
+        longest = min(slab, extent[batch])
+        while longest < extent[batch] and longest * 2 * held <= BUFFER_BYTES:
+            longest *= 2
+        raw_chunk = max(var.bounds[var.axis(batch)].sizes, default=1)
+        size[batch] = even_rows(extent[batch], longest, raw_chunk)
     budget = SERIES_CHUNK if series else MAP_CHUNK
     # Whole rows (space) per chunk, halved while a chunk is over the budget: a box then
     # reads about the rows it needs.
@@ -223,6 +246,20 @@ def chunks(
             widest = max(wider, key=lambda d: extent[d] / size[d])
             size[widest] *= 2
     return tuple(max(1, size[d]) for d in acc.array_dims)
+
+
+def even_rows(extent: int, longest: int, unit: int) -> int:
+    """The length of a series' chunk rows along the batch dimension of ``extent`` entries:
+    as few rows as chunks of at most ``longest`` allow, each as long as the others (in whole
+    raw chunks of ``unit`` entries), the last one no longer. A build holds a row's raw values
+    until the row is whole, then sums, encodes and stores it: rows of equal length become
+    whole evenly along the reads, and the row left for after the last read is a row, not
+    (with rows of ``longest``) a short row plus most of the one before it, which is whole
+    only near the end (docs/benchmarks.md, "session build51"). An append later continues
+    the last row, whatever its length then (the chunks are fixed at the first build)."""
+    rows = -(-extent // longest)
+    units = -(-extent // unit)  # raw chunks along the extent
+    return min(longest, unit * -(-units // rows))
 
 
 def entry_bytes(var: VariableInfo, acc: spec.Accumulation) -> int:
