@@ -33,8 +33,7 @@ WORKER_START_SECONDS = 60
 # Answers computed at once by each process of ``serve(..., workers=N)`` unless its limits say
 # otherwise (one process computes ``ServiceLimits``' two): two threads computing in one
 # process take turns holding its interpreter lock, and its event loop waits for it behind
-# them (docs/benchmarks.md: on 2 cores, 2 workers computing one answer each served more
-# requests per second at a lower p99 than two each, cache hits and 64 in flight above all).
+# them; with one, the other cores go to the other workers (figures in docs/benchmarks.md).
 WORKER_COMPUTATIONS = 1
 
 # The longest request target an access log line shows; the rest is counted, not written
