@@ -30,8 +30,10 @@ The client is one asyncio process using aiohttp (a dependency already) with keep
 connections, one per request in flight; it runs on the same cores as the server, and its
 own CPU per request is reported beside the server's (the server's processes measured by
 psutil). Reported per load: requests/s, p50/p99/p999 latency, status counts, CPU per request
-(server, client), and each worker process's CPU seconds (how evenly the connections were
-shared).
+(server, client), each worker process's CPU seconds (how evenly the connections were
+shared), and the workers' CPU per request split by thread (their event loops' threads: HTTP
+and the hand-overs; the others: the check, the query, JSON) with their context switches per
+request.
 
 The floor: the same questions answered in this process, one after another, by the service's
 own functions without HTTP (`check_average_request` + `compute_answer` on one snapshot):
@@ -186,6 +188,47 @@ def server_cpu(process: subprocess.Popen) -> dict[int, float]:
     return seconds
 
 
+def server_threads(process: subprocess.Popen) -> dict[tuple[int, int], tuple[float, int]]:
+    """CPU seconds and context switches of each thread of the server's worker processes so
+    far, by (process, thread) id: a worker's main thread runs its event loop (HTTP, the
+    hand-overs), the others compute (the check, the query, JSON) or serve them."""
+    found = {}
+    for worker in psutil.Process(process.pid).children(recursive=True):
+        try:
+            threads = worker.threads()
+        except psutil.NoSuchProcess:
+            continue
+        for thread in threads:
+            try:
+                status = Path(f"/proc/{worker.pid}/task/{thread.id}/status").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            switches = sum(
+                int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line
+            )
+            found[(worker.pid, thread.id)] = (thread.user_time + thread.system_time, switches)
+    return found
+
+
+def thread_split(before: dict, after: dict, requests: int) -> dict[str, float]:
+    """The workers' CPU per request (ms) on their event loops' threads and on the others,
+    and their threads' context switches per request (voluntary and not): what the service
+    itself costs around the computation, and how often its threads hand the cores over."""
+    loop = rest = switches = 0.0
+    for (pid, tid), (cpu, switched) in after.items():
+        cpu_before, switched_before = before.get((pid, tid), (0.0, 0))
+        if tid == pid:
+            loop += cpu - cpu_before
+        else:
+            rest += cpu - cpu_before
+        switches += switched - switched_before
+    return {
+        "event_loop_cpu_ms_per_request": round(1000 * loop / requests, 2),
+        "other_threads_cpu_ms_per_request": round(1000 * rest / requests, 2),
+        "context_switches_per_request": round(switches / requests, 1),
+    }
+
+
 async def _send(base: str, questions: list[Question], clients: int, keep: set[str]) -> dict:
     latencies: dict[str, list[float]] = {"series": [], "map": [], "raw": []}
     statuses: dict[int, int] = {}
@@ -228,10 +271,12 @@ def drive(
 ) -> dict:
     """Send ``qs`` with ``clients`` in flight; measure."""
     load_before = os.getloadavg()[0]
+    threads_before = server_threads(server)
     cpu_server, cpu_client = server_cpu(server), time.process_time()
     started = time.perf_counter()
     sent = asyncio.run(_send(base, qs, clients, keep))
     wall = time.perf_counter() - started
+    threads = thread_split(threads_before, server_threads(server), len(qs))
     by_process = {pid: cpu - cpu_server.get(pid, 0.0) for pid, cpu in server_cpu(server).items()}
     cpu_client = time.process_time() - cpu_client
     busy = sorted((cpu for cpu in by_process.values() if cpu > 0.05), reverse=True)
@@ -249,6 +294,7 @@ def drive(
         "server_cpu_ms_per_request": round(server_ms, 2),
         # How the work fell on the worker processes (their CPU seconds, most first).
         "server_cpu_s_by_worker": [round(cpu, 2) for cpu in busy],
+        **threads,
         "client_cpu_ms_per_request": round(client_ms, 2),
         # The cores server and client got; and what two free cores would give at this CPU
         # per request (the client's included: it runs on the same cores).
@@ -289,6 +335,9 @@ MEDIAN_FIGURES = (
     "p99_ms",
     "p999_ms",
     "server_cpu_ms_per_request",
+    "event_loop_cpu_ms_per_request",
+    "other_threads_cpu_ms_per_request",
+    "context_switches_per_request",
     "client_cpu_ms_per_request",
     "cores_used",
     "ceiling_requests_per_s_on_2_cores",

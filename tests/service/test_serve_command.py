@@ -4,6 +4,7 @@ what a query holds by default."""
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import socket
 import subprocess
@@ -165,3 +166,35 @@ def test_serve_chunk_cache_default_is_the_services(cube: Path):
         assert DECODED.limit == DEFAULT_CHUNK_CACHE_BYTES
     finally:
         DECODED.set_limit(previous)
+
+
+@pytest.mark.parametrize(
+    ("options", "computations"),
+    [({}, 2), ({"workers": 2}, 1), ({"workers": 3}, 1), ({"workers": 2, "computations": 2}, 2)],
+)
+def test_serve_computes_one_answer_per_worker_process_by_default(
+    monkeypatch: pytest.MonkeyPatch, options: dict, computations: int
+):
+    """One process computes two answers at once; each of ``--workers N`` one (two threads
+    computing in one process wait for each other's interpreter lock: docs/benchmarks.md),
+    unless ``--computations`` says otherwise."""
+    given = {}
+    monkeypatch.setattr("accumulus.service.serve", lambda stores, **kwargs: given.update(kwargs))
+    serve(["cube.zarr"], **options)
+    assert given["limits"].computations == computations
+
+
+def test_serve_of_several_workers_gives_each_one_computation(
+    cube: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``service.serve(..., workers=N)`` without limits hands its workers one computation each
+    (the settings they are made from); limits given are theirs."""
+    from accumulus.service import server
+    from accumulus.service.guard import ServiceLimits
+
+    monkeypatch.setenv(server.SETTINGS_VARIABLE, "")
+    monkeypatch.setattr(server.uvicorn, "run", lambda *args, **kwargs: None)
+    server.serve([str(cube)], workers=2)
+    assert json.loads(os.environ[server.SETTINGS_VARIABLE])["limits"]["computations"] == 1
+    server.serve([str(cube)], workers=2, limits=ServiceLimits(computations=3))
+    assert json.loads(os.environ[server.SETTINGS_VARIABLE])["limits"]["computations"] == 3

@@ -50,8 +50,14 @@ def serve(
         ),
     ] = 1024,  # app.DEFAULT_CHUNK_CACHE_BYTES (not imported: FastAPI)
     computations: Annotated[
-        int, option("--computations", "Answers computed at once; others wait, then get 503.", 1)
-    ] = 2,
+        int | None,
+        option(
+            "--computations",
+            "Answers computed at once per process; others wait, then get 503 (default 2; 1 "
+            "per process with --workers).",
+            1,
+        ),
+    ] = None,
     scans: Annotated[
         int,
         option(
@@ -107,6 +113,7 @@ def serve(
     """Serve the HTTP API and the web page: area-averaged time series and time-averaged maps."""
     from accumulus.service import serve as run_service
     from accumulus.service.guard import ServiceLimits
+    from accumulus.service.server import default_computations
 
     cells: dict[str, Any] = {"max_cells": max_cells} if max_cells else {}
     run_service(
@@ -118,7 +125,7 @@ def serve(
         cache_bytes=cache_mb * 2**20,
         chunk_cache_bytes=chunk_cache_mb * 2**20,
         limits=ServiceLimits(
-            computations=computations,
+            computations=default_computations(workers) if computations is None else computations,
             scans=scans,
             queue_seconds=queue_seconds,
             request_seconds=request_seconds,

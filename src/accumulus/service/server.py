@@ -30,6 +30,12 @@ from accumulus.service.guard import ServiceLimits
 SETTINGS_VARIABLE = "ACCUMULUS_SERVE_SETTINGS"
 WORKER_START_SECONDS = 60
 
+# Answers computed at once by each process of ``serve(..., workers=N)`` unless its limits say
+# otherwise (one process computes ``ServiceLimits``' two): two threads computing in one
+# process take turns holding its interpreter lock, and its event loop waits for it behind
+# them; with one, the other cores go to the other workers (figures in docs/benchmarks.md).
+WORKER_COMPUTATIONS = 1
+
 # The longest request target an access log line shows; the rest is counted, not written
 # (a request's URL can be as long as the client likes).
 LOGGED_TARGET_CHARS = 200
@@ -56,6 +62,11 @@ def logging_config() -> dict[str, Any]:
     return config
 
 
+def default_computations(workers: int) -> int:
+    """Answers computed at once per process by default, when ``workers`` processes serve."""
+    return ServiceLimits.computations if workers == 1 else WORKER_COMPUTATIONS
+
+
 def serve(
     stores: Sequence[str],
     *,
@@ -70,7 +81,8 @@ def serve(
     names, ``host`` and ``allowed_hosts`` (``Host``).
 
     ``workers``: how many processes answer, sharing the port; each opens the stores itself
-    and has its own cache and ``limits``, which therefore hold per process. A store that
+    and has its own cache and ``limits``, which therefore hold per process (without
+    ``limits``, each computes ``default_computations(workers)`` answers at once). A store that
     cannot be read stops the start (an ``AccumulusError``) before any process is started.
     ``access_log``: a line per request (off by default: it adds to the CPU of every answer,
     docs/benchmarks.md)."""
@@ -89,6 +101,8 @@ def serve(
         return
     for dataset in catalog(stores, settings):
         dataset.snapshot()  # refused here, once, rather than by every worker
+    if settings.get("limits") is None:
+        settings["limits"] = ServiceLimits(computations=default_computations(workers))
     os.environ[SETTINGS_VARIABLE] = json.dumps(settings_json(stores, settings))
     uvicorn.run(
         f"{__name__}:app_from_environment",
