@@ -216,8 +216,14 @@ def frame_head(stored: bytes) -> bytes | None:
     version, _, flags, _, nbytes, blocksize, _ = _HEADER.unpack_from(stored)
     if version != _FORMAT or blocksize <= 0:
         return None
-    end = _HEADER.size if flags & _MEMCPYED else _HEADER.size + 4 * -(-nbytes // blocksize)
+    end = _head_end(flags, nbytes, blocksize)
     return stored[:end] if len(stored) >= end else None
+
+
+def _head_end(flags: int, nbytes: int, blocksize: int) -> int:
+    """Where a Blosc frame's header and block table end: its header alone where its data
+    follows uncompressed (no table), else a 4-byte offset for each block."""
+    return _HEADER.size if flags & _MEMCPYED else _HEADER.size + 4 * -(-nbytes // blocksize)
 
 
 async def decode_ranges_async(
@@ -270,9 +276,10 @@ def _ranged(
     if version != _FORMAT or nbytes != declared or cbytes != framed or blocksize <= 0:
         return None
     out = np.empty(declared, dtype=np.uint8)
+    table_end = _head_end(flags, nbytes, blocksize)
     if flags & _MEMCPYED:  # stored as it is: the bytes wanted, after the header
         if seen is not None:
-            seen(head[: _HEADER.size])
+            seen(head[:table_end])
         parts = yield [(_HEADER.size + start, _HEADER.size + stop) for start, stop in spans]
         for (start, stop), data in zip(spans, parts, strict=True):
             if len(data) != stop - start:
@@ -280,7 +287,6 @@ def _ranged(
             out[start:stop] = np.frombuffer(data, dtype=np.uint8)
         return lambda: _as_array(chain, spec, out, spec.shape)
     blocks = -(-nbytes // blocksize)
-    table_end = _HEADER.size + 4 * blocks
     runs = _block_runs(spans, nbytes, blocksize, cbytes)
     if runs is None:
         return None
