@@ -44,7 +44,7 @@ from accumulus.accumulation.model.weights import varying_dims
 from accumulus.raw_cube import RawCube, VariableInfo
 
 MAP_CHUNK = 4 * 2**20  # bytes of float64 entries per chunk of a map-like array, at most
-SERIES_CHUNK = 256 * 2**10  # the same for arrays read as long series (a box's rows)
+SERIES_CHUNK = 512 * 2**10  # the same for arrays read as long series (a box's rows)
 BUFFER_BYTES = 384 * 2**20  # entries a build holds back to write long series chunks whole
 # Bytes of a Blosc block of a series-like array's chunk (v2): a series over a short period
 # reads a few days of each chunk, which a query decodes block by block (``partial_decode``);
