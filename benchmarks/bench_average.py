@@ -46,7 +46,13 @@ from accumulus.accumulation.query.execute import chunk_work
 from accumulus.chunk_reader import _chunk_spec
 from accumulus.demo import VARIABLE as DEMO_VARIABLE
 from accumulus.demo import DemoConfig
-from accumulus.partial_decode import blosc_chain, decode_ranges, frame_head, region_spans
+from accumulus.partial_decode import (
+    blosc_chain,
+    decode_ranges,
+    decode_verified,
+    frame_head,
+    region_spans,
+)
 from accumulus.stores.base import innermost, reads_synchronously
 from accumulus.stores.counting import CountingStore
 from accumulus.stores.keys import is_metadata_key
@@ -117,13 +123,14 @@ def _counting(store) -> CountingStore | None:
     return store if isinstance(store, CountingStore) else None
 
 
-def in_part(store, request) -> Callable[[Callable[[bytes], np.ndarray]], np.ndarray] | None:
+def in_part(store, request) -> Callable[[], np.ndarray] | None:
     """Where a chunk is a local file in a Blosc frame: a reader of only its Blosc blocks
     holding the parts the plan needs (those blocks, by byte ranges of one open file, counted
     at ``store`` when it counts; its header known beforehand), decoding them. The least a program
     reading those chunks decodes, and what an answer reads once the file passed its
-    checksum (the timed handle's warm answers). It falls back on ``whole`` (the stored
-    bytes decoded whole) where the frame cannot be cut.
+    checksum (the timed handle's warm answers). Where the frame cannot be cut (or every
+    block is needed) the chunk is read whole and decoded as an answer decodes a verified
+    file: Blosc alone (``decode_verified``), its checksum not computed again.
     None where the chunk is no such file."""
     root = getattr(innermost(store), "root", None)
     chain = blosc_chain(request.array.metadata)
@@ -141,7 +148,7 @@ def in_part(store, request) -> Callable[[Callable[[bytes], np.ndarray]], np.ndar
     with open(path, "rb") as file:
         head = frame_head(file.read())
 
-    def read(whole: Callable[[bytes], np.ndarray]) -> np.ndarray:
+    def read() -> np.ndarray:
         fd = os.open(path, os.O_RDONLY)
 
         def counted(start: int, stop: int) -> bytes:
@@ -153,7 +160,9 @@ def in_part(store, request) -> Callable[[Callable[[bytes], np.ndarray]], np.ndar
         try:
             size = os.fstat(fd).st_size
             part = decode_ranges(chain, spec, spans, counted, size, verified=True, head=head)
-            return part if part is not None else whole(counted(0, size))
+            if part is not None:
+                return part
+            return decode_verified(chain, spec, spec.prototype.buffer.from_bytes(counted(0, size)))
         finally:
             os.close(fd)
 
@@ -184,11 +193,10 @@ def floor_reader(handle: accumulus.Datacube, result) -> Callable[[], None]:
 
     def decode_and_sum(item, buffer) -> None:
         _, compressor, filters, shape, dtype, parts, _, fill, ranged = item
-
-        def whole(stored) -> np.ndarray:
-            return decoded(stored, compressor, filters, shape, dtype, fill)
-
-        sum_parts(whole(buffer) if ranged is None else ranged(whole), parts, over)
+        chunk = (
+            decoded(buffer, compressor, filters, shape, dtype, fill) if ranged is None else ranged()
+        )
+        sum_parts(chunk, parts, over)
 
     async def nothing() -> None:
         return None
@@ -229,11 +237,10 @@ def floor_in_thread_reader(handle: accumulus.Datacube, result) -> Callable[[], N
 
     def run() -> None:
         for store, key, compressor, filters, shape, dtype, parts, fill, ranged in items:
-
-            def whole(stored) -> np.ndarray:
-                return decoded(stored, compressor, filters, shape, dtype, fill)  # noqa: B023
-
-            chunk = whole(store.get_sync(key)) if ranged is None else ranged(whole)
+            if ranged is None:
+                chunk = decoded(store.get_sync(key), compressor, filters, shape, dtype, fill)
+            else:
+                chunk = ranged()
             sum_parts(chunk, parts, over)
 
     return run

@@ -20,8 +20,10 @@ tuned here. Reported, each figure with its baseline measured in the same run:
   day-precise period, maps over whole months, maps over day-precise periods; and a series
   and a map over the last 20 days (the last raw chunk, partial as appends leave it), and
   maps over 5 fixed day-precise periods (5 to 300 days, ends off months). For each, the
-  median time of an open datacube answering (``warm``), the floor (a bare concurrent loop
-  fetching and decoding exactly the chunks the plan names: ``bench_average.floor_reader``),
+  median time of an open datacube answering (``warm``), the floor (the least of two bare
+  loops reading exactly the chunks the plan names, by the Blosc blocks the answer reads,
+  decoded as the answer decodes them: side by side on threads, ``bench_average.floor_reader``,
+  and one after another in the calling thread, ``floor_in_thread_reader``),
   and xarray + Dask's scan of the same selection of the same store, with the raw and
   accumulation chunks, requests and bytes counted at the store, and the largest relative
   difference from xarray's answer.
@@ -59,7 +61,7 @@ from accumulus.stores.keys import is_metadata_key
 from accumulus.stores.opening import open_store
 from accumulus.stores.safe_reads import SETTLED_NS
 from bench_accumulate import run_child
-from bench_average import floor_reader
+from bench_average import floor_in_thread_reader, floor_reader
 from bench_positions import full_read, timed_scan
 from common import DEFAULT_DIR, median_with_cpu, report
 from realistic import VARIABLE, dataset
@@ -272,13 +274,20 @@ def ask(path: Path, kind: str, over, ranges, args) -> dict:
     warm, warm_cpu, result = median_with_cpu(
         lambda: handle.query(VARIABLE, over, ranges), args.repeats
     )
+    floors: dict[str, float] = {}
     try:
         store.reset()
         floor_reader(counted_handle, result)()
         floor_counts: dict | None = counted(store)
-        floor: float | None = median_with_cpu(floor_reader(handle, result), args.repeats)[0]
+        floors["side_by_side"] = median_with_cpu(floor_reader(handle, result), args.repeats)[0]
+        in_thread = floor_in_thread_reader(handle, result)
+        if in_thread is not None:
+            floors["in_thread"] = median_with_cpu(in_thread, args.repeats)[0]
     except AttributeError:  # bench_average's floor decodes Zarr v2 arrays only
-        floor, floor_counts = None, None
+        floor_counts = None
+    # The least of the two: a few small chunks cost less read one after another than
+    # handed to threads, many large ones less side by side.
+    floor = min(floors.values(), default=None)
 
     scan_seconds, expected, scan_store = timed_scan(path, over, ranges, args.scan_repeats)
     got, want = result.data.values, expected.values
@@ -294,6 +303,7 @@ def ask(path: Path, kind: str, over, ranges, args) -> dict:
         "warm_seconds": round(warm, 5),
         "warm_cpu_seconds": round(warm_cpu, 5),
         "floor_seconds": None if floor is None else round(floor, 5),
+        "floors_seconds": {k: round(v, 5) for k, v in floors.items()},
         "xarray_seconds": round(scan_seconds, 4),
         "xarray_over_warm": round(scan_seconds / warm, 1),
         "warm_over_floor": None if floor is None else round(warm / floor, 2),
