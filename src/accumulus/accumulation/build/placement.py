@@ -44,7 +44,11 @@ from accumulus.accumulation.model.weights import varying_dims
 from accumulus.raw_cube import RawCube, VariableInfo
 
 MAP_CHUNK = 4 * 2**20  # bytes of float64 entries per chunk of a map-like array, at most
-SERIES_CHUNK = 512 * 2**10  # the same for arrays read as long series (a box's rows)
+# The same for arrays read as long series (a box's rows): whole latitude columns on the
+# default cube, so that a short series reads one chunk of sums per corner column, not two;
+# a box over few rows for a long period then decodes more rows than it needs
+# (docs/benchmarks.md, session read52).
+SERIES_CHUNK = 512 * 2**10
 BUFFER_BYTES = 384 * 2**20  # entries a build holds back to write long series chunks whole
 # Bytes of a Blosc block of a series-like array's chunk (v2): a series over a short period
 # reads a few days of each chunk, which a query decodes block by block (``partial_decode``);
@@ -233,9 +237,8 @@ def chunks(
     if count and series:
         # Counts (small integers) as many bytes per chunk as the sums beside them: rows
         # doubled while they still divide the raw chunk's, so that the tiles a build sums
-        # at once (whole raw chunks, whole chunks of every array) stay as they are. On the
-        # bench cube, --at lat=1,lon=1 counts (2 bytes each) take 90 rows instead of 45: a
-        # quarter fewer objects (15,129 instead of 20,169) for a build to create.
+        # at once (whole raw chunks, whole chunks of every array) stay as they are: fewer
+        # objects for a build to create where the sums take fewer rows than a raw chunk.
         sums_bytes = prod(size.values()) * 8
         itemsize = dtype_and_fill(var, acc, True)[0].itemsize
         raw = {d: max(var.bounds[var.axis(d)].sizes, default=1) for d in rows}
