@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -73,15 +74,16 @@ def free_port() -> int:
 
 
 def start_service(
-    cube: Path, port: int, workers: int, sources: str | None = None
+    cube: Path, port: int, workers: int, sources: str | None = None, options: Sequence[str] = ()
 ) -> subprocess.Popen:
     """``accumulus serve`` of ``cube`` on ``port``, from ``sources`` (a source tree: another
-    version in the same run; default this one), once it answers its health check."""
+    version in the same run; default this one), with ``serve``'s ``options``, once it
+    answers its health check."""
     sources = sources or str(Path(accumulus.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([sources, os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "accumulus", "serve", str(cube), "--port", str(port)]
     process = subprocess.Popen(
-        [*command, "--workers", str(workers)],
+        [*command, "--workers", str(workers), *options],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -49,11 +49,16 @@ A sample of answers (``--check``) is compared with xarray on the raw data (rtol 
 ``git archive`` of an older commit, unpacked), in the same run, so that a change is measured
 against what came before on the same (shared, loaded) machine; ``--rounds N`` serves them N
 times in turn (A, B, A, B...) and reports each figure's median over the rounds beside the
-rounds themselves. ``--days`` takes a shorter cube (the first days of the same field) for
-quick runs.
+rounds themselves. ``--chunk-cache-mb MB [MB ...]`` serves each source with each of these
+caches of decoded chunks per worker (``serve --chunk-cache-mb``), in turn within a round.
+Every load also reports the share of the workers' accumulation chunk reads served from that
+cache (``decoded_chunks_kept_share``, from ``/api/health`` of each worker) and each worker's
+peak resident memory so far (``worker_peak_rss_mib``). ``--days`` takes a shorter cube (the
+first days of the same field) for quick runs.
 
     python benchmarks/bench_service_load.py [--days 3650] [--requests 2000] [--check 24]
         [--warm-up 200] [--sources before=/tmp/before/src --sources after=src] [--rounds 3]
+        [--chunk-cache-mb 1024 3072]
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import aiohttp
+import httpx
 import numpy as np
 import pandas as pd
 import psutil
@@ -271,6 +277,7 @@ def drive(
 ) -> dict:
     """Send ``qs`` with ``clients`` in flight; measure."""
     load_before = os.getloadavg()[0]
+    caches_before = worker_caches(base, server)
     threads_before = server_threads(server)
     cpu_server, cpu_client = server_cpu(server), time.process_time()
     started = time.perf_counter()
@@ -279,6 +286,13 @@ def drive(
     threads = thread_split(threads_before, server_threads(server), len(qs))
     by_process = {pid: cpu - cpu_server.get(pid, 0.0) for pid, cpu in server_cpu(server).items()}
     cpu_client = time.process_time() - cpu_client
+    caches = worker_caches(base, server)
+    reads = {
+        figure: sum(
+            caches[pid][figure] - caches_before.get(pid, {}).get(figure, 0) for pid in caches
+        )
+        for figure in ("hits", "misses")
+    }
     busy = sorted((cpu for cpu in by_process.values() if cpu > 0.05), reverse=True)
     all_latencies = [s for kind in sent["latencies"].values() for s in kind]
     light = sent["latencies"]["series"] + sent["latencies"]["map"]
@@ -296,6 +310,10 @@ def drive(
         "server_cpu_s_by_worker": [round(cpu, 2) for cpu in busy],
         **threads,
         "client_cpu_ms_per_request": round(client_ms, 2),
+        # The workers' reads of accumulation chunks served decoded from their caches.
+        "decoded_chunks_kept_share": round(reads["hits"] / max(1, sum(reads.values())), 3),
+        "decoded_chunks_held_mib": [round(c["held_bytes"] / 2**20) for c in caches.values()],
+        "worker_peak_rss_mib": worker_peak_rss_mib(server),
         # The cores server and client got; and what two free cores would give at this CPU
         # per request (the client's included: it runs on the same cores).
         "cores_used": round((server_ms + client_ms) * len(qs) / 1000 / wall, 2),
@@ -309,16 +327,43 @@ def drive(
     return result
 
 
+def worker_caches(base: str, server: subprocess.Popen) -> dict[int, dict[str, int]]:
+    """Each worker's ``decoded_chunks`` figures, by process id, from ``/api/health`` asked
+    on new connections until every worker has answered (the workers share the port)."""
+    workers = {p.pid for p in psutil.Process(server.pid).children(recursive=True)}
+    found: dict[int, dict[str, int]] = {}
+    for _ in range(200):
+        body = httpx.get(f"{base}/api/health", timeout=60).json()
+        found[body["process"]] = body["decoded_chunks"]
+        if workers <= set(found):
+            break
+    return found
+
+
+def worker_peak_rss_mib(server: subprocess.Popen) -> list[int]:
+    """Each worker process's peak resident memory so far (``VmHWM``), MiB, largest first."""
+    peaks = []
+    for worker in psutil.Process(server.pid).children(recursive=True):
+        try:
+            status = Path(f"/proc/{worker.pid}/status").read_text()
+        except OSError:
+            continue
+        kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))
+        peaks.append(round(int(kib) / 1024))
+    return sorted(peaks, reverse=True)
+
+
 def measure_server(
     cube: Path,
     sources: str,
+    options: list[str],
     workers: int,
     loads: dict[str, list[Question]],
     warm_up: list[Question],
     keep: set[str],
 ) -> dict:
     port = free_port()
-    server = start_service(cube, port, workers, sources)
+    server = start_service(cube, port, workers, sources, options)
     base = f"http://127.0.0.1:{port}"
     try:
         drive(base, server, warm_up, 16, set())  # imports, snapshots, the page cache
@@ -341,6 +386,7 @@ MEDIAN_FIGURES = (
     "client_cpu_ms_per_request",
     "cores_used",
     "ceiling_requests_per_s_on_2_cores",
+    "decoded_chunks_kept_share",
 )
 
 
@@ -546,6 +592,14 @@ def main() -> None:
     parser.add_argument("--profiled", type=int, default=100, help="floor questions profiled")
     parser.add_argument("--check", type=int, default=24, help="answers compared with xarray")
     parser.add_argument(
+        "--chunk-cache-mb",
+        type=int,
+        nargs="+",
+        default=[],
+        help="serve each source with each of these decoded-chunk caches per worker, in turn "
+        "(default: serve's own)",
+    )
+    parser.add_argument(
         "--sources",
         action="append",
         default=[],
@@ -572,13 +626,24 @@ def main() -> None:
     keep = {every[i].url for i in sample}
 
     here = str(Path(accumulus.__file__).parents[1])
-    sources = dict(s.split("=", 1) for s in args.sources) or {"this": here}
+    trees = dict(s.split("=", 1) for s in args.sources) or {"this": here}
+    # Each server: a label, its source tree and serve's options.
+    sources: dict[str, tuple[str, list[str]]] = {label: (tree, []) for label, tree in trees.items()}
+    if args.chunk_cache_mb:
+        sources = {
+            (f"{label}, " if len(trees) > 1 else "") + f"{mb} MB": (
+                tree,
+                ["--chunk-cache-mb", str(mb)],
+            )
+            for label, tree in trees.items()
+            for mb in args.chunk_cache_mb
+        }
     rounds: dict[str, list[dict]] = {label: [] for label in sources}
     bodies: dict[str, dict[str, bytes]] = {label: {} for label in sources}
     for _ in range(args.rounds):
-        for label, tree in sources.items():
+        for label, (tree, options) in sources.items():
             runs = measure_server(
-                cube, str(Path(tree).resolve()), args.workers, loads, warm_up, keep
+                cube, str(Path(tree).resolve()), options, args.workers, loads, warm_up, keep
             )
             for run in runs.values():
                 bodies[label].update(run.pop("_bodies"))
@@ -607,8 +672,8 @@ def main() -> None:
         "checked_against_xarray": checks,
         "cpu_count": os.cpu_count(),
     }
-    if len(servers) == 2:
-        (a, ra), (b, rb) = servers.items()
+    (a, ra), *others = servers.items()
+    for b, rb in others:
         report[f"{b}_over_{a}"] = {
             load: {
                 "requests_per_s": round(rb[load]["requests_per_s"] / ra[load]["requests_per_s"], 2),

@@ -243,6 +243,21 @@ def test_health(client):
     assert set(body["datasets"]) == {"surface"}
 
 
+def test_health_reports_the_decoded_chunk_cache(client, monkeypatch):
+    """What this process's cache of decoded chunks holds and served (`bench_service_load`
+    reads the workers' hit rates from it)."""
+    from accumulus.decoded_chunks import DECODED
+
+    for name, value in (("limit", 3 * 2**20), ("held", 2**20), ("hits", 7), ("misses", 5)):
+        monkeypatch.setattr(DECODED, name, value)
+    assert client.get("/api/health").json()["decoded_chunks"] == {
+        "limit_bytes": 3 * 2**20,
+        "held_bytes": 2**20,
+        "hits": 7,
+        "misses": 5,
+    }
+
+
 @pytest.mark.parametrize(
     "path", ["/static/..%2F__init__.py", "/static/%2e%2e/app.py", "/static//etc/passwd"]
 )

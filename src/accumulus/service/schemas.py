@@ -106,6 +106,13 @@ class AverageResult(BaseModel):
     note: str = Field(description="Why accumulations were not (fully) used, when they were not.")
 
 
+class DecodedChunksHeld(BaseModel):
+    limit_bytes: int = Field(description="The most it keeps (0: nothing kept).")
+    held_bytes: int = Field(description="Decoded bytes it keeps now.")
+    hits: int = Field(description="Reads served from it since the process started.")
+    misses: int = Field(description="Reads of chunks it did not hold (then read and decoded).")
+
+
 class Health(BaseModel):
     status: str = Field(
         description='"ok"; "degraded" when a store cannot be read; "unhealthy" (status 503) '
@@ -118,4 +125,7 @@ class Health(BaseModel):
     )
     process: int = Field(
         description="The id of the process that answered (one of `serve --workers N`)."
+    )
+    decoded_chunks: DecodedChunksHeld = Field(
+        description="This process's cache of decoded accumulation chunks (`--chunk-cache-mb`)."
     )

@@ -7,6 +7,7 @@ import os
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from accumulus.decoded_chunks import DECODED
 from accumulus.service import schemas
 from accumulus.service.state import ServiceDep
 
@@ -27,7 +28,8 @@ async def health_check(service: ServiceDep) -> JSONResponse:
     computations run in the process that answered (``process``: one of ``serve --workers``).
     Answers at once even when the service is saturated (then with the tokens read by the
     previous call). A computation holding its slot past ``ServiceLimits.stuck_seconds``
-    makes it "unhealthy", with status 503: the process needs a restart."""
+    makes it "unhealthy", with status 503: the process needs a restart. Also what the
+    process's decoded-chunk cache holds and how often it served a read."""
     busy = service.busy
     wait = 0.0 if busy else HEALTH_WAIT_IDLE_SECONDS
     tokens = await service.health.tokens(wait)
@@ -43,5 +45,11 @@ async def health_check(service: ServiceDep) -> JSONResponse:
         "computations": busy,
         "longest_computation_seconds": round(held, 3),
         "process": os.getpid(),
+        "decoded_chunks": {
+            "limit_bytes": DECODED.limit,
+            "held_bytes": DECODED.held,
+            "hits": DECODED.hits,
+            "misses": DECODED.misses,
+        },
     }
     return JSONResponse(body, 503 if status == "unhealthy" else 200)
