@@ -38,7 +38,7 @@ from accumulus.service.state import Service
 
 DEFAULT_MAX_CELLS = 2_000_000
 DEFAULT_CACHE_BYTES = 256 * 2**20
-DEFAULT_CHUNK_CACHE_BYTES = 1024 * 2**20
+DEFAULT_CHUNK_CACHE_BYTES = 3072 * 2**20
 STATIC = resources.files("accumulus.service") / "static"
 
 
