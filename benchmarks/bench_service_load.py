@@ -1,7 +1,7 @@
 """The service under a data center's load (issue 39): `accumulus serve CUBE --workers 2` on
 the realistic cube with its default accumulations (time at month ends and every 2 days of each
-month, lat+lon at every cell: `--at time=month+2,lat=1,lon=1`), and a client on the same machine sending unique random requests
-with a fixed number in flight.
+month, lat+lon at every cell: `--at time=month+2,lat=1,lon=1`), and a client on the same
+machine sending unique random requests with a fixed number in flight.
 
 Requests (all distinct, so the answer cache cannot help): half area-averaged series over a
 random box (2-60 degrees of latitude x 2-120 of longitude, some across 0 degrees, some across
@@ -665,7 +665,8 @@ def main() -> None:
         "benchmark": "service under load: unique random requests, accumulus serve --workers "
         f"{args.workers} (issue 39)",
         "cube": {"store": str(cube), "shape": [args.days, *SHAPE[1:]], "chunks": list(CHUNKS)},
-        "accumulations": "default: time at month ends and every 2 days of each month, lat+lon at every cell",
+        "accumulations": "default: time at month ends and every 2 days of each month, "
+        "lat+lon at every cell",
         "client": "aiohttp in one asyncio process on the same cores (keep-alive)",
         "servers": servers,
         "floor_in_process": floor_figures,
