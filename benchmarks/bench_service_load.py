@@ -327,10 +327,24 @@ def drive(
     return result
 
 
+def worker_processes(server: subprocess.Popen) -> list[psutil.Process]:
+    """The processes answering for ``server``: its workers (``serve --workers N``, spawned by
+    multiprocessing, whose resource tracker is left out), or itself when it has none."""
+    parent = psutil.Process(server.pid)
+    workers = []
+    for child in parent.children(recursive=True):
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                workers.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return workers or [parent]
+
+
 def worker_caches(base: str, server: subprocess.Popen) -> dict[int, dict[str, int]]:
     """Each worker's ``decoded_chunks`` figures, by process id, from ``/api/health`` asked
     on new connections until every worker has answered (the workers share the port)."""
-    workers = {p.pid for p in psutil.Process(server.pid).children(recursive=True)}
+    workers = {p.pid for p in worker_processes(server)}
     found: dict[int, dict[str, int]] = {}
     for _ in range(200):
         body = httpx.get(f"{base}/api/health", timeout=60).json()
@@ -343,7 +357,7 @@ def worker_caches(base: str, server: subprocess.Popen) -> dict[int, dict[str, in
 def worker_peak_rss_mib(server: subprocess.Popen) -> list[int]:
     """Each worker process's peak resident memory so far (``VmHWM``), MiB, largest first."""
     peaks = []
-    for worker in psutil.Process(server.pid).children(recursive=True):
+    for worker in worker_processes(server):
         try:
             status = Path(f"/proc/{worker.pid}/status").read_text()
         except OSError:

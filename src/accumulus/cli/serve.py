@@ -47,7 +47,7 @@ def serve(
             "--chunk-cache-mb",
             "Memory for decoded accumulation chunks kept for later questions, per process "
             "(0: none). Held only as questions read them: on a ten-year daily 1-degree cube a "
-            "worker grows to about 3.5 GB, 7 GB with --workers 2.",
+            "worker grows to about 3.6 GiB resident, 7.2 GiB with --workers 2.",
             0,
         ),
     ] = 3072,  # app.DEFAULT_CHUNK_CACHE_BYTES (not imported: FastAPI)
