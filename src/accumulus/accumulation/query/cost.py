@@ -89,16 +89,23 @@ class PlanCost:
     requests: int
     bytes: int  # decoded bytes of every chunk read
     seconds: float  # the estimate
+    # Whether the three are lower bounds, not the estimate (``scan_bound``): a scan not
+    # estimated in full, its bound already above the estimate of the plan it was set against.
+    at_least: bool = False
 
-    def to_dict(self) -> dict[str, int | float]:
+    def to_dict(self) -> dict[str, int | float | bool]:
         return {
             "requests": self.requests,
             "decoded_bytes": self.bytes,
             "seconds": round(self.seconds, 6),
+            "at_least": self.at_least,
         }
 
     def __str__(self) -> str:
-        return f"{self.requests} chunks, {self.bytes / 2**20:.1f} MiB, ~{self.seconds * 1e3:.1f} ms"
+        described = (
+            f"{self.requests} chunks, {self.bytes / 2**20:.1f} MiB, ~{self.seconds * 1e3:.1f} ms"
+        )
+        return f"at least {described}" if self.at_least else described
 
 
 @dataclass(frozen=True)
@@ -152,17 +159,33 @@ class _Tally:
         self.compute += seconds
 
     def cost(self, storage: Storage, memory_bytes: int) -> PlanCost:
+        return self._priced(storage, memory_bytes, self._side_by_side(storage), self.header_first)
+
+    def bound(self, storage: Storage, memory_bytes: int, exact_requests: bool) -> PlanCost:
+        """The least ``cost`` can be of a plan of at least these requests (exactly these
+        where ``exact_requests``), decoded bytes and CPU seconds: no header read first, and
+        the chunks decoded side by side on every core ``_side_by_side`` could give them."""
+        runs = min(WORKERS if storage.in_thread else CONSUMERS, CORES)
+        if exact_requests:
+            runs = min(runs, self.requests)
+        most = max(1.0, runs * PARALLEL_EFFICIENCY)
+        cost = self._priced(storage, memory_bytes, most, False)
+        return PlanCost(cost.requests, cost.bytes, cost.seconds, at_least=True)
+
+    def _priced(
+        self, storage: Storage, memory_bytes: int, side_by_side: float, header_first: bool
+    ) -> PlanCost:
         if self.requests == 0:
             return PlanCost(0, 0, 0.0)
         waves = 0
         if storage.latency > 0:
             in_flight = read_budget(memory_bytes).in_flight_bytes
             waves = max(ceil(self.bytes / in_flight), ceil(self.requests / MAX_IN_FLIGHT))
-            waves += self.header_first
+            waves += header_first
         seconds = (
             storage.latency * waves
             + storage.request_seconds * self.requests
-            + self.compute / self._side_by_side(storage)
+            + self.compute / side_by_side
         )
         return PlanCost(self.requests, self.bytes, seconds)
 
@@ -293,6 +316,36 @@ def scan_cost(
     seconds += raw_sum_rate(var, terms, over).seconds(values, count)
     tally.add(count, nbytes, seconds)
     return tally.cost(storage, memory_bytes)
+
+
+def scan_bound(
+    var: VariableInfo,
+    boxes: Sequence[Mapping[str, tuple[int, int]]],
+    storage: Storage,
+    terms: Sequence[str],
+    over: Sequence[str],
+    memory_bytes: int,
+) -> PlanCost:
+    """A lower bound of ``scan_cost`` of the same ``boxes`` (which do not overlap: a box,
+    its parts either side of a longitude's seam, a season's runs), in a few µs where the
+    estimate takes tens: the chunks of the box with the most (all of them, for one box),
+    the boxes' values summed and their bytes decoded (a chunk read whole holds more, one
+    read in part decodes whole blocks), on every core (``_Tally.bound``). Where it exceeds
+    the plan a scan is set against, the scan cannot be chosen: its estimate is not needed."""
+    count = values = 0
+    for box in boxes:
+        chunks = cells = 1
+        for dim, bounds in zip(var.dims, var.bounds, strict=True):
+            lo, hi = box[dim]
+            cells *= hi - lo
+            chunks *= len(bounds.chunks_overlapping(lo, hi))
+        count, values = max(count, chunks), values + cells
+    nbytes = values * var.array.dtype.itemsize
+    tally = _Tally()
+    if values:
+        seconds = decode_rate(var.array).seconds(nbytes, count)
+        tally.add(count, nbytes, seconds + raw_sum_rate(var, terms, over).seconds(values, count))
+    return tally.bound(storage, memory_bytes, exact_requests=len(boxes) == 1)
 
 
 def _part_reads(request: ChunkRequest, in_thread: bool) -> PartReads | None:
