@@ -219,7 +219,7 @@ def plan_cost(
     raw_path = var.array.store_path.path
     # By array object (several handles on one array are alike): its chunk sizes, decoding
     # and summing rates, value size and how a part of a chunk is read, looked up once per
-    # plan, not per chunk.
+    # plan, not per chunk (``_array_facts``: worked out once per array object).
     arrays: dict[int, tuple[tuple[tuple[int, ...], ...], Rate, Rate, int, PartReads | None]] = {}
     raw_rate = raw_sum_rate(var, terms, over)
     entry_rate = entry_sum_rate()
@@ -233,13 +233,16 @@ def plan_cost(
         array = request.array
         known = arrays.get(id(array))
         if known is None:
-            raw = array.store_path.path == raw_path
+            facts = _array_facts(request, storage.in_thread)
+            in_part = facts.in_part
+            if request.store is not None:  # a sidecar's chunk, read from the store it names
+                in_part = _part_reads(request, storage.in_thread)
             known = arrays[id(array)] = (
-                tuple(b.sizes for b in array_bounds(array)),
-                decode_rate(array),
-                raw_rate if raw else entry_rate,
-                array.dtype.itemsize,
-                _part_reads(request, storage.in_thread),
+                facts.sizes,
+                facts.decoding,
+                raw_rate if facts.path == raw_path else entry_rate,
+                facts.itemsize,
+                in_part,
             )
         sizes, decoding, summing, itemsize, in_part = known
         part = None
@@ -346,6 +349,42 @@ def scan_bound(
         seconds = decode_rate(var.array).seconds(nbytes, count)
         tally.add(count, nbytes, seconds + raw_sum_rate(var, terms, over).seconds(values, count))
     return tally.bound(storage, memory_bytes, exact_requests=len(boxes) == 1)
+
+
+@dataclass(frozen=True)
+class _ArrayFacts:
+    """What the estimate asks of an array's chunks (``plan_cost``): their sizes along each
+    dimension, the array's decoding rate, value size and path, and how a part of one of its
+    chunks is read from its own store (``_part_reads``)."""
+
+    sizes: tuple[tuple[int, ...], ...]
+    decoding: Rate
+    itemsize: int
+    path: str
+    in_part: PartReads | None
+
+
+def _array_facts(request: ChunkRequest, in_thread: bool) -> _ArrayFacts:
+    """``_ArrayFacts`` of the array of ``request``, worked out once per array object (and
+    way of reading), not at every question: a statistic's estimate reads several arrays,
+    and asking each for all of them (zarr's properties, the memos of each) cost a few µs."""
+    array = request.array
+    return _FACTS.value(
+        array,
+        lambda: _ArrayFacts(
+            tuple(b.sizes for b in array_bounds(array)),
+            decode_rate(array),
+            array.dtype.itemsize,
+            array.store_path.path,
+            None if request.store is not None else _part_reads(request, in_thread),
+        ),
+        in_thread,
+        request.store is None,
+        chunk_reader.REMOTE_RANGED_SAVES,  # (a threshold a test may change)
+    )
+
+
+_FACTS: IdentityMemo[_ArrayFacts] = IdentityMemo()
 
 
 def _part_reads(request: ChunkRequest, in_thread: bool) -> PartReads | None:
