@@ -991,9 +991,8 @@ def _coordinates(cube: RawCube, resolved: ResolvedQuery, dims: Sequence[str]) ->
         lo, hi = resolved.ranges[d]
         if not within_axis(resolved, d):
             labels = answer_index(cube, resolved, d)
-            found[d] = AxisPart(labels, coordinate, lo, hi) if _labels_from(
-                coordinate, labels, lo, hi
-            ) else labels  # fmt: skip
+            part = _labels_from(coordinate, labels, lo, hi)  # (the axis' own labels)
+            found[d] = AxisPart(whole, coordinate, lo, hi) if part else labels
         elif lo == 0 and hi == len(whole):
             found[d] = coordinate
         elif _of_whole(coordinate, whole):  # its steps lo to hi (``answer_index``)
@@ -1007,9 +1006,8 @@ def _of_whole(coordinate: Coordinate, whole: pd.Index) -> bool:
     """Whether every part of ``whole`` is the same part of ``coordinate``, made from it
     (``_labels_from`` of each, without comparing them): numbers or times of its type."""
     values = coordinate.values
-    return values.dtype.kind in "iufmM" and whole.dtype == values.dtype and len(whole) == len(
-        values
-    )  # fmt: skip
+    alike = whole.dtype == values.dtype and len(whole) == len(values)
+    return values.dtype.kind in "iufmM" and alike
 
 
 def _labels_from(coordinate: Coordinate, labels: pd.Index, lo: int, hi: int) -> bool:
