@@ -158,6 +158,9 @@ def measure(
             "chosen": round(chosen.estimate.seconds, 6),
             **{name: round(cost.seconds, 6) for name, cost in chosen.costs.items()},
         },
+        # The scan's figure a lower bound, not its estimate (``cost.scan_bound``): it could
+        # not win, and was not estimated in full.
+        "scan_bounded": bool(chosen.costs) and chosen.costs["scan"].at_least,
         "requests": {"chosen": chosen.stats.requests, "scan": scan.stats.requests},
     }
 

@@ -147,6 +147,7 @@ class Datacube:
         # None: not known, or not enough to tell (a store without consolidated metadata).
         self._roots: tuple[dict[str, bytes], ...] | None = None
         self._pinned = False
+        self._facts: _StoresFacts | None = None
         self._reads = 0
         self._lock = threading.Lock()
 
@@ -224,7 +225,7 @@ class Datacube:
         if self._pinned:
             assert self._current is not None
             return self._current
-        moved = branch_moved(self.store)
+        moved = branch_moved(self.store) if self._stores_facts().transactional else None
         if moved is not None:  # an icechunk branch has a new commit: read it from now on
             url, branch = moved
             self.store = open_store(
@@ -298,6 +299,24 @@ class Datacube:
             if self._current is None or self._current.generation < read:
                 self._current, self._roots = fresh, roots
             return self._current
+
+    def _stores_facts(self) -> _StoresFacts:
+        """What every query asks of the stores (``_StoresFacts``), worked out again only
+        when they are other store objects (a moved branch, a sidecar followed)."""
+        facts = self._facts
+        if (
+            facts is None
+            or facts.store is not self.store
+            or facts.sidecar is not self.sidecar_store
+        ):
+            stores = self._stores()
+            facts = self._facts = _StoresFacts(
+                self.store,
+                self.sidecar_store,
+                transaction_of(self.store) is not None,
+                roots_read_here(*stores),
+            )
+        return facts
 
     def _stores(self) -> list[Store]:
         """The stores whose root documents make a snapshot: the cube's, then a sidecar's
@@ -404,12 +423,14 @@ class Datacube:
         of the new one."""
         with self._lock:
             current, known = self._current, self._roots
-        stores = self._stores()
+        facts = self._stores_facts()
         # An icechunk session's root documents never change (it reads one snapshot), so
         # they cannot tell a new commit: ``snapshot`` asks the branch (``branch_moved``).
-        fixed = transaction_of(self.store) is not None
-        if self._pinned or current is None or known is None or fixed or roots_read_here(*stores):
+        if self._pinned or current is None or known is None or facts.transactional or (
+            facts.read_here
+        ):  # fmt: skip
             return self.snapshot().query(query, memory_bytes)
+        stores = self._stores()
         check = _CHECKS.submit(_root_documents, stores)
         try:
             result = current.query(query, memory_bytes)
@@ -420,6 +441,18 @@ class Datacube:
             if check.result() == known:
                 return result
         return self.snapshot().query(query, memory_bytes)
+
+
+@dataclass(frozen=True)
+class _StoresFacts:
+    """What a datacube's stores are, asked at every query: whether the cube's is an
+    icechunk session's (``transaction_of``) and whether their root documents are read in
+    the calling thread (``roots_read_here``); for these store objects."""
+
+    store: Store
+    sidecar: Store | None
+    transactional: bool
+    read_here: bool
 
 
 # Freshness checks sent while a query reads (``Datacube.answer``), each a thread waiting on

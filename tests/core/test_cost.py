@@ -23,7 +23,10 @@ from accumulus.accumulation.query.answer import run_query
 from accumulus.accumulation.query.cost import (
     OBJECT_STORE_LATENCY,
     RAW_SAMPLE_VALUES,
+    PlanCost,
+    Storage,
     plan_cost,
+    scan_bound,
     scan_cost,
     storage_of,
 )
@@ -120,6 +123,7 @@ def test_a_short_unaligned_map_is_a_scan(cube):
     assert _bytes_and_requests(result.costs["accumulation"]) == (4, 2 * RAW_CHUNK + 2 * ACC_CHUNK)
     assert result.costs["scan"].seconds < result.costs["accumulation"].seconds
     assert "a full scan is estimated faster (3 chunks" in result.note
+    assert not result.costs["scan"].at_least  # (its bound is below the accumulations')
     assert result.estimate == result.costs["scan"]
     assert result.stats.requests == 3 and result.stats.accumulation_chunks_read == 0
     np.testing.assert_allclose(result.data, _expected(ds, 5, 25), rtol=1e-9)
@@ -141,6 +145,66 @@ def test_a_long_map_uses_the_accumulations(cube, days, raw):
     assert result.costs["accumulation"].requests == result.stats.requests
     assert result.stats.raw_chunks_read == raw
     np.testing.assert_allclose(result.data, _expected(ds, start, stop), rtol=1e-9)
+
+
+def test_a_scan_that_cannot_win_is_bounded_not_estimated(cube, monkeypatch):
+    """Where a lower bound of the scan (``scan_bound``) already exceeds the accumulations'
+    estimate, that bound is reported (``at_least``) instead of the scan's estimate, which
+    is at least as high: the same plan runs as with the estimate, reading the same."""
+    cube, ds = cube
+    labels = tuple(str(t)[:10] for t in ds.time.values[[10, 49]])
+    bounded = _map(cube, labels)
+    scan = bounded.costs["scan"]
+    assert scan.at_least and scan.seconds >= bounded.costs["accumulation"].seconds
+    assert str(scan).startswith("at least ")
+    monkeypatch.setattr(
+        "accumulus.accumulation.query.answer.scan_bound", lambda *_: PlanCost(0, 0, 0.0, True)
+    )
+    estimated = _map(cube, labels)
+    assert not estimated.costs["scan"].at_least
+    assert estimated.costs["scan"].seconds >= scan.seconds
+    assert estimated.costs["scan"].requests == scan.requests  # (one box: its chunks, all)
+    assert estimated.costs["scan"].bytes >= scan.bytes
+    assert estimated.plan == bounded.plan and estimated.costs["accumulation"] == bounded.costs[
+        "accumulation"
+    ]  # fmt: skip
+    np.testing.assert_array_equal(estimated.values, bounded.values)
+
+
+def _disjoint_boxes(rng, sizes: dict[str, int]) -> list[dict[str, tuple[int, int]]]:
+    """One to three boxes, apart along time (a season's runs), or one box."""
+
+    def span(size: int) -> tuple[int, int]:
+        lo = int(rng.integers(size))
+        return lo, int(rng.integers(lo, size)) + 1
+
+    base = {d: span(n) for d, n in sizes.items()}
+    cuts = sorted(rng.choice(sizes["time"] + 1, size=2 * int(rng.integers(1, 4)), replace=False))
+    return [{**base, "time": (int(a), int(b))} for a, b in itertools.pairwise(cuts)][::2]
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("blosc", [False, True], ids=["whole", "blocks"])
+def test_the_scan_bound_is_at_most_its_estimate(cube, day_blocks, seed, blosc):
+    """``scan_bound`` is a lower bound of ``scan_cost`` in requests, decoded bytes and
+    seconds, for boxes apart (a box, a season's runs), chunks read whole or by their
+    blocks, on local disk and with latency, whatever the sums and the memory allowed: the
+    planner may skip the estimate wherever the bound exceeds the other plan's."""
+    var = (RawCube.open(str(day_blocks)) if blosc else cube[0]).variable(VAR)
+    rng = np.random.default_rng(seed)
+    boxes = _disjoint_boxes(rng, DAYS if blosc else SIZES)
+    terms = [("sum", "count"), ("wsum", "wcount", "posinf", "neginf"), ("sumsq", "sum", "count")]
+    for storage in (Storage(0.0, True), Storage(0.0, False), Storage(0.05, False)):
+        for sums, over, memory in itertools.product(
+            terms, [("time",), ("lat", "lon")], [2**29, 2**22]
+        ):
+            bound = scan_bound(var, boxes, storage, sums, over, memory)
+            estimate = scan_cost(var, boxes, storage, sums, over, memory)
+            assert bound.at_least and not estimate.at_least
+            assert bound.requests <= estimate.requests and bound.bytes <= estimate.bytes
+            assert bound.seconds <= estimate.seconds
+            if len(boxes) == 1:
+                assert bound.requests == estimate.requests
 
 
 def test_a_scan_asked_for_is_not_costed(cube):
@@ -263,6 +327,7 @@ def test_json_reports_the_estimates_and_the_measured_counts_of_the_plan_that_ran
     assert set(cheaper["estimates"]) == {"accumulation", "scan"}
     assert cheaper["plan"]["accumulation_chunks_read"] == 0
     assert cheaper["plan"]["requests"] == cheaper["estimates"]["scan"]["requests"] == 3
+    assert cheaper["estimates"]["scan"]["at_least"] is False
     assert "a full scan is estimated faster" in cheaper["note"]
     # The estimate of the plan that ran beside its measured time.
     assert cheaper["plan"]["estimated_seconds"] == cheaper["estimates"]["scan"]["seconds"] > 0

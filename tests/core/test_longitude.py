@@ -152,3 +152,23 @@ def test_float32_labels_of_a_global_grid_are_not_past_anything():
 def test_an_infinite_longitude_is_refused():
     with pytest.raises(AccumulusError, match="'lon' is not a finite longitude"):
         index_range(pd.Index(np.arange(0, 360, 30.0)), "lon", "-inf", 10, circular=True)
+
+
+def test_a_map_across_a_repeated_seam_column_keeps_its_longitudes(tmp_path):
+    """On a 0..360 grid (its last column the first a turn later), lon=350/360 is the
+    columns 350..359 and the seam's first, labelled on from 350 (the repeated column's own
+    labels): the answer's coordinate, in its DataArray and its JSON, is 350..360."""
+    import accumulus
+    from accumulus.output import result_json
+    from cubes import VAR, synthetic_dataset, write_cube
+
+    ds = synthetic_dataset({"time": 4, "lat": 3, "lon": 361}, seed=2)
+    ds = ds.assign_coords(lon=np.arange(0, 361, 1.0))
+    ds[VAR][:, :, 360] = ds[VAR][:, :, 0]
+    path = tmp_path / "seam.zarr"
+    write_cube(ds, path, {"time": 2, "lat": 3, "lon": 90})
+    result = accumulus.open(str(path)).query(VAR, "time", {"lon": (350, 360)})
+    np.testing.assert_array_equal(result.data["lon"].values, np.arange(350, 361, 1.0))
+    assert result_json(result)["coords"]["lon"] == list(np.arange(350, 361, 1.0))
+    expected = ds[VAR].isel(lon=[*range(350, 360), 0]).mean("time")
+    np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-6)

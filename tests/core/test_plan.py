@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accumulus.accumulation.query import plan as plan_module
 from accumulus.accumulation.query.plan import (
     AccumulationLayout,
     QueryPlan,
@@ -112,6 +114,31 @@ def test_runs_planned_together_are_planned_as_each_alone(problem, reach, data):
         runs.append((lo, data.draw(st.integers(lo + 1, size))))
     alone = [plan_query(dims, {**ranges, dim: run}, over, layouts) for run in runs]
     assert plan_runs(dims, ranges, over, layouts, None, dim, runs) == alone
+
+
+@settings(max_examples=300, deadline=None)
+@given(problems(), st.booleans())
+def test_layouts_that_cannot_win_are_not_scored(problem, reach):
+    """A layout is not scored where answering all of its dimensions could not beat the best
+    found (``plan._extent``): the plans of every layout scored, the first of the best."""
+    dims, _, layouts, ranges, over = problem
+    layouts = [AccumulationLayout(lay.dims, lay.positions, lay.coverage, str(k), reach)
+               for k, lay in enumerate(layouts)]  # fmt: skip
+    pruned = plan_query(dims, ranges, over, layouts)
+    with pytest.MonkeyPatch.context() as every:
+        every.setattr(plan_module, "_extent", lambda box, dims: 2**62)  # all scored
+        scored = plan_query(dims, ranges, over, layouts)
+    assert pruned == scored
+
+
+def test_a_later_layout_answering_more_is_still_chosen():
+    """The first layout answers 9 of the box's 10 steps along its dimension, the second
+    all 10 along its own: the second is scored (it could beat the first) and chosen."""
+    coverage = {"t": 10, "x": 10}
+    first = AccumulationLayout(("t",), {"t": (9,)}, coverage, "t")
+    second = AccumulationLayout(("x",), {"x": (10,)}, coverage, "x")
+    plan = plan_query(("t", "x"), {"t": (0, 10), "x": (0, 10)}, ("t", "x"), [first, second])
+    assert [read.key for read in plan.accumulation_reads] == ["x"] and not plan.raw_reads
 
 
 def test_an_entry_past_an_end_is_taken_when_nearer():

@@ -29,7 +29,14 @@ from accumulus.accumulation.model.groups import AccumulationGroups, stride_unit_
 from accumulus.accumulation.model.spec import Weights
 from accumulus.accumulation.model.years import along, time_dimension, years
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
-from accumulus.accumulation.query.cost import PlanCost, Storage, plan_cost, scan_cost, storage_of
+from accumulus.accumulation.query.cost import (
+    PlanCost,
+    Storage,
+    plan_cost,
+    scan_bound,
+    scan_cost,
+    storage_of,
+)
 from accumulus.accumulation.query.execute import (
     ExecutedPlan,
     InfiniteEntriesError,
@@ -55,6 +62,7 @@ from accumulus.accumulation.query.request import (
     answer_index,
     resolve,
     whole_labels,
+    within_axis,
 )
 from accumulus.accumulation.query.selection import Extent, selection
 from accumulus.accumulation.query.shapes import kept_cells, shape_plans
@@ -279,7 +287,7 @@ def _seasonal(
             indexes["year"] = record.coordinate
         else:
             last = first + len(runs)
-            indexes["year"] = AxisPart(record.years[first:last], record.coordinate, first, last)
+            indexes["year"] = AxisPart(record.years, record.coordinate, first, last)
     units = _units_of(cube.raw.variables[var.name].attrs, stat)
     attrs: dict[str, Any] = {} if units is None else {"units": units}
     stats = QueryStats(
@@ -768,9 +776,11 @@ def _fastest_plan(
     if plans is None:
         plans = _plans(var, resolved, layouts)
     candidates = [(plan, chunk_work(groups, var, plan, terms)) for plan in plans]
+    accumulation = None
     if len(candidates) > 1:
         estimates = [estimate(work) for _, work in candidates]
-        candidates = [candidates[min(range(len(estimates)), key=lambda k: estimates[k].seconds)]]
+        fastest = min(range(len(estimates)), key=lambda k: estimates[k].seconds)
+        candidates, accumulation = [candidates[fastest]], estimates[fastest]
     plan, work = candidates[0]
     if not plan.accumulation_reads:
         return plan, work, {}
@@ -781,10 +791,17 @@ def _fastest_plan(
     else:
         scan = scan or _plans(var, resolved, [])[0]
         boxes = [read.box for read in scan.reads]
-    costs = {
-        "accumulation": estimate(work),
-        "scan": scan_cost(var, boxes, storage, terms, resolved.over, memory_bytes),
-    }
+    accumulation = accumulation or estimate(work)
+    scan_estimate = None
+    if resolved.mask is None:  # (a shape's scan boxes may overlap)
+        # Where even a bound of the scan exceeds the accumulations' estimate, the scan
+        # cannot be chosen: the bound is reported (``PlanCost.at_least``), not estimated in
+        # full (tens of µs of a question's planning).
+        bound = scan_bound(var, boxes, storage, terms, resolved.over, memory_bytes)
+        scan_estimate = bound if bound.seconds >= accumulation.seconds else None
+    if scan_estimate is None:
+        scan_estimate = scan_cost(var, boxes, storage, terms, resolved.over, memory_bytes)
+    costs = {"accumulation": accumulation, "scan": scan_estimate}
     if resolved.query.plan == "cheaper" and costs["scan"].seconds < costs["accumulation"].seconds:
         scan = scan or _plans(var, resolved, [])[0]
         return scan, chunk_work(groups, var, scan, terms), costs
@@ -948,13 +965,19 @@ class Coordinate:
 @dataclass(frozen=True)
 class AxisPart:
     """An answer's labels that are steps ``start`` to ``stop`` of a whole axis (a series'
-    days, a map's latitudes): the labels themselves (pandas'), and that axis' ``Coordinate``,
-    which their values are a view of (and whose written forms, made once, outputs slice)."""
+    days, a map's latitudes): that axis' labels (pandas') and ``Coordinate``, which their
+    values are a view of (and whose written forms, made once, outputs slice)."""
 
-    labels: pd.Index
+    whole: pd.Index
     coordinate: Coordinate
     start: int
     stop: int
+
+    @cached_property
+    def labels(self) -> pd.Index:
+        """The labels themselves (pandas'), sliced when first asked for: only a
+        ``DataArray`` of the answer needs them."""
+        return self.whole[self.start : self.stop]
 
 
 def _coordinates(cube: RawCube, resolved: ResolvedQuery, dims: Sequence[str]) -> dict[str, Labels]:
@@ -963,16 +986,28 @@ def _coordinates(cube: RawCube, resolved: ResolvedQuery, dims: Sequence[str]) ->
     (continuing past a longitude's seam) as they are."""
     found: dict[str, Labels] = {}
     for d in dims:
-        labels, whole = answer_index(cube, resolved, d), whole_labels(cube, d)
+        whole = whole_labels(cube, d)
         coordinate = cube.remembered(("answer coordinate", d), partial(Coordinate.of, whole, d))
         lo, hi = resolved.ranges[d]
-        if labels is whole:
+        if not within_axis(resolved, d):
+            labels = answer_index(cube, resolved, d)
+            part = _labels_from(coordinate, labels, lo, hi)  # (the axis' own labels)
+            found[d] = AxisPart(whole, coordinate, lo, hi) if part else labels
+        elif lo == 0 and hi == len(whole):
             found[d] = coordinate
-        elif _labels_from(coordinate, labels, lo, hi):
-            found[d] = AxisPart(labels, coordinate, lo, hi)
+        elif _of_whole(coordinate, whole):  # its steps lo to hi (``answer_index``)
+            found[d] = AxisPart(whole, coordinate, lo, hi)
         else:
-            found[d] = labels
+            found[d] = whole[lo:hi]
     return found
+
+
+def _of_whole(coordinate: Coordinate, whole: pd.Index) -> bool:
+    """Whether every part of ``whole`` is the same part of ``coordinate``, made from it
+    (``_labels_from`` of each, without comparing them): numbers or times of its type."""
+    values = coordinate.values
+    alike = whole.dtype == values.dtype and len(whole) == len(values)
+    return values.dtype.kind in "iufmM" and alike
 
 
 def _labels_from(coordinate: Coordinate, labels: pd.Index, lo: int, hi: int) -> bool:

@@ -89,16 +89,23 @@ class PlanCost:
     requests: int
     bytes: int  # decoded bytes of every chunk read
     seconds: float  # the estimate
+    # Whether the three are lower bounds, not the estimate (``scan_bound``): a scan not
+    # estimated in full, its bound already above the estimate of the plan it was set against.
+    at_least: bool = False
 
-    def to_dict(self) -> dict[str, int | float]:
+    def to_dict(self) -> dict[str, int | float | bool]:
         return {
             "requests": self.requests,
             "decoded_bytes": self.bytes,
             "seconds": round(self.seconds, 6),
+            "at_least": self.at_least,
         }
 
     def __str__(self) -> str:
-        return f"{self.requests} chunks, {self.bytes / 2**20:.1f} MiB, ~{self.seconds * 1e3:.1f} ms"
+        described = (
+            f"{self.requests} chunks, {self.bytes / 2**20:.1f} MiB, ~{self.seconds * 1e3:.1f} ms"
+        )
+        return f"at least {described}" if self.at_least else described
 
 
 @dataclass(frozen=True)
@@ -152,17 +159,33 @@ class _Tally:
         self.compute += seconds
 
     def cost(self, storage: Storage, memory_bytes: int) -> PlanCost:
+        return self._priced(storage, memory_bytes, self._side_by_side(storage), self.header_first)
+
+    def bound(self, storage: Storage, memory_bytes: int, exact_requests: bool) -> PlanCost:
+        """The least ``cost`` can be of a plan of at least these requests (exactly these
+        where ``exact_requests``), decoded bytes and CPU seconds: no header read first, and
+        the chunks decoded side by side on every core ``_side_by_side`` could give them."""
+        runs = min(WORKERS if storage.in_thread else CONSUMERS, CORES)
+        if exact_requests:
+            runs = min(runs, self.requests)
+        most = max(1.0, runs * PARALLEL_EFFICIENCY)
+        cost = self._priced(storage, memory_bytes, most, False)
+        return PlanCost(cost.requests, cost.bytes, cost.seconds, at_least=True)
+
+    def _priced(
+        self, storage: Storage, memory_bytes: int, side_by_side: float, header_first: bool
+    ) -> PlanCost:
         if self.requests == 0:
             return PlanCost(0, 0, 0.0)
         waves = 0
         if storage.latency > 0:
             in_flight = read_budget(memory_bytes).in_flight_bytes
             waves = max(ceil(self.bytes / in_flight), ceil(self.requests / MAX_IN_FLIGHT))
-            waves += self.header_first
+            waves += header_first
         seconds = (
             storage.latency * waves
             + storage.request_seconds * self.requests
-            + self.compute / self._side_by_side(storage)
+            + self.compute / side_by_side
         )
         return PlanCost(self.requests, self.bytes, seconds)
 
@@ -196,7 +219,7 @@ def plan_cost(
     raw_path = var.array.store_path.path
     # By array object (several handles on one array are alike): its chunk sizes, decoding
     # and summing rates, value size and how a part of a chunk is read, looked up once per
-    # plan, not per chunk.
+    # plan, not per chunk (``_array_facts``: worked out once per array object).
     arrays: dict[int, tuple[tuple[tuple[int, ...], ...], Rate, Rate, int, PartReads | None]] = {}
     raw_rate = raw_sum_rate(var, terms, over)
     entry_rate = entry_sum_rate()
@@ -210,13 +233,16 @@ def plan_cost(
         array = request.array
         known = arrays.get(id(array))
         if known is None:
-            raw = array.store_path.path == raw_path
+            facts = _array_facts(request, storage.in_thread)
+            in_part = facts.in_part
+            if request.store is not None:  # a sidecar's chunk, read from the store it names
+                in_part = _part_reads(request, storage.in_thread)
             known = arrays[id(array)] = (
-                tuple(b.sizes for b in array_bounds(array)),
-                decode_rate(array),
-                raw_rate if raw else entry_rate,
-                array.dtype.itemsize,
-                _part_reads(request, storage.in_thread),
+                facts.sizes,
+                facts.decoding,
+                raw_rate if facts.path == raw_path else entry_rate,
+                facts.itemsize,
+                in_part,
             )
         sizes, decoding, summing, itemsize, in_part = known
         part = None
@@ -293,6 +319,72 @@ def scan_cost(
     seconds += raw_sum_rate(var, terms, over).seconds(values, count)
     tally.add(count, nbytes, seconds)
     return tally.cost(storage, memory_bytes)
+
+
+def scan_bound(
+    var: VariableInfo,
+    boxes: Sequence[Mapping[str, tuple[int, int]]],
+    storage: Storage,
+    terms: Sequence[str],
+    over: Sequence[str],
+    memory_bytes: int,
+) -> PlanCost:
+    """A lower bound of ``scan_cost`` of the same ``boxes`` (which do not overlap: a box,
+    its parts either side of a longitude's seam, a season's runs), in a few µs where the
+    estimate takes tens: the chunks of the box with the most (all of them, for one box),
+    the boxes' values summed and their bytes decoded (a chunk read whole holds more, one
+    read in part decodes whole blocks), on every core (``_Tally.bound``). Where it exceeds
+    the plan a scan is set against, the scan cannot be chosen: its estimate is not needed."""
+    count = values = 0
+    for box in boxes:
+        chunks = cells = 1
+        for dim, bounds in zip(var.dims, var.bounds, strict=True):
+            lo, hi = box[dim]
+            cells *= hi - lo
+            chunks *= len(bounds.chunks_overlapping(lo, hi))
+        count, values = max(count, chunks), values + cells
+    nbytes = values * var.array.dtype.itemsize
+    tally = _Tally()
+    if values:
+        seconds = decode_rate(var.array).seconds(nbytes, count)
+        tally.add(count, nbytes, seconds + raw_sum_rate(var, terms, over).seconds(values, count))
+    return tally.bound(storage, memory_bytes, exact_requests=len(boxes) == 1)
+
+
+@dataclass(frozen=True)
+class _ArrayFacts:
+    """What the estimate asks of an array's chunks (``plan_cost``): their sizes along each
+    dimension, the array's decoding rate, value size and path, and how a part of one of its
+    chunks is read from its own store (``_part_reads``)."""
+
+    sizes: tuple[tuple[int, ...], ...]
+    decoding: Rate
+    itemsize: int
+    path: str
+    in_part: PartReads | None
+
+
+def _array_facts(request: ChunkRequest, in_thread: bool) -> _ArrayFacts:
+    """``_ArrayFacts`` of the array of ``request``, worked out once per array object (and
+    way of reading), not at every question: a statistic's estimate reads several arrays,
+    and asking each for all of them (zarr's properties, the memos of each) cost a few µs."""
+    array = request.array
+    return _FACTS.value(
+        array,
+        lambda: _ArrayFacts(
+            tuple(b.sizes for b in array_bounds(array)),
+            decode_rate(array),
+            array.dtype.itemsize,
+            array.store_path.path,
+            None if request.store is not None else _part_reads(request, in_thread),
+        ),
+        in_thread,
+        request.store is None,
+        chunk_reader.REMOTE_RANGED_SAVES,  # (a threshold a test may change)
+    )
+
+
+_FACTS: IdentityMemo[_ArrayFacts] = IdentityMemo()
 
 
 def _part_reads(request: ChunkRequest, in_thread: bool) -> PartReads | None:

@@ -120,7 +120,7 @@ def plan_query(
     both, so their chunks are read in one batch and each part lands at its place in the
     answer (``execute`` places it modulo the size).
     """
-    return _planned(dims, ranges, over, layouts, sizes, {})
+    return _planned(dims, ranges, _Usable.of(dims, over, layouts), sizes, {})
 
 
 def plan_runs(
@@ -136,7 +136,8 @@ def plan_runs(
     season's runs of days, one box): the same plans, the spans of the layouts along the
     other dimensions found once for all of them."""
     spans: Spans = {}
-    return [_planned(dims, {**ranges, dim: run}, over, layouts, sizes, spans) for run in runs]
+    usable = _Usable.of(dims, over, layouts)
+    return [_planned(dims, {**ranges, dim: run}, usable, sizes, spans) for run in runs]
 
 
 # The span of a layout's positions within a range, by the positions' identity (a layout's,
@@ -145,26 +146,46 @@ def plan_runs(
 Spans = dict[tuple[int, bool, int, int], tuple[int, int] | None]
 
 
+@dataclass(frozen=True)
+class _Usable:
+    """What a plan's boxes take from ``layouts`` (found once for a season's runs): the
+    dimensions reduced (``over``), the layouts that reduce only some of those (the others
+    would sum away a dimension the answer keeps) and the extent all of them cover, per
+    dimension (None without layouts)."""
+
+    over: frozenset[str]
+    layouts: list[AccumulationLayout]
+    coverage: dict[str, int] | None
+
+    @classmethod
+    def of(
+        cls, dims: Sequence[str], over: Iterable[str], layouts: Sequence[AccumulationLayout]
+    ) -> _Usable:
+        reduced = frozenset(over)
+        usable = [lay for lay in layouts if set(lay.dims) <= reduced]
+        coverage = None
+        if usable:
+            coverage = {d: min(lay.coverage.get(d, 0) for lay in usable) for d in dims}
+        return cls(reduced, usable, coverage)
+
+
 def _planned(
     dims: Sequence[str],
     ranges: Mapping[str, tuple[int, int]],
-    over: Iterable[str],
-    layouts: Sequence[AccumulationLayout],
+    usable: _Usable,
     sizes: Mapping[str, int] | None,
     spans: Spans,
 ) -> QueryPlan:
-    over_set = set(over)
     box: Box = {d: (ranges[d][0], ranges[d][1]) for d in dims}
     reads: list[Read] = []
-    kept = tuple(d for d in dims if d in over_set)
+    kept = tuple(d for d in dims if d in usable.over)
     sizes = dict(sizes or {})
     if any(b <= a for a, b in box.values()):
         return QueryPlan(tuple(dims), kept, dict(box), (), sizes=sizes)
-    usable = [lay for lay in layouts if set(lay.dims) <= over_set]
     for part in _across_seams(box, sizes):
-        inside = _split_off_uncovered(part, usable, reads)
+        inside = _split_off_uncovered(part, usable.coverage, reads)
         if inside is not None:
-            _plan_box(inside, usable, reads, spans)
+            _plan_box(inside, usable.layouts, reads, spans)
     return QueryPlan(tuple(dims), kept, dict(box), tuple(reads), sizes=sizes)
 
 
@@ -192,13 +213,12 @@ def _across_seams(box: Box, sizes: Mapping[str, int]) -> list[Box]:
 
 
 def _split_off_uncovered(
-    box: Box, layouts: Sequence[AccumulationLayout], reads: list[Read]
+    box: Box, coverage: Mapping[str, int] | None, reads: list[Read]
 ) -> Box | None:
-    """Plan raw reads for the parts of ``box`` beyond the accumulations' coverage and return
-    the covered rest (None when nothing is covered)."""
-    if not layouts:
+    """Plan raw reads for the parts of ``box`` beyond the accumulations' ``coverage`` (None:
+    no accumulation) and return the covered rest (None when nothing is covered)."""
+    if coverage is None:
         return box
-    coverage = {d: min(lay.coverage.get(d, 0) for lay in layouts) for d in box}
     rest = dict(box)
     for dim, (lo, hi) in box.items():
         limit = coverage[dim]
@@ -250,6 +270,15 @@ def _with_zero(positions: Sequence[int]) -> tuple[int, ...]:
 _ZERO_AND: IdentityMemo[tuple[int, ...]] = IdentityMemo()
 
 
+def _extent(box: Box, dims: Sequence[str]) -> int:
+    """The elements of ``box`` along ``dims``: the most a span of each answers."""
+    elements = 1
+    for dim in dims:
+        lo, hi = box[dim]
+        elements *= hi - lo
+    return elements
+
+
 def _answered(extent: tuple[int, int], span: tuple[int, int]) -> int:
     """How many elements of ``extent`` a span answers without raw reads: its width when it
     lies inside, less the raw elements it reaches past ``extent`` otherwise."""
@@ -262,6 +291,8 @@ def _plan_box(
 ) -> None:
     best: tuple[tuple[int, int], AccumulationLayout, dict[str, tuple[int, int]]] | None = None
     for layout in layouts:
+        if best is not None and (len(layout.dims), _extent(box, layout.dims)) <= best[0]:
+            continue  # it cannot beat the best so far, even answering all of its dimensions
         spans = {}
         nearest = layout.reach and len(layout.dims) == 1
         for dim in layout.dims:

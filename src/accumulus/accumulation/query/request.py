@@ -672,12 +672,18 @@ def answer_index(cube: RawCube, resolved: ResolvedQuery, dim: str) -> pd.Index:
     (``longitude.labels``)."""
     lo, hi = resolved.ranges[dim]
     index = whole_labels(cube, dim)
-    var = resolved.variable
-    if hi <= resolved.periods.get(dim, var.shape[var.axis(dim)]):
+    if within_axis(resolved, dim):
         return index if lo == 0 and hi == len(index) else index[lo:hi]  # (immutable)
     west = resolved.query.ranges[dim][0]
     labels = longitude.labels(np.asarray(index), lo, hi, None if west is None else float(west))
     return pd.Index(labels, name=dim)
+
+
+def within_axis(resolved: ResolvedQuery, dim: str) -> bool:
+    """Whether ``resolved``'s range along ``dim`` lies within its axis (not across a
+    longitude's seam): its labels are then the axis' own, a slice of them."""
+    var = resolved.variable
+    return resolved.ranges[dim][1] <= resolved.periods.get(dim, var.shape[var.axis(dim)])
 
 
 def whole_labels(cube: RawCube, dim: str) -> pd.Index:
