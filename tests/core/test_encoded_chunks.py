@@ -162,3 +162,20 @@ def test_chunks_one_value_wide_are_copied_in_chunk_order(
     assert (ordered[-1] is not None) == (shape[2] > 1)
     assert _stored(tmp_path / "g.zarr", "by_us") == _stored(tmp_path / "g.zarr", "by_zarr")
     np.testing.assert_array_equal(by_us[window], values.astype(dtype))
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 719, 720, 721, 1441, 72929, 177120])
+def test_the_checksum_is_numcodecs_fletcher32(length: int) -> None:
+    """Fletcher-32 taken by imagecodecs (``_encoded``) gives numcodecs' bytes: lengths odd and
+    even, across its blocks of 360 words, on random bytes, all ones (its sums' largest) and
+    zeros."""
+    from accumulus.accumulation.build.encoded_chunks import _encoded
+
+    codec = numcodecs.Fletcher32()
+    rng = np.random.default_rng(length)
+    for data in (
+        rng.integers(0, 256, length, dtype="u1").tobytes(),
+        b"\xff" * length,
+        bytes(length),
+    ):
+        assert _encoded(codec, data) == bytes(codec.encode(data))
