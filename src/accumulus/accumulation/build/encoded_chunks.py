@@ -26,7 +26,7 @@ import threading
 from collections.abc import Sequence
 from itertools import product
 from math import prod
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import zarr
@@ -180,7 +180,7 @@ def encode_chunk(metadata: ArrayV2Metadata, dtype: np.dtype, values: np.ndarray)
     return ensure_bytes(data)
 
 
-def _encoded(codec: Codec, data: object) -> object:
+def _encoded(codec: Codec, data: Any) -> Any:
     """``codec.encode(data)``; for Fletcher-32 the same bytes (the data, then the checksum
     in 4 bytes little-endian) with the checksum taken by imagecodecs, which lets other
     threads run meanwhile (numcodecs' holds the interpreter lock: a build's other threads
