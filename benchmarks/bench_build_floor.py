@@ -28,6 +28,11 @@ CPU is its Python between them, its threads and the memory it holds. On two core
 cannot take less wall time than half its CPU; ``floor_over_read`` is half the four parts'
 CPU against the full read's wall time.
 
+Each child process loads the same modules before its clock starts (Dask's first compute
+imports ``distributed``, 0.12-0.18 s; ``accumulate`` its own modules, 0.07-0.1 s): the
+figures are of the work, not of imports one kind pays and the other does not
+(docs/benchmarks.md, "session build53").
+
 The sidecars and the copies ``store`` writes go under ``--scratch`` (default: beside the
 cube). On this machine's ext4 (no journal) creating a file costs several times more for
 minutes after many files were deleted nearby (the inode allocator passes over the
@@ -63,6 +68,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import dask.array, numpy as np, xarray as xr, zarr
 import accumulus, accumulus.api
+# Every kind starts its clock with the same modules loaded: those Dask's first compute
+# imports (``distributed``, looking for a client), which the read would time and the build
+# not, and those ``accumulate`` imports on its first call (the build's own), which the build
+# would time and the read not. Neither is reading, summing or writing.
+import importlib.util
+if importlib.util.find_spec("distributed") is not None:
+    import distributed
+import accumulus.accumulation.build.accumulate
 
 def usage():
     r = resource.getrusage(resource.RUSAGE_SELF)

@@ -11,11 +11,11 @@ tuned here. Reported, each figure with its baseline measured in the same run:
   the raw array's. Each build (the default one, and ``--at time=1`` and
   ``--at lat=1,lon=1`` for issue 39) and each read runs in a fresh process
   (``bench_accumulate.run_child``: wall and CPU seconds, peak RSS), alternating, into a
-  sidecar beside the cube; the sidecars, and with ``--fresh`` the cube made before, are
-  deleted only once everything is measured: on this project's file system, files created
-  right after thousands were deleted cost more system time (``bench_accumulate``'s
-  docstring), which a user's first build does not pay. The default build is then made in
-  place (timed too: ``in_place_seconds``) for the questions;
+  sidecar beside the cube (or under ``--scratch``); the sidecars, and with ``--fresh`` the
+  cube made before, are deleted only once everything is measured: on this project's file
+  system, files created right after thousands were deleted cost more system time
+  (``bench_accumulate``'s docstring), which a user's first build does not pay. The default
+  build is then made in place (timed too: ``in_place_seconds``) for the questions;
 - questions drawn at random (seeded): area-averaged series over a box of whole cells for a
   day-precise period, maps over whole months, maps over day-precise periods; and a series
   and a map over the last 20 days (the last raw chunk, partial as appends leave it), and
@@ -29,11 +29,15 @@ tuned here. Reported, each figure with its baseline measured in the same run:
   difference from xarray's answer.
 
     python benchmarks/bench_defaults.py [--questions 4] [--repeats 5] [--scan-repeats 2]
-        [--days 730] [--fresh] [--build-repeats 1] [--baseline-src OLD/src]
+        [--days 730] [--fresh] [--build-repeats 1] [--baseline-src OLD/src] [--scratch DIR]
         [--dims time --dims lat,lon --at time=month+4 --at lat=1,lon=1]
 
 ``--dims``/``--at`` build the cube's group (the questions') with those instead of the
 default layout; ``--build-repeats 0`` times no build.
+
+``--scratch /dev/shm/DIR`` puts the timed builds' sidecars there (the cube and its group
+stay in ``--dir``): on this machine's ext4 the sidecars' own deletions slow the files each
+next build creates (``bench_build_floor``'s docstring), noise of the bench's making.
 
 ``--days 2920`` (four times as long) shows how the build's cost grows with the cube.
 """
@@ -151,7 +155,7 @@ def measure_builds(path: Path, repeats: int, trash: Path, baseline: Path | None 
     this code's, the two in turn first (``baseline`` in the output: before/after in one run).
     Each build is also given against the read made right before it (``over_read_before_each``):
     on a shared machine the load moves between repeats more than within a pair."""
-    trash.mkdir(exist_ok=True)
+    trash.mkdir(parents=True, exist_ok=True)
     reads: dict[str, list[dict]] = {name: [] for name in BUILDS}
     runs: dict[str, list[dict]] = {name: [] for name in BUILDS}
     before: dict[str, list[dict]] = {name: [] for name in BUILDS}
@@ -355,6 +359,9 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="append and accumulate again")
     parser.add_argument("--build-repeats", type=int, default=1, help="0: no builds timed")
     parser.add_argument(
+        "--scratch", type=Path, help="where the timed builds write (default: --dir)"
+    )
+    parser.add_argument(
         "--baseline-src",
         type=Path,
         help="another checkout's src/: each build also made by that code, in the same run",
@@ -371,8 +378,9 @@ def main() -> None:
     # through zarr only with this setting (docs/remote.md).
     zarr.config.set({"array.rectilinear_chunks": True})
     args.dir.mkdir(parents=True, exist_ok=True)
-    trash = args.dir / "deleted-at-the-end"
-    path, timings = build_cube(args.dir, args.days, args.fresh, trash)
+    cube_trash = args.dir / "deleted-at-the-end"  # a cube made before, with --fresh
+    path, timings = build_cube(args.dir, args.days, args.fresh, cube_trash)
+    trash = (args.scratch or args.dir) / "deleted-at-the-end"
     builds = (
         measure_builds(path, args.build_repeats, trash, args.baseline_src)
         if args.build_repeats
@@ -428,7 +436,8 @@ def main() -> None:
             "questions": answers,
         }
     )
-    shutil.rmtree(trash, ignore_errors=True)
+    for deleted in {trash, cube_trash}:
+        shutil.rmtree(deleted, ignore_errors=True)
 
 
 if __name__ == "__main__":
