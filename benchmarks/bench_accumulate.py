@@ -61,6 +61,13 @@ import json, os, resource, sys, time
 from pathlib import Path
 import dask.array, numpy, xarray as xr, zarr
 import accumulus, accumulus.api
+# Both kinds start their clocks with the same modules loaded: those Dask's first compute
+# imports (``distributed``, looking for a client), which the read would time and the build
+# not, and the build's own, which the build would time and the read not (session build53).
+import importlib.util
+if importlib.util.find_spec("distributed") is not None:
+    import distributed
+import accumulus.accumulation.build.accumulate
 
 def usage():
     r = resource.getrusage(resource.RUSAGE_SELF)
