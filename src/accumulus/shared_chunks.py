@@ -20,6 +20,13 @@ recently used entries (by modification time, set again when an entry is read, at
 corrupt entry, a full file system) is a miss, counted in ``errors``: the chunk is then read
 and decoded as without the cache.
 
+A process keeps the entries it has mapped (up to ``MAPPED_ENTRIES``), so that reading one
+again costs a ``stat`` (still the file mapped?) and a ``pread`` of a counter of the entries
+dropped or replaced by any process, not a mapping and its page faults; when that counter has
+moved, the process lists the directory and unmaps what is no longer in it. So the memory of
+entries dropped lasts until the next read of each process that mapped them: the store holds
+its limit plus what was dropped since.
+
 The directory is made by the process that starts the workers (``shared_directory``) and
 removed when it stops; one left by a service that was killed is removed by the next one."""
 
@@ -34,6 +41,7 @@ import struct
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from itertools import count
@@ -56,6 +64,8 @@ HEADER_BYTES = 128
 # An entry read is marked used (its modification time set to now) when it was last marked
 # longer ago than this: a system call per entry and second at most.
 TOUCH_NS = 10**9
+# Entries a process keeps mapped (far under the kernel's 65,530 mappings a process).
+MAPPED_ENTRIES = 16384
 # Past the limit, entries are dropped until their bytes are this share of it (a directory's
 # listing per eighth of the limit written, rather than one per entry).
 EVICT_TO = 7 / 8
@@ -74,11 +84,18 @@ class SharedChunks:
         self.directory = directory
         self.limit = limit
         self.errors = 0  # errors of the shared store, each a miss
+        self._prefix = f"{directory}/"
         self._lock_fd = os.open(directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        # The entries' bytes, then how many times entries were dropped or replaced.
         self._held_fd = os.open(directory / _HELD, os.O_RDWR | os.O_CREAT, 0o600)
         # ``flock`` excludes other processes; this, the other threads of this one.
         self._threads = threading.Lock()
         self._written = count()
+        # The entries this process has mapped, by name: their values and the file mapped
+        # (inode, size); all there when the counter of drops was last ``_drops``.
+        self._mapped: OrderedDict[str, tuple[np.ndarray, tuple[int, int]]] = OrderedDict()
+        self._mapped_lock = threading.Lock()
+        self._drops = 0
 
     @classmethod
     def opened(cls, directory: Path, limit: int) -> SharedChunks | None:
@@ -109,11 +126,50 @@ class SharedChunks:
         it as one of ``shapes`` and of ``dtype``."""
         name = _entry_name(version)
         try:
-            fd = os.open(self.directory / name, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
+            self._follow_drops()
+            values = self._mapped_values(name)
+            if values is None:
+                values = self._map(name)
         except OSError:
             self.errors += 1
+            return None
+        if values is None or values.shape not in shapes or values.dtype != dtype:
+            return None
+        return values
+
+    def _mapped_values(self, name: str) -> np.ndarray | None:
+        """The values of the entry ``name`` if this process has it mapped and it is still
+        the file mapped (marked used); None otherwise."""
+        with self._mapped_lock:
+            known = self._mapped.get(name)
+            if known is None:
+                return None
+            self._mapped.move_to_end(name)
+        values, mapped = known
+        path = self._prefix + name
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:  # dropped since: its mapping still holds its values
+            self._forget(name)
+            return values
+        if (stat.st_ino, stat.st_size) != mapped:  # replaced, or cut (not to be read)
+            self._forget(name)
+            return None
+        now = time.time_ns()
+        if stat.st_mtime_ns < now - TOUCH_NS:
+            os.utime(path, ns=(now, now))
+        return values
+
+    def _forget(self, name: str) -> None:
+        with self._mapped_lock:
+            self._mapped.pop(name, None)
+
+    def _map(self, name: str) -> np.ndarray | None:
+        """The values of the entry ``name``, mapped and kept mapped; None if there is none
+        (or it is corrupt: then dropped)."""
+        try:
+            fd = os.open(self._prefix + name, os.O_RDONLY)
+        except FileNotFoundError:
             return None
         try:
             stat = os.fstat(fd)
@@ -121,21 +177,32 @@ class SharedChunks:
                 values = None
             else:
                 values = _values(mmap.mmap(fd, stat.st_size, prot=mmap.PROT_READ))
-            now = time.time_ns()
-            if values is not None and stat.st_mtime_ns < now - TOUCH_NS:
+            if values is not None:
+                now = time.time_ns()
                 os.utime(fd, ns=(now, now))
-        except OSError:
-            self.errors += 1
-            return None
         finally:
             os.close(fd)
         if values is None:  # not an entry as ``put`` writes them
             self.errors += 1
             self._drop_corrupt(name, stat)
             return None
-        if values.shape not in shapes or values.dtype != dtype:
-            return None
+        with self._mapped_lock:
+            self._mapped[name] = (values, (stat.st_ino, stat.st_size))
+            while len(self._mapped) > MAPPED_ENTRIES:
+                self._mapped.popitem(last=False)
         return values
+
+    def _follow_drops(self) -> None:
+        """Unmap the entries no longer in the store when any were dropped or replaced since
+        this process last looked."""
+        drops = self._read_counter(8)
+        if drops == self._drops:
+            return
+        present = set(os.listdir(self.directory))
+        with self._mapped_lock:
+            for name in [name for name in self._mapped if name not in present]:
+                del self._mapped[name]
+            self._drops = drops
 
     def put(self, version: FileVersion, values: np.ndarray) -> None:
         """Keep ``values``, decoded from ``version`` of its file, when they fit."""
@@ -148,14 +215,17 @@ class SharedChunks:
                 file.write(_header(values))
                 file.write(np.ascontiguousarray(values).data.cast("B"))
             with self._locked():
-                entry = self.directory / _entry_name(version)
+                name = _entry_name(version)
+                entry = self.directory / name
                 held = self._read_held() + nbytes
                 with suppress(FileNotFoundError):
                     held -= entry.stat().st_size  # an entry replaced
+                    self._count_drop()
                 os.replace(new, entry)
                 if held > self.limit:
                     held = self._drop_oldest(int(self.limit * EVICT_TO))
                 self._write_held(held)
+            self._forget(name)  # (another shape of it)
         except OSError:
             self.errors += 1
         finally:
@@ -173,6 +243,8 @@ class SharedChunks:
 
     def close(self) -> None:
         """Stop using the directory (its entries stay for the other processes)."""
+        with self._mapped_lock:
+            self._mapped.clear()
         os.close(self._lock_fd)
         os.close(self._held_fd)
 
@@ -187,11 +259,18 @@ class SharedChunks:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _read_held(self) -> int:
-        data = os.pread(self._held_fd, 8, 0)
-        return int.from_bytes(data, "little") if len(data) == 8 else 0
+        return self._read_counter(0)
 
     def _write_held(self, held: int) -> None:
         os.pwrite(self._held_fd, held.to_bytes(8, "little"), 0)
+
+    def _count_drop(self) -> None:
+        """Count entries dropped or replaced (under the lock): mappings to check."""
+        os.pwrite(self._held_fd, (self._read_counter(8) + 1).to_bytes(8, "little"), 8)
+
+    def _read_counter(self, offset: int) -> int:
+        data = os.pread(self._held_fd, 8, offset)
+        return int.from_bytes(data, "little") if len(data) == 8 else 0
 
     def _drop_oldest(self, target: int) -> int:
         """Drop the least recently used entries until they hold at most ``target`` bytes;
@@ -202,6 +281,8 @@ class SharedChunks:
                 stat = entry.stat()
                 entries.append((stat.st_mtime_ns, entry.name, stat.st_size))
         held = sum(size for _, _, size in entries)
+        if held > target:
+            self._count_drop()
         for _, name, size in sorted(entries):
             if held <= target:
                 break
@@ -217,6 +298,7 @@ class SharedChunks:
                 path = self.directory / name
                 if path.stat().st_ino == seen.st_ino:
                     path.unlink()
+                    self._count_drop()
                     self._write_held(self._drop_oldest(self.limit))
         except OSError:
             pass
