@@ -91,9 +91,11 @@ class SharedChunks:
         # ``flock`` excludes other processes; this, the other threads of this one.
         self._threads = threading.Lock()
         self._written = count()
-        # The entries this process has mapped, by name: their values and the file mapped
+        # The entries this process has mapped, by name: their values, mapping and file
         # (inode, size); all there when the counter of drops was last ``_drops``.
-        self._mapped: OrderedDict[str, tuple[np.ndarray, tuple[int, int]]] = OrderedDict()
+        self._mapped: OrderedDict[str, tuple[np.ndarray, mmap.mmap, tuple[int, int]]] = (
+            OrderedDict()
+        )
         self._mapped_lock = threading.Lock()
         self._drops = 0
 
@@ -145,15 +147,15 @@ class SharedChunks:
             if known is None:
                 return None
             self._mapped.move_to_end(name)
-        values, mapped = known
+        values, mapped, file = known
         path = self._prefix + name
         try:
             stat = os.stat(path)
         except FileNotFoundError:  # dropped since: its mapping still holds its values
             self._forget(name)
             return values
-        if (stat.st_ino, stat.st_size) != mapped:  # replaced, or cut (not to be read)
-            self._forget(name)
+        if (stat.st_ino, stat.st_size) != file or mapped[: len(MAGIC)] != MAGIC:
+            self._forget(name)  # replaced, cut (not to be read) or overwritten
             return None
         now = time.time_ns()
         if stat.st_mtime_ns < now - TOUCH_NS:
@@ -173,21 +175,22 @@ class SharedChunks:
             return None
         try:
             stat = os.fstat(fd)
-            if stat.st_size < HEADER_BYTES:
-                values = None
-            else:
-                values = _values(mmap.mmap(fd, stat.st_size, prot=mmap.PROT_READ))
+            mapped = None
+            values = None
+            if stat.st_size >= HEADER_BYTES:
+                mapped = mmap.mmap(fd, stat.st_size, prot=mmap.PROT_READ)
+                values = _values(mapped)
             if values is not None:
                 now = time.time_ns()
                 os.utime(fd, ns=(now, now))
         finally:
             os.close(fd)
-        if values is None:  # not an entry as ``put`` writes them
+        if values is None or mapped is None:  # not an entry as ``put`` writes them
             self.errors += 1
             self._drop_corrupt(name, stat)
             return None
         with self._mapped_lock:
-            self._mapped[name] = (values, (stat.st_ino, stat.st_size))
+            self._mapped[name] = (values, mapped, (stat.st_ino, stat.st_size))
             while len(self._mapped) > MAPPED_ENTRIES:
                 self._mapped.popitem(last=False)
         return values

@@ -121,6 +121,11 @@ def test_the_byte_limit_holds_for_all_processes(tmp_path):
     assert (tmp_path / kept).exists()
     store.set_limit(3 * entry)
     assert store.held == sum(p.stat().st_size for p in _entries(tmp_path)) <= 3 * entry
+    # The entries this process mapped and another dropped are unmapped at its next read.
+    other = SharedChunks(tmp_path, 3 * entry)
+    other.put(_version(500), np.zeros(1000))
+    store.get(_version(500), ((1000,),), F8)
+    assert set(store._mapped) <= {p.name for p in _entries(tmp_path)}
     store.put(_version(400), np.zeros(4000))  # larger than the limit: not kept
     assert store.held <= 3 * entry and store.errors == 0
 
@@ -133,9 +138,14 @@ def test_the_byte_limit_holds_for_all_processes(tmp_path):
         lambda path: path.write_bytes(b""),
     ],
 )
-def test_a_corrupt_entry_is_a_miss_and_dropped(tmp_path, damage):
+@pytest.mark.parametrize("mapped", [False, True])
+def test_a_corrupt_entry_is_a_miss_and_dropped(tmp_path, damage, mapped):
+    """Damaged in place, before or after this process mapped it: not read (a mapping's
+    pages past a cut file's end cannot be read), dropped, kept again."""
     store = SharedChunks(tmp_path, 10**6)
     store.put(_version(1), np.arange(100, dtype=F8))
+    if mapped:
+        assert store.get(_version(1), ((100,),), F8) is not None
     (path,) = _entries(tmp_path)
     damage(path)
     assert store.get(_version(1), ((100,),), F8) is None
