@@ -47,10 +47,10 @@ def serve(
         option(
             "--chunk-cache-mb",
             "Memory for decoded accumulation chunks kept for later questions (0: none): for "
-            "all the --workers together, as files in /dev/shm that each maps (counted in "
-            "/dev/shm's use, not in a worker's own memory), or per process with one worker or "
-            "--private-chunk-cache. Held only as questions read them: a ten-year daily "
-            "1-degree cube's questions reach about 3.3 GiB of them.",
+            "all the --workers together, as files in /dev/shm that each maps (held once, "
+            "whatever the workers), or per process with one worker or --private-chunk-cache. "
+            "Held only as questions read them: a ten-year daily 1-degree cube's questions "
+            "reach about 3.3 GiB of them.",
             0,
         ),
     ] = 3072,  # app.DEFAULT_CHUNK_CACHE_BYTES (not imported: FastAPI)
