@@ -50,7 +50,10 @@ A sample of answers (``--check``) is compared with xarray on the raw data (rtol 
 against what came before on the same (shared, loaded) machine; ``--rounds N`` serves them N
 times in turn (A, B, A, B...) and reports each figure's median over the rounds beside the
 rounds themselves. ``--chunk-cache-mb MB [MB ...]`` serves each source with each of these
-caches of decoded chunks per worker (``serve --chunk-cache-mb``), in turn within a round.
+caches of decoded chunks (``serve --chunk-cache-mb``), in turn within a round; ``MB:private``
+gives each worker its own (``--private-chunk-cache``), ``MB:shared`` or ``MB`` serve's default
+(the workers share one, since session svc53: compare ``1536:private 3072:shared``, the same
+memory in all).
 Every load also reports the share of the workers' accumulation chunk reads served from that
 cache (``decoded_chunks_kept_share``, from ``/api/health`` of each worker) and each worker's
 peak resident memory so far (``worker_peak_rss_mib``). ``--days`` takes a shorter cube (the
@@ -58,7 +61,7 @@ first days of the same field) for quick runs.
 
     python benchmarks/bench_service_load.py [--days 3650] [--requests 2000] [--check 24]
         [--warm-up 200] [--sources before=/tmp/before/src --sources after=src] [--rounds 3]
-        [--chunk-cache-mb 1024 3072]
+        [--chunk-cache-mb 1536:private 3072:shared]
 """
 
 from __future__ import annotations
@@ -312,8 +315,14 @@ def drive(
         "client_cpu_ms_per_request": round(client_ms, 2),
         # The workers' reads of accumulation chunks served decoded from their caches.
         "decoded_chunks_kept_share": round(reads["hits"] / max(1, sum(reads.values())), 3),
+        # Per worker; with a shared cache each reports what all of them hold (in /dev/shm).
         "decoded_chunks_held_mib": [round(c["held_bytes"] / 2**20) for c in caches.values()],
+        "decoded_chunks_shared": all(c.get("shared", False) for c in caches.values()),
+        "decoded_chunks_shared_errors": sum(c.get("shared_errors", 0) for c in caches.values()),
         "worker_peak_rss_mib": worker_peak_rss_mib(server),
+        # Of which, now: the worker's own memory, and the shared chunks it has mapped.
+        "worker_rss_anon_mib": worker_peak_rss_mib(server, "RssAnon"),
+        "worker_rss_shmem_mib": worker_peak_rss_mib(server, "RssShmem"),
         # The cores server and client got; and what two free cores would give at this CPU
         # per request (the client's included: it runs on the same cores).
         "cores_used": round((server_ms + client_ms) * len(qs) / 1000 / wall, 2),
@@ -354,15 +363,16 @@ def worker_caches(base: str, server: subprocess.Popen) -> dict[int, dict[str, in
     return found
 
 
-def worker_peak_rss_mib(server: subprocess.Popen) -> list[int]:
-    """Each worker process's peak resident memory so far (``VmHWM``), MiB, largest first."""
+def worker_peak_rss_mib(server: subprocess.Popen, field: str = "VmHWM") -> list[int]:
+    """Each worker process's peak resident memory so far (``VmHWM``), or another memory
+    ``field`` of its ``/proc/PID/status``, MiB, largest first."""
     peaks = []
     for worker in worker_processes(server):
         try:
             status = Path(f"/proc/{worker.pid}/status").read_text()
         except OSError:
             continue
-        kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))
+        kib = next(line.split()[1] for line in status.splitlines() if line.startswith(field))
         peaks.append(round(int(kib) / 1024))
     return sorted(peaks, reverse=True)
 
@@ -585,6 +595,15 @@ def check_answers(cube: Path, bodies: dict[str, bytes], by_url: dict[str, Questi
 # --------------------------------------------------------------------------------------------
 
 
+def chunk_cache_options(cache: str) -> list[str]:
+    """``serve``'s options for a decoded-chunk cache named as ``--chunk-cache-mb`` takes it:
+    ``MB``, ``MB:private`` (one a worker) or ``MB:shared``."""
+    mb, _, kind = cache.partition(":")
+    if not mb.isdigit() or kind not in ("", "private", "shared"):
+        raise SystemExit(f"--chunk-cache-mb: {cache!r} is not MB, MB:private or MB:shared")
+    return ["--chunk-cache-mb", mb] + (["--private-chunk-cache"] if kind == "private" else [])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
@@ -607,11 +626,10 @@ def main() -> None:
     parser.add_argument("--check", type=int, default=24, help="answers compared with xarray")
     parser.add_argument(
         "--chunk-cache-mb",
-        type=int,
         nargs="+",
         default=[],
-        help="serve each source with each of these decoded-chunk caches per worker, in turn "
-        "(default: serve's own)",
+        help="MB, MB:private or MB:shared: serve each source with each of these decoded-chunk "
+        "caches, in turn (private: one a worker; default: serve's own)",
     )
     parser.add_argument(
         "--sources",
@@ -645,12 +663,12 @@ def main() -> None:
     sources: dict[str, tuple[str, list[str]]] = {label: (tree, []) for label, tree in trees.items()}
     if args.chunk_cache_mb:
         sources = {
-            (f"{label}, " if len(trees) > 1 else "") + f"{mb} MB": (
+            (f"{label}, " if len(trees) > 1 else "") + f"{cache} MB": (
                 tree,
-                ["--chunk-cache-mb", str(mb)],
+                chunk_cache_options(cache),
             )
             for label, tree in trees.items()
-            for mb in args.chunk_cache_mb
+            for cache in args.chunk_cache_mb
         }
     rounds: dict[str, list[dict]] = {label: [] for label in sources}
     bodies: dict[str, dict[str, bytes]] = {label: {} for label in sources}

@@ -12,7 +12,9 @@ within a tick of the file system's clock may leave the times as they were:
 ``FileVersion.settled``). The values are kept read-only and handed out as they are.
 
 Entries are dropped least recently used first once their decoded bytes pass the limit, which
-is 0 (nothing kept) until ``set_limit`` gives one: ``accumulus serve --chunk-cache-mb``."""
+is 0 (nothing kept) until ``set_limit`` gives one: ``accumulus serve --chunk-cache-mb``.
+The processes of ``serve --workers N`` share one store of them instead (``share``: files in
+memory that every worker maps, ``shared_chunks``), under the same limit for all of them."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from accumulus.shared_chunks import SharedChunks
 from accumulus.stores import safe_reads
 from accumulus.stores.safe_reads import FileVersion
 
@@ -30,15 +33,32 @@ SETTLED_NS = safe_reads.SETTLED_NS
 
 
 class DecodedChunks:
-    """Decoded chunks by file version, least recently used dropped past ``limit`` bytes."""
+    """Decoded chunks by file version, least recently used dropped past ``limit`` bytes: in
+    this process, or in the store ``share`` gives, shared with other processes."""
 
     def __init__(self, limit: int = 0) -> None:
         self.limit = limit
-        self.held = 0  # decoded bytes kept
         self.hits = 0
         self.misses = 0
+        self.shared: SharedChunks | None = None
+        self._held = 0  # decoded bytes kept in this process
         self._entries: OrderedDict[tuple[int, int], tuple[FileVersion, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def held(self) -> int:
+        """Bytes kept (by all the processes sharing the store, when shared)."""
+        return self._held if self.shared is None else self.shared.held
+
+    def share(self, shared: SharedChunks | None) -> None:
+        """Keep chunks in ``shared`` (under its limit) from now on, this process's own
+        dropped; None: in this process again, under the same limit."""
+        with self._lock:
+            self.shared = shared
+            self._entries.clear()
+            self._held = 0
+            if shared is not None:
+                self.limit = shared.limit
 
     def get(
         self, version: FileVersion, shapes: tuple[tuple[int, ...], ...], dtype: np.dtype
@@ -47,6 +67,13 @@ class DecodedChunks:
         and of ``dtype``."""
         if not self.limit:
             return None
+        if self.shared is not None:
+            values = self.shared.get(version, shapes, dtype)
+            if values is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+            return values
         key = (version.device, version.inode)
         with self._lock:
             entry = self._entries.get(key)
@@ -67,27 +94,32 @@ class DecodedChunks:
         if values.nbytes > self.limit or not version.settled(now_ns, SETTLED_NS):
             return
         values.flags.writeable = False  # shared by every reader from now on
+        if self.shared is not None:
+            self.shared.put(version, values)
+            return
         key = (version.device, version.inode)
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self.held -= old[1].nbytes
+                self._held -= old[1].nbytes
             self._entries[key] = (version, values)
-            self.held += values.nbytes
+            self._held += values.nbytes
             self._drop_past_limit()
 
     def set_limit(self, limit: int) -> None:
         """Keep at most ``limit`` decoded bytes from now on (0: none)."""
         with self._lock:
             self.limit = limit
+            if self.shared is not None:
+                self.shared.set_limit(limit)
             self._drop_past_limit()
 
     def _drop_past_limit(self) -> None:
         """Drop the least recently used entries while more than ``limit`` is held (under
         the lock)."""
-        while self.held > self.limit:
+        while self._held > self.limit:
             _, (_, dropped) = self._entries.popitem(last=False)
-            self.held -= dropped.nbytes
+            self._held -= dropped.nbytes
 
 
 # The process's cache (``chunk_reader`` reads through it).

@@ -1,6 +1,7 @@
-"""Decoded accumulation chunks kept per process (``decoded_chunks``): served again only for
-the same version of the same file, bounded by their decoded bytes, read-only, and the
-answers of queries read through them those of xarray."""
+"""Decoded accumulation chunks kept per process (``decoded_chunks``) or shared by processes
+(``shared_chunks``): served again only for the same version of the same file, bounded by
+their decoded bytes, read-only, and the answers of queries read through them those of
+xarray."""
 
 from __future__ import annotations
 
@@ -16,18 +17,23 @@ from accumulus.accumulation.build import placement
 from accumulus.accumulation.build.encoded_chunks import encode_chunk
 from accumulus.chunk_reader import ChunkRequest, ReadCounts, read_chunks
 from accumulus.decoded_chunks import DecodedChunks
+from accumulus.shared_chunks import HEADER_BYTES, SharedChunks
 from accumulus.stores.opening import open_store
 from accumulus.stores.safe_reads import FileVersion
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
 from rewrites import WAYS, rewrite
 
 
-@pytest.fixture
-def kept(monkeypatch):
+@pytest.fixture(params=["private", "shared"])
+def kept(request, monkeypatch, tmp_path):
     """A cache of 1 MB of its own as the process's (the service's tests may have set that
-    one), with files settled 50 ms after they were written (``SETTLED_NS``)."""
+    one), in this process or shared (files in a directory), with files settled 50 ms after
+    they were written (``SETTLED_NS``)."""
     monkeypatch.setattr(decoded_chunks, "SETTLED_NS", SETTLED_NS)
     cache = DecodedChunks(2**20)
+    if request.param == "shared":
+        (tmp_path / "shared").mkdir()
+        cache.share(SharedChunks(tmp_path / "shared", 2**20))
     monkeypatch.setattr(chunk_reader, "DECODED", cache)
     return cache
 
@@ -130,9 +136,10 @@ def test_a_chunk_past_the_arrays_end_is_kept_as_far_as_the_array_holds(tmp_path,
     as decoded for that snapshot, and served again to it."""
     array, values, _ = _accumulation_chunk(tmp_path, rows=200)
     first, counts = _read(array, (slice(190, 200), slice(0, 64)))
-    assert counts.bytes > 0 and kept.held == first.nbytes
+    header = HEADER_BYTES if kept.shared else 0
+    assert counts.bytes > 0 and kept.held == first.nbytes + header
     again, counts = _read(array, (slice(0, 5), slice(0, 64)))
-    assert counts.bytes == 0 and again is first
+    assert counts.bytes == 0 and again.shape == first.shape
     np.testing.assert_array_equal(again[:200], values[:200])
 
 
@@ -182,3 +189,27 @@ def test_answers_read_through_kept_chunks_are_xarrays(tmp_path, kept, monkeypatc
     assert kept.hits > hits and kept.misses == misses  # every chunk kept the first time
     for a, b in zip(first, second, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("damage", ["cut", "removed"])
+def test_a_shared_entry_damaged_or_removed_is_read_and_decoded(tmp_path, monkeypatch, damage):
+    """An entry of the shared store cut, or removed by another process, is a miss: the chunk
+    is read and decoded again, its values the file's."""
+    monkeypatch.setattr(decoded_chunks, "SETTLED_NS", SETTLED_NS)
+    (tmp_path / "shared").mkdir()
+    kept = DecodedChunks()
+    kept.share(SharedChunks(tmp_path / "shared", 2**20))
+    monkeypatch.setattr(chunk_reader, "DECODED", kept)
+    array, values, _ = _accumulation_chunk(tmp_path)
+    _read(array, (slice(3, 5), slice(0, 64)))
+    (entry,) = [p for p in (tmp_path / "shared").iterdir() if not p.name.startswith(".")]
+    if damage == "cut":
+        entry.write_bytes(entry.read_bytes()[: HEADER_BYTES + 100])
+    else:
+        entry.unlink()
+    chunk, counts = _read(array, (slice(3, 5), slice(0, 64)))
+    assert counts.bytes > 0
+    np.testing.assert_array_equal(chunk, values)
+    again, counts = _read(array, (slice(100, 200), slice(0, 64)))  # kept again
+    assert counts.bytes == 0
+    np.testing.assert_array_equal(again, values)

@@ -248,13 +248,15 @@ def test_health_reports_the_decoded_chunk_cache(client, monkeypatch):
     reads the workers' hit rates from it)."""
     from accumulus.decoded_chunks import DECODED
 
-    for name, value in (("limit", 3 * 2**20), ("held", 2**20), ("hits", 7), ("misses", 5)):
+    for name, value in (("limit", 3 * 2**20), ("_held", 2**20), ("hits", 7), ("misses", 5)):
         monkeypatch.setattr(DECODED, name, value)
     assert client.get("/api/health").json()["decoded_chunks"] == {
         "limit_bytes": 3 * 2**20,
         "held_bytes": 2**20,
         "hits": 7,
         "misses": 5,
+        "shared": False,
+        "shared_errors": 0,
     }
 
 

@@ -19,6 +19,7 @@ import pytest
 import accumulus
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.cli.serve import serve
+from accumulus.shared_chunks import DIRECTORY_PREFIX, MEMORY_FILES, shared_directory
 
 SOURCES = str(Path(accumulus.__file__).parents[1])
 
@@ -90,7 +91,8 @@ def test_serve_answers_on_loopback(cube: Path):
 @pytest.mark.slow
 def test_serve_workers_answer_from_each_process(cube: Path):
     """``serve --workers 2``: two processes under the command answer on one loopback port,
-    each with its own limits (--max-cells holds in both)."""
+    each with its own limits (--max-cells holds in both), sharing one store of decoded
+    chunks (files in memory), removed when the service stops."""
     port = free_port()
     process = subprocess.Popen(
         accumulus_command(
@@ -121,11 +123,15 @@ def test_serve_workers_answer_from_each_process(cube: Path):
             assert too_big.status_code == 422 and "limit of 50" in too_big.json()["error"]
         assert process.pid not in answered
         assert len(workers) == 2 and answered == workers, (answered, workers)
+        kept = httpx.get(f"{base}/api/health").json()["decoded_chunks"]
+        assert kept["shared"] and kept["shared_errors"] == 0
+        (shared,) = MEMORY_FILES.glob(f"{DIRECTORY_PREFIX}{process.pid}-*")
     finally:
         process.terminate()
         output, _ = process.communicate(timeout=60)
     assert f"Uvicorn running on http://127.0.0.1:{port}" in output
     assert output.count("Application startup complete") == 2
+    assert not shared.exists()
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -198,3 +204,36 @@ def test_serve_of_several_workers_gives_each_one_computation(
     assert json.loads(os.environ[server.SETTINGS_VARIABLE])["limits"]["computations"] == 1
     server.serve([str(cube)], workers=2, limits=ServiceLimits(computations=3))
     assert json.loads(os.environ[server.SETTINGS_VARIABLE])["limits"]["computations"] == 3
+
+
+def test_serve_of_several_workers_shares_their_decoded_chunks(
+    cube: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``service.serve(..., workers=N)`` gives its workers one directory of shared chunks,
+    there while they run and removed after; none when asked not to share or for no cache.
+    A worker's application keeps its chunks there, under the limit given."""
+    from accumulus.decoded_chunks import DECODED
+    from accumulus.service import server
+    from accumulus.service.app import create_app
+
+    seen: list[str | None] = []
+
+    def run(*args, **kwargs) -> None:
+        shared = json.loads(os.environ[server.SETTINGS_VARIABLE]).get("shared_chunks")
+        assert shared is None or Path(shared).is_dir()
+        seen.append(shared)
+
+    monkeypatch.setattr(server.uvicorn, "run", run)
+    server.serve([str(cube)], workers=2, chunk_cache_bytes=2**20)
+    server.serve([str(cube)], workers=2, share_chunks=False)
+    server.serve([str(cube)], workers=2, chunk_cache_bytes=0)
+    assert seen[0] is not None and not Path(seen[0]).exists() and seen[1:] == [None, None]
+    limit = DECODED.limit
+    with shared_directory(2**20) as directory:
+        try:
+            create_app([str(cube)], chunk_cache_bytes=2**20, shared_chunks=str(directory))
+            assert DECODED.shared is not None and DECODED.shared.directory == directory
+            assert DECODED.limit == 2**20
+        finally:
+            DECODED.share(None)
+            DECODED.set_limit(limit)

@@ -33,7 +33,8 @@ def serve(
         option(
             "--workers",
             "Processes answering on the port, e.g. one per core. Each has its own cache and "
-            "limits (--computations, --memory-mb, --cache-mb, --chunk-cache-mb hold per process).",
+            "limits (--computations, --memory-mb, --cache-mb hold per process); they share "
+            "their decoded chunks (--chunk-cache-mb) unless --private-chunk-cache.",
             1,
         ),
     ] = 1,
@@ -45,12 +46,22 @@ def serve(
         int,
         option(
             "--chunk-cache-mb",
-            "Memory for decoded accumulation chunks kept for later questions, per process "
-            "(0: none). Held only as questions read them: on a ten-year daily 1-degree cube a "
-            "worker grows to about 3.6 GiB resident, 7.2 GiB with --workers 2.",
+            "Memory for decoded accumulation chunks kept for later questions (0: none): for "
+            "all the --workers together, as files in /dev/shm that each maps (held once, "
+            "whatever the workers), or per process with one worker or --private-chunk-cache. "
+            "Held only as questions read them: a ten-year daily 1-degree cube's questions "
+            "reach about 3.3 GiB of them.",
             0,
         ),
     ] = 3072,  # app.DEFAULT_CHUNK_CACHE_BYTES (not imported: FastAPI)
+    private_chunk_cache: Annotated[
+        bool,
+        option(
+            "--private-chunk-cache",
+            "With --workers, each worker keeps its own decoded chunks (--chunk-cache-mb "
+            "each) instead of sharing them. Also where /dev/shm lacks the room.",
+        ),
+    ] = False,
     computations: Annotated[
         int | None,
         option(
@@ -124,6 +135,7 @@ def serve(
         port=port,
         workers=workers,
         access_log=access_log,
+        share_chunks=not private_chunk_cache,
         cache_bytes=cache_mb * 2**20,
         chunk_cache_bytes=chunk_cache_mb * 2**20,
         limits=ServiceLimits(

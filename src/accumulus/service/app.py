@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 from importlib import resources
+from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from fastapi import FastAPI
@@ -35,6 +36,7 @@ from accumulus.service.http import HeadAsGet
 from accumulus.service.memory import tune_allocator
 from accumulus.service.routes import average, datasets, geography, health
 from accumulus.service.state import Service
+from accumulus.shared_chunks import SharedChunks
 
 DEFAULT_MAX_CELLS = 2_000_000
 DEFAULT_CACHE_BYTES = 256 * 2**20
@@ -52,15 +54,18 @@ class ServiceSettings(TypedDict, total=False):
     refused (default ``DEFAULT_MAX_CELLS``); up to ``cache_bytes`` of answers are kept
     (default ``DEFAULT_CACHE_BYTES``), and up to ``chunk_cache_bytes`` of decoded
     accumulation chunks, per process (``decoded_chunks``; default
-    ``DEFAULT_CHUNK_CACHE_BYTES``); ``limits`` bound the computations (see
-    ``ServiceLimits``). Requests whose ``Host`` is not one of ``allowed_hosts``
-    (``http.allowed_hosts``) get 400; None answers any (``serve`` gives the names the service
-    is reached by). ``refs``: of icechunk repositories, the branches, tags or snapshot ids
-    served, one dataset each (``name@ref``); a branch is followed as it gets new commits."""
+    ``DEFAULT_CHUNK_CACHE_BYTES``), or for all the processes given the same
+    ``shared_chunks`` directory (``shared_chunks``: ``serve --workers N``); ``limits``
+    bound the computations (see ``ServiceLimits``). Requests whose ``Host`` is not one of
+    ``allowed_hosts`` (``http.allowed_hosts``) get 400; None answers any (``serve`` gives the
+    names the service is reached by). ``refs``: of icechunk repositories, the branches, tags
+    or snapshot ids served, one dataset each (``name@ref``); a branch is followed as it gets
+    new commits."""
 
     max_cells: int
     cache_bytes: int
     chunk_cache_bytes: int
+    shared_chunks: str | None
     storage_options: dict[str, Any] | None
     limits: ServiceLimits | None
     group: str | None
@@ -88,7 +93,10 @@ def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> Fa
     cannot be read stops the start with an ``AccumulusError``."""
     tune_allocator()
     sys.setswitchinterval(0.001)
-    DECODED.set_limit(settings.get("chunk_cache_bytes", DEFAULT_CHUNK_CACHE_BYTES))
+    chunk_cache_bytes = settings.get("chunk_cache_bytes", DEFAULT_CHUNK_CACHE_BYTES)
+    shared = settings.get("shared_chunks")
+    DECODED.share(None if shared is None else SharedChunks.opened(Path(shared), chunk_cache_bytes))
+    DECODED.set_limit(chunk_cache_bytes)
     service = Service(
         catalog(stores, settings),
         max_cells=settings.get("max_cells", DEFAULT_MAX_CELLS),

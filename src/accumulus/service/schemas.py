@@ -108,9 +108,13 @@ class AverageResult(BaseModel):
 
 class DecodedChunksHeld(BaseModel):
     limit_bytes: int = Field(description="The most it keeps (0: nothing kept).")
-    held_bytes: int = Field(description="Decoded bytes it keeps now.")
+    held_bytes: int = Field(description="Decoded bytes it keeps now (shared: all workers').")
     hits: int = Field(description="Reads served from it since the process started.")
     misses: int = Field(description="Reads of chunks it did not hold (then read and decoded).")
+    shared: bool = Field(description="Whether the workers share it (files in /dev/shm).")
+    shared_errors: int = Field(
+        description="Errors of the shared store (each a miss, the chunk decoded here)."
+    )
 
 
 class Health(BaseModel):
@@ -127,5 +131,6 @@ class Health(BaseModel):
         description="The id of the process that answered (one of `serve --workers N`)."
     )
     decoded_chunks: DecodedChunksHeld = Field(
-        description="This process's cache of decoded accumulation chunks (`--chunk-cache-mb`)."
+        description="The cache of decoded accumulation chunks (`--chunk-cache-mb`): this "
+        "process's, or the one the workers share."
     )

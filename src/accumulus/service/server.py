@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from typing import Any, Unpack
 
@@ -22,8 +22,14 @@ from uvicorn.config import LOGGING_CONFIG
 
 from accumulus.scope import hold_scope
 from accumulus.service import http
-from accumulus.service.app import ServiceSettings, catalog, create_app
+from accumulus.service.app import (
+    DEFAULT_CHUNK_CACHE_BYTES,
+    ServiceSettings,
+    catalog,
+    create_app,
+)
 from accumulus.service.guard import ServiceLimits
+from accumulus.shared_chunks import shared_directory
 
 # How ``serve(..., workers=N)`` hands its settings to the worker processes uvicorn starts
 # (each builds its own application from them: ``app_from_environment``).
@@ -74,6 +80,7 @@ def serve(
     port: int = 8000,
     workers: int = 1,
     access_log: bool = False,
+    share_chunks: bool = True,
     **settings: Unpack[ServiceSettings],
 ) -> None:
     """Serve ``stores`` as ``ServiceSettings`` say on ``host:port`` until interrupted
@@ -82,7 +89,9 @@ def serve(
 
     ``workers``: how many processes answer, sharing the port; each opens the stores itself
     and has its own cache and ``limits``, which therefore hold per process (without
-    ``limits``, each computes ``default_computations(workers)`` answers at once). A store that
+    ``limits``, each computes ``default_computations(workers)`` answers at once), except the
+    decoded chunks, which they share (``chunk_cache_bytes`` for all of them, as files in memory:
+    ``shared_chunks``) unless ``share_chunks`` is False. A store that
     cannot be read stops the start (an ``AccumulusError``) before any process is started.
     ``access_log``: a line per request (off by default: it adds to the CPU of every answer,
     docs/benchmarks.md)."""
@@ -103,18 +112,23 @@ def serve(
         dataset.snapshot()  # refused here, once, rather than by every worker
     if settings.get("limits") is None:
         settings["limits"] = ServiceLimits(computations=default_computations(workers))
-    os.environ[SETTINGS_VARIABLE] = json.dumps(settings_json(stores, settings))
-    uvicorn.run(
-        f"{__name__}:app_from_environment",
-        factory=True,
-        workers=workers,
-        # A worker answers its parent's health pings once its imports are done, which takes
-        # seconds on a busy machine: uvicorn's 5 s would restart workers that are starting.
-        timeout_worker_healthcheck=WORKER_START_SECONDS,
-        # The workers share the connections (uvicorn takes a loop class by name).
-        loop=f"{http.__name__}:TakingTurnsLoop",
-        **options,
-    )
+    chunk_cache_bytes = settings.get("chunk_cache_bytes", DEFAULT_CHUNK_CACHE_BYTES)
+    with ExitStack() as stack:
+        if share_chunks and chunk_cache_bytes:
+            shared = stack.enter_context(shared_directory(chunk_cache_bytes))
+            settings["shared_chunks"] = None if shared is None else str(shared)
+        os.environ[SETTINGS_VARIABLE] = json.dumps(settings_json(stores, settings))
+        uvicorn.run(
+            f"{__name__}:app_from_environment",
+            factory=True,
+            workers=workers,
+            # A worker answers its parent's health pings once its imports are done, which
+            # takes seconds on a busy machine: uvicorn's 5 s would restart workers starting.
+            timeout_worker_healthcheck=WORKER_START_SECONDS,
+            # The workers share the connections (uvicorn takes a loop class by name).
+            loop=f"{http.__name__}:TakingTurnsLoop",
+            **options,
+        )
 
 
 def settings_json(stores: Sequence[str], settings: ServiceSettings) -> dict[str, Any]:

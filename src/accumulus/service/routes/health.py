@@ -29,7 +29,8 @@ async def health_check(service: ServiceDep) -> JSONResponse:
     Answers at once even when the service is saturated (then with the tokens read by the
     previous call). A computation holding its slot past ``ServiceLimits.stuck_seconds``
     makes it "unhealthy", with status 503: the process needs a restart. Also what the
-    process's decoded-chunk cache holds and how often it served a read."""
+    process's decoded-chunk cache holds (with ``shared``: what all the workers hold) and how
+    often it served a read."""
     busy = service.busy
     wait = 0.0 if busy else HEALTH_WAIT_IDLE_SECONDS
     tokens = await service.health.tokens(wait)
@@ -50,6 +51,8 @@ async def health_check(service: ServiceDep) -> JSONResponse:
             "held_bytes": DECODED.held,
             "hits": DECODED.hits,
             "misses": DECODED.misses,
+            "shared": DECODED.shared is not None,
+            "shared_errors": 0 if DECODED.shared is None else DECODED.shared.errors,
         },
     }
     return JSONResponse(body, 503 if status == "unhealthy" else 200)
