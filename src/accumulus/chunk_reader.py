@@ -257,7 +257,7 @@ class ChunkRequests:
         cached["spec"] = spec
         cached["nbytes"] = nbytes
         if facts.grids.sharding is None:
-            cached["key"] = facts.chunk_key(coords)
+            cached["key"] = cached["store_key"] = facts.chunk_key(coords)
         itemsize = facts.grids.native.itemsize
         where = (regions, needed, spec.shape, itemsize)
         parts = self._parts.get(where)
