@@ -227,9 +227,8 @@ class ChunkRequests:
     def __init__(self) -> None:
         # By array object: its facts, and its chunks' spec and size on a regular grid.
         self._arrays: dict[int, tuple[_ArrayFacts, ArraySpec | None, int]] = {}
-        # By (regions or needed, chunk shape, item size): (partly, spans).
-        self._parts: dict[tuple[object, ...], tuple[bool, tuple[tuple[tuple[int, int], ...], int]]]
-        self._parts = {}
+        # By (regions, needed, chunk shape, item size): the first request needing them.
+        self._first: dict[tuple[object, ...], ChunkRequest] = {}
 
     def request(
         self,
@@ -258,13 +257,14 @@ class ChunkRequests:
         cached["nbytes"] = nbytes
         if facts.grids.sharding is None:
             cached["key"] = cached["store_key"] = facts.chunk_key(coords)
-        itemsize = facts.grids.native.itemsize
-        where = (regions, needed, spec.shape, itemsize)
-        parts = self._parts.get(where)
-        if parts is None:
-            parts = self._parts[where] = (request.partly, request.spans)
-        else:
-            cached["partly"], cached["spans"] = parts
+        where = (regions, needed, spec.shape, facts.grids.native.itemsize)
+        first = self._first.get(where)
+        if first is None:  # (the first: its parts' facts worked out when asked)
+            self._first[where] = request
+            return request
+        cached["partly"] = first.partly
+        if first.partly:  # (the spans of a chunk read whole are not asked)
+            cached["spans"] = first.spans
         return request
 
 
