@@ -101,8 +101,9 @@ def floor(handle: accumulus.Datacube, result) -> dict[str, tuple[float, float]]:
 
     - ``fresh``: ``parts`` (``plain`` for corr) with the chunks' requests made anew at each
       run, as every question makes its own (``chunk_reader.ChunkRequests``): their keys, and
-      per array and part needed their byte spans and decoding spec, worked out again. ``parts`` and ``plain`` reuse one listing's requests, which keep those after
-      their first run, so they leave out work no answer can skip (the listing of the parts,
+      per array and part needed their byte spans and decoding spec, worked out again.
+      ``parts`` and ``plain`` reuse one listing's requests, which keep those after their
+      first run, so they leave out work no answer can skip (the listing of the parts,
       ``chunk_work``, is planning and is left out of all three).
 
     For a season, the chunks of all its runs' reads (one plan); for corr, the chunks of its
