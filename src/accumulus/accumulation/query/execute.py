@@ -349,12 +349,13 @@ def chunk_work(
                 )
             pieces = _entry_parts(groups, var, source, read, placed, weights_memo, counter, spans)
         for piece in pieces:
-            array, coords = piece[0], piece[1]
+            array, coords, _, part, region = piece
             known = chunks.get((id(array), coords))
             if known is None:
-                known = chunks[id(array), coords] = (piece, [], [])
-            known[1].append(piece[3])
-            known[2].append(piece[4])
+                chunks[id(array), coords] = (piece, [part], [region])
+            else:
+                known[1].append(part)
+                known[2].append(region)
     work: Work = {}
     requests = ChunkRequests()
     for (array, coords, store, _, _), parts, boxes in chunks.values():
