@@ -66,7 +66,7 @@ from accumulus.accumulation.query.execute import (
     chunk_work,
     weights_vary_along,
 )
-from accumulus.chunk_reader import ChunkRequest, read_chunks
+from accumulus.chunk_reader import ChunkRequest, ChunkRequests, read_chunks
 from accumulus.grid import array_bounds
 from common import DEFAULT_DIR, median_with_cpu, report
 from realistic import CHUNKS, VARIABLE, dataset
@@ -100,9 +100,10 @@ def floor(handle: accumulus.Datacube, result) -> dict[str, tuple[float, float]]:
       the weights and the adding into the answer).
 
     - ``fresh``: ``parts`` (``plain`` for corr) with the chunks' requests made anew at each
-      run, as every question makes its own: their byte spans, decoding spec and keys worked
-      out again. ``parts`` and ``plain`` reuse one listing's requests, which keep those after
-      their first run, so they leave out work no answer can skip (the listing of the parts,
+      run, as every question makes its own (``chunk_reader.ChunkRequests``): their keys, and
+      per array and part needed their byte spans and decoding spec, worked out again.
+      ``parts`` and ``plain`` reuse one listing's requests, which keep those after their
+      first run, so they leave out work no answer can skip (the listing of the parts,
       ``chunk_work``, is planning and is left out of all three).
 
     For a season, the chunks of all its runs' reads (one plan); for corr, the chunks of its
@@ -184,9 +185,10 @@ def floor(handle: accumulus.Datacube, result) -> dict[str, tuple[float, float]]:
 
 
 def anew(requests: list[ChunkRequest]) -> list[ChunkRequest]:
-    """The same chunks' requests as a question makes them: new objects, none of their facts
-    (byte spans, spec, key) worked out yet."""
-    return [ChunkRequest(r.array, r.coords, r.store, r.needed, r.regions, r.keep) for r in requests]
+    """The same chunks' requests as a question makes them (``ChunkRequests``): new objects,
+    their keys worked out, what chunks of an array alike share worked out once."""
+    made = ChunkRequests()
+    return [made.request(r.array, r.coords, r.store, r.needed, r.regions, r.keep) for r in requests]
 
 
 def _read_terms(cube, var, result, stat) -> tuple[str, ...]:

@@ -119,3 +119,32 @@ def test_the_planner_reads_the_decoded_bytes_from_the_spans(tmp_path):
         regions=(two_rows, (slice(11, 12), slice(0, 512))),
     )  # fmt: skip
     assert decoded_in_part(both, reads) == (decoded_in_part(request, reads)[0], 3 * 512)
+
+
+FACTS = ("spec", "nbytes", "partly", "spans", "key", "store_key")
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_batchs_requests_know_what_each_request_works_out(tmp_path, layout):
+    """``ChunkRequests`` works out once what chunks of one array share; each request it makes
+    holds the facts a request made alone works out, the same parts at many chunks included,
+    on a grid whose last chunks are short."""
+    settings_ = dict(LAYOUTS[layout])
+    root = zarr.open_group(tmp_path / "g.zarr", mode="w", zarr_format=settings_.pop("zarr_format"))
+    array = root.create_array("a", shape=(11, 12), chunks=(4, 6), dtype="f4", **settings_)
+    counts = root.create_array("n", shape=(11, 12), chunks=(4, 6), dtype="u2", **settings_)
+    parts: list[tuple[tuple[slice, ...] | None, tuple[tuple[slice, ...], ...] | None]] = [
+        (None, None),
+        ((slice(0, 2), slice(1, 3)), None),
+        ((slice(0, 4), slice(0, 6)), None),
+        ((slice(0, 4), slice(1, 5)), ((slice(0, 1), slice(1, 5)), (slice(3, 4), slice(1, 5)))),
+    ]
+    requests = chunk_reader.ChunkRequests()
+    for target in (array, counts):
+        for coords in [(0, 0), (2, 1), (1, 0), (2, 0)]:
+            for needed, regions in parts:
+                made = requests.request(target, coords, None, needed, regions)
+                alone = ChunkRequest(target, coords, None, needed, regions)
+                assert made == alone
+                for fact in FACTS:
+                    assert getattr(made, fact) == getattr(alone, fact), (fact, coords, needed)

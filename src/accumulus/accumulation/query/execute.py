@@ -31,7 +31,13 @@ from accumulus.accumulation.model.sums import is_linear, reduce_packed, reduce_t
 from accumulus.accumulation.model.weights import arranged_weights, varying_dims, weight_values
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
 from accumulus.accumulation.query.plan import QueryPlan, Read
-from accumulus.chunk_reader import ChunkReadError, ChunkRequest, ReadCounts, read_chunks
+from accumulus.chunk_reader import (
+    ChunkReadError,
+    ChunkRequest,
+    ChunkRequests,
+    ReadCounts,
+    read_chunks,
+)
 from accumulus.errors import AccumulationReadError, AccumulusError
 from accumulus.grid import ChunkBounds, array_bounds
 from accumulus.raw_cube import RawCube, VariableInfo
@@ -343,21 +349,23 @@ def chunk_work(
                 )
             pieces = _entry_parts(groups, var, source, read, placed, weights_memo, counter, spans)
         for piece in pieces:
-            array, coords = piece[0], piece[1]
+            array, coords, _, part, region = piece
             known = chunks.get((id(array), coords))
             if known is None:
-                known = chunks[id(array), coords] = (piece, [], [])
-            known[1].append(piece[3])
-            known[2].append(piece[4])
+                chunks[id(array), coords] = (piece, [part], [region])
+            else:
+                known[1].append(part)
+                known[2].append(region)
     work: Work = {}
+    requests = ChunkRequests()
     for (array, coords, store, _, _), parts, boxes in chunks.values():
         # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``), or
         # whole and kept, an accumulation's, when the process keeps decoded chunks.
         keep = array is not var.array
         if len(boxes) == 1:
-            request = ChunkRequest(array, coords, store, boxes[0], keep=keep)
+            request = requests.request(array, coords, store, boxes[0], keep=keep)
         else:
-            request = ChunkRequest(array, coords, store, _reached(boxes), tuple(boxes), keep)
+            request = requests.request(array, coords, store, _reached(boxes), tuple(boxes), keep)
         other = work.get(request.key)
         if other is not None:  # the same chunk of another handle on the same array
             parts = [*other[1], *parts]
