@@ -210,7 +210,8 @@ def test_serve_of_several_workers_shares_their_decoded_chunks(
     cube: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """``service.serve(..., workers=N)`` gives its workers one directory of shared chunks,
-    there while they run and removed after; none when asked not to share or for no cache.
+    there while they run and removed after; none when asked not to share, for no cache
+    or for one worker.
     A worker's application keeps its chunks there, under the limit given."""
     from accumulus.decoded_chunks import DECODED
     from accumulus.service import server
@@ -227,7 +228,8 @@ def test_serve_of_several_workers_shares_their_decoded_chunks(
     server.serve([str(cube)], workers=2, chunk_cache_bytes=2**20)
     server.serve([str(cube)], workers=2, share_chunks=False)
     server.serve([str(cube)], workers=2, chunk_cache_bytes=0)
-    assert seen[0] is not None and not Path(seen[0]).exists() and seen[1:] == [None, None]
+    server.serve([str(cube)], workers=1, chunk_cache_bytes=2**20)
+    assert seen[0] is not None and not Path(seen[0]).exists() and seen[1:] == [None] * 3
     limit = DECODED.limit
     with shared_directory(2**20) as directory:
         try:

@@ -90,8 +90,8 @@ def serve(
     ``workers``: how many processes answer, sharing the port; each opens the stores itself
     and has its own cache and ``limits``, which therefore hold per process (without
     ``limits``, each computes ``default_computations(workers)`` answers at once), except the
-    decoded chunks, which they share (``chunk_cache_bytes`` for all of them, as files in memory:
-    ``shared_chunks``) unless ``share_chunks`` is False. A store that
+    decoded chunks, which two or more share (``chunk_cache_bytes`` for all of them, as files in
+    memory: ``shared_chunks``) unless ``share_chunks`` is False. A store that
     cannot be read stops the start (an ``AccumulusError``) before any process is started.
     ``access_log``: a line per request (off by default: it adds to the CPU of every answer,
     docs/benchmarks.md)."""
@@ -114,7 +114,7 @@ def serve(
         settings["limits"] = ServiceLimits(computations=default_computations(workers))
     chunk_cache_bytes = settings.get("chunk_cache_bytes", DEFAULT_CHUNK_CACHE_BYTES)
     with ExitStack() as stack:
-        if share_chunks and chunk_cache_bytes:
+        if share_chunks and chunk_cache_bytes and workers > 1:  # (one keeps its own)
             shared = stack.enter_context(shared_directory(chunk_cache_bytes))
             settings["shared_chunks"] = None if shared is None else str(shared)
         os.environ[SETTINGS_VARIABLE] = json.dumps(settings_json(stores, settings))
