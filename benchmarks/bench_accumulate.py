@@ -54,25 +54,11 @@ from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 
-from common import DEFAULT_DIR, SMALL_CHUNKS, cube, report
+from common import DEFAULT_DIR, SMALL_CHUNKS, TIMED_CHILD_PRELUDE, cube, report
 
-CHILD = """
-import json, os, resource, sys, time
-from pathlib import Path
-import dask.array, numpy, xarray as xr, zarr
-import accumulus, accumulus.api
-# Both kinds start their clocks with the same modules loaded: those Dask's first compute
-# imports (``distributed``, looking for a client), which the read would time and the build
-# not, and the build's own, which the build would time and the read not (session build53).
-import importlib.util
-if importlib.util.find_spec("distributed") is not None:
-    import distributed
-import accumulus.accumulation.build.accumulate
-
-def usage():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return time.perf_counter(), r.ru_utime + r.ru_stime
-
+CHILD = (
+    TIMED_CHILD_PRELUDE
+    + """
 path, variable, what, dims, at, into = sys.argv[1:7]
 wall, cpu = usage()
 if what == "read":
@@ -94,6 +80,7 @@ files |= {str(p) for p in Path(accumulus.__file__).parent.rglob("*") if p.is_fil
 print(json.dumps({"seconds": end_wall - wall, "cpu_seconds": end_cpu - cpu,
                   "peak_rss_bytes": rss, "files": sorted(files)}))
 """
+)
 
 
 def builds(lat: str, lon: str) -> dict[str, tuple[list[str] | None, dict | None]]:

@@ -59,27 +59,14 @@ import sys
 from pathlib import Path
 
 from bench_defaults import build_cube
-from common import DEFAULT_DIR, report
+from common import DEFAULT_DIR, TIMED_CHILD_PRELUDE, report
 from realistic import VARIABLE
 
-CHILD = r"""
-import json, os, resource, sys, threading, time
+CHILD = (
+    TIMED_CHILD_PRELUDE
+    + r"""
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-import dask.array, numpy as np, xarray as xr, zarr
-import accumulus, accumulus.api
-# Every kind starts its clock with the same modules loaded: those Dask's first compute
-# imports (``distributed``, looking for a client), which the read would time and the build
-# not, and those ``accumulate`` imports on its first call (the build's own), which the build
-# would time and the read not. Neither is reading, summing or writing.
-import importlib.util
-if importlib.util.find_spec("distributed") is not None:
-    import distributed
-import accumulus.accumulation.build.accumulate
-
-def usage():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return time.perf_counter(), r.ru_utime + r.ru_stime
 
 what, path, variable, sidecar, scratch = sys.argv[1:6]
 zarr.config.set({"array.rectilinear_chunks": True})
@@ -168,6 +155,7 @@ if what == "build":
 print(json.dumps({"seconds": end_wall - wall, "cpu_seconds": end_cpu - cpu,
                   "timed_cpu_seconds": timed, **tail}))
 """
+)
 
 KINDS = ("read", "build", "raw", "sums", "encode", "store")
 

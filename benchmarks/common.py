@@ -42,6 +42,26 @@ def cube(directory: Path, config: DemoConfig) -> Path:
 # Runs of a question last this long together at least, however many ``repeats`` ask: 15
 # runs of a 3 ms query span 45 ms, which a transient on a shared machine (the threads of the
 # xarray scan just before) moves whole (3.1-3.7 ms, against 2.6 ms over 101 runs).
+# The start of the child processes that time a full read against a build (bench_accumulate,
+# bench_build_floor): both kinds start their clocks with the same modules loaded: those
+# Dask's first compute imports (``distributed``, looking for a client), which the read would
+# time and the build not, and the build's own, which the build would time and the read not
+# (session build53). ``usage()``: wall seconds and the process's CPU seconds.
+TIMED_CHILD_PRELUDE = """
+import json, os, resource, sys, time
+from pathlib import Path
+import dask.array, numpy as np, xarray as xr, zarr
+import accumulus, accumulus.api
+import importlib.util
+if importlib.util.find_spec("distributed") is not None:
+    import distributed
+import accumulus.accumulation.build.accumulate
+
+def usage():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), r.ru_utime + r.ru_stime
+"""
+
 MIN_SECONDS = 0.5
 
 
