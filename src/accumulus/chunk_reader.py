@@ -269,9 +269,14 @@ class ChunkRequests:
 
 
 def _in_grid(coords: tuple[int, ...], grid_shape: tuple[int, ...]) -> bool:
-    return len(coords) == len(grid_shape) and all(
-        [0 <= c < n for c, n in zip(coords, grid_shape, strict=True)]
-    )
+    if len(coords) != len(grid_shape):
+        return False
+    for c, n in zip(coords, grid_shape, strict=True):  # (a loop: no list, no generator)
+        if not 0 <= c < n:
+            break
+    else:
+        return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -349,32 +354,34 @@ def read_chunks(
     read (``ChunkTooLarge``). ``store``: read every key (``ChunkRequest.key``) through it
     instead of the arrays' own store (a wrapper of it, such as the service's guard)."""
     unique = list({r.key: r for r in requests}.values())
-    if memory_bytes is not None:
-        _check_sizes(unique, memory_bytes)
     counts = ReadCounts()
-    here = _readable_here(unique, store) if unique else None
+    # (Read in this thread, the chunks' sizes are checked as they are listed for it.)
+    here = _readable_here(unique, store, memory_bytes) if unique else None
     if here is not None:
         _read_here(here, consume, counts)
     elif unique:
+        if memory_bytes is not None:
+            for request in unique:
+                _check_size(request, memory_bytes)
         sync(_read_all(unique, consume, counts, memory_bytes, store))
     return counts
 
 
-def _check_sizes(requests: Sequence[ChunkRequest], memory_bytes: int) -> None:
-    """Refuse, before any is read, a chunk larger decoded than ``memory_bytes``: a store
-    may declare any shape (a reference set's 1 x 40000 x 40000 chunk of ``/dev/zero``)."""
-    for request in requests:
-        size = request.nbytes
-        if size > memory_bytes:
-            metadata = request.array.metadata
-            shape = " x ".join(map(str, _codec_shape(metadata, request.coords)))
-            problem = ChunkTooLarge(
-                f"chunk {request.key} holds {size} bytes decoded ({shape} "
-                f"{metadata.dtype.to_native_dtype()}), more than the {memory_bytes} bytes the "
-                "query may hold in chunks at once; give it more memory (memory_bytes=, "
-                "--memory-mb)"
-            )
-            raise ChunkReadError(request, problem)
+def _check_size(request: ChunkRequest, memory_bytes: int) -> None:
+    """Refuse, before any chunk is read, a chunk larger decoded than ``memory_bytes``: a
+    store may declare any shape (a reference set's 1 x 40000 x 40000 chunk of
+    ``/dev/zero``)."""
+    size = request.nbytes
+    if size > memory_bytes:
+        metadata = request.array.metadata
+        shape = " x ".join(map(str, _codec_shape(metadata, request.coords)))
+        problem = ChunkTooLarge(
+            f"chunk {request.key} holds {size} bytes decoded ({shape} "
+            f"{metadata.dtype.to_native_dtype()}), more than the {memory_bytes} bytes the "
+            "query may hold in chunks at once; give it more memory (memory_bytes=, "
+            "--memory-mb)"
+        )
+        raise ChunkReadError(request, problem)
 
 
 def read_region(
@@ -440,10 +447,13 @@ class _Here:
     partly: bool = False  # the request needs a part of the chunk, not all of it
 
 
-def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> list[_Here] | None:
+def _readable_here(
+    requests: Sequence[ChunkRequest], store: Store | None, memory_bytes: int | None = None
+) -> list[_Here] | None:
     """The requests as chunks to read by ``get_sync`` in the calling thread, when every one
     can be: a stored chunk (not an inner chunk of a shard), every codec synchronous, from a
-    store that allows it (``stores.base.reads_synchronously``); None otherwise."""
+    store that allows it (``stores.base.reads_synchronously``); None otherwise. Each is
+    checked to fit in ``memory_bytes`` decoded (``_check_size``) as it is listed."""
     here = []
     allowed: dict[int, bool] = {}
     facts_of: dict[int, _ArrayFacts] = {}  # by array object: a plan reads a few arrays' chunks
@@ -463,6 +473,8 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         # read below those that only present metadata (``reader_of``).
         reader = cast(SupportsGetSync, reader_of(target, request.store_key))
         nbytes = request.nbytes
+        if memory_bytes is not None and nbytes > memory_bytes:
+            _check_size(request, memory_bytes)
         partly = request.partly
         blosc = grids.blosc
         ranged = blosc is not None and _ranged_here(reader) and (partly or bool(blosc.checks))
@@ -1164,10 +1176,21 @@ class _ArrayFacts:
     metadata: ArrayMetadata
     grids: _Grids
     prefix: str  # the array's path and "/", or "" at the store's root
+    # The keys made so far, by chunk: every question names its chunks (at most
+    # ``CHUNK_KEYS_KEPT``, then forgotten, all at once).
+    keys: dict[tuple[int, ...], str] = field(default_factory=dict)
 
     def chunk_key(self, coords: tuple[int, ...]) -> str:
         """The store key of the stored chunk at ``coords`` (an array that is not sharded)."""
-        return self.prefix + self.metadata.encode_chunk_key(coords)
+        key = self.keys.get(coords)
+        if key is None:
+            if len(self.keys) >= CHUNK_KEYS_KEPT:
+                self.keys.clear()
+            key = self.keys[coords] = self.prefix + self.metadata.encode_chunk_key(coords)
+        return key
+
+
+CHUNK_KEYS_KEPT = 2**14
 
 
 # By the array object's identity, each entry keeping its array alive (no id reused), and

@@ -114,8 +114,9 @@ _FILTERS = [("ignore", re.compile(message, re.I), category, None, 0) for message
 
 
 def _turn_on() -> Callable[[], None]:
-    before = zarr.config.get("array.rectilinear_chunks")
-    zarr.config.set({"array.rectilinear_chunks": True})
+    # The setting's own record undoes it (one lookup), not a second ``set`` of the value
+    # read before it (parsing the key again).
+    grids = zarr.config.set({"array.rectilinear_chunks": True})
     added: list[Any] = list(reversed(_FILTERS))  # the first of QUIET ends last, as before
     for entry in added:  # as ``filterwarnings`` adds one: any same entry moves to the front
         if entry in warnings.filters:
@@ -124,7 +125,7 @@ def _turn_on() -> Callable[[], None]:
     warnings._filters_mutated()  # type: ignore[attr-defined]
 
     def restore() -> None:
-        zarr.config.set({"array.rectilinear_chunks": before})
+        grids.__exit__(None, None, None)
         for entry in added:
             # Only our own entries: filters others added meanwhile stay.
             if entry in warnings.filters:

@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+import zarr
 from zarr.storage import MemoryStore, WrapperStore
 
 import accumulus
@@ -81,6 +82,34 @@ def test_a_missing_chunk_read_in_the_calling_thread_is_refused(cube_path, tmp_pa
         chunk.unlink()  # the chunks, not the arrays' metadata
     with pytest.raises(accumulus.AccumulusError, match="missing chunk"):
         handle.query(VAR, over, ranges)
+
+
+@pytest.mark.parametrize("in_thread", [True, False])
+def test_a_chunk_larger_than_the_memory_allowed_is_refused_before_any_read(
+    cube_path, in_thread, monkeypatch
+):
+    """Read in the calling thread, each chunk's size is checked as the chunks are listed;
+    through the event loop, all of them before the batch: either way nothing is read."""
+    path, _ = cube_path
+    store = open_store(str(path)) if in_thread else CountingStore(open_store(str(path)))
+    array = zarr.open_array(store, path=VAR, mode="r")
+    requests = [chunk_reader.ChunkRequest(array, (0, 0, c)) for c in range(3)]
+    read_here = []
+    read_now = chunk_reader._read_now
+    monkeypatch.setattr(chunk_reader, "_read_now", lambda *a: read_here.append(a) or read_now(*a))
+    if isinstance(store, CountingStore):
+        store.reset()
+    one_chunk = requests[0].nbytes
+    with pytest.raises(chunk_reader.ChunkReadError, match="give it more memory") as refused:
+        chunk_reader.read_chunks(requests, lambda r, c: None, one_chunk - 1)
+    assert isinstance(refused.value.cause, chunk_reader.ChunkTooLarge)
+    assert read_here == []
+    if isinstance(store, CountingStore):
+        assert store.counts.read_requests == 0
+    consumed = []
+    done = chunk_reader.read_chunks(requests, lambda r, c: consumed.append(r), one_chunk)
+    assert done.requests == 3 and len(consumed) == 3
+    assert len(read_here) == (3 if in_thread else 0)
 
 
 def test_runs_side_by_side_leave_the_main_thread_waiting(cube_path, monkeypatch):

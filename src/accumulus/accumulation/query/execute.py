@@ -207,11 +207,13 @@ def _finite(sums: np.ndarray, floating: set[int]) -> bool:
     (integers, counts, are: a map's count needs no pass over it). A NaN anywhere is their
     least and greatest, an infinity one of them: two passes without an array of flags,
     faster than ``isfinite(...).all()``. (Their sum, one pass, would warn of inf - inf and
-    of an overflow, where these warn of nothing.)"""
-    if not sums.size:
+    of an overflow, where these warn of nothing.) The rows from the first to the last of
+    them are taken as one block (a count between them is finite): one call each, not one
+    per row."""
+    if not sums.size or not floating:
         return True
-    rows = [sums] if len(floating) == len(sums) else [sums[row] for row in floating]
-    return all(math.isfinite(row.min()) and math.isfinite(row.max()) for row in rows)
+    block = sums[min(floating) : max(floating) + 1]
+    return math.isfinite(block.min()) and math.isfinite(block.max())
 
 
 def _reads_tallies(work: Work) -> bool:
@@ -333,6 +335,9 @@ def chunk_work(
     # the dimension's bounds and the range: a plan's reads share most of theirs (a seasonal
     # series' runs: one box, one time range each).
     spans: dict[tuple[Any, ...], list[Along]] = {}
+    # A slab's box and weights, by its source and place along the ranges' dimensions: a
+    # season's runs read their entries over the same box (``_entry_parts``).
+    slabs: dict[tuple[Any, ...], list[Any]] = {}
     # By array and chunk: the chunk, the parts of it read and their boxes of it.
     chunks: dict[tuple[int, tuple[int, ...]], tuple[Piece, list[Part], list[Region]]] = {}
     for read in plan.reads:
@@ -347,7 +352,9 @@ def chunk_work(
                 source = sources[read.key or read.source] = groups.remembered(
                     key, partial(_source, groups, var, read, plan, terms)
                 )
-            pieces = _entry_parts(groups, var, source, read, placed, weights_memo, counter, spans)
+            pieces = _entry_parts(
+                groups, var, source, read, placed, weights_memo, counter, spans, slabs
+            )
         for piece in pieces:
             array, coords, _, part, region = piece
             known = chunks.get((id(array), coords))
@@ -473,6 +480,8 @@ def _contraction(
 
 
 _SCRATCH = threading.local()
+# A part's values at most this many are taken in new memory, not ``_scratch``: a series'.
+SMALL_PART = 1024
 # The most working space a thread keeps for the next query, per use (float64 values).
 SCRATCH_VALUES = 2**20
 
@@ -560,19 +569,13 @@ class _OrderedTotal:
             return
         where = (*where, ...)  # a view, also of a single value
         into = self._total[where]
-        rows = (first,) if type(first) is int else range(self.shape[0])[first]
-        if self._counted:
-            for row in rows:
-                if row in self._counted:  # converted before anything else is added to it
-                    self._convert(row)
-        unset = self._unset
-        fresh = [row for row in rows if unset[row]]
-        whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
-        for row in fresh:
-            unset[row] = False
-            if not whole:
-                self._total[row, ...].fill(0.0)
-        start = 0.0 if whole else into
+        if type(first) is int and not self._unset[first] and first not in self._counted:
+            # (Most parts: one term's, into its row begun already.)
+            rows: Sequence[int] = (first,)
+            start = into
+        else:
+            rows = (first,) if type(first) is int else range(self.shape[0])[first]
+            start = self._begun(rows, into)
         add = np.add if sign > 0 else np.subtract
         if finite:  # (entering ``errstate`` costs several times a small part's add)
             add(start, value, out=into, casting="unsafe")
@@ -589,9 +592,29 @@ class _OrderedTotal:
                 self.magnitude = _zeroed(self.shape, 3)
             size = self.magnitude[where]
             if value.dtype.kind != "u":
-                value = np.abs(value, out=_scratch(value.shape, 1), dtype="f8")
+                # (A series' few values: new memory costs less than looking up scratch.)
+                scratch = _scratch(value.shape, 1) if value.size > SMALL_PART else None
+                value = np.abs(value, out=scratch, dtype="f8")
             np.add(size, value, out=size, casting="unsafe")
         self._next += 1
+
+    def _begun(self, rows: Sequence[int], into: np.ndarray) -> np.ndarray | float:
+        """What a part adds to in ``rows`` (its view ``into``): 0.0 where it covers every
+        row it reaches and each is reached first (it writes them), else ``into``, every
+        row not reached before filled with zeros first; a row of counts summed apart
+        (``_counted``) converted into the total first."""
+        if self._counted:
+            for row in rows:
+                if row in self._counted:  # converted before anything else is added to it
+                    self._convert(row)
+        unset = self._unset
+        fresh = [row for row in rows if unset[row]]
+        whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
+        for row in fresh:
+            unset[row] = False
+            if not whole:
+                self._total[row, ...].fill(0.0)
+        return 0.0 if whole else into
 
     def _counted_in(self, row: Any, sign: int, value: np.ndarray) -> bool:
         """Whether a part was added into its row's integer sum (``_counted``): a whole row
@@ -733,13 +756,15 @@ def _entry_parts(
     weights_memo: WeightsMemo,
     counter: Iterator[int],
     spans: dict[tuple[Any, ...], list[Along]],
+    slabs: dict[tuple[Any, ...], list[Any]],
 ) -> Iterator[Piece]:
     """The accumulation chunks holding a read's entries, and the slab of each it reads
     (numbered by ``counter``). Where the chunks lie is worked out once for all the terms
     whose arrays are chunked alike, and along each dimension once per plan for each range
-    or entry (``spans``). ``weights_memo``: the weights of slabs already listed, by what
-    they depend on (the slab's dimensions and its ranges along those the weights vary
-    along)."""
+    or entry (``spans``); a slab's box and weights once per plan for each place along the
+    ranges' dimensions (``slabs``: [box, its weights or None until asked]).
+    ``weights_memo``: the weights of slabs already listed, by what they depend on (the
+    slab's dimensions and its ranges along those the weights vary along)."""
     remaining, summed = source.remaining, source.summed
 
     def slab_weights(
@@ -768,14 +793,18 @@ def _entry_parts(
             per_dim.append(found)
         for combo in itertools.product(*per_dim):
             coords, local, region, extents = zip(*combo, strict=True)
-            box = {d: e for d, e in zip(source.array_dims, extents, strict=True) if e}
+            slab = slabs.get((id(source), extents))
+            if slab is None:
+                box = {d: e for d, e in zip(source.array_dims, extents, strict=True) if e}
+                slab = slabs[id(source), extents] = [box, None]
+            box = slab[0]
             at = placed(box, read.slot)
-            weighed = None  # the slab's weights, looked up once for its weighted terms
             for t, term, array, weighted in members:
                 w, contract = None, None
                 if weighted:
-                    weighed = weighed or slab_weights(box)
-                    w, contract = weighed
+                    if slab[1] is None:  # (looked up once for the slab's weighted terms)
+                        slab[1] = slab_weights(box)
+                    w, contract = slab[1]
                 part = EntryPart(
                     next(counter), read.sign, term, local, summed, source.order, (t, *at),
                     w, source.tallied, contract,
