@@ -480,8 +480,6 @@ def _contraction(
 
 
 _SCRATCH = threading.local()
-# A part's values at most this many are taken in new memory, not ``_scratch``: a series'.
-SMALL_PART = 1024
 # The most working space a thread keeps for the next query, per use (float64 values).
 SCRATCH_VALUES = 2**20
 
@@ -569,13 +567,19 @@ class _OrderedTotal:
             return
         where = (*where, ...)  # a view, also of a single value
         into = self._total[where]
-        if type(first) is int and not self._unset[first] and first not in self._counted:
-            # (Most parts: one term's, into its row begun already.)
-            rows: Sequence[int] = (first,)
-            start = into
-        else:
-            rows = (first,) if type(first) is int else range(self.shape[0])[first]
-            start = self._begun(rows, into)
+        rows = (first,) if type(first) is int else range(self.shape[0])[first]
+        if self._counted:
+            for row in rows:
+                if row in self._counted:  # converted before anything else is added to it
+                    self._convert(row)
+        unset = self._unset
+        fresh = [row for row in rows if unset[row]]
+        whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
+        for row in fresh:
+            unset[row] = False
+            if not whole:
+                self._total[row, ...].fill(0.0)
+        start = 0.0 if whole else into
         add = np.add if sign > 0 else np.subtract
         if finite:  # (entering ``errstate`` costs several times a small part's add)
             add(start, value, out=into, casting="unsafe")
@@ -592,29 +596,9 @@ class _OrderedTotal:
                 self.magnitude = _zeroed(self.shape, 3)
             size = self.magnitude[where]
             if value.dtype.kind != "u":
-                # (A series' few values: new memory costs less than looking up scratch.)
-                scratch = _scratch(value.shape, 1) if value.size > SMALL_PART else None
-                value = np.abs(value, out=scratch, dtype="f8")
+                value = np.abs(value, out=_scratch(value.shape, 1), dtype="f8")
             np.add(size, value, out=size, casting="unsafe")
         self._next += 1
-
-    def _begun(self, rows: Sequence[int], into: np.ndarray) -> np.ndarray | float:
-        """What a part adds to in ``rows`` (its view ``into``): 0.0 where it covers every
-        row it reaches and each is reached first (it writes them), else ``into``, every
-        row not reached before filled with zeros first; a row of counts summed apart
-        (``_counted``) converted into the total first."""
-        if self._counted:
-            for row in rows:
-                if row in self._counted:  # converted before anything else is added to it
-                    self._convert(row)
-        unset = self._unset
-        fresh = [row for row in rows if unset[row]]
-        whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
-        for row in fresh:
-            unset[row] = False
-            if not whole:
-                self._total[row, ...].fill(0.0)
-        return 0.0 if whole else into
 
     def _counted_in(self, row: Any, sign: int, value: np.ndarray) -> bool:
         """Whether a part was added into its row's integer sum (``_counted``): a whole row
