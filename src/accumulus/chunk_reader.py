@@ -354,34 +354,32 @@ def read_chunks(
     read (``ChunkTooLarge``). ``store``: read every key (``ChunkRequest.key``) through it
     instead of the arrays' own store (a wrapper of it, such as the service's guard)."""
     unique = list({r.key: r for r in requests}.values())
+    if memory_bytes is not None:
+        _check_sizes(unique, memory_bytes)
     counts = ReadCounts()
-    # (Read in this thread, the chunks' sizes are checked as they are listed for it.)
-    here = _readable_here(unique, store, memory_bytes) if unique else None
+    here = _readable_here(unique, store) if unique else None
     if here is not None:
         _read_here(here, consume, counts)
     elif unique:
-        if memory_bytes is not None:
-            for request in unique:
-                _check_size(request, memory_bytes)
         sync(_read_all(unique, consume, counts, memory_bytes, store))
     return counts
 
 
-def _check_size(request: ChunkRequest, memory_bytes: int) -> None:
-    """Refuse, before any chunk is read, a chunk larger decoded than ``memory_bytes``: a
-    store may declare any shape (a reference set's 1 x 40000 x 40000 chunk of
-    ``/dev/zero``)."""
-    size = request.nbytes
-    if size > memory_bytes:
-        metadata = request.array.metadata
-        shape = " x ".join(map(str, _codec_shape(metadata, request.coords)))
-        problem = ChunkTooLarge(
-            f"chunk {request.key} holds {size} bytes decoded ({shape} "
-            f"{metadata.dtype.to_native_dtype()}), more than the {memory_bytes} bytes the "
-            "query may hold in chunks at once; give it more memory (memory_bytes=, "
-            "--memory-mb)"
-        )
-        raise ChunkReadError(request, problem)
+def _check_sizes(requests: Sequence[ChunkRequest], memory_bytes: int) -> None:
+    """Refuse, before any is read, a chunk larger decoded than ``memory_bytes``: a store
+    may declare any shape (a reference set's 1 x 40000 x 40000 chunk of ``/dev/zero``)."""
+    for request in requests:
+        size = request.nbytes
+        if size > memory_bytes:
+            metadata = request.array.metadata
+            shape = " x ".join(map(str, _codec_shape(metadata, request.coords)))
+            problem = ChunkTooLarge(
+                f"chunk {request.key} holds {size} bytes decoded ({shape} "
+                f"{metadata.dtype.to_native_dtype()}), more than the {memory_bytes} bytes the "
+                "query may hold in chunks at once; give it more memory (memory_bytes=, "
+                "--memory-mb)"
+            )
+            raise ChunkReadError(request, problem)
 
 
 def read_region(
@@ -447,13 +445,10 @@ class _Here:
     partly: bool = False  # the request needs a part of the chunk, not all of it
 
 
-def _readable_here(
-    requests: Sequence[ChunkRequest], store: Store | None, memory_bytes: int | None = None
-) -> list[_Here] | None:
+def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> list[_Here] | None:
     """The requests as chunks to read by ``get_sync`` in the calling thread, when every one
     can be: a stored chunk (not an inner chunk of a shard), every codec synchronous, from a
-    store that allows it (``stores.base.reads_synchronously``); None otherwise. Each is
-    checked to fit in ``memory_bytes`` decoded (``_check_size``) as it is listed."""
+    store that allows it (``stores.base.reads_synchronously``); None otherwise."""
     here = []
     allowed: dict[int, bool] = {}
     facts_of: dict[int, _ArrayFacts] = {}  # by array object: a plan reads a few arrays' chunks
@@ -473,8 +468,6 @@ def _readable_here(
         # read below those that only present metadata (``reader_of``).
         reader = cast(SupportsGetSync, reader_of(target, request.store_key))
         nbytes = request.nbytes
-        if memory_bytes is not None and nbytes > memory_bytes:
-            _check_size(request, memory_bytes)
         partly = request.partly
         blosc = grids.blosc
         ranged = blosc is not None and _ranged_here(reader) and (partly or bool(blosc.checks))

@@ -88,8 +88,8 @@ def test_a_missing_chunk_read_in_the_calling_thread_is_refused(cube_path, tmp_pa
 def test_a_chunk_larger_than_the_memory_allowed_is_refused_before_any_read(
     cube_path, in_thread, monkeypatch
 ):
-    """Read in the calling thread, each chunk's size is checked as the chunks are listed;
-    through the event loop, all of them before the batch: either way nothing is read."""
+    """A chunk declaring more bytes decoded than the memory allowed is refused before any
+    chunk of the batch is read, read in the calling thread or through the event loop."""
     path, _ = cube_path
     store = open_store(str(path)) if in_thread else CountingStore(open_store(str(path)))
     array = zarr.open_array(store, path=VAR, mode="r")
