@@ -1169,8 +1169,9 @@ class _ArrayFacts:
     metadata: ArrayMetadata
     grids: _Grids
     prefix: str  # the array's path and "/", or "" at the store's root
-    # The keys made so far, by chunk: every question names its chunks (at most
-    # ``CHUNK_KEYS_KEPT``, then forgotten, all at once).
+    # The keys made so far, by chunk: every question names its chunks, a season's series
+    # dozens (at most ``CHUNK_KEYS_KEPT`` an array, then forgotten, all at once: with the
+    # arrays ``_FACTS`` keeps, about 10 MB at most).
     keys: dict[tuple[int, ...], str] = field(default_factory=dict)
 
     def chunk_key(self, coords: tuple[int, ...]) -> str:
@@ -1183,7 +1184,7 @@ class _ArrayFacts:
         return key
 
 
-CHUNK_KEYS_KEPT = 2**14
+CHUNK_KEYS_KEPT = 256
 
 
 # By the array object's identity, each entry keeping its array alive (no id reused), and
