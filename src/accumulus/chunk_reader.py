@@ -269,14 +269,9 @@ class ChunkRequests:
 
 
 def _in_grid(coords: tuple[int, ...], grid_shape: tuple[int, ...]) -> bool:
-    if len(coords) != len(grid_shape):
-        return False
-    for c, n in zip(coords, grid_shape, strict=True):  # (a loop: no list, no generator)
-        if not 0 <= c < n:
-            break
-    else:
-        return True
-    return False
+    return len(coords) == len(grid_shape) and all(
+        [0 <= c < n for c, n in zip(coords, grid_shape, strict=True)]
+    )
 
 
 @dataclass(frozen=True)
@@ -1169,22 +1164,10 @@ class _ArrayFacts:
     metadata: ArrayMetadata
     grids: _Grids
     prefix: str  # the array's path and "/", or "" at the store's root
-    # The keys made so far, by chunk: every question names its chunks, a season's series
-    # dozens (at most ``CHUNK_KEYS_KEPT`` an array, then forgotten, all at once: with the
-    # arrays ``_FACTS`` keeps, about 10 MB at most).
-    keys: dict[tuple[int, ...], str] = field(default_factory=dict)
 
     def chunk_key(self, coords: tuple[int, ...]) -> str:
         """The store key of the stored chunk at ``coords`` (an array that is not sharded)."""
-        key = self.keys.get(coords)
-        if key is None:
-            if len(self.keys) >= CHUNK_KEYS_KEPT:
-                self.keys.clear()
-            key = self.keys[coords] = self.prefix + self.metadata.encode_chunk_key(coords)
-        return key
-
-
-CHUNK_KEYS_KEPT = 256
+        return self.prefix + self.metadata.encode_chunk_key(coords)
 
 
 # By the array object's identity, each entry keeping its array alive (no id reused), and

@@ -335,9 +335,6 @@ def chunk_work(
     # the dimension's bounds and the range: a plan's reads share most of theirs (a seasonal
     # series' runs: one box, one time range each).
     spans: dict[tuple[Any, ...], list[Along]] = {}
-    # A slab's box and weights, by its source and place along the ranges' dimensions: a
-    # season's runs read their entries over the same box (``_entry_parts``).
-    slabs: dict[tuple[Any, ...], list[Any]] = {}
     # By array and chunk: the chunk, the parts of it read and their boxes of it.
     chunks: dict[tuple[int, tuple[int, ...]], tuple[Piece, list[Part], list[Region]]] = {}
     for read in plan.reads:
@@ -352,9 +349,7 @@ def chunk_work(
                 source = sources[read.key or read.source] = groups.remembered(
                     key, partial(_source, groups, var, read, plan, terms)
                 )
-            pieces = _entry_parts(
-                groups, var, source, read, placed, weights_memo, counter, spans, slabs
-            )
+            pieces = _entry_parts(groups, var, source, read, placed, weights_memo, counter, spans)
         for piece in pieces:
             array, coords, _, part, region = piece
             known = chunks.get((id(array), coords))
@@ -740,15 +735,13 @@ def _entry_parts(
     weights_memo: WeightsMemo,
     counter: Iterator[int],
     spans: dict[tuple[Any, ...], list[Along]],
-    slabs: dict[tuple[Any, ...], list[Any]],
 ) -> Iterator[Piece]:
     """The accumulation chunks holding a read's entries, and the slab of each it reads
     (numbered by ``counter``). Where the chunks lie is worked out once for all the terms
     whose arrays are chunked alike, and along each dimension once per plan for each range
-    or entry (``spans``); a slab's box and weights once per plan for each place along the
-    ranges' dimensions (``slabs``: [box, its weights or None until asked]).
-    ``weights_memo``: the weights of slabs already listed, by what they depend on (the
-    slab's dimensions and its ranges along those the weights vary along)."""
+    or entry (``spans``). ``weights_memo``: the weights of slabs already listed, by what
+    they depend on (the slab's dimensions and its ranges along those the weights vary
+    along)."""
     remaining, summed = source.remaining, source.summed
 
     def slab_weights(
@@ -777,18 +770,14 @@ def _entry_parts(
             per_dim.append(found)
         for combo in itertools.product(*per_dim):
             coords, local, region, extents = zip(*combo, strict=True)
-            slab = slabs.get((id(source), extents))
-            if slab is None:
-                box = {d: e for d, e in zip(source.array_dims, extents, strict=True) if e}
-                slab = slabs[id(source), extents] = [box, None]
-            box = slab[0]
+            box = {d: e for d, e in zip(source.array_dims, extents, strict=True) if e}
             at = placed(box, read.slot)
+            weighed = None  # the slab's weights, looked up once for its weighted terms
             for t, term, array, weighted in members:
                 w, contract = None, None
                 if weighted:
-                    if slab[1] is None:  # (looked up once for the slab's weighted terms)
-                        slab[1] = slab_weights(box)
-                    w, contract = slab[1]
+                    weighed = weighed or slab_weights(box)
+                    w, contract = weighed
                 part = EntryPart(
                     next(counter), read.sign, term, local, summed, source.order, (t, *at),
                     w, source.tallied, contract,
