@@ -80,6 +80,14 @@ def test_only_rows_reached_by_floats_are_checked():
     # Row 0 held only integers (never NaN): not looked at.
     assert _finite(sums, {1})
     assert _finite(np.zeros((0, 3)), {0})
+    assert _finite(sums, set())
+    # Rows of floats apart, a row of counts between them (a finite number): each looked at.
+    sums = np.zeros((4, 3))
+    sums[1] = 7.0
+    assert _finite(sums, {0, 2})
+    sums[2, 0] = -np.inf
+    assert not _finite(sums, {0, 2})
+    assert _finite(sums, {0, 1})
 
 
 def test_counts_wrapping_in_their_type_are_exact():
