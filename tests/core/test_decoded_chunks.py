@@ -69,11 +69,11 @@ def test_every_read_is_counted_once_by_threads_reading_at_once(tmp_path):
         cache.share(shared)
         cache.put(_version(1), np.arange(100.0), now_ns=10**12)
 
-        def read(times: int = 500) -> None:
+        def read(cache: DecodedChunks, times: int = 500) -> None:
             for k in range(times):
                 cache.get(_version(1 + k % 2), ((100,),), np.dtype("<f8"))
 
-        threads = [threading.Thread(target=read) for _ in range(8)]
+        threads = [threading.Thread(target=read, args=(cache,)) for _ in range(8)]
         for thread in threads:
             thread.start()
         for thread in threads:
