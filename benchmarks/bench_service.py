@@ -88,6 +88,11 @@ def start_service(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    return answering(process, port)
+
+
+def answering(process: subprocess.Popen, port: int) -> subprocess.Popen:
+    """``process``, once the server it runs answers its health check on ``port``."""
     deadline = time.monotonic() + 300
     while True:
         try:

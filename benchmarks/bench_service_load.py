@@ -43,6 +43,11 @@ decoding (codecs), summing (the plan's arithmetic), the answer (the xarray objec
 and JSON (with the gzip of large answers); HTTP is the server's CPU per request less the
 floor's.
 
+The HTTP floor (``--bare-bytes N [N ...]``): in each round, a bare ASGI application served
+with serve's HTTP configuration and workers (``bare_service.py``) gets the same loads and
+answers each request with a fixed JSON body of N bytes: what HTTP itself (uvicorn, the
+protocol, the workers taking turns, and this client) costs per request, without the service.
+
 A sample of answers (``--check``) is compared with xarray on the raw data (rtol 1e-9).
 
 ``--sources NAME=DIR`` (repeatable) serves the same loads from other source trees (e.g.
@@ -74,6 +79,7 @@ import os
 import pstats
 import statistics
 import subprocess
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -97,7 +103,7 @@ from accumulus.service.answers import compute_answer
 from accumulus.service.app import DEFAULT_CHUNK_CACHE_BYTES
 from accumulus.service.datasets import Dataset
 from accumulus.service.parameters import AverageParameters, check_average_request
-from bench_service import free_port, start_service
+from bench_service import answering, free_port, start_service
 from common import DEFAULT_DIR
 from realistic import CHUNKS, SHAPE, START, VARIABLE, dataset, realistic_cube
 
@@ -242,6 +248,7 @@ async def _send(base: str, questions: list[Question], clients: int, keep: set[st
     latencies: dict[str, list[float]] = {"series": [], "map": [], "raw": []}
     statuses: dict[int, int] = {}
     hits = [0]
+    sizes: list[int] = []  # as sent (gzipped where it was)
     bodies: dict[str, bytes] = {}
     queue = iter(questions)
     connector = aiohttp.TCPConnector(limit=clients, force_close=False)
@@ -254,13 +261,20 @@ async def _send(base: str, questions: list[Question], clients: int, keep: set[st
                 async with session.get(question.url) as response:
                     body = await response.read()
                     hits[0] += response.headers.get("X-Accumulus-Cache") == "hit"
+                    sizes.append(response.content_length or 0)
                 latencies[question.kind].append(time.perf_counter() - started)
                 statuses[response.status] = statuses.get(response.status, 0) + 1
                 if question.url in keep and response.status == 200:
                     bodies[question.url] = body
 
         await asyncio.gather(*(client() for _ in range(clients)))
-    return {"latencies": latencies, "statuses": statuses, "bodies": bodies, "hits": hits[0]}
+    return {
+        "latencies": latencies,
+        "statuses": statuses,
+        "bodies": bodies,
+        "hits": hits[0],
+        "sent_bytes_mean": round(statistics.fmean(sizes)) if sizes else 0,
+    }
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
@@ -308,6 +322,7 @@ def drive(
         **{k: v for k, v in percentiles(all_latencies).items() if k != "count"},
         "statuses": {str(k): v for k, v in sorted(sent["statuses"].items())},
         "cache_hits": sent["hits"],
+        "response_bytes_mean": sent["sent_bytes_mean"],
         "server_cpu_ms_per_request": round(server_ms, 2),
         # How the work fell on the worker processes (their CPU seconds, most first).
         "server_cpu_s_by_worker": [round(cpu, 2) for cpu in busy],
@@ -377,6 +392,15 @@ def worker_peak_rss_mib(server: subprocess.Popen, field: str = "VmHWM") -> list[
     return sorted(peaks, reverse=True)
 
 
+def start_bare(port: int, workers: int, body_bytes: int) -> subprocess.Popen:
+    """The HTTP floor's server (``bare_service``): serve's HTTP configuration and workers, a
+    fixed body of ``body_bytes`` for every request."""
+    script = Path(__file__).with_name("bare_service.py")
+    command = [sys.executable, str(script), str(port), str(workers), str(body_bytes)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return answering(process, port)
+
+
 def measure_server(
     cube: Path,
     sources: str,
@@ -385,9 +409,13 @@ def measure_server(
     loads: dict[str, list[Question]],
     warm_up: list[Question],
     keep: set[str],
+    bare_bytes: int | None = None,
 ) -> dict:
     port = free_port()
-    server = start_service(cube, port, workers, sources, options)
+    if bare_bytes is None:
+        server = start_service(cube, port, workers, sources, options)
+    else:
+        server = start_bare(port, workers, bare_bytes)
     base = f"http://127.0.0.1:{port}"
     try:
         drive(base, server, warm_up, 16, set())  # imports, snapshots, the page cache
@@ -637,6 +665,15 @@ def main() -> None:
         default=[],
         help="NAME=DIR: serve from this source tree too (default: this one's)",
     )
+    parser.add_argument(
+        "--bare-bytes",
+        type=int,
+        nargs="+",
+        default=[],
+        help="the HTTP floor: also serve, in each round, a bare ASGI application with serve's "
+        "HTTP configuration and workers (bare_service.py), answering every request with a "
+        "fixed JSON body of this many bytes",
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -659,29 +696,34 @@ def main() -> None:
 
     here = str(Path(accumulus.__file__).parents[1])
     trees = dict(s.split("=", 1) for s in args.sources) or {"this": here}
-    # Each server: a label, its source tree and serve's options.
-    sources: dict[str, tuple[str, list[str]]] = {label: (tree, []) for label, tree in trees.items()}
+    # Each server: a label, its source tree, serve's options, and its fixed body's size when
+    # it is a bare one (the HTTP floor).
+    sources: dict[str, tuple[str, list[str], int | None]] = {
+        label: (tree, [], None) for label, tree in trees.items()
+    }
     if args.chunk_cache_mb:
         sources = {
             (f"{label}, " if len(trees) > 1 else "") + f"{cache} MB": (
                 tree,
                 chunk_cache_options(cache),
+                None,
             )
             for label, tree in trees.items()
             for cache in args.chunk_cache_mb
         }
+    sources |= {f"bare, {size} B": (here, [], size) for size in args.bare_bytes}
     rounds: dict[str, list[dict]] = {label: [] for label in sources}
     bodies: dict[str, dict[str, bytes]] = {label: {} for label in sources}
     for _ in range(args.rounds):
-        for label, (tree, options) in sources.items():
+        for label, (tree, options, bare) in sources.items():
             runs = measure_server(
-                cube, str(Path(tree).resolve()), options, args.workers, loads, warm_up, keep
+                cube, str(Path(tree).resolve()), options, args.workers, loads, warm_up, keep, bare
             )
             for run in runs.values():
                 bodies[label].update(run.pop("_bodies"))
             rounds[label].append(runs)
     checks = {}
-    for label in sources:
+    for label in (label for label, source in sources.items() if source[2] is None):
         try:
             checks[label] = check_answers(cube, bodies[label], by_url)
         except (AssertionError, KeyError, ValueError) as failed:  # reported with the figures
@@ -689,9 +731,9 @@ def main() -> None:
     servers = {label: medians(runs) for label, runs in rounds.items()}
     floor_questions = loads[args.loads[0]][: args.floor_requests]
     floor_figures = floor(cube, floor_questions, warm_up, args.profiled)
-    for runs in servers.values():
+    for label, runs in servers.items():
         for load, run in runs.items():
-            if LOADS[load][1] == 0 and not load.endswith("cache hits"):
+            if sources[label][2] is None and LOADS[load][1] == 0 and not load.endswith("hits"):
                 run["cpu_split_ms_per_request"] = cpu_split(run, floor_figures)
     report = {
         "benchmark": "service under load: unique random requests, accumulus serve --workers "

@@ -69,24 +69,26 @@ class DecodedChunks:
             return None
         if self.shared is not None:
             values = self.shared.get(version, shapes, dtype)
-            if values is None:
-                self.misses += 1
-            else:
-                self.hits += 1
+            with self._lock:  # (counted as the private path counts: the threads share them)
+                self._count(values is not None)
             return values
         key = (version.device, version.inode)
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None or entry[0] != version:
-                self.misses += 1
-                return None
-            values = entry[1]
-            if values.shape not in shapes or values.dtype != dtype:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
+            values = None if entry is None or entry[0] != version else entry[1]
+            if values is not None and (values.shape not in shapes or values.dtype != dtype):
+                values = None
+            self._count(values is not None)
+            if values is not None:
+                self._entries.move_to_end(key)
             return values
+
+    def _count(self, hit: bool) -> None:
+        """Count a read served (``hit``) or not (under the lock)."""
+        if hit:
+            self.hits += 1
+        else:
+            self.misses += 1
 
     def put(self, version: FileVersion, values: np.ndarray, now_ns: int) -> None:
         """Keep ``values``, decoded from ``version`` of its file, when that version has

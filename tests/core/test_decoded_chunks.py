@@ -5,6 +5,7 @@ xarray."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -57,6 +58,27 @@ def test_kept_only_for_the_same_version_shape_and_type():
     assert cache.get(_version(1), ((10, 10),), np.dtype("<f8")) is None
     assert cache.get(_version(1), ((100,),), np.dtype("<f4")) is None
     assert (cache.hits, cache.misses) == (2, 4)
+
+
+def test_every_read_is_counted_once_by_threads_reading_at_once(tmp_path):
+    """Each read a hit or a miss, in this process and through a shared store alike, however
+    many threads read at once (the counts are the service's, /api/health)."""
+    (tmp_path / "shared").mkdir()
+    for shared in (None, SharedChunks(tmp_path / "shared", 2**20)):
+        cache = DecodedChunks(2**20)
+        cache.share(shared)
+        cache.put(_version(1), np.arange(100.0), now_ns=10**12)
+
+        def read(cache: DecodedChunks, times: int = 500) -> None:
+            for k in range(times):
+                cache.get(_version(1 + k % 2), ((100,),), np.dtype("<f8"))
+
+        threads = [threading.Thread(target=read, args=(cache,)) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert (cache.hits, cache.misses) == (2000, 2000)
 
 
 def test_bounded_least_recently_used_first():

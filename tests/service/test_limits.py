@@ -400,3 +400,41 @@ def test_a_local_store_is_guarded_below_its_views_and_stops_every_read(own_cube)
         with pytest.raises(RequestStopped):
             read()
     assert isinstance(guarded(MemoryStore(), guard, 10.0), GuardedStore)
+
+
+def test_a_computing_thread_reads_through_its_gate_only_while_it_computes(own_cube):
+    """Each computing thread keeps its snapshot read through a gate (made once per thread
+    and snapshot, not per request); the gate asks the guard of the request being computed,
+    so a stopped request's reads are refused, and between requests every read is."""
+    from accumulus.service.guard import RequestGuard, RequestStopped
+    from accumulus.stores.base import reader_of
+
+    service = create_app([str(own_cube)]).state.service
+    snapshot = service.snapshot_of(service.dataset("own"))
+    key = f"tas/{first_chunk(own_cube).name}"
+
+    def read(through) -> bytes:
+        return reader_of(through.cube.store, key).get_sync(key).to_bytes()
+
+    first, second = RequestGuard(600.0), RequestGuard(600.0)
+    with service.read_guarded(snapshot, first) as through:
+        whole = read(through)
+        kept = through
+    with pytest.raises(RequestStopped):
+        read(kept)  # the request has ended
+    with service.read_guarded(snapshot, second) as through:
+        assert through is kept  # the same snapshot, the next request
+        assert read(through) == whole
+        second.stop("the client went away")
+        with pytest.raises(RequestStopped):
+            read(through)
+    others = []
+
+    def on_another_thread() -> None:
+        with service.read_guarded(snapshot, first) as through:
+            others.append(through)
+
+    thread = threading.Thread(target=on_another_thread)
+    thread.start()
+    thread.join()
+    assert others[0] is not kept  # another thread's own

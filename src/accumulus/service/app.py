@@ -87,13 +87,19 @@ def catalog(stores: Sequence[str], settings: ServiceSettings) -> Catalog:
     )
 
 
+def chunk_cache_bytes_of(settings: ServiceSettings) -> int:
+    """The memory for decoded accumulation chunks ``settings`` give (the default's one
+    place)."""
+    return settings.get("chunk_cache_bytes", DEFAULT_CHUNK_CACHE_BYTES)
+
+
 def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> FastAPI:
     """The service for ``stores`` (paths or URLs), served as ``ServiceSettings`` say. A store
     may be a sidecar (served for the source it names). Each is opened now, so a store that
     cannot be read stops the start with an ``AccumulusError``."""
     tune_allocator()
     sys.setswitchinterval(0.001)
-    chunk_cache_bytes = settings.get("chunk_cache_bytes", DEFAULT_CHUNK_CACHE_BYTES)
+    chunk_cache_bytes = chunk_cache_bytes_of(settings)
     shared = settings.get("shared_chunks")
     DECODED.share(None if shared is None else SharedChunks.opened(Path(shared), chunk_cache_bytes))
     DECODED.set_limit(chunk_cache_bytes)

@@ -22,12 +22,7 @@ from uvicorn.config import LOGGING_CONFIG
 
 from accumulus.scope import hold_scope
 from accumulus.service import http
-from accumulus.service.app import (
-    DEFAULT_CHUNK_CACHE_BYTES,
-    ServiceSettings,
-    catalog,
-    create_app,
-)
+from accumulus.service.app import ServiceSettings, catalog, chunk_cache_bytes_of, create_app
 from accumulus.service.guard import ServiceLimits
 from accumulus.shared_chunks import shared_directory
 
@@ -96,14 +91,7 @@ def serve(
     ``access_log``: a line per request (off by default: it adds to the CPU of every answer,
     docs/benchmarks.md)."""
     settings["allowed_hosts"] = http.allowed_hosts(host, settings.get("allowed_hosts") or ())
-    options: dict[str, Any] = {  # uvicorn.run's keywords, shared by both ways of running
-        "host": host,
-        "port": port,
-        "log_level": "info",
-        "log_config": logging_config(),
-        "access_log": access_log,
-        "http": http.BoundedHttpToolsProtocol,
-    }
+    options = uvicorn_options(host, port, workers, access_log)
     if workers == 1:
         hold_scope()  # (this process serves until it ends)
         uvicorn.run(create_app(stores, **settings), **options)
@@ -112,23 +100,38 @@ def serve(
         dataset.snapshot()  # refused here, once, rather than by every worker
     if settings.get("limits") is None:
         settings["limits"] = ServiceLimits(computations=default_computations(workers))
-    chunk_cache_bytes = settings.get("chunk_cache_bytes", DEFAULT_CHUNK_CACHE_BYTES)
+    chunk_cache_bytes = chunk_cache_bytes_of(settings)
     with ExitStack() as stack:
         if share_chunks and chunk_cache_bytes and workers > 1:  # (one keeps its own)
             shared = stack.enter_context(shared_directory(chunk_cache_bytes))
             settings["shared_chunks"] = None if shared is None else str(shared)
         os.environ[SETTINGS_VARIABLE] = json.dumps(settings_json(stores, settings))
-        uvicorn.run(
-            f"{__name__}:app_from_environment",
-            factory=True,
-            workers=workers,
+        uvicorn.run(f"{__name__}:app_from_environment", factory=True, **options)
+
+
+def uvicorn_options(host: str, port: int, workers: int, access_log: bool) -> dict[str, Any]:
+    """``uvicorn.run``'s keywords for serving on ``host:port`` by ``workers`` processes as
+    ``serve`` does (the load benchmark serves a bare application with them, the HTTP floor);
+    with more than one, the application is given by name (a factory, as uvicorn's workers
+    need)."""
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": "info",
+        "log_config": logging_config(),
+        "access_log": access_log,
+        "http": http.BoundedHttpToolsProtocol,
+    }
+    if workers > 1:
+        options |= {
+            "workers": workers,
             # A worker answers its parent's health pings once its imports are done, which
             # takes seconds on a busy machine: uvicorn's 5 s would restart workers starting.
-            timeout_worker_healthcheck=WORKER_START_SECONDS,
+            "timeout_worker_healthcheck": WORKER_START_SECONDS,
             # The workers share the connections (uvicorn takes a loop class by name).
-            loop=f"{http.__name__}:TakingTurnsLoop",
-            **options,
-        )
+            "loop": f"{http.__name__}:TakingTurnsLoop",
+        }
+    return options
 
 
 def settings_json(stores: Sequence[str], settings: ServiceSettings) -> dict[str, Any]:

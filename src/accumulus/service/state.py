@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -36,7 +36,7 @@ from accumulus.service.cache import AnswerCache
 from accumulus.service.datasets import Catalog, Dataset, DatasetSnapshot
 from accumulus.service.describe import averageable
 from accumulus.service.errors import CLIENT_GONE, ServiceError
-from accumulus.service.guard import ComputeSlots, RequestGuard, ServiceLimits
+from accumulus.service.guard import ComputeSlots, RequestGuard, ServiceLimits, ThreadGate
 from accumulus.service.memory import release_free_memory
 from accumulus.service.parameters import OPTIONS, AverageRequest, ParameterError, range_pattern
 from accumulus.stores.guarded import guarded
@@ -88,6 +88,8 @@ class Service:
         # to thread was 5 % of the GIL's time under load: docs/service.md).
         self.light = ThreadPoolExecutor(limits.computations, thread_name_prefix="accumulus-get")
         self._calls: set[HereCall] = set()  # on the short path now (``run_here``)
+        # Each computing thread's snapshot read through its gate (``read_guarded``).
+        self._guarded = threading.local()
         self._watcher: asyncio.Task | None = None
         # Whether a question is a scan depends on its variable, statistic, weights and
         # accumulation choice, not on its ranges: found once per snapshot and kind.
@@ -157,16 +159,35 @@ class Service:
         slot = self.slots.acquire_here(limits.queue_seconds - (time.monotonic() - call.queued))
         if slot is None:
             raise busy_error(limits, scan=False)
-        guard = call.guard = RequestGuard(limits.request_seconds)
+        call.guard = RequestGuard(limits.request_seconds)
         try:
-            through = snapshot.reading_through(
-                lambda store: guarded(store, guard, limits.read_seconds)
-            )
-            return compute_answer(through, checked, limits.memory_bytes)
+            with self.read_guarded(snapshot, call.guard) as through:
+                return compute_answer(through, checked, limits.memory_bytes)
         except Exception as exc:  # the service's boundary: see computation_failure
             raise computation_failure(snapshot, exc) from None
         finally:
             slot.release()
+
+    @contextlib.contextmanager
+    def read_guarded(
+        self, snapshot: DatasetSnapshot, guard: RequestGuard
+    ) -> Iterator[DatasetSnapshot]:
+        """``snapshot`` with its chunks read through ``guard`` (and within ``read_seconds``)
+        for as long as the block runs, on this thread: the guarded snapshot is made once per
+        computing thread and snapshot, its reads asking the thread's gate
+        (``guard.ThreadGate``), which asks ``guard`` now and refuses every read after."""
+        held = getattr(self._guarded, "held", None)
+        if held is None or held[0] is not snapshot:
+            gate = ThreadGate()
+            read_seconds = self.limits.read_seconds
+            through = snapshot.reading_through(lambda store: guarded(store, gate, read_seconds))
+            held = self._guarded.held = (snapshot, gate, through)
+        _, gate, through = held
+        gate.guard = guard
+        try:
+            yield through
+        finally:
+            gate.guard = None
 
     async def run_here(
         self, work: Callable[[HereCall], Any], disconnected: Callable[[], Awaitable[bool]]
@@ -252,10 +273,8 @@ class Service:
         def work() -> Answer:
             try:
                 # The snapshot's chunks (a sidecar's too) and arrays read through the guard.
-                through = snapshot.reading_through(
-                    lambda store: guarded(store, guard, limits.read_seconds)
-                )
-                return compute_answer(through, checked, limits.memory_bytes)
+                with self.read_guarded(snapshot, guard) as through:
+                    return compute_answer(through, checked, limits.memory_bytes)
             finally:
                 slot.release()
                 with contextlib.suppress(RuntimeError):  # that request's loop is gone
