@@ -134,7 +134,7 @@ def test_a_large_block_is_summed_without_per_sum_copies():
     x[rng.random(x.shape) < 0.1] = np.nan
     w = np.cos(np.deg2rad(np.linspace(-89.5, 89.5, 90))).reshape(1, 90, 1)
     terms = tuple(statistics.SUMS)[:4]
-    chunk_sums(x, w, terms, [(0,)])  # compile and load the loop first
+    chunk_sums(x, w, terms, [(1,)])  # compile and load the loop first (not along axis 0: NumPy)
     tracemalloc.start()
     got = chunk_sums(x, w, terms, [(0,), (1,), (2,), (1, 2)], [[0]] * 3)
     _, peak = tracemalloc.get_traced_memory()
