@@ -59,7 +59,7 @@ import sys
 from pathlib import Path
 
 from bench_defaults import build_cube
-from common import DEFAULT_DIR, TIMED_CHILD_PRELUDE, report
+from common import DEFAULT_DIR, TIMED_CHILD_PRELUDE, report, without_leftover
 from realistic import VARIABLE
 
 CHILD = (
@@ -199,7 +199,7 @@ def main() -> None:
     baseline: list[dict] = []
     run("read", cube, trash / "unused", trash)  # warm: the cube in the page cache
     for repeat in range(args.repeats):
-        sidecar = trash / f"sidecar-{repeat}.zarr"
+        sidecar = without_leftover(trash / f"sidecar-{repeat}.zarr")
         for kind in kinds:
             scratch = trash / f"{kind}-{repeat}"
             if kind == "build" and args.baseline_src and repeat % 2:
@@ -280,7 +280,7 @@ def _stored_bytes(sidecar: Path) -> int:
 
 def _baseline_build(cube: Path, trash: Path, repeat: int, src: Path) -> dict:
     """The default build by ``src``'s code."""
-    sidecar = trash / f"baseline-{repeat}.zarr"
+    sidecar = without_leftover(trash / f"baseline-{repeat}.zarr")
     return run("build", cube, sidecar, trash / f"baseline-{repeat}", src)
 
 

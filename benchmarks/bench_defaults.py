@@ -67,7 +67,7 @@ from accumulus.stores.safe_reads import SETTLED_NS
 from bench_accumulate import run_child
 from bench_average import floor_in_thread_reader, floor_reader
 from bench_positions import full_read, timed_scan
-from common import DEFAULT_DIR, median_with_cpu, report
+from common import DEFAULT_DIR, median_with_cpu, report, without_leftover
 from realistic import VARIABLE, dataset
 
 
@@ -208,6 +208,7 @@ def _build_into(
 ) -> None:
     """One build into ``sidecar`` in a fresh process (by the code in ``src``, else this
     checkout's), appended to ``done`` with the bytes it stored."""
+    without_leftover(sidecar)
     if src is None:
         done.append(run_child(path, VARIABLE, "build", dims, at, sidecar))
     else:

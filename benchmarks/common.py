@@ -4,6 +4,7 @@ medians, and a JSON report."""
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -88,3 +89,11 @@ def median_seconds(action: Callable[[], Any], repeats: int) -> tuple[float, Any]
 
 def report(document: dict) -> None:
     print(json.dumps(document, indent=2))
+
+
+def without_leftover(sidecar: Path) -> Path:
+    """``sidecar``, removed first where a run stopped halfway left it: a build into it would
+    find its group up to date and time nothing. (Where nothing is left, nothing is
+    deleted before a timed build.)"""
+    shutil.rmtree(sidecar, ignore_errors=True)
+    return sidecar
