@@ -273,7 +273,7 @@ async def _send(base: str, questions: list[Question], clients: int, keep: set[st
         "statuses": statuses,
         "bodies": bodies,
         "hits": hits[0],
-        "sent_bytes_mean": round(statistics.fmean(sizes)) if sizes else 0,
+        "response_bytes_mean": round(statistics.fmean(sizes)) if sizes else 0,
     }
 
 
@@ -322,7 +322,7 @@ def drive(
         **{k: v for k, v in percentiles(all_latencies).items() if k != "count"},
         "statuses": {str(k): v for k, v in sorted(sent["statuses"].items())},
         "cache_hits": sent["hits"],
-        "response_bytes_mean": sent["sent_bytes_mean"],
+        "response_bytes_mean": sent["response_bytes_mean"],
         "server_cpu_ms_per_request": round(server_ms, 2),
         # How the work fell on the worker processes (their CPU seconds, most first).
         "server_cpu_s_by_worker": [round(cpu, 2) for cpu in busy],
@@ -334,10 +334,10 @@ def drive(
         "decoded_chunks_held_mib": [round(c["held_bytes"] / 2**20) for c in caches.values()],
         "decoded_chunks_shared": all(c.get("shared", False) for c in caches.values()),
         "decoded_chunks_shared_errors": sum(c.get("shared_errors", 0) for c in caches.values()),
-        "worker_peak_rss_mib": worker_peak_rss_mib(server),
+        "worker_peak_rss_mib": worker_memory_mib(server, "VmHWM"),
         # Of which, now: the worker's own memory, and the shared chunks it has mapped.
-        "worker_rss_anon_mib": worker_peak_rss_mib(server, "RssAnon"),
-        "worker_rss_shmem_mib": worker_peak_rss_mib(server, "RssShmem"),
+        "worker_rss_anon_mib": worker_memory_mib(server, "RssAnon"),
+        "worker_rss_shmem_mib": worker_memory_mib(server, "RssShmem"),
         # The cores server and client got; and what two free cores would give at this CPU
         # per request (the client's included: it runs on the same cores).
         "cores_used": round((server_ms + client_ms) * len(qs) / 1000 / wall, 2),
@@ -378,9 +378,9 @@ def worker_caches(base: str, server: subprocess.Popen) -> dict[int, dict[str, in
     return found
 
 
-def worker_peak_rss_mib(server: subprocess.Popen, field: str = "VmHWM") -> list[int]:
-    """Each worker process's peak resident memory so far (``VmHWM``), or another memory
-    ``field`` of its ``/proc/PID/status``, MiB, largest first."""
+def worker_memory_mib(server: subprocess.Popen, field: str) -> list[int]:
+    """Each worker process's memory ``field`` of its ``/proc/PID/status`` (``VmHWM``: its
+    peak resident memory so far), MiB, largest first."""
     peaks = []
     for worker in worker_processes(server):
         try:
