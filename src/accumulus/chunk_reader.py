@@ -221,8 +221,8 @@ class ChunkRequests:
     size, and per part needed (its slices) whether it is all of the chunk and its byte
     spans; per request only its key. A season's series reads a few arrays' chunks at many
     places with the same few parts: each request worked them out anew (``spec``,
-    ``partly``, ``spans``: ~10 µs a chunk). The requests made are ``ChunkRequest``'s own,
-    their cached facts set to what they would work out."""
+    ``partly``, ``spans``; docs/benchmarks.md, session lean53). The requests made are
+    ``ChunkRequest``'s own, their cached facts set to what they would work out."""
 
     def __init__(self) -> None:
         # By array object: its facts, and its chunks' spec and size on a regular grid.

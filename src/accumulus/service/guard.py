@@ -87,9 +87,9 @@ class ThreadGate:
     """The gate of one computing thread's reads: the ``RequestGuard`` of the request the
     thread answers now (``guard``, set at each request), and between requests none, every
     read refused. A snapshot read through it is made once per thread and snapshot
-    (``Service.read_guarded``), not once per request: laying the guarded stores anew cost a
-    request a tenth of a millisecond, and gave the query new store objects whose facts it
-    worked out again (docs/benchmarks.md)."""
+    (``Service.read_guarded``), not once per request: laying the guarded stores anew for
+    each request cost it time, and gave the query new store objects whose facts it worked
+    out again (docs/benchmarks.md, session svc54)."""
 
     def __init__(self) -> None:
         self.guard: RequestGuard | None = None
