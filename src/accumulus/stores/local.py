@@ -1,19 +1,20 @@
 """The local directory store every path opens: zarr's ``LocalStore`` with lean synchronous
-whole-object reads and writes."""
+whole-object reads and writes; written in place under a group nobody reads yet."""
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
 
-from zarr.abc.store import ByteRequest
+from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import LocalStore
+from zarr.storage import LocalStore, WrapperStore
 
-from accumulus.stores.base import ReadsSync
+from accumulus.stores.base import DelegatingStore, ReadsSync
+from accumulus.stores.group import GroupStore
 from accumulus.stores.safe_reads import FileVersion, read_regular_file, read_regular_file_parts
 
 
@@ -23,7 +24,10 @@ class LeanLocalStore(ReadsSync, LocalStore):
     per write, a ``mkdir`` of the parent: less time around the data for every read and write
     (docs/benchmarks.md). A warm query reads a few objects, a build at every element writes
     20,000. Only regular files are read (``safe_reads.read_regular_file``); a write
-    is atomic as ``LocalStore``'s is (a temporary file renamed into place)."""
+    is atomic as ``LocalStore``'s is (a temporary file renamed into place), except under a
+    group being written that no reader reads yet (``unpublished``)."""
+
+    _unpublished: tuple[str, ...] = ()  # key prefixes written in place (``unpublished``)
 
     def read_sync(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
@@ -47,10 +51,67 @@ class LeanLocalStore(ReadsSync, LocalStore):
         if not self._is_open or self.read_only or not isinstance(value, Buffer):
             super().set_sync(key, value)  # opens the root, or raises what LocalStore raises
             return
-        write_file_atomically(os.path.join(self.root, key), value.as_buffer_like())
+        path = os.path.join(self.root, key)
+        if key.startswith(self._unpublished):
+            write_file(path, value.as_buffer_like())
+        else:
+            write_file_atomically(path, value.as_buffer_like())
+
+    @contextmanager
+    def writing_in_place(self, path: str) -> Iterator[None]:
+        """While in it, objects under the group at ``path`` written by ``set_sync`` are
+        written in place (``unpublished``)."""
+        prefix = f"{path.strip('/')}/"
+        self._unpublished = (*self._unpublished, prefix)
+        try:
+            yield
+        finally:
+            kept = list(self._unpublished)
+            kept.remove(prefix)
+            self._unpublished = tuple(kept)
+
+
+def unpublished(store: Store, path: str) -> AbstractContextManager[None]:
+    """While in it, the objects of the group at ``path`` of ``store`` that are written
+    through ``set_sync`` into a local directory (a build's chunks: ``encoded_chunks``) are
+    written in place, not as a temporary file renamed (one ``rename`` less per object: a
+    build writes thousands). Only for a group no reader reads yet: a group created marked
+    incomplete, which readers ignore until it is published, and which a build interrupted
+    leaves incomplete, to be deleted and written again by the next (a file cut short by the
+    interruption is never read as data). Elsewhere (other stores, wrappers that change what
+    is written) writes stay as they are."""
+    key = path.strip("/")
+    while isinstance(store, WrapperStore):
+        if isinstance(store, GroupStore):
+            key = store._key(key)
+        elif not (
+            isinstance(store, DelegatingStore)
+            and store.sync_writes_pass_through
+            and store.rewrites_metadata_only
+        ):
+            return nullcontext()
+        store = store._store
+    if isinstance(store, LeanLocalStore):
+        return store.writing_in_place(key)
+    return nullcontext()
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_IN_PLACE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+
+
+def write_file(path: str, data: Any) -> None:
+    """Write ``data`` (any buffer) to ``path`` in place (a reader may see it cut short: only
+    where none reads, ``unpublished``); the parent directories are made when missing."""
+    try:
+        fd = os.open(path, _IN_PLACE_FLAGS, 0o666)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, _IN_PLACE_FLAGS, 0o666)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
 
 
 def write_file_atomically(path: str, data: Any) -> None:
@@ -65,9 +126,7 @@ def write_file_atomically(path: str, data: Any) -> None:
         fd = os.open(temporary, _WRITE_FLAGS, 0o666)
     try:
         try:
-            view = memoryview(data).cast("B")
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
         finally:
             os.close(fd)
         os.replace(temporary, path)
@@ -75,3 +134,9 @@ def write_file_atomically(path: str, data: Any) -> None:
         with suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def _write_all(fd: int, data: Any) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view) :]

@@ -9,6 +9,10 @@ whatever the size of the array.
 
 Write order keeps readers safe: the group is created marked incomplete (queries ignore it),
 arrays are filled, then the group is marked complete and consolidated metadata refreshed.
+A new group's chunks are written in place into a local directory (``stores.local.unpublished``):
+no reader reads them before that, and a build interrupted leaves the group incomplete, to be
+deleted and written again by the next. An update writes into the published group, each
+object replaced whole (a temporary file renamed).
 
 The group is written into the cube's own store, or ``into`` a sidecar store beside it (see
 ``sidecar``), whose groups also record a fingerprint of the source they summed.
@@ -51,6 +55,7 @@ from accumulus.grid import last_chunk_is_partial, sharding_of
 from accumulus.names import check_component, check_names
 from accumulus.raw_cube import RawCube, VariableInfo
 from accumulus.stores.arrays import array_at, consolidate
+from accumulus.stores.local import unpublished
 from accumulus.stores.lock import StoreLock
 
 # Accumulation arrays are chunked to about this many bytes (uncompressed): big enough that
@@ -315,7 +320,10 @@ def _fill_new(
     if target.consolidated:
         # Readers see the group at once, marked incomplete, and ignore it until it is done.
         consolidate(target.store)
-    seen = _fill(cube, var, root, group, weights_of(cube, var, group), 0, None, scheduler, progress)
+    # Nobody reads the group's chunks until it is published: they are written in place.
+    with unpublished(target.store, group.path):
+        weights = weights_of(cube, var, group)
+        seen = _fill(cube, var, root, group, weights, 0, None, scheduler, progress)
     untallied = False if statistics.can_be_infinite(var.array.dtype) else None
     done = replace(group, complete=True, infinities=_infinities(group, seen, untallied))
     return done, targets
