@@ -108,3 +108,79 @@ def test_a_rebuild_stopped_once_the_old_group_is_deleted(tmp_path, monkeypatch):
     result = accumulus.query(str(path), VAR, ["lat", "lon"])
     assert result.stats.raw_chunks_read == 0
     np.testing.assert_allclose(result.data, expected, rtol=1e-9)
+
+
+def test_a_build_stopped_while_a_chunk_is_written_in_place(tmp_path, monkeypatch):
+    """A new group's chunks are written in place (``stores.local.unpublished``), so a build
+    stopped while writing one leaves that chunk cut short, in a group marked incomplete:
+    readers ignore the group (they read the raw data), verify says it is incomplete, and the
+    next build deletes it and writes it whole."""
+    from accumulus.accumulation.model import spec
+    from accumulus.stores import local
+
+    ds = synthetic_dataset({"time": 40, "lat": 6, "lon": 10}, seed=5)
+    path = tmp_path / "c.zarr"
+    write_cube(ds, path, {"time": 5, "lat": 3, "lon": 5})
+    expected = xarray_reference(ds[VAR], ["lat", "lon"], "area", "mean")
+    write_file = local.write_file
+    written: list[str] = []
+
+    def cut_short(target: str, data) -> None:
+        written.append(target)
+        if len(written) < 5:
+            write_file(target, data)
+            return
+        write_file(target, memoryview(data).cast("B")[: len(memoryview(data).cast("B")) // 2])
+        raise Stopped
+
+    monkeypatch.setattr(local, "write_file", cut_short)
+    with pytest.raises(Stopped):
+        accumulus.accumulate(str(path), VAR)
+    monkeypatch.undo()
+    cut = Path(written[-1])
+    assert cut.is_relative_to(path / spec.group_name(VAR)) and cut.stat().st_size > 0
+    result = accumulus.query(str(path), VAR, ["lat", "lon"])
+    assert result.stats.accumulation_chunks_read == 0
+    np.testing.assert_allclose(result.data, expected, rtol=1e-9)
+    [report] = accumulus.verify(str(path), VAR)
+    assert not report.ok and "incomplete" in " ".join(report.problems)
+
+    assert accumulus.accumulate(str(path), VAR).action in ("built", "rebuilt")
+    [report] = accumulus.verify(str(path), VAR)
+    assert report.ok, report.problems
+    result = accumulus.query(str(path), VAR, ["lat", "lon"])
+    assert result.stats.raw_chunks_read == 0
+    np.testing.assert_allclose(result.data, expected, rtol=1e-9)
+
+
+def test_an_update_replaces_the_published_groups_chunks_whole(tmp_path, monkeypatch):
+    """An update of a published group (the cube grown along time) writes into a group
+    readers read meanwhile: its chunks are written as before (a temporary file renamed),
+    never in place."""
+    from accumulus.accumulation.model import spec
+    from accumulus.stores import local
+
+    ds = synthetic_dataset({"time": 20, "lat": 8, "lon": 10}, seed=7)
+    cube = tmp_path / "cube.zarr"
+    write_cube(ds.isel(time=slice(0, 10)), cube, {"time": 5, "lat": 4, "lon": 5})
+    accumulus.accumulate(str(cube), VAR)
+    ds.isel(time=slice(10, 20)).to_zarr(cube, append_dim="time", zarr_format=2, consolidated=True)
+    calls: dict[str, list[str]] = {"in place": [], "atomic": []}
+    write_file, write_file_atomically = local.write_file, local.write_file_atomically
+
+    def in_place(target: str, data) -> None:
+        calls["in place"].append(target)
+        write_file(target, data)
+
+    def atomic(target: str, data) -> None:
+        calls["atomic"].append(target)
+        write_file_atomically(target, data)
+
+    monkeypatch.setattr(local, "write_file", in_place)
+    monkeypatch.setattr(local, "write_file_atomically", atomic)
+    assert accumulus.accumulate(str(cube), VAR).action == "updated"
+    group = str(cube / spec.group_name(VAR))
+    assert calls["in place"] == []
+    assert any(target.startswith(group) for target in calls["atomic"])
+    [report] = accumulus.verify(str(cube), VAR)
+    assert report.ok, report.problems

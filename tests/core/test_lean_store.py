@@ -70,3 +70,36 @@ def test_a_failed_write_leaves_the_old_object(tmp_path, monkeypatch):
         write_file_atomically(str(target), b"new")
     monkeypatch.undo()
     assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["0.0"]
+
+
+def test_a_group_nobody_reads_yet_is_written_in_place(tmp_path, monkeypatch):
+    """``unpublished``: objects under the group's path (seen through wrappers that keep
+    keys, or through one that prefixes them) are written in place, and only while in it;
+    objects elsewhere, and writes through a wrapper that changes them, stay atomic."""
+    from accumulus.stores import local
+    from accumulus.stores.counting import CountingStore
+    from accumulus.stores.group import GroupStore
+
+    in_place: list[str] = []
+    write_file = local.write_file
+    monkeypatch.setattr(local, "write_file", lambda path, data: in_place.append(path))
+    lean = LeanLocalStore(tmp_path)
+    lean.set_sync("opened", _buffer(b""))  # the first write opens the store
+    prefixed = GroupStore(lean, "cube")
+    with local.unpublished(prefixed, "g_accumulation_group"):
+        prefixed.set_sync("g_accumulation_group/a/0.0.0", _buffer(b"new"))
+        prefixed.set_sync("g_accumulation_group_other/0", _buffer(b"published"))
+        lean.set_sync("g_accumulation_group/0", _buffer(b"another group"))
+    prefixed.set_sync("g_accumulation_group/a/1.0.0", _buffer(b"after"))
+    assert in_place == [str(tmp_path / "cube/g_accumulation_group/a/0.0.0")]
+    assert (tmp_path / "cube/g_accumulation_group_other/0").read_bytes() == b"published"
+    assert (tmp_path / "g_accumulation_group/0").read_bytes() == b"another group"
+    assert lean._unpublished == ()
+    assert local.unpublished(CountingStore(lean), "g").__class__.__name__ == "nullcontext"
+
+    monkeypatch.setattr(local, "write_file", write_file)
+    with local.unpublished(lean, "g"):
+        lean.set_sync("g/a/0", _buffer(b"x" * 100_000))  # parents made
+        lean.set_sync("g/a/0", _buffer(b"shorter"))  # replaced whole
+    assert (tmp_path / "g/a/0").read_bytes() == b"shorter"
+    assert sorted(os.listdir(tmp_path / "g/a")) == ["0"]  # no temporary file
