@@ -182,42 +182,13 @@ def encode_chunk(metadata: ArrayV2Metadata, dtype: np.dtype, values: np.ndarray)
 
 def _encoded(codec: Codec, data: Any) -> Any:
     """``codec.encode(data)``; for Fletcher-32 the same bytes (the data, then the checksum
-    in 4 bytes little-endian) with the checksum taken by ``fletcher32``, which lets other
+    in 4 bytes little-endian) with the checksum taken by imagecodecs, which lets other
     threads run meanwhile (numcodecs' holds the interpreter lock: a build's other threads
     waited on it for every chunk) and is faster."""
     if not isinstance(codec, Fletcher32):
         return codec.encode(data)
     raw = ensure_bytes(data)
-    return raw + struct.pack("<I", fletcher32(raw))
-
-
-# Bytes up to which ``kernel.fletcher32_sums``' unfolded sums fit in 64 bits: for n words
-# the larger is at most 65535·n(n+1)/2.
-_FLETCHER_EXACT_BYTES = 2**25
-
-
-def fletcher32(data: bytes) -> int:
-    """HDF5's Fletcher-32 checksum of ``data`` (as ``imagecodecs.h5checksum_fletcher32``,
-    which HDF5's code is, and numcodecs' ``Fletcher32``): its two sums taken by a compiled
-    loop that vectorizes (``kernel.fletcher32_sums``), then folded to 16 bits each as
-    HDF5's end-around-carry reductions leave them: a sum is 0 only where every word is
-    0, else its remainder modulo 65535 with 65535 in place of 0. Larger data than the loop
-    sums exactly go to imagecodecs."""
-    if len(data) > _FLETCHER_EXACT_BYTES:
-        return int(h5checksum_fletcher32(data))
-    from accumulus.accumulation.build.kernel import fletcher32_sums  # numba: loaded by builds
-
-    words = np.frombuffer(data, dtype="u1")
-    first, second = (int(s) for s in fletcher32_sums(words))
-    if len(data) % 2:  # HDF5 takes a last odd byte as the high byte of one more word
-        first += int(words[-1]) << 8
-        second += first
-    return (_folded(second) << 16) | _folded(first)
-
-
-def _folded(total: int) -> int:
-    """A Fletcher-32 sum reduced to 16 bits as HDF5's reductions leave it (``fletcher32``)."""
-    return (total - 1) % 65535 + 1 if total else 0
+    return raw + struct.pack("<I", h5checksum_fletcher32(raw))
 
 
 def put_objects(store: Store, items: list[tuple[str, bytes]]) -> None:

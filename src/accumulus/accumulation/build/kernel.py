@@ -177,20 +177,3 @@ def prefix_into_chunks(values: np.ndarray, out: np.ndarray, start: int) -> None:
             for x in range(n_x):
                 total += values[t, y, x]
                 out[x, g, start + t, row] = total
-
-
-@numba.njit(nogil=True, cache=True)
-def fletcher32_sums(data: np.ndarray) -> tuple[int, int]:
-    """The two sums of HDF5's Fletcher-32 over ``data`` (uint8, an even count of bytes,
-    taken as big-endian 16-bit words ``w``), exact and not yet folded: ``Σ w_i`` and
-    ``Σ (n − i)·w_i`` (each word is in the running sum ``n − i`` times). Independent
-    multiply-adds, which LLVM vectorizes, where HDF5's loop adds each running sum to the
-    next (``encoded_chunks.fletcher32`` folds them as HDF5 does)."""
-    n = data.size // 2
-    first = np.uint64(0)
-    second = np.uint64(0)
-    for i in range(n):
-        word = (np.uint64(data[2 * i]) << np.uint64(8)) | np.uint64(data[2 * i + 1])
-        first += word
-        second += np.uint64(n - i) * word
-    return first, second
