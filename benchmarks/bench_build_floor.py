@@ -19,8 +19,8 @@ in a fresh process, alternating, ``--repeats`` times:
   (``encoded_chunks.encode_chunk``: Blosc and the Fletcher-32 checksum), each decoded first,
   untimed;
 - ``store``: every stored object of that sidecar written into an empty directory as the
-  build writes it (``LeanLocalStore.set_sync``: a temporary file renamed into place), its
-  bytes read first, untimed.
+  build writes a new group's chunks (``stores.local.write_file``: in place, the group not
+  yet published), its bytes read first, untimed.
 
 The CPU seconds of ``raw``, ``sums``, ``encode`` and ``store`` are what a build of these
 bytes from these raw chunks pays, done this way (with this format); the rest of the build's
@@ -114,14 +114,14 @@ elif what == "sums":
             row, blocks = row + 1, []
         timed += time.thread_time() - started
 elif what == "store":
-    from accumulus.stores.local import write_file_atomically
+    from accumulus.stores.local import write_file
     files = sorted(p for p in Path(sidecar).rglob("*") if p.is_file())
     wall, cpu = usage()
     for file in files:
         data = file.read_bytes()
         target = os.path.join(scratch, str(file.relative_to(sidecar)))
         started = time.thread_time()
-        write_file_atomically(target, data)
+        write_file(target, data)
         timed += time.thread_time() - started
 else:
     wall, cpu = usage()
