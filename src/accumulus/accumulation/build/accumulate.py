@@ -320,9 +320,9 @@ def _fill_new(
     if target.consolidated:
         # Readers see the group at once, marked incomplete, and ignore it until it is done.
         consolidate(target.store)
+    weights = weights_of(cube, var, group)
     # Nobody reads the group's chunks until it is published: they are written in place.
     with unpublished(target.store, group.path):
-        weights = weights_of(cube, var, group)
         seen = _fill(cube, var, root, group, weights, 0, None, scheduler, progress)
     untallied = False if statistics.can_be_infinite(var.array.dtype) else None
     done = replace(group, complete=True, infinities=_infinities(group, seen, untallied))
