@@ -42,9 +42,9 @@ CPU per request, p50/p99, and that CPU by stage, each timed by itself: the reque
 the library's query, its JSON and the gzip of large answers; the query's CPU split further by
 a profile (cProfile) into planning (resolving labels, choosing the plan), reads (store gets,
 zarr's machinery), decoding (codecs), summing (the plan's arithmetic) and the answer's
-assembly. (A profile charges each Python call about a microsecond more than it costs: on
-the whole floor it gave JSON 0.48 ms a request where JSON takes 0.12, session svc55.) HTTP
-is the server's CPU per request less the floor's.
+assembly. (A profile charges each Python call more than it costs, unlike C's: its split of
+the whole floor moved work between the parts; docs/benchmarks.md, session svc55.) HTTP is
+the server's CPU per request less the floor's.
 
 The HTTP floor (``--bare-bytes N [N ...]``): in each round, a bare ASGI application served
 with serve's HTTP configuration and workers (``bare_service.py``) gets the same loads and
@@ -584,15 +584,24 @@ def floor(cube: Path, qs: list[Question], warm_up: list[Question], profiled: int
         "wall": percentiles(walls),
         "cpu_ms_per_request_mean": round(1000 * statistics.fmean(cpus), 2),
         "cpu_ms_per_request_median": round(1000 * statistics.median(cpus), 2),
-        "stages_ms_per_request_mean": {
-            stage: round(1000 * statistics.fmean(s[k] for s in stages), 3)
-            for k, stage in enumerate(STAGES)
+        "stages_ms_per_request_mean": _stages_ms(stages),
+        "stages_ms_per_request_mean_by_kind": {
+            kind: _stages_ms([s for s, q in zip(stages, qs, strict=True) if q.kind == kind])
+            for kind in sorted({q.kind for q in qs})
         },
         # Reads of accumulation chunks served decoded from the process's cache.
         "decoded_chunks_kept_share": round(
             (DECODED.hits - hits) / max(1, DECODED.hits - hits + DECODED.misses - misses), 3
         ),
         "query_profile_split": profile_split(snapshot, light[:profiled]),
+    }
+
+
+def _stages_ms(stages: list[list[float]]) -> dict[str, float]:
+    """The mean of each stage (``STAGES``), in ms."""
+    return {
+        stage: round(1000 * statistics.fmean(s[k] for s in stages), 3)
+        for k, stage in enumerate(STAGES)
     }
 
 
