@@ -27,8 +27,9 @@ share, so the CPU per request is the figure to compare, and 2 cores over the ser
 the client's CPU per request the most requests/s two free cores could give (``ceiling``).
 
 The client is one asyncio process using aiohttp (a dependency already) with keep-alive
-connections, one per request in flight; it runs on the same cores as the server, and its
-own CPU per request is reported beside the server's (the server's processes measured by
+connections, one per request in flight, asking for gzip as browsers do and inflating only
+the answers it checks; it runs on the same cores as the server, and its own CPU per request
+is reported beside the server's (the server's processes measured by
 psutil). Reported per load: requests/s, p50/p99/p999 latency, status counts, CPU per request
 (server, client), each worker process's CPU seconds (how evenly the connections were
 shared), and the workers' CPU per request split by thread (their event loops' threads: HTTP
@@ -37,11 +38,13 @@ request.
 
 The floor: the same questions answered in this process, one after another, by the service's
 own functions without HTTP (`check_average_request` + `compute_answer` on one snapshot):
-CPU per request, p50/p99, and that CPU split by a profile (cProfile) into planning (parsing
-the ranges, resolving labels, choosing the plan), reads (store gets, zarr's machinery),
-decoding (codecs), summing (the plan's arithmetic), the answer (the xarray object, notes)
-and JSON (with the gzip of large answers); HTTP is the server's CPU per request less the
-floor's.
+CPU per request, p50/p99, and that CPU by stage, each timed by itself: the request's check,
+the library's query, its JSON and the gzip of large answers; the query's CPU split further by
+a profile (cProfile) into planning (resolving labels, choosing the plan), reads (store gets,
+zarr's machinery), decoding (codecs), summing (the plan's arithmetic) and the answer's
+assembly. (A profile charges each Python call more than it costs, unlike C's: its split of
+the whole floor moved work between the parts; docs/benchmarks.md, session svc55.) HTTP is
+the server's CPU per request less the floor's.
 
 The HTTP floor (``--bare-bytes N [N ...]``): in each round, a bare ASGI application served
 with serve's HTTP configuration and workers (``bare_service.py``) gets the same loads and
@@ -74,6 +77,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gzip
 import json
 import os
 import pstats
@@ -97,12 +101,14 @@ import zarr
 import accumulus
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.groups import read_group
+from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.api import open_cube
 from accumulus.decoded_chunks import DECODED
-from accumulus.service.answers import compute_answer
+from accumulus.output import result_json_bytes
+from accumulus.service.answers import MEDIA_TYPES, Answer, compute_answer
 from accumulus.service.app import DEFAULT_CHUNK_CACHE_BYTES
 from accumulus.service.datasets import Dataset
-from accumulus.service.parameters import AverageParameters, check_average_request
+from accumulus.service.parameters import AverageParameters, AverageRequest, check_average_request
 from bench_service import answering, free_port, start_service
 from common import DEFAULT_DIR
 from realistic import CHUNKS, SHAPE, START, VARIABLE, dataset, realistic_cube
@@ -253,7 +259,11 @@ async def _send(base: str, questions: list[Question], clients: int, keep: set[st
     queue = iter(questions)
     connector = aiohttp.TCPConnector(limit=clients, force_close=False)
     timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as session:
+    # The bodies are kept as sent, gzipped where they were: the client inflates only those it
+    # checks (it runs on the server's cores; a data center's clients are elsewhere).
+    async with aiohttp.ClientSession(
+        base, connector=connector, timeout=timeout, auto_decompress=False
+    ) as session:
 
         async def client() -> None:
             for question in queue:
@@ -265,7 +275,8 @@ async def _send(base: str, questions: list[Question], clients: int, keep: set[st
                 latencies[question.kind].append(time.perf_counter() - started)
                 statuses[response.status] = statuses.get(response.status, 0) + 1
                 if question.url in keep and response.status == 200:
-                    bodies[question.url] = body
+                    gzipped = response.headers.get("Content-Encoding") == "gzip"
+                    bodies[question.url] = gzip.decompress(body) if gzipped else body
 
         await asyncio.gather(*(client() for _ in range(clients)))
     return {
@@ -461,45 +472,64 @@ def medians(rounds: list[dict]) -> dict:
 
 
 def _answer_here(snapshot, question: Question) -> bytes:
+    return compute_answer(snapshot, _checked(snapshot, question)).body
+
+
+def _checked(snapshot, question: Question) -> AverageRequest:
     query = parse_qsl(urlsplit(question.url).query)
     options = {k: v for k, v in query if k in ("over", "accumulation")}
     parameters = AverageParameters(**options)
-    checked = check_average_request(
-        snapshot, VARIABLE, parameters, query=query, max_cells=MAX_CELLS
-    )
-    return compute_answer(snapshot, checked).body
+    return check_average_request(snapshot, VARIABLE, parameters, query=query, max_cells=MAX_CELLS)
 
 
-# Where the profile's time goes: the first of these (module path fragments or function
-# names) found on a call's stack, innermost first, names its part. JSON holds the gzip of
-# the large answers too (``Answer.rendered``).
+# The floor's stages, each timed by the process's CPU clock around it (every thread's: a
+# map's chunks are read side by side in a pool): the request's check, the library's query
+# (planning, reads, decoding, summing, the answer's assembly), its JSON, and the gzip of a
+# large answer (``Answer.rendered``). ``compute_answer`` does the last three.
+STAGES = ("check", "query", "JSON", "gzip")
+
+
+def _answer_in_stages(snapshot, question: Question) -> list[float]:
+    """``_answer_here``'s work, stage by stage (``STAGES``): each stage's CPU seconds."""
+    clock = time.process_time
+    started = clock()
+    checked = _checked(snapshot, question)
+    checked_at = clock()
+    result = snapshot.query(checked.query, DEFAULT_MEMORY_BYTES)
+    queried_at = clock()
+    body = result_json_bytes(result)
+    written_at = clock()
+    Answer.rendered(body, MEDIA_TYPES["json"])
+    done_at = clock()
+    return [
+        checked_at - started,
+        queried_at - checked_at,
+        written_at - queried_at,
+        done_at - written_at,
+    ]
+
+
+# Where the query's profile time goes: the first of these (module path fragments or function
+# names) found on a call's stack, innermost first, names its part.
 PARTS = (
-    ("JSON", ("result_json_bytes", ":rendered")),
     ("decoding", ("numcodecs", "zarr/codecs", "decode_chunk", "partial_decode", ":_decode")),
     ("reads", ("zarr/storage", "accumulus/stores", "get_sync", "read_chunks")),
     ("summing", ("execute.py",)),
-    (
-        "planning",
-        (
-            "check_average_request",
-            "_fastest_plan",
-            "usable_layouts",
-            "request.py",
-            "plan.py",
-            "cost.py",
-        ),
-    ),
+    ("planning", ("_fastest_plan", "usable_layouts", "request.py", "plan.py", "cost.py")),
 )
 
 
 def profile_split(snapshot, qs: list[Question]) -> dict[str, float]:
-    """The share of the floor's CPU by part: each function's own time given to the part of
+    """The share of the query's CPU by part: each function's own time given to the part of
     the innermost of its callers (or itself) that names one (``PARTS``); the rest is the
-    answer's assembly ("answer")."""
+    answer's assembly ("answer"). A profile (cProfile) charges each Python call about a
+    microsecond more than it costs, so it splits only the query here, where the parts'
+    calls are alike; the floor's stages are timed without it (``STAGES``)."""
+    checked = [_checked(snapshot, question) for question in qs]
     profiler = cProfile.Profile()
     profiler.enable()
-    for question in qs:
-        _answer_here(snapshot, question)
+    for request in checked:
+        snapshot.query(request.query, DEFAULT_MEMORY_BYTES)
     profiler.disable()
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     memo: dict[tuple, str | None] = {}
@@ -542,39 +572,56 @@ def floor(cube: Path, qs: list[Question], warm_up: list[Question], profiled: int
     for question in warm_up[: len(warm_up) // 2]:  # and imports, the page cache
         _answer_here(snapshot, question)
     hits, misses = DECODED.hits, DECODED.misses
-    # The process's CPU, every thread's: a question hands chunk reads to pools (a map's
-    # chunks side by side), which the calling thread's clock leaves out.
-    walls, cpus, own = [], [], []
+    walls, cpus, stages = [], [], []
     for question in qs:
-        started, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
-        _answer_here(snapshot, question)
+        started = time.perf_counter()
+        stages.append(_answer_in_stages(snapshot, question))
         walls.append(time.perf_counter() - started)
-        cpus.append(time.process_time() - cpu)
-        own.append(time.thread_time() - thread)
+        cpus.append(sum(stages[-1]))
     light = [q for q in qs if q.kind != "raw"]
     return {
         "questions": len(qs),
         "wall": percentiles(walls),
         "cpu_ms_per_request_mean": round(1000 * statistics.fmean(cpus), 2),
         "cpu_ms_per_request_median": round(1000 * statistics.median(cpus), 2),
-        "calling_thread_cpu_ms_per_request_mean": round(1000 * statistics.fmean(own), 2),
+        "stages_ms_per_request_mean": _stages_ms(stages),
+        "stages_ms_per_request_mean_by_kind": {
+            kind: _stages_ms([s for s, q in zip(stages, qs, strict=True) if q.kind == kind])
+            for kind in sorted({q.kind for q in qs})
+        },
         # Reads of accumulation chunks served decoded from the process's cache.
         "decoded_chunks_kept_share": round(
             (DECODED.hits - hits) / max(1, DECODED.hits - hits + DECODED.misses - misses), 3
         ),
-        "profile_split": profile_split(snapshot, light[:profiled]),
+        "query_profile_split": profile_split(snapshot, light[:profiled]),
+    }
+
+
+def _stages_ms(stages: list[list[float]]) -> dict[str, float]:
+    """The mean of each stage (``STAGES``), in ms."""
+    return {
+        stage: round(1000 * statistics.fmean(s[k] for s in stages), 3)
+        for k, stage in enumerate(STAGES)
     }
 
 
 def cpu_split(run: dict, floor_figures: dict) -> dict[str, float]:
-    """A served request's CPU by part (ms): the floor's CPU (mean) split as its profile
-    splits it, HTTP and the hand-overs between threads the rest of the server's CPU per
-    request, and the client's."""
-    cpu = floor_figures["cpu_ms_per_request_mean"]
-    split = {part: round(share * cpu, 2) for part, share in floor_figures["profile_split"].items()}
+    """A served request's CPU by part (ms): the floor's stages as timed, its query split as
+    its profile splits it, HTTP and the hand-overs between threads the rest of the server's
+    CPU per request, and the client's."""
+    stages = floor_figures["stages_ms_per_request_mean"]
+    query = {
+        part: round(share * stages["query"], 2)
+        for part, share in floor_figures["query_profile_split"].items()
+    }
     return {
-        "http_and_handovers": round(run["server_cpu_ms_per_request"] - cpu, 2),
-        **split,
+        "http_and_handovers": round(
+            run["server_cpu_ms_per_request"] - floor_figures["cpu_ms_per_request_mean"], 2
+        ),
+        "check": round(stages["check"], 2),
+        **query,
+        "JSON": round(stages["JSON"], 2),
+        "gzip": round(stages["gzip"], 2),
         "client": run["client_cpu_ms_per_request"],
     }
 
