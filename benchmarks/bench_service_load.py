@@ -106,7 +106,7 @@ from accumulus.api import open_cube
 from accumulus.decoded_chunks import DECODED
 from accumulus.output import result_json_bytes
 from accumulus.service.answers import MEDIA_TYPES, Answer, compute_answer
-from accumulus.service.app import DEFAULT_CHUNK_CACHE_BYTES
+from accumulus.service.app import default_chunk_cache_bytes
 from accumulus.service.datasets import Dataset
 from accumulus.service.parameters import AverageParameters, AverageRequest, check_average_request
 from bench_service import answering, free_port, start_service
@@ -568,7 +568,7 @@ def floor(cube: Path, qs: list[Question], warm_up: list[Question], profiled: int
     snapshot = handle.snapshot()
     # Decoded accumulation chunks kept as a worker keeps them (``serve --chunk-cache-mb``),
     # after as many questions as a worker answers before the first load: half the warm-up.
-    DECODED.set_limit(DEFAULT_CHUNK_CACHE_BYTES)
+    DECODED.set_limit(default_chunk_cache_bytes([handle]))
     for question in warm_up[: len(warm_up) // 2]:  # and imports, the page cache
         _answer_here(snapshot, question)
     hits, misses = DECODED.hits, DECODED.misses
@@ -672,11 +672,15 @@ def check_answers(cube: Path, bodies: dict[str, bytes], by_url: dict[str, Questi
 
 def chunk_cache_options(cache: str) -> list[str]:
     """``serve``'s options for a decoded-chunk cache named as ``--chunk-cache-mb`` takes it:
-    ``MB``, ``MB:private`` (one a worker) or ``MB:shared``."""
+    ``MB``, ``MB:private`` (one a worker) or ``MB:shared``; ``default`` for serve's own
+    size."""
     mb, _, kind = cache.partition(":")
-    if not mb.isdigit() or kind not in ("", "private", "shared"):
-        raise SystemExit(f"--chunk-cache-mb: {cache!r} is not MB, MB:private or MB:shared")
-    return ["--chunk-cache-mb", mb] + (["--private-chunk-cache"] if kind == "private" else [])
+    if not (mb.isdigit() or mb == "default") or kind not in ("", "private", "shared"):
+        raise SystemExit(
+            f"--chunk-cache-mb: {cache!r} is not MB, MB:private or MB:shared (MB: default too)"
+        )
+    size = [] if mb == "default" else ["--chunk-cache-mb", mb]
+    return size + (["--private-chunk-cache"] if kind == "private" else [])
 
 
 def main() -> None:
@@ -703,8 +707,8 @@ def main() -> None:
         "--chunk-cache-mb",
         nargs="+",
         default=[],
-        help="MB, MB:private or MB:shared: serve each source with each of these decoded-chunk "
-        "caches, in turn (private: one a worker; default: serve's own)",
+        help="MB, MB:private or MB:shared (MB may be default: serve's own size): serve each "
+        "source with each of these decoded-chunk caches, in turn (private: one a worker)",
     )
     parser.add_argument(
         "--sources",

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+import zarr
 
 import accumulus
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
@@ -155,21 +156,41 @@ def test_serve_memory_default_is_the_query_default():
     assert default * 2**20 == DEFAULT_MEMORY_BYTES
 
 
-def test_serve_chunk_cache_default_is_the_services(cube: Path):
-    """--chunk-cache-mb names the service's default as a number (importing the app would
-    import FastAPI for every command); the application a worker makes sets its process's
-    cache of decoded chunks to what it is given."""
-    from accumulus.decoded_chunks import DECODED
-    from accumulus.service.app import DEFAULT_CHUNK_CACHE_BYTES, create_app
+def _accumulation_arrays_bytes(cube: Path) -> int:
+    """The decoded bytes of every array under the cube's accumulation groups, by zarr."""
+    found = 0
+    pending = [
+        g for name, g in zarr.open_group(str(cube), mode="r").groups() if "accumulation" in name
+    ]
+    while pending:
+        group = pending.pop()
+        found += sum(array.nbytes for _, array in group.arrays())
+        pending.extend(g for _, g in group.groups())
+    return found
 
-    default = inspect.signature(serve).parameters["chunk_cache_mb"].default
-    assert default * 2**20 == DEFAULT_CHUNK_CACHE_BYTES
+
+def test_serve_chunk_cache_default_holds_the_served_accumulations(cube: Path, monkeypatch):
+    """Without --chunk-cache-mb, the application a worker makes keeps room for every
+    accumulation chunk of what it serves decoded (a sixteenth more for the entries' own
+    bytes), at most a share of the machine's memory; a size given is kept as given."""
+    from accumulus.decoded_chunks import DECODED
+    from accumulus.service import app
+
+    assert inspect.signature(serve).parameters["chunk_cache_mb"].default is None
+    decoded = _accumulation_arrays_bytes(cube)
+    assert decoded > 0
     previous = DECODED.limit
     try:
-        create_app([str(cube)], chunk_cache_bytes=3 * 2**20)
+        app.create_app([str(cube)], chunk_cache_bytes=3 * 2**20)
         assert DECODED.limit == 3 * 2**20
-        create_app([str(cube)])
-        assert DECODED.limit == DEFAULT_CHUNK_CACHE_BYTES
+        app.create_app([str(cube)])
+        assert DECODED.limit == decoded + decoded // 16
+        app.create_app([str(cube)], chunk_cache_bytes=None)
+        assert DECODED.limit == decoded + decoded // 16
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        monkeypatch.setattr(app, "CHUNK_CACHE_MEMORY_SHARE", decoded / 2 / memory)
+        app.create_app([str(cube)])
+        assert DECODED.limit == int(memory * (decoded / 2 / memory))
     finally:
         DECODED.set_limit(previous)
 

@@ -43,17 +43,18 @@ def serve(
     ] = None,
     cache_mb: Annotated[int, option("--cache-mb", "Memory for cached answers.", 0)] = 256,
     chunk_cache_mb: Annotated[
-        int,
+        int | None,
         option(
             "--chunk-cache-mb",
             "Memory for decoded accumulation chunks kept for later questions (0: none): for "
             "all the --workers together, as files in /dev/shm that each maps (held once, "
             "whatever the workers), or per process with one worker or --private-chunk-cache. "
-            "Held only as questions read them: a ten-year daily 1-degree cube's questions "
-            "reach about 3.3 GiB of them.",
+            "Held only as questions read them. Default: room for all of the served stores' "
+            "accumulation chunks decoded, at most a quarter of the machine's memory (a "
+            "ten-year daily 1-degree cube's default accumulations: 3.5 GiB).",
             0,
         ),
-    ] = 3072,  # app.DEFAULT_CHUNK_CACHE_BYTES (not imported: FastAPI)
+    ] = None,
     private_chunk_cache: Annotated[
         bool,
         option(
@@ -137,7 +138,7 @@ def serve(
         access_log=access_log,
         share_chunks=not private_chunk_cache,
         cache_bytes=cache_mb * 2**20,
-        chunk_cache_bytes=chunk_cache_mb * 2**20,
+        chunk_cache_bytes=None if chunk_cache_mb is None else chunk_cache_mb * 2**20,
         limits=ServiceLimits(
             computations=default_computations(workers) if computations is None else computations,
             scans=scans,

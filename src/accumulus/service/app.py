@@ -15,8 +15,9 @@ OpenAPI document when it is first asked for (``openapi_document``).
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -29,7 +30,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from accumulus.decoded_chunks import DECODED
-from accumulus.service.datasets import Catalog
+from accumulus.service.datasets import Catalog, Dataset
 from accumulus.service.errors import PublicText, add_error_handlers
 from accumulus.service.guard import ServiceLimits
 from accumulus.service.http import HeadAsGet
@@ -40,7 +41,9 @@ from accumulus.shared_chunks import SharedChunks
 
 DEFAULT_MAX_CELLS = 2_000_000
 DEFAULT_CACHE_BYTES = 256 * 2**20
-DEFAULT_CHUNK_CACHE_BYTES = 3072 * 2**20
+# Without a size given, the decoded accumulation chunks kept may take this share of the
+# machine's memory at most (``default_chunk_cache_bytes``).
+CHUNK_CACHE_MEMORY_SHARE = 0.25
 STATIC = resources.files("accumulus.service") / "static"
 
 
@@ -54,7 +57,7 @@ class ServiceSettings(TypedDict, total=False):
     refused (default ``DEFAULT_MAX_CELLS``); up to ``cache_bytes`` of answers are kept
     (default ``DEFAULT_CACHE_BYTES``), and up to ``chunk_cache_bytes`` of decoded
     accumulation chunks, per process (``decoded_chunks``; default
-    ``DEFAULT_CHUNK_CACHE_BYTES``), or for all the processes given the same
+    ``default_chunk_cache_bytes``), or for all the processes given the same
     ``shared_chunks`` directory (``shared_chunks``: ``serve --workers N``); ``limits``
     bound the computations (see ``ServiceLimits``). Requests whose ``Host`` is not one of
     ``allowed_hosts`` (``http.allowed_hosts``) get 400; None answers any (``serve`` gives the
@@ -64,7 +67,7 @@ class ServiceSettings(TypedDict, total=False):
 
     max_cells: int
     cache_bytes: int
-    chunk_cache_bytes: int
+    chunk_cache_bytes: int | None
     shared_chunks: str | None
     storage_options: dict[str, Any] | None
     limits: ServiceLimits | None
@@ -87,10 +90,22 @@ def catalog(stores: Sequence[str], settings: ServiceSettings) -> Catalog:
     )
 
 
-def chunk_cache_bytes_of(settings: ServiceSettings) -> int:
-    """The memory for decoded accumulation chunks ``settings`` give (the default's one
-    place)."""
-    return settings.get("chunk_cache_bytes", DEFAULT_CHUNK_CACHE_BYTES)
+def chunk_cache_bytes_of(settings: ServiceSettings, served: Catalog) -> int:
+    """The memory for decoded accumulation chunks ``settings`` give, or by default room
+    for those of the ``served`` datasets (the default's one place)."""
+    given = settings.get("chunk_cache_bytes")
+    return default_chunk_cache_bytes(served) if given is None else given
+
+
+def default_chunk_cache_bytes(served: Iterable[Dataset]) -> int:
+    """Room for every accumulation chunk of the ``served`` datasets decoded (as their
+    snapshots stand now), with a sixteenth more for the entries' own bytes, but at most a
+    ``CHUNK_CACHE_MEMORY_SHARE`` of the machine's memory. The chunks are held only as
+    questions read them; a cache smaller than the chunks the questions reach makes each
+    miss decode a chunk and evict another (docs/benchmarks.md)."""
+    decoded = sum(dataset.snapshot().current.groups.decoded_bytes() for dataset in served)
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return min(decoded + decoded // 16, int(memory * CHUNK_CACHE_MEMORY_SHARE))
 
 
 def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> FastAPI:
@@ -99,12 +114,13 @@ def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> Fa
     cannot be read stops the start with an ``AccumulusError``."""
     tune_allocator()
     sys.setswitchinterval(0.001)
-    chunk_cache_bytes = chunk_cache_bytes_of(settings)
+    served = catalog(stores, settings)
+    chunk_cache_bytes = chunk_cache_bytes_of(settings, served)
     shared = settings.get("shared_chunks")
     DECODED.share(None if shared is None else SharedChunks.opened(Path(shared), chunk_cache_bytes))
     DECODED.set_limit(chunk_cache_bytes)
     service = Service(
-        catalog(stores, settings),
+        served,
         max_cells=settings.get("max_cells", DEFAULT_MAX_CELLS),
         cache_bytes=settings.get("cache_bytes", DEFAULT_CACHE_BYTES),
         limits=settings.get("limits") or ServiceLimits(),

@@ -96,11 +96,13 @@ def serve(
         hold_scope()  # (this process serves until it ends)
         uvicorn.run(create_app(stores, **settings), **options)
         return
-    for dataset in catalog(stores, settings):
+    served = catalog(stores, settings)
+    for dataset in served:
         dataset.snapshot()  # refused here, once, rather than by every worker
     if settings.get("limits") is None:
         settings["limits"] = ServiceLimits(computations=default_computations(workers))
-    chunk_cache_bytes = chunk_cache_bytes_of(settings)
+    # Worked out once: the workers share it.
+    chunk_cache_bytes = settings["chunk_cache_bytes"] = chunk_cache_bytes_of(settings, served)
     with ExitStack() as stack:
         if share_chunks and chunk_cache_bytes and workers > 1:  # (one keeps its own)
             shared = stack.enter_context(shared_directory(chunk_cache_bytes))

@@ -15,7 +15,7 @@ against the source before they are used.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, cast
 
 import zarr
@@ -208,14 +208,24 @@ class AccumulationGroups:
     def read_all(self) -> None:
         """Read every group now (so threads sharing this object only read it); a stale
         sidecar group is refused when a query asks for it."""
+        for name, array in self._usable_arrays():
+            self.array(name, array)
+
+    def decoded_bytes(self) -> int:
+        """The bytes of every usable group's arrays decoded: the most a cache of decoded
+        accumulation chunks can hold of them (``accumulus serve``'s default size)."""
+        return sum(self.array(name, array).nbytes for name, array in self._usable_arrays())
+
+    def _usable_arrays(self) -> Iterator[tuple[str, str]]:
+        """(variable, array name) of each array of each group a query may read."""
         for name in self.cube.data_variables:
             try:
                 group = self.group(name)
             except (StaleSidecarError, BuildRecordError):
                 continue
-            for acc in group.accumulations if group is not None else ():
-                for array in set(acc.arrays.values()):
-                    self.array(name, array)
+            accumulations = group.accumulations if group is not None else ()
+            for array in sorted({a for acc in accumulations for a in acc.arrays.values()}):
+                yield name, array
 
 
 def _foreign_coverage(
