@@ -6,7 +6,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from accumulus.decoded_chunks import DECODED
 from servers import s3_bucket, s3_server
+
+
+@pytest.fixture(autouse=True)
+def no_decoded_chunks_kept() -> None:
+    """Each test starts with its process's cache of decoded chunks empty and off: a service
+    an earlier test made in the same process (``create_app`` sizes the cache) must not
+    serve a later test's reads, whose counts would then depend on the order tests run in."""
+    DECODED.share(None)
+    DECODED.set_limit(0)
 
 
 @pytest.fixture(scope="module")
