@@ -191,6 +191,9 @@ def test_serve_chunk_cache_default_holds_the_served_accumulations(cube: Path, mo
         monkeypatch.setattr(app, "CHUNK_CACHE_MEMORY_SHARE", decoded / 2 / memory)
         app.create_app([str(cube)])
         assert DECODED.limit == int(memory * (decoded / 2 / memory))
+        # Kept by each of three workers (no room to share): a third each.
+        served = app.catalog([str(cube)], {})
+        assert app.default_chunk_cache_bytes(served, 3) == int(memory * (decoded / 2 / memory)) // 3
     finally:
         DECODED.set_limit(previous)
 

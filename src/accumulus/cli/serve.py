@@ -50,8 +50,8 @@ def serve(
             "all the --workers together, as files in /dev/shm that each maps (held once, "
             "whatever the workers), or per process with one worker or --private-chunk-cache. "
             "Held only as questions read them. Default: room for all of the served stores' "
-            "accumulation chunks decoded, at most a quarter of the machine's memory (a "
-            "ten-year daily 1-degree cube's default accumulations: 3.5 GiB).",
+            "accumulation chunks decoded, at most a quarter of the machine's memory for all "
+            "the workers (a ten-year daily 1-degree cube's default accumulations: 3.5 GiB).",
             0,
         ),
     ] = None,

@@ -90,22 +90,24 @@ def catalog(stores: Sequence[str], settings: ServiceSettings) -> Catalog:
     )
 
 
-def chunk_cache_bytes_of(settings: ServiceSettings, served: Catalog) -> int:
+def chunk_cache_bytes_of(settings: ServiceSettings, served: Catalog, holders: int = 1) -> int:
     """The memory for decoded accumulation chunks ``settings`` give, or by default room
-    for those of the ``served`` datasets (the default's one place)."""
+    for those of the ``served`` datasets, kept by ``holders`` processes each (the
+    default's one place)."""
     given = settings.get("chunk_cache_bytes")
-    return default_chunk_cache_bytes(served) if given is None else given
+    return default_chunk_cache_bytes(served, holders) if given is None else given
 
 
-def default_chunk_cache_bytes(served: Iterable[Dataset]) -> int:
+def default_chunk_cache_bytes(served: Iterable[Dataset], holders: int = 1) -> int:
     """Room for every accumulation chunk of the ``served`` datasets decoded (as their
     snapshots stand now), with a sixteenth more for the entries' own bytes, but at most a
-    ``CHUNK_CACHE_MEMORY_SHARE`` of the machine's memory. The chunks are held only as
-    questions read them; a cache smaller than the chunks the questions reach makes each
-    miss decode a chunk and evict another (docs/benchmarks.md)."""
+    ``CHUNK_CACHE_MEMORY_SHARE`` of the machine's memory for all the ``holders`` (processes
+    that each keep their own) together. The chunks are held only as questions read them; a
+    cache smaller than the chunks the questions reach makes each miss decode a chunk and
+    evict another (docs/benchmarks.md)."""
     decoded = sum(dataset.snapshot().current.groups.decoded_bytes() for dataset in served)
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return min(decoded + decoded // 16, int(memory * CHUNK_CACHE_MEMORY_SHARE))
+    return min(decoded + decoded // 16, int(memory * CHUNK_CACHE_MEMORY_SHARE) // holders)
 
 
 def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> FastAPI:

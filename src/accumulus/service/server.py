@@ -86,7 +86,9 @@ def serve(
     and has its own cache and ``limits``, which therefore hold per process (without
     ``limits``, each computes ``default_computations(workers)`` answers at once), except the
     decoded chunks, which two or more share (``chunk_cache_bytes`` for all of them, as files in
-    memory: ``shared_chunks``) unless ``share_chunks`` is False. A store that
+    memory: ``shared_chunks``) unless ``share_chunks`` is False (by default room for every
+    served accumulation chunk, at most a share of the memory for all the workers together:
+    ``app.default_chunk_cache_bytes``). A store that
     cannot be read stops the start (an ``AccumulusError``) before any process is started.
     ``access_log``: a line per request (off by default: it adds to the CPU of every answer,
     docs/benchmarks.md)."""
@@ -101,12 +103,15 @@ def serve(
         dataset.snapshot()  # refused here, once, rather than by every worker
     if settings.get("limits") is None:
         settings["limits"] = ServiceLimits(computations=default_computations(workers))
-    # Worked out once: the workers share it.
-    chunk_cache_bytes = settings["chunk_cache_bytes"] = chunk_cache_bytes_of(settings, served)
+    # Worked out once, for all the workers: held once when they share it, else by each.
+    chunk_cache_bytes = chunk_cache_bytes_of(settings, served, 1 if share_chunks else workers)
     with ExitStack() as stack:
-        if share_chunks and chunk_cache_bytes and workers > 1:  # (one keeps its own)
+        if share_chunks and chunk_cache_bytes:
             shared = stack.enter_context(shared_directory(chunk_cache_bytes))
             settings["shared_chunks"] = None if shared is None else str(shared)
+            if shared is None:  # no room to share: each worker keeps its own
+                chunk_cache_bytes = chunk_cache_bytes_of(settings, served, workers)
+        settings["chunk_cache_bytes"] = chunk_cache_bytes
         os.environ[SETTINGS_VARIABLE] = json.dumps(settings_json(stores, settings))
         uvicorn.run(f"{__name__}:app_from_environment", factory=True, **options)
 
