@@ -103,11 +103,7 @@ _IN_PLACE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC
 def write_file(path: str, data: Any) -> None:
     """Write ``data`` (any buffer) to ``path`` in place (a reader may see it cut short: only
     where none reads, ``unpublished``); the parent directories are made when missing."""
-    try:
-        fd = os.open(path, _IN_PLACE_FLAGS, 0o666)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, _IN_PLACE_FLAGS, 0o666)
+    fd = _opened_for_writing(path, path, _IN_PLACE_FLAGS)
     try:
         _write_all(fd, data)
     finally:
@@ -119,11 +115,7 @@ def write_file_atomically(path: str, data: Any) -> None:
     place, so that a reader sees the old object or the new one; the parent directories are
     made when missing."""
     temporary = f"{path}.{uuid.uuid4().hex}.partial"
-    try:
-        fd = os.open(temporary, _WRITE_FLAGS, 0o666)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(temporary, _WRITE_FLAGS, 0o666)
+    fd = _opened_for_writing(temporary, path, _WRITE_FLAGS)
     try:
         try:
             _write_all(fd, data)
@@ -134,6 +126,16 @@ def write_file_atomically(path: str, data: Any) -> None:
         with suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def _opened_for_writing(file: str, path: str, flags: int) -> int:
+    """``file`` (``path`` or a temporary file beside it) opened with ``flags``, ``path``'s
+    parent directories made when missing."""
+    try:
+        return os.open(file, flags, 0o666)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(file, flags, 0o666)
 
 
 def _write_all(fd: int, data: Any) -> None:
