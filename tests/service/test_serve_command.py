@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import psutil
 import pytest
+import xarray as xr
 import zarr
 
 import accumulus
@@ -198,6 +200,43 @@ def test_serve_chunk_cache_default_holds_the_served_accumulations(cube: Path, mo
         DECODED.set_limit(previous)
 
 
+def test_serve_chunk_cache_default_follows_the_archive_as_it_grows(tmp_path: Path):
+    """The default's size is worked out again when a dataset's snapshot changes: days
+    appended and accumulated make more accumulation chunks to keep, and the next request
+    finds the cache sized for them (once per change); a size given stays as given."""
+    from service_cubes import CHUNKS, append_days, dataset, write_cube
+
+    from accumulus.decoded_chunks import DECODED
+    from accumulus.service import app
+
+    path = write_cube(tmp_path / "growing.zarr", dataset("2001-01-01", 40, 12, 16), CHUNKS)
+
+    def grown(days: int, seed: int) -> int:
+        start = str(xr.open_zarr(path).time.values[-1] + np.timedelta64(1, "D"))[:10]
+        append_days(path, dataset(start, days, 12, 16, seed=seed))
+        accumulus.accumulate(str(path), "tas")
+        return _accumulation_arrays_bytes(path)
+
+    previous = DECODED.limit
+    try:
+        service = app.create_app([str(path)]).state.service
+        before = _accumulation_arrays_bytes(path)
+        assert DECODED.limit == before + before // 16
+        after = grown(30, 1)
+        assert after > before
+        service.snapshot_of(service.dataset("growing"))
+        assert DECODED.limit == after + after // 16
+        DECODED.set_limit(5)
+        service.snapshot_of(service.dataset("growing"))
+        assert DECODED.limit == 5
+        fixed = app.create_app([str(path)], chunk_cache_bytes=3 * 2**20).state.service
+        grown(20, 2)
+        fixed.snapshot_of(fixed.dataset("growing"))
+        assert DECODED.limit == 3 * 2**20
+    finally:
+        DECODED.set_limit(previous)
+
+
 @pytest.mark.parametrize(
     ("options", "computations"),
     [({}, 2), ({"workers": 2}, 1), ({"workers": 3}, 1), ({"workers": 2, "computations": 2}, 2)],
@@ -254,6 +293,14 @@ def test_serve_of_several_workers_shares_their_decoded_chunks(
     server.serve([str(cube)], workers=2, chunk_cache_bytes=0)
     server.serve([str(cube)], workers=1, chunk_cache_bytes=2**20)
     assert seen[0] is not None and not Path(seen[0]).exists() and seen[1:] == [None] * 3
+    # Without a size, each worker sizes its cache by the default's rule (and again as the
+    # datasets change), for all of them when shared, for itself alone when not.
+    for share, holders in ((True, 1), (False, 2)):
+        server.serve([str(cube)], workers=2, share_chunks=share)
+        given = json.loads(os.environ[server.SETTINGS_VARIABLE])
+        assert given.get("chunk_cache_bytes") is None
+        assert given["chunk_cache_holders"] == holders
+        assert (given.get("shared_chunks") is not None) == share
     limit = DECODED.limit
     with shared_directory(2**20) as directory:
         try:

@@ -51,7 +51,8 @@ def serve(
             "whatever the workers), or per process with one worker or --private-chunk-cache. "
             "Held only as questions read them. Default: room for all of the served stores' "
             "accumulation chunks decoded, at most a quarter of the machine's memory for all "
-            "the workers (a ten-year daily 1-degree cube's default accumulations: 3.5 GiB).",
+            "the workers (a ten-year daily 1-degree cube's default accumulations: 3.5 GiB), "
+            "worked out again as the stores change.",
             0,
         ),
     ] = None,

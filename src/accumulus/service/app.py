@@ -56,9 +56,11 @@ class ServiceSettings(TypedDict, total=False):
     own location and ``allow_references``. Answers larger than ``max_cells`` values are
     refused (default ``DEFAULT_MAX_CELLS``); up to ``cache_bytes`` of answers are kept
     (default ``DEFAULT_CACHE_BYTES``), and up to ``chunk_cache_bytes`` of decoded
-    accumulation chunks, per process (``decoded_chunks``; default
-    ``default_chunk_cache_bytes``), or for all the processes given the same
-    ``shared_chunks`` directory (``shared_chunks``: ``serve --workers N``); ``limits``
+    accumulation chunks, per process (``decoded_chunks``), or for all the processes given
+    the same ``shared_chunks`` directory (``shared_chunks``: ``serve --workers N``). Without
+    ``chunk_cache_bytes``, that is ``default_chunk_cache_bytes`` for
+    ``chunk_cache_holders`` processes each keeping their own (default 1), worked out again
+    whenever a dataset's snapshot changes: the cache follows an archive as it grows. ``limits``
     bound the computations (see ``ServiceLimits``). Requests whose ``Host`` is not one of
     ``allowed_hosts`` (``http.allowed_hosts``) get 400; None answers any (``serve`` gives the
     names the service is reached by). ``refs``: of icechunk repositories, the branches, tags
@@ -68,6 +70,7 @@ class ServiceSettings(TypedDict, total=False):
     max_cells: int
     cache_bytes: int
     chunk_cache_bytes: int | None
+    chunk_cache_holders: int
     shared_chunks: str | None
     storage_options: dict[str, Any] | None
     limits: ServiceLimits | None
@@ -117,7 +120,14 @@ def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> Fa
     tune_allocator()
     sys.setswitchinterval(0.001)
     served = catalog(stores, settings)
-    chunk_cache_bytes = chunk_cache_bytes_of(settings, served)
+    holders = settings.get("chunk_cache_holders", 1)
+    chunk_cache_bytes = chunk_cache_bytes_of(settings, served, holders)
+    # Sized by the default's rule: sized again as the datasets change.
+    sizing = (
+        partial(default_chunk_cache_bytes, served, holders)
+        if settings.get("chunk_cache_bytes") is None
+        else None
+    )
     shared = settings.get("shared_chunks")
     DECODED.share(None if shared is None else SharedChunks.opened(Path(shared), chunk_cache_bytes))
     DECODED.set_limit(chunk_cache_bytes)
@@ -126,6 +136,7 @@ def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> Fa
         max_cells=settings.get("max_cells", DEFAULT_MAX_CELLS),
         cache_bytes=settings.get("cache_bytes", DEFAULT_CACHE_BYTES),
         limits=settings.get("limits") or ServiceLimits(),
+        chunk_cache_sizing=sizing,
     )
 
     app = ServiceApp(

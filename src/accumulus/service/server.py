@@ -103,15 +103,13 @@ def serve(
         dataset.snapshot()  # refused here, once, rather than by every worker
     if settings.get("limits") is None:
         settings["limits"] = ServiceLimits(computations=default_computations(workers))
-    # Worked out once, for all the workers: held once when they share it, else by each.
+    # Held once when the workers share it, else by each (the default's size for that many).
     chunk_cache_bytes = chunk_cache_bytes_of(settings, served, 1 if share_chunks else workers)
     with ExitStack() as stack:
         if share_chunks and chunk_cache_bytes:
             shared = stack.enter_context(shared_directory(chunk_cache_bytes))
             settings["shared_chunks"] = None if shared is None else str(shared)
-            if shared is None:  # no room to share: each worker keeps its own
-                chunk_cache_bytes = chunk_cache_bytes_of(settings, served, workers)
-        settings["chunk_cache_bytes"] = chunk_cache_bytes
+        settings["chunk_cache_holders"] = 1 if settings.get("shared_chunks") else workers
         os.environ[SETTINGS_VARIABLE] = json.dumps(settings_json(stores, settings))
         uvicorn.run(f"{__name__}:app_from_environment", factory=True, **options)
 

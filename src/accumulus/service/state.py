@@ -30,6 +30,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from accumulus.api import StaleSidecarError
+from accumulus.decoded_chunks import DECODED
 from accumulus.errors import AccumulusError
 from accumulus.service.answers import Answer, compute_answer
 from accumulus.service.cache import AnswerCache
@@ -58,7 +59,13 @@ class Service:
     store that cannot be read stops the start with an ``AccumulusError``."""
 
     def __init__(
-        self, catalog: Catalog, *, max_cells: int, cache_bytes: int, limits: ServiceLimits
+        self,
+        catalog: Catalog,
+        *,
+        max_cells: int,
+        cache_bytes: int,
+        limits: ServiceLimits,
+        chunk_cache_sizing: Callable[[], int] | None = None,
     ) -> None:
         self.catalog = catalog
         self.max_cells = max_cells
@@ -96,6 +103,11 @@ class Service:
         self._scans: dict[tuple, bool] = {}
         self._trim: asyncio.TimerHandle | None = None  # giving memory back when idle
         self._last_finished = 0.0
+        # The decoded-chunk cache's size by the default's rule (None: a size given, kept),
+        # and the snapshots it was last worked out for.
+        self._chunk_cache_sizing = chunk_cache_sizing
+        self._sized_for = {s.dataset: s.token for s in first}
+        self._sizing = threading.Lock()
         self.health = HealthMonitor(catalog, {s.dataset: s.token for s in first}, self.snapshot_of)
 
     def dataset(self, name: str) -> Dataset:
@@ -108,15 +120,32 @@ class Service:
         return dataset
 
     def snapshot_of(self, dataset: Dataset) -> DatasetSnapshot:
-        """``dataset`` as it stands now (a 503 when it cannot be read)."""
+        """``dataset`` as it stands now (a 503 when it cannot be read); a new snapshot
+        sizes the decoded-chunk cache again, when the default's rule sizes it."""
         try:
-            return dataset.snapshot()
+            snapshot = dataset.snapshot()
+            if (
+                self._chunk_cache_sizing is not None
+                and self._sized_for.get(snapshot.dataset) != snapshot.token
+            ):
+                self._size_chunk_cache()
+            return snapshot
         # The service's boundary: a store or library failing (and a fault of ours, logged
         # with its traceback) is a 503 naming the dataset, never a crash of the service.
         except Exception as exc:
             if not isinstance(exc, AccumulusError):
                 log.exception("reading the snapshot of dataset %s failed", dataset.name)
             raise ServiceError(f"dataset {dataset.name!r} cannot be read now: {exc}") from None
+
+    def _size_chunk_cache(self) -> None:
+        """The decoded-chunk cache sized for the datasets as they stand now (an append or a
+        new build changes the accumulation chunks there are to keep), once per change."""
+        assert self._chunk_cache_sizing is not None
+        with self._sizing:
+            now = {dataset.name: dataset.snapshot().token for dataset in self.catalog}
+            if now != self._sized_for:
+                DECODED.set_limit(self._chunk_cache_sizing())
+                self._sized_for = now
 
     @property
     def busy(self) -> int:
