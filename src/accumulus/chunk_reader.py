@@ -106,8 +106,12 @@ AUTO_BLOCK_BYTES = 2**19
 WORKERS = max(2, min(4, os.cpu_count() or 1))
 # Runs side by side are read by workers and the calling thread, unless that is the main
 # thread: there numcodecs' Blosc decodes with threads of its own, which competed with the
-# workers, so it waits.
-_POOL = ThreadPoolExecutor(WORKERS, thread_name_prefix="accumulus-read")
+# workers, so it waits. The workers of one pool run at the priority of the threads that
+# hand it runs (``_pool``): a thread keeps the priority of the thread that started it, and
+# a service's scans run below its other computations (``service.state``), so a pool shared
+# by both ran a scan's runs at the light questions' priority, or theirs below it.
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_MADE = threading.Lock()
 # Chunks fetched through the event loop are decoded and summed by this many tasks at once,
 # each in a worker thread, taking the chunks that arrived together (4 and 6 measured alike
 # on 2 cores, 2 slower).
@@ -504,10 +508,11 @@ def _read_here(
     size = -(-len(chunks) // runs)
     parts = [chunks[i : i + size] for i in range(0, len(chunks), size)]
     tallies = [ReadCounts() for _ in parts]
-    # The calling thread reads the first run itself, unless it is the main thread (``_POOL``).
+    # The calling thread reads the first run itself, unless it is the main thread (``_POOLS``).
     own = 0 if threading.current_thread() is threading.main_thread() else 1
+    pool = _pool()
     futures = [
-        _POOL.submit(_read_run, part, consume, tally)
+        pool.submit(_read_run, part, consume, tally)
         for part, tally in zip(parts[own:], tallies[own:], strict=True)
     ]
     failed: BaseException | None = None
@@ -526,6 +531,22 @@ def _read_here(
         counts.bytes += tally.bytes
     if failed is not None:
         raise failed
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The pool of workers at the calling thread's priority (its nice value), made when
+    first asked: its threads are started by the threads handing it runs, so they take their
+    priority (``_POOLS``)."""
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    except (AttributeError, OSError):  # no per-thread priority here
+        nice = 0
+    pool = _POOLS.get(nice)
+    if pool is None:
+        with _POOLS_MADE:
+            name = "accumulus-read" if nice == 0 else f"accumulus-read-nice{nice}"
+            pool = _POOLS.setdefault(nice, ThreadPoolExecutor(WORKERS, thread_name_prefix=name))
+    return pool
 
 
 def _read_run(

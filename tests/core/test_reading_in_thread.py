@@ -4,6 +4,7 @@ chunks, whether a plan is read in one run or in runs side by side."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 
@@ -139,3 +140,42 @@ def test_runs_side_by_side_leave_the_main_thread_waiting(cube_path, monkeypatch)
     caller.join()
     assert len(readers) >= 2
     assert caller in readers
+
+
+def _nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def test_runs_side_by_side_run_at_the_priority_of_the_thread_asking(cube_path, monkeypatch):
+    """A thread below the others' priority (a service's scan) has its runs side by side read
+    by workers at its priority, and a thread at the usual priority by workers at that one,
+    whichever asked first: a worker keeps the priority of the thread that started it."""
+    path, _ = cube_path
+    monkeypatch.setattr(chunk_reader, "IN_THREAD_BYTES", 1)
+    monkeypatch.setattr(chunk_reader, "SIDE_BY_SIDE_CHUNK", 0)
+    read_run = chunk_reader._read_run
+    priorities: list[int] = []
+
+    def recorded(*args):
+        priorities.append(_nice())
+        return read_run(*args)
+
+    monkeypatch.setattr(chunk_reader, "_read_run", recorded)
+    over, ranges = QUESTIONS[2]
+    cube = accumulus.open(str(path))
+    usual = _nice()
+    seen: dict[str, set[int]] = {}
+
+    def ask(name: str, lower_by: int) -> None:
+        if lower_by:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), usual + lower_by)
+        priorities.clear()
+        cube.query(VAR, over, ranges)
+        assert len(priorities) >= 2
+        seen[name] = set(priorities)
+
+    for name, lower_by in (("scan", 5), ("light", 0), ("scan again", 5)):
+        caller = threading.Thread(target=ask, args=(name, lower_by))
+        caller.start()
+        caller.join()
+    assert seen == {"scan": {usual + 5}, "light": {usual}, "scan again": {usual + 5}}
