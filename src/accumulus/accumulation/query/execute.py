@@ -332,22 +332,23 @@ def chunk_work(
     weights_memo: WeightsMemo = groups.remembered(("slab weights", var.name), dict)
     if len(weights_memo) > WEIGHTS_REMEMBERED:
         weights_memo.clear()
-    sources: dict[Any, _Source] = {}  # what every read of one accumulation shares
+    readings: dict[Any, _Reading] = {}  # what every read of one accumulation shares
     placed = _Placement.of(plan, var)
     listing = _Listing()
     for read in plan.reads:
         if read.is_raw:
             _raw_parts(var, plan, read, placed, listing.counter, listing.chunks)
             continue
-        source = sources.get(read.key or read.source)
-        if source is None:
+        reading = readings.get(read.key or read.source)
+        if reading is None:
             # The same for every query of the snapshot asking the same sums over the
             # same dimensions: worked out once (docs/benchmarks.md, "Per-question cost").
             key = ("source", var.name, read.key or read.source, tuple(plan.over), tuple(terms))
-            source = sources[read.key or read.source] = groups.remembered(
-                key, partial(_source, groups, var, read, plan, terms)
+            source = groups.remembered(key, partial(_source, groups, var, read, plan, terms))
+            reading = readings[read.key or read.source] = _Reading.of(
+                groups, var, source, placed, weights_memo
             )
-        _entry_parts(groups, var, source, read, placed, weights_memo, listing)
+        _entry_parts(reading, read, placed, listing)
     work: Work = {}
     requests = ChunkRequests()
     for array, coords, store, parts, boxes in listing.chunks.values():
@@ -731,68 +732,91 @@ def _source(
     )  # fmt: skip
 
 
-def _entry_parts(
-    groups: AccumulationGroups,
-    var: VariableInfo,
-    source: _Source,
-    read: Read,
-    placement: _Placement,
-    weights_memo: WeightsMemo,
-    listing: _Listing,
-) -> None:
+@dataclass(slots=True)
+class _Reading:
+    """A plan's reads of one accumulation (``source``): where their slabs land in the answer
+    and their weights' key are worked out from the slabs' ranges by their positions among
+    the array's dimensions: ``kept``, those of the dimensions kept (with their ranges' starts
+    and sizes, ``_Placement``), ``varying``, those of the dimensions the weights vary along
+    (None: a dimension the array does not have). Both are worked out once for each slab of
+    the other dimensions than the first (``_rest``), and along the first once per chunk
+    there, unless the weights vary along it (``first_varying``: once per slab)."""
+
+    groups: AccumulationGroups
+    var: VariableInfo
+    source: _Source
+    kept: list[tuple[int, int, int]]
+    varying: list[tuple[str, int | None]]
+    first_at: int | None  # the first dimension's place among those kept (None: not kept)
+    first_varying: bool
+    # The weights of slabs already listed, by what they depend on (the slab's dimensions
+    # and its ranges along those the weights vary along).
+    weights_memo: WeightsMemo
+
+    @classmethod
+    def of(
+        cls, groups: AccumulationGroups, var: VariableInfo, source: _Source,
+        placement: _Placement, weights_memo: WeightsMemo,
+    ) -> _Reading:  # fmt: skip
+        dims = source.array_dims
+        kept = [(dims.index(d), lo, size) for d, lo, size in placement.kept]
+        varying = [(d, dims.index(d) if d in dims else None) for d in source.varying]
+        first_at = next((k for k, (i, _, _) in enumerate(kept) if i == 0), None)
+        return cls(
+            groups, var, source, kept, varying, first_at, any(i == 0 for _, i in varying),
+            weights_memo,
+        )  # fmt: skip
+
+    def slab_weights(
+        self, extents: tuple[tuple[int, int] | None, ...]
+    ) -> tuple[Any, tuple[int, np.ndarray] | None]:
+        """A slab's weights (its ranges ``extents``, None for an entry), and as
+        ``_contraction`` gives them."""
+        source = self.source
+        weights, remaining, summed = source.group.weights, source.remaining, source.summed
+        key = (
+            weights, remaining, summed,
+            tuple([(d, None if i is None else extents[i]) for d, i in self.varying]),
+        )  # fmt: skip
+        if key not in self.weights_memo:
+            box = {d: e for d, e in zip(source.array_dims, extents, strict=True) if e}
+            w = _slab_weights(self.groups.cube, self.var, weights, remaining, box)
+            self.weights_memo[key] = w, _contraction(w, summed)
+        return self.weights_memo[key]
+
+
+def _entry_parts(reading: _Reading, read: Read, placement: _Placement, listing: _Listing) -> None:
     """The accumulation chunks holding a read's entries, and the slab of each it reads
     (numbered by ``listing.counter``), added to ``listing.chunks``. Where the chunks lie is
     worked out once for all the terms whose arrays are chunked alike, along each dimension
     once per plan for each range or entry (``listing.spans``), and along all but the first
     once per plan for the reads alike there (``listing.rests``: a seasonal series' runs
-    differ only in their time ranges). ``weights_memo``: the weights of slabs already
-    listed, by what they depend on (the slab's dimensions and its ranges along those the
-    weights vary along)."""
-    remaining, summed, order = source.remaining, source.summed, source.order
-    dims, tallied, sign, store = source.array_dims, source.tallied, read.sign, groups.store
+    differ only in their time ranges)."""
+    source = reading.source
+    summed, order, tallied = source.summed, source.order, source.tallied
+    kept, first_at, first_varying = reading.kept, reading.first_at, reading.first_varying
     counter, chunks, spans = listing.counter, listing.chunks, listing.spans
-    # A slab's place in the answer and its weights' key are worked out from its ranges by
-    # their positions among the array's dimensions: where the ranges along the dimensions
-    # kept begin, and those along the dimensions the weights vary along (None: an entry's,
-    # or a dimension the array does not have). Where neither depends on the first
-    # dimension, they are worked out once for each slab of the others (``_rest``).
+    sign, store = read.sign, reading.groups.store
     slot = (read.slot,) if placement.slotted else ()
-    kept = [(dims.index(d), lo, size) for d, lo, size in placement.kept]
-    varying = [(d, dims.index(d) if d in dims else None) for d in source.varying]
-    first_kept = any(i == 0 for i, _, _ in kept)
-    first_varying = any(i == 0 for _, i in varying)
-
-    def slab_weights(
-        extents: tuple[tuple[int, int] | None, ...],
-    ) -> tuple[Any, tuple[int, np.ndarray] | None]:
-        """The slab's weights, and as ``_contraction`` gives them."""
-        key = (
-            source.group.weights, remaining, summed,
-            tuple([(d, None if i is None else extents[i]) for d, i in varying]),
-        )  # fmt: skip
-        if key not in weights_memo:
-            box = {d: e for d, e in zip(dims, extents, strict=True) if e}
-            w = _slab_weights(groups.cube, var, source.group.weights, remaining, box)
-            weights_memo[key] = w, _contraction(w, summed)
-        return weights_memo[key]
-
-    first = dims[0]
+    first = source.array_dims[0]
     entry = read.entries.get(first)
-    for bounds, members, rows in _rest(source, read, kept, listing):
+    for bounds, members, rows in _rest(reading, read, listing):
         where = (id(bounds), entry) if entry is not None else (id(bounds), *read.box[first])
         items = spans.get(where)
         if items is None:
             items = spans[where] = _along(bounds, entry, read.box.get(first))
         for c, selection, sliced, extent in items:
+            # Where the slab's range along the first dimension lands, when it is kept: at
+            # its place among the dimensions kept (``first_at``).
+            landing = None if first_at is None else _landing(extent, *kept[first_at][1:])
             for row in rows:
                 coords = (c, *row.coords)
                 local = (selection, *row.local)
                 region = (sliced, *row.region)
-                extents: tuple[Any, ...] = (extent, *row.extents)  # (kept ranges: not None)
-                if first_kept:
-                    at = (*slot, *[_landing(extents[i], lo, size) for i, lo, size in kept])
-                else:
+                if landing is None:
                     at = (*slot, *row.at)
+                else:
+                    at = (*slot, *row.at[:first_at], landing, *row.at[first_at:])
                 # The slab's weights, looked up once for its weighted terms (once for all
                 # the slabs along the first dimension when they do not vary along it).
                 weighed = None if first_varying else row.weighed
@@ -800,7 +824,7 @@ def _entry_parts(
                     w, contract = None, None
                     if weighted:
                         if weighed is None:
-                            weighed = slab_weights(extents)
+                            weighed = reading.slab_weights((extent, *row.extents))
                             if not first_varying:
                                 row.weighed = weighed
                         w, contract = weighed
@@ -846,12 +870,10 @@ class _Listing:
     rests: dict[tuple[Any, ...], Rest] = field(default_factory=dict)
 
 
-def _rest(
-    source: _Source, read: Read, kept: Sequence[tuple[int, int, int]], listing: _Listing
-) -> Rest:
-    """The slabs a read of ``source`` cuts along all its dimensions but the first, per
-    grid, in the order of their chunks (the last dimension's fastest); ``kept``: the
-    positions of the dimensions kept, their ranges' starts and sizes (``_Placement``)."""
+def _rest(reading: _Reading, read: Read, listing: _Listing) -> Rest:
+    """The slabs a read cuts along all its accumulation's dimensions but the first, per
+    grid, in the order of their chunks (the last dimension's fastest)."""
+    source, kept = reading.source, reading.kept
     dims = source.array_dims
     key = (
         id(source),
@@ -974,9 +996,10 @@ class _Placement:
         return tuple(out)
 
 
-def _landing(extent: tuple[int, int], lo: int, size: int) -> slice:
+def _landing(extent: tuple[int, int] | None, lo: int, size: int) -> slice:
     """Where a range along a kept dimension lands in the answer, whose range starts at
     ``lo`` on an axis of ``size``."""
+    assert extent is not None  # (a dimension kept is read over a range, not at an entry)
     start = (extent[0] - lo) % size
     return slice(start, start + extent[1] - extent[0])
 
