@@ -371,14 +371,14 @@ def chunk_work(
 def _reached(boxes: Sequence[Region]) -> Region:
     """The smallest box of a chunk that holds every part of it (``boxes``: theirs)."""
     # (A seasonal series' chunks hold a run's slab each, dozens: along most dimensions the
-    # parts share their slice, taken as it is.)
-    reached = []
-    for along in zip(*boxes, strict=True):
-        first = along[0]
-        if along.count(first) == len(along):
-            reached.append(first)
-        else:
-            reached.append(slice(min([s.start for s in along]), max([s.stop for s in along])))
+    # parts share their slice, the same object, taken as it is.)
+    first, *others = boxes
+    reached = list(first)
+    for box in others:
+        for k, along in enumerate(box):
+            so_far = reached[k]
+            if along is not so_far and along != so_far:
+                reached[k] = slice(min(so_far.start, along.start), max(so_far.stop, along.stop))
     return tuple(reached)
 
 
