@@ -723,6 +723,12 @@ def _source(
         alike = next((members for other, members in grids if other == bounds), None)
         if alike is None:
             alike = []
+            # Along a dimension chunked alike in another grid, that grid's bounds object: a
+            # plan finds where a read lies along it once for both (``_Listing.spans``).
+            bounds = tuple(
+                next((o[k] for o, _ in grids if o[k] == along), along)
+                for k, along in enumerate(bounds)
+            )
             grids.append((bounds, alike))
         alike.append((t, term, array, weighted))
     varying = weights_vary_along(groups.cube, group.weights, var)
