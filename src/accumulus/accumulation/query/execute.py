@@ -845,8 +845,9 @@ def _entry_parts(reading: _Reading, read: Read, placement: _Placement, listing: 
 class _RestSlab:
     """A read's slab along all of an accumulation's dimensions but the first, in one chunk
     there: the chunk's coordinates, the slab's selection in it and as slices, its ranges
-    (None for an entry), where its kept ranges land in the answer (unless the first
-    dimension is kept) and its weights once looked up (``_entry_parts``)."""
+    (None for an entry), where its ranges along the dimensions kept land in the answer (in
+    their order, the first dimension's left out) and its weights once looked up, for all the
+    slabs along the first dimension joined to it (``_entry_parts``)."""
 
     coords: tuple[int, ...]
     local: tuple[int | slice, ...]
