@@ -222,17 +222,17 @@ class ChunkRequest:
 class ChunkRequests:
     """Makes the requests of one batch, working out what chunks of one array share once:
     on a regular grid (every chunk declared the same shape) a chunk's decoding spec and its
-    size, and per part needed (its slices) whether it is all of the chunk and its byte
-    spans; per request only its key. A season's series reads a few arrays' chunks at many
-    places with the same few parts: each request worked them out anew (``spec``,
-    ``partly``, ``spans``; docs/benchmarks.md, session lean53). The requests made are
+    size; per request only its key. What a part needed implies (whether it is all of the
+    chunk and its byte spans) depends on the part's slices, the chunk's shape and item size
+    alone: worked out once for all batches of the process (``_PART_FACTS``). A season's
+    series reads a few arrays' chunks at many places with the same few parts, question
+    after question: each request worked them out anew (``spec``, ``partly``, ``spans``;
+    docs/benchmarks.md, sessions lean53 and season56). The requests made are
     ``ChunkRequest``'s own, their cached facts set to what they would work out."""
 
     def __init__(self) -> None:
         # By array object: its facts, and its chunks' spec and size on a regular grid.
         self._arrays: dict[int, tuple[_ArrayFacts, ArraySpec | None, int]] = {}
-        # By (regions, needed, chunk shape, item size): the first request needing them.
-        self._first: dict[tuple[object, ...], ChunkRequest] = {}
 
     def request(
         self,
@@ -262,14 +262,26 @@ class ChunkRequests:
         if facts.grids.sharding is None:
             cached["key"] = cached["store_key"] = facts.chunk_key(coords)
         where = (regions, needed, spec.shape, facts.grids.native.itemsize)
-        first = self._first.get(where)
-        if first is None:  # (the first: its parts' facts worked out when asked)
-            self._first[where] = request
+        known_part = _PART_FACTS.get(where)
+        if known_part is None:  # (the spans of a chunk read whole are not asked)
+            known_part = (request.partly, request.spans if request.partly else None)
+            if len(_PART_FACTS) >= PARTS_KEPT:
+                _PART_FACTS.clear()
+            _PART_FACTS[where] = known_part
             return request
-        cached["partly"] = first.partly
-        if first.partly:  # (the spans of a chunk read whole are not asked)
-            cached["spans"] = first.spans
+        partly, spans = known_part
+        cached["partly"] = partly
+        if spans is not None:
+            cached["spans"] = spans
         return request
+
+
+# What a part of a chunk implies (``ChunkRequest.partly`` and, when it is, ``spans``), by
+# (regions, needed, the chunk's shape, item size): at most ``PARTS_KEPT`` (~1 KB each), then
+# forgotten all at once.
+PARTS_KEPT = 2**12
+PartFacts = tuple[bool, tuple[tuple[tuple[int, int], ...], int] | None]
+_PART_FACTS: dict[tuple[object, ...], PartFacts] = {}
 
 
 def _in_grid(coords: tuple[int, ...], grid_shape: tuple[int, ...]) -> bool:

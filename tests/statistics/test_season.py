@@ -198,3 +198,34 @@ def test_seasons_over_a_shape_equal_xarray(cube, stat):
     # (the map of the shape's bounding box of cells)
     expected = reduce(days, "time").where(inside).sel(lat=got.lat, lon=got.lon)
     np.testing.assert_allclose(got.transpose(*expected.dims).values, expected.values, rtol=1e-9)
+
+
+@pytest.mark.parametrize("season", ["DJF", "JJA"])
+def test_weights_along_time_weigh_each_runs_days(tmp_path, season):
+    """Weights that vary along time, the first dimension of the accumulations a series reads
+    (their entries along latitude and longitude, their slabs along time weighed as they are
+    read): every run's slabs weighed by their own days' weights, in a seasonal series and in
+    a series keeping time, as xarray weighs them."""
+    ds = synthetic_dataset({"time": 800, "lat": 5, "lon": 4}, seed=9, nan_fraction=0.2)
+    rng = np.random.default_rng(4)
+    ds["w"] = (("time", "lat"), rng.uniform(0.5, 3.0, (800, 5)))
+    path = str(tmp_path / "cube.zarr")
+    write_cube(ds, path, {"time": 30, "lat": 2, "lon": 2})
+    accumulus.accumulate(path, VAR, ["lat,lon"], weights="w", at={"lat": 1, "lon": 1})
+    w = ds["w"].sel(time=slice(*RANGE))
+    days = _season(ds, season)
+    december = (days.time.dt.month == 12) & (season == "DJF")
+    year = days.time.dt.year + december
+    expected = days.assign_coords(year=("time", year.values)).groupby("year")
+    expected = expected.map(lambda g: g.weighted(w.sel(time=g.time)).mean(["time", "lat", "lon"]))
+    asked = {"season": season, "plan": "accumulation"}
+    result = accumulus.query(path, VAR, ["lat", "lon"], {"time": RANGE}, **asked)
+    assert result.stats.raw_chunks_read == 0
+    np.testing.assert_allclose(result.data.values, expected.values, rtol=1e-9)
+
+    data = ds[VAR].astype("f8").sel(time=slice(*RANGE))
+    kept = accumulus.query(path, VAR, ["lat", "lon"], {"time": RANGE}, plan="accumulation")
+    assert kept.stats.raw_chunks_read == 0
+    np.testing.assert_allclose(
+        kept.data.values, data.weighted(w).mean(["lat", "lon"]).values, rtol=1e-9
+    )

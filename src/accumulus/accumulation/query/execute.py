@@ -14,8 +14,8 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cache, partial
 from math import prod
 from typing import Any
@@ -90,9 +90,13 @@ Part = RawPart | EntryPart
 Work = dict[str, tuple[ChunkRequest, list[Part]]]  # chunk key -> the chunk, its parts
 # The most slab weights kept per variable of a snapshot (``chunk_work``): a series' few.
 WEIGHTS_REMEMBERED = 4096
-# A chunk a read cuts: its array, coordinates and store, its part and the part's box of it
+# The chunks a plan's reads cut, by array object and coordinates, in the order first cut:
+# the array, coordinates and store, the parts of the chunk read and their boxes of it
 # (slices: an entry's index as a slice of one).
-Piece = tuple[zarr.Array[Any], tuple[int, ...], Store | None, Part, Region]
+Chunks = dict[
+    tuple[int, tuple[int, ...]],
+    tuple[zarr.Array[Any], tuple[int, ...], Store | None, list[Part], list[Region]],
+]
 # Where a read lies along one dimension of a chunk (``_along``): the chunk, the selection in
 # it (an entry's index, or a slice), the same as a slice, the range's part in it (None for
 # an entry).
@@ -323,44 +327,31 @@ def chunk_work(
 ) -> Work:
     """Every stored chunk the plan reads (by key, in plan order) and what it contributes
     (at its read's slot of the answer, when the plan has ``slots``)."""
-    counter = itertools.count()  # the parts' places in the plan, as they are listed
     # A shape's many reads share the weights of their slabs, and so do the queries of a
     # snapshot over the same boxes: kept with the groups, a bounded number of them.
     weights_memo: WeightsMemo = groups.remembered(("slab weights", var.name), dict)
     if len(weights_memo) > WEIGHTS_REMEMBERED:
         weights_memo.clear()
-    sources: dict[Any, _Source] = {}  # what every read of one accumulation shares
-    placed = _placement(plan, var)
-    # Where a read's range along one dimension lies in the chunks (``_entry_parts``), by
-    # the dimension's bounds and the range: a plan's reads share most of theirs (a seasonal
-    # series' runs: one box, one time range each).
-    spans: dict[tuple[Any, ...], list[Along]] = {}
-    # By array and chunk: the chunk, the parts of it read and their boxes of it.
-    chunks: dict[tuple[int, tuple[int, ...]], tuple[Piece, list[Part], list[Region]]] = {}
+    readings: dict[Any, _Reading] = {}  # what every read of one accumulation shares
+    placed = _Placement.of(plan, var)
+    listing = _Listing()
     for read in plan.reads:
         if read.is_raw:
-            pieces: Iterator[Piece] = _raw_parts(var, plan, read, placed, counter)
-        else:
-            source = sources.get(read.key or read.source)
-            if source is None:
-                # The same for every query of the snapshot asking the same sums over the
-                # same dimensions: worked out once (docs/benchmarks.md, "Per-question cost").
-                key = ("source", var.name, read.key or read.source, tuple(plan.over), tuple(terms))
-                source = sources[read.key or read.source] = groups.remembered(
-                    key, partial(_source, groups, var, read, plan, terms)
-                )
-            pieces = _entry_parts(groups, var, source, read, placed, weights_memo, counter, spans)
-        for piece in pieces:
-            array, coords, _, part, region = piece
-            known = chunks.get((id(array), coords))
-            if known is None:
-                chunks[id(array), coords] = (piece, [part], [region])
-            else:
-                known[1].append(part)
-                known[2].append(region)
+            _raw_parts(var, plan, read, placed, listing.counter, listing.chunks)
+            continue
+        reading = readings.get(read.key or read.source)
+        if reading is None:
+            # The same for every query of the snapshot asking the same sums over the
+            # same dimensions: worked out once (docs/benchmarks.md, "Per-question cost").
+            key = ("source", var.name, read.key or read.source, tuple(plan.over), tuple(terms))
+            source = groups.remembered(key, partial(_source, groups, var, read, plan, terms))
+            reading = readings[read.key or read.source] = _Reading.of(
+                groups, var, source, placed, weights_memo
+            )
+        _entry_parts(reading, read, placed, listing)
     work: Work = {}
     requests = ChunkRequests()
-    for (array, coords, store, _, _), parts, boxes in chunks.values():
+    for array, coords, store, parts, boxes in listing.chunks.values():
         # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``), or
         # whole and kept, an accumulation's, when the process keeps decoded chunks.
         keep = array is not var.array
@@ -380,14 +371,14 @@ def chunk_work(
 def _reached(boxes: Sequence[Region]) -> Region:
     """The smallest box of a chunk that holds every part of it (``boxes``: theirs)."""
     # (A seasonal series' chunks hold a run's slab each, dozens: along most dimensions the
-    # parts share their slice, taken as it is.)
-    reached = []
-    for along in zip(*boxes, strict=True):
-        first = along[0]
-        if along.count(first) == len(along):
-            reached.append(first)
-        else:
-            reached.append(slice(min([s.start for s in along]), max([s.stop for s in along])))
+    # parts share their slice, the same object, taken as it is.)
+    first, *others = boxes
+    reached = list(first)
+    for box in others:
+        for k, along in enumerate(box):
+            so_far = reached[k]
+            if along is not so_far and along != so_far:
+                reached[k] = slice(min(so_far.start, along.start), max(so_far.stop, along.stop))
     return tuple(reached)
 
 
@@ -643,11 +634,12 @@ def _raw_parts(
     var: VariableInfo,
     plan: QueryPlan,
     read: Read,
-    placed: Callable[[Mapping[str, Any], int], tuple[int | slice, ...]],
+    placed: _Placement,
     counter: Iterator[int],
-) -> Iterator[Piece]:
+    chunks: Chunks,
+) -> None:
     """The raw chunks a raw read cuts, and the part of each it reads (numbered by
-    ``counter``)."""
+    ``counter``), added to ``chunks``."""
     per_dim = []
     for dim, bounds in zip(var.dims, var.bounds, strict=True):
         lo, hi = read.box[dim]
@@ -661,7 +653,21 @@ def _raw_parts(
         local = tuple(slice(a - start, b - start) for _, a, b, start in combo)
         box = {d: (a, b) for d, (_, a, b, _) in zip(var.dims, combo, strict=True)}
         out = (slice(None), *placed(box, read.slot))
-        yield var.array, coords, None, RawPart(next(counter), read.sign, local, box, out), local
+        part = RawPart(next(counter), read.sign, local, box, out)
+        _add(chunks, var.array, coords, None, part, local)
+
+
+def _add(
+    chunks: Chunks, array: zarr.Array[Any], coords: tuple[int, ...], store: Store | None,
+    part: Part, region: Region,
+) -> None:  # fmt: skip
+    """A chunk's part, and its box of the chunk, added to the chunks listed."""
+    known = chunks.get((id(array), coords))
+    if known is None:
+        chunks[id(array), coords] = (array, coords, store, [part], [region])
+    else:
+        known[3].append(part)
+        known[4].append(region)
 
 
 @dataclass(frozen=True)
@@ -717,6 +723,12 @@ def _source(
         alike = next((members for other, members in grids if other == bounds), None)
         if alike is None:
             alike = []
+            # Along a dimension chunked alike in another grid, that grid's bounds object: a
+            # plan finds where a read lies along it once for both (``_Listing.spans``).
+            bounds = tuple(
+                next((o[k] for o, _ in grids if o[k] == along), along)
+                for k, along in enumerate(bounds)
+            )
             grids.append((bounds, alike))
         alike.append((t, term, array, weighted))
     varying = weights_vary_along(groups.cube, group.weights, var)
@@ -726,63 +738,175 @@ def _source(
     )  # fmt: skip
 
 
-def _entry_parts(
-    groups: AccumulationGroups,
-    var: VariableInfo,
-    source: _Source,
-    read: Read,
-    placed: Callable[[Mapping[str, Any], int], tuple[int | slice, ...]],
-    weights_memo: WeightsMemo,
-    counter: Iterator[int],
-    spans: dict[tuple[Any, ...], list[Along]],
-) -> Iterator[Piece]:
-    """The accumulation chunks holding a read's entries, and the slab of each it reads
-    (numbered by ``counter``). Where the chunks lie is worked out once for all the terms
-    whose arrays are chunked alike, and along each dimension once per plan for each range
-    or entry (``spans``). ``weights_memo``: the weights of slabs already listed, by what
-    they depend on (the slab's dimensions and its ranges along those the weights vary
-    along)."""
-    remaining, summed = source.remaining, source.summed
+@dataclass(slots=True)
+class _Reading:
+    """A plan's reads of one accumulation (``source``): where their slabs land in the answer
+    and their weights' key are worked out from the slabs' ranges by their positions among
+    the array's dimensions: ``kept``, those of the dimensions kept (with their ranges' starts
+    and sizes, ``_Placement``), ``varying``, those of the dimensions the weights vary along
+    (None: a dimension the array does not have). Both are worked out once for each slab of
+    the other dimensions than the first (``_rest``), and along the first once per chunk
+    there, unless the weights vary along it (``first_varying``: once per slab)."""
+
+    groups: AccumulationGroups
+    var: VariableInfo
+    source: _Source
+    kept: list[tuple[int, int, int]]
+    varying: list[tuple[str, int | None]]
+    first_at: int | None  # the first dimension's place among those kept (None: not kept)
+    first_varying: bool
+    # The weights of slabs already listed, by what they depend on (the slab's dimensions
+    # and its ranges along those the weights vary along).
+    weights_memo: WeightsMemo
+
+    @classmethod
+    def of(
+        cls, groups: AccumulationGroups, var: VariableInfo, source: _Source,
+        placement: _Placement, weights_memo: WeightsMemo,
+    ) -> _Reading:  # fmt: skip
+        dims = source.array_dims
+        kept = [(dims.index(d), lo, size) for d, lo, size in placement.kept]
+        varying = [(d, dims.index(d) if d in dims else None) for d in source.varying]
+        first_at = next((k for k, (i, _, _) in enumerate(kept) if i == 0), None)
+        return cls(
+            groups, var, source, kept, varying, first_at, any(i == 0 for _, i in varying),
+            weights_memo,
+        )  # fmt: skip
 
     def slab_weights(
-        box: Mapping[str, tuple[int, int]],
+        self, extents: tuple[tuple[int, int] | None, ...]
     ) -> tuple[Any, tuple[int, np.ndarray] | None]:
-        """The slab's weights, and as ``_contraction`` gives them."""
+        """A slab's weights (its ranges ``extents``, None for an entry), and as
+        ``_contraction`` gives them."""
+        source = self.source
+        weights, remaining, summed = source.group.weights, source.remaining, source.summed
         key = (
-            source.group.weights, remaining, summed,
-            tuple([(d, box.get(d)) for d in source.varying]),
+            weights, remaining, summed,
+            tuple([(d, None if i is None else extents[i]) for d, i in self.varying]),
         )  # fmt: skip
-        if key not in weights_memo:
-            w = _slab_weights(groups.cube, var, source.group.weights, remaining, box)
-            weights_memo[key] = w, _contraction(w, summed)
-        return weights_memo[key]
+        if key not in self.weights_memo:
+            box = {d: e for d, e in zip(source.array_dims, extents, strict=True) if e}
+            w = _slab_weights(self.groups.cube, self.var, weights, remaining, box)
+            self.weights_memo[key] = w, _contraction(w, summed)
+        return self.weights_memo[key]
 
+
+def _entry_parts(reading: _Reading, read: Read, placement: _Placement, listing: _Listing) -> None:
+    """The accumulation chunks holding a read's entries, and the slab of each it reads
+    (numbered by ``listing.counter``), added to ``listing.chunks``. Where the chunks lie is
+    worked out once for all the terms whose arrays are chunked alike, along each dimension
+    once per plan for each range or entry (``listing.spans``), and along all but the first
+    once per plan for the reads alike there (``listing.rests``: a seasonal series' runs
+    differ only in their time ranges)."""
+    source = reading.source
+    summed, order, tallied = source.summed, source.order, source.tallied
+    kept, first_at, first_varying = reading.kept, reading.first_at, reading.first_varying
+    counter, chunks, spans = listing.counter, listing.chunks, listing.spans
+    sign, store = read.sign, reading.groups.store
+    slot = (read.slot,) if placement.slotted else ()
+    first = source.array_dims[0]
+    entry = read.entries.get(first)
+    for bounds, members, rows in _rest(reading, read, listing):
+        where = (id(bounds), entry) if entry is not None else (id(bounds), *read.box[first])
+        items = spans.get(where)
+        if items is None:
+            items = spans[where] = _along(bounds, entry, read.box.get(first))
+        for c, selection, sliced, extent in items:
+            # Where the slab's range along the first dimension lands, when it is kept: at
+            # its place among the dimensions kept (``first_at``).
+            landing = None if first_at is None else _landing(extent, *kept[first_at][1:])
+            for row in rows:
+                coords = (c, *row.coords)
+                local = (selection, *row.local)
+                region = (sliced, *row.region)
+                if landing is None:
+                    at = (*slot, *row.at)
+                else:
+                    at = (*slot, *row.at[:first_at], landing, *row.at[first_at:])
+                # The slab's weights, looked up once for its weighted terms (once for all
+                # the slabs along the first dimension when they do not vary along it).
+                weighed = None if first_varying else row.weighed
+                for t, term, array, weighted in members:
+                    w, contract = None, None
+                    if weighted:
+                        if weighed is None:
+                            weighed = reading.slab_weights((extent, *row.extents))
+                            if not first_varying:
+                                row.weighed = weighed
+                        w, contract = weighed
+                    part = EntryPart(
+                        next(counter), sign, term, local, summed, order, (t, *at), w, tallied,
+                        contract,
+                    )  # fmt: skip
+                    _add(chunks, array, coords, store, part, region)
+
+
+@dataclass(slots=True)
+class _RestSlab:
+    """A read's slab along all of an accumulation's dimensions but the first, in one chunk
+    there: the chunk's coordinates, the slab's selection in it and as slices, its ranges
+    (None for an entry), where its ranges along the dimensions kept land in the answer (in
+    their order, the first dimension's left out) and its weights once looked up, for all the
+    slabs along the first dimension joined to it (``_entry_parts``)."""
+
+    coords: tuple[int, ...]
+    local: tuple[int | slice, ...]
+    region: Region
+    extents: tuple[tuple[int, int] | None, ...]
+    at: tuple[slice, ...]
+    weighed: tuple[Any, tuple[int, np.ndarray] | None] | None = None
+
+
+# Per grid of an accumulation (its terms' arrays chunked alike): the chunk bounds along the
+# first dimension, the terms, and the slabs along the others (``_RestSlab``).
+Rest = list[tuple[ChunkBounds, tuple[tuple[int, str, zarr.Array[Any], bool], ...], list[_RestSlab]]]
+
+
+@dataclass(slots=True)
+class _Listing:
+    """A plan's chunks as they are listed (``chunk_work``): the chunks and their parts, the
+    parts' places in the plan, and what reads alike share (``_entry_parts``)."""
+
+    chunks: Chunks = field(default_factory=dict)
+    counter: Iterator[int] = field(default_factory=itertools.count)
+    # Where a read's range or entry along one dimension lies in the chunks, by the
+    # dimension's bounds and the range or entry (``_along``).
+    spans: dict[tuple[Any, ...], list[Along]] = field(default_factory=dict)
+    # A read's slabs along all the dimensions but the first, by its accumulation and its
+    # ranges and entries along those (``_rest``).
+    rests: dict[tuple[Any, ...], Rest] = field(default_factory=dict)
+
+
+def _rest(reading: _Reading, read: Read, listing: _Listing) -> Rest:
+    """The slabs a read cuts along all its accumulation's dimensions but the first, per
+    grid, in the order of their chunks (the last dimension's fastest)."""
+    source, kept = reading.source, reading.kept
+    dims = source.array_dims
+    key = (
+        id(source),
+        *[read.entries[d] if d in read.entries else read.box[d] for d in dims[1:]],
+    )  # fmt: skip
+    rest = listing.rests.get(key)
+    if rest is not None:
+        return rest
+    rest = []
     for bounds_of, members in source.grids:
-        # Per dimension: (chunk, the slab's selection in it, as a slice, the slab's span or
-        # None for an entry).
         per_dim = []
-        for dim, bounds in zip(source.array_dims, bounds_of, strict=True):
+        for dim, bounds in zip(dims[1:], bounds_of[1:], strict=True):
             entry = read.entries.get(dim)
             where = (id(bounds), entry) if entry is not None else (id(bounds), *read.box[dim])
-            found = spans.get(where)
+            found = listing.spans.get(where)
             if found is None:
-                found = spans[where] = _along(bounds, entry, read.box.get(dim))
+                found = listing.spans[where] = _along(bounds, entry, read.box.get(dim))
             per_dim.append(found)
+        rows = []
         for combo in itertools.product(*per_dim):
-            coords, local, region, extents = zip(*combo, strict=True)
-            box = {d: e for d, e in zip(source.array_dims, extents, strict=True) if e}
-            at = placed(box, read.slot)
-            weighed = None  # the slab's weights, looked up once for its weighted terms
-            for t, term, array, weighted in members:
-                w, contract = None, None
-                if weighted:
-                    weighed = weighed or slab_weights(box)
-                    w, contract = weighed
-                part = EntryPart(
-                    next(counter), read.sign, term, local, summed, source.order, (t, *at),
-                    w, source.tallied, contract,
-                )  # fmt: skip
-                yield array, coords, groups.store, part, region
+            coords, local, region, extents = zip(*combo, strict=True) if combo else ((),) * 4
+            at = tuple([_landing(extents[i - 1], lo, size) for i, lo, size in kept if i])
+            rows.append(_RestSlab(coords, local, region, extents, at))
+        rest.append((bounds_of[0], members, rows))
+    listing.rests[key] = rest
+    return rest
 
 
 def _along(bounds: ChunkBounds, entry: int | None, extent: tuple[int, int] | None) -> list[Along]:
@@ -856,25 +980,35 @@ def _weights_over(
     return whole[tuple(box[d] if n > 1 else slice(None) for d, n in sizes)]
 
 
-def _placement(
-    plan: QueryPlan, var: VariableInfo
-) -> Callable[[Mapping[str, Any], int], tuple[int | slice, ...]]:
+@dataclass(frozen=True, slots=True)
+class _Placement:
     """Where a box lands in the answer (its kept dimensions, after its read's slot when the
     plan has ``slots``): modulo the axis' size (where the plan's ranges wrap), so that the
     part of a longitude range past the grid's seam follows the part before it."""
-    sizes = {**dict(zip(var.dims, var.shape, strict=True)), **plan.sizes}
-    kept = [(d, plan.ranges[d][0], sizes[d]) for d in plan.dims if d not in plan.over]
-    slotted = plan.slots is not None
 
-    def placed(box: Mapping[str, tuple[int, int]], slot: int) -> tuple[int | slice, ...]:
-        out: list[int | slice] = [slot] if slotted else []
-        for d, lo, size in kept:
-            a, b = box[d]
-            start = (a - lo) % size
-            out.append(slice(start, start + b - a))
+    slotted: bool
+    # The dimensions kept, in the answer's order: (dimension, its range's start, its size).
+    kept: tuple[tuple[str, int, int], ...]
+
+    @classmethod
+    def of(cls, plan: QueryPlan, var: VariableInfo) -> _Placement:
+        sizes = {**dict(zip(var.dims, var.shape, strict=True)), **plan.sizes}
+        kept = tuple((d, plan.ranges[d][0], sizes[d]) for d in plan.dims if d not in plan.over)
+        return cls(plan.slots is not None, kept)
+
+    def __call__(self, box: Mapping[str, tuple[int, int]], slot: int) -> tuple[int | slice, ...]:
+        out: list[int | slice] = [slot] if self.slotted else []
+        for d, lo, size in self.kept:
+            out.append(_landing(box[d], lo, size))
         return tuple(out)
 
-    return placed
+
+def _landing(extent: tuple[int, int] | None, lo: int, size: int) -> slice:
+    """Where a range along a kept dimension lands in the answer, whose range starts at
+    ``lo`` on an axis of ``size``."""
+    assert extent is not None  # (a dimension kept is read over a range, not at an entry)
+    start = (extent[0] - lo) % size
+    return slice(start, start + extent[1] - extent[0])
 
 
 class InfiniteEntriesError(AccumulationReadError):
