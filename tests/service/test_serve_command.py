@@ -233,6 +233,14 @@ def test_serve_chunk_cache_default_follows_the_archive_as_it_grows(tmp_path: Pat
         grown(20, 2)
         fixed.snapshot_of(fixed.dataset("growing"))
         assert DECODED.limit == 3 * 2**20
+        # Another dataset that cannot be read now: the size stays, the request is answered.
+        other = write_cube(tmp_path / "other.zarr", dataset("2001-01-01", 10, 12, 16), CHUNKS)
+        service = app.create_app([str(path), str(other)]).state.service
+        limit = DECODED.limit
+        (other / "zarr.json").write_text("not JSON")
+        grown(10, 3)
+        assert service.snapshot_of(service.dataset("growing")).token
+        assert DECODED.limit == limit
     finally:
         DECODED.set_limit(previous)
 

@@ -128,7 +128,7 @@ class Service:
                 self._chunk_cache_sizing is not None
                 and self._sized_for.get(snapshot.dataset) != snapshot.token
             ):
-                self._size_chunk_cache()
+                self._size_chunk_cache(snapshot)
             return snapshot
         # The service's boundary: a store or library failing (and a fault of ours, logged
         # with its traceback) is a 503 naming the dataset, never a crash of the service.
@@ -137,15 +137,21 @@ class Service:
                 log.exception("reading the snapshot of dataset %s failed", dataset.name)
             raise ServiceError(f"dataset {dataset.name!r} cannot be read now: {exc}") from None
 
-    def _size_chunk_cache(self) -> None:
+    def _size_chunk_cache(self, changed: DatasetSnapshot) -> None:
         """The decoded-chunk cache sized for the datasets as they stand now (an append or a
-        new build changes the accumulation chunks there are to keep), once per change."""
+        new build changes the accumulation chunks there are to keep), once per change
+        (``changed``: the new snapshot that asks). Another dataset that cannot be read now
+        leaves the size as it was, and the request that asked unharmed."""
         assert self._chunk_cache_sizing is not None
         with self._sizing:
-            now = {dataset.name: dataset.snapshot().token for dataset in self.catalog}
-            if now != self._sized_for:
-                DECODED.set_limit(self._chunk_cache_sizing())
-                self._sized_for = now
+            try:
+                now = {dataset.name: dataset.snapshot().token for dataset in self.catalog}
+                if now != self._sized_for:
+                    DECODED.set_limit(self._chunk_cache_sizing())
+                    self._sized_for = now
+            except Exception as exc:  # (sized again at the next change)
+                log.warning("the decoded-chunk cache keeps its size: %s", exc)
+                self._sized_for = {**self._sized_for, changed.dataset: changed.token}
 
     @property
     def busy(self) -> int:
