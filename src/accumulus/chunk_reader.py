@@ -32,6 +32,7 @@ Requests are counted here, at the store: every request made and the bytes it ret
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -104,14 +105,10 @@ SIDE_BY_SIDE_CHUNK = 2**20
 # BloscLZ), a chunk this size or smaller being one block.
 AUTO_BLOCK_BYTES = 2**19
 WORKERS = max(2, min(4, os.cpu_count() or 1))
-# Runs side by side are read by workers and the calling thread, unless that is the main
-# thread: there numcodecs' Blosc decodes with threads of its own, which competed with the
-# workers, so it waits. The workers of one pool run at the priority of the threads that
-# hand it runs (``_pool``): a thread keeps the priority of the thread that started it, and
-# a service's scans run below its other computations (``service.state``), so a pool shared
-# by both ran a scan's runs at the light questions' priority, or theirs below it.
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_POOLS_MADE = threading.Lock()
+# Runs side by side are read by workers (``READ_POOL``) and the calling thread, unless that
+# is the main thread: there numcodecs' Blosc decodes with threads of its own, which competed
+# with the workers, so it waits.
+READ_POOL = "accumulus-read"
 # Chunks fetched through the event loop are decoded and summed by this many tasks at once,
 # each in a worker thread, taking the chunks that arrived together (4 and 6 measured alike
 # on 2 cores, 2 slower).
@@ -122,7 +119,14 @@ CONSUMERS = 4
 # that need one of its threads wedged every one of them (two weighted queries were enough
 # on 2 cores: 8 consumers, 6 threads). No read needs this pool, so its size bounds only how
 # many batches are consumed at once.
-_CONSUME_POOL = ThreadPoolExecutor(2 * CONSUMERS, thread_name_prefix="accumulus-consume")
+CONSUME_POOL = "accumulus-consume"
+# Workers by pool and priority (``_pool``): a service's scans run below its other
+# computations (``service.state``), and a pool shared by both read a scan's chunks at the
+# light questions' priority (a thread keeps the priority of the one that started it), or
+# theirs below it.
+_POOL_SIZES = {READ_POOL: WORKERS, CONSUME_POOL: 2 * CONSUMERS}
+_POOLS: dict[tuple[str, int], ThreadPoolExecutor] = {}
+_POOLS_MADE = threading.Lock()
 # A checksummed chunk of a local file (every v2 accumulation chunk: Blosc, then Fletcher-32
 # over the whole stored chunk) is verified the first time this process reads each version
 # of its file (``FileVersion``: the same inode, size, modification and change times);
@@ -372,7 +376,7 @@ def read_chunks(
     if here is not None:
         _read_here(here, consume, counts)
     elif unique:
-        sync(_read_all(unique, consume, counts, memory_bytes, store))
+        sync(_read_all(unique, consume, counts, memory_bytes, store, _pool(CONSUME_POOL)))
     return counts
 
 
@@ -520,9 +524,9 @@ def _read_here(
     size = -(-len(chunks) // runs)
     parts = [chunks[i : i + size] for i in range(0, len(chunks), size)]
     tallies = [ReadCounts() for _ in parts]
-    # The calling thread reads the first run itself, unless it is the main thread (``_POOLS``).
+    # The calling thread reads the first run itself, unless it is the main thread.
     own = 0 if threading.current_thread() is threading.main_thread() else 1
-    pool = _pool()
+    pool = _pool(READ_POOL)
     futures = [
         pool.submit(_read_run, part, consume, tally)
         for part, tally in zip(parts[own:], tallies[own:], strict=True)
@@ -545,20 +549,39 @@ def _read_here(
         raise failed
 
 
-def _pool() -> ThreadPoolExecutor:
-    """The pool of workers at the calling thread's priority (its nice value), made when
-    first asked: its threads are started by the threads handing it runs, so they take their
-    priority (``_POOLS``)."""
-    try:
-        nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    except (AttributeError, OSError):  # no per-thread priority here
-        nice = 0
-    pool = _POOLS.get(nice)
+def _pool(name: str) -> ThreadPoolExecutor:
+    """The pool ``name`` of workers at the calling thread's priority (its nice value),
+    made when first asked. Each worker lowers its own priority to that one when it starts
+    (any thread may), whichever thread starts it: the consumers are started by zarr's event
+    loop, on behalf of the thread reading."""
+    nice = _priority()
+    pool = _POOLS.get((name, nice))
     if pool is None:
         with _POOLS_MADE:
-            name = "accumulus-read" if nice == 0 else f"accumulus-read-nice{nice}"
-            pool = _POOLS.setdefault(nice, ThreadPoolExecutor(WORKERS, thread_name_prefix=name))
+            pool = _POOLS.get((name, nice))
+            if pool is None:
+                pool = _POOLS[name, nice] = ThreadPoolExecutor(
+                    _POOL_SIZES[name],
+                    thread_name_prefix=name if nice == 0 else f"{name}-nice{nice}",
+                    initializer=_lower_priority,
+                    initargs=(nice,),
+                )
     return pool
+
+
+def _priority() -> int:
+    """This thread's nice value (0 where threads have none of their own)."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    except (AttributeError, OSError):
+        return 0
+
+
+def _lower_priority(nice: int) -> None:
+    """Run this thread at ``nice`` (a worker's start), if it runs above it."""
+    if _priority() < nice:
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
 
 
 def _read_run(
@@ -684,10 +707,12 @@ async def _read_all(
     counts: ReadCounts,
     memory_bytes: int | None,
     store: Store | None,
+    consumers_pool: ThreadPoolExecutor,
 ) -> None:
-    """Fetch every chunk concurrently; decode and consume them in worker threads as they
-    arrive, those that arrived together in one hand-over (up to ``IN_THREAD_BYTES`` decoded):
-    a plan of many small chunks then costs a few hand-overs, not two per chunk."""
+    """Fetch every chunk concurrently; decode and consume them in worker threads (of
+    ``consumers_pool``) as they arrive, those that arrived together in one hand-over (up to
+    ``IN_THREAD_BYTES`` decoded): a plan of many small chunks then costs a few hand-overs,
+    not two per chunk."""
     limit = asyncio.Semaphore(MAX_IN_FLIGHT)
     held = _Held(memory_bytes)
     fetcher = _Fetcher(store, counts)
@@ -725,7 +750,7 @@ async def _read_all(
                 batch.append(item)
                 nbytes += item[2]
             try:
-                await _in_consume_pool(_consume_all, batch, consume)
+                await _in_pool(consumers_pool, _consume_all, batch, consume)
             finally:
                 await held.give_back(sum(cost for _, _, cost in batch))
 
@@ -739,11 +764,11 @@ async def _read_all(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _in_consume_pool(function: Callable[..., None], *args: object) -> None:
-    """``function(*args)`` on a thread of ``_CONSUME_POOL``. Cancelled, it still waits for
-    the thread to finish (a thread cannot be stopped): a batch whose reading failed or was
-    stopped returns only once none of its chunks is being consumed any more."""
-    running = asyncio.get_running_loop().run_in_executor(_CONSUME_POOL, function, *args)
+async def _in_pool(pool: ThreadPoolExecutor, function: Callable[..., None], *args: object) -> None:
+    """``function(*args)`` on a thread of ``pool``. Cancelled, it still waits for the thread
+    to finish (a thread cannot be stopped): a batch whose reading failed or was stopped
+    returns only once none of its chunks is being consumed any more."""
+    running = asyncio.get_running_loop().run_in_executor(pool, function, *args)
     try:
         await asyncio.shield(running)
     except asyncio.CancelledError:

@@ -146,23 +146,27 @@ def _nice() -> int:
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
-def test_runs_side_by_side_run_at_the_priority_of_the_thread_asking(cube_path, monkeypatch):
-    """A thread below the others' priority (a service's scan) has its runs side by side read
-    by workers at its priority, and a thread at the usual priority by workers at that one,
-    whichever asked first: a worker keeps the priority of the thread that started it."""
+@pytest.mark.parametrize("through_loop", [False, True])
+def test_chunks_are_read_at_the_priority_of_the_thread_asking(cube_path, monkeypatch, through_loop):
+    """A thread below the others' priority (a service's scan) has its chunks read by workers
+    at its priority, and a thread at the usual priority by workers at that one, whichever
+    asked first: runs side by side (a local store) and the consumers of chunks fetched
+    through zarr's event loop (any other store), whose workers that loop starts."""
     path, _ = cube_path
     monkeypatch.setattr(chunk_reader, "IN_THREAD_BYTES", 1)
     monkeypatch.setattr(chunk_reader, "SIDE_BY_SIDE_CHUNK", 0)
-    read_run = chunk_reader._read_run
+    worker = "_consume_all" if through_loop else "_read_run"
+    work = getattr(chunk_reader, worker)
     priorities: list[int] = []
 
     def recorded(*args):
         priorities.append(_nice())
-        return read_run(*args)
+        return work(*args)
 
-    monkeypatch.setattr(chunk_reader, "_read_run", recorded)
+    monkeypatch.setattr(chunk_reader, worker, recorded)
     over, ranges = QUESTIONS[2]
-    cube = accumulus.open(str(path))
+    store = CountingStore(open_store(str(path))) if through_loop else str(path)
+    cube = accumulus.open(store)
     usual = _nice()
     seen: dict[str, set[int]] = {}
 
@@ -171,7 +175,7 @@ def test_runs_side_by_side_run_at_the_priority_of_the_thread_asking(cube_path, m
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), usual + lower_by)
         priorities.clear()
         cube.query(VAR, over, ranges)
-        assert len(priorities) >= 2
+        assert len(priorities) >= (1 if through_loop else 2)
         seen[name] = set(priorities)
 
     for name, lower_by in (("scan", 5), ("light", 0), ("scan again", 5)):
