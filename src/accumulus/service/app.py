@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -95,8 +95,8 @@ def catalog(stores: Sequence[str], settings: ServiceSettings) -> Catalog:
 
 def chunk_cache_bytes_of(settings: ServiceSettings, served: Catalog, holders: int = 1) -> int:
     """The memory for decoded accumulation chunks ``settings`` give, or by default room
-    for those of the ``served`` datasets, kept by ``holders`` processes each (the
-    default's one place)."""
+    for those of the ``served`` datasets, kept by ``holders`` processes each (as ``serve``
+    works it out for its workers)."""
     given = settings.get("chunk_cache_bytes")
     return default_chunk_cache_bytes(served, holders) if given is None else given
 
@@ -120,14 +120,15 @@ def create_app(stores: Sequence[str], **settings: Unpack[ServiceSettings]) -> Fa
     tune_allocator()
     sys.setswitchinterval(0.001)
     served = catalog(stores, settings)
+    # A size given, or the default's rule (sized again as the datasets change).
+    given = settings.get("chunk_cache_bytes")
     holders = settings.get("chunk_cache_holders", 1)
-    chunk_cache_bytes = chunk_cache_bytes_of(settings, served, holders)
-    # Sized by the default's rule: sized again as the datasets change.
-    sizing = (
-        partial(default_chunk_cache_bytes, served, holders)
-        if settings.get("chunk_cache_bytes") is None
-        else None
-    )
+    sizing: Callable[[], int] | None = None
+    if given is None:
+        sizing = partial(default_chunk_cache_bytes, served, holders)
+        chunk_cache_bytes = sizing()
+    else:
+        chunk_cache_bytes = given
     shared = settings.get("shared_chunks")
     DECODED.share(None if shared is None else SharedChunks.opened(Path(shared), chunk_cache_bytes))
     DECODED.set_limit(chunk_cache_bytes)

@@ -108,7 +108,7 @@ class Service:
         self._chunk_cache_sizing = chunk_cache_sizing
         self._sized_for = {s.dataset: s.token for s in first}
         self._sizing = threading.Lock()
-        self.health = HealthMonitor(catalog, {s.dataset: s.token for s in first}, self.snapshot_of)
+        self.health = HealthMonitor(catalog, dict(self._sized_for), self.snapshot_of)
 
     def dataset(self, name: str) -> Dataset:
         """The dataset ``name`` (a 404 naming the datasets there are, when none)."""
