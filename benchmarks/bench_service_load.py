@@ -1,7 +1,9 @@
 """The service under a data center's load (issue 39): `accumulus serve CUBE --workers 2` on
-the realistic cube with its default accumulations (time at month ends and every 2 days of each
-month, lat+lon at every cell: `--at time=month+2,lat=1,lon=1`), and a client on the same
-machine sending unique random requests with a fixed number in flight.
+the realistic cube with the accumulations issue 39 names (``--layout issue``: time at every
+day, lat+lon at every cell, `--dims time --dims lat,lon --at time=1 --at lat=1,lon=1`) or
+those `accumulate` builds with no options (``--layout default``: time at month ends and every
+2 days of each month, whose day-precise maps read a raw day at each end), and a client on the
+same machine sending unique random requests with a fixed number in flight.
 
 Requests (all distinct, so the answer cache cannot help): half area-averaged series over a
 random box (2-60 degrees of latitude x 2-120 of longitude, some across 0 degrees, some across
@@ -130,8 +132,24 @@ MAX_CELLS = 2_000_000
 # The cube
 
 
-def prepared_cube(directory: Path, days: int) -> Path:
-    """The realistic cube (or its first ``days``), with the default accumulations."""
+# The accumulations served (``--layout``): the options of `accumulate` that build them, and
+# the rules of the accumulations they build on the realistic cube (whose dates and Blosc
+# chunks take the default's dated rule along time).
+LAYOUTS: dict[str, tuple[dict, dict[tuple[str, ...], dict]]] = {
+    "issue": (
+        {"dims": ["time", "lat,lon"], "at": {"time": 1, "lat": 1, "lon": 1}},
+        {("time",): {"time": 1}, ("lat", "lon"): {"lat": 1, "lon": 1}},
+    ),
+    "default": (
+        {},
+        {("time",): {"time": spec.DEFAULT_DATED_RULE}, ("lat", "lon"): {"lat": 1, "lon": 1}},
+    ),
+}
+
+
+def prepared_cube(directory: Path, days: int, layout: str) -> Path:
+    """The realistic cube (or its first ``days``), with the accumulations ``layout`` names
+    (``LAYOUTS``): built, or rebuilt when it holds others."""
     if days == SHAPE[0]:
         path = realistic_cube(directory)
     else:
@@ -142,13 +160,19 @@ def prepared_cube(directory: Path, days: int) -> Path:
             ds.to_zarr(path, mode="w", zarr_format=2, consolidated=True)
     cube = open_cube(str(path))
     root = zarr.open_group(str(path), mode="r")
-    default = False
+    built = False
     if spec.group_name(VARIABLE) in root:
-        default = spec.layout_name(read_group(cube, VARIABLE, root)) == "default"
-    # The default layout is what `accumulate` builds with no options; an older group of
-    # another layout (bench_average's chunk ends) is replaced.
-    accumulus.accumulate(str(path), VARIABLE, reset=not default)
+        built = _built_as(read_group(cube, VARIABLE, root), layout)
+    # A group of another layout (the other of ``LAYOUTS``, bench_average's chunk ends) is
+    # replaced; one of this layout brought up to date.
+    accumulus.accumulate(str(path), VARIABLE, reset=not built, **LAYOUTS[layout][0])
     return path
+
+
+def _built_as(group: spec.AccumulationGroup, layout: str) -> bool:
+    """Whether ``group`` holds the accumulations ``layout`` names, and only those."""
+    found = {a.dims: a.placement.rules if a.placement else None for a in group.chosen}
+    return found == LAYOUTS[layout][1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -688,6 +712,11 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--days", type=int, default=SHAPE[0], help="a shorter cube (quick runs)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--layout", choices=list(LAYOUTS), default="issue",
+        help="the accumulations served: issue 39's (time at every day) or accumulate's default "
+        "(time at month ends and every 2 days)",
+    )  # fmt: skip
     parser.add_argument("--requests", type=int, default=2000, help="per load")
     parser.add_argument("--loads", nargs="+", default=list(LOADS), choices=list(LOADS))
     parser.add_argument(
@@ -729,7 +758,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
     args.dir.mkdir(parents=True, exist_ok=True)
 
-    cube = prepared_cube(args.dir, args.days)
+    cube = prepared_cube(args.dir, args.days, args.layout)
     name = cube.name.removesuffix(".zarr")
     loads = {
         load: questions(name, args.days, args.requests, LOADS[load][1], seed=10 + k)
@@ -790,8 +819,7 @@ def main() -> None:
         "benchmark": "service under load: unique random requests, accumulus serve --workers "
         f"{args.workers} (issue 39)",
         "cube": {"store": str(cube), "shape": [args.days, *SHAPE[1:]], "chunks": list(CHUNKS)},
-        "accumulations": "default: time at month ends and every 2 days of each month, "
-        "lat+lon at every cell",
+        "accumulations": {"layout": args.layout, "accumulate_options": LAYOUTS[args.layout][0]},
         "client": "aiohttp in one asyncio process on the same cores (keep-alive)",
         "servers": servers,
         "floor_in_process": floor_figures,
