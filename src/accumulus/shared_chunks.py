@@ -18,7 +18,8 @@ or drops entries; an entry that takes them past the limit makes its writer drop 
 recently used entries (by modification time, set again when an entry is read, at most once a
 ``TOUCH_NS``) down to ``EVICT_TO`` of the limit. Any error of the shared store (a vanished or
 corrupt entry, a full file system) is a miss, counted in ``errors``: the chunk is then read
-and decoded as without the cache.
+and decoded as without the cache. A limit raised later (the default follows the archive) is
+held to the room the file system has, so the entries never fill it for its other users.
 
 A process keeps the entries it has mapped (up to ``MAPPED_ENTRIES``), so that reading one
 again costs a ``stat`` (still the file mapped?) and a ``pread`` of a counter of the entries
@@ -235,13 +236,29 @@ class SharedChunks:
             new.unlink(missing_ok=True)
 
     def set_limit(self, limit: int) -> None:
-        """Keep at most ``limit`` bytes from now on (0: none)."""
-        self.limit = limit
+        """Keep at most ``limit`` bytes from now on (0: none), and no more than the file
+        system has room for beside what is kept already: a limit raised as the archive
+        grows (``serve``'s default) never fills it, which would fail every other user of
+        it too (logged when the room is what bounds it)."""
         try:
             with self._locked():
-                if self._read_held() > limit:
+                held = self._read_held()
+                room = held + shutil.disk_usage(self.directory).free
+                if limit > room:
+                    log.warning(
+                        "%s has room for %d MiB of decoded chunks, not the %d MiB asked: "
+                        "%d MiB are shared",
+                        self.directory.parent,
+                        room // 2**20,
+                        limit // 2**20,
+                        room // 2**20,
+                    )
+                    limit = room
+                self.limit = limit
+                if held > limit:
                     self._write_held(self._drop_oldest(limit))
         except OSError:
+            self.limit = min(self.limit, limit)
             self.errors += 1
 
     def close(self) -> None:

@@ -188,3 +188,26 @@ def test_the_directory_is_removed_when_the_service_stops(tmp_path, monkeypatch):
     assert not directory.exists()
     with shared_directory(2**62) as directory:
         assert directory is None
+
+
+def test_a_limit_raised_past_the_room_of_the_file_system_is_held_to_that_room(
+    tmp_path, monkeypatch, caplog
+):
+    """The default limit follows the archive as it grows (``serve``): raised past what the
+    file system in memory can still hold, it is held to that room (what is kept counts as
+    room), so the entries never fill it; said in the log."""
+    entry = HEADER_BYTES + 8 * 1000
+    store = SharedChunks(tmp_path, 10 * entry)
+    for inode in range(4):
+        store.put(_version(inode), np.zeros(1000))
+    free = 3 * entry
+    usage = shared_chunks.shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shared_chunks.shutil, "disk_usage", lambda path: usage._replace(free=free))
+    store.set_limit(100 * entry)
+    assert store.limit == 7 * entry  # the 4 entries kept and the room for 3 more
+    assert "room for" in caplog.text
+    for inode in range(10, 30):
+        store.put(_version(inode), np.zeros(1000))
+    assert store.held == sum(p.stat().st_size for p in _entries(tmp_path)) <= 7 * entry
+    store.set_limit(2 * entry)  # within the room: as asked, the oldest dropped
+    assert store.limit == 2 * entry and store.held <= 2 * entry and store.errors == 0
