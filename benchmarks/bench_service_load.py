@@ -209,9 +209,11 @@ def server_cpu(process: subprocess.Popen) -> dict[int, float]:
     return seconds
 
 
-def server_threads(process: subprocess.Popen) -> dict[tuple[int, int], tuple[float, int]]:
-    """CPU seconds and context switches of each thread of the server's worker processes so
-    far, by (process, thread) id: a worker's main thread runs its event loop (HTTP, the
+def server_threads(
+    process: subprocess.Popen,
+) -> dict[tuple[int, int], tuple[float, float, int]]:
+    """CPU seconds (user, system) and context switches of each thread of the server's worker
+    processes so far, by (process, thread) id: a worker's main thread runs its event loop (HTTP, the
     hand-overs), the others compute (the check, the query, JSON) or serve them."""
     found = {}
     for worker in psutil.Process(process.pid).children(recursive=True):
@@ -227,7 +229,7 @@ def server_threads(process: subprocess.Popen) -> dict[tuple[int, int], tuple[flo
             switches = sum(
                 int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line
             )
-            found[(worker.pid, thread.id)] = (thread.user_time + thread.system_time, switches)
+            found[(worker.pid, thread.id)] = (thread.user_time, thread.system_time, switches)
     return found
 
 
@@ -235,17 +237,22 @@ def thread_split(before: dict, after: dict, requests: int) -> dict[str, float]:
     """The workers' CPU per request (ms) on their event loops' threads and on the others,
     and their threads' context switches per request (voluntary and not): what the service
     itself costs around the computation, and how often its threads hand the cores over."""
-    loop = rest = switches = 0.0
-    for (pid, tid), (cpu, switched) in after.items():
-        cpu_before, switched_before = before.get((pid, tid), (0.0, 0))
+    loop = rest = loop_system = rest_system = switches = 0.0
+    for (pid, tid), (user, system, switched) in after.items():
+        user_before, system_before, switched_before = before.get((pid, tid), (0.0, 0.0, 0))
         if tid == pid:
-            loop += cpu - cpu_before
+            loop += user + system - user_before - system_before
+            loop_system += system - system_before
         else:
-            rest += cpu - cpu_before
+            rest += user + system - user_before - system_before
+            rest_system += system - system_before
         switches += switched - switched_before
     return {
         "event_loop_cpu_ms_per_request": round(1000 * loop / requests, 2),
         "other_threads_cpu_ms_per_request": round(1000 * rest / requests, 2),
+        # Of which in the kernel (system calls, page faults, switching threads).
+        "event_loop_system_cpu_ms_per_request": round(1000 * loop_system / requests, 2),
+        "other_threads_system_cpu_ms_per_request": round(1000 * rest_system / requests, 2),
         "context_switches_per_request": round(switches / requests, 1),
     }
 
@@ -445,6 +452,8 @@ MEDIAN_FIGURES = (
     "server_cpu_ms_per_request",
     "event_loop_cpu_ms_per_request",
     "other_threads_cpu_ms_per_request",
+    "event_loop_system_cpu_ms_per_request",
+    "other_threads_system_cpu_ms_per_request",
     "context_switches_per_request",
     "client_cpu_ms_per_request",
     "cores_used",
