@@ -33,8 +33,8 @@ is reported beside the server's (the server's processes measured by
 psutil). Reported per load: requests/s, p50/p99/p999 latency, status counts, CPU per request
 (server, client), each worker process's CPU seconds (how evenly the connections were
 shared), and the workers' CPU per request split by thread (their event loops' threads: HTTP
-and the hand-overs; the others: the check, the query, JSON) with their context switches per
-request.
+and the hand-overs; the others: the check, the query, JSON), the kernel's share of each, and
+their context switches and page faults per request.
 
 The floor: the same questions answered in this process, one after another, by the service's
 own functions without HTTP (`check_average_request` + `compute_answer` on one snapshot):
