@@ -1,4 +1,5 @@
-"""Giving memory back to the system after a burst of computations.
+"""glibc's allocator for the service: freed memory reused while it is busy, given back to the
+system after a burst of computations.
 
 A full scan allocates and frees many large NumPy arrays from several threads. glibc's malloc
 then keeps freed memory in per-thread arenas, and after each large free it raises its mmap
