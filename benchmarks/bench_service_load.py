@@ -35,8 +35,8 @@ is reported beside the server's (the server's processes measured by
 psutil). Reported per load: requests/s, p50/p99/p999 latency, status counts, CPU per request
 (server, client), each worker process's CPU seconds (how evenly the connections were
 shared), and the workers' CPU per request split by thread (their event loops' threads: HTTP
-and the hand-overs; the others: the check, the query, JSON) with their context switches per
-request.
+and the hand-overs; the others: the check, the query, JSON), the kernel's share of each, and
+their context switches and page faults per request.
 
 The floor: the same questions answered in this process, one after another, by the service's
 own functions without HTTP (`check_average_request` + `compute_answer` on one snapshot):
@@ -233,10 +233,13 @@ def server_cpu(process: subprocess.Popen) -> dict[int, float]:
     return seconds
 
 
-def server_threads(process: subprocess.Popen) -> dict[tuple[int, int], tuple[float, int]]:
-    """CPU seconds and context switches of each thread of the server's worker processes so
-    far, by (process, thread) id: a worker's main thread runs its event loop (HTTP, the
-    hand-overs), the others compute (the check, the query, JSON) or serve them."""
+def server_threads(
+    process: subprocess.Popen,
+) -> dict[tuple[int, int], tuple[float, float, int, int]]:
+    """CPU seconds (user, system), context switches and page faults of each thread of the
+    server's worker processes so far, by (process, thread) id: a worker's main thread runs its
+    event loop (HTTP, the hand-overs), the others compute (the check, the query, JSON) or
+    serve them."""
     found = {}
     for worker in psutil.Process(process.pid).children(recursive=True):
         try:
@@ -244,33 +247,48 @@ def server_threads(process: subprocess.Popen) -> dict[tuple[int, int], tuple[flo
         except psutil.NoSuchProcess:
             continue
         for thread in threads:
+            task = Path(f"/proc/{worker.pid}/task/{thread.id}")
             try:
-                status = Path(f"/proc/{worker.pid}/task/{thread.id}/status").read_text()
+                status, stat = (task / "status").read_text(), (task / "stat").read_text()
             except OSError:  # ended meanwhile
                 continue
             switches = sum(
                 int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line
             )
-            found[(worker.pid, thread.id)] = (thread.user_time + thread.system_time, switches)
+            faults = int(stat.rpartition(")")[2].split()[7])  # minflt (proc(5): field 10)
+            cpu = (thread.user_time, thread.system_time)
+            found[(worker.pid, thread.id)] = (*cpu, switches, faults)
     return found
 
 
 def thread_split(before: dict, after: dict, requests: int) -> dict[str, float]:
     """The workers' CPU per request (ms) on their event loops' threads and on the others,
-    and their threads' context switches per request (voluntary and not): what the service
-    itself costs around the computation, and how often its threads hand the cores over."""
-    loop = rest = switches = 0.0
-    for (pid, tid), (cpu, switched) in after.items():
-        cpu_before, switched_before = before.get((pid, tid), (0.0, 0))
+    and their threads' context switches (voluntary and not) and page faults per request: what
+    the service itself costs around the computation, and how often its threads hand the cores
+    over."""
+    loop = rest = loop_system = rest_system = switches = faults = 0.0
+    for (pid, tid), (user, system, switched, faulted) in after.items():
+        user_before, system_before, switched_before, faulted_before = before.get(
+            (pid, tid), (0.0, 0.0, 0, 0)
+        )
+        faults += faulted - faulted_before
         if tid == pid:
-            loop += cpu - cpu_before
+            loop += user + system - user_before - system_before
+            loop_system += system - system_before
         else:
-            rest += cpu - cpu_before
+            rest += user + system - user_before - system_before
+            rest_system += system - system_before
         switches += switched - switched_before
     return {
         "event_loop_cpu_ms_per_request": round(1000 * loop / requests, 2),
         "other_threads_cpu_ms_per_request": round(1000 * rest / requests, 2),
+        # Of which in the kernel (system calls, page faults, switching threads).
+        "event_loop_system_cpu_ms_per_request": round(1000 * loop_system / requests, 2),
+        "other_threads_system_cpu_ms_per_request": round(1000 * rest_system / requests, 2),
         "context_switches_per_request": round(switches / requests, 1),
+        # Pages touched for the first time (fresh memory, a mapping's first read): each costs
+        # the kernel's time above.
+        "page_faults_per_request": round(faults / requests, 1),
     }
 
 
@@ -469,7 +487,10 @@ MEDIAN_FIGURES = (
     "server_cpu_ms_per_request",
     "event_loop_cpu_ms_per_request",
     "other_threads_cpu_ms_per_request",
+    "event_loop_system_cpu_ms_per_request",
+    "other_threads_system_cpu_ms_per_request",
     "context_switches_per_request",
+    "page_faults_per_request",
     "client_cpu_ms_per_request",
     "cores_used",
     "ceiling_requests_per_s_on_2_cores",

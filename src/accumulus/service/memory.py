@@ -1,4 +1,5 @@
-"""Giving memory back to the system after a burst of computations.
+"""glibc's allocator for the service: freed memory reused while it is busy, given back to the
+system after a burst of computations.
 
 A full scan allocates and frees many large NumPy arrays from several threads. glibc's malloc
 then keeps freed memory in per-thread arenas, and after each large free it raises its mmap
@@ -6,23 +7,35 @@ threshold, so later large arrays come from those arenas too: the process stays a
 size long after the work (2.2 GB idle was measured). Fixing the mmap threshold makes large
 arrays always mapped (returned on free), fewer arenas limit the spread, and a trim when the
 service goes idle returns what is left. Elsewhere than glibc this does nothing.
+
+The thresholds are those of a build (``accumulation/build/stream.py``) and glibc's own
+pairing (trim at twice the mmap threshold): every fresh page is a fault, and at a 1 MiB mmap
+threshold with glibc's 128 KiB trim threshold each light answer mapped, faulted in and gave
+back again about 1 MB of the arrays it made (docs/benchmarks.md, session svc57).
 """
 
 from __future__ import annotations
 
-from accumulus.glibc import M_ARENA_MAX, M_MMAP_THRESHOLD, allocator
+from accumulus.glibc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
 
-MMAP_THRESHOLD = 1 * 2**20  # arrays of 1 MiB and more are mapped and unmapped whole
+MMAP_THRESHOLD = 16 * 2**20  # arrays of 16 MiB and more are mapped and unmapped whole
+TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # freed heap memory kept for reuse while busy
 ARENAS = 4
 
 
 def tune_allocator() -> bool:
-    """Make large allocations return to the system when freed; True when it applied."""
+    """Make large allocations return to the system when freed, smaller ones reuse the heap's
+    memory while the service is busy; True when it applied."""
     libc = allocator()
     if libc is None:
         return False
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        libc.mallopt(M_ARENA_MAX, ARENAS)
+    return all(
+        libc.mallopt(parameter, value)
+        for parameter, value in (
+            (M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+            (M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+            (M_ARENA_MAX, ARENAS),
+        )
     )
 
 
