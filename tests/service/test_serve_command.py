@@ -200,14 +200,21 @@ def test_serve_chunk_cache_default_holds_the_served_accumulations(cube: Path, mo
         DECODED.set_limit(previous)
 
 
-def test_serve_chunk_cache_default_follows_the_archive_as_it_grows(tmp_path: Path):
+def test_serve_chunk_cache_default_follows_the_archive_as_it_grows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """The default's size is worked out again when a dataset's snapshot changes: days
     appended and accumulated make more accumulation chunks to keep, and the next request
-    finds the cache sized for them (once per change); a size given stays as given."""
+    finds the cache sized for them (once per change); a size given stays as given. A new
+    snapshot also lets the next full collection walk the objects frozen (``memory.thaw``),
+    once per change."""
     from service_cubes import CHUNKS, append_days, dataset, write_cube
 
     from accumulus.decoded_chunks import DECODED
-    from accumulus.service import app
+    from accumulus.service import app, state
+
+    thawed: list[int] = []
+    monkeypatch.setattr(state, "thaw", lambda: thawed.append(1))
 
     path = write_cube(tmp_path / "growing.zarr", dataset("2001-01-01", 40, 12, 16), CHUNKS)
 
@@ -222,10 +229,14 @@ def test_serve_chunk_cache_default_follows_the_archive_as_it_grows(tmp_path: Pat
         service = app.create_app([str(path)]).state.service
         before = _accumulation_arrays_bytes(path)
         assert DECODED.limit == before + before // 16
+        service.snapshot_of(service.dataset("growing"))
+        assert not thawed
         after = grown(30, 1)
         assert after > before
         service.snapshot_of(service.dataset("growing"))
         assert DECODED.limit == after + after // 16
+        service.snapshot_of(service.dataset("growing"))
+        assert len(thawed) == 1
         DECODED.set_limit(5)
         service.snapshot_of(service.dataset("growing"))
         assert DECODED.limit == 5

@@ -1,5 +1,6 @@
-"""glibc's allocator for the service: freed memory reused while it is busy, given back to the
-system after a burst of computations.
+"""The service's memory: glibc's allocator (freed memory reused while it is busy, given back
+to the system after a burst of computations) and Python's cycle collector (full collections
+that do not walk what has survived one).
 
 A full scan allocates and frees many large NumPy arrays from several threads. glibc's malloc
 then keeps freed memory in per-thread arenas, and after each large free it raises its mmap
@@ -12,9 +13,20 @@ The thresholds are those of a build (``accumulation/build/stream.py``) and glibc
 pairing (trim at twice the mmap threshold): every fresh page is a fault, and at a 1 MiB mmap
 threshold with glibc's 128 KiB trim threshold each light answer mapped, faulted in and gave
 back again about 1 MB of the arrays it made (docs/benchmarks.md, session svc57).
+
+The cycle collector's full collections walk every object the process holds: a worker's
+imports, its stores' metadata and its caches' entries, about 260,000 objects on the 10-year
+cube, 130 ms during which every request waiting on that worker waits too (the tail of the
+64-client load: docs/benchmarks.md, session lead57). What has survived a full collection is
+frozen out of the next ones (``gc.freeze``), so each object is walked by one at most; the
+objects a replaced snapshot held may have become garbage in cycles, so a new snapshot thaws
+them for the next full collection (``thaw``).
 """
 
 from __future__ import annotations
+
+import gc
+from typing import Any
 
 from accumulus.glibc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, allocator
 
@@ -44,3 +56,22 @@ def release_free_memory() -> None:
     libc = allocator()
     if libc is not None:
         libc.malloc_trim(0)
+
+
+def freeze_survivors() -> None:
+    """Freeze what the process holds now (its imports and stores, at a worker's start), and
+    what survives each full collection from now on."""
+    gc.freeze()
+    if _freeze_after_full not in gc.callbacks:
+        gc.callbacks.append(_freeze_after_full)
+
+
+def thaw() -> None:
+    """Let the next full collection walk every object again (a snapshot was replaced: what
+    it held may be garbage in cycles); what survives it is frozen again."""
+    gc.unfreeze()
+
+
+def _freeze_after_full(phase: str, info: dict[str, Any]) -> None:
+    if phase == "stop" and info["generation"] == 2:
+        gc.freeze()

@@ -24,6 +24,7 @@ from accumulus.scope import hold_scope
 from accumulus.service import http
 from accumulus.service.app import ServiceSettings, catalog, chunk_cache_bytes_of, create_app
 from accumulus.service.guard import ServiceLimits
+from accumulus.service.memory import freeze_survivors
 from accumulus.shared_chunks import shared_directory
 
 # How ``serve(..., workers=N)`` hands its settings to the worker processes uvicorn starts
@@ -96,7 +97,9 @@ def serve(
     options = uvicorn_options(host, port, workers, access_log)
     if workers == 1:
         hold_scope()  # (this process serves until it ends)
-        uvicorn.run(create_app(stores, **settings), **options)
+        app = create_app(stores, **settings)
+        freeze_survivors()
+        uvicorn.run(app, **options)
         return
     served = catalog(stores, settings)
     for dataset in served:
@@ -157,7 +160,9 @@ def app_from_environment() -> FastAPI:
     its parent left in the environment. The process serves until it ends: it holds
     accumulus' scope (``scope.hold_scope``) from now on."""
     hold_scope()
-    return app_from_json(json.loads(os.environ[SETTINGS_VARIABLE]))
+    app = app_from_json(json.loads(os.environ[SETTINGS_VARIABLE]))
+    freeze_survivors()  # (its imports and stores: never garbage)
+    return app
 
 
 @contextmanager

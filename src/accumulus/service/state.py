@@ -38,7 +38,7 @@ from accumulus.service.datasets import Catalog, Dataset, DatasetSnapshot
 from accumulus.service.describe import averageable
 from accumulus.service.errors import CLIENT_GONE, ServiceError
 from accumulus.service.guard import ComputeSlots, RequestGuard, ServiceLimits, ThreadGate
-from accumulus.service.memory import release_free_memory
+from accumulus.service.memory import release_free_memory, thaw
 from accumulus.service.parameters import OPTIONS, AverageRequest, ParameterError, range_pattern
 from accumulus.stores.guarded import guarded
 
@@ -108,6 +108,7 @@ class Service:
         self._chunk_cache_sizing = chunk_cache_sizing
         self._sized_for = {s.dataset: s.token for s in first}
         self._sizing = threading.Lock()
+        self._tokens = dict(self._sized_for)  # each dataset's snapshot seen last
         self.health = HealthMonitor(catalog, dict(self._sized_for), self.snapshot_of)
 
     def dataset(self, name: str) -> Dataset:
@@ -120,10 +121,15 @@ class Service:
         return dataset
 
     def snapshot_of(self, dataset: Dataset) -> DatasetSnapshot:
-        """``dataset`` as it stands now (a 503 when it cannot be read); a new snapshot
-        sizes the decoded-chunk cache again, when the default's rule sizes it."""
+        """``dataset`` as it stands now (a 503 when it cannot be read). A new snapshot lets
+        the next full collection walk every object again (what the one it replaces held
+        may be garbage in cycles now: ``memory.thaw``) and sizes the decoded-chunk cache
+        again, when the default's rule sizes it."""
         try:
             snapshot = dataset.snapshot()
+            if self._tokens.get(snapshot.dataset) != snapshot.token:
+                self._tokens = {**self._tokens, snapshot.dataset: snapshot.token}
+                thaw()
             if (
                 self._chunk_cache_sizing is not None
                 and self._sized_for.get(snapshot.dataset) != snapshot.token
