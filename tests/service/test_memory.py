@@ -54,6 +54,7 @@ def test_freed_arrays_are_reused_and_large_ones_given_back():
 # a full collection then frees.
 COLLECTOR_SCRIPT = """
 import gc, json, weakref
+from accumulus.service import memory
 from accumulus.service.memory import freeze_survivors, thaw
 
 class Node:
@@ -80,13 +81,17 @@ found["frozen_after_thaw"] = gc.get_freeze_count()
 gc.collect()
 found["freed_after_thaw"] = gone() is None
 found["frozen_again"] = gc.get_freeze_count()
+memory.THAW_EVERY, memory._FULL_COLLECTIONS[0] = 2, 1  # the next is a THAW_EVERY-th
+gc.collect()
+found["thawed_by_count"] = gc.get_freeze_count()
 print(json.dumps(found))
 """
 
 
 def test_survivors_of_a_full_collection_are_frozen_until_thawed():
     """Each object is walked by one full collection at most (a worker's 260,000 made the
-    64-client load's tail); garbage in cycles among frozen objects is freed once thawed."""
+    64-client load's tail); garbage in cycles among frozen objects is freed once thawed, by
+    a new snapshot or every ``THAW_EVERY``-th full collection."""
     found = json.loads(
         subprocess.run(
             [sys.executable, "-c", COLLECTOR_SCRIPT], capture_output=True, text=True, check=True
@@ -98,3 +103,4 @@ def test_survivors_of_a_full_collection_are_frozen_until_thawed():
     assert found["frozen_after_thaw"] == 0
     assert found["freed_after_thaw"]
     assert 0 < found["frozen_again"] < found["frozen_at_start"] + found["frozen_after_full"]
+    assert found["thawed_by_count"] == 0  # (a long uptime without a new snapshot)

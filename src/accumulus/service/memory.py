@@ -18,9 +18,11 @@ The cycle collector's full collections walk every object the process holds: a wo
 imports, its stores' metadata and its caches' entries, about 260,000 objects on the 10-year
 cube, 130 ms during which every request waiting on that worker waits too (the tail of the
 64-client load: docs/benchmarks.md, session lead57). What has survived a full collection is
-frozen out of the next ones (``gc.freeze``), so each object is walked by one at most; the
-objects a replaced snapshot held may have become garbage in cycles, so a new snapshot thaws
-them for the next full collection (``thaw``).
+frozen out of the next ones (``gc.freeze``), so each object is walked by one at most. An
+object frozen may become garbage in a cycle later, which only a walk of it frees: a new
+snapshot thaws them all for the next full collection (what the old snapshot held: ``thaw``),
+and so does every ``THAW_EVERY``-th full collection (minutes apart under load: one long
+pause then bounds what could pile up).
 """
 
 from __future__ import annotations
@@ -74,4 +76,13 @@ def thaw() -> None:
 
 def _freeze_after_full(phase: str, info: dict[str, Any]) -> None:
     if phase == "stop" and info["generation"] == 2:
-        gc.freeze()
+        _FULL_COLLECTIONS[0] += 1
+        if _FULL_COLLECTIONS[0] % THAW_EVERY:
+            gc.freeze()
+        else:  # the next one walks every object again
+            gc.unfreeze()
+
+
+# Every this many full collections, the next walks every object (``thaw``'s walk, unasked).
+THAW_EVERY = 100
+_FULL_COLLECTIONS = [0]  # seen by ``_freeze_after_full``
