@@ -247,11 +247,10 @@ class SharedChunks:
                 if limit > room:
                     log.warning(
                         "%s has room for %d MiB of decoded chunks, not the %d MiB asked: "
-                        "%d MiB are shared",
+                        "that room is what is shared",
                         self.directory.parent,
                         room // 2**20,
                         limit // 2**20,
-                        room // 2**20,
                     )
                     limit = room
                 self.limit = limit

@@ -35,6 +35,9 @@ from accumulus.glibc import M_ARENA_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, all
 MMAP_THRESHOLD = 16 * 2**20  # arrays of 16 MiB and more are mapped and unmapped whole
 TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # freed heap memory kept for reuse while busy
 ARENAS = 4
+# Every this many full collections, the next walks every object (``thaw``'s walk, unasked).
+THAW_EVERY = 100
+_FULL_COLLECTIONS = [0]  # counted by ``_freeze_after_full``
 
 
 def tune_allocator() -> bool:
@@ -81,8 +84,3 @@ def _freeze_after_full(phase: str, info: dict[str, Any]) -> None:
             gc.freeze()
         else:  # the next one walks every object again
             gc.unfreeze()
-
-
-# Every this many full collections, the next walks every object (``thaw``'s walk, unasked).
-THAW_EVERY = 100
-_FULL_COLLECTIONS = [0]  # seen by ``_freeze_after_full``
