@@ -106,10 +106,10 @@ class Service:
         # The decoded-chunk cache's size by the default's rule (None: a size given, kept),
         # and the snapshots it was last worked out for.
         self._chunk_cache_sizing = chunk_cache_sizing
-        self._sized_for = {s.dataset: s.token for s in first}
+        self._tokens = {s.dataset: s.token for s in first}  # each dataset's snapshot seen last
+        self._sized_for = dict(self._tokens)
         self._sizing = threading.Lock()
-        self._tokens = dict(self._sized_for)  # each dataset's snapshot seen last
-        self.health = HealthMonitor(catalog, dict(self._sized_for), self.snapshot_of)
+        self.health = HealthMonitor(catalog, dict(self._tokens), self.snapshot_of)
 
     def dataset(self, name: str) -> Dataset:
         """The dataset ``name`` (a 404 naming the datasets there are, when none)."""
@@ -121,20 +121,11 @@ class Service:
         return dataset
 
     def snapshot_of(self, dataset: Dataset) -> DatasetSnapshot:
-        """``dataset`` as it stands now (a 503 when it cannot be read). A new snapshot lets
-        the next full collection walk every object again (what the one it replaces held
-        may be garbage in cycles now: ``memory.thaw``) and sizes the decoded-chunk cache
-        again, when the default's rule sizes it."""
+        """``dataset`` as it stands now (a 503 when it cannot be read)."""
         try:
             snapshot = dataset.snapshot()
             if self._tokens.get(snapshot.dataset) != snapshot.token:
-                self._tokens = {**self._tokens, snapshot.dataset: snapshot.token}
-                thaw()
-            if (
-                self._chunk_cache_sizing is not None
-                and self._sized_for.get(snapshot.dataset) != snapshot.token
-            ):
-                self._size_chunk_cache(snapshot)
+                self._new_snapshot(snapshot)
             return snapshot
         # The service's boundary: a store or library failing (and a fault of ours, logged
         # with its traceback) is a 503 naming the dataset, never a crash of the service.
@@ -142,6 +133,15 @@ class Service:
             if not isinstance(exc, AccumulusError):
                 log.exception("reading the snapshot of dataset %s failed", dataset.name)
             raise ServiceError(f"dataset {dataset.name!r} cannot be read now: {exc}") from None
+
+    def _new_snapshot(self, snapshot: DatasetSnapshot) -> None:
+        """A dataset's new snapshot, first seen: the next full collection walks every object
+        again (what the one it replaces held may be garbage in cycles now: ``memory.thaw``),
+        and the decoded-chunk cache is sized again, when the default's rule sizes it."""
+        self._tokens = {**self._tokens, snapshot.dataset: snapshot.token}
+        thaw()
+        if self._chunk_cache_sizing is not None:
+            self._size_chunk_cache(snapshot)
 
     def _size_chunk_cache(self, changed: DatasetSnapshot) -> None:
         """The decoded-chunk cache sized for the datasets as they stand now (an append or a
