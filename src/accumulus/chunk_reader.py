@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from itertools import product
 from math import prod
-from typing import cast
+from typing import Protocol, cast
 
 import numpy as np
 import zarr
@@ -142,6 +142,28 @@ HEADS_BYTES = 16 * 2**20
 _HEADS: VersionMemo[tuple[int, int], bytes] = VersionMemo(HEADS_FILES, HEADS_BYTES)
 
 
+class Derivation(Protocol):
+    """A form derived from a decoded chunk (e.g. its prefix sums along an axis), computed
+    once and kept in the decoded chunks' cache in the chunk's place."""
+
+    @property
+    def form(self) -> str:
+        """Names the form among those of one chunk (letters, digits and dashes): the same
+        name, the same values from the same chunk."""
+        ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The form's shape, of a chunk of ``shape``."""
+        ...
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        """The form of the chunk ``values``."""
+        ...
+
+
 @dataclass(frozen=True)
 class ChunkRequest:
     """One chunk: ``array`` and its coordinates on the array's ``read_grid`` (inner chunks
@@ -162,6 +184,10 @@ class ChunkRequest:
     # Whether the chunk, decoded, may be kept for later reads (``decoded_chunks``): an
     # accumulation's chunk, read again by many questions. Kept, it is decoded whole.
     keep: bool = False
+    # A form of the chunk its consumer reads instead of the chunk itself, kept in the
+    # chunk's place (``keep``): honoured only where the chunk is kept, so a consumer is
+    # handed the derived form with this request, or else the chunk with a request without it.
+    derive: Derivation | None = None
 
     @cached_property
     def spec(self) -> ArraySpec:
@@ -246,8 +272,9 @@ class ChunkRequests:
         needed: tuple[slice, ...] | None = None,
         regions: tuple[tuple[slice, ...], ...] | None = None,
         keep: bool = False,
+        derive: Derivation | None = None,
     ) -> ChunkRequest:
-        request = ChunkRequest(array, coords, store, needed, regions, keep)
+        request = ChunkRequest(array, coords, store, needed, regions, keep, derive)
         known = self._arrays.get(id(array))
         if known is None:
             facts = _facts(array)
@@ -348,6 +375,13 @@ class ChunkReadError(Exception):
         consumed them refused them (an ``AccumulusError``). Otherwise the consumer failed:
         a fault of this program, to be raised as it is, not told to the user as theirs."""
         return self.reading or isinstance(self.cause, AccumulusError)
+
+
+def keeps_decoded() -> bool:
+    """Whether this process keeps decoded chunks (``decoded_chunks``): where it does, the
+    requests asking for it are kept, with their derived forms (``ChunkRequest.derive``),
+    when read from a local file."""
+    return DECODED.limit > 0
 
 
 def read_chunks(
@@ -590,18 +624,25 @@ def _read_run(
     counts: ReadCounts,
 ) -> None:
     for chunk in chunks:
-        _consume_one(chunk.request, consume, partial(_read_now, chunk, counts))
+        request = chunk.request
+        kept = chunk.ranged and request.keep and DECODED.limit > 0
+        if request.derive is not None and not kept:
+            request = replace(request, derive=None)  # handed over as it is stored
+        _consume_one(request, consume, partial(_read_now, chunk, counts, kept))
 
 
-def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
-    """One chunk fetched by ``get_sync`` and decoded by its array's codecs."""
+def _read_now(chunk: _Here, counts: ReadCounts, kept: bool) -> np.ndarray:
+    """One chunk fetched by ``get_sync`` and decoded by its array's codecs (``kept``: kept
+    decoded, and its derived form when its request asks for one)."""
     spec = chunk.spec
     if chunk.ranged:
         store = cast(LeanLocalStore, chunk.store)
-        ranged = store.read_parts_sync(chunk.request.store_key, partial(_read_parts, chunk, counts))
+        read = partial(_read_parts, chunk, counts, kept)
+        ranged = store.read_parts_sync(chunk.request.store_key, read)
         if ranged is None:  # no object: one request, as ``get_sync`` answering None
             counts.requests += 1
-            return _filled(spec)
+            derive = chunk.request.derive if kept else None
+            return _filled(spec) if derive is None else derive(_filled(spec))
         return ranged
     buffer = chunk.store.get_sync(chunk.request.store_key, prototype=spec.prototype)
     counts.requests += 1
@@ -612,13 +653,19 @@ def _read_now(chunk: _Here, counts: ReadCounts) -> np.ndarray:
 
 
 def _read_parts(
-    chunk: _Here, counts: ReadCounts, read: Callable[[int, int], bytes], version: FileVersion
+    chunk: _Here,
+    counts: ReadCounts,
+    keep: bool,
+    read: Callable[[int, int], bytes],
+    version: FileVersion,
 ) -> np.ndarray:
     """A chunk of a local file (opened once: ``version``) decoded from the byte ranges
     ``partial_decode.decode_ranges`` reads of it (a header, then the blocks holding the
     part needed), or read whole and decoded when its frame cannot be cut (one more read).
     Behind a checksum over the whole stored chunk, it is read whole and verified the first
-    time this version of its file is read (once settled: ``VersionMemo``), in parts afterwards."""
+    time this version of its file is read (once settled: ``VersionMemo``), in parts afterwards.
+    ``keep``: decoded whole and kept (``decoded_chunks``), or its request's derived form
+    (``ChunkRequest.derive``) made of it and kept instead."""
 
     def counted(start: int, stop: int) -> bytes:
         data = read(start, stop)
@@ -630,13 +677,19 @@ def _read_parts(
     grids = _grids(request.array.metadata)
     blosc = grids.blosc
     assert blosc is not None  # (``_Here.ranged``)
-    keep = request.keep and DECODED.limit > 0
+    derive = request.derive if keep else None
     if keep:
         # Whole, or (past the array's end along its first dimension) as far as the array
         # holds in this snapshot: the shapes a decode of this version gives.
         held = held_rows(request.array, request.coords, spec.shape)
-        shapes = (spec.shape,) if held is None else ((held, *spec.shape[1:]), spec.shape)
-        kept = DECODED.get(version, shapes, grids.native)
+        shapes: tuple[tuple[int, ...], ...] = (spec.shape,)
+        if held is not None:
+            shapes = ((held, *spec.shape[1:]), spec.shape)
+        if derive is None:
+            kept = DECODED.get(version, shapes, grids.native)
+        else:
+            shapes = tuple(derive.shape(shape) for shape in shapes)
+            kept = DECODED.get(version, shapes, derive.dtype, derive.form)
         if kept is not None:
             return kept
         # Decoded whole, to serve the other parts later questions need.
@@ -661,6 +714,10 @@ def _read_parts(
     values = _decode(request, chunk.transform, buffer, spec, verified)
     if checked and not verified:
         _VERIFIED.put(file, version, True)  # decoded: its checksum passed
+    if derive is not None:
+        derived = derive(values)
+        DECODED.put(version, derived, time.time_ns(), derive.form)
+        return derived
     if keep:
         DECODED.put(version, values, time.time_ns())
     return values
@@ -784,6 +841,8 @@ def _consume_all(
     """Decode (when zarr can decode a chunk without its event loop) and consume each fetched
     chunk of ``batch``, in this worker thread."""
     for request, fetched, _ in batch:
+        if request.derive is not None:  # (never kept here: handed over as it is stored)
+            request = replace(request, derive=None)
         _consume_one(request, consume, fetched.decoded)
 
 

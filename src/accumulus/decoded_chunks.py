@@ -42,7 +42,9 @@ class DecodedChunks:
         self.misses = 0
         self.shared: SharedChunks | None = None
         self._held = 0  # decoded bytes kept in this process
-        self._entries: OrderedDict[tuple[int, int], tuple[FileVersion, np.ndarray]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, int, str], tuple[FileVersion, np.ndarray]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
 
     @property
@@ -61,18 +63,23 @@ class DecodedChunks:
                 self.limit = shared.limit
 
     def get(
-        self, version: FileVersion, shapes: tuple[tuple[int, ...], ...], dtype: np.dtype
+        self,
+        version: FileVersion,
+        shapes: tuple[tuple[int, ...], ...],
+        dtype: np.dtype,
+        form: str = "",
     ) -> np.ndarray | None:
         """The chunk decoded from this ``version`` of its file, if kept as one of ``shapes``
-        and of ``dtype``."""
+        and of ``dtype``; ``form``: a form derived from it (``chunk_reader.Derivation``)
+        instead of the chunk itself."""
         if not self.limit:
             return None
         if self.shared is not None:
-            values = self.shared.get(version, shapes, dtype)
+            values = self.shared.get(version, shapes, dtype, form)
             with self._lock:  # (counted as the private path counts: the threads share them)
                 self._count(values is not None)
             return values
-        key = (version.device, version.inode)
+        key = (version.device, version.inode, form)
         with self._lock:
             entry = self._entries.get(key)
             values = None if entry is None or entry[0] != version else entry[1]
@@ -90,16 +97,16 @@ class DecodedChunks:
         else:
             self.misses += 1
 
-    def put(self, version: FileVersion, values: np.ndarray, now_ns: int) -> None:
-        """Keep ``values``, decoded from ``version`` of its file, when that version has
-        settled by ``now_ns`` and they fit."""
+    def put(self, version: FileVersion, values: np.ndarray, now_ns: int, form: str = "") -> None:
+        """Keep ``values``, decoded from ``version`` of its file (or the ``form`` derived
+        from it), when that version has settled by ``now_ns`` and they fit."""
         if values.nbytes > self.limit or not version.settled(now_ns, SETTLED_NS):
             return
         values.flags.writeable = False  # shared by every reader from now on
         if self.shared is not None:
-            self.shared.put(version, values)
+            self.shared.put(version, values, form)
             return
-        key = (version.device, version.inode)
+        key = (version.device, version.inode, form)
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:

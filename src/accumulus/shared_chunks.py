@@ -123,11 +123,15 @@ class SharedChunks:
             return 0
 
     def get(
-        self, version: FileVersion, shapes: tuple[tuple[int, ...], ...], dtype: np.dtype
+        self,
+        version: FileVersion,
+        shapes: tuple[tuple[int, ...], ...],
+        dtype: np.dtype,
+        form: str = "",
     ) -> np.ndarray | None:
-        """The chunk decoded from this ``version`` of its file, read-only, if an entry holds
-        it as one of ``shapes`` and of ``dtype``."""
-        name = _entry_name(version)
+        """The chunk decoded from this ``version`` of its file (or the ``form`` derived from
+        it), read-only, if an entry holds it as one of ``shapes`` and of ``dtype``."""
+        name = _entry_name(version, form)
         try:
             self._follow_drops()
             values = self._mapped_values(name)
@@ -208,8 +212,9 @@ class SharedChunks:
                 del self._mapped[name]
             self._drops = drops
 
-    def put(self, version: FileVersion, values: np.ndarray) -> None:
-        """Keep ``values``, decoded from ``version`` of its file, when they fit."""
+    def put(self, version: FileVersion, values: np.ndarray, form: str = "") -> None:
+        """Keep ``values``, decoded from ``version`` of its file (or the ``form`` derived from
+        it), when they fit."""
         nbytes = HEADER_BYTES + values.nbytes
         if nbytes > self.limit or values.ndim > MAX_DIMS:
             return
@@ -219,7 +224,7 @@ class SharedChunks:
                 file.write(_header(values))
                 file.write(np.ascontiguousarray(values).data.cast("B"))
             with self._locked():
-                name = _entry_name(version)
+                name = _entry_name(version, form)
                 entry = self.directory / name
                 held = self._read_held() + nbytes
                 with suppress(FileNotFoundError):
@@ -323,9 +328,11 @@ class SharedChunks:
             pass
 
 
-def _entry_name(version: FileVersion) -> str:
-    """The name of the entry of the chunk decoded from ``version`` of its file."""
-    return "-".join(f"{part:x}" for part in version)
+def _entry_name(version: FileVersion, form: str = "") -> str:
+    """The name of the entry of the chunk decoded from ``version`` of its file, or of the
+    ``form`` derived from it (letters, digits and dashes)."""
+    name = "-".join(f"{part:x}" for part in version)
+    return f"{name}-{form}" if form else name
 
 
 def _header(values: np.ndarray) -> bytes:

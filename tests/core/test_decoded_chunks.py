@@ -235,3 +235,84 @@ def test_a_shared_entry_damaged_or_removed_is_read_and_decoded(tmp_path, monkeyp
     again, counts = _read(array, (slice(100, 200), slice(0, 64)))  # kept again
     assert counts.bytes == 0
     np.testing.assert_array_equal(again, values)
+
+
+def _forms_kept(kept: DecodedChunks) -> list[str]:
+    """The derived forms ``kept`` holds (their names)."""
+    if kept.shared is not None:
+        names = [p.name for p in kept.shared.directory.iterdir() if not p.name.startswith(".")]
+        return [name for name in names if "rows" in name]
+    return [key[2] for key in kept._entries if key[2]]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_series_summed_from_kept_row_prefix_sums_are_xarrays(tmp_path, kept, monkeypatch, seed):
+    """Area-weighted series over boxes (the sums at every cell keep rows of latitude, weighed
+    at a query) read through kept chunks are summed from each chunk's weighted prefix sums
+    along its rows, kept in its place (``row_prefix``): on random shapes and chunkings (the
+    last chunk of rows cut short by the array's end), boxes within a chunk of rows and across
+    chunks, equal to xarray's and, to a few ulps, to the same series summed row by row."""
+    for memo in (chunk_reader._VERIFIED, chunk_reader._HEADS):
+        monkeypatch.setattr(memo, "settled_ns", SETTLED_NS)
+    rng = np.random.default_rng(seed)
+    sizes = {"time": int(rng.integers(20, 50)), "lat": int(rng.integers(7, 20)), "lon": 12}
+    ds = synthetic_dataset(sizes, seed=seed)
+    path = str(tmp_path / "c.zarr")
+    chunks = {"time": int(rng.integers(4, 15)), "lat": int(rng.integers(2, 7)), "lon": 5}
+    write_cube(ds, path, chunks)
+    accumulus.accumulate(path, VAR)
+    time.sleep(2 * SETTLED_NS / 1e9)
+    questions = []
+    for _ in range(6):
+        lat = sorted(int(k) for k in rng.choice(sizes["lat"], 2, replace=False))
+        lon = sorted(int(k) for k in rng.choice(sizes["lon"], 2, replace=False))
+        t0 = int(rng.integers(0, sizes["time"] - 1))
+        questions.append(
+            {"time": (t0, int(rng.integers(t0, sizes["time"]))), "lat": lat, "lon": lon}
+        )
+
+    def answers() -> list[np.ndarray]:
+        out = []
+        for box in questions:
+            ranges = {d: (ds[d].values[lo], ds[d].values[hi]) for d, (lo, hi) in box.items()}
+            got = accumulus.average(path, VAR, ["lat", "lon"], ranges, plan="accumulation")
+            assert got.attrs["raw_chunks_read"] == 0
+            isel = {d: slice(lo, hi + 1) for d, (lo, hi) in box.items()}
+            expected = xarray_reference(ds[VAR].isel(isel), ["lat", "lon"], "area", "mean")
+            np.testing.assert_allclose(got.values, expected.values, rtol=1e-9)
+            out.append(got.values)
+        return out
+
+    kept.set_limit(0)
+    row_by_row = answers()  # nothing kept: each slab's rows weighed and summed
+    assert not _forms_kept(kept)
+    kept.set_limit(64 * 2**20)
+    first = answers()
+    assert _forms_kept(kept)
+    hits, misses = kept.hits, kept.misses
+    second = answers()
+    assert kept.hits > hits and kept.misses == misses  # every form kept the first time
+    for a, b, c in zip(row_by_row, first, second, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-13)
+        np.testing.assert_array_equal(c, b)
+
+
+def test_a_missing_chunk_of_kept_row_prefix_sums_is_named(tmp_path, kept):
+    """A chunk of the sums missing is named as without the cache: its derived form is not
+    summed into an answer."""
+    ds = synthetic_dataset({"time": 20, "lat": 8, "lon": 10}, seed=2)
+    path = tmp_path / "c.zarr"
+    write_cube(ds, str(path), {"time": 10, "lat": 4, "lon": 5})
+    accumulus.accumulate(str(path), VAR)
+    time.sleep(2 * SETTLED_NS / 1e9)  # settled: kept
+    kept.set_limit(64 * 2**20)
+    ranges = {
+        "lat": (ds.lat.values[1], ds.lat.values[6]),
+        "lon": (ds.lon.values[2], ds.lon.values[8]),
+    }
+    accumulus.average(str(path), VAR, ["lat", "lon"], ranges, plan="accumulation")
+    assert _forms_kept(kept)
+    for chunk in (path / f"{VAR}_accumulation_group").glob("**/acc_uw_lat_lon*/[0-9]*"):
+        chunk.unlink()
+    with pytest.raises(accumulus.AccumulusError, match=r"acc_uw_lat_lon.* has a missing chunk"):
+        accumulus.average(str(path), VAR, ["lat", "lon"], ranges, plan="accumulation")

@@ -31,11 +31,13 @@ from accumulus.accumulation.model.sums import is_linear, reduce_packed, reduce_t
 from accumulus.accumulation.model.weights import arranged_weights, varying_dims, weight_values
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES, ReadBudget, read_budget, slabs
 from accumulus.accumulation.query.plan import QueryPlan, Read
+from accumulus.accumulation.query.row_prefix import RowPrefix, row_sums
 from accumulus.chunk_reader import (
     ChunkReadError,
     ChunkRequest,
     ChunkRequests,
     ReadCounts,
+    keeps_decoded,
     read_chunks,
 )
 from accumulus.errors import AccumulationReadError, AccumulusError
@@ -84,6 +86,9 @@ class EntryPart:
     tallied: bool = True
     # ``weights`` as (axis, values) when they vary along one summed axis (``_contraction``).
     contract: tuple[int, np.ndarray] | None = None
+    # The same weights over the chunk's rows along that axis, as its weighted prefix sums
+    # (floating-point entries of a process that keeps decoded chunks): summed from those.
+    rows: RowPrefix | None = None
 
 
 Part = RawPart | EntryPart
@@ -150,6 +155,8 @@ def execute(
     each step, broadcastable to the variable, for sums against time (a trend's)."""
     if work is None:
         work = chunk_work(groups, var, plan, terms)
+    if checked:  # every slab checked as it is stored, not summed from a derived form
+        work = {k: (replace(r, derive=None), parts) for k, (r, parts) in work.items()}
     budget = read_budget(memory_bytes)
     kept = [plan.ranges[d][1] - plan.ranges[d][0] for d in var.dims if d not in plan.over]
     if plan.slots is not None:
@@ -172,6 +179,9 @@ def execute(
                 )  # fmt: skip
                 # Its first rows: without the tallies when it holds no infinity (``_raw_sums``).
                 total.add(part.index, (slice(len(sums)), *part.out[1:]), part.sign, sums)
+            elif request.derive is not None:  # the chunk's prefix sums (``EntryPart.rows``)
+                total.add(part.index, part.out, part.sign, _entry_sums_from_rows(chunk, part),
+                          noisy=part.term in noisy, finite=part.tallied)  # fmt: skip
             else:
                 slab = chunk[part.local]
                 if checked or slab.dtype.kind != "f":
@@ -355,17 +365,34 @@ def chunk_work(
         # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``), or
         # whole and kept, an accumulation's, when the process keeps decoded chunks.
         keep = array is not var.array
+        prefix = _shared_rows(parts)
         if len(boxes) == 1:
-            request = requests.request(array, coords, store, boxes[0], keep=keep)
+            request = requests.request(array, coords, store, boxes[0], None, keep, prefix)
         else:
-            request = requests.request(array, coords, store, _reached(boxes), tuple(boxes), keep)
+            needed = _reached(boxes)
+            request = requests.request(array, coords, store, needed, tuple(boxes), keep, prefix)
         other = work.get(request.key)
         if other is not None:  # the same chunk of another handle on the same array
             parts = [*other[1], *parts]
             boxes = [*(other[0].regions or [other[0].needed]), *boxes]
-            request = replace(other[0], needed=_reached(boxes), regions=tuple(boxes))
+            request = replace(
+                other[0], needed=_reached(boxes), regions=tuple(boxes), derive=_shared_rows(parts)
+            )
         work[request.key] = (request, parts)
     return work
+
+
+def _shared_rows(parts: Sequence[Part]) -> RowPrefix | None:
+    """The prefix sums every part of a chunk can be summed from (``EntryPart.rows``), if
+    they all can from the same."""
+    first = parts[0]
+    prefix = first.rows if isinstance(first, EntryPart) else None
+    if prefix is None:
+        return None
+    for part in parts:
+        if not isinstance(part, EntryPart) or part.rows is None or part.rows.form != prefix.form:
+            return None
+    return prefix
 
 
 def _reached(boxes: Sequence[Region]) -> Region:
@@ -410,6 +437,18 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
     else:
         values = slab  # converted as it is added
     return values.transpose(part.order)
+
+
+def _entry_sums_from_rows(form: np.ndarray, part: EntryPart) -> np.ndarray:
+    """``_entry_sums`` of a slab whose weights are contracted (``part.contract``), from its
+    chunk's weighted prefix sums along that axis (``part.rows``): two rows of them."""
+    assert part.contract is not None and part.rows is not None
+    slab_ndim = sum(not isinstance(s, int) for s in part.local)
+    _, rest, order = _contraction_steps(slab_ndim, part.contract[0], part.summed, part.order)
+    product = row_sums(form, part.local, part.rows.axis)
+    if rest:
+        product = product.sum(axis=rest)
+    return product if order is None else product.transpose(order)
 
 
 # A matrix-vector product of more values than ``BLAS_WHOLE_VALUES`` is handed to BLAS in
@@ -780,15 +819,40 @@ class _Reading:
         ``_contraction`` gives them."""
         source = self.source
         weights, remaining, summed = source.group.weights, source.remaining, source.summed
-        key = (
-            weights, remaining, summed,
-            tuple([(d, None if i is None else extents[i]) for d, i in self.varying]),
-        )  # fmt: skip
+        key = self._weights_key(extents)
         if key not in self.weights_memo:
             box = {d: e for d, e in zip(source.array_dims, extents, strict=True) if e}
             w = _slab_weights(self.groups.cube, self.var, weights, remaining, box)
             self.weights_memo[key] = w, _contraction(w, summed)
         return self.weights_memo[key]
+
+    def _weights_key(self, extents: tuple[tuple[int, int] | None, ...]) -> tuple[Any, ...]:
+        """What a slab's weights depend on: the accumulation's weights, dimensions and those
+        summed, and the slab's ranges along the dimensions they vary along."""
+        source = self.source
+        return (
+            source.group.weights, source.remaining, source.summed,
+            tuple([(d, None if i is None else extents[i]) for d, i in self.varying]),
+        )  # fmt: skip
+
+    def row_prefix(
+        self,
+        extents: tuple[tuple[int, int] | None, ...],
+        dim: int,
+        rows: tuple[int, int],
+    ) -> RowPrefix | None:
+        """The weighted prefix sums (``RowPrefix``) along the array's dimension ``dim`` of
+        the chunk holding a slab (its ranges ``extents``) whose weights are contracted along
+        it, that chunk's rows ``rows`` along it; None when their weights are not contracted."""
+        whole = (*extents[:dim], rows, *extents[dim + 1 :])
+        key = ("row prefix", dim, self._weights_key(whole))
+        found = self.weights_memo.get(key)
+        if found is None:
+            _, contract = self.slab_weights(whole)
+            prefix = None if contract is None else RowPrefix(dim, contract[1])
+            found = self.weights_memo[key] = (prefix, None)
+        prefix = found[0]
+        return prefix if isinstance(prefix, RowPrefix) else None
 
 
 def _entry_parts(reading: _Reading, read: Read, placement: _Placement, listing: _Listing) -> None:
@@ -806,7 +870,15 @@ def _entry_parts(reading: _Reading, read: Read, placement: _Placement, listing: 
     slot = (read.slot,) if placement.slotted else ()
     first = source.array_dims[0]
     entry = read.entries.get(first)
-    for bounds, members, rows in _rest(reading, read, listing):
+    # Slabs whose weights are contracted are summed from their chunks' weighted prefix
+    # sums where the process keeps chunks decoded: the array's dimension they vary along.
+    prefixed = (
+        keeps_decoded() and tallied and not first_varying
+        and len(source.varying) == 1 and source.varying[0] in source.remaining
+    )  # fmt: skip
+    along = source.array_dims.index(source.varying[0]) if prefixed else 0
+    for bounds_of, members, rows in _rest(reading, read, listing):
+        bounds = bounds_of[0]
         where = (id(bounds), entry) if entry is not None else (id(bounds), *read.box[first])
         items = spans.get(where)
         if items is None:
@@ -827,16 +899,26 @@ def _entry_parts(reading: _Reading, read: Read, placement: _Placement, listing: 
                 # the slabs along the first dimension when they do not vary along it).
                 weighed = None if first_varying else row.weighed
                 for t, term, array, weighted in members:
-                    w, contract = None, None
+                    w, contract, prefix = None, None, None
                     if weighted:
                         if weighed is None:
                             weighed = reading.slab_weights((extent, *row.extents))
                             if not first_varying:
                                 row.weighed = weighed
                         w, contract = weighed
+                        if contract is not None and prefixed and array.dtype.kind == "f":
+                            if row.prefix is None:
+                                edges = bounds_of[along].edges
+                                c_along = coords[along]
+                                chunk_rows = (int(edges[c_along]), int(edges[c_along + 1]))
+                                row.prefix = (
+                                    reading.row_prefix((extent, *row.extents), along, chunk_rows)
+                                    or False
+                                )
+                            prefix = row.prefix if isinstance(row.prefix, RowPrefix) else None
                     part = EntryPart(
                         next(counter), sign, term, local, summed, order, (t, *at), w, tallied,
-                        contract,
+                        contract, prefix,
                     )  # fmt: skip
                     _add(chunks, array, coords, store, part, region)
 
@@ -855,11 +937,17 @@ class _RestSlab:
     extents: tuple[tuple[int, int] | None, ...]
     at: tuple[slice, ...]
     weighed: tuple[Any, tuple[int, np.ndarray] | None] | None = None
+    # Its chunk's weighted prefix sums, once looked up (False: none; ``_entry_parts``).
+    prefix: RowPrefix | bool | None = None
 
 
-# Per grid of an accumulation (its terms' arrays chunked alike): the chunk bounds along the
-# first dimension, the terms, and the slabs along the others (``_RestSlab``).
-Rest = list[tuple[ChunkBounds, tuple[tuple[int, str, zarr.Array[Any], bool], ...], list[_RestSlab]]]
+# Per grid of an accumulation (its terms' arrays chunked alike): the chunk bounds along each
+# dimension, the terms, and the slabs along all but the first (``_RestSlab``).
+Rest = list[
+    tuple[
+        tuple[ChunkBounds, ...], tuple[tuple[int, str, zarr.Array[Any], bool], ...], list[_RestSlab]
+    ]
+]
 
 
 @dataclass(slots=True)
@@ -904,7 +992,7 @@ def _rest(reading: _Reading, read: Read, listing: _Listing) -> Rest:
             coords, local, region, extents = zip(*combo, strict=True) if combo else ((),) * 4
             at = tuple([_landing(extents[i - 1], lo, size) for i, lo, size in kept if i])
             rows.append(_RestSlab(coords, local, region, extents, at))
-        rest.append((bounds_of[0], members, rows))
+        rest.append((bounds_of, members, rows))
     listing.rests[key] = rest
     return rest
 
