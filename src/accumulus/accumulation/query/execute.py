@@ -440,12 +440,14 @@ def _entry_sums(slab: np.ndarray, part: EntryPart) -> np.ndarray:
 
 
 def _entry_sums_from_rows(form: np.ndarray, part: EntryPart) -> np.ndarray:
-    """``_entry_sums`` of a slab whose weights are contracted (``part.contract``), from its
-    chunk's weighted prefix sums along that axis (``part.rows``): two rows of them."""
-    assert part.contract is not None and part.rows is not None
+    """``_entry_sums`` of a slab weighed along one axis it is summed along, from its chunk's
+    weighted prefix sums along that axis (``part.rows``): two rows of them."""
+    assert part.rows is not None
+    along = part.rows.axis  # the chunk's; among the slab's (its entries' axes dropped):
+    axis = sum(not isinstance(s, int) for s in part.local[:along])
     slab_ndim = sum(not isinstance(s, int) for s in part.local)
-    _, rest, order = _contraction_steps(slab_ndim, part.contract[0], part.summed, part.order)
-    product = row_sums(form, part.local, part.rows.axis)
+    _, rest, order = _contraction_steps(slab_ndim, axis, part.summed, part.order)
+    product = row_sums(form, part.local, along)
     if rest:
         product = product.sum(axis=rest)
     return product if order is None else product.transpose(order)
@@ -870,11 +872,14 @@ def _entry_parts(reading: _Reading, read: Read, placement: _Placement, listing: 
     slot = (read.slot,) if placement.slotted else ()
     first = source.array_dims[0]
     entry = read.entries.get(first)
-    # Slabs whose weights are contracted are summed from their chunks' weighted prefix
-    # sums where the process keeps chunks decoded: the array's dimension they vary along.
+    # Where the process keeps chunks decoded, slabs weighed along one dimension they are
+    # summed along (a series' rows of latitude) are summed from their chunks' weighted
+    # prefix sums along it (``along``, the array's): a slab of one row too, so that no chunk
+    # is kept in both forms.
     prefixed = (
-        keeps_decoded() and tallied and not first_varying
-        and len(source.varying) == 1 and source.varying[0] in source.remaining
+        keeps_decoded() and tallied and not first_varying and len(source.varying) == 1
+        and source.varying[0] in source.remaining
+        and source.remaining.index(source.varying[0]) in source.summed
     )  # fmt: skip
     along = source.array_dims.index(source.varying[0]) if prefixed else 0
     for bounds_of, members, rows in _rest(reading, read, listing):
@@ -906,7 +911,7 @@ def _entry_parts(reading: _Reading, read: Read, placement: _Placement, listing: 
                             if not first_varying:
                                 row.weighed = weighed
                         w, contract = weighed
-                        if contract is not None and prefixed and array.dtype.kind == "f":
+                        if prefixed and array.dtype.kind == "f":
                             if row.prefix is None:
                                 edges = bounds_of[along].edges
                                 c_along = coords[along]
