@@ -637,7 +637,13 @@ def _read_now(chunk: _Here, counts: ReadCounts, kept: bool) -> np.ndarray:
     spec = chunk.spec
     if chunk.ranged:
         store = cast(LeanLocalStore, chunk.store)
-        read = partial(_read_parts, chunk, counts, kept)
+        missed = None
+        if kept:  # one ``stat`` tells its version: no open, read or close when it is kept
+            missed = store.version_sync(chunk.request.store_key)
+            found = None if missed is None else _kept_form(chunk, missed)
+            if found is not None:
+                return found
+        read = partial(_read_parts, chunk, counts, kept, missed)
         ranged = store.read_parts_sync(chunk.request.store_key, read)
         if ranged is None:  # no object: one request, as ``get_sync`` answering None
             counts.requests += 1
@@ -652,10 +658,29 @@ def _read_now(chunk: _Here, counts: ReadCounts, kept: bool) -> np.ndarray:
     return _decode(chunk.request, chunk.transform, buffer, spec)
 
 
+def _kept_form(chunk: _Here, version: FileVersion) -> np.ndarray | None:
+    """The chunk decoded from ``version`` of its file, or its request's derived form
+    (``ChunkRequest.derive``), if kept (``decoded_chunks``)."""
+    request, spec = chunk.request, chunk.spec
+    grids = _grids(request.array.metadata)
+    # Whole, or (past the array's end along its first dimension) as far as the array holds
+    # in this snapshot: the shapes a decode of this version gives.
+    held = held_rows(request.array, request.coords, spec.shape)
+    shapes: tuple[tuple[int, ...], ...] = (spec.shape,)
+    if held is not None:
+        shapes = ((held, *spec.shape[1:]), spec.shape)
+    derive = request.derive
+    if derive is None:
+        return DECODED.get(version, shapes, grids.native)
+    shapes = tuple(derive.shape(shape) for shape in shapes)
+    return DECODED.get(version, shapes, derive.dtype, derive.form)
+
+
 def _read_parts(
     chunk: _Here,
     counts: ReadCounts,
     keep: bool,
+    missed: FileVersion | None,
     read: Callable[[int, int], bytes],
     version: FileVersion,
 ) -> np.ndarray:
@@ -665,7 +690,8 @@ def _read_parts(
     Behind a checksum over the whole stored chunk, it is read whole and verified the first
     time this version of its file is read (once settled: ``VersionMemo``), in parts afterwards.
     ``keep``: decoded whole and kept (``decoded_chunks``), or its request's derived form
-    (``ChunkRequest.derive``) made of it and kept instead."""
+    (``ChunkRequest.derive``) made of it and kept instead; ``missed``: a version just
+    looked for among those kept and not found (not looked for again)."""
 
     def counted(start: int, stop: int) -> bytes:
         data = read(start, stop)
@@ -679,17 +705,7 @@ def _read_parts(
     assert blosc is not None  # (``_Here.ranged``)
     derive = request.derive if keep else None
     if keep:
-        # Whole, or (past the array's end along its first dimension) as far as the array
-        # holds in this snapshot: the shapes a decode of this version gives.
-        held = held_rows(request.array, request.coords, spec.shape)
-        shapes: tuple[tuple[int, ...], ...] = (spec.shape,)
-        if held is not None:
-            shapes = ((held, *spec.shape[1:]), spec.shape)
-        if derive is None:
-            kept = DECODED.get(version, shapes, grids.native)
-        else:
-            shapes = tuple(derive.shape(shape) for shape in shapes)
-            kept = DECODED.get(version, shapes, derive.dtype, derive.form)
+        kept = None if version == missed else _kept_form(chunk, version)
         if kept is not None:
             return kept
         # Decoded whole, to serve the other parts later questions need.

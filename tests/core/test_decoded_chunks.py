@@ -19,6 +19,7 @@ from accumulus.accumulation.build.encoded_chunks import encode_chunk
 from accumulus.chunk_reader import ChunkRequest, ReadCounts, read_chunks
 from accumulus.decoded_chunks import DecodedChunks
 from accumulus.shared_chunks import HEADER_BYTES, SharedChunks
+from accumulus.stores.local import LeanLocalStore
 from accumulus.stores.opening import open_store
 from accumulus.stores.safe_reads import FileVersion
 from cubes import VAR, synthetic_dataset, write_cube, xarray_reference
@@ -151,6 +152,23 @@ def test_a_kept_chunk_is_read_again_only_when_its_file_changes(tmp_path, kept):
         chunk, counts = _read(array, (slice(0, 2), slice(0, 64)))
         assert counts.bytes > 0
         np.testing.assert_array_equal(chunk, values)
+
+
+def test_a_kept_chunk_is_found_by_one_stat_of_its_file(tmp_path, kept, monkeypatch):
+    """Read again, a kept chunk's file is not opened: one ``stat`` tells its version."""
+    array, values, _ = _accumulation_chunk(tmp_path)
+    _read(array, (slice(3, 5), slice(0, 64)))
+    opened = []
+    read_parts_sync = LeanLocalStore.read_parts_sync
+
+    def counted(self, key, parts):
+        opened.append(key)
+        return read_parts_sync(self, key, parts)
+
+    monkeypatch.setattr(LeanLocalStore, "read_parts_sync", counted)
+    chunk, _ = _read(array, (slice(100, 200), slice(0, 64)))
+    np.testing.assert_array_equal(chunk, values)
+    assert opened == [] and kept.hits == 1
 
 
 def test_a_chunk_past_the_arrays_end_is_kept_as_far_as_the_array_holds(tmp_path, kept):

@@ -149,6 +149,13 @@ class GuardedLocalStore(LeanLocalStore):
         except OSError as exc:
             raise _unreadable(key, exc) from None
 
+    def version_sync(self, key: str) -> FileVersion | None:
+        self.guard.check()
+        try:
+            return self.store.version_sync(key)
+        except OSError as exc:
+            raise _unreadable(key, exc) from None
+
     async def get(
         self,
         key: str,

@@ -15,7 +15,12 @@ from zarr.storage import LocalStore, WrapperStore
 
 from accumulus.stores.base import DelegatingStore, ReadsSync
 from accumulus.stores.group import GroupStore
-from accumulus.stores.safe_reads import FileVersion, read_regular_file, read_regular_file_parts
+from accumulus.stores.safe_reads import (
+    FileVersion,
+    read_regular_file,
+    read_regular_file_parts,
+    regular_file_version,
+)
 
 
 class LeanLocalStore(ReadsSync, LocalStore):
@@ -46,6 +51,13 @@ class LeanLocalStore(ReadsSync, LocalStore):
         if not self._is_open:
             self._ensure_open_sync()
         return read_regular_file_parts(str(self.root), key, parts)
+
+    def version_sync(self, key: str) -> FileVersion | None:
+        """The version of the object at ``key`` now (``safe_reads.regular_file_version``:
+        one ``stat``); None where there is none."""
+        if not self._is_open:
+            self._ensure_open_sync()
+        return regular_file_version(os.path.join(self.root, key), key)
 
     def set_sync(self, key: str, value: Buffer) -> None:
         if not self._is_open or self.read_only or not isinstance(value, Buffer):
