@@ -72,6 +72,9 @@ found["frozen_at_start"] = gc.get_freeze_count()
 made = [cycle() for _ in range(1000)]  # survive a full collection: frozen after it
 gc.collect()
 found["frozen_after_full"] = gc.get_freeze_count() - found["frozen_at_start"]
+made = [cycle() for _ in range(1000)]  # survive a collection of the middle generation
+gc.collect(1)
+found["frozen_after_middle"] = gc.get_freeze_count() - found["frozen_at_start"]
 gone = weakref.ref(kept)
 del kept, made  # garbage in cycles, but frozen: a full collection does not look
 gc.collect()
@@ -88,10 +91,11 @@ print(json.dumps(found))
 """
 
 
-def test_survivors_of_a_full_collection_are_frozen_until_thawed():
-    """Each object is walked by one full collection at most (a worker's 260,000 made the
-    64-client load's tail); garbage in cycles among frozen objects is freed once thawed, by
-    a new snapshot or every ``THAW_EVERY``-th full collection."""
+def test_survivors_of_the_older_generations_collections_are_frozen_until_thawed():
+    """Each object is walked by one collection of the older generations at most (a worker's
+    260,000 made the 64-client load's tail, and then the 25,000-50,000 its requests leave
+    between full collections); garbage in cycles among frozen objects is freed once thawed,
+    by a new snapshot or every ``THAW_EVERY``-th full collection."""
     found = json.loads(
         subprocess.run(
             [sys.executable, "-c", COLLECTOR_SCRIPT], capture_output=True, text=True, check=True
@@ -99,6 +103,7 @@ def test_survivors_of_a_full_collection_are_frozen_until_thawed():
     )
     assert found["frozen_at_start"] > 1000
     assert found["frozen_after_full"] >= 2000  # the 1,000 cycles that survived it
+    assert found["frozen_after_middle"] >= 4000  # and the next 1,000, after a younger one
     assert not found["freed_while_frozen"]
     assert found["frozen_after_thaw"] == 0
     assert found["freed_after_thaw"]

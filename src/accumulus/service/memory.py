@@ -17,12 +17,15 @@ back again about 1 MB of the arrays it made (docs/benchmarks.md, session svc57).
 The cycle collector's full collections walk every object the process holds: a worker's
 imports, its stores' metadata and its caches' entries, about 260,000 objects on the 10-year
 cube, 130 ms during which every request waiting on that worker waits too (the tail of the
-64-client load: docs/benchmarks.md, session lead57). What has survived a full collection is
-frozen out of the next ones (``gc.freeze``), so each object is walked by one at most. An
-object frozen may become garbage in a cycle later, which only a walk of it frees: a new
-snapshot thaws them all for the next full collection (what the old snapshot held: ``thaw``),
-and so does every ``THAW_EVERY``-th full collection (minutes apart under load: one long
-pause then bounds what could pile up).
+64-client load: docs/benchmarks.md, session lead57). What has survived a collection of the
+two older generations is frozen out of the next ones (``gc.freeze``): the objects a worker's
+requests leave for long (its caches' entries: 25,000-50,000 between full collections, none of
+them garbage) are then walked by no full collection, which took 22-31 ms every 5-10 s under
+load when they were frozen only after one (session lead58). An object frozen may become
+garbage in a cycle later, which only a walk of it frees: a new snapshot thaws them all for
+the next full collection (what the old snapshot held: ``thaw``), and so does every
+``THAW_EVERY``-th full collection (minutes apart under load: one long pause then bounds
+what could pile up).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # freed heap memory kept for reuse while bu
 ARENAS = 4
 # Every this many full collections, the next walks every object (``thaw``'s walk, unasked).
 THAW_EVERY = 100
-_FULL_COLLECTIONS = [0]  # counted by ``_freeze_after_full``
+_FULL_COLLECTIONS = [0]  # counted by ``_freeze_survivors``
 
 
 def tune_allocator() -> bool:
@@ -65,10 +68,10 @@ def release_free_memory() -> None:
 
 def freeze_survivors() -> None:
     """Freeze what the process holds now (its imports and stores, at a worker's start), and
-    what survives each full collection from now on."""
+    what survives each collection of the older generations from now on."""
     gc.freeze()
-    if _freeze_after_full not in gc.callbacks:
-        gc.callbacks.append(_freeze_after_full)
+    if _freeze_survivors not in gc.callbacks:
+        gc.callbacks.append(_freeze_survivors)
 
 
 def thaw() -> None:
@@ -77,10 +80,12 @@ def thaw() -> None:
     gc.unfreeze()
 
 
-def _freeze_after_full(phase: str, info: dict[str, Any]) -> None:
-    if phase == "stop" and info["generation"] == 2:
+def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
+    if phase != "stop" or info["generation"] == 0:
+        return
+    if info["generation"] == 2:
         _FULL_COLLECTIONS[0] += 1
-        if _FULL_COLLECTIONS[0] % THAW_EVERY:
-            gc.freeze()
-        else:  # the next one walks every object again
+        if not _FULL_COLLECTIONS[0] % THAW_EVERY:  # the next one walks every object again
             gc.unfreeze()
+            return
+    gc.freeze()
