@@ -322,9 +322,11 @@ def test_series_summed_from_kept_row_prefix_sums_are_xarrays(tmp_path, kept, mon
     answers(["lon"])
 
 
-def test_a_missing_chunk_of_kept_row_prefix_sums_is_named(tmp_path, kept):
-    """A chunk of the sums missing is named as without the cache: its derived form is not
-    summed into an answer."""
+@pytest.mark.parametrize("array", ["acc_uw_lat_lon", "acc_n_lat_lon"])
+def test_a_missing_chunk_of_kept_row_prefix_sums_is_named(tmp_path, kept, array):
+    """A chunk of the sums or of the counts missing is named as without the cache: its
+    prefix sums are not summed into an answer (a missing chunk of counts reads as the
+    type's largest value, not as counts)."""
     ds = synthetic_dataset({"time": 20, "lat": 8, "lon": 10}, seed=2)
     path = tmp_path / "c.zarr"
     write_cube(ds, str(path), {"time": 10, "lat": 4, "lon": 5})
@@ -337,7 +339,7 @@ def test_a_missing_chunk_of_kept_row_prefix_sums_is_named(tmp_path, kept):
     }
     accumulus.average(str(path), VAR, ["lat", "lon"], ranges, plan="accumulation")
     assert _forms_kept(kept)
-    for chunk in (path / f"{VAR}_accumulation_group").glob("**/acc_uw_lat_lon*/[0-9]*"):
+    for chunk in (path / f"{VAR}_accumulation_group").glob(f"**/{array}*/[0-9]*"):
         chunk.unlink()
-    with pytest.raises(accumulus.AccumulusError, match=r"acc_uw_lat_lon.* has a missing chunk"):
+    with pytest.raises(accumulus.AccumulusError, match=rf"{array}.* has a missing chunk"):
         accumulus.average(str(path), VAR, ["lat", "lon"], ranges, plan="accumulation")

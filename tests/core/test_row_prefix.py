@@ -39,3 +39,19 @@ def test_the_forms_name_follows_its_axis_and_weights():
     assert RowPrefix(1, weights).form != RowPrefix(0, weights).form
     assert RowPrefix(1, weights).form != RowPrefix(1, weights[::-1].copy()).form
     assert RowPrefix(1, weights).form.replace("-", "").isalnum()
+
+
+@pytest.mark.parametrize("dtype", ["u2", "i8"])
+def test_a_missing_chunks_counts_are_not_numbers_in_the_form(dtype):
+    """Counts take float64 forms; a count array's fill value (a missing chunk's: the type's
+    largest unsigned, -1 signed) is no count: every sum over it is NaN."""
+    counts = np.arange(12, dtype=dtype).reshape(4, 3)
+    weights = np.array([0.5, 1.0, 2.0])
+    form = RowPrefix(1, weights)(counts)
+    assert form.dtype == np.dtype("f8")
+    np.testing.assert_array_equal(row_sums(form, (2, slice(0, 3)), 1), counts[2] @ weights)
+    counts[2, 1] = np.iinfo(dtype).max if dtype == "u2" else -1
+    form = RowPrefix(1, weights)(counts)
+    assert np.isnan(row_sums(form, (2, slice(0, 3)), 1))
+    assert row_sums(form, (2, slice(0, 1)), 1) == 0.5 * counts[2, 0]  # rows before it
+    assert row_sums(form, (1, slice(0, 3)), 1) == counts[1] @ weights  # other entries

@@ -159,14 +159,18 @@ def test_serve_memory_default_is_the_query_default():
 
 
 def _accumulation_arrays_bytes(cube: Path) -> int:
-    """The decoded bytes of every array under the cube's accumulation groups, by zarr."""
+    """The decoded bytes of every array under the cube's accumulation groups, by zarr; the
+    counts of the sums that keep rows of latitude (lat+lon at every cell, ``*_lat_lon_*``) at
+    8 bytes a value: a cache keeps their chunks as float64 prefix sums along the rows."""
     found = 0
     pending = [
         g for name, g in zarr.open_group(str(cube), mode="r").groups() if "accumulation" in name
     ]
     while pending:
         group = pending.pop()
-        found += sum(array.nbytes for _, array in group.arrays())
+        for name, array in group.arrays():
+            rows = array.dtype.kind in "iu" and "_lat_lon_" in name
+            found += array.size * 8 if rows else array.nbytes
         pending.extend(g for _, g in group.groups())
     return found
 

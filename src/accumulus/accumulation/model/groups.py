@@ -24,7 +24,7 @@ from zarr.abc.store import Store
 from accumulus.accumulation.model import spec
 from accumulus.accumulation.model.record import RECORD_KEY, BuildRecordError, attributes_problem
 from accumulus.accumulation.model.sidecar import Sidecar, StaleSidecarError
-from accumulus.accumulation.model.weights import latitude_of
+from accumulus.accumulation.model.weights import latitude_of, varying_dims
 from accumulus.errors import AccumulusError
 from accumulus.filters.accumulation_delta import with_chunk_shape
 from accumulus.grid import sharding_of
@@ -213,8 +213,32 @@ class AccumulationGroups:
 
     def decoded_bytes(self) -> int:
         """The bytes of every usable group's arrays decoded: the most a cache of decoded
-        accumulation chunks can hold of them (``accumulus serve``'s default size)."""
-        return sum(self.array(name, array).nbytes for name, array in self._usable_arrays())
+        accumulation chunks can hold of them (``accumulus serve``'s default size). A cache
+        keeps the chunks of an array holding rows its group's weights vary along (a series'
+        rows of latitude) as their weighted prefix sums along them, in float64
+        (``query.row_prefix``): an integer array's (the counts) take 8 bytes a value there."""
+        total = 0
+        for name, array in self._usable_arrays():
+            decoded = self.array(name, array)
+            if decoded.dtype.kind in "iu" and array in self._arrays_of_rows(name):
+                total += decoded.size * 8
+            else:
+                total += decoded.nbytes
+        return total
+
+    def _arrays_of_rows(self, variable: str) -> set[str]:
+        """The arrays of ``variable``'s group whose accumulations keep as rows (not prefix
+        sums) the one dimension its weights vary along."""
+        group = self.group(variable)
+        if group is None or group.weights is None:
+            return set()
+        varying = varying_dims(self.cube.decoded, group.weights, variable)
+        return {
+            array
+            for acc in group.accumulations
+            if len(varying) == 1 and varying[0] in acc.dims and varying[0] not in acc.prefix_dims
+            for array in acc.arrays.values()
+        }
 
     def _usable_arrays(self) -> Iterator[tuple[str, str]]:
         """(variable, array name) of each array of each group a query may read."""

@@ -911,7 +911,7 @@ def _entry_parts(reading: _Reading, read: Read, placement: _Placement, listing: 
                             if not first_varying:
                                 row.weighed = weighed
                         w, contract = weighed
-                        if prefixed and array.dtype.kind == "f":
+                        if prefixed and array.dtype.kind in "fiu":
                             if row.prefix is None:
                                 edges = bounds_of[along].edges
                                 c_along = coords[along]

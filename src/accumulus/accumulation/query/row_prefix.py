@@ -10,7 +10,11 @@ over rows ``lo..hi-1`` is then ``form[hi] − form[lo]``, two rows read whatever
 height. The form is made once per chunk version and weights, and kept in the chunk's place
 (``chunk_reader.Derivation``, ``decoded_chunks``).
 
-Its rounding differs from the product's by a few ulps of the rows' running sum."""
+Its rounding differs from the product's by a few ulps of the rows' running sum. Counts (an
+integer array) take float64 forms, four times their bytes for uint16 counts. A count a missing
+chunk holds (its fill value: the type's largest for an unsigned type, -1 for a signed one)
+is NaN in the form, so that a sum over it is not a number and the query, reading the
+chunk again as it is stored, names it (``execute._checked_entries``)."""
 
 from __future__ import annotations
 
@@ -43,6 +47,8 @@ class RowPrefix:
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         moved = np.moveaxis(values, self.axis, 0)
+        if moved.dtype.kind in "iu":
+            moved = _counts(moved)
         rows = moved.shape[0]
         weights = np.zeros(rows)
         held = min(rows, len(self.weights))
@@ -52,6 +58,13 @@ class RowPrefix:
         np.multiply(moved, weights.reshape(rows, *(1,) * (moved.ndim - 1)), out=form[1:])
         np.cumsum(form[1:], axis=0, out=form[1:])
         return form
+
+
+def _counts(values: np.ndarray) -> np.ndarray:
+    """Integer counts as float64, their fill value (a missing chunk's) NaN."""
+    unsigned = values.dtype.kind == "u"
+    fill = values == np.iinfo(values.dtype).max if unsigned else values < 0
+    return np.where(fill, np.nan, values.astype("f8"))
 
 
 def row_sums(form: np.ndarray, local: tuple[slice | int, ...], axis: int) -> np.ndarray:
