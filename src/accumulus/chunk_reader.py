@@ -625,7 +625,7 @@ def _read_run(
 ) -> None:
     for chunk in chunks:
         request = chunk.request
-        kept = chunk.ranged and request.keep and DECODED.limit > 0
+        kept = chunk.ranged and request.keep and keeps_decoded()
         if request.derive is not None and not kept:
             request = replace(request, derive=None)  # handed over as it is stored
         _consume_one(request, consume, partial(_read_now, chunk, counts, kept))

@@ -86,8 +86,8 @@ class EntryPart:
     tallied: bool = True
     # ``weights`` as (axis, values) when they vary along one summed axis (``_contraction``).
     contract: tuple[int, np.ndarray] | None = None
-    # The same weights over the chunk's rows along that axis, as its weighted prefix sums
-    # (floating-point entries of a process that keeps decoded chunks): summed from those.
+    # The weights over the chunk's rows along the axis they vary along, as the chunk's
+    # weighted prefix sums along it (a process that keeps decoded chunks): summed from those.
     rows: RowPrefix | None = None
 
 
