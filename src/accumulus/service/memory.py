@@ -19,9 +19,9 @@ imports, its stores' metadata and its caches' entries, about 260,000 objects on 
 cube, 130 ms during which every request waiting on that worker waits too (the tail of the
 64-client load: docs/benchmarks.md, session lead57). What has survived a collection of the
 two older generations is frozen out of the next ones (``gc.freeze``): the objects a worker's
-requests leave for long (its caches' entries: 25,000-50,000 between full collections, none of
-them garbage) are then walked by no full collection, which took 22-31 ms every 5-10 s under
-load when they were frozen only after one (session lead58). An object frozen may become
+requests leave for long (its caches' entries, none of them garbage) are then walked by no
+full collection, as they were when frozen only after one (docs/benchmarks.md, session
+lead58). An object frozen may become
 garbage in a cycle later, which only a walk of it frees: a new snapshot thaws them all for
 the next full collection (what the old snapshot held: ``thaw``), and so does every
 ``THAW_EVERY``-th full collection (minutes apart under load: one long pause then bounds

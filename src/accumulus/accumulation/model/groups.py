@@ -218,12 +218,13 @@ class AccumulationGroups:
         rows of latitude) as their weighted prefix sums along them, in float64
         (``query.row_prefix``): an integer array's (the counts) take 8 bytes a value there."""
         total = 0
+        rows: dict[str, set[str]] = {}  # by variable
         for name, array in self._usable_arrays():
+            if name not in rows:
+                rows[name] = self._arrays_of_rows(name)
             decoded = self.array(name, array)
-            if decoded.dtype.kind in "iu" and array in self._arrays_of_rows(name):
-                total += decoded.size * 8
-            else:
-                total += decoded.nbytes
+            counts = decoded.dtype.kind in "iu" and array in rows[name]
+            total += decoded.size * 8 if counts else decoded.nbytes
         return total
 
     def _arrays_of_rows(self, variable: str) -> set[str]:
