@@ -11,7 +11,7 @@ import xarray as xr
 
 import accumulus
 from accumulus.accumulation.query.selection import Extent
-from accumulus.captions import captions, degrees_text, extent_text, picture_kind
+from accumulus.captions import captions, degrees_text, extent_text, picture_kind, time_text
 from accumulus.coastlines import coastlines
 from accumulus.output import result_json
 from accumulus.plots import figure, result_png
@@ -194,6 +194,25 @@ def test_extents():
     day = Extent("time", pd.Timestamp("2001-03-01"), pd.Timestamp("2001-03-01 06:00"), 2, 8)
     assert extent_text(day) == "2001-03-01 – 2001-03-01 06:00"
     assert extent_text(Extent(None, 500.0, 850.0, 3, 17)) == "500–850"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pd.Timestamp("2001-03-01"),
+        pd.Timestamp("2001-03-01 06:05:59"),
+        pd.Timestamp("2001-03-01 00:00:00.000000001"),  # not midnight: its time shown
+        pd.Timestamp("1999-12-31 23:59:59.5"),
+        pd.Timestamp("2001-03-01 05:30", tz="Asia/Kolkata"),
+        np.datetime64("2001-03-01T00:00:00.000001"),
+        np.datetime64("1850-01-01", "s"),
+        np.datetime64("0999-06-01T12:00", "s"),  # (strftime's own text)
+    ],
+)
+def test_time_text_is_strftimes(value):
+    stamp = pd.Timestamp(value)
+    expected = stamp.strftime("%Y-%m-%d" if stamp == stamp.normalize() else "%Y-%m-%d %H:%M")
+    assert time_text(value) == expected
 
 
 def test_picture_kinds():

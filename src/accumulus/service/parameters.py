@@ -10,7 +10,6 @@ format, and the service's limit on the size of an answer.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from functools import cached_property, partial
@@ -211,31 +210,33 @@ def check_average_request(
 def _ranges(
     snapshot: DatasetSnapshot, query: list[tuple[str, str]]
 ) -> dict[str, tuple[str | None, str | None]]:
-    repeated = [name for name, n in Counter(name for name, _ in query).items() if n > 1]
-    if repeated:
-        raise ParameterError(repeated[0], f"parameter {repeated[0]!r} is given more than once")
+    names = [name for name, _ in query]
+    if len(set(names)) < len(names):
+        repeated = next(name for name in names if names.count(name) > 1)
+        raise ParameterError(repeated, f"parameter {repeated!r} is given more than once")
     cube = snapshot.cube
-    dims = [str(d) for d in cube.raw.dims]
+    # (Each dimension's pattern made and compiled once per snapshot.)
+    patterns = cube.remembered("range patterns", partial(_compiled_patterns, cube))
     ranges = {}
     for name, text in query:
         if name in OPTIONS:
             continue
-        if name not in dims:
+        pattern = patterns.get(name)
+        if pattern is None:
             raise ParameterError(
                 name,
                 f"unknown parameter {name!r}: ranges are named by the dimensions of the "
-                f"dataset {dims}; the other parameters are {', '.join(OPTIONS)}",
+                f"dataset {list(patterns)}; the other parameters are {', '.join(OPTIONS)}",
             )
-        # (Each dimension's pattern made and compiled once per snapshot.)
-        pattern = cube.remembered(("range pattern", name), partial(_compiled_pattern, cube, name))
         if not pattern.fullmatch(text):
             raise malformed_range(name, text)
         ranges[name] = split_range(name, text)
     return ranges
 
 
-def _compiled_pattern(cube: RawCube, dim: str) -> re.Pattern[str]:
-    return re.compile(range_pattern(cube.index(dim)))
+def _compiled_patterns(cube: RawCube) -> dict[str, re.Pattern[str]]:
+    """Each dimension's range pattern, compiled, in the dataset's order of dimensions."""
+    return {str(d): re.compile(range_pattern(cube.index(str(d)))) for d in cube.raw.dims}
 
 
 def requested_shape(name: str | None, body: bytes | None) -> Shape | None:
