@@ -77,12 +77,13 @@ def captions(result: QueryResult) -> Captions:
     over = [d for d in result.query.over if d in result.selection] or list(result.query.over)
     over_kinds = frozenset(_extent_kind(result.selection.get(d)) or d for d in over)
     over_name = _OVER_NAMES.get(over_kinds, ", ".join(over).capitalize())
+    kinds = kinds_of(result)
     picture = {
         "map": "map",
-        "series": "time series" if "time" in kinds_of(result).values() else "series",
+        "series": "time series" if "time" in kinds.values() else "series",
         "hovmoller": "Hovmöller diagram",
         "image": "field",
-    }.get(picture_kind(kinds_of(result)), "answer")
+    }.get(picture_kind(kinds), "answer")
     stat = result.query.stat
     if stat in _VERBS:
         title = f"{over_name}-{_VERBS[stat]} {picture} of {what}"
