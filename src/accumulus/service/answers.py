@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from isal import isal_zlib
+from isal import igzip_lib
 
 from accumulus.accumulation.query.budget import DEFAULT_MEMORY_BYTES
 from accumulus.errors import AccumulationReadError
@@ -16,11 +16,13 @@ from accumulus.service.parameters import AverageRequest
 
 MEDIA_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8", "png": "image/png"}
 # Text answers from this size on are also kept gzipped, by ISA-L's deflate (level 1: a
-# third of the size, three times faster than zlib's level 1 for the same size; figures in
-# docs/benchmarks.md).
+# third of the size, three times faster than zlib's level 1 for the same size), looking back
+# 64 bytes for repeats, not 32 KiB: faster and smaller on the JSON and CSV of dates and
+# float64 values the service writes, slower and larger on answers of short numbers and
+# nulls (docs/benchmarks.md, session svc59).
 GZIP_MIN_BYTES = 64 * 2**10
 GZIP_LEVEL = 1
-GZIP_FORMAT = 31  # wbits: a gzip member (header and trailer), its time 0
+GZIP_HISTORY_BITS = 6
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,13 @@ class Answer:
     @classmethod
     def rendered(cls, body: bytes, media_type: str) -> Answer:
         large_text = len(body) >= GZIP_MIN_BYTES and not media_type.startswith("image/")
-        # Time 0 in the header: the same answer is the same bytes.
-        gzipped = isal_zlib.compress(body, GZIP_LEVEL, GZIP_FORMAT) if large_text else None
+        # A gzip member (header and trailer), time 0 in its header: the same answer is the
+        # same bytes.
+        gzipped = (
+            igzip_lib.compress(body, GZIP_LEVEL, igzip_lib.COMP_GZIP, hist_bits=GZIP_HISTORY_BITS)
+            if large_text
+            else None
+        )
         return cls(body, media_type, gzipped)
 
 
