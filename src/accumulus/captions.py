@@ -10,7 +10,7 @@ series, a longitude- (or latitude-) averaged Hovmöller diagram.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,11 @@ def picture_kind(kinds: Mapping[str, str | None]) -> str:
 
 def kinds_of(result: QueryResult) -> dict[str, str | None]:
     """The kind of each dimension of the answer, in its order."""
-    return {d: _extent_kind(result.selection.get(d)) for d in result.dims}
+    return _kinds(result.selection, result.dims)
+
+
+def _kinds(extents: Mapping[str, Extent], dims: Iterable[str]) -> dict[str, str | None]:
+    return {d: _extent_kind(extents.get(d)) for d in dims}
 
 
 def captions(result: QueryResult) -> Captions:
@@ -74,10 +78,13 @@ def captions(result: QueryResult) -> Captions:
     name = str(attrs.get("long_name") or result.name)
     units = attrs.get("units")
     what = f"{name} ({units})" if units else name
-    over = [d for d in result.query.over if d in result.selection] or list(result.query.over)
-    over_kinds = frozenset(_extent_kind(result.selection.get(d)) or d for d in over)
+    # The extents as a dict, looked up at once (a Selection finds each one through the
+    # Mapping protocol's Python, per look-up).
+    extents = dict(result.selection)
+    over = [d for d in result.query.over if d in extents] or list(result.query.over)
+    over_kinds = frozenset(_extent_kind(extents.get(d)) or d for d in over)
     over_name = _OVER_NAMES.get(over_kinds, ", ".join(over).capitalize())
-    kinds = kinds_of(result)
+    kinds = _kinds(extents, result.dims)
     picture = {
         "map": "map",
         "series": "time series" if "time" in kinds.values() else "series",
@@ -96,12 +103,12 @@ def captions(result: QueryResult) -> Captions:
         title = (
             f"{picture.capitalize()} of the {counted} of {name}{partner} over {over_name.lower()}"
         )
-    return Captions(title, subtitle(result), cost_caption(result))
+    return Captions(title, subtitle(result, extents), cost_caption(result))
 
 
-def subtitle(result: QueryResult) -> str:
-    """Period · region · other dimensions · weights, from what the query selected."""
-    extents = result.selection
+def subtitle(result: QueryResult, extents: dict[str, Extent]) -> str:
+    """Period · region · other dimensions · weights, from what the query selected
+    (``extents``: its selection)."""
     parts = []
     times = [e for e in extents.values() if e.kind == "time"]
     if times:
