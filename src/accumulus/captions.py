@@ -193,8 +193,8 @@ def time_text(value: Any) -> str:
     stamp = pd.Timestamp(value)
     if not 1000 <= stamp.year <= 9999:  # (strftime pads other years per platform)
         return stamp.strftime("%Y-%m-%d" if stamp == stamp.normalize() else "%Y-%m-%d %H:%M")
-    # The same text from the fields: strftime and normalize cost a served answer's JSON
-    # about 13 µs for its two dates (docs/benchmarks.md, session svc59).
+    # The same text from the fields: pandas' strftime and normalize were most of a JSON
+    # answer's subtitle (docs/benchmarks.md, session svc59).
     date = f"{stamp.year}-{stamp.month:02}-{stamp.day:02}"
     if stamp.hour == stamp.minute == stamp.second == stamp.microsecond == stamp.nanosecond == 0:
         return date
