@@ -123,3 +123,23 @@ def test_python_dates_beyond_nanoseconds_are_clipped_with_a_note():
         assert index_range(index, "time", start, datetime.date(2001, 1, 3)) == ((0, 3), True)
     stop = datetime.datetime(2300, 1, 1)
     assert index_range(index, "time", np.datetime64("2002-12-25"), stop) == ((723, 730), True)
+
+
+@pytest.mark.parametrize("calendar", ["Y", "M", "D", "h", "m", "s"])
+@pytest.mark.parametrize("unit", UNITS)
+def test_dates_take_the_range_check_of_their_unit(calendar, unit):
+    """Every ISO date's unit has its span in an index's unit (``_unit_span``; NumPy 2
+    refuses to convert the extremes to days, hours, minutes or seconds, which once left
+    all but years and months to the slower conversion), and a moment put in the index's
+    unit through it is what the checked conversion gives, at the span's ends and past them."""
+    dtype = np.dtype(f"M8[{calendar}]")
+    span = request._unit_span(dtype, unit)
+    assert span is not None
+    for end in span[:2]:
+        for count in (end - 2, end - 1, end, end + 1, end + 2, 0, 12345):
+            if not -(2**63) < count < 2**63:  # (seconds in seconds: all of int64 but NaT)
+                continue
+            moment = np.array(count, dtype="i8").view(dtype)[()]
+            with patch.object(request, "_unit_span", lambda *_: None):
+                checked = request.in_unit(moment, unit)
+            assert request.in_unit(moment, unit) == checked

@@ -652,18 +652,38 @@ def _unit_span(dtype: np.dtype, unit: str) -> tuple[int, int, np.dtype] | None:
     target = np.dtype(f"M8[{unit}]")
     ends = []
     for extreme, inwards in ((_EARLIEST, 1), (_LATEST, -1)):
-        try:  # the target's extreme in the source's unit (truncated: maybe one past it)
-            count = int(np.array(extreme, dtype="i8").view(target).astype(dtype).view("i8"))
-            while True:
-                moment = np.array(count, dtype="i8").view(dtype)
-                converted = moment.astype(target)
-                if converted.astype(dtype) == moment and converted.view("i8") >= _EARLIEST:
-                    break
-                count += inwards
-        except OverflowError:
-            return None
+        # The target's extreme in the source's unit (truncated: maybe one past it).
+        count = _truncated(extreme, target, dtype)
+        while not _converts(count, dtype, target):
+            count += inwards
         ends.append(count)
     return ends[0], ends[1], target
+
+
+def _truncated(count: int, unit: np.dtype, into: np.dtype) -> int:
+    """``count`` moments of ``unit`` (a datetime64 dtype) as a count of ``into``'s unit.
+    NumPy 2 refuses to bring the extremes of a unit to days, hours, minutes or seconds
+    (OverflowError, though the result fits), which left every date but a year or a month
+    to ``in_unit``'s slower conversion: those hold a fixed number of ``unit``, so the count
+    is divided by it instead (toward zero, as NumPy's conversion truncates)."""
+    try:
+        return int(np.array(count, dtype="i8").view(unit).astype(into).view("i8"))
+    except OverflowError:
+        step = np.array(1, dtype=f"m8[{np.datetime_data(into)[0]}]")
+        per = int(step.astype(f"m8[{np.datetime_data(unit)[0]}]").view("i8"))
+        return abs(count) // per * (1 if count > 0 else -1)
+
+
+def _converts(count: int, dtype: np.dtype, target: np.dtype) -> bool:
+    """Whether ``in_unit``'s conversion holds the moment ``count`` of ``dtype`` in
+    ``target``: converted there and back unchanged, not NaT, and not refused (NumPy refuses
+    some moments near the extremes on the way back, and ``in_unit`` then saturates)."""
+    moment = np.array(count, dtype="i8").view(dtype)
+    try:
+        converted = moment.astype(target)
+        return bool(converted.astype(dtype) == moment) and int(converted.view("i8")) >= _EARLIEST
+    except OverflowError:
+        return False
 
 
 def answer_index(cube: RawCube, resolved: ResolvedQuery, dim: str) -> pd.Index:
