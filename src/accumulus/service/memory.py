@@ -15,14 +15,13 @@ threshold with glibc's 128 KiB trim threshold each light answer mapped, faulted 
 back again about 1 MB of the arrays it made (docs/benchmarks.md, session svc57).
 
 The cycle collector's full collections walk every object the process holds: a worker's
-imports, its stores' metadata and its caches' entries, about 260,000 objects on the 10-year
-cube, 130 ms during which every request waiting on that worker waits too (the tail of the
-64-client load: docs/benchmarks.md, session lead57). What has survived a collection of the
-two older generations is frozen out of the next ones (``gc.freeze``): the objects a worker's
-requests leave for long (its caches' entries, none of them garbage) are then walked by no
-full collection, as they were when frozen only after one (docs/benchmarks.md, session
-lead58). An object frozen may become
-garbage in a cycle later, which only a walk of it frees: a new snapshot thaws them all for
+imports, its stores' metadata and its caches' entries, a pause during which every request
+waiting on that worker waits too (the tail of the 64-client load: docs/benchmarks.md,
+sessions lead57 and lead58). What has survived a collection of the two older generations is
+frozen out of the next ones (``gc.freeze``): the objects a worker's requests leave for long
+(its caches' entries, none of them garbage) are then walked by no full collection, where
+frozen only after a full collection they were walked by the next one. An object frozen may
+become garbage in a cycle later, which only a walk of it frees: a new snapshot thaws them all for
 the next full collection (what the old snapshot held: ``thaw``), and so does every
 ``THAW_EVERY``-th full collection (minutes apart under load: one long pause then bounds
 what could pile up).
