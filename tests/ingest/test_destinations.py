@@ -182,9 +182,10 @@ def test_ctrl_c_in_a_new_sidecar_leaves_nothing(tmp_path, cube, capsys, monkeypa
 
 @pytest.mark.slow
 def test_a_real_sigint(tmp_path):
-    """The console script interrupted by SIGINT in the middle of an append of 40 granules,
-    once its first commit is in the journal."""
-    granules = write_granules(tmp_path / "in", truth(120, nlat=90, nlon=180), 3)
+    """The console script interrupted by SIGINT in the middle of an append of 120 granules,
+    once its first commit is in the journal. (With 40, a machine loaded enough to leave this
+    test's polling asleep for a second saw the append finish before the signal.)"""
+    granules = write_granules(tmp_path / "in", truth(360, nlat=90, nlon=180), 3)
     cube = tmp_path / "cube.zarr"
     command = [sys.executable, "-m", "accumulus", "append", str(cube), *map(str, granules)]
     command += ["--chunks", "time=3"]
@@ -203,4 +204,4 @@ def test_a_real_sigint(tmp_path):
     assert line.startswith(f"interrupted: {cube} keeps its last commit, time ")
     done = subprocess.run(command, capture_output=True, text=True, env=cli_env(), timeout=300)
     assert done.returncode == 0, done.stderr
-    assert xr.open_zarr(cube)[VAR].shape[0] == 120
+    assert xr.open_zarr(cube)[VAR].shape[0] == 360
