@@ -250,9 +250,12 @@ def plan_cost(
             if in_part.shape is None or in_part.header_first:  # (depends on the chunk)
                 part = decoded_in_part(request, in_part)
             else:  # alike for the chunks of an array needing the same parts: a series' dozens
+                # (Looked up once: hashing the parts' slices is most of a lookup.)
                 needs = (id(in_part), request.regions or request.needed)
-                part = parts[needs] if needs in parts else decoded_in_part(request, in_part)
-                parts[needs] = part
+                try:
+                    part = parts[needs]
+                except KeyError:
+                    part = parts[needs] = decoded_in_part(request, in_part)
             header_first = header_first or (part is not None and in_part.header_first)
         if part is None:
             values = 1

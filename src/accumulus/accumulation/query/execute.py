@@ -360,7 +360,10 @@ def chunk_work(
             )
         _entry_parts(reading, read, placed, listing)
     work: Work = {}
-    requests = ChunkRequests()
+    # What the requests of an array's chunks share (its facts, a regular grid's chunk spec
+    # and size) worked out once per snapshot, not by every plan again: a question reads a
+    # few chunks of each of a few arrays.
+    requests = groups.remembered(("chunk requests",), ChunkRequests)
     for array, coords, store, parts, boxes in listing.chunks.values():
         # Each chunk decoded only as far as its parts reach (``ChunkRequest.needed``), or
         # whole and kept, an accumulation's, when the process keeps decoded chunks.
