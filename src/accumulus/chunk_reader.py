@@ -316,9 +316,14 @@ _PART_FACTS: dict[tuple[object, ...], PartFacts] = {}
 
 
 def _in_grid(coords: tuple[int, ...], grid_shape: tuple[int, ...]) -> bool:
-    return len(coords) == len(grid_shape) and all(
-        [0 <= c < n for c, n in zip(coords, grid_shape, strict=True)]
-    )
+    if len(coords) != len(grid_shape):
+        return False
+    for c, n in zip(coords, grid_shape, strict=True):  # (a loop: no generator per chunk)
+        if not 0 <= c < n:
+            break
+    else:
+        return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -500,19 +505,23 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
     can be: a stored chunk (not an inner chunk of a shard), every codec synchronous, from a
     store that allows it (``stores.base.reads_synchronously``); None otherwise."""
     here = []
-    allowed: dict[int, bool] = {}
-    facts_of: dict[int, _ArrayFacts] = {}  # by array object: a plan reads a few arrays' chunks
+    # The store read and the array's facts, or None where its chunks cannot be read here, by
+    # the array object and the store a request names: a plan reads a few arrays' chunks.
+    arrays: dict[tuple[int, int], tuple[Store, _ArrayFacts] | None] = {}
     for request in requests:
-        target = request.store or store or request.array.store_path.store
-        can = allowed.get(id(target))
-        if can is None:
-            can = allowed[id(target)] = reads_synchronously(target)
-        facts = facts_of.get(id(request.array))
-        if facts is None:
-            facts = facts_of[id(request.array)] = _facts(request.array)
-        grids = facts.grids
-        if not can or grids.transform is None or grids.sharding is not None:
+        where = (id(request.array), id(request.store))
+        if where not in arrays:
+            target = request.store or store or request.array.store_path.store
+            facts = _facts(request.array)
+            grids = facts.grids
+            can = grids.transform is not None and grids.sharding is None
+            arrays[where] = (target, facts) if can and reads_synchronously(target) else None
+        known = arrays[where]
+        if known is None:
             return None
+        target, facts = known
+        grids = facts.grids
+        assert grids.transform is not None  # (as ``arrays`` found it)
         spec = request.spec
         # reads_synchronously: a local or memory store, below wrappers that pass get_sync on;
         # read below those that only present metadata (``reader_of``).
@@ -1308,10 +1317,18 @@ class _ArrayFacts:
     # ``kept_as``'s answers, by the chunk's place along the first dimension, its declared
     # shape and the form's name and dtype: a few per array and form.
     _kept: dict[tuple[object, ...], KeptAs] = field(default_factory=dict)
+    # ``chunk_key``'s answers (the chunks a service's questions read, again and again).
+    _keys: dict[tuple[int, ...], str] = field(default_factory=dict)
 
     def chunk_key(self, coords: tuple[int, ...]) -> str:
         """The store key of the stored chunk at ``coords`` (an array that is not sharded)."""
-        return self.prefix + self.metadata.encode_chunk_key(coords)
+        key = self._keys.get(coords)
+        if key is None:
+            key = self.prefix + self.metadata.encode_chunk_key(coords)
+            if len(self._keys) >= CHUNK_KEYS:
+                self._keys.clear()
+            self._keys[coords] = key
+        return key
 
     def kept_as(
         self, coords: tuple[int, ...], shape: tuple[int, ...], derive: Derivation | None
@@ -1348,6 +1365,9 @@ class _ArrayFacts:
 KeptAs = tuple[tuple[tuple[int, ...], ...], np.dtype, str]
 # ``kept_as``'s answers remembered per array at most; then forgotten, all at once.
 KEPT_AS = 256
+# Chunk keys remembered per array at most (``chunk_key``; about 100 bytes each); then
+# forgotten, all at once.
+CHUNK_KEYS = 4096
 
 
 # By the array object's identity, each entry keeping its array alive (no id reused), and
