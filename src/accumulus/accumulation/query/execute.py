@@ -517,6 +517,9 @@ def _contraction(
 _SCRATCH = threading.local()
 # The most working space a thread keeps for the next query, per use (float64 values).
 SCRATCH_VALUES = 2**20
+# Values at most this many (float64) are taken in new memory rather than the scratch: the
+# allocator reuses blocks this small (under its threshold for mapping new memory).
+SMALL_VALUES = 2**12
 
 
 def _scratch(shape: tuple[int, ...], which: int) -> np.ndarray:
@@ -640,7 +643,10 @@ class _OrderedTotal:
                 self.magnitude = _zeroed(self.shape, 3)
             size = self.magnitude[(*where, ...)]
             if value.dtype.kind != "u":
-                value = np.abs(value, out=_scratch(value.shape, 1), dtype="f8")
+                # A small part's (a series') in new memory: freed blocks of that size are
+                # reused without asking the system for pages, and cost less than the scratch.
+                out = None if value.size <= SMALL_VALUES else _scratch(value.shape, 1)
+                value = np.abs(value, out=out, dtype="f8")
             np.add(size, value, out=size, casting="unsafe")
         self._next += 1
 
