@@ -512,23 +512,19 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
     can be: a stored chunk (not an inner chunk of a shard), every codec synchronous, from a
     store that allows it (``stores.base.reads_synchronously``); None otherwise."""
     here = []
-    # The store read and the array's facts, or None where its chunks cannot be read here, by
-    # the array object and the store a request names: a plan reads a few arrays' chunks.
-    arrays: dict[tuple[int, int], tuple[Store, _ArrayFacts] | None] = {}
+    allowed: dict[int, bool] = {}
+    facts_of: dict[int, _ArrayFacts] = {}  # by array object: a plan reads a few arrays' chunks
     for request in requests:
-        where = (id(request.array), id(request.store))
-        if where not in arrays:
-            target = request.store or store or request.array.store_path.store
-            facts = _facts(request.array)
-            grids = facts.grids
-            can = grids.transform is not None and grids.sharding is None
-            arrays[where] = (target, facts) if can and reads_synchronously(target) else None
-        known = arrays[where]
-        if known is None:
-            return None
-        target, facts = known
+        target = request.store or store or request.array.store_path.store
+        can = allowed.get(id(target))
+        if can is None:
+            can = allowed[id(target)] = reads_synchronously(target)
+        facts = facts_of.get(id(request.array))
+        if facts is None:
+            facts = facts_of[id(request.array)] = _facts(request.array)
         grids = facts.grids
-        assert grids.transform is not None  # (as ``arrays`` found it)
+        if not can or grids.transform is None or grids.sharding is not None:
+            return None
         spec = request.spec
         # reads_synchronously: a local or memory store, below wrappers that pass get_sync on;
         # read below those that only present metadata (``reader_of``).
