@@ -274,7 +274,14 @@ class ChunkRequests:
         keep: bool = False,
         derive: Derivation | None = None,
     ) -> ChunkRequest:
-        request = ChunkRequest(array, coords, store, needed, regions, keep, derive)
+        # ``ChunkRequest(...)``'s fields set in one update of its attributes: a frozen
+        # dataclass's ``__init__`` sets each by ``object.__setattr__``, several times slower
+        # for a request made per chunk (the same request: ``==`` compares the fields).
+        request = object.__new__(ChunkRequest)
+        request.__dict__.update(
+            array=array, coords=coords, store=store, needed=needed, regions=regions, keep=keep,
+            derive=derive,
+        )  # fmt: skip
         known = self._arrays.get(id(array))
         if known is None:
             facts = _facts(array)
@@ -316,9 +323,14 @@ _PART_FACTS: dict[tuple[object, ...], PartFacts] = {}
 
 
 def _in_grid(coords: tuple[int, ...], grid_shape: tuple[int, ...]) -> bool:
-    return len(coords) == len(grid_shape) and all(
-        [0 <= c < n for c, n in zip(coords, grid_shape, strict=True)]
-    )
+    if len(coords) != len(grid_shape):
+        return False
+    for c, n in zip(coords, grid_shape, strict=True):  # (a loop: no generator per chunk)
+        if not 0 <= c < n:
+            break
+    else:
+        return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -488,6 +500,7 @@ class _Here:
     spec: ArraySpec
     transform: ChunkTransform
     nbytes: int
+    facts: _ArrayFacts  # its array's
     # Read from an open file in parts (``_read_parts``): only the Blosc blocks holding the
     # part needed, once the file's version is known to pass its checksum.
     ranged: bool = False
@@ -524,7 +537,7 @@ def _readable_here(requests: Sequence[ChunkRequest], store: Store | None) -> lis
         # smaller than ``SIDE_BY_SIDE_CHUNK`` that changes no choice of ``_read_here``.
         if ranged and partly and nbytes >= SIDE_BY_SIDE_CHUNK:
             nbytes = min(nbytes, _span_bytes(request))
-        here.append(_Here(request, reader, spec, grids.transform, nbytes, ranged, partly))
+        here.append(_Here(request, reader, spec, grids.transform, nbytes, facts, ranged, partly))
     return here
 
 
@@ -623,12 +636,21 @@ def _read_run(
     consume: Callable[[ChunkRequest, np.ndarray], None],
     counts: ReadCounts,
 ) -> None:
+    keeps = keeps_decoded()
     for chunk in chunks:
         request = chunk.request
-        kept = chunk.ranged and request.keep and keeps_decoded()
+        kept = keeps and chunk.ranged and request.keep
         if request.derive is not None and not kept:
             request = replace(request, derive=None)  # handed over as it is stored
-        _consume_one(request, consume, partial(_read_now, chunk, counts, kept))
+        # (``_consume_one`` without its closure: a warm series' chunks are mostly kept, each
+        # read in a few calls, which the indirection added to.)
+        try:
+            values = _read_now(chunk, counts, kept)
+        except ChunkReadError:
+            raise
+        except Exception as exc:  # the store's and the codecs' errors
+            raise ChunkReadError(request, exc) from exc
+        _consumed(request, consume, values)
 
 
 def _read_now(chunk: _Here, counts: ReadCounts, kept: bool) -> np.ndarray:
@@ -661,19 +683,9 @@ def _read_now(chunk: _Here, counts: ReadCounts, kept: bool) -> np.ndarray:
 def _kept_form(chunk: _Here, version: FileVersion) -> np.ndarray | None:
     """The chunk decoded from ``version`` of its file, or its request's derived form
     (``ChunkRequest.derive``), if kept (``decoded_chunks``)."""
-    request, spec = chunk.request, chunk.spec
-    grids = _grids(request.array.metadata)
-    # Whole, or (past the array's end along its first dimension) as far as the array holds
-    # in this snapshot: the shapes a decode of this version gives.
-    held = held_rows(request.array, request.coords, spec.shape)
-    shapes: tuple[tuple[int, ...], ...] = (spec.shape,)
-    if held is not None:
-        shapes = ((held, *spec.shape[1:]), spec.shape)
-    derive = request.derive
-    if derive is None:
-        return DECODED.get(version, shapes, grids.native)
-    shapes = tuple(derive.shape(shape) for shape in shapes)
-    return DECODED.get(version, shapes, derive.dtype, derive.form)
+    request = chunk.request
+    shapes, dtype, form = chunk.facts.kept_as(request.coords, chunk.spec.shape, request.derive)
+    return DECODED.get(version, shapes, dtype, form)
 
 
 def _read_parts(
@@ -875,6 +887,14 @@ def _consume_one(
         raise
     except Exception as exc:  # the store's and the codecs' errors (OSError, numcodecs', zarr's)
         raise ChunkReadError(request, exc) from exc
+    _consumed(request, consume, values)
+
+
+def _consumed(
+    request: ChunkRequest, consume: Callable[[ChunkRequest, np.ndarray], None], values: np.ndarray
+) -> None:
+    """``consume(request, values)``, a failure raised as a ``ChunkReadError`` of consuming
+    the chunk."""
     try:
         consume(request, values)
     except ChunkReadError:
@@ -1297,10 +1317,60 @@ class _ArrayFacts:
     metadata: ArrayMetadata
     grids: _Grids
     prefix: str  # the array's path and "/", or "" at the store's root
+    # ``kept_as``'s answers, by the chunk's place along the first dimension, its declared
+    # shape and the form's name and dtype: a few per array and form.
+    _kept: dict[tuple[object, ...], KeptAs] = field(default_factory=dict)
+    # ``chunk_key``'s answers (the chunks a service's questions read, again and again).
+    _keys: dict[tuple[int, ...], str] = field(default_factory=dict)
 
     def chunk_key(self, coords: tuple[int, ...]) -> str:
         """The store key of the stored chunk at ``coords`` (an array that is not sharded)."""
-        return self.prefix + self.metadata.encode_chunk_key(coords)
+        key = self._keys.get(coords)
+        if key is None:
+            key = self.prefix + self.metadata.encode_chunk_key(coords)
+            if len(self._keys) >= CHUNK_KEYS:
+                self._keys.clear()
+            self._keys[coords] = key
+        return key
+
+    def kept_as(
+        self, coords: tuple[int, ...], shape: tuple[int, ...], derive: Derivation | None
+    ) -> KeptAs:
+        """How the chunk at ``coords`` (declared ``shape``) is kept decoded, or its form
+        ``derive``: the shapes a decode of it in this snapshot gives (whole, or past the
+        array's end along its first dimension as far as the array holds), their dtype and
+        the form's name. The same for every chunk of a regular grid but the last along the
+        first dimension: worked out once per array, not per kept chunk read."""
+        # On a regular grid only the last chunk along the first dimension may hold fewer
+        # rows than declared: the others are one place.
+        grids = self.grids
+        place = coords[0] if coords else None
+        if grids.regular is not None and coords and coords[0] < grids.grid_shape[0] - 1:
+            place = -1
+        key = (place, shape) if derive is None else (place, shape, derive.form, derive.dtype)
+        found = self._kept.get(key)
+        if found is None:
+            held = held_rows(self.array, coords, shape)
+            shapes: tuple[tuple[int, ...], ...] = (shape,)
+            if held is not None:
+                shapes = ((held, *shape[1:]), shape)
+            if derive is None:
+                found = (shapes, self.grids.native, "")
+            else:
+                found = (tuple(derive.shape(s) for s in shapes), derive.dtype, derive.form)
+            if len(self._kept) >= KEPT_AS:
+                self._kept.clear()
+            self._kept[key] = found
+        return found
+
+
+# How a chunk is kept (``_ArrayFacts.kept_as``): the shapes it may have, its dtype and form.
+KeptAs = tuple[tuple[tuple[int, ...], ...], np.dtype, str]
+# ``kept_as``'s answers remembered per array at most; then forgotten, all at once.
+KEPT_AS = 256
+# Chunk keys remembered per array at most (``chunk_key``; about 100 bytes each); then
+# forgotten, all at once.
+CHUNK_KEYS = 4096
 
 
 # By the array object's identity, each entry keeping its array alive (no id reused), and

@@ -331,7 +331,8 @@ class SharedChunks:
 def _entry_name(version: FileVersion, form: str = "") -> str:
     """The name of the entry of the chunk decoded from ``version`` of its file, or of the
     ``form`` derived from it (letters, digits and dashes)."""
-    name = "-".join(f"{part:x}" for part in version)
+    device, inode, size, modified, changed = version  # (one format: named per chunk read)
+    name = f"{device:x}-{inode:x}-{size:x}-{modified:x}-{changed:x}"
     return f"{name}-{form}" if form else name
 
 

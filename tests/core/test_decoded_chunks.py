@@ -122,9 +122,9 @@ def _accumulation_chunk(tmp_path, rows: int = 240):
     return zarr.open_array(open_store(str(tmp_path / "c.zarr")), path="a"), values, path
 
 
-def _read(array, needed, keep=True) -> tuple[np.ndarray, ReadCounts]:
+def _read(array, needed, keep=True, coords=(0, 0)) -> tuple[np.ndarray, ReadCounts]:
     got: list[np.ndarray] = []
-    request = ChunkRequest(array, (0, 0), needed=needed, keep=keep)
+    request = ChunkRequest(array, coords, needed=needed, keep=keep)
     counts = read_chunks([request], lambda _, chunk: got.append(chunk))
     return got[0], counts
 
@@ -181,6 +181,24 @@ def test_a_chunk_past_the_arrays_end_is_kept_as_far_as_the_array_holds(tmp_path,
     again, counts = _read(array, (slice(0, 5), slice(0, 64)))
     assert counts.bytes == 0 and again.shape == first.shape
     np.testing.assert_array_equal(again[:200], values[:200])
+
+
+def test_each_chunk_of_an_array_is_kept_as_its_own_shape(tmp_path, kept):
+    """The chunks of one array, the last past the array's end: each is served again as it
+    was decoded (whole, or the last as far as the array holds), whichever is read first."""
+    array, values, path = _accumulation_chunk(tmp_path, rows=400)  # the second holds 160
+    path.with_name("1.0").write_bytes(encode_chunk(array.metadata, np.dtype("<f8"), values))
+    time.sleep(2 * SETTLED_NS / 1e9)
+    shapes: dict[int, tuple[int, ...]] = {}
+    for order in [(1, 0), (0, 1)]:
+        for c in order:
+            chunk, counts = _read(array, (slice(0, 5), slice(0, 64)), coords=(c, 0))
+            assert chunk.shape == shapes.setdefault(c, chunk.shape)
+            assert chunk.shape in ([(240, 64)] if c == 0 else [(160, 64), (240, 64)])
+            held = 240 if c == 0 else 160
+            np.testing.assert_array_equal(chunk[:held], values[:held])
+            assert (counts.bytes == 0) == (order == (0, 1))  # kept from the first round
+    assert kept.hits == 2
 
 
 def test_chunks_not_asked_to_be_kept_are_not(tmp_path, kept):

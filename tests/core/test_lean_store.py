@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
 from accumulus.stores.local import LeanLocalStore, write_file_atomically
@@ -39,6 +40,23 @@ def test_reads_and_writes_as_local_store_does(tmp_path):
     assert lean.get_sync("a") is None  # a directory, as LocalStore answers
     assert lean.get_sync("a/b/c.0", byte_range=None).to_bytes()[:3] == b"xxx"
     assert sorted(os.listdir(tmp_path / "a" / "b")) == ["c.0"]  # no temporary file left
+
+
+def test_a_files_version_is_that_of_the_file_under_the_root_now(tmp_path):
+    """``version_sync`` (one ``stat``) names the file at the key under the store's root,
+    also after the store was moved (``LocalStore.move``); None for a missing key or a
+    directory."""
+    lean = LeanLocalStore(tmp_path / "a")
+    lean.set_sync("g/c.0", _buffer(b"x" * 10))
+    before = lean.version_sync("g/c.0")
+    assert before is not None and before.size == 10
+    assert lean.version_sync("missing") is None and lean.version_sync("g") is None
+    sync(lean.move(tmp_path / "b"))
+    (tmp_path / "a").mkdir()  # the old root again, holding another file at the key
+    LeanLocalStore(tmp_path / "a").set_sync("g/c.0", _buffer(b"y" * 20))
+    moved = lean.version_sync("g/c.0")
+    assert moved is not None and moved.size == 10
+    assert moved.inode == os.stat(tmp_path / "b" / "g" / "c.0").st_ino
 
 
 def test_a_fifo_is_refused_not_waited_on(tmp_path):

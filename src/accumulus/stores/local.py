@@ -33,6 +33,10 @@ class LeanLocalStore(ReadsSync, LocalStore):
     group being written that no reader reads yet (``unpublished``)."""
 
     _unpublished: tuple[str, ...] = ()  # key prefixes written in place (``unpublished``)
+    # ``root`` as text ending in a separator, and the ``root`` it was made of (``move``
+    # changes it): a key's path is one concatenation, not a ``Path`` joined per chunk.
+    _root_text: str = ""
+    _root_of: object = None
 
     def read_sync(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None
@@ -57,7 +61,15 @@ class LeanLocalStore(ReadsSync, LocalStore):
         one ``stat``); None where there is none."""
         if not self._is_open:
             self._ensure_open_sync()
-        return regular_file_version(os.path.join(self.root, key), key)
+        return regular_file_version(self._path(key), key)
+
+    def _path(self, key: str) -> str:
+        """The file of ``key``."""
+        root = self.root
+        if root is not self._root_of:
+            self._root_text = os.path.join(root, "")
+            self._root_of = root
+        return self._root_text + key
 
     def set_sync(self, key: str, value: Buffer) -> None:
         if not self._is_open or self.read_only or not isinstance(value, Buffer):

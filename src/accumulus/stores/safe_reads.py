@@ -157,10 +157,11 @@ def regular_file_version(path: str, key: str) -> FileVersion | None:
         info = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    if stat.S_ISDIR(info.st_mode):
-        return None
-    if not stat.S_ISREG(info.st_mode):
-        raise _not_regular(key, info.st_mode)
+    mode = info.st_mode
+    if not stat.S_ISREG(mode):  # (the usual case asked first: one test per kept chunk)
+        if stat.S_ISDIR(mode):
+            return None
+        raise _not_regular(key, mode)
     return FileVersion(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 

@@ -446,14 +446,22 @@ def _entry_sums_from_rows(form: np.ndarray, part: EntryPart) -> np.ndarray:
     """``_entry_sums`` of a slab weighed along one axis it is summed along, from its chunk's
     weighted prefix sums along that axis (``part.rows``): two rows of them."""
     assert part.rows is not None
-    along = part.rows.axis  # the chunk's; among the slab's (its entries' axes dropped):
+    along = part.rows.axis  # the chunk's
+    product = row_sums(form, part.local, along)
+    order = part.order
+    if len(part.summed) == 1:  # the rows' axis alone (a series' box): nothing more to sum
+        return product if order == _IN_ORDER[len(order)] else product.transpose(order)
+    # Among the slab's axes (its entries' axes dropped):
     axis = sum(not isinstance(s, int) for s in part.local[:along])
     slab_ndim = sum(not isinstance(s, int) for s in part.local)
-    _, rest, order = _contraction_steps(slab_ndim, axis, part.summed, part.order)
-    product = row_sums(form, part.local, along)
+    _, rest, in_order = _contraction_steps(slab_ndim, axis, part.summed, order)
     if rest:
         product = product.sum(axis=rest)
-    return product if order is None else product.transpose(order)
+    return product if in_order is None else product.transpose(in_order)
+
+
+# The axes of an array of each number of dimensions in their order (as ``transpose`` takes).
+_IN_ORDER = [tuple(range(n)) for n in range(65)]
 
 
 # A matrix-vector product of more values than ``BLAS_WHOLE_VALUES`` is handed to BLAS in
@@ -512,6 +520,9 @@ def _contraction(
 _SCRATCH = threading.local()
 # The most working space a thread keeps for the next query, per use (float64 values).
 SCRATCH_VALUES = 2**20
+# Values at most this many (float64) are taken in new memory rather than the scratch: the
+# allocator reuses blocks this small (under its threshold for mapping new memory).
+SMALL_VALUES = 2**12
 
 
 def _scratch(shape: tuple[int, ...], which: int) -> np.ndarray:
@@ -595,20 +606,29 @@ class _OrderedTotal:
         if integer and self._counted_in(first, sign, value):
             self._next += 1
             return
-        where = (*where, ...)  # a view, also of a single value
-        into = self._total[where]
-        rows = (first,) if type(first) is int else range(self.shape[0])[first]
-        if self._counted:
-            for row in rows:
-                if row in self._counted:  # converted before anything else is added to it
-                    self._convert(row)
+        into = self._total[(*where, ...)]  # a view, also of a single value
         unset = self._unset
-        fresh = [row for row in rows if unset[row]]
-        whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
-        for row in fresh:
-            unset[row] = False
-            if not whole:
-                self._total[row, ...].fill(0.0)
+        if type(first) is int:  # (one row, a series' part: no list of rows made)
+            rows: Sequence[int] = (first,)
+            if self._counted and first in self._counted:
+                self._convert(first)  # converted before anything else is added to it
+            whole = unset[first] and into.size == self._row_size
+            if unset[first]:
+                unset[first] = False
+                if not whole:
+                    self._total[first, ...].fill(0.0)
+        else:
+            rows = range(self.shape[0])[first]
+            if self._counted:
+                for row in rows:
+                    if row in self._counted:
+                        self._convert(row)
+            fresh = [row for row in rows if unset[row]]
+            whole = len(fresh) == len(rows) and into.size == len(rows) * self._row_size
+            for row in fresh:
+                unset[row] = False
+                if not whole:
+                    self._total[row, ...].fill(0.0)
         start = 0.0 if whole else into
         add = np.add if sign > 0 else np.subtract
         if finite:  # (entering ``errstate`` costs several times a small part's add)
@@ -624,9 +644,12 @@ class _OrderedTotal:
         if noisy:
             if self.magnitude is None:
                 self.magnitude = _zeroed(self.shape, 3)
-            size = self.magnitude[where]
+            size = self.magnitude[(*where, ...)]
             if value.dtype.kind != "u":
-                value = np.abs(value, out=_scratch(value.shape, 1), dtype="f8")
+                # A small part's (a series') in new memory: freed blocks of that size are
+                # reused without asking the system for pages, and cost less than the scratch.
+                out = None if value.size <= SMALL_VALUES else _scratch(value.shape, 1)
+                value = np.abs(value, out=out, dtype="f8")
             np.add(size, value, out=size, casting="unsafe")
         self._next += 1
 

@@ -75,5 +75,6 @@ def row_sums(form: np.ndarray, local: tuple[slice | int, ...], axis: int) -> np.
     assert isinstance(rows, slice) and rows.step in (None, 1)
     lo, hi, _ = rows.indices(len(form) - 1)
     rest = local[:axis] + local[axis + 1 :]
-    result: np.ndarray = np.subtract(form[hi][rest], form[lo][rest])
+    # (One selection of each row: ``form[hi][rest]`` made a view of the whole row first.)
+    result: np.ndarray = np.subtract(form[(hi, *rest)], form[(lo, *rest)])
     return result
