@@ -191,8 +191,8 @@ def test_a_real_sigint(tmp_path):
     """The console script interrupted by SIGINT in the middle of an append of 40 granules,
     once its first commit is in the journal. It is started as a shell starts a command, with
     SIGINT at its default and not blocked: a child inherits an ignored or blocked SIGINT,
-    and Python then never sees it (pytest's workers held it ignored in a full run of the
-    slow tests: the append then ran to its end, exit 0)."""
+    and Python then never sees it (a non-interactive shell starts a background job, such
+    as ``make test-slow &``, with SIGINT ignored: the append then ran to its end, exit 0)."""
     granules = write_granules(tmp_path / "in", truth(120, nlat=90, nlon=180), 3)
     cube = tmp_path / "cube.zarr"
     command = [sys.executable, "-m", "accumulus", "append", str(cube), *map(str, granules)]
