@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from itertools import product
 from math import prod
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import zarr
@@ -642,15 +642,9 @@ def _read_run(
         kept = keeps and chunk.ranged and request.keep
         if request.derive is not None and not kept:
             request = replace(request, derive=None)  # handed over as it is stored
-        # (``_consume_one`` without its closure: a warm series' chunks are mostly kept, each
-        # read in a few calls, which the indirection added to.)
-        try:
-            values = _read_now(chunk, counts, kept)
-        except ChunkReadError:
-            raise
-        except Exception as exc:  # the store's and the codecs' errors
-            raise ChunkReadError(request, exc) from exc
-        _consumed(request, consume, values)
+        # (No closure per chunk: a warm series' chunks are mostly kept, each read in a few
+        # calls.)
+        _consumed(request, consume, _read(request, _read_now, chunk, counts, kept))
 
 
 def _read_now(chunk: _Here, counts: ReadCounts, kept: bool) -> np.ndarray:
@@ -871,23 +865,18 @@ def _consume_all(
     for request, fetched, _ in batch:
         if request.derive is not None:  # (never kept here: handed over as it is stored)
             request = replace(request, derive=None)
-        _consume_one(request, consume, fetched.decoded)
+        _consumed(request, consume, _read(request, fetched.decoded))
 
 
-def _consume_one(
-    request: ChunkRequest,
-    consume: Callable[[ChunkRequest, np.ndarray], None],
-    chunk: Callable[[], np.ndarray],
-) -> None:
-    """``consume(request, chunk())``: whatever fails, reading or summing, is raised as a
-    ``ChunkReadError`` naming the chunk (``reading`` says which)."""
+def _read(request: ChunkRequest, read: Callable[..., np.ndarray], *args: Any) -> np.ndarray:
+    """``read(*args)``, the chunk of ``request``: whatever fails is raised as a
+    ``ChunkReadError`` naming the chunk."""
     try:
-        values = chunk()
+        return read(*args)
     except ChunkReadError:
         raise
     except Exception as exc:  # the store's and the codecs' errors (OSError, numcodecs', zarr's)
         raise ChunkReadError(request, exc) from exc
-    _consumed(request, consume, values)
 
 
 def _consumed(
