@@ -157,6 +157,12 @@ def regular_file_version(path: str, key: str) -> FileVersion | None:
         info = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    return _version_of(info, key)
+
+
+def _version_of(info: os.stat_result, key: str) -> FileVersion | None:
+    """The version of the file of ``key`` that ``info`` describes; None for a directory;
+    anything else but a regular file refused."""
     mode = info.st_mode
     if not stat.S_ISREG(mode):  # (the usual case asked first: one test per kept chunk)
         if stat.S_ISDIR(mode):
@@ -192,14 +198,9 @@ def read_regular_file_parts[T](
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
+        version = _version_of(os.fstat(fd), key)
+        if version is None:
             return None
-        if not stat.S_ISREG(info.st_mode):
-            raise _not_regular(key, info.st_mode)
-        version = FileVersion(
-            info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
-        )
         return parts(partial(_pread_all, fd), version)
     finally:
         os.close(fd)
